@@ -1,0 +1,356 @@
+// OrtGraph -> plain Python objects. The OrtGraph is valid only during ORT's call, so everything
+// is copied out here; initializers above kSmallConstantElements are named but not copied (they
+// are weights, which ORT hands to Compute as fused-node inputs).
+#include "graph_view.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <stdexcept>
+
+namespace py = pybind11;
+
+namespace hipep {
+
+namespace {
+
+constexpr size_t kSmallConstantElements = size_t{1} << 16;  // keep in step with hipep/graph.py
+
+std::string value_name(const OrtValueInfo* info) {
+  if (info == nullptr) return "";
+  const char* name = nullptr;
+  HIPEP_ORT(g_ort->GetValueInfoName(info, &name));
+  return name ? name : "";
+}
+
+// (kind, elem_type, shape) with shape None for unranked; dims are int, symbolic str or None.
+py::tuple describe_type(const OrtValueInfo* info) {
+  const OrtTypeInfo* type_info = nullptr;
+  HIPEP_ORT(g_ort->GetValueInfoTypeInfo(info, &type_info));
+  if (type_info == nullptr) return py::make_tuple("unknown", 0, py::none());
+  ONNXType onnx_type = ONNX_TYPE_UNKNOWN;
+  HIPEP_ORT(g_ort->GetOnnxTypeFromTypeInfo(type_info, &onnx_type));
+  switch (onnx_type) {
+    case ONNX_TYPE_TENSOR: break;
+    case ONNX_TYPE_SEQUENCE: return py::make_tuple("sequence", 0, py::none());
+    case ONNX_TYPE_MAP: return py::make_tuple("map", 0, py::none());
+    case ONNX_TYPE_OPTIONAL: return py::make_tuple("optional", 0, py::none());
+    case ONNX_TYPE_SPARSETENSOR: return py::make_tuple("sparse_tensor", 0, py::none());
+    default: return py::make_tuple("unknown", 0, py::none());
+  }
+  const OrtTensorTypeAndShapeInfo* tensor_info = nullptr;
+  HIPEP_ORT(g_ort->CastTypeInfoToTensorInfo(type_info, &tensor_info));
+  if (tensor_info == nullptr) return py::make_tuple("tensor", 0, py::none());
+  ONNXTensorElementDataType elem = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  HIPEP_ORT(g_ort->GetTensorElementType(tensor_info, &elem));
+  size_t rank = 0;
+  HIPEP_ORT(g_ort->GetDimensionsCount(tensor_info, &rank));
+  std::vector<int64_t> dims(rank);
+  std::vector<const char*> symbols(rank, nullptr);
+  if (rank) {
+    HIPEP_ORT(g_ort->GetDimensions(tensor_info, dims.data(), rank));
+    HIPEP_ORT(g_ort->GetSymbolicDimensions(tensor_info, symbols.data(), rank));
+  }
+  py::list shape;
+  for (size_t i = 0; i < rank; ++i) {
+    if (dims[i] >= 0) shape.append(dims[i]);
+    else if (symbols[i] && symbols[i][0]) shape.append(py::str(symbols[i]));
+    else shape.append(py::none());
+  }
+  return py::make_tuple("tensor", static_cast<int>(elem), py::tuple(shape));
+}
+
+void add_type(py::dict& types, const OrtValueInfo* info) {
+  if (info == nullptr) return;
+  std::string name = value_name(info);
+  if (name.empty() || types.contains(name)) return;
+  types[py::str(name)] = describe_type(info);
+}
+
+std::vector<const OrtValueInfo*> node_values(const OrtNode* node, int which) {
+  size_t n = 0;
+  std::vector<const OrtValueInfo*> v;
+  if (which == 0) {
+    HIPEP_ORT(g_ort->Node_GetNumInputs(node, &n));
+    v.resize(n);
+    if (n) HIPEP_ORT(g_ort->Node_GetInputs(node, v.data(), n));
+  } else if (which == 1) {
+    HIPEP_ORT(g_ort->Node_GetNumOutputs(node, &n));
+    v.resize(n);
+    if (n) HIPEP_ORT(g_ort->Node_GetOutputs(node, v.data(), n));
+  } else {
+    HIPEP_ORT(g_ort->Node_GetNumImplicitInputs(node, &n));
+    v.resize(n);
+    if (n) HIPEP_ORT(g_ort->Node_GetImplicitInputs(node, v.data(), n));
+  }
+  return v;
+}
+
+py::object read_attribute(const OrtOpAttr* attr) {
+  OrtOpAttrType type = ORT_OP_ATTR_UNDEFINED;
+  HIPEP_ORT(g_ort->OpAttr_GetType(attr, &type));
+  size_t size = 0;
+  // Asks ORT how many bytes an attribute needs: ReadOpAttr fails and reports the size.
+  auto byte_size = [&](OrtOpAttrType t) {
+    size_t needed = 0;
+    OrtStatus* st = g_ort->ReadOpAttr(attr, t, nullptr, 0, &needed);
+    if (st) g_ort->ReleaseStatus(st);
+    return needed;
+  };
+  switch (type) {
+    case ORT_OP_ATTR_INT: {
+      int64_t v = 0;
+      HIPEP_ORT(g_ort->ReadOpAttr(attr, type, &v, sizeof(v), &size));
+      return py::int_(v);
+    }
+    case ORT_OP_ATTR_FLOAT: {
+      float v = 0;
+      HIPEP_ORT(g_ort->ReadOpAttr(attr, type, &v, sizeof(v), &size));
+      return py::float_(v);
+    }
+    case ORT_OP_ATTR_INTS: {
+      size_t n = byte_size(type) / sizeof(int64_t);
+      std::vector<int64_t> v(n);
+      if (n) HIPEP_ORT(g_ort->ReadOpAttr(attr, type, v.data(), n * sizeof(int64_t), &size));
+      return py::cast(v);
+    }
+    case ORT_OP_ATTR_FLOATS: {
+      size_t n = byte_size(type) / sizeof(float);
+      std::vector<float> v(n);
+      if (n) HIPEP_ORT(g_ort->ReadOpAttr(attr, type, v.data(), n * sizeof(float), &size));
+      py::list out;
+      for (float f : v) out.append(py::float_(f));
+      return out;
+    }
+    case ORT_OP_ATTR_STRING: {
+      size_t n = byte_size(type);
+      std::string s(n, '\0');
+      if (n) HIPEP_ORT(g_ort->ReadOpAttr(attr, type, s.data(), n, &size));
+      return py::str(std::string(s.c_str()));
+    }
+    case ORT_OP_ATTR_STRINGS: {
+      // ORT writes the strings one after another, each terminated by '\0'.
+      size_t n = byte_size(type);
+      std::string s(n, '\0');
+      if (n) HIPEP_ORT(g_ort->ReadOpAttr(attr, type, s.data(), n, &size));
+      py::list out;
+      size_t start = 0;
+      for (size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '\0') {
+          out.append(py::str(s.substr(start, i - start)));
+          start = i + 1;
+        }
+      }
+      return out;
+    }
+    case ORT_OP_ATTR_TENSOR: {
+      OrtValue* value = nullptr;
+      HIPEP_ORT(g_ort->OpAttr_GetTensorAttributeAsOrtValue(attr, &value));
+      if (value == nullptr) return py::none();
+      py::object arr;
+      try {
+        arr = copy_to_numpy(value);
+      } catch (...) {
+        g_ort->ReleaseValue(value);
+        throw;
+      }
+      g_ort->ReleaseValue(value);
+      return arr;
+    }
+    default:
+      return py::none();  // graphs arrive through Node_GetSubgraphs
+  }
+}
+
+py::dict describe_node(const OrtNode* node, py::dict& types) {
+  const char* s = nullptr;
+  py::dict d;
+  HIPEP_ORT(g_ort->Node_GetName(node, &s));
+  d["name"] = s ? s : "";
+  HIPEP_ORT(g_ort->Node_GetOperatorType(node, &s));
+  d["op_type"] = s ? s : "";
+  HIPEP_ORT(g_ort->Node_GetDomain(node, &s));
+  std::string domain = s ? s : "";
+  d["domain"] = domain == "ai.onnx" ? std::string() : domain;
+  int since = 0;
+  HIPEP_ORT(g_ort->Node_GetSinceVersion(node, &since));
+  d["since_version"] = since;
+
+  const char* labels[] = {"inputs", "outputs", "implicit_inputs"};
+  for (int which = 0; which < 3; ++which) {
+    py::list names;
+    for (const OrtValueInfo* info : node_values(node, which)) {
+      names.append(value_name(info));
+      add_type(types, info);
+    }
+    d[labels[which]] = names;
+  }
+
+  size_t num_attrs = 0;
+  HIPEP_ORT(g_ort->Node_GetNumAttributes(node, &num_attrs));
+  std::vector<const OrtOpAttr*> attrs(num_attrs);
+  if (num_attrs) HIPEP_ORT(g_ort->Node_GetAttributes(node, attrs.data(), num_attrs));
+  py::dict attributes;
+  for (const OrtOpAttr* attr : attrs) {
+    const char* name = nullptr;
+    HIPEP_ORT(g_ort->OpAttr_GetName(attr, &name));
+    attributes[py::str(name)] = read_attribute(attr);
+  }
+  d["attributes"] = attributes;
+
+  size_t num_subgraphs = 0;
+  HIPEP_ORT(g_ort->Node_GetNumSubgraphs(node, &num_subgraphs));
+  py::dict subgraphs;
+  if (num_subgraphs) {
+    std::vector<const OrtGraph*> graphs(num_subgraphs);
+    std::vector<const char*> names(num_subgraphs);
+    HIPEP_ORT(g_ort->Node_GetSubgraphs(node, graphs.data(), num_subgraphs, names.data()));
+    for (size_t i = 0; i < num_subgraphs; ++i)
+      subgraphs[py::str(names[i] ? names[i] : "")] = describe_graph(graphs[i], nullptr);
+  }
+  d["subgraphs"] = subgraphs;
+  return d;
+}
+
+}  // namespace
+
+std::vector<std::string> value_names(const OrtNode* node, bool outputs) {
+  std::vector<std::string> names;
+  for (const OrtValueInfo* info : node_values(node, outputs ? 1 : 0)) names.push_back(value_name(info));
+  return names;
+}
+
+py::dtype numpy_dtype(ONNXTensorElementDataType type) {
+  switch (type) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return py::dtype("float32");
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8: return py::dtype("uint8");
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8: return py::dtype("int8");
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16: return py::dtype("uint16");
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16: return py::dtype("int16");
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return py::dtype("int32");
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return py::dtype("int64");
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: return py::dtype("bool");
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return py::dtype("float16");
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return py::dtype("float64");
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32: return py::dtype("uint32");
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64: return py::dtype("uint64");
+    default:
+      throw std::runtime_error("ONNX element type " + std::to_string(static_cast<int>(type)) +
+                               " has no numpy equivalent in hipep");
+  }
+}
+
+py::array copy_to_numpy(const OrtValue* value) {
+  OrtTensorTypeAndShapeInfo* info = nullptr;
+  HIPEP_ORT(g_ort->GetTensorTypeAndShape(value, &info));
+  ONNXTensorElementDataType elem = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  size_t rank = 0;
+  OrtStatus* st = g_ort->GetTensorElementType(info, &elem);
+  if (!st) st = g_ort->GetDimensionsCount(info, &rank);
+  std::vector<int64_t> dims(rank);
+  if (!st && rank) st = g_ort->GetDimensions(info, dims.data(), rank);
+  g_ort->ReleaseTensorTypeAndShapeInfo(info);
+  throw_on_error(st);
+  const void* data = nullptr;
+  HIPEP_ORT(g_ort->GetTensorData(value, &data));
+  std::vector<py::ssize_t> shape(dims.begin(), dims.end());
+  py::array out(numpy_dtype(elem), shape);
+  if (out.nbytes()) std::memcpy(out.mutable_data(), data, out.nbytes());
+  return out;
+}
+
+py::dict describe_graph(const OrtGraph* graph, std::vector<const OrtNode*>* nodes_out) {
+  py::dict d;
+  py::dict types;
+  const char* name = nullptr;
+  HIPEP_ORT(g_ort->Graph_GetName(graph, &name));
+  d["name"] = name ? name : "";
+
+  size_t num_opsets = 0;
+  HIPEP_ORT(g_ort->Graph_GetNumOperatorSets(graph, &num_opsets));
+  py::dict opsets;
+  if (num_opsets) {
+    std::vector<const char*> domains(num_opsets);
+    std::vector<int64_t> versions(num_opsets);
+    HIPEP_ORT(g_ort->Graph_GetOperatorSets(graph, domains.data(), versions.data(), num_opsets));
+    for (size_t i = 0; i < num_opsets; ++i) {
+      std::string dom = domains[i] ? domains[i] : "";
+      opsets[py::str(dom == "ai.onnx" ? "" : dom)] = versions[i];
+    }
+  }
+  d["opsets"] = opsets;
+
+  // Constant initializers: small ones copied, large ones only named.
+  size_t num_inits = 0;
+  HIPEP_ORT(g_ort->Graph_GetNumInitializers(graph, &num_inits));
+  std::vector<const OrtValueInfo*> inits(num_inits);
+  if (num_inits) HIPEP_ORT(g_ort->Graph_GetInitializers(graph, inits.data(), num_inits));
+  py::dict constants;
+  py::list weights;
+  for (const OrtValueInfo* info : inits) {
+    add_type(types, info);
+    bool is_constant = false;
+    HIPEP_ORT(g_ort->ValueInfo_IsConstantInitializer(info, &is_constant));
+    if (!is_constant) continue;  // an overridable initializer is a graph input
+    const OrtValue* value = nullptr;
+    HIPEP_ORT(g_ort->ValueInfo_GetInitializerValue(info, &value));
+    std::string vname = value_name(info);
+    size_t count = 0;
+    if (value != nullptr) {
+      OrtTensorTypeAndShapeInfo* tinfo = nullptr;
+      HIPEP_ORT(g_ort->GetTensorTypeAndShape(value, &tinfo));
+      OrtStatus* st = g_ort->GetTensorShapeElementCount(tinfo, &count);
+      g_ort->ReleaseTensorTypeAndShapeInfo(tinfo);
+      throw_on_error(st);
+    }
+    if (value != nullptr && count <= kSmallConstantElements) {
+      try {
+        constants[py::str(vname)] = copy_to_numpy(value);
+        continue;
+      } catch (const std::runtime_error&) {
+        // An element type numpy lacks: keep it as a weight; claim predicates see its type.
+      }
+    }
+    weights.append(vname);
+  }
+  d["constants"] = constants;
+  d["weights"] = weights;
+
+  auto graph_values = [&](bool outputs) {
+    size_t n = 0;
+    std::vector<const OrtValueInfo*> v;
+    if (outputs) {
+      HIPEP_ORT(g_ort->Graph_GetNumOutputs(graph, &n));
+      v.resize(n);
+      if (n) HIPEP_ORT(g_ort->Graph_GetOutputs(graph, v.data(), n));
+    } else {
+      HIPEP_ORT(g_ort->Graph_GetNumInputs(graph, &n));
+      v.resize(n);
+      if (n) HIPEP_ORT(g_ort->Graph_GetInputs(graph, v.data(), n));
+    }
+    py::list names;
+    for (const OrtValueInfo* info : v) {
+      std::string vname = value_name(info);
+      add_type(types, info);
+      if (!outputs && constants.contains(vname)) continue;
+      names.append(vname);
+    }
+    return names;
+  };
+  d["inputs"] = graph_values(false);
+  d["outputs"] = graph_values(true);
+
+  size_t num_nodes = 0;
+  HIPEP_ORT(g_ort->Graph_GetNumNodes(graph, &num_nodes));
+  std::vector<const OrtNode*> nodes(num_nodes);
+  if (num_nodes) HIPEP_ORT(g_ort->Graph_GetNodes(graph, nodes.data(), num_nodes));
+  py::list node_list;
+  for (const OrtNode* node : nodes) node_list.append(describe_node(node, types));
+  d["nodes"] = node_list;
+  d["types"] = types;
+  if (nodes_out) *nodes_out = std::move(nodes);
+  return d;
+}
+
+}  // namespace hipep

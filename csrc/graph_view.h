@@ -1,0 +1,27 @@
+// Builds the plain-Python description of an OrtGraph that hipep.graph.GraphView.from_native reads.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <vector>
+
+#include "ort_api.h"
+
+namespace hipep {
+
+// Returns a dict with the graph's nodes (in ORT's order), inputs, outputs, value types, small
+// constant initializers (copied) and the names of large ones (not copied). `nodes_out`, when
+// given, receives the OrtNode pointers in the same order as the dict's "nodes". Needs the GIL.
+pybind11::dict describe_graph(const OrtGraph* graph, std::vector<const OrtNode*>* nodes_out);
+
+// Names of a node's inputs or outputs ("" for an omitted optional value).
+std::vector<std::string> value_names(const OrtNode* node, bool outputs);
+
+// numpy dtype for an ONNX element type; throws for types numpy lacks.
+pybind11::dtype numpy_dtype(ONNXTensorElementDataType type);
+
+// Copies a tensor OrtValue into a new numpy array.
+pybind11::array copy_to_numpy(const OrtValue* value);
+
+}  // namespace hipep

@@ -1,0 +1,110 @@
+"""hipep: an ONNX Runtime plugin execution provider for HIP GPUs, with a numpy CPU reference device.
+
+    import hipep, onnxruntime as ort
+    hipep.register()
+    sess = ort.InferenceSession("model.onnx", providers=["HipExecutionProvider"])
+    # or, with CPU fallback disabled and hipep's reasons in the error:
+    sess = hipep.InferenceSession("model.onnx")
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+from .errors import HipepError, ModelError, OptionError, RuntimeShapeError  # noqa: F401
+from .explain import explain  # noqa: F401
+from .options import EP_NAME, ProviderOptions
+
+__version__ = "0.1.0"
+__all__ = ["register", "get_library_path", "get_ep_name", "explain", "InferenceSession", "stats",
+           "HipepError", "ModelError", "OptionError", "RuntimeShapeError", "FallbackError"]
+
+
+class FallbackError(HipepError, RuntimeError):
+    """Session creation failed because nodes were left for a CPU fallback that is disabled."""
+
+
+_register_lock = threading.Lock()
+_registered = False
+
+
+def get_ep_name() -> str:
+    return EP_NAME
+
+
+def get_library_path() -> str:
+    """Path of hipep's native library (the pybind11 module that is also the ORT plugin)."""
+    from . import _native
+
+    return os.path.abspath(_native.__file__)
+
+
+def register() -> str:
+    """Registers hipep's plugin library with onnxruntime (idempotent); returns the EP name."""
+    global _registered
+    import onnxruntime as ort
+
+    with _register_lock:
+        if not _registered:
+            try:
+                ort.register_execution_provider_library(EP_NAME, get_library_path())
+            except Exception as e:  # registered earlier in this process by other code
+                if "already" not in str(e).lower():
+                    raise
+            _registered = True
+    return EP_NAME
+
+
+def stats() -> dict[str, int]:
+    """Process-wide counters: eps_created, capability_calls, compiled_subgraphs, runs."""
+    from . import counters
+
+    return counters.snapshot()
+
+
+def _session_class():
+    import onnxruntime as ort
+
+    class Session(ort.InferenceSession):
+        """ORT's Python wrapper retries a failed session creation on the CPU EP alone (printing
+        "EP Error"). A hipep session that cannot be made is an error instead, never a CPU session."""
+
+        def _create_inference_session(self, *args, **kwargs):
+            self._enable_fallback = False
+            return super()._create_inference_session(*args, **kwargs)
+
+    return Session
+
+
+def InferenceSession(model, sess_options=None, disable_cpu_ep_fallback: bool = True, **options):
+    """An onnxruntime.InferenceSession on HipExecutionProvider.
+
+    `options` are provider options (see docs/options.md). CPU fallback is disabled unless
+    `disable_cpu_ep_fallback=False`; then a model hipep cannot run whole raises FallbackError
+    naming each unclaimed node and the reason.
+    """
+    import onnxruntime as ort
+
+    register()
+    so = sess_options if sess_options is not None else ort.SessionOptions()
+    if disable_cpu_ep_fallback:
+        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    if isinstance(model, os.PathLike):
+        model = os.fspath(model)
+    elif not isinstance(model, (str, bytes)):
+        model = model.SerializeToString()
+    provider_options = {k: str(v) for k, v in options.items()}
+    from .bridge import resolve_device
+
+    resolve_device(ProviderOptions.from_strings(provider_options))  # bad options fail here, plainly
+    try:
+        return _session_class()(model, sess_options=so, providers=[(EP_NAME, provider_options)])
+    except Exception as e:
+        from .bridge import last_report
+
+        report = last_report()
+        if disable_cpu_ep_fallback and report is not None and report.rejections and "fallback" in str(e).lower():
+            lines = "\n".join("  " + line for line in report.rejection_lines())
+            raise FallbackError(f"{EP_NAME} cannot run {len(report.rejections)} node(s) and CPU fallback is "
+                                f"disabled:\n{lines}\n(onnxruntime said: {e})") from e
+        raise

@@ -1,0 +1,92 @@
+"""What the native plugin calls: the Python half of ORT's plugin-EP ABI.
+
+csrc/plugin.cc calls `create_ep` from OrtEpFactory::CreateEp, then `EpState.get_capability` and
+`EpState.compile` from OrtEp, and `CompiledSubgraph.run` from OrtNodeComputeInfo::Compute, always
+with the GIL held; exceptions raised here become an OrtStatus carrying their message. Log records
+go back to C++ as (severity, message) pairs with ORT's severity numbers, and C++ writes them to
+the session's logger.
+"""
+from __future__ import annotations
+
+import threading
+
+from . import counters
+from .compiler import compile_subgraph
+from .errors import OptionError
+from .graph import GraphView
+from .options import EP_NAME, ProviderOptions
+from .partition import PartitionReport, partition
+from .runtime.device import open_device
+from .runtime.executor import Executor
+
+VERBOSE, INFO, WARNING, ERROR = 0, 1, 2, 3
+FALLBACK_KEY = "session.disable_cpu_ep_fallback"
+
+# The latest partition report made on each thread: hipep.InferenceSession reads it to explain a
+# failed session creation (ORT's own refusal names no node).
+_last_report = threading.local()
+
+
+def last_report() -> PartitionReport | None:
+    return getattr(_last_report, "report", None)
+
+
+def resolve_device(options: ProviderOptions) -> str:
+    """The device kind an option value selects. GPU runtimes join here as their backends land."""
+    if options.device in ("auto", "cpu"):
+        return "cpu"
+    raise OptionError(
+        f"device '{options.device}' is not available: hipep's {options.device.upper()} backend is not "
+        f"implemented yet; use device=cpu or device=auto")
+
+
+class EpState:
+    def __init__(self, config: dict[str, str], ort_severity: int):
+        self.options = ProviderOptions.from_session_config(config)
+        self.device_kind = resolve_device(self.options)
+        self.device = open_device(self.device_kind, self.options.device_id)
+        self.fallback_disabled = config.get(FALLBACK_KEY, "0").strip() == "1"
+        self.ort_severity = ort_severity
+        counters.bump("eps_created")
+
+    def _records(self, pairs):
+        floor = self.options.log_severity
+        return [(sev, msg) for sev, msg in pairs if sev >= floor]
+
+    def get_capability(self, desc: dict):
+        graph = GraphView.from_native(desc)
+        report = partition(graph)
+        _last_report.report = report
+        records = []
+        if report.rejections:
+            consequence = ("session creation will fail: session.disable_cpu_ep_fallback=1"
+                           if self.fallback_disabled else "they fall back to another EP (usually the CPU EP)")
+            lines = "\n".join("  " + line for line in report.rejection_lines())
+            records.append((WARNING, f"{EP_NAME} did not claim {len(report.rejections)} node(s) of graph "
+                                     f"'{graph.name}'; {consequence}:\n{lines}"))
+        records.append((INFO, f"{EP_NAME}: {report.summary()}"))
+        counters.bump("capability_calls")
+        return report.clusters, self._records(records)
+
+    def compile(self, desc: dict, fused_name: str, inputs: list[str], outputs: list[str]):
+        graph = GraphView.from_native(desc)
+        plan = compile_subgraph(graph, fused_name, inputs, outputs)
+        counters.bump("compiled_subgraphs")
+        records = [(VERBOSE, f"{EP_NAME}: compiled {fused_name}: {len(plan.steps)} steps, "
+                             f"{len(inputs)} inputs, {len(outputs)} outputs on device {self.device.name}")]
+        return CompiledSubgraph(Executor(plan, self.device)), plan.output_elem_types, self._records(records)
+
+
+class CompiledSubgraph:
+    """One fused node's executable. `run` is re-entrant: ORT may call it from several threads."""
+
+    def __init__(self, executor: Executor):
+        self.executor = executor
+
+    def run(self, inputs):
+        counters.bump("runs")
+        return self.executor.run(inputs)
+
+
+def create_ep(config: dict[str, str], ort_severity: int) -> EpState:
+    return EpState(dict(config), ort_severity)

@@ -1,0 +1,315 @@
+"""GraphView: the one graph format the compiler reads.
+
+It is built either from ORT's OrtGraph (by the native bridge, during GetCapability/Compile, as
+plain dicts handed to `GraphView.from_native`) or from an ONNX ModelProto (`GraphView.from_onnx`,
+used by `hipep.explain` and tests). Both give the same objects, so `explain()` and a session decide
+alike. OrtGraph is only valid during ORT's call: everything here is copied into Python objects,
+except large initializers, which keep only their type (their data reaches Compute as an input).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import numpy as np
+
+# Initializers up to this many elements are copied into the GraphView (shape operands, axes,
+# small constants that claim predicates and shape rules read). Larger ones are weights: hipep
+# never copies them at graph time; ORT hands them to Compute as fused-node inputs.
+SMALL_CONSTANT_ELEMENTS = 1 << 16
+
+Dim = Union[int, str, None]  # static extent, symbolic name, or unknown
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """Type of one value. `kind` is 'tensor' for tensors; other ONNX kinds ('sequence', 'map',
+    'optional', 'sparse_tensor', 'unknown') are carried so the partitioner can reject them with
+    a reason. elem_type is ONNX's TensorProto enum (0 = unknown); shape None = unranked."""
+
+    elem_type: int = 0
+    shape: tuple[Dim, ...] | None = None
+    kind: str = "tensor"
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        return self.shape is not None and all(isinstance(d, int) for d in self.shape)
+
+    @property
+    def dtype_name(self) -> str:
+        return elem_type_name(self.elem_type)
+
+    def __str__(self) -> str:
+        if self.kind != "tensor":
+            return self.kind
+        if self.shape is None:
+            return f"tensor<*x{self.dtype_name}>"
+        dims = "x".join("?" if d is None else str(d) for d in self.shape)
+        return f"tensor<{dims + 'x' if dims else ''}{self.dtype_name}>"
+
+
+@dataclass
+class Node:
+    index: int
+    name: str
+    op_type: str
+    domain: str  # "" for the default ONNX domain
+    since_version: int  # since-version of the operator schema ORT resolved for this node
+    inputs: list[str]  # "" marks an omitted optional input
+    outputs: list[str]
+    attributes: dict[str, Any] = field(default_factory=dict)
+    subgraphs: dict[str, "GraphView"] = field(default_factory=dict)
+    implicit_inputs: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """How reports name a node: its name, else op type plus first output."""
+        if self.name:
+            return self.name
+        first = next((o for o in self.outputs if o), "?")
+        return f"{self.op_type}({first})"
+
+    @property
+    def qualified_op(self) -> str:
+        return f"{self.domain or 'ai.onnx'}::{self.op_type}"
+
+
+@dataclass
+class GraphView:
+    name: str
+    nodes: list[Node]  # topological order
+    inputs: list[str]
+    outputs: list[str]
+    types: dict[str, TensorType]  # every value whose type is known
+    constants: dict[str, np.ndarray]  # small constant initializers (copied)
+    weights: set[str]  # names of large constant initializers (data not copied)
+    opsets: dict[str, int] = field(default_factory=dict)
+
+    def type_of(self, name: str) -> TensorType:
+        return self.types.get(name, TensorType())
+
+    def is_initializer(self, name: str) -> bool:
+        return name in self.constants or name in self.weights
+
+    def constant(self, name: str) -> np.ndarray | None:
+        return self.constants.get(name)
+
+    def producers(self) -> dict[str, Node]:
+        return {o: n for n in self.nodes for o in n.outputs if o}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        out: dict[str, list[Node]] = {}
+        for n in self.nodes:
+            for i in list(n.inputs) + list(n.implicit_inputs):
+                if i:
+                    out.setdefault(i, []).append(n)
+        return out
+
+    def topological_order(self) -> list[Node]:
+        """Nodes ordered so every producer precedes its readers (stable: ties keep graph order).
+        Raises ValueError on a cycle."""
+        import heapq
+
+        producer = {o: n.index for n in self.nodes for o in n.outputs if o}
+        preds: dict[int, set[int]] = {}
+        succs: dict[int, list[int]] = {n.index: [] for n in self.nodes}
+        for n in self.nodes:
+            p = {producer[v] for v in list(n.inputs) + list(n.implicit_inputs) if v in producer}
+            p.discard(n.index)
+            preds[n.index] = p
+            for q in p:
+                succs[q].append(n.index)
+        by_index = {n.index: n for n in self.nodes}
+        pending = {i: len(p) for i, p in preds.items()}
+        ready = [i for i, c in pending.items() if c == 0]
+        heapq.heapify(ready)
+        order: list[Node] = []
+        while ready:
+            i = heapq.heappop(ready)
+            order.append(by_index[i])
+            for j in succs[i]:
+                pending[j] -= 1
+                if pending[j] == 0:
+                    heapq.heappush(ready, j)
+        if len(order) != len(self.nodes):
+            stuck = [by_index[i].label for i, c in pending.items() if c > 0][:5]
+            raise ValueError(f"graph '{self.name}' has a cycle through node(s) {', '.join(stuck)}")
+        return order
+
+    # ---- builders -------------------------------------------------------------------------
+
+    @staticmethod
+    def from_native(d: dict) -> "GraphView":
+        """From the dict the C++ bridge builds out of an OrtGraph (see csrc/graph_view.cc)."""
+        types = {name: _type_from_native(t) for name, t in d["types"].items()}
+        nodes = []
+        for i, nd in enumerate(d["nodes"]):
+            nodes.append(Node(
+                index=i, name=nd["name"], op_type=nd["op_type"], domain=nd["domain"],
+                since_version=int(nd["since_version"]), inputs=list(nd["inputs"]),
+                outputs=list(nd["outputs"]), attributes=dict(nd["attributes"]),
+                subgraphs={k: GraphView.from_native(g) for k, g in nd["subgraphs"].items()},
+                implicit_inputs=list(nd["implicit_inputs"]),
+            ))
+        return GraphView(
+            name=d["name"], nodes=nodes, inputs=list(d["inputs"]), outputs=list(d["outputs"]),
+            types=types, constants=dict(d["constants"]), weights=set(d["weights"]),
+            opsets=dict(d["opsets"]),
+        )
+
+    @staticmethod
+    def from_onnx(model, infer_shapes: bool = True) -> "GraphView":
+        """From an onnx.ModelProto. Runs ONNX shape inference so value types match what ORT's
+        graph carries for a model loaded without optimizations."""
+        import onnx
+
+        if infer_shapes:
+            try:
+                model = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+            except Exception:  # inference is best effort; claim predicates see unknown types
+                pass
+        opsets = {(o.domain if o.domain != "ai.onnx" else ""): o.version for o in model.opset_import}
+        return _graph_from_proto(model.graph, opsets, outer_types={})
+
+
+# ---- ONNX element types ----------------------------------------------------------------------
+
+_ELEM_NAMES = {
+    0: "unknown", 1: "f32", 2: "u8", 3: "i8", 4: "u16", 5: "i16", 6: "i32", 7: "i64", 8: "string",
+    9: "i1", 10: "f16", 11: "f64", 12: "u32", 13: "u64", 14: "complex64", 15: "complex128",
+    16: "bf16", 17: "f8e4m3fn", 18: "f8e4m3fnuz", 19: "f8e5m2", 20: "f8e5m2fnuz", 21: "u4", 22: "i4",
+    23: "f4e2m1",
+}
+
+
+def elem_type_name(elem_type: int) -> str:
+    return _ELEM_NAMES.get(elem_type, f"elem{elem_type}")
+
+
+def numpy_dtype(elem_type: int) -> np.dtype:
+    """numpy dtype for an ONNX element type (raises ValueError for types numpy lacks)."""
+    import onnx.helper
+
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except Exception as e:
+        raise ValueError(f"element type {elem_type_name(elem_type)} has no numpy equivalent") from e
+
+
+def elem_type_of(dtype) -> int:
+    import onnx.helper
+
+    return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+
+
+def _type_from_native(t) -> TensorType:
+    kind, elem, shape = t
+    return TensorType(int(elem), None if shape is None else tuple(shape), kind)
+
+
+def _type_from_proto(tp) -> TensorType:
+    which = tp.WhichOneof("value")
+    if which == "tensor_type":
+        tt = tp.tensor_type
+        shape = None
+        if tt.HasField("shape"):
+            dims: list[Dim] = []
+            for d in tt.shape.dim:
+                if d.HasField("dim_value"):
+                    dims.append(int(d.dim_value))
+                elif d.HasField("dim_param"):
+                    dims.append(d.dim_param)
+                else:
+                    dims.append(None)
+            shape = tuple(dims)
+        return TensorType(tt.elem_type, shape, "tensor")
+    kinds = {"sequence_type": "sequence", "map_type": "map", "optional_type": "optional",
+             "sparse_tensor_type": "sparse_tensor"}
+    return TensorType(0, None, kinds.get(which, "unknown"))
+
+
+def _attr_value(a, opsets):
+    import onnx
+    from onnx import numpy_helper
+
+    A = onnx.AttributeProto
+    if a.type == A.INT:
+        return int(a.i)
+    if a.type == A.FLOAT:
+        return float(a.f)
+    if a.type == A.STRING:
+        return a.s.decode("utf-8", "replace")
+    if a.type == A.INTS:
+        return [int(x) for x in a.ints]
+    if a.type == A.FLOATS:
+        return [float(x) for x in a.floats]
+    if a.type == A.STRINGS:
+        return [s.decode("utf-8", "replace") for s in a.strings]
+    if a.type == A.TENSOR:
+        return numpy_helper.to_array(a.t)
+    if a.type in (A.GRAPH, A.GRAPHS):
+        return None  # subgraphs are carried in Node.subgraphs
+    return None
+
+
+def _since_version(op_type: str, domain: str, opsets: dict[str, int]) -> int:
+    import onnx.defs
+
+    version = opsets.get(domain, opsets.get("ai.onnx", 0) if domain == "" else 0)
+    try:
+        return onnx.defs.get_schema(op_type, version, domain).since_version
+    except Exception:
+        return version
+
+
+def _graph_from_proto(g, opsets, outer_types) -> GraphView:
+    from onnx import numpy_helper
+
+    types: dict[str, TensorType] = {}
+    for vi in list(g.input) + list(g.output) + list(g.value_info):
+        types[vi.name] = _type_from_proto(vi.type)
+    constants: dict[str, np.ndarray] = {}
+    weights: set[str] = set()
+    for init in g.initializer:
+        dims = tuple(int(d) for d in init.dims)
+        types.setdefault(init.name, TensorType(init.data_type, dims))
+        if int(np.prod(dims, dtype=np.int64)) <= SMALL_CONSTANT_ELEMENTS:
+            constants[init.name] = numpy_helper.to_array(init)
+        else:
+            weights.add(init.name)
+    init_names = {i.name for i in g.initializer}
+    nodes = []
+    for i, n in enumerate(g.node):
+        subgraphs = {a.name: _graph_from_proto(a.g, opsets, {**outer_types, **types})
+                     for a in n.attribute if a.type == a.GRAPH}
+        implicit = []
+        for sg in subgraphs.values():
+            implicit += [v for v in _free_values(sg) if v not in implicit]
+        nodes.append(Node(
+            index=i, name=n.name, op_type=n.op_type, domain=n.domain if n.domain != "ai.onnx" else "",
+            since_version=_since_version(n.op_type, n.domain if n.domain != "ai.onnx" else "", opsets),
+            inputs=list(n.input), outputs=list(n.output),
+            attributes={a.name: _attr_value(a, opsets) for a in n.attribute},
+            subgraphs=subgraphs, implicit_inputs=implicit,
+        ))
+    inputs = [vi.name for vi in g.input if vi.name not in init_names]
+    return GraphView(
+        name=g.name, nodes=nodes, inputs=inputs, outputs=[vi.name for vi in g.output],
+        types=types, constants=constants, weights=weights, opsets=dict(opsets),
+    )
+
+
+def _free_values(g: GraphView) -> list[str]:
+    """Values a subgraph reads from its enclosing scope."""
+    defined = set(g.inputs) | set(g.constants) | set(g.weights)
+    free: list[str] = []
+    for n in g.nodes:
+        for v in list(n.inputs) + list(n.implicit_inputs):
+            if v and v not in defined and v not in free:
+                free.append(v)
+        defined.update(o for o in n.outputs if o)
+    return free

@@ -1,0 +1,11 @@
+"""Op families. Each module registers its OpDefs with `registry.register` when imported."""
+from .registry import OpDef, all_ops, check_node, lookup, resolve_attributes  # noqa: F401
+
+FAMILIES = ("elementwise",)
+
+
+def _import_families():
+    import importlib
+
+    for name in FAMILIES:
+        importlib.import_module(f"{__name__}.{name}")

@@ -1,0 +1,162 @@
+"""The op registry: one entry per (domain, op_type), declaring everything hipep knows of an op.
+
+An `OpDef` holds the schema since-versions hipep implements, type constraints (as in ONNX
+schemas: each input/output position names a constraint, each constraint lists allowed element
+types), the attributes it understands with their defaults, an optional extra claim predicate,
+and the numpy reference kernel the CPU device runs. The partitioner claims with `check_node`,
+the compiler resolves attributes with `resolve_attributes`, and the CPU device calls
+`reference`, so "claimed" and "runnable" read one declaration and cannot disagree.
+Plain Python: nothing here imports the compiler.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..graph import GraphView, Node, elem_type_name
+
+# ONNX TensorProto element types used in constraints.
+F32, U8, I8, U16, I16, I32, I64, STRING, BOOL, F16, F64, U32, U64 = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13
+BF16 = 16
+FLOATS = frozenset({F32, F16})
+INTS = frozenset({I32, I64})
+NUMERIC = FLOATS | INTS
+ALL = NUMERIC | {BOOL}
+
+REQUIRED = object()  # attribute default marker: the attribute must be present
+
+# reference(inputs, attrs) -> outputs. Inputs are numpy arrays (None for omitted optionals),
+# attrs are the node's attributes with declared defaults filled in.
+Reference = Callable[[list, dict], Sequence[np.ndarray]]
+# claim(node, graph, attrs) -> None to claim, or a reason string to reject.
+ClaimPredicate = Callable[[Node, GraphView, dict], "str | None"]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    op_type: str
+    since_versions: tuple[int, ...]
+    inputs: tuple[str, ...]  # constraint name per input position ("" = not type-checked)
+    outputs: tuple[str, ...]
+    constraints: dict[str, frozenset[int]]
+    reference: Reference
+    attributes: dict[str, Any] = field(default_factory=dict)
+    claim: ClaimPredicate | None = None
+    domain: str = ""
+    min_inputs: int | None = None  # default: all declared inputs are required
+    variadic: bool = False  # the last input position repeats (Concat, Max, ...)
+    # Inputs the compiler needs as compile-time constants are not required here: the CPU
+    # reference reads every operand at run time.
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.domain, self.op_type)
+
+
+_REGISTRY: dict[tuple[str, str], OpDef] = {}
+
+
+def register(op: OpDef) -> OpDef:
+    if op.key in _REGISTRY:
+        raise RuntimeError(f"op {op.domain or 'ai.onnx'}::{op.op_type} registered twice")
+    _REGISTRY[op.key] = op
+    return op
+
+
+def lookup(domain: str, op_type: str) -> OpDef | None:
+    _load_families()
+    return _REGISTRY.get((domain if domain != "ai.onnx" else "", op_type))
+
+
+def all_ops() -> list[OpDef]:
+    _load_families()
+    return sorted(_REGISTRY.values(), key=lambda o: (o.domain, o.op_type))
+
+
+def resolve_attributes(op: OpDef, node: Node) -> dict:
+    """The node's attributes with the op's declared defaults filled in."""
+    attrs = {}
+    for name, default in op.attributes.items():
+        if name in node.attributes:
+            attrs[name] = node.attributes[name]
+        elif default is not REQUIRED:
+            attrs[name] = default
+    return attrs
+
+
+def check_node(node: Node, graph: GraphView) -> str | None:
+    """None if hipep can run `node`; otherwise the reason it cannot, in words."""
+    op = lookup(node.domain, node.op_type)
+    if op is None:
+        return f"operator {node.qualified_op} is not implemented by hipep"
+    if node.since_version not in op.since_versions:
+        return (f"{node.qualified_op} opset version {node.since_version} is not implemented "
+                f"(hipep implements since-versions {', '.join(map(str, op.since_versions))})")
+    if node.subgraphs:
+        return f"{node.op_type} has subgraph attributes ({', '.join(node.subgraphs)}), which hipep does not compile yet"
+    for name in node.attributes:
+        if name not in op.attributes:
+            return f"attribute '{name}' is not supported"
+    for name, default in op.attributes.items():
+        if default is REQUIRED and name not in node.attributes:
+            return f"required attribute '{name}' is missing"
+    reason = _check_arity(op, node) or _check_types(op, node, graph)
+    if reason:
+        return reason
+    if op.claim is not None:
+        return op.claim(node, graph, resolve_attributes(op, node))
+    return None
+
+
+def _check_arity(op: OpDef, node: Node) -> str | None:
+    present = len(node.inputs)
+    need = op.min_inputs if op.min_inputs is not None else len(op.inputs)
+    if present < need or any(not node.inputs[i] for i in range(min(need, present))):
+        return f"expects at least {need} inputs, got {present}"
+    if not op.variadic and present > len(op.inputs):
+        return f"expects at most {len(op.inputs)} inputs, got {present}"
+    if len([o for o in node.outputs if o]) > len(op.outputs):
+        return f"expects at most {len(op.outputs)} outputs, got {len(node.outputs)}"
+    return None
+
+
+def _check_types(op: OpDef, node: Node, graph: GraphView) -> str | None:
+    bound: dict[str, int] = {}
+    positions = [("input", i, name, op.inputs[min(i, len(op.inputs) - 1)] if op.inputs else "")
+                 for i, name in enumerate(node.inputs)]
+    positions += [("output", i, name, op.outputs[i] if i < len(op.outputs) else "")
+                  for i, name in enumerate(node.outputs)]
+    for role, i, value, constraint in positions:
+        if not value:
+            continue
+        t = graph.type_of(value)
+        if t.kind != "tensor":
+            return f"{role} {i} '{value}' is a {t.kind}; hipep supports tensors only"
+        if not constraint:
+            continue
+        if t.elem_type == 0:
+            return f"{role} {i} '{value}' has an unknown element type"
+        allowed = op.constraints[constraint]
+        if t.elem_type not in allowed:
+            names = ", ".join(sorted(elem_type_name(e) for e in allowed))
+            return f"{role} {i} '{value}' has element type {t.dtype_name}; supported: {names}"
+        if bound.setdefault(constraint, t.elem_type) != t.elem_type:
+            return (f"{role} {i} '{value}' is {t.dtype_name} but constraint {constraint} "
+                    f"is already {elem_type_name(bound[constraint])}")
+    return None
+
+
+_LOADED = False
+
+
+def _load_families() -> None:
+    """Import every op family module once; each registers its entries on import."""
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    from . import _import_families
+
+    _import_families()

@@ -1,0 +1,63 @@
+"""Provider options: typed, validated and documented in one place (docs/options.md mirrors it).
+
+ORT hands them to the EP as session config entries `ep.hipexecutionprovider.<key>`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from .errors import OptionError
+
+EP_NAME = "HipExecutionProvider"
+CONFIG_PREFIX = f"ep.{EP_NAME.lower()}."
+
+DEVICES = ("auto", "cpu", "cuda", "hip")
+LOG_LEVELS = {"verbose": 0, "info": 1, "warning": 2, "error": 3, "fatal": 4}
+
+
+@dataclass(frozen=True)
+class ProviderOptions:
+    device: str = "auto"
+    """auto | cpu | cuda | hip. auto takes a GPU runtime that loads, else the CPU reference device."""
+    device_id: int = 0
+    """Index of the GPU to use (ignored by the CPU device)."""
+    log_level: str = "info"
+    """Lowest severity hipep itself emits (verbose | info | warning | error | fatal); the session's
+    own log severity still filters what is shown."""
+
+    @property
+    def log_severity(self) -> int:
+        return LOG_LEVELS[self.log_level]
+
+    @staticmethod
+    def from_strings(values: dict[str, str]) -> "ProviderOptions":
+        known = {f.name for f in fields(ProviderOptions)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise OptionError(
+                f"unknown {EP_NAME} option(s) {', '.join(repr(k) for k in unknown)}; "
+                f"valid options: {', '.join(sorted(known))} (see docs/options.md)")
+        kw: dict = {}
+        if "device" in values:
+            v = str(values["device"]).strip().lower()
+            if v not in DEVICES:
+                raise OptionError(f"option 'device' = {values['device']!r} is invalid; expected one of {', '.join(DEVICES)}")
+            kw["device"] = v
+        if "device_id" in values:
+            raw = str(values["device_id"]).strip()
+            if not raw.isdigit():
+                raise OptionError(f"option 'device_id' = {values['device_id']!r} is invalid; expected an integer >= 0")
+            kw["device_id"] = int(raw)
+        if "log_level" in values:
+            v = str(values["log_level"]).strip().lower()
+            if v not in LOG_LEVELS:
+                raise OptionError(f"option 'log_level' = {values['log_level']!r} is invalid; expected one of "
+                                  f"{', '.join(LOG_LEVELS)}")
+            kw["log_level"] = v
+        return ProviderOptions(**kw)
+
+    @staticmethod
+    def from_session_config(config: dict[str, str]) -> "ProviderOptions":
+        """From all of a session's config entries: takes those under `ep.hipexecutionprovider.`."""
+        return ProviderOptions.from_strings(
+            {k[len(CONFIG_PREFIX):]: v for k, v in config.items() if k.startswith(CONFIG_PREFIX)})

@@ -1,0 +1,1 @@
+"""Runtime: devices and the executor. Reads ops/ and plan; never imports the compiler."""
