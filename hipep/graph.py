@@ -162,9 +162,10 @@ class GraphView:
         )
 
     @staticmethod
-    def from_onnx(model, infer_shapes: bool = True) -> "GraphView":
+    def from_onnx(model, infer_shapes: bool = True, constant_nodes_as_initializers: bool = True) -> "GraphView":
         """From an onnx.ModelProto. Runs ONNX shape inference so value types match what ORT's
-        graph carries for a model loaded without optimizations."""
+        graph carries for a model loaded without optimizations, and (like ORT when it loads a
+        model) turns Constant nodes into initializers unless told not to."""
         import onnx
 
         if infer_shapes:
@@ -173,7 +174,7 @@ class GraphView:
             except Exception:  # inference is best effort; claim predicates see unknown types
                 pass
         opsets = {(o.domain if o.domain != "ai.onnx" else ""): o.version for o in model.opset_import}
-        return _graph_from_proto(model.graph, opsets, outer_types={})
+        return _graph_from_proto(model.graph, opsets, {}, constant_nodes_as_initializers)
 
 
 # ---- ONNX element types ----------------------------------------------------------------------
@@ -266,10 +267,11 @@ def _since_version(op_type: str, domain: str, opsets: dict[str, int]) -> int:
         return version
 
 
-def _graph_from_proto(g, opsets, outer_types) -> GraphView:
+def _graph_from_proto(g, opsets, outer_types, fold_constants=True) -> GraphView:
     from onnx import numpy_helper
 
-    types: dict[str, TensorType] = {}
+    # Values read from enclosing scopes keep the types they have there.
+    types: dict[str, TensorType] = dict(outer_types)
     for vi in list(g.input) + list(g.output) + list(g.value_info):
         types[vi.name] = _type_from_proto(vi.type)
     constants: dict[str, np.ndarray] = {}
@@ -283,8 +285,15 @@ def _graph_from_proto(g, opsets, outer_types) -> GraphView:
             weights.add(init.name)
     init_names = {i.name for i in g.initializer}
     nodes = []
-    for i, n in enumerate(g.node):
-        subgraphs = {a.name: _graph_from_proto(a.g, opsets, {**outer_types, **types})
+    for n in g.node:
+        value = _constant_node_value(n) if fold_constants else None
+        if value is not None:  # ORT loads Constant nodes as initializers; so does this view
+            types[n.output[0]] = TensorType(elem_type_of(value.dtype), tuple(value.shape))
+            constants[n.output[0]] = value
+            init_names.add(n.output[0])
+            continue
+        i = len(nodes)
+        subgraphs = {a.name: _graph_from_proto(a.g, opsets, {**outer_types, **types}, fold_constants)
                      for a in n.attribute if a.type == a.GRAPH}
         implicit = []
         for sg in subgraphs.values():
@@ -301,6 +310,26 @@ def _graph_from_proto(g, opsets, outer_types) -> GraphView:
         name=g.name, nodes=nodes, inputs=inputs, outputs=[vi.name for vi in g.output],
         types=types, constants=constants, weights=weights, opsets=dict(opsets),
     )
+
+
+def _constant_node_value(n) -> np.ndarray | None:
+    """The value of a Constant node in the default domain, or None (other nodes, sparse values)."""
+    if n.op_type != "Constant" or n.domain not in ("", "ai.onnx") or len(n.attribute) != 1:
+        return None
+    from onnx import numpy_helper
+
+    a = n.attribute[0]
+    if a.name == "value":
+        return numpy_helper.to_array(a.t)
+    if a.name == "value_float":
+        return np.array(a.f, np.float32)
+    if a.name == "value_floats":
+        return np.array(list(a.floats), np.float32)
+    if a.name == "value_int":
+        return np.array(a.i, np.int64)
+    if a.name == "value_ints":
+        return np.array(list(a.ints), np.int64)
+    return None
 
 
 def _free_values(g: GraphView) -> list[str]:

@@ -1,0 +1,81 @@
+"""Command line: `python -m hipep <command> ...` (also the `hipep` console script).
+
+Commands register themselves in COMMANDS through `_command`; each gets its own argparse
+subparser and returns the process exit code. Exit codes: 0 success, 1 the command's negative
+answer (for `explain`: some node is not claimed), 2 an error (message on stderr, no traceback).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable
+
+# name -> (help, add_arguments(parser), run(args) -> exit code)
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
+                          Callable[[argparse.Namespace], int]]] = {}
+
+EXIT_OK, EXIT_NOT_ALL, EXIT_ERROR = 0, 1, 2
+
+
+def _command(name: str, help: str, add_arguments: Callable[[argparse.ArgumentParser], None]):
+    def register(run: Callable[[argparse.Namespace], int]):
+        COMMANDS[name] = (help, add_arguments, run)
+        return run
+    return register
+
+
+def _explain_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="path to an .onnx model (external data is not read)")
+
+
+@_command("explain", "show which nodes hipep claims and why it leaves the others "
+          "(exit 0: all claimed, 1: some not claimed, 2: error)", _explain_arguments)
+def _explain(args: argparse.Namespace) -> int:
+    from .explain import explain
+
+    report = explain(args.model)
+    print(report.format())
+    return EXIT_OK if report.all_claimed else EXIT_NOT_ALL
+
+
+@_command("demo", "run a small attention block on hipep's CPU reference device and compare it "
+          "with ONNX Runtime's CPU EP (exit 0: outputs match)", lambda p: None)
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return EXIT_OK if run_demo() else EXIT_NOT_ALL
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hipep", description="hipep: ONNX Runtime execution provider tools")
+    sub = parser.add_subparsers(dest="command", metavar="command")
+    sub.required = True
+    for name, (help, add_arguments, run) in COMMANDS.items():
+        p = sub.add_parser(name, help=help, description=help)
+        add_arguments(p)
+        p.set_defaults(_run=run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)  # usage errors exit 2 through argparse
+    from .errors import HipepError
+
+    try:
+        return args._run(args)
+    except HipepError as e:
+        print(f"hipep {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # noqa: BLE001 - a bug in hipep; HIPEP_DEBUG=1 shows the traceback
+        if os.environ.get("HIPEP_DEBUG"):
+            raise
+        print(f"hipep {args.command}: internal error: {type(e).__name__}: {e} "
+              f"(set HIPEP_DEBUG=1 for a traceback)", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""Partition a GraphView: claim nodes through the op registry and fuse claimed nodes into
+maximal convex subgraphs; every node hipep leaves to other EPs carries the reason, in words.
+
+Convexity is what makes a fused subgraph legal: if a claimed A feeds an unclaimed B that feeds
+a claimed C, and A also feeds C, then fusing {A, C} into one node would need B's output before
+the fused node runs and the fused node's output before B runs, a cycle. So a cluster never
+contains two members joined by a path through a non-member.
+
+The algorithm is greedy over a topological order (computed here from value edges, implicit
+inputs of control-flow nodes included; graph order is not trusted). For every node it keeps,
+as bit sets of cluster ids, the clusters that reach it (`reach`) and the clusters that reach it
+along a path that left the cluster (`dirty`). A claimed node may join cluster C only if C is not
+dirty for it: then no path from C to the node passes outside C, and since every ancestor of the
+node is already placed, joining cannot close a cycle. It prefers the cluster of a claimed
+producer, then any other non-dirty cluster (independent claimed branches fuse too, so ORT sees
+fewer, larger subgraphs), else it opens a new cluster.
+
+Control-flow bodies (If/Loop/Scan) are partitioned on their own into `nested`, as ORT calls
+GetCapability separately for each nested subgraph. Plain Python: imports only graph and ops.
+"""
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .graph import GraphView, Node
+from .ops.registry import check_node
+
+# claim(node, graph) -> None to claim the node, or the reason it is not claimed.
+Claim = Callable[[Node, GraphView], "str | None"]
+
+
+@dataclass
+class Rejection:
+    node: Node
+    reason: str
+
+    def line(self) -> str:
+        n = self.node
+        return (f"node '{n.label}' ({n.domain or 'ai.onnx'}::{n.op_type}, "
+                f"opset {n.since_version}): {self.reason}")
+
+
+@dataclass
+class PartitionReport:
+    graph_name: str
+    total_nodes: int
+    clusters: list[list[int]]  # Node.index of each fused subgraph's members, topological order
+    rejections: list[Rejection]  # every unclaimed node, graph order
+    nested: list["PartitionReport"] = field(default_factory=list)
+    # Where a nested report's graph lives, e.g. "attribute 'then_branch' of node 'If_0'";
+    # empty for the main graph.
+    context: str = ""
+    labels: dict[int, str] = field(default_factory=dict)  # Node.index -> Node.label
+
+    @property
+    def claimed_count(self) -> int:
+        return sum(len(c) for c in self.clusters)
+
+    @property
+    def all_claimed(self) -> bool:
+        """True when no node is rejected here or in any nested graph."""
+        return not self.rejections and all(r.all_claimed for r in self.nested)
+
+    def summary(self) -> str:
+        return (f"claimed {self.claimed_count} of {self.total_nodes} nodes "
+                f"in {len(self.clusters)} subgraphs")
+
+    def rejection_lines(self) -> list[str]:
+        return [r.line() for r in self.rejections]
+
+    def format(self, indent: str = "") -> str:
+        title = f"graph '{self.graph_name}'" if self.graph_name else "graph (unnamed)"
+        if self.context:
+            title += f" ({self.context})"
+        lines = [f"{indent}{title}: {self.summary()}"]
+        for k, cluster in enumerate(self.clusters, 1):
+            names = ", ".join(self.labels.get(i, f"#{i}") for i in cluster)
+            lines.append(f"{indent}  subgraph {k} ({len(cluster)} "
+                         f"{'node' if len(cluster) == 1 else 'nodes'}): {names}")
+        if self.rejections:
+            lines.append(f"{indent}  not claimed ({len(self.rejections)}):")
+            lines += [f"{indent}    {line}" for line in self.rejection_lines()]
+        for sub in self.nested:
+            lines.append(sub.format(indent + "  "))
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.format()
+
+
+def topological_order(graph: GraphView) -> list[int]:
+    """Positions (into graph.nodes) in a topological order of the value edges, implicit inputs
+    included. Ties go to the lower position, so a graph already in order keeps its order. Nodes
+    caught in a cycle (an invalid graph) are appended in graph order rather than dropped."""
+    nodes = graph.nodes
+    producer: dict[str, int] = {}
+    for pos, n in enumerate(nodes):
+        for o in n.outputs:
+            if o:
+                producer.setdefault(o, pos)
+    succs, preds = _edges(graph, producer)
+    indegree = [len(p) for p in preds]
+    ready = [pos for pos, d in enumerate(indegree) if d == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        pos = heapq.heappop(ready)
+        order.append(pos)
+        for s in succs[pos]:
+            indegree[s] -= 1
+            if indegree[s] == 0:
+                heapq.heappush(ready, s)
+    if len(order) < len(nodes):
+        placed = set(order)
+        order += [pos for pos in range(len(nodes)) if pos not in placed]
+    return order
+
+
+def _edges(graph: GraphView, producer: dict[str, int]) -> tuple[list[list[int]], list[list[int]]]:
+    """Successor and predecessor lists by position, deduplicated, in first-seen order."""
+    n = len(graph.nodes)
+    succs: list[list[int]] = [[] for _ in range(n)]
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for pos, node in enumerate(graph.nodes):
+        seen = set()
+        for v in list(node.inputs) + list(node.implicit_inputs):
+            p = producer.get(v) if v else None
+            if p is None or p == pos or p in seen:
+                continue
+            seen.add(p)
+            preds[pos].append(p)
+            succs[p].append(pos)
+    return succs, preds
+
+
+def _claim_safely(claim: Claim, node: Node, graph: GraphView) -> str | None:
+    """A failing claim predicate rejects its node instead of failing GetCapability."""
+    try:
+        reason = claim(node, graph)
+    except Exception as e:  # noqa: BLE001 - reported as the rejection reason
+        return f"claim check failed: {type(e).__name__}: {e}"
+    if reason is None:
+        return None
+    return str(reason) or "not claimed (no reason given)"
+
+
+def partition(graph: GraphView, claim: Claim = check_node) -> PartitionReport:
+    """Claim or reject every node of `graph` and cluster the claimed ones (see module doc)."""
+    nodes = graph.nodes
+    order = topological_order(graph)
+    producer: dict[str, int] = {}
+    for pos, n in enumerate(nodes):
+        for o in n.outputs:
+            if o:
+                producer.setdefault(o, pos)
+    _, preds = _edges(graph, producer)
+
+    reasons: dict[int, str] = {}  # position -> rejection reason
+    cluster_of: dict[int, int] = {}  # position -> cluster id
+    clusters: list[list[int]] = []  # cluster id -> member positions, topological order
+    reach = [0] * len(nodes)  # bit c set: cluster c reaches this node
+    dirty = [0] * len(nodes)  # bit c set: cluster c reaches it along a path that left c
+
+    for pos in order:
+        node = nodes[pos]
+        r = d = 0
+        producer_clusters = 0
+        for p in preds[pos]:
+            c = cluster_of.get(p)
+            if c is None:
+                r |= reach[p]
+                d |= dirty[p] | reach[p]  # p is outside every cluster
+            else:
+                bit = 1 << c
+                r |= reach[p] | bit
+                d |= dirty[p] | (reach[p] & ~bit)  # paths into p from other clusters left them
+                producer_clusters |= bit
+        reason = _claim_safely(claim, node, graph)
+        if reason is not None:
+            reasons[pos] = reason
+        else:
+            eligible = producer_clusters & ~d
+            if not eligible:
+                eligible = ((1 << len(clusters)) - 1) & ~d
+            if eligible:
+                c = (eligible & -eligible).bit_length() - 1  # lowest id: deterministic
+            else:
+                c = len(clusters)
+                clusters.append([])
+            clusters[c].append(pos)
+            cluster_of[pos] = c
+        reach[pos], dirty[pos] = r, d
+
+    nested: list[PartitionReport] = []
+    for node in nodes:
+        for attr, sub in node.subgraphs.items():
+            # Values the body reads from the enclosing scope keep the types they have there.
+            sub_view = dataclasses.replace(sub, types={**graph.types, **sub.types})
+            report = partition(sub_view, claim)
+            report.context = f"attribute '{attr}' of node '{node.label}'"
+            nested.append(report)
+
+    return PartitionReport(
+        graph_name=graph.name,
+        total_nodes=len(nodes),
+        clusters=[[nodes[pos].index for pos in members] for members in clusters if members],
+        rejections=[Rejection(nodes[pos], reasons[pos]) for pos in range(len(nodes)) if pos in reasons],
+        nested=nested,
+        labels={n.index: n.label for n in nodes},
+    )

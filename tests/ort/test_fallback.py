@@ -1,0 +1,89 @@
+"""Unclaimed nodes: split runs with a named warning, or a named failure when fallback is off."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T, helper as h
+
+import hipep
+
+from helpers import EP, assert_matches_cpu, assignment, session, make_model, tensor, middle_model
+
+# Det: an op hipep does not implement (checked below, so the tests say so if that changes).
+UNSUPPORTED = "Det"
+
+
+def cycle_model():
+    """claimed A → unclaimed B → claimed U → claimed C, and A → C directly."""
+    nodes = [
+        h.make_node("Add", ["x", "y"], ["a"], name="A"),
+        h.make_node("Det", ["a"], ["d"], name="B"),
+        h.make_node("Unsqueeze", ["d", "axes"], ["d3"], name="U"),
+        h.make_node("Mul", ["a", "d3"], ["c"], name="C"),
+    ]
+    return make_model(nodes, [tensor("x", T.FLOAT, ["n", 3, 3]), tensor("y", T.FLOAT, [3])],
+                      [tensor("c", T.FLOAT, ["n", 3, 3])], [h.make_tensor("axes", T.INT64, [2], [1, 2])])
+
+
+def feeds(rng, n=4):
+    return {"x": rng.standard_normal((n, 3, 3)).astype(np.float32), "y": rng.standard_normal(3).astype(np.float32)}
+
+
+def test_det_is_really_unsupported():
+    report = hipep.explain(middle_model())
+    assert [r.node.name for r in report.rejections] == ["the_det"]
+
+
+def test_split_across_eps_runs_and_warns(rng, capfd):
+    model = middle_model()
+    sess = session(model)
+    placed = assignment(sess)
+    assert placed["CPUExecutionProvider"] == [["the_det"]]
+    assert sorted(sum(placed[EP], [])) == ["first_add", "last_mul"]
+    assert_matches_cpu(sess, model, feeds(rng))
+    err = capfd.readouterr().err
+    assert "did not claim 1 node(s)" in err
+    assert "node 'the_det' (ai.onnx::Det, opset 11): operator ai.onnx::Det is not implemented by hipep" in err
+
+
+def test_fallback_disabled_fails_and_names_the_node(capfd):
+    with pytest.raises(Exception, match="fallback to CPU EP has been explicitly disabled"):
+        session(middle_model(), disable_fallback=True)
+    err = capfd.readouterr().err
+    assert "node 'the_det' (ai.onnx::Det, opset 11)" in err
+    assert "session creation will fail" in err
+    # ORT's generic refusal comes after hipep's list
+    assert err.index("the_det") < err.index("explicitly disabled")
+
+
+def test_hipep_session_raises_fallback_error_with_reasons(rng):
+    with pytest.raises(hipep.FallbackError) as info:
+        hipep.InferenceSession(middle_model())
+    assert "node 'the_det' (ai.onnx::Det, opset 11): operator ai.onnx::Det is not implemented" in str(info.value)
+    # the process is still usable
+    sess = hipep.InferenceSession(middle_model(), disable_cpu_ep_fallback=False)
+    assert_matches_cpu(sess, middle_model(), feeds(rng))
+
+
+@pytest.mark.parametrize("optimization", [None, ort.GraphOptimizationLevel.ORT_DISABLE_ALL])
+def test_cycle_inducing_layout_is_never_fused(rng, optimization):
+    model = cycle_model()
+    sess = session(model, optimization=optimization)
+    placed = assignment(sess)
+    assert placed["CPUExecutionProvider"] == [["B"]]
+    subgraphs = placed[EP]
+    where = {name: i for i, sub in enumerate(subgraphs) for name in sub}
+    assert where["A"] != where["C"], subgraphs
+    assert where["U"] == where["C"]
+    assert_matches_cpu(sess, model, feeds(rng))
+
+
+def test_explain_matches_session_without_optimizations():
+    model = cycle_model()
+    report = hipep.explain(model)
+    sess = session(model, optimization=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    placed = assignment(sess)
+    names = [[report.labels[i] for i in c] for c in report.clusters]
+    assert sorted(map(sorted, names)) == sorted(map(sorted, placed[EP]))
+    assert [r.node.name for r in report.rejections] == ["B"]
