@@ -1,7 +1,7 @@
 """Op families. Each module registers its OpDefs with `registry.register` when imported."""
 from .registry import OpDef, all_ops, check_node, lookup, resolve_attributes  # noqa: F401
 
-FAMILIES = ("elementwise",)
+FAMILIES = ("elementwise", "linalg", "normalization", "shape", "reduce")
 
 
 def _import_families():

@@ -1,0 +1,139 @@
+"""Helpers shared by the op family modules (not a family itself: registers nothing).
+
+Reference kernels are the CPU oracle device. Conventions every kernel follows:
+  * results are fresh C-contiguous arrays (never views of inputs), of exactly the ONNX output
+    dtype, 0-d arrays for scalars (never numpy/python scalars);
+  * f16 math is done in f32 and rounded once, as ONNX Runtime's CPU kernels do;
+  * invalid run-time inputs raise RuntimeShapeError naming expected vs got shapes; numpy's own
+    ValueError/IndexError never escape (the `kernel` decorator converts any that slip through).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ..errors import HipepError, RuntimeShapeError
+from ..graph import GraphView, Node, elem_type_name
+from .registry import BOOL, F16, F32, I32, I64
+
+NP_DTYPES = {F32: np.dtype(np.float32), F16: np.dtype(np.float16), I32: np.dtype(np.int32),
+             I64: np.dtype(np.int64), BOOL: np.dtype(np.bool_)}
+F16_DT = np.dtype(np.float16)
+F32_DT = np.dtype(np.float32)
+
+
+def shape_str(shape) -> str:
+    return "[" + ", ".join(str(int(d)) for d in shape) + "]"
+
+
+def result(x, dtype=None) -> np.ndarray:
+    """A fresh C-contiguous array (a copy, so never aliasing an input), 0-d for scalars."""
+    return np.array(x, dtype=dtype, order="C", copy=True)
+
+
+def is_float(a: np.ndarray) -> bool:
+    return a.dtype.kind == "f"
+
+
+def compute_dtype(dtype) -> np.dtype:
+    """The dtype float math runs in: f32 for f16 (rounded once at the end), else the dtype."""
+    dtype = np.dtype(dtype)
+    return F32_DT if dtype == F16_DT else dtype
+
+
+def upcast(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.float32) if a.dtype == F16_DT else a
+
+
+def kernel(op_type: str):
+    """Wraps a reference kernel: numpy floating-point warnings off (inf/nan are the IEEE answer),
+    and any raw numpy ValueError/IndexError turned into a RuntimeShapeError naming the op."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def reference(inputs, attrs):
+            try:
+                with np.errstate(all="ignore"):
+                    return fn(inputs, attrs)
+            except HipepError:
+                raise
+            except (ValueError, IndexError) as e:
+                raise RuntimeShapeError(f"{op_type}: {e}") from e
+        return reference
+    return wrap
+
+
+def broadcast_shape(op_type: str, *arrays, names=None) -> tuple[int, ...]:
+    """ONNX multidirectional broadcasting of the given arrays' shapes, or RuntimeShapeError."""
+    shapes = [a.shape for a in arrays]
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        names = names or [chr(ord("A") + i) for i in range(len(shapes))]
+        desc = ", ".join(f"{n} is {shape_str(s)}" for n, s in zip(names, shapes))
+        raise RuntimeShapeError(f"{op_type}: shapes cannot be broadcast together: {desc} "
+                                f"({_first_conflict(shapes)})") from None
+
+
+def _first_conflict(shapes) -> str:
+    rank = max(len(s) for s in shapes)
+    padded = [(1,) * (rank - len(s)) + tuple(s) for s in shapes]
+    for axis in range(rank):
+        dims = {p[axis] for p in padded} - {1}
+        if len(dims) > 1:
+            return (f"dimension {axis - rank} has extents "
+                    f"{', '.join(str(p[axis]) for p in padded)}")
+    return "incompatible shapes"
+
+
+def int_list(op_type: str, what: str, a: np.ndarray | None) -> list[int] | None:
+    if a is None:
+        return None
+    a = np.asarray(a)
+    if a.ndim > 1:
+        raise RuntimeShapeError(f"{op_type}: '{what}' must be a 1-D tensor, got shape {shape_str(a.shape)}")
+    return [int(v) for v in a.reshape(-1)]
+
+
+def normalize_axis(op_type: str, axis: int, rank: int, what: str = "axis") -> int:
+    if not -rank <= axis < rank:
+        raise RuntimeShapeError(f"{op_type}: {what} {axis} is out of range for a rank-{rank} input "
+                                f"(expected {-rank} <= {what} < {rank})" if rank else
+                                f"{op_type}: {what} {axis} is out of range for a rank-0 input")
+    return axis + rank if axis < 0 else axis
+
+
+def normalize_axes(op_type: str, axes, rank: int, what: str = "axes") -> list[int]:
+    out = [normalize_axis(op_type, int(a), rank, "axis") for a in axes]
+    if len(set(out)) != len(out):
+        raise RuntimeShapeError(f"{op_type}: {what} {list(axes)} repeat an axis (rank {rank})")
+    return out
+
+
+def scalar_operand(op_type: str, what: str, a: np.ndarray):
+    a = np.asarray(a)
+    if a.size != 1:
+        raise RuntimeShapeError(f"{op_type}: '{what}' must be a scalar (one element), "
+                                f"got shape {shape_str(a.shape)}")
+    return a.reshape(())
+
+
+# ---- claim-time helpers ----------------------------------------------------------------------
+
+def input_type(node: Node, graph: GraphView, i: int):
+    if i >= len(node.inputs) or not node.inputs[i]:
+        return None
+    return graph.type_of(node.inputs[i])
+
+
+def input_rank(node: Node, graph: GraphView, i: int = 0) -> int | None:
+    t = input_type(node, graph, i)
+    return None if t is None else t.rank
+
+
+def has_input(node: Node, i: int) -> bool:
+    return i < len(node.inputs) and bool(node.inputs[i])
+
+
+def type_name(elem_type: int) -> str:
+    return elem_type_name(elem_type)
