@@ -88,14 +88,15 @@ def resolve_attributes(op: OpDef, node: Node) -> dict:
 
 def check_node(node: Node, graph: GraphView) -> str | None:
     """None if hipep can run `node`; otherwise the reason it cannot, in words."""
+    if node.subgraphs:
+        return (f"{node.op_type} has subgraph attributes ({', '.join(node.subgraphs)}); hipep does not "
+                f"compile control flow yet (its body graphs are partitioned on their own)")
     op = lookup(node.domain, node.op_type)
     if op is None:
         return f"operator {node.qualified_op} is not implemented by hipep"
     if node.since_version not in op.since_versions:
         return (f"{node.qualified_op} opset version {node.since_version} is not implemented "
                 f"(hipep implements since-versions {', '.join(map(str, op.since_versions))})")
-    if node.subgraphs:
-        return f"{node.op_type} has subgraph attributes ({', '.join(node.subgraphs)}), which hipep does not compile yet"
     for name in node.attributes:
         if name not in op.attributes:
             return f"attribute '{name}' is not supported"

@@ -87,3 +87,24 @@ def test_explain_matches_session_without_optimizations():
     names = [[report.labels[i] for i in c] for c in report.clusters]
     assert sorted(map(sorted, names)) == sorted(map(sorted, placed[EP]))
     assert [r.node.name for r in report.rejections] == ["B"]
+
+
+def test_control_flow_nodes_are_rejected_with_a_reason(rng, capfd):
+    then_g = h.make_graph([h.make_node("Add", ["x", "x"], ["t"], name="then_add")], "then_g", [],
+                          [tensor("t", T.FLOAT, ["n"])])
+    else_g = h.make_graph([h.make_node("Mul", ["x", "x"], ["e"], name="else_mul")], "else_g", [],
+                          [tensor("e", T.FLOAT, ["n"])])
+    nodes = [
+        h.make_node("ReduceSum", ["x"], ["s"], name="total", keepdims=0),
+        h.make_node("Greater", ["s", "zero"], ["cond"], name="positive"),
+        h.make_node("If", ["cond"], ["r"], name="branch", then_branch=then_g, else_branch=else_g),
+    ]
+    model = make_model(nodes, [tensor("x", T.FLOAT, ["n"])], [tensor("r", T.FLOAT, ["n"])],
+                       [h.make_tensor("zero", T.FLOAT, [], [0.0])])
+    sess = session(model, optimization=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    for sign in (1, -1):
+        assert_matches_cpu(sess, model, {"x": sign * np.abs(rng.standard_normal(4)).astype(np.float32)})
+    err = capfd.readouterr().err
+    assert "node 'branch' (ai.onnx::If, opset 16): If has subgraph attributes" in err
+    with pytest.raises(hipep.FallbackError, match="node 'branch'"):
+        hipep.InferenceSession(model)
