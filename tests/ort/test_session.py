@@ -106,3 +106,12 @@ def test_f16_and_integer_paths(rng):
     assert set(assignment(sess)) == {EP}
     feeds = {"a": rng.standard_normal((3, 8)).astype(np.float16), "b": rng.standard_normal((8, 5)).astype(np.float16)}
     assert_matches_cpu(sess, model, feeds, rtol=2e-3, atol=2e-3)
+
+
+def test_demo_passes():
+    from hipep.demo import run_demo
+
+    lines: list[str] = []
+    assert run_demo(out=lines.append)
+    assert any("claimed 24 of 24 nodes in 1 subgraphs" in line for line in lines)
+    assert lines[-1] == "PASS: outputs match the CPU EP"
