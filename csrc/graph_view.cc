@@ -241,21 +241,26 @@ py::dtype numpy_dtype(ONNXTensorElementDataType type) {
   }
 }
 
-py::array copy_to_numpy(const OrtValue* value) {
+TensorLayout tensor_layout(const OrtValue* value) {
   OrtTensorTypeAndShapeInfo* info = nullptr;
   HIPEP_ORT(g_ort->GetTensorTypeAndShape(value, &info));
-  ONNXTensorElementDataType elem = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  TensorLayout layout;
   size_t rank = 0;
-  OrtStatus* st = g_ort->GetTensorElementType(info, &elem);
+  OrtStatus* st = g_ort->GetTensorElementType(info, &layout.elem);
   if (!st) st = g_ort->GetDimensionsCount(info, &rank);
   std::vector<int64_t> dims(rank);
   if (!st && rank) st = g_ort->GetDimensions(info, dims.data(), rank);
   g_ort->ReleaseTensorTypeAndShapeInfo(info);
   throw_on_error(st);
+  layout.shape.assign(dims.begin(), dims.end());
+  return layout;
+}
+
+py::array copy_to_numpy(const OrtValue* value) {
+  TensorLayout layout = tensor_layout(value);
   const void* data = nullptr;
   HIPEP_ORT(g_ort->GetTensorData(value, &data));
-  std::vector<py::ssize_t> shape(dims.begin(), dims.end());
-  py::array out(numpy_dtype(elem), shape);
+  py::array out(numpy_dtype(layout.elem), layout.shape);
   if (out.nbytes()) std::memcpy(out.mutable_data(), data, out.nbytes());
   return out;
 }

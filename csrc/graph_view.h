@@ -21,6 +21,13 @@ std::vector<std::string> value_names(const OrtNode* node, bool outputs);
 // numpy dtype for an ONNX element type; throws for types numpy lacks.
 pybind11::dtype numpy_dtype(ONNXTensorElementDataType type);
 
+// Element type and extents of a tensor OrtValue.
+struct TensorLayout {
+  ONNXTensorElementDataType elem = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  std::vector<pybind11::ssize_t> shape;
+};
+TensorLayout tensor_layout(const OrtValue* value);
+
 // Copies a tensor OrtValue into a new numpy array.
 pybind11::array copy_to_numpy(const OrtValue* value);
 

@@ -165,20 +165,10 @@ struct ComputeInfo : OrtNodeComputeInfo {
         inputs.append(py::none());
         continue;
       }
-      OrtTensorTypeAndShapeInfo* info = nullptr;
-      HIPEP_ORT(g_ort->GetTensorTypeAndShape(value, &info));
-      ONNXTensorElementDataType elem = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
-      size_t rank = 0;
-      OrtStatus* st = g_ort->GetTensorElementType(info, &elem);
-      if (!st) st = g_ort->GetDimensionsCount(info, &rank);
-      std::vector<int64_t> dims(rank);
-      if (!st && rank) st = g_ort->GetDimensions(info, dims.data(), rank);
-      g_ort->ReleaseTensorTypeAndShapeInfo(info);
-      throw_on_error(st);
+      TensorLayout layout = tensor_layout(value);
       const void* data = nullptr;
       HIPEP_ORT(g_ort->GetTensorData(value, &data));
-      std::vector<py::ssize_t> shape(dims.begin(), dims.end());
-      py::array arr(numpy_dtype(elem), shape, {}, data, no_owner);
+      py::array arr(numpy_dtype(layout.elem), layout.shape, {}, data, no_owner);
       py::detail::array_proxy(arr.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
       inputs.append(arr);
     }

@@ -9,17 +9,14 @@ from __future__ import annotations
 from .errors import ModelError
 from .graph import GraphView
 from .ops.registry import check_node, lookup, resolve_attributes
+from .partition import topological_order
 from .plan import Plan, Step
 
 
 def compile_subgraph(graph: GraphView, name: str, inputs: list[str], outputs: list[str]) -> Plan:
     available = set(inputs) | set(graph.constants)
     steps: list[Step] = []
-    try:
-        order = graph.topological_order()
-    except ValueError as e:
-        raise ModelError(f"{name}: {e}") from None
-    for node in order:
+    for node in (graph.nodes[pos] for pos in topological_order(graph)):
         reason = check_node(node, graph)
         if reason is not None:  # ORT handed us a node we did not claim: say so, never guess
             raise ModelError(f"{name}: node '{node.label}' ({node.qualified_op}) cannot be compiled: {reason}")

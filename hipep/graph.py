@@ -109,37 +109,6 @@ class GraphView:
                     out.setdefault(i, []).append(n)
         return out
 
-    def topological_order(self) -> list[Node]:
-        """Nodes ordered so every producer precedes its readers (stable: ties keep graph order).
-        Raises ValueError on a cycle."""
-        import heapq
-
-        producer = {o: n.index for n in self.nodes for o in n.outputs if o}
-        preds: dict[int, set[int]] = {}
-        succs: dict[int, list[int]] = {n.index: [] for n in self.nodes}
-        for n in self.nodes:
-            p = {producer[v] for v in list(n.inputs) + list(n.implicit_inputs) if v in producer}
-            p.discard(n.index)
-            preds[n.index] = p
-            for q in p:
-                succs[q].append(n.index)
-        by_index = {n.index: n for n in self.nodes}
-        pending = {i: len(p) for i, p in preds.items()}
-        ready = [i for i, c in pending.items() if c == 0]
-        heapq.heapify(ready)
-        order: list[Node] = []
-        while ready:
-            i = heapq.heappop(ready)
-            order.append(by_index[i])
-            for j in succs[i]:
-                pending[j] -= 1
-                if pending[j] == 0:
-                    heapq.heappush(ready, j)
-        if len(order) != len(self.nodes):
-            stuck = [by_index[i].label for i, c in pending.items() if c > 0][:5]
-            raise ValueError(f"graph '{self.name}' has a cycle through node(s) {', '.join(stuck)}")
-        return order
-
     # ---- builders -------------------------------------------------------------------------
 
     @staticmethod

@@ -96,12 +96,7 @@ def topological_order(graph: GraphView) -> list[int]:
     included. Ties go to the lower position, so a graph already in order keeps its order. Nodes
     caught in a cycle (an invalid graph) are appended in graph order rather than dropped."""
     nodes = graph.nodes
-    producer: dict[str, int] = {}
-    for pos, n in enumerate(nodes):
-        for o in n.outputs:
-            if o:
-                producer.setdefault(o, pos)
-    succs, preds = _edges(graph, producer)
+    succs, preds = _edges(graph)
     indegree = [len(p) for p in preds]
     ready = [pos for pos, d in enumerate(indegree) if d == 0]
     heapq.heapify(ready)
@@ -119,8 +114,13 @@ def topological_order(graph: GraphView) -> list[int]:
     return order
 
 
-def _edges(graph: GraphView, producer: dict[str, int]) -> tuple[list[list[int]], list[list[int]]]:
+def _edges(graph: GraphView) -> tuple[list[list[int]], list[list[int]]]:
     """Successor and predecessor lists by position, deduplicated, in first-seen order."""
+    producer: dict[str, int] = {}
+    for pos, node in enumerate(graph.nodes):
+        for o in node.outputs:
+            if o:
+                producer.setdefault(o, pos)
     n = len(graph.nodes)
     succs: list[list[int]] = [[] for _ in range(n)]
     preds: list[list[int]] = [[] for _ in range(n)]
@@ -151,12 +151,7 @@ def partition(graph: GraphView, claim: Claim = check_node) -> PartitionReport:
     """Claim or reject every node of `graph` and cluster the claimed ones (see module doc)."""
     nodes = graph.nodes
     order = topological_order(graph)
-    producer: dict[str, int] = {}
-    for pos, n in enumerate(nodes):
-        for o in n.outputs:
-            if o:
-                producer.setdefault(o, pos)
-    _, preds = _edges(graph, producer)
+    _, preds = _edges(graph)
 
     reasons: dict[int, str] = {}  # position -> rejection reason
     cluster_of: dict[int, int] = {}  # position -> cluster id
