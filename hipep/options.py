@@ -12,6 +12,7 @@ EP_NAME = "HipExecutionProvider"
 CONFIG_PREFIX = f"ep.{EP_NAME.lower()}."
 
 DEVICES = ("auto", "cpu", "cuda", "hip")
+CPU_SCHEDULES = ("inline", "deferred", "random")
 LOG_LEVELS = {"verbose": 0, "info": 1, "warning": 2, "error": 3, "fatal": 4}
 
 
@@ -24,6 +25,15 @@ class ProviderOptions:
     log_level: str = "info"
     """Lowest severity hipep itself emits (verbose | info | warning | error | fatal); the session's
     own log severity still filters what is shown."""
+
+    cpu_schedule: str = "inline"
+    """CPU device only: when queued device work runs. inline: at once; deferred: only at syncs;
+    random: a seeded scheduler interleaves queued device work with host steps (each run of a
+    session draws a new schedule from (seed, run index))."""
+    seed: int = 0
+    """Seed of the random CPU schedule."""
+    dump_ir: str = ""
+    """A folder: the IR after each pass and the launch plan of every compiled subgraph go there."""
 
     @property
     def log_severity(self) -> int:
@@ -54,6 +64,19 @@ class ProviderOptions:
                 raise OptionError(f"option 'log_level' = {values['log_level']!r} is invalid; expected one of "
                                   f"{', '.join(LOG_LEVELS)}")
             kw["log_level"] = v
+        if "cpu_schedule" in values:
+            v = str(values["cpu_schedule"]).strip().lower()
+            if v not in CPU_SCHEDULES:
+                raise OptionError(f"option 'cpu_schedule' = {values['cpu_schedule']!r} is invalid; expected one of "
+                                  f"{', '.join(CPU_SCHEDULES)}")
+            kw["cpu_schedule"] = v
+        if "seed" in values:
+            raw = str(values["seed"]).strip()
+            if not raw.isdigit():
+                raise OptionError(f"option 'seed' = {values['seed']!r} is invalid; expected an integer >= 0")
+            kw["seed"] = int(raw)
+        if "dump_ir" in values:
+            kw["dump_ir"] = str(values["dump_ir"])
         return ProviderOptions(**kw)
 
     @staticmethod

@@ -32,6 +32,16 @@ REQUIRED = object()  # attribute default marker: the attribute must be present
 Reference = Callable[[list, dict], Sequence[np.ndarray]]
 # claim(node, graph, attrs) -> None to claim, or a reason string to reject.
 ClaimPredicate = Callable[[Node, GraphView, dict], "str | None"]
+# shape_rule(types, values, attrs, num_outputs) -> output types.
+#   types: one TensorType per input position (None for an omitted optional input); dims are int
+#          (static) or None (dynamic: unknown at compile time); shape None = unranked.
+#   values: the input's value where known (np.ndarray), else None: constants, and at run time the
+#          values of the op's host_inputs.
+#   Returns one TensorType per output (num_outputs of them), as precise as the inputs allow: a
+#   static extent wherever it follows, None where it does not, shape None if even the rank is
+#   unknown. With fully static input shapes (and host_inputs values given) every output extent
+#   must be static: the runtime sizes buffers with it before a launch.
+ShapeRule = Callable[[list, list, dict, int], list]
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,12 @@ class OpDef:
     domain: str = ""
     min_inputs: int | None = None  # default: all declared inputs are required
     variadic: bool = False  # the last input position repeats (Concat, Max, ...)
+    shape_rule: ShapeRule | None = None
+    # Input positions whose *values* the shape rule needs (Reshape's shape, Slice's bounds,
+    # axes operands, ...): the host reads them before the op is issued.
+    host_inputs: tuple[int, ...] = ()
+    # Output 0 may share input 0's storage (same bytes, another shape): Reshape, Squeeze, ...
+    view: bool = False
     # Inputs the compiler needs as compile-time constants are not required here: the CPU
     # reference reads every operand at run time.
 
