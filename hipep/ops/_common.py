@@ -137,3 +137,142 @@ def has_input(node: Node, i: int) -> bool:
 
 def type_name(elem_type: int) -> str:
     return elem_type_name(elem_type)
+
+
+# ---- shape-rule helpers ----------------------------------------------------------------------
+# Shape rules (see registry.ShapeRule) work on partial shapes: a shape is a tuple of dims, each an
+# int (static) or None (dynamic), or None as a whole (unranked). Symbolic dims (strings) that a
+# GraphView may carry are read as None: rules promise static extents only.
+
+def shape_rule(op_type: str):
+    """Wraps a shape rule: input types normalized to int/None dims, `values` padded to the length
+    of `types`, outputs trimmed to `num_outputs`, and raw numpy ValueError/IndexError turned into
+    a RuntimeShapeError naming the op (as `kernel` does for references)."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def rule(types, values, attrs, num_outputs):
+            types = [norm_type(t) for t in types]
+            values = list(values) + [None] * (len(types) - len(values))
+            try:
+                out = list(fn(types, values, attrs, num_outputs))
+            except HipepError:
+                raise
+            except (ValueError, IndexError) as e:
+                raise RuntimeShapeError(f"{op_type}: {e}") from e
+            return out[:num_outputs] if len(out) > num_outputs else out
+        return rule
+    return wrap
+
+
+def norm_dim(d):
+    if isinstance(d, (bool, np.bool_)):
+        return None
+    if isinstance(d, (int, np.integer)):
+        return int(d)
+    return None
+
+
+def norm_type(t):
+    """The TensorType with int/None dims (or None for an omitted input)."""
+    if t is None:
+        return None
+    from ..graph import TensorType
+
+    shape = None if t.shape is None else tuple(norm_dim(d) for d in t.shape)
+    return TensorType(t.elem_type, shape, t.kind)
+
+
+def tensor_type(elem_type: int, shape):
+    from ..graph import TensorType
+
+    return TensorType(int(elem_type or 0), None if shape is None else tuple(shape), "tensor")
+
+
+def at(seq, i):
+    """seq[i], or None past the end (omitted trailing optional inputs)."""
+    return seq[i] if i < len(seq) else None
+
+
+def shape_of(t):
+    return None if t is None else t.shape
+
+
+def elem_of(t) -> int:
+    return 0 if t is None else t.elem_type
+
+
+def pshape_str(shape) -> str:
+    if shape is None:
+        return "[*]"
+    return "[" + ", ".join("?" if d is None else str(int(d)) for d in shape) + "]"
+
+
+def is_static(shape) -> bool:
+    return shape is not None and all(d is not None for d in shape)
+
+
+def num_elements(shape):
+    """Product of the dims, or None unless all are static."""
+    if not is_static(shape):
+        return None
+    return int(np.prod([int(d) for d in shape], dtype=np.int64))
+
+
+def known_value(types, values, i):
+    """The value of input i where known, else None (also None for an omitted input)."""
+    if at(types, i) is None:
+        return None
+    v = at(values, i)
+    return None if v is None else np.asarray(v)
+
+
+def operand_length(t) -> int | None:
+    """The length of a 1-D operand (axes, shape, starts...) from its type, where static."""
+    if t is None or t.shape is None or len(t.shape) != 1:
+        return None
+    return t.shape[0]
+
+
+def broadcast_partial(op_type: str, shapes, names=None):
+    """ONNX multidirectional broadcasting of partial shapes: None if any is unranked. Per axis:
+    the static non-1 extent if there is one (a dynamic dim broadcast with it must equal it), 1 if
+    all are 1, else None. Static extents that conflict raise RuntimeShapeError, as the references do."""
+    if any(s is None for s in shapes):
+        return None
+    rank = max((len(s) for s in shapes), default=0)
+    padded = [(1,) * (rank - len(s)) + tuple(s) for s in shapes]
+    out = []
+    for axis in range(rank):
+        dims = [p[axis] for p in padded]
+        static = {d for d in dims if d is not None and d != 1}
+        if any(d is not None and d < 0 for d in dims) or len(static) > 1:
+            names = names or [chr(ord("A") + i) for i in range(len(shapes))]
+            desc = ", ".join(f"{n} is {pshape_str(s)}" for n, s in zip(names, shapes))
+            raise RuntimeShapeError(
+                f"{op_type}: shapes cannot be broadcast together: {desc} (dimension {axis - rank} "
+                f"has extents {', '.join('?' if d is None else str(d) for d in dims)})")
+        if static:
+            out.append(static.pop())
+        elif any(d is None for d in dims):
+            out.append(None)
+        else:
+            out.append(1)
+    return tuple(out)
+
+
+def unidirectional_ok(src, dst) -> bool | None:
+    """Whether partial shape `src` broadcasts to `dst` unchanged: True/False where decided, None
+    where dynamic dims leave it open."""
+    if src is None or dst is None:
+        return None
+    if len(src) > len(dst):
+        return False
+    undecided = False
+    for s, d in zip(reversed(src), reversed(dst)):
+        if s == 1:
+            continue
+        if s is None or d is None:
+            undecided = True
+        elif s != d:
+            return False
+    return None if undecided else True

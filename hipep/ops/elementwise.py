@@ -11,11 +11,35 @@ import math
 import numpy as np
 
 from ..errors import RuntimeShapeError
-from ._common import (NP_DTYPES, broadcast_shape, compute_dtype, is_float, kernel, result,
-                      scalar_operand, type_name, upcast)
+from ._common import (NP_DTYPES, at, broadcast_partial, broadcast_shape, compute_dtype, elem_of,
+                      is_float, kernel, num_elements, pshape_str, result, scalar_operand,
+                      shape_of, shape_rule, tensor_type, type_name, upcast)
 from .registry import ALL, BOOL, FLOATS, NUMERIC, REQUIRED, OpDef, register
 
 BOOLS = frozenset({BOOL})
+
+
+# ---- shape rules -----------------------------------------------------------------------------
+
+def _broadcast_rule(op_type: str, out_elem: int | None = None, names=None, elem_from: int = 0):
+    """Output: the broadcast of every input's shape; element type `out_elem`, else input
+    `elem_from`'s."""
+    @shape_rule(op_type)
+    def rule(types, values, attrs, num_outputs):
+        present = [t for t in types if t is not None]
+        shape = broadcast_partial(op_type, [t.shape for t in present],
+                                  names or [f"input {i}" for i in range(len(present))])
+        elem = out_elem if out_elem is not None else elem_of(at(types, elem_from))
+        return [tensor_type(elem, shape)]
+    return rule
+
+
+def _same_rule(op_type: str):
+    """Output: input 0's shape and element type."""
+    @shape_rule(op_type)
+    def rule(types, values, attrs, num_outputs):
+        return [tensor_type(elem_of(types[0]), shape_of(types[0]))]
+    return rule
 
 
 # ---- binary arithmetic -----------------------------------------------------------------------
@@ -53,7 +77,7 @@ def _int_div(a, b):
 for _name, _fn, _ifn in (("Add", np.add, None), ("Sub", np.subtract, None),
                          ("Mul", np.multiply, None), ("Div", np.divide, _int_div)):
     register(OpDef(_name, (7, 13, 14), ("T", "T"), ("T",), {"T": NUMERIC},
-                   _binary(_name, _fn, _ifn)))
+                   _binary(_name, _fn, _ifn), shape_rule=_broadcast_rule(_name, names=["A", "B"])))
 
 
 @kernel("Pow")
@@ -94,7 +118,8 @@ def _c_pow_scalar(a: float, b: float) -> float:
 _C_POW = np.frompyfunc(_c_pow_scalar, 2, 1)
 
 
-register(OpDef("Pow", (7, 12, 13, 15), ("T", "T1"), ("T",), {"T": NUMERIC, "T1": NUMERIC}, _pow))
+register(OpDef("Pow", (7, 12, 13, 15), ("T", "T1"), ("T",), {"T": NUMERIC, "T1": NUMERIC}, _pow,
+               shape_rule=_broadcast_rule("Pow", names=["X", "Y"])))
 
 
 def _variadic(op_type: str, fn):
@@ -110,9 +135,9 @@ def _variadic(op_type: str, fn):
 
 
 register(OpDef("Max", (8, 12, 13), ("T",), ("T",), {"T": NUMERIC}, _variadic("Max", np.maximum),
-               min_inputs=1, variadic=True))
+               min_inputs=1, variadic=True, shape_rule=_broadcast_rule("Max")))
 register(OpDef("Min", (8, 12, 13), ("T",), ("T",), {"T": NUMERIC}, _variadic("Min", np.minimum),
-               min_inputs=1, variadic=True))
+               min_inputs=1, variadic=True, shape_rule=_broadcast_rule("Min")))
 
 
 @kernel("Mod")
@@ -139,7 +164,7 @@ def _claim_mod(node, graph, attrs):
 
 
 register(OpDef("Mod", (10, 13, 28), ("T", "T"), ("T",), {"T": NUMERIC}, _mod,
-               attributes={"fmod": 0}, claim=_claim_mod))
+               attributes={"fmod": 0}, claim=_claim_mod, shape_rule=_broadcast_rule("Mod", names=["A", "B"])))
 
 
 # ---- unary math ------------------------------------------------------------------------------
@@ -160,7 +185,7 @@ def _unary(op_type: str, fn, wide: bool = False):
 
 def _reg_unary(op_type, since, fn, types=FLOATS, attributes=None, claim=None, wide=False):
     register(OpDef(op_type, since, ("T",), ("T",), {"T": types}, _unary(op_type, fn, wide),
-                   attributes=attributes or {}, claim=claim))
+                   attributes=attributes or {}, claim=claim, shape_rule=_same_rule(op_type)))
 
 
 _SQRT_2_OVER_PI = 0.7978845608028654
@@ -251,7 +276,18 @@ def _clip(inputs, attrs):
 
 # Clip-6 (min/max attributes defaulting to +-FLT_MAX) is not claimed: its defaults clamp inf,
 # which the input form of 11+ does not, and the reference is not told the opset.
-register(OpDef("Clip", (11, 12, 13), ("T", "T", "T"), ("T",), {"T": NUMERIC}, _clip, min_inputs=1))
+@shape_rule("Clip")
+def _clip_shape(types, values, attrs, num_outputs):
+    for i, what in ((1, "min"), (2, "max")):
+        n = num_elements(shape_of(at(types, i)))
+        if n is not None and n != 1:
+            raise RuntimeShapeError(f"Clip: '{what}' must be a scalar (one element), got shape "
+                                    f"{pshape_str(types[i].shape)}")
+    return [tensor_type(elem_of(types[0]), shape_of(types[0]))]
+
+
+register(OpDef("Clip", (11, 12, 13), ("T", "T", "T"), ("T",), {"T": NUMERIC}, _clip, min_inputs=1,
+               shape_rule=_clip_shape))
 
 
 # ---- comparisons and logic -------------------------------------------------------------------
@@ -275,10 +311,11 @@ for _name, _since, _types, _fn in (
         ("Or", (7,), BOOLS, np.logical_or),
         ("Xor", (7,), BOOLS, np.logical_xor)):
     register(OpDef(_name, _since, ("T", "T"), ("B",), {"T": _types, "B": BOOLS},
-                   _compare(_name, _fn)))
+                   _compare(_name, _fn), shape_rule=_broadcast_rule(_name, BOOL, ["A", "B"])))
 
 register(OpDef("Not", (1,), ("T",), ("T",), {"T": BOOLS},
-               kernel("Not")(lambda inputs, attrs: [result(np.logical_not(inputs[0]), np.bool_)])))
+               kernel("Not")(lambda inputs, attrs: [result(np.logical_not(inputs[0]), np.bool_)]),
+               shape_rule=_same_rule("Not")))
 
 
 @kernel("Where")
@@ -288,7 +325,14 @@ def _where(inputs, attrs):
     return [result(np.where(c, x, y), x.dtype)]
 
 
-register(OpDef("Where", (9, 16), ("B", "T", "T"), ("T",), {"B": BOOLS, "T": ALL}, _where))
+@shape_rule("Where")
+def _where_shape(types, values, attrs, num_outputs):
+    shape = broadcast_partial("Where", [shape_of(t) for t in types[:3]], ["condition", "X", "Y"])
+    return [tensor_type(elem_of(types[1]) or elem_of(types[2]), shape)]
+
+
+register(OpDef("Where", (9, 16), ("B", "T", "T"), ("T",), {"B": BOOLS, "T": ALL}, _where,
+               shape_rule=_where_shape))
 
 
 # ---- Cast ------------------------------------------------------------------------------------
@@ -307,6 +351,11 @@ def _cast(inputs, attrs):
     return [result(x.astype(to))]
 
 
+@shape_rule("Cast")
+def _cast_shape(types, values, attrs, num_outputs):
+    return [tensor_type(int(attrs["to"]), shape_of(types[0]))]
+
+
 def _claim_cast(node, graph, attrs):
     to = attrs["to"]
     if to not in NP_DTYPES:
@@ -322,4 +371,4 @@ def _claim_cast(node, graph, attrs):
 register(OpDef("Cast", (6, 9, 13, 19, 21, 23, 24, 25, 28), ("T1",), ("T2",),
                {"T1": ALL, "T2": ALL}, _cast,
                attributes={"to": REQUIRED, "saturate": 1, "round_mode": "up"},
-               claim=_claim_cast))
+               claim=_claim_cast, shape_rule=_cast_shape))

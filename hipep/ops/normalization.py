@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import RuntimeShapeError
-from ._common import input_rank, kernel, normalize_axis, result, shape_str, upcast
+from ._common import (at, elem_of, input_rank, kernel, normalize_axis, pshape_str, result,
+                      shape_of, shape_rule, shape_str, tensor_type, unidirectional_ok, upcast)
 from .registry import F32, FLOATS, OpDef, register
 
 
@@ -43,8 +44,18 @@ def _claim_softmax(node, graph, attrs):
     return None
 
 
+@shape_rule("Softmax")
+def _softmax_shape(types, values, attrs, num_outputs):
+    shape = shape_of(types[0])
+    if shape is not None:
+        if len(shape) == 0:
+            raise RuntimeShapeError("Softmax: input must have rank >= 1, got a scalar")
+        normalize_axis("Softmax", int(attrs["axis"]), len(shape))
+    return [tensor_type(elem_of(types[0]), shape)]
+
+
 register(OpDef("Softmax", (1, 11, 13), ("T",), ("T",), {"T": FLOATS}, _softmax,
-               attributes={"axis": -1}, claim=_claim_softmax))
+               attributes={"axis": -1}, claim=_claim_softmax, shape_rule=_softmax_shape))
 
 
 def _unidirectional(op_type, what, t, shape):
@@ -79,6 +90,27 @@ def _layer_norm(inputs, attrs):
     return [result(y, x.dtype), result(mean, np.float32), result(inv, np.float32)]
 
 
+@shape_rule("LayerNormalization")
+def _layer_norm_shape(types, values, attrs, num_outputs):
+    x = shape_of(types[0])
+    stats = None
+    if x is not None:
+        if len(x) == 0:
+            raise RuntimeShapeError("LayerNormalization: X must have rank >= 1, got a scalar")
+        axis = normalize_axis("LayerNormalization", int(attrs["axis"]), len(x))
+        for i, what in ((1, "Scale"), (2, "B")):
+            t = shape_of(at(types, i))
+            if unidirectional_ok(t, x) is False:
+                raise RuntimeShapeError(f"LayerNormalization: {what} of shape {pshape_str(t)} cannot "
+                                        f"be broadcast to X's shape {pshape_str(x)}")
+            if t is not None and len(t) <= len(x):
+                # Scale and B broadcast to X: their static non-1 extents are X's.
+                pad = (None,) * (len(x) - len(t)) + tuple(t)
+                x = tuple(p if d is None and p not in (None, 1) else d for d, p in zip(x, pad))
+        stats = tuple(x[:axis]) + (1,) * (len(x) - axis)
+    return [tensor_type(elem_of(types[0]), x), tensor_type(F32, stats), tensor_type(F32, stats)]
+
+
 def _claim_layer_norm(node, graph, attrs):
     if attrs["stash_type"] != 1:
         return (f"attribute stash_type={attrs['stash_type']} is not supported "
@@ -92,4 +124,4 @@ def _claim_layer_norm(node, graph, attrs):
 register(OpDef("LayerNormalization", (17,), ("T", "T", "T"), ("T", "U", "U"),
                {"T": FLOATS, "U": frozenset({F32})}, _layer_norm,
                attributes={"axis": -1, "epsilon": 1e-5, "stash_type": 1},
-               claim=_claim_layer_norm, min_inputs=2))
+               claim=_claim_layer_norm, min_inputs=2, shape_rule=_layer_norm_shape))

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import has_input, int_list, is_float, kernel, normalize_axes, result, upcast
+from ._common import (at, elem_of, has_input, int_list, is_float, kernel, known_value,
+                      normalize_axes, operand_length, result, shape_of, shape_rule, tensor_type,
+                      upcast)
 from .registry import ALL, BOOL, I64, NUMERIC, OpDef, register
 
 
@@ -66,6 +68,44 @@ def _reduce(op_type: str, fn):
     return reference
 
 
+def _reduce_shape(op_type: str):
+    @shape_rule(op_type)
+    def rule(types, values, attrs, num_outputs):
+        elem = elem_of(types[0])
+        x = shape_of(types[0])
+        keepdims = bool(attrs["keepdims"])
+        noop = bool(attrs.get("noop_with_empty_axes", 0))
+        if at(types, 1) is not None:
+            axes = int_list(op_type, "axes", known_value(types, values, 1))
+            if axes is None and operand_length(types[1]) == 0:
+                axes = []  # an empty axes operand: its value is known
+        else:
+            axes = attrs.get("axes")
+            axes = [] if axes is None else [int(a) for a in axes]
+        if axes is None:  # axes given, value unknown
+            if x is None:
+                return [tensor_type(elem, None)]
+            if keepdims:  # reduced axes become 1, which ones is unknown
+                return [tensor_type(elem, tuple(1 if d == 1 else None for d in x))]
+            k = operand_length(types[1])
+            if k is None or k > len(x):
+                return [tensor_type(elem, None)]
+            return [tensor_type(elem, (None,) * (len(x) - k))]
+        if not axes:
+            if noop:
+                return [tensor_type(elem, x)]
+            if x is None:  # every axis
+                return [tensor_type(elem, None if keepdims else ())]
+            axes = list(range(len(x)))
+        if x is None:
+            return [tensor_type(elem, None)]
+        axes = normalize_axes(op_type, axes, len(x))
+        if keepdims:
+            return [tensor_type(elem, tuple(1 if i in axes else d for i, d in enumerate(x)))]
+        return [tensor_type(elem, tuple(d for i, d in enumerate(x) if i not in axes))]
+    return rule
+
+
 def _claim(input_axes_since: int, bool_since: int | None):
     def claim(node, graph, attrs):
         v = node.since_version
@@ -88,13 +128,15 @@ _I64 = frozenset({I64})
 
 register(OpDef("ReduceSum", (1, 11, 13), ("T", "I"), ("T",), {"T": NUMERIC, "I": _I64},
                _reduce("ReduceSum", _sum), attributes=dict(_ATTRS), claim=_claim(13, None),
-               min_inputs=1))
+               min_inputs=1, shape_rule=_reduce_shape("ReduceSum"), host_inputs=(1,)))
 register(OpDef("ReduceMean", (1, 11, 13, 18), ("T", "I"), ("T",), {"T": NUMERIC, "I": _I64},
                _reduce("ReduceMean", _mean), attributes=dict(_ATTRS), claim=_claim(18, None),
-               min_inputs=1))
+               min_inputs=1, shape_rule=_reduce_shape("ReduceMean"), host_inputs=(1,)))
 register(OpDef("ReduceMax", (1, 11, 12, 13, 18, 20), ("T", "I"), ("T",), {"T": ALL, "I": _I64},
                _reduce("ReduceMax", _extreme(True)), attributes=dict(_ATTRS),
-               claim=_claim(18, 20), min_inputs=1))
+               claim=_claim(18, 20), min_inputs=1, shape_rule=_reduce_shape("ReduceMax"),
+               host_inputs=(1,)))
 register(OpDef("ReduceMin", (1, 11, 12, 13, 18, 20), ("T", "I"), ("T",), {"T": ALL, "I": _I64},
                _reduce("ReduceMin", _extreme(False)), attributes=dict(_ATTRS),
-               claim=_claim(18, 20), min_inputs=1))
+               claim=_claim(18, 20), min_inputs=1, shape_rule=_reduce_shape("ReduceMin"),
+               host_inputs=(1,)))

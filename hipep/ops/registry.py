@@ -26,6 +26,9 @@ NUMERIC = FLOATS | INTS
 ALL = NUMERIC | {BOOL}
 
 REQUIRED = object()  # attribute default marker: the attribute must be present
+# Reserved key `resolve_attributes` adds: the node's number of outputs (references are told
+# nothing else about the node; Split without sizes splits into that many pieces).
+OUTPUT_COUNT = "_num_outputs"
 
 # reference(inputs, attrs) -> outputs. Inputs are numpy arrays (None for omitted optionals),
 # attrs are the node's attributes with declared defaults filled in.
@@ -92,13 +95,14 @@ def all_ops() -> list[OpDef]:
 
 
 def resolve_attributes(op: OpDef, node: Node) -> dict:
-    """The node's attributes with the op's declared defaults filled in."""
+    """The node's attributes with the op's declared defaults filled in, plus OUTPUT_COUNT."""
     attrs = {}
     for name, default in op.attributes.items():
         if name in node.attributes:
             attrs[name] = node.attributes[name]
         elif default is not REQUIRED:
             attrs[name] = default
+    attrs[OUTPUT_COUNT] = len(node.outputs)
     return attrs
 
 

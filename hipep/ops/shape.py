@@ -4,9 +4,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import RuntimeShapeError
-from ._common import (NP_DTYPES, has_input, input_rank, int_list, kernel, normalize_axes,
-                      normalize_axis, result, shape_str, type_name)
-from .registry import ALL, I64, INTS, REQUIRED, OpDef, register
+from ..graph import elem_type_of
+from ._common import (NP_DTYPES, at, broadcast_partial, elem_of, has_input, input_rank, int_list,
+                      kernel, known_value, normalize_axes, normalize_axis, num_elements,
+                      operand_length, pshape_str, result, shape_of, shape_rule, shape_str,
+                      tensor_type, type_name)
+from .registry import ALL, F32, I64, INTS, OUTPUT_COUNT, REQUIRED, OpDef, register
 
 I64S = frozenset({I64})
 
@@ -52,8 +55,75 @@ def _reshape(inputs, attrs):
     return [result(data.reshape(out))]
 
 
+@shape_rule("Reshape")
+def _reshape_shape(types, values, attrs, num_outputs):
+    elem = elem_of(types[0])
+    data = shape_of(types[0])
+    target = int_list("Reshape", "shape", known_value(types, values, 1))
+    if target is None:  # rank from the shape operand's length, extents unknown
+        r = operand_length(types[1])
+        return [tensor_type(elem, None if r is None else (None,) * r)]
+    allowzero = int(attrs["allowzero"])
+
+    def fail(why):
+        size = num_elements(data)
+        return RuntimeShapeError(
+            f"Reshape: cannot reshape input of shape {pshape_str(data)} "
+            f"({'?' if size is None else size} elements) to {target}: {why}")
+
+    if allowzero and 0 in target and -1 in target:
+        raise fail("with allowzero=1, shape may not contain both 0 and -1")
+    out: list = []
+    infer = None
+    copied: set[int] = set()  # input axes whose extent the target copies (0 entries)
+    for i, d in enumerate(target):
+        if d == -1:
+            if infer is not None:
+                raise fail("more than one -1")
+            infer = i
+            out.append(None)
+        elif d == 0 and not allowzero:
+            if data is None:
+                out.append(None)
+                continue
+            if i >= len(data):
+                raise fail(f"shape[{i}] = 0 copies input dim {i}, but the input has rank {len(data)}")
+            out.append(data[i])
+            copied.add(i)
+        elif d < 0:
+            raise fail(f"shape[{i}] = {d} is negative")
+        else:
+            out.append(d)
+    if data is None:
+        return [tensor_type(elem, tuple(out))]
+    # Element counts: the input's dims that the target copies cancel with the copies, so only
+    # the uncopied ones (all of them static, else nothing follows) and the others count.
+    rest_in = [data[i] for i in range(len(data)) if i not in copied]
+    rest_out = [d for i, d in enumerate(out) if i != infer and i not in copied]
+    if any(d is None for d in rest_in) or any(d is None for d in rest_out):
+        return [tensor_type(elem, tuple(out))]
+    size = int(np.prod(rest_in, dtype=np.int64))
+    known = int(np.prod(rest_out, dtype=np.int64))
+    copied_dims = [data[i] for i in copied]
+    if all(d is not None for d in copied_dims):  # fully static: the reference's checks, exactly
+        c = int(np.prod(copied_dims, dtype=np.int64))
+        total, k = size * c, known * c
+        if infer is not None:
+            if k == 0 or total % k:
+                raise fail(f"the -1 dimension cannot be inferred ({total} elements do not divide "
+                           f"into the other dims' product {k})")
+            out[infer] = total // k
+        elif k != total:
+            raise fail(f"the target has {k} elements")
+    elif infer is not None and known != 0 and size % known == 0:
+        # The copied (dynamic) dims cancel: this is the -1 extent whenever the node is valid.
+        out[infer] = size // known
+    return [tensor_type(elem, tuple(out))]
+
+
 register(OpDef("Reshape", (5, 13, 14, 19, 21, 23, 24, 25), ("T", "I"), ("T",),
-               {"T": ALL, "I": I64S}, _reshape, attributes={"allowzero": 0}))
+               {"T": ALL, "I": I64S}, _reshape, attributes={"allowzero": 0},
+               shape_rule=_reshape_shape, host_inputs=(1,), view=True))
 
 
 # ---- Transpose -------------------------------------------------------------------------------
@@ -84,8 +154,22 @@ def _claim_transpose(node, graph, attrs):
     return None
 
 
+@shape_rule("Transpose")
+def _transpose_shape(types, values, attrs, num_outputs):
+    x = shape_of(types[0])
+    perm = attrs.get("perm")
+    perm = None if perm is None else [int(p) for p in perm]
+    if x is None:
+        return [tensor_type(elem_of(types[0]), None if perm is None else (None,) * len(perm))]
+    perm = list(range(len(x)))[::-1] if perm is None else perm
+    why = _check_perm(perm, len(x))
+    if why:
+        raise RuntimeShapeError(f"Transpose: {why} (input is {pshape_str(x)})")
+    return [tensor_type(elem_of(types[0]), tuple(x[p] for p in perm))]
+
+
 register(OpDef("Transpose", (1, 13, 21, 23, 24, 25), ("T",), ("T",), {"T": ALL}, _transpose,
-               attributes={"perm": None}, claim=_claim_transpose))
+               attributes={"perm": None}, claim=_claim_transpose, shape_rule=_transpose_shape))
 
 
 # ---- Concat ----------------------------------------------------------------------------------
@@ -109,8 +193,45 @@ def _concat(inputs, attrs):
     return [result(np.concatenate(inputs, axis=axis))]
 
 
+@shape_rule("Concat")
+def _concat_shape(types, values, attrs, num_outputs):
+    elem = next((t.elem_type for t in types if t is not None and t.elem_type), 0)
+    ranked = [(i, t.shape) for i, t in enumerate(types) if t is not None and t.shape is not None]
+    if not ranked:
+        return [tensor_type(elem, None)]
+    i0, first = ranked[0]
+    if len(first) == 0:
+        raise RuntimeShapeError(f"Concat: inputs must have rank >= 1, input {i0} is a scalar")
+    for i, x in ranked[1:]:
+        if len(x) != len(first):
+            raise RuntimeShapeError(f"Concat: all inputs must have the same rank: input {i0} is "
+                                    f"{pshape_str(first)}, input {i} is {pshape_str(x)}")
+    rank = len(first)
+    axis = normalize_axis("Concat", int(attrs["axis"]), rank)
+    out = []
+    for d in range(rank):
+        if d == axis:
+            dims = [x[d] for _, x in ranked]
+            complete = len(ranked) == len(types) and all(v is not None for v in dims)
+            out.append(sum(dims) if complete else None)
+            continue
+        known = None
+        for i, x in ranked:  # all inputs share the non-axis extents: any static one is the one
+            if x[d] is None:
+                continue
+            if known is not None and x[d] != known[1]:
+                raise RuntimeShapeError(
+                    f"Concat: input {i} has shape {pshape_str(x)} but input {known[0]} has "
+                    f"{pshape_str(ranked[[j for j, _ in ranked].index(known[0])][1])}; all dims "
+                    f"except axis {axis} must match (dim {d}: {x[d]} != {known[1]})")
+            known = known or (i, x[d])
+        out.append(None if known is None else known[1])
+    return [tensor_type(elem, tuple(out))]
+
+
 register(OpDef("Concat", (4, 11, 13), ("T",), ("T",), {"T": ALL}, _concat,
-               attributes={"axis": REQUIRED}, variadic=True, min_inputs=1))
+               attributes={"axis": REQUIRED}, variadic=True, min_inputs=1,
+               shape_rule=_concat_shape))
 
 
 # ---- Slice -----------------------------------------------------------------------------------
@@ -156,6 +277,85 @@ def _slice(inputs, attrs):
     return [result(data[tuple(index)])]
 
 
+def _slice_extent(start: int, end: int, step: int, dim: int) -> int:
+    """The extent Slice gives an axis of extent `dim` (what indexing with _slice_for gives)."""
+    a, b, c = _slice_for(start, end, step, dim).indices(dim)
+    return max(0, (b - a + c - 1) // c) if c > 0 else max(0, (a - b - c - 1) // -c)
+
+
+def _slice_extent_dynamic(start: int, end: int, step: int) -> int | None:
+    """The extent Slice gives an axis of unknown extent, where it is the same for every extent
+    (e.g. starts=3, ends=1 gives 0), else None. The extent is monotone in the axis length between
+    breakpoints near |start| and |end| and linear beyond them: sampling each piece's ends and the
+    slope of the last one decides whether it is constant."""
+    points = {0, 1, 2}
+    for v in (abs(start), abs(end)):
+        points.update(p for p in range(v - 2, v + 3) if p >= 0)
+    big = max(points) + 1
+    points.update((big, big + 1, 2 * big + 2 * abs(step) + 2))
+    extents = {_slice_extent(start, end, step, n) for n in points}
+    return extents.pop() if len(extents) == 1 else None
+
+
+def _slice_operands(types, values, attrs):
+    """(starts, ends, axes, steps) as int lists, None where present but unknown, and the lengths
+    the operands' types give where their values are unknown. Absent axes/steps are "absent"."""
+    if at(types, 1) is not None:  # opset 10+: operands are inputs
+        ops = []
+        for i, what in ((1, "starts"), (2, "ends"), (3, "axes"), (4, "steps")):
+            if at(types, i) is None:
+                ops.append("absent")
+            else:
+                ops.append(int_list("Slice", what, known_value(types, values, i)))
+        lengths = [operand_length(at(types, i)) for i in (1, 2, 3, 4)]
+        return ops, lengths
+    ops = [attrs.get("starts"), attrs.get("ends"), attrs.get("axes"), "absent"]
+    ops = [o if o == "absent" or o is None else [int(v) for v in o] for o in ops]
+    if ops[2] is None:
+        ops[2] = "absent"
+    return ops, [None] * 4
+
+
+@shape_rule("Slice")
+def _slice_shape(types, values, attrs, num_outputs):
+    elem = elem_of(types[0])
+    x = shape_of(types[0])
+    (starts, ends, axes, steps), lengths = _slice_operands(types, values, attrs)
+    if at(types, 1) is None and (starts is None or ends is None):
+        raise RuntimeShapeError("Slice: 'starts' and 'ends' are required")
+    # Operand lengths: from values where known, else from the operands' static shapes.
+    lens = [len(o) if isinstance(o, list) else (None if o == "absent" else n)
+            for o, n in zip((starts, ends, axes, steps), lengths)]
+    known_lens = [n for n in lens if n is not None]
+    if len(set(known_lens)) > 1:
+        shown = [lens[0] if o == "absent" else n for o, n in zip((starts, ends, axes, steps), lens)]
+        got = ", ".join("?" if n is None else str(n) for n in shown)
+        raise RuntimeShapeError(f"Slice: starts, ends, axes and steps must have the same length, "
+                                f"got {got}")
+    if x is None:
+        return [tensor_type(elem, None)]
+    count = known_lens[0] if known_lens else None
+    if axes == "absent":
+        axes = None if count is None else list(range(count))
+    if axes is None:  # which axes are sliced is unknown
+        return [tensor_type(elem, (None,) * len(x))]
+    axes = normalize_axes("Slice", axes, len(x))
+    if steps == "absent":
+        steps = [1] * len(axes)
+    out = list(x)
+    for j, a in enumerate(axes):
+        st = None if steps is None else steps[j]
+        if st == 0:
+            raise RuntimeShapeError(f"Slice: step for axis {a} is 0")
+        if starts is None or ends is None or st is None:
+            out[a] = None
+        elif x[a] is None:
+            out[a] = _slice_extent_dynamic(starts[j], ends[j], st)
+        else:
+            out[a] = _slice_extent(starts[j], ends[j], st, x[a])
+    return [tensor_type(elem, tuple(out))]
+
+
 def _claim_slice(node, graph, attrs):
     form_attrs = [k for k in ("starts", "ends", "axes") if k in node.attributes]
     if node.since_version >= 10:
@@ -174,12 +374,30 @@ def _claim_slice(node, graph, attrs):
 register(OpDef("Slice", (1, 10, 11, 13), ("T", "I", "I", "I", "I"), ("T",),
                {"T": ALL, "I": INTS}, _slice,
                attributes={"starts": None, "ends": None, "axes": None},
-               claim=_claim_slice, min_inputs=1))
+               claim=_claim_slice, min_inputs=1, shape_rule=_slice_shape, host_inputs=(1, 2, 3, 4)))
 
 
 # ---- Split -----------------------------------------------------------------------------------
 
 MAX_SPLIT_OUTPUTS = 256
+
+
+def _even_split(n: int, dim: int, axis: int, shape) -> list[int]:
+    if n < 1 or dim % n:
+        raise RuntimeShapeError(
+            f"Split: axis {axis} of extent {dim} (input is {pshape_str(shape)}) cannot be split "
+            f"evenly into {n} outputs")
+    return [dim // n] * n
+
+
+def _num_outputs_split(n: int, dim: int, axis: int, shape) -> list[int]:
+    chunk = -(-dim // n) if n > 0 else 0
+    last = dim - chunk * (n - 1)
+    if n < 1 or last <= 0:
+        raise RuntimeShapeError(
+            f"Split: num_outputs={n} cannot split axis {axis} of extent {dim} (input is "
+            f"{pshape_str(shape)}): chunks of {chunk} leave {last} for the last output")
+    return [chunk] * (n - 1) + [last]
 
 
 @kernel("Split")
@@ -198,17 +416,16 @@ def _split(inputs, attrs):
                 f"Split: split sizes {split} must be non-negative and sum to the extent {dim} of "
                 f"axis {axis} (input is {shape_str(x.shape)}), got sum {sum(split)}")
     elif attrs.get("num_outputs") is not None:
-        n = int(attrs["num_outputs"])
-        chunk = -(-dim // n) if n > 0 else 0
-        last = dim - chunk * (n - 1)
-        if n < 1 or last <= 0:
-            raise RuntimeShapeError(
-                f"Split: num_outputs={n} cannot split axis {axis} of extent {dim} (input is "
-                f"{shape_str(x.shape)}): chunks of {chunk} leave {last} for the last output")
-        split = [chunk] * (n - 1) + [last]
+        split = _num_outputs_split(int(attrs["num_outputs"]), dim, axis, x.shape)
+    elif attrs.get(OUTPUT_COUNT) is not None:  # opsets 11/13: equal parts, one per output
+        split = _even_split(int(attrs[OUTPUT_COUNT]), dim, axis, x.shape)
     else:
         raise RuntimeShapeError("Split: neither 'split' nor 'num_outputs' is given, so the number "
                                 "of outputs is unknown to the reference")
+    n_out = attrs.get(OUTPUT_COUNT)
+    if n_out is not None and len(split) != int(n_out):
+        raise RuntimeShapeError(f"Split: 'split' has {len(split)} sizes {split} but the node has "
+                                f"{n_out} outputs")
     bounds = np.cumsum([0] + split)
     index = [slice(None)] * x.ndim
     outs = []
@@ -216,6 +433,43 @@ def _split(inputs, attrs):
         index[axis] = slice(int(lo), int(hi))
         outs.append(result(x[tuple(index)]))
     return outs
+
+
+@shape_rule("Split")
+def _split_shape(types, values, attrs, num_outputs):
+    elem = elem_of(types[0])
+    x = shape_of(types[0])
+    if x is not None and len(x) == 0:
+        raise RuntimeShapeError("Split: input must have rank >= 1, got a scalar")
+    split = int_list("Split", "split", known_value(types, values, 1))
+    if split is None and at(types, 1) is None and attrs.get("split") is not None:
+        split = [int(v) for v in attrs["split"]]
+    n_attr = attrs.get("num_outputs")
+    axis = dim = None
+    if x is not None:
+        axis = normalize_axis("Split", int(attrs["axis"]), len(x))
+        dim = x[axis]
+    if split is not None and (any(v < 0 for v in split) or (dim is not None and sum(split) != dim)):
+        raise RuntimeShapeError(
+            f"Split: split sizes {split} must be non-negative and sum to the extent "
+            f"{'?' if dim is None else dim} of axis {'?' if axis is None else axis} (input is "
+            f"{pshape_str(x)}), got sum {sum(split)}")
+    if split is not None and len(split) != num_outputs:
+        raise RuntimeShapeError(f"Split: 'split' has {len(split)} sizes {split} but the node has "
+                                f"{num_outputs} outputs")
+    if split is None and at(types, 1) is None and n_attr is not None and int(n_attr) != num_outputs:
+        raise RuntimeShapeError(f"Split: num_outputs={n_attr} but the node has {num_outputs} outputs")
+    if x is None:
+        return [tensor_type(elem, None)] * num_outputs
+    if split is not None:
+        extents = split  # the sizes are the extents, whatever the input's (valid) extent
+    elif at(types, 1) is not None or dim is None:
+        extents = [None] * num_outputs
+    elif n_attr is not None:
+        extents = _num_outputs_split(int(n_attr), dim, axis, x)
+    else:
+        extents = _even_split(num_outputs, dim, axis, x)
+    return [tensor_type(elem, x[:axis] + (e,) + x[axis + 1:]) for e in extents]
 
 
 def _claim_split(node, graph, attrs):
@@ -242,17 +496,15 @@ def _claim_split(node, graph, attrs):
         if len(sizes) != n_out:
             return f"'split' has {len(sizes)} sizes but the node has {n_out} outputs"
         return None
-    if attrs.get("num_outputs") is None:
-        return ("Split without 'split' sizes or 'num_outputs' splits evenly into as many pieces as "
-                f"the node has outputs ({n_out}); the reference kernel is not told the output "
-                "count, so this form is not claimed")
-    return None
+    if attrs.get("num_outputs") is None and v >= 18:
+        return f"Split opset {v} needs input 'split' or attribute 'num_outputs' (neither is given)"
+    return None  # opsets 11/13 without sizes: equal parts, one per output (OUTPUT_COUNT)
 
 
 register(OpDef("Split", (11, 13, 18), ("T", "I"), ("T",) * MAX_SPLIT_OUTPUTS,
                {"T": ALL, "I": I64S}, _split,
                attributes={"axis": 0, "split": None, "num_outputs": None},
-               claim=_claim_split, min_inputs=1))
+               claim=_claim_split, min_inputs=1, shape_rule=_split_shape, host_inputs=(1,)))
 
 
 # ---- Gather ----------------------------------------------------------------------------------
@@ -275,8 +527,19 @@ def _gather(inputs, attrs):
     return [result(np.take(data, idx, axis=axis))]
 
 
+@shape_rule("Gather")
+def _gather_shape(types, values, attrs, num_outputs):
+    data, indices = shape_of(types[0]), shape_of(types[1])
+    if data is not None and len(data) == 0:
+        raise RuntimeShapeError("Gather: data must have rank >= 1, got a scalar")
+    if data is None or indices is None:
+        return [tensor_type(elem_of(types[0]), None)]
+    axis = normalize_axis("Gather", int(attrs["axis"]), len(data))
+    return [tensor_type(elem_of(types[0]), data[:axis] + indices + data[axis + 1:])]
+
+
 register(OpDef("Gather", (1, 11, 13), ("T", "I"), ("T",), {"T": ALL, "I": INTS}, _gather,
-               attributes={"axis": 0}))
+               attributes={"axis": 0}, shape_rule=_gather_shape))
 
 
 # ---- Shape -----------------------------------------------------------------------------------
@@ -295,8 +558,29 @@ def _shape(inputs, attrs):
     return [result(np.array(x.shape[start:end] if start < end else [], dtype=np.int64), np.int64)]
 
 
+@shape_rule("Shape")
+def _shape_shape(types, values, attrs, num_outputs):
+    x = shape_of(types[0])
+    start = int(attrs["start"])
+    end = attrs.get("end")
+    if x is not None:
+        rank = len(x)
+
+        def clamp(v):
+            v = v + rank if v < 0 else v
+            return min(max(v, 0), rank)
+
+        lo, hi = clamp(start), rank if end is None else clamp(int(end))
+        return [tensor_type(I64, (max(hi - lo, 0),))]
+    # Unknown rank: the length is known only when it is 0 for every rank (end at or before start,
+    # both counted from the same side).
+    if end is not None and int(end) <= start and (start < 0) == (int(end) < 0):
+        return [tensor_type(I64, (0,))]
+    return [tensor_type(I64, (None,))]
+
+
 register(OpDef("Shape", (1, 13, 15, 19, 21, 23, 24, 25), ("T",), ("I",), {"T": ALL, "I": I64S},
-               _shape, attributes={"start": 0, "end": None}))
+               _shape, attributes={"start": 0, "end": None}, shape_rule=_shape_shape))
 
 
 # ---- Squeeze / Unsqueeze ---------------------------------------------------------------------
@@ -345,10 +629,70 @@ def _axes_form_claim(first_input_version: int, required: bool):
     return claim
 
 
+def _axes_operand(op_type, types, values, attrs):
+    """(axes, present): axes as an int list (None where unknown or not given); present tells
+    whether axes are given at all (input 1 or the attribute)."""
+    if at(types, 1) is not None:
+        return int_list(op_type, "axes", known_value(types, values, 1)), True
+    if attrs.get("axes") is not None:
+        return [int(a) for a in attrs["axes"]], True
+    return None, False
+
+
+@shape_rule("Squeeze")
+def _squeeze_shape(types, values, attrs, num_outputs):
+    elem = elem_of(types[0])
+    x = shape_of(types[0])
+    axes, present = _axes_operand("Squeeze", types, values, attrs)
+    if x is None:
+        return [tensor_type(elem, None)]
+    if axes is None and present:  # axes given but their value is unknown
+        k = operand_length(types[1])
+        if k is None:
+            return [tensor_type(elem, None)]
+        candidates = [i for i, d in enumerate(x) if d is None or d == 1]
+        if k > len(candidates):
+            raise RuntimeShapeError(f"Squeeze: {k} axes to squeeze, but the input {pshape_str(x)} "
+                                    f"has only {len(candidates)} that may have extent 1")
+        if k < len(candidates):  # which of them go is unknown: only the rank follows
+            return [tensor_type(elem, (None,) * (len(x) - k))]
+        axes = candidates
+    if axes is None:  # every extent-1 axis: undecidable while some extent is dynamic
+        if any(d is None for d in x):
+            return [tensor_type(elem, None)]
+        axes = [i for i, d in enumerate(x) if d == 1]
+    axes = normalize_axes("Squeeze", axes, len(x))
+    for a in axes:
+        if x[a] is not None and x[a] != 1:
+            raise RuntimeShapeError(f"Squeeze: axis {a} has extent {x[a]}, not 1 "
+                                    f"(input is {pshape_str(x)})")
+    return [tensor_type(elem, tuple(d for i, d in enumerate(x) if i not in axes))]
+
+
+@shape_rule("Unsqueeze")
+def _unsqueeze_shape(types, values, attrs, num_outputs):
+    elem = elem_of(types[0])
+    x = shape_of(types[0])
+    axes, present = _axes_operand("Unsqueeze", types, values, attrs)
+    if not present:
+        raise RuntimeShapeError("Unsqueeze: 'axes' is required")
+    if axes is None:  # value unknown: the rank follows from the axes operand's length
+        k = operand_length(types[1])
+        return [tensor_type(elem, None if x is None or k is None else (None,) * (len(x) + k))]
+    if x is None:
+        return [tensor_type(elem, None)]
+    rank = len(x) + len(axes)
+    axes = normalize_axes("Unsqueeze", axes, rank)
+    dims = iter(x)
+    return [tensor_type(elem, tuple(1 if i in axes else next(dims) for i in range(rank)))]
+
+
 register(OpDef("Squeeze", (1, 11, 13, 21, 23, 24, 25), ("T", "I"), ("T",), {"T": ALL, "I": I64S},
-               _squeeze, attributes={"axes": None}, claim=_axes_form_claim(13, False), min_inputs=1))
+               _squeeze, attributes={"axes": None}, claim=_axes_form_claim(13, False), min_inputs=1,
+               shape_rule=_squeeze_shape, host_inputs=(1,), view=True))
 register(OpDef("Unsqueeze", (1, 11, 13, 21, 23, 24, 25), ("T", "I"), ("T",), {"T": ALL, "I": I64S},
-               _unsqueeze, attributes={"axes": None}, claim=_axes_form_claim(13, True), min_inputs=1))
+               _unsqueeze, attributes={"axes": None}, claim=_axes_form_claim(13, True), min_inputs=1,
+               shape_rule=_unsqueeze_shape, host_inputs=(1,), view=True))
 
 
 # ---- Constant / Identity / Expand ------------------------------------------------------------
@@ -391,11 +735,35 @@ def _claim_constant(node, graph, attrs):
     return None
 
 
+@shape_rule("Constant")
+def _constant_shape(types, values, attrs, num_outputs):
+    if attrs.get("value") is not None:
+        v = np.asarray(attrs["value"])
+        return [tensor_type(elem_type_of(v.dtype), v.shape)]
+    if attrs.get("value_float") is not None:
+        return [tensor_type(F32, ())]
+    if attrs.get("value_floats") is not None:
+        return [tensor_type(F32, (len(attrs["value_floats"]),))]
+    if attrs.get("value_int") is not None:
+        return [tensor_type(I64, ())]
+    if attrs.get("value_ints") is not None:
+        return [tensor_type(I64, (len(attrs["value_ints"]),))]
+    raise RuntimeShapeError("Constant: no supported value attribute")
+
+
 register(OpDef("Constant", (1, 9, 11, 12, 13, 19, 21, 23, 24, 25), (), ("T",), {"T": ALL},
-               _constant, attributes={k: None for k in _CONSTANT_ATTRS}, claim=_claim_constant))
+               _constant, attributes={k: None for k in _CONSTANT_ATTRS}, claim=_claim_constant,
+               shape_rule=_constant_shape))
+
+
+@shape_rule("Identity")
+def _identity_shape(types, values, attrs, num_outputs):
+    return [tensor_type(elem_of(types[0]), shape_of(types[0]))]
+
 
 register(OpDef("Identity", (1, 13, 14, 16, 19, 21, 23, 24, 25), ("T",), ("T",), {"T": ALL},
-               kernel("Identity")(lambda inputs, attrs: [result(inputs[0])])))
+               kernel("Identity")(lambda inputs, attrs: [result(inputs[0])]),
+               shape_rule=_identity_shape, view=True))
 
 
 @kernel("Expand")
@@ -410,4 +778,27 @@ def _expand(inputs, attrs):
     return [result(np.broadcast_to(x, out))]
 
 
-register(OpDef("Expand", (8, 13), ("T", "I"), ("T",), {"T": ALL, "I": I64S}, _expand))
+@shape_rule("Expand")
+def _expand_shape(types, values, attrs, num_outputs):
+    elem = elem_of(types[0])
+    x = shape_of(types[0])
+    target = int_list("Expand", "shape", known_value(types, values, 1))
+    if target is not None:
+        if x is None:
+            return [tensor_type(elem, None)]
+        try:
+            return [tensor_type(elem, broadcast_partial("Expand", [x, tuple(target)]))]
+        except RuntimeShapeError:
+            raise RuntimeShapeError(f"Expand: input of shape {pshape_str(x)} cannot be broadcast "
+                                    f"with shape {target}") from None
+    r = operand_length(types[1])
+    if x is None or r is None:
+        return [tensor_type(elem, None)]
+    # The target's extents are unknown: a static extent of X other than 1 survives (the target's
+    # must be 1 or equal to it); everything else is the target's.
+    padded = (1,) * (max(r, len(x)) - len(x)) + tuple(x)
+    return [tensor_type(elem, tuple(None if d is None or d == 1 else d for d in padded))]
+
+
+register(OpDef("Expand", (8, 13), ("T", "I"), ("T",), {"T": ALL, "I": I64S}, _expand,
+               shape_rule=_expand_shape, host_inputs=(1,)))

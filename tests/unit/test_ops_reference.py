@@ -285,6 +285,8 @@ case("Split", 11, [R(6, 4)], {"split": [1, 2, 3]}, n_out=3)
 case("Split", 11, [R(2, 6)], {"axis": -1, "split": [4, 2]}, n_out=2)
 case("Split", 13, [R(6, 4, dtype=i64), A([2, 0, 4], i64)], n_out=3)
 case("Split", 18, [R(7, 2)], {"num_outputs": 3}, n_out=3)
+case("Split", 11, [R(6, 4)], n_out=2, id="Split-11-even")
+case("Split", 13, [R(2, 9, dtype=i32)], {"axis": -1}, n_out=3, id="Split-13-even")
 case("Split", 18, [R(2, 8, dtype=f16)], {"axis": 1, "num_outputs": 2}, n_out=2)
 case("Split", 18, [R(2, 5, dtype=b), A([3, 2], i64)], {"axis": 1}, n_out=2)
 case("Gather", 1, [R(5, 3), A([0, 4, 2], i64)])
@@ -481,6 +483,7 @@ ERRORS = [
     ("Split", [R(6, 2), A([2, 3], i64)], {}, r"split sizes \[2, 3\] must be non-negative and sum to the extent 6"),
     ("Split", [R(6, 2)], {"split": [4, 4]}, r"sum 8"),
     ("Split", [R(5)], {"num_outputs": 4}, r"num_outputs=4 cannot split axis 0 of extent 5"),
+    ("Split", [R(5)], {"_num_outputs": 2}, r"axis 0 of extent 5 \(input is \[5\]\) cannot be split evenly into 2"),
     ("Gather", [R(5, 3), A([0, 5], i64)], {},
      r"index 5 is out of range for axis 0 of extent 5 \(data is \[5, 3\]; valid indices are -5..4\)"),
     ("Gather", [R(5, 3), A([-4], i32)], {"axis": 1}, r"index -4 is out of range for axis 1 of extent 3"),
