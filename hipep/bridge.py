@@ -13,9 +13,10 @@ import threading
 from . import counters
 from .compiler import compile_subgraph
 from .errors import OptionError
-from .graph import GraphView
+from .graph import GraphView, elem_type_of
 from .options import EP_NAME, ProviderOptions
 from .partition import PartitionReport, partition
+from .plan import walk
 from .runtime.device import open_device
 from .runtime.executor import Executor
 
@@ -44,7 +45,8 @@ class EpState:
     def __init__(self, config: dict[str, str], ort_severity: int):
         self.options = ProviderOptions.from_session_config(config)
         self.device_kind = resolve_device(self.options)
-        self.device = open_device(self.device_kind, self.options.device_id)
+        self.device = open_device(self.device_kind, self.options.device_id,
+                                  cpu_schedule=self.options.cpu_schedule, seed=self.options.seed)
         self.fallback_disabled = config.get(FALLBACK_KEY, "0").strip() == "1"
         self.ort_severity = ort_severity
         counters.bump("eps_created")
@@ -70,11 +72,14 @@ class EpState:
 
     def compile(self, desc: dict, fused_name: str, inputs: list[str], outputs: list[str]):
         graph = GraphView.from_native(desc)
-        plan = compile_subgraph(graph, fused_name, inputs, outputs)
+        plan = compile_subgraph(graph, fused_name, inputs, outputs, self.options)
+        executor = Executor(plan, self.device)
         counters.bump("compiled_subgraphs")
-        records = [(VERBOSE, f"{EP_NAME}: compiled {fused_name}: {len(plan.steps)} steps, "
+        n_steps = sum(1 for _ in walk(plan.steps))
+        records = [(VERBOSE, f"{EP_NAME}: compiled {fused_name}: {n_steps} steps, "
                              f"{len(inputs)} inputs, {len(outputs)} outputs on device {self.device.name}")]
-        return CompiledSubgraph(Executor(plan, self.device)), plan.output_elem_types, self._records(records)
+        elem_types = [elem_type_of(plan.values[v].dtype) for v in plan.outputs]
+        return CompiledSubgraph(executor), elem_types, self._records(records)
 
 
 class CompiledSubgraph:

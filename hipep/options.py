@@ -34,6 +34,9 @@ class ProviderOptions:
     """Seed of the random CPU schedule."""
     dump_ir: str = ""
     """A folder: the IR after each pass and the launch plan of every compiled subgraph go there."""
+    pass_options: str = ""
+    """For compiler development and tests: pass options that override the pipeline's, in
+    hipep-opt's syntax, comma separated: `hip-assign-memory-spaces{host_rule=false}`."""
 
     @property
     def log_severity(self) -> int:
@@ -77,6 +80,8 @@ class ProviderOptions:
             kw["seed"] = int(raw)
         if "dump_ir" in values:
             kw["dump_ir"] = str(values["dump_ir"])
+        if "pass_options" in values:
+            kw["pass_options"] = str(values["pass_options"])
         return ProviderOptions(**kw)
 
     @staticmethod

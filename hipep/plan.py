@@ -1,34 +1,227 @@
 """The launch plan: what a compiled subgraph does at run time, as plain data.
 
-A plan names its inputs and outputs (the fused node's, in ORT's order), holds the small constants
-it needs, and lists steps in execution order. Each step runs one registry op on named values.
-Nothing here refers to the compiler, so a plan runs without it (and can be serialised later).
+The last pass (`hip-emit-plan`) writes it and the runtime executes it without importing the
+compiler; later EPContext stores it. Everything here is plain Python data (ints, strs, tuples,
+dicts, small numpy constants), so a plan can be printed, compared and serialised.
+
+Values. Every SSA value of the compiled function has an integer id and a `ValueSpec`:
+  * kind "input": the fused node's input `index` (ORT's memory, read-only; on the CPU device a
+    host array, on a GPU device memory: it is in the "device" space);
+  * kind "constant": a small constant from `Plan.constants[name]` (host-visible);
+  * kind "weight": a large initializer ORT hands in as fused-node input `index` ("device" space);
+  * kind "buffer": storage the plan allocates: slot `slot` of the pool of memory space `space`
+    ("device" or "host_visible"), or a view of another value's storage (`view_of`, same bytes
+    from its start, other shape: Reshape/Squeeze/Unsqueeze/Identity/Flatten results may be
+    views). A slot may hold several buffers whose lifetimes do not overlap; slots are shared
+    within one memory space only, never across spaces (the host-buffer rule).
+Shapes are not in the plan: the executor computes each step's output shapes when it issues the
+step, from its input shapes and the values of the op's host inputs (registry `host_inputs`),
+using the registry shape rule — as a GPU runtime must, to size a launch before it is queued.
+
+Steps, executed in order by the executor:
+  * Launch: a device op, queued on the stream (runs later, in stream order);
+  * HostStep: the same, run by the host at once, on host-visible buffers only;
+  * Sync: the host waits until all queued device work is done;
+  * Loop / If: control flow with nested step lists (ONNX Loop and If semantics).
+Slot sizes are not fixed at compile time (extents are dynamic): the executor grows a slot when a
+buffer needs more bytes than it holds, after a sync, keeping the live contents.
+
+Syncs are the plan's business, not the executor's: a host step or host read (host_inputs, Loop
+trip count and conditions, If condition) sees memory as it is when the host reaches it. The
+executor adds no sync of its own except where it must re-lay out memory (slot growth) and, while
+some ops still lack a shape rule, before issuing such an op; a plan that does not end with a Sync
+returns whatever memory holds at that point.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
+DEVICE = "device"
+HOST_VISIBLE = "host_visible"
+MEMORY_SPACES = (DEVICE, HOST_VISIBLE)
+
 
 @dataclass(frozen=True)
-class Step:
-    domain: str
-    op_type: str
-    node: str  # the ONNX node's label, for error messages
-    attributes: dict[str, Any]  # resolved (defaults filled in)
-    inputs: tuple[str, ...]  # value names; "" for an omitted optional input
-    outputs: tuple[str, ...]  # value names; "" for an output nobody reads
+class ValueSpec:
+    kind: str  # "input" | "weight" | "constant" | "buffer"
+    dtype: str  # numpy dtype name, e.g. "float32", "int64", "bool"
+    name: str = ""  # the ONNX value name (messages, dumps)
+    index: int = -1  # input/weight: position among the fused node's inputs
+    constant: str = ""  # constant: key in Plan.constants
+    space: str = DEVICE  # buffer: memory space of its storage
+    slot: int = -1  # buffer: slot in its space's pool (-1 for views)
+    view_of: int = -1  # buffer: id of the value whose storage this one views (-1: owns a slot)
+
+    @property
+    def owns_slot(self) -> bool:
+        return self.kind == "buffer" and self.view_of < 0
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A device op: queued on the stream; runs when the stream reaches it."""
+    op: str  # registry key "domain::op_type" ("::Add" for the default domain)
+    node: str  # ONNX node label, for error messages
+    attributes: dict[str, Any]
+    inputs: tuple[int, ...]  # value ids, -1 for an omitted optional input
+    outputs: tuple[int, ...]  # value ids, -1 for an output nobody reads
+
+    @property
+    def op_type(self) -> str:
+        return op_type_of(self.op)
+
+
+@dataclass(frozen=True)
+class HostStep:
+    """A host op (shape arithmetic, host-side index computation): runs at once on the host."""
+    op: str
+    node: str
+    attributes: dict[str, Any]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+    @property
+    def op_type(self) -> str:
+        return op_type_of(self.op)
+
+
+@dataclass(frozen=True)
+class Sync:
+    """The host waits for all queued device work. `reason` says which hazard it guards."""
+    reason: str
+
+
+@dataclass(frozen=True)
+class Loop:
+    """ONNX Loop. `trip_count`/`cond` are value ids or -1 (absent). Body arguments are bound to
+    (iteration number, condition, carried values...); the body's results are (condition,
+    carried values..., scan outputs...). `carried` are the initial values; `outputs` receive the
+    final carried values, then the stacked scan outputs (-1: nobody reads it). The host reads the
+    trip count and condition before the first iteration and the body's condition result after
+    each one; the iteration number and condition arguments (-1 where the body does not read
+    them) and the carried values are written by device copies queued on the stream."""
+    node: str
+    trip_count: int
+    cond: int
+    carried: tuple[int, ...]
+    body: "Block"
+    body_args: tuple[int, ...]
+    body_results: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class If:
+    """ONNX If: the host reads `cond`, runs one branch, and device copies queued on the stream
+    move that branch's results into `outputs`."""
+    node: str
+    cond: int  # a host-visible bool value
+    then_body: "Block"
+    then_results: tuple[int, ...]
+    else_body: "Block"
+    else_results: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+
+Step = Union[Launch, HostStep, Sync, Loop, If]
+Block = tuple  # tuple[Step, ...]
+
+
+def op_key(domain: str, op_type: str) -> str:
+    """The registry key a Launch/HostStep names: "domain::op_type" ("::Add" for ai.onnx)."""
+    return f"{'' if domain == 'ai.onnx' else domain}::{op_type}"
+
+
+def split_op_key(key: str) -> tuple[str, str]:
+    domain, _, op_type = key.rpartition("::")
+    return domain, op_type
+
+
+def op_type_of(key: str) -> str:
+    return key.rpartition("::")[2]
+
+
+def walk(block):
+    """Every step of a block, nested blocks included (a Loop/If before its bodies' steps)."""
+    for s in block:
+        yield s
+        if isinstance(s, Loop):
+            yield from walk(s.body)
+        elif isinstance(s, If):
+            yield from walk(s.then_body)
+            yield from walk(s.else_body)
 
 
 @dataclass
 class Plan:
     name: str
-    inputs: list[str]
-    outputs: list[str]
-    output_elem_types: list[int]
-    steps: list[Step]
+    values: dict[int, ValueSpec]
+    inputs: list[int]  # value ids of the fused node's inputs, in ORT's order (inputs and weights;
+    #                    values[inputs[i]].index == i)
+    outputs: list[int]  # value ids of the fused node's outputs, in ORT's order
+    steps: Block
     constants: dict[str, np.ndarray] = field(default_factory=dict)
-    # For each step, the values whose last reader it is (freed after it runs).
-    release_after: list[tuple[str, ...]] = field(default_factory=list)
+
+    def buffers_in_slot(self, space: str, slot: int) -> list[int]:
+        return [i for i, v in self.values.items() if v.kind == "buffer" and v.space == space and v.slot == slot]
+
+    def slot_counts(self) -> dict[str, int]:
+        """Per memory space, the number of slots its pool holds."""
+        counts = {space: 0 for space in MEMORY_SPACES}
+        for v in self.values.values():
+            if v.owns_slot:
+                counts[v.space] = max(counts[v.space], v.slot + 1)
+        return counts
+
+    def storage_of(self, value_id: int) -> int:
+        """The id of the buffer that owns the storage `value_id` lives in (follows views)."""
+        v = self.values[value_id]
+        while v.kind == "buffer" and v.view_of >= 0:
+            value_id = v.view_of
+            v = self.values[value_id]
+        return value_id
+
+    def format(self) -> str:
+        """A readable listing (dump_ir writes it)."""
+        lines = [f"plan {self.name}"]
+        for i, v in sorted(self.values.items()):
+            where = {"input": f"input {v.index}", "weight": f"weight (input {v.index})",
+                     "constant": f"constant {v.constant!r}",
+                     "buffer": f"{v.space} slot {v.slot}" if v.view_of < 0 else f"view of %{v.view_of}"}[v.kind]
+            lines.append(f"  %{i}: {v.dtype} {where}  # {v.name}")
+        lines.append(f"  inputs {_refs(self.inputs)} -> outputs {_refs(self.outputs)}")
+        _format_block(self.steps, lines, "  ")
+        return "\n".join(lines)
+
+
+def _ref(i: int) -> str:
+    return "-" if i < 0 else f"%{i}"
+
+
+def _refs(ids) -> str:
+    return "[" + ", ".join(_ref(i) for i in ids) + "]"
+
+
+def _format_block(block, lines, indent):
+    for s in block:
+        if isinstance(s, (Launch, HostStep)):
+            kind = "launch" if isinstance(s, Launch) else "host"
+            ins = ", ".join(_ref(i) for i in s.inputs)
+            outs = ", ".join(_ref(i) for i in s.outputs)
+            lines.append(f"{indent}{kind} {s.op}({ins}) -> {outs}  # {s.node}")
+        elif isinstance(s, Sync):
+            lines.append(f"{indent}sync  # {s.reason}")
+        elif isinstance(s, Loop):
+            lines.append(f"{indent}loop {s.node} trip={_ref(s.trip_count)} cond={_ref(s.cond)} "
+                         f"carried={_refs(s.carried)} args={_refs(s.body_args)} -> {_refs(s.outputs)}")
+            _format_block(s.body, lines, indent + "  ")
+            lines.append(f"{indent}  yield {_refs(s.body_results)}")
+        elif isinstance(s, If):
+            lines.append(f"{indent}if {s.node} {_ref(s.cond)} -> {_refs(s.outputs)}")
+            _format_block(s.then_body, lines, indent + "  ")
+            lines.append(f"{indent}  then yield {_refs(s.then_results)}")
+            _format_block(s.else_body, lines, indent + "  ")
+            lines.append(f"{indent}  else yield {_refs(s.else_results)}")

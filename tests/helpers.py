@@ -65,3 +65,88 @@ def middle_model():
     ]
     return make_model(nodes, [tensor("x", TensorProto.FLOAT, ["n", 3, 3]), tensor("y", TensorProto.FLOAT, [3])],
                       [tensor("z", TensorProto.FLOAT, ["n"])])
+
+
+def rotate_half_loop_model(trips: int = 2):
+    """A Loop whose body rotates half of a [1, seq, 12, 32] tensor, vision-RoPE style, with an
+    opset-13 Slice whose bounds are computed at run time from Shape(x)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    f = TensorProto.FLOAT
+    i64 = TensorProto.INT64
+    n = helper.make_node
+    body_nodes = [
+        n("Identity", ["cond_in"], ["cond_out"], name="keep_going"),
+        n("Shape", ["v"], ["v_shape"], name="v_shape"),
+        n("Gather", ["v_shape", "last_axis"], ["width"], name="width", axis=0),
+        n("Div", ["width", "two"], ["half"], name="half"),
+        n("Unsqueeze", ["half", "zero_axis"], ["half1"], name="half1"),
+        n("Unsqueeze", ["width", "zero_axis"], ["width1"], name="width1"),
+        n("Slice", ["v", "zero1", "half1", "axis3"], ["x1"], name="first_half"),
+        n("Slice", ["v", "half1", "width1", "axis3"], ["x2"], name="second_half"),
+        n("Neg", ["x2"], ["nx2"], name="negate"),
+        n("Concat", ["nx2", "x1"], ["rot"], name="rotate", axis=3),
+        n("Mul", ["v", "cos"], ["vc"], name="times_cos"),
+        n("Mul", ["rot", "sin"], ["rs"], name="times_sin"),
+        n("Add", ["vc", "rs"], ["v_out"], name="rope"),
+    ]
+    body = helper.make_graph(
+        body_nodes, "rope_body",
+        [tensor("i", i64, []), tensor("cond_in", TensorProto.BOOL, []), tensor("v", f, [1, "seq", 12, 32])],
+        [tensor("cond_out", TensorProto.BOOL, []), tensor("v_out", f, [1, "seq", 12, 32])])
+    rng = np.random.default_rng(7)
+    inits = [
+        numpy_helper.from_array(np.array(trips, np.int64), "trips"),
+        numpy_helper.from_array(np.array(True), "go"),
+        numpy_helper.from_array(np.array(3, np.int64), "last_axis"),
+        numpy_helper.from_array(np.array(2, np.int64), "two"),
+        numpy_helper.from_array(np.array([0], np.int64), "zero_axis"),
+        numpy_helper.from_array(np.array([0], np.int64), "zero1"),
+        numpy_helper.from_array(np.array([3], np.int64), "axis3"),
+        numpy_helper.from_array(rng.uniform(-1, 1, 32).astype(np.float32), "cos"),
+        numpy_helper.from_array(rng.uniform(-1, 1, 32).astype(np.float32), "sin"),
+    ]
+    nodes = [n("Loop", ["trips", "go", "x"], ["y"], name="rope_loop", body=body)]
+    return make_model(nodes, [tensor("x", f, [1, "seq", 12, 32])], [tensor("y", f, [1, "seq", 12, 32])],
+                      inits, opset=17)
+
+
+def equal_split_model():
+    """An equal Split of a static axis whose declared outputs leave that axis dynamic."""
+    f = TensorProto.FLOAT
+    nodes = [
+        helper.make_node("Split", ["x"], ["a", "b"], name="halves", axis=1, num_outputs=2),
+        helper.make_node("Mul", ["a", "b"], ["y"], name="product"),
+    ]
+    graph = helper.make_graph(nodes, "split", [tensor("x", f, ["n", 8])], [tensor("y", f, ["n", None])])
+    graph.value_info.extend([tensor("a", f, ["n", None]), tensor("b", f, ["n", None])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=IR_VERSION)
+
+
+def gqa_preamble_model():
+    """The GQA preamble: seqlens_k = Cast(ReduceSum(mask, 1) - 1) on the device, and
+    total_sequence_length = Cast(Gather(Shape(mask), 1)) stored by the host, both feeding further
+    device ops."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    i64, i32 = TensorProto.INT64, TensorProto.INT32
+    n = helper.make_node
+    nodes = [
+        n("ReduceSum", ["attention_mask", "axis1"], ["mask_sum"], name="mask_sum", keepdims=0),
+        n("Sub", ["mask_sum", "one"], ["seqlens_k64"], name="minus_one"),
+        n("Cast", ["seqlens_k64"], ["seqlens_k"], name="seqlens_k", to=i32),
+        n("Shape", ["attention_mask"], ["mask_shape"], name="mask_shape"),
+        n("Gather", ["mask_shape", "one_scalar"], ["total64"], name="total_len", axis=0),
+        n("Cast", ["total64"], ["total_sequence_length"], name="total_sequence_length", to=i32),
+        # further device ops reading both
+        n("Sub", ["total_sequence_length", "seqlens_k"], ["padding"], name="padding"),
+        n("Mul", ["padding", "seqlens_k"], ["mixed"], name="mixed"),
+        n("Add", ["mixed", "total_sequence_length"], ["out"], name="out"),
+    ]
+    inits = [numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array(1, np.int64), "one_scalar")]
+    return make_model(nodes, [tensor("attention_mask", i64, ["batch", "total"])],
+                      [tensor("out", i32, ["batch"]), tensor("seqlens_k", i32, ["batch"])], inits, opset=17)

@@ -66,6 +66,8 @@ class OpDef:
     host_inputs: tuple[int, ...] = ()
     # Output 0 may share input 0's storage (same bytes, another shape): Reshape, Squeeze, ...
     view: bool = False
+    # Loop/If: the node's bodies are compiled as regions and run as plan control flow.
+    control_flow: bool = False
     # Inputs the compiler needs as compile-time constants are not required here: the CPU
     # reference reads every operand at run time.
 
@@ -108,10 +110,10 @@ def resolve_attributes(op: OpDef, node: Node) -> dict:
 
 def check_node(node: Node, graph: GraphView) -> str | None:
     """None if hipep can run `node`; otherwise the reason it cannot, in words."""
-    if node.subgraphs:
-        return (f"{node.op_type} has subgraph attributes ({', '.join(node.subgraphs)}); hipep does not "
-                f"compile control flow yet (its body graphs are partitioned on their own)")
     op = lookup(node.domain, node.op_type)
+    if node.subgraphs and (op is None or not op.control_flow):
+        return (f"{node.op_type} has subgraph attributes ({', '.join(node.subgraphs)}); hipep compiles "
+                f"only Loop and If bodies (its body graphs are partitioned on their own)")
     if op is None:
         return f"operator {node.qualified_op} is not implemented by hipep"
     if node.since_version not in op.since_versions:
