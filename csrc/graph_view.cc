@@ -265,6 +265,18 @@ py::array copy_to_numpy(const OrtValue* value) {
   return out;
 }
 
+py::object describe_parent(const OrtGraph* graph) {
+  const OrtNode* parent = nullptr;
+  HIPEP_ORT(g_ort->Graph_GetParentNode(graph, &parent));
+  if (parent == nullptr) return py::none();
+  py::dict types;
+  py::dict node = describe_node(parent, types);
+  py::dict d;
+  d["node"] = node;
+  d["types"] = types;
+  return d;
+}
+
 py::dict describe_graph(const OrtGraph* graph, std::vector<const OrtNode*>* nodes_out) {
   py::dict d;
   py::dict types;

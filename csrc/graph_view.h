@@ -15,6 +15,10 @@ namespace hipep {
 // given, receives the OrtNode pointers in the same order as the dict's "nodes". Needs the GIL.
 pybind11::dict describe_graph(const OrtGraph* graph, std::vector<const OrtNode*>* nodes_out);
 
+// For a nested graph (a Loop/If body): {"node": the enclosing node, "types": its values' types};
+// None for a top-level graph. Needs the GIL.
+pybind11::object describe_parent(const OrtGraph* graph);
+
 // Names of a node's inputs or outputs ("" for an omitted optional value).
 std::vector<std::string> value_names(const OrtNode* node, bool outputs);
 

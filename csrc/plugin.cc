@@ -216,6 +216,7 @@ struct HipEp : OrtEp {
     return guarded("GetCapability", [&] {
       std::vector<const OrtNode*> nodes;
       py::dict desc = describe_graph(graph, &nodes);
+      desc["parent"] = describe_parent(graph);
       py::tuple result = self->state->get().attr("get_capability")(desc);
       log_records(self->logger, result[1]);
       OrtNodeFusionOptions fusion{};

@@ -94,9 +94,9 @@ def InferenceSession(model, sess_options=None, disable_cpu_ep_fallback: bool = T
     elif not isinstance(model, (str, bytes)):
         model = model.SerializeToString()
     provider_options = {k: str(v) for k, v in options.items()}
-    from .bridge import resolve_device
+    from .bridge import check_options
 
-    resolve_device(ProviderOptions.from_strings(provider_options))  # bad options fail here, plainly
+    check_options(ProviderOptions.from_strings(provider_options))  # bad options fail here, plainly
     try:
         return _session_class()(model, sess_options=so, providers=[(EP_NAME, provider_options)])
     except Exception as e:

@@ -8,6 +8,7 @@ the session's logger.
 """
 from __future__ import annotations
 
+import collections
 import threading
 
 from . import counters
@@ -15,6 +16,7 @@ from .compiler import compile_subgraph
 from .errors import OptionError
 from .graph import GraphView, elem_type_of
 from .options import EP_NAME, ProviderOptions
+from .ops.registry import check_node
 from .partition import PartitionReport, partition
 from .plan import walk
 from .runtime.device import open_device
@@ -32,6 +34,14 @@ def last_report() -> PartitionReport | None:
     return getattr(_last_report, "report", None)
 
 
+# The plans this process compiled most recently (newest last), for tests and debugging.
+_recent_plans: "collections.deque" = collections.deque(maxlen=32)
+
+
+def compiled_plans() -> list:
+    return list(_recent_plans)
+
+
 def resolve_device(options: ProviderOptions) -> str:
     """The device kind an option value selects. GPU runtimes join here as their backends land."""
     if options.device in ("auto", "cpu"):
@@ -41,10 +51,22 @@ def resolve_device(options: ProviderOptions) -> str:
         f"implemented yet; use device=cpu or device=auto")
 
 
+def check_options(options: ProviderOptions) -> str:
+    """Validates what options alone cannot (device availability, pass names); the device kind."""
+    if options.pass_options:
+        from .passes import pipeline_with_overrides
+
+        try:
+            pipeline_with_overrides(options.pass_options)
+        except ValueError as e:
+            raise OptionError(f"option 'pass_options' = {options.pass_options!r} is invalid: {e}") from None
+    return resolve_device(options)
+
+
 class EpState:
     def __init__(self, config: dict[str, str], ort_severity: int):
         self.options = ProviderOptions.from_session_config(config)
-        self.device_kind = resolve_device(self.options)
+        self.device_kind = check_options(self.options)
         self.device = open_device(self.device_kind, self.options.device_id,
                                   cpu_schedule=self.options.cpu_schedule, seed=self.options.seed)
         self.fallback_disabled = config.get(FALLBACK_KEY, "0").strip() == "1"
@@ -57,6 +79,13 @@ class EpState:
 
     def get_capability(self, desc: dict):
         graph = GraphView.from_native(desc)
+        parent = desc.get("parent")
+        if parent is not None and self._enclosing_node_claimable(parent):
+            # ORT asks about a Loop/If body before the node itself: leave the body whole, so the
+            # enclosing node can be claimed with it and compiled as one.
+            counters.bump("capability_calls")
+            return [], self._records([(VERBOSE, f"{EP_NAME}: leaving the body graph '{graph.name}' to its "
+                                                f"enclosing {parent['node']['op_type']} node, which hipep claims")])
         report = partition(graph)
         _last_report.report = report
         records = []
@@ -70,9 +99,16 @@ class EpState:
         counters.bump("capability_calls")
         return report.clusters, self._records(records)
 
+    @staticmethod
+    def _enclosing_node_claimable(parent: dict) -> bool:
+        view = GraphView.from_native({"name": "", "nodes": [parent["node"]], "inputs": [], "outputs": [],
+                                      "types": parent["types"], "constants": {}, "weights": [], "opsets": {}})
+        return check_node(view.nodes[0], view) is None
+
     def compile(self, desc: dict, fused_name: str, inputs: list[str], outputs: list[str]):
         graph = GraphView.from_native(desc)
         plan = compile_subgraph(graph, fused_name, inputs, outputs, self.options)
+        _recent_plans.append(plan)
         executor = Executor(plan, self.device)
         counters.bump("compiled_subgraphs")
         n_steps = sum(1 for _ in walk(plan.steps))

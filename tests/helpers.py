@@ -126,8 +126,10 @@ def equal_split_model():
 
 def gqa_preamble_model():
     """The GQA preamble: seqlens_k = Cast(ReduceSum(mask, 1) - 1) on the device, and
-    total_sequence_length = Cast(Gather(Shape(mask), 1)) stored by the host, both feeding further
-    device ops."""
+    total_sequence_length = Cast(Gather(Shape(·), 1)) stored by the host, both feeding further
+    device ops. The Shape reads a device-made copy of the mask's extents (mask + 0·seqlens), so
+    the host steps come after queued device work in every topological order, as they do in a
+    full decoder; ORT would otherwise run the Shape first."""
     import numpy as np
     from onnx import numpy_helper
 
@@ -137,7 +139,10 @@ def gqa_preamble_model():
         n("ReduceSum", ["attention_mask", "axis1"], ["mask_sum"], name="mask_sum", keepdims=0),
         n("Sub", ["mask_sum", "one"], ["seqlens_k64"], name="minus_one"),
         n("Cast", ["seqlens_k64"], ["seqlens_k"], name="seqlens_k", to=i32),
-        n("Shape", ["attention_mask"], ["mask_shape"], name="mask_shape"),
+        n("Mul", ["seqlens_k64", "zero"], ["nothing"], name="nothing"),
+        n("Unsqueeze", ["nothing", "axis1"], ["nothing2d"], name="nothing2d"),
+        n("Add", ["attention_mask", "nothing2d"], ["mask_again"], name="mask_again"),
+        n("Shape", ["mask_again"], ["mask_shape"], name="mask_shape"),
         n("Gather", ["mask_shape", "one_scalar"], ["total64"], name="total_len", axis=0),
         n("Cast", ["total64"], ["total_sequence_length"], name="total_sequence_length", to=i32),
         # further device ops reading both
@@ -147,6 +152,7 @@ def gqa_preamble_model():
     ]
     inits = [numpy_helper.from_array(np.array([1], np.int64), "axis1"),
              numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array(0, np.int64), "zero"),
              numpy_helper.from_array(np.array(1, np.int64), "one_scalar")]
     return make_model(nodes, [tensor("attention_mask", i64, ["batch", "total"])],
                       [tensor("out", i32, ["batch"]), tensor("seqlens_k", i32, ["batch"])], inits, opset=17)

@@ -10,8 +10,8 @@ from xdsl.context import Context
 from xdsl.dialects import arith, builtin, func, memref, scf, tensor
 from xdsl.dialects.builtin import (DYNAMIC_INDEX, ArrayAttr, DenseIntOrFPElementsAttr,
                                    DictionaryAttr, FloatAttr, FunctionType, IndexType,
-                                   IntegerAttr, ModuleOp, StringAttr, TensorType,
-                                   UnrankedTensorType, i64)
+                                   IntegerAttr, MemRefType, ModuleOp, StringAttr, TensorType,
+                                   UnitAttr, UnrankedMemRefType, UnrankedTensorType, i64)
 from xdsl.ir import Attribute, Block, BlockArgument, Dialect, Operation, OpResult, Region, SSAValue
 from xdsl.parser import Parser
 from xdsl.passes import ModulePass, PassPipeline
@@ -22,7 +22,8 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 __all__ = [
     "Context", "arith", "builtin", "func", "memref", "scf", "tensor", "DYNAMIC_INDEX", "ArrayAttr",
     "DenseIntOrFPElementsAttr", "DictionaryAttr", "FloatAttr", "FunctionType", "IndexType",
-    "IntegerAttr", "ModuleOp", "StringAttr", "TensorType", "UnrankedTensorType", "i64", "Attribute",
+    "IntegerAttr", "MemRefType", "ModuleOp", "StringAttr", "TensorType", "UnitAttr", "UnrankedMemRefType",
+    "UnrankedTensorType", "i64", "Attribute",
     "Block", "BlockArgument", "Dialect", "Operation", "OpResult", "Region", "SSAValue", "Parser",
     "ModulePass", "PassPipeline", "Printer", "InsertPoint", "Rewriter", "make_context", "print_ir",
     "parse_ir", "xDSLOptMain",

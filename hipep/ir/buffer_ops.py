@@ -15,7 +15,8 @@ sized at run time).
 """
 from __future__ import annotations
 
-from xdsl.dialects.builtin import DenseArrayBase, DictionaryAttr, IntegerAttr, MemRefType, StringAttr, UnitAttr, i64
+from xdsl.dialects.builtin import (DenseArrayBase, DictionaryAttr, IntegerAttr, MemRefType, StringAttr, UnitAttr,
+                                   UnrankedMemRefType, i64)
 from xdsl.ir import Region
 from xdsl.irdl import (
     AttrSizedOperandSegments,
@@ -43,14 +44,16 @@ def memory_space(t) -> str:
     return ms.data if isinstance(ms, StringAttr) else DEVICE
 
 
-def with_memory_space(t: MemRefType, space: str) -> MemRefType:
+def with_memory_space(t, space: str):
+    if isinstance(t, UnrankedMemRefType):
+        return UnrankedMemRefType.from_type(t.element_type, StringAttr(space))
     return MemRefType(t.element_type, t.get_shape(), memory_space=StringAttr(space))
 
 
 @irdl_op_definition
 class AllocOp(IRDLOperation):
     name = "hip.alloc"
-    result = result_def(MemRefType)
+    result = result_def()
     value_name = opt_prop_def(StringAttr, prop_name="name")
     slot = opt_prop_def(IntegerAttr)
     scratch = opt_prop_def(UnitAttr)
@@ -63,8 +66,8 @@ class AllocOp(IRDLOperation):
 @irdl_op_definition
 class ViewOp(IRDLOperation):
     name = "hip.view"
-    source = operand_def(MemRefType)
-    result = result_def(MemRefType)
+    source = operand_def()
+    result = result_def()
 
     def __init__(self, source, t: MemRefType):
         super().__init__(operands=[source], result_types=[t])
@@ -129,10 +132,10 @@ class BufferLoopOp(IRDLOperation):
     yield gives (condition, carried values..., scan outputs...). The host reads trip_count and
     cond (and each iteration's yielded condition)."""
     name = "hip.buffer_loop"
-    trip_count = opt_operand_def(MemRefType)
-    cond = opt_operand_def(MemRefType)
-    carried = var_operand_def(MemRefType)
-    outputs = var_result_def(MemRefType)
+    trip_count = opt_operand_def()
+    cond = opt_operand_def()
+    carried = var_operand_def()
+    outputs = var_result_def()
     body = region_def("single_block")
     node = prop_def(StringAttr)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
@@ -148,8 +151,8 @@ class BufferLoopOp(IRDLOperation):
 class BufferIfOp(IRDLOperation):
     """ONNX If on buffers; the host reads `cond`."""
     name = "hip.buffer_if"
-    cond = operand_def(MemRefType)
-    outputs = var_result_def(MemRefType)
+    cond = operand_def()
+    outputs = var_result_def()
     then_region = region_def("single_block")
     else_region = region_def("single_block")
     node = prop_def(StringAttr)

@@ -1,7 +1,7 @@
 """Op families. Each module registers its OpDefs with `registry.register` when imported."""
 from .registry import OpDef, all_ops, check_node, lookup, resolve_attributes  # noqa: F401
 
-FAMILIES = ("elementwise", "linalg", "normalization", "shape", "reduce")
+FAMILIES = ("elementwise", "linalg", "normalization", "shape", "reduce", "control_flow")
 
 
 def _import_families():

@@ -60,7 +60,7 @@ def test_slice_lowering_matches_reference(starts, ends, axes, steps, dynamic_oth
     m = model([h.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"], name="sl")],
               [T("x", TP.FLOAT, shape)], [T("y", TP.FLOAT, None)], inits)
     module = import_graph(GraphView.from_onnx(m), ["x"], ["y"], "s")
-    run_pipeline(module)
+    run_pipeline(module, ["hip-infer-shapes", "hip-lower-slices"])
     module.verify()
     slices = [o for o in module.walk() if isinstance(o, tensor.ExtractSliceOp)]
     assert len(slices) == 1
@@ -81,7 +81,7 @@ def test_negative_step_and_runtime_bounds_stay():
                h.make_node("Slice", ["x", "b", "b"], ["z"], name="runtime")],
               [T("x", TP.FLOAT, [6, 7]), T("b", TP.INT64, [1])], [T("y", TP.FLOAT, None), T("z", TP.FLOAT, None)], inits)
     module = import_graph(GraphView.from_onnx(m), ["x", "b"], ["y", "z"], "s")
-    run_pipeline(module)
+    run_pipeline(module, ["hip-infer-shapes", "hip-lower-slices"])
     names = [o.name for o in module.walk()]
     assert names.count("hip.slice") == 2 and "tensor.extract_slice" not in names
 
@@ -103,7 +103,7 @@ def test_split_lowering_matches_reference(opset, width, sizes, attrs, n):
     m = model([h.make_node("Split", inputs, outs, axis=1, name="sp", **attrs)],
               [T("x", TP.FLOAT, ["b", width])], [T(o, TP.FLOAT, None) for o in outs], inits, opset=opset)
     module = import_graph(GraphView.from_onnx(m), ["x"], outs, "s")
-    run_pipeline(module)
+    run_pipeline(module, ["hip-infer-shapes", "hip-lower-slices"])
     module.verify()
     slices = [o for o in module.walk() if isinstance(o, tensor.ExtractSliceOp)]
     assert len(slices) == n
