@@ -40,3 +40,16 @@ def test_lit_suite():
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"lit failed (exit {proc.returncode}):\n{output}"
     assert "Passed" in output, output
+
+
+def test_hipep_opt_help_lists_every_pass():
+    import subprocess
+    import sys
+
+    from hipep.passes import PASSES
+
+    out = subprocess.run([sys.executable, "-m", "hipep.tools.opt", "--help"], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "COLUMNS": "400"})
+    assert out.returncode == 0, out.stderr
+    for name in PASSES:
+        assert name in out.stdout, name

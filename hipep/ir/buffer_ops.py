@@ -20,6 +20,7 @@ from xdsl.dialects.builtin import (DenseArrayBase, DictionaryAttr, IntegerAttr, 
 from xdsl.ir import Region
 from xdsl.irdl import (
     AttrSizedOperandSegments,
+    ParsePropInAttrDict,
     IRDLOperation,
     irdl_op_definition,
     operand_def,
@@ -57,6 +58,8 @@ class AllocOp(IRDLOperation):
     value_name = opt_prop_def(StringAttr, prop_name="name")
     slot = opt_prop_def(IntegerAttr)
     scratch = opt_prop_def(UnitAttr)
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "attr-dict `:` type($result)"
 
     def __init__(self, t: MemRefType, value_name: str = ""):
         props = {"name": StringAttr(value_name)} if value_name else {}
@@ -68,6 +71,7 @@ class ViewOp(IRDLOperation):
     name = "hip.view"
     source = operand_def()
     result = result_def()
+    assembly_format = "$source attr-dict `:` type($source) `->` type($result)"
 
     def __init__(self, source, t: MemRefType):
         super().__init__(operands=[source], result_types=[t])
@@ -82,7 +86,9 @@ class _OpOnBuffers(IRDLOperation):
     out_positions = prop_def(DenseArrayBase)  # ONNX output index each `outs` operand receives
     ins = var_operand_def()
     outs = var_operand_def()
-    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
+    assembly_format = ("$op $node `(` $ins `)` `outs` `(` $outs `)` attr-dict "
+                       "`:` `(` type($ins) `)` `->` `(` type($outs) `)`")
 
     def __init__(self, op: str, node: str, since_version: int, onnx: DictionaryAttr,
                  ins, in_positions, outs, out_positions):
@@ -107,6 +113,7 @@ class HostOp(_OpOnBuffers):
 class SyncOp(IRDLOperation):
     name = "hip.sync"
     reason = prop_def(StringAttr)
+    assembly_format = "$reason attr-dict"
 
     def __init__(self, reason: str):
         super().__init__(properties={"reason": StringAttr(reason)})

@@ -6,10 +6,12 @@ the queue) before it
   * reads what queued device work writes: a host op's input, a launch's host input (sizes), a loop
     trip count or condition (also the condition each iteration yields), an if condition;
   * writes what queued device work may still read or write: within a block, in the next loop
-    iteration (a loop body is walked a second time from the state its end leaves), or in the
-    next run (the plan always ends with a sync: ORT reads the outputs when Compute returns).
-Hazards are tracked per buffer, through views: slots that different buffers share are
-`hip-reuse-buffers`' business, made safe by the memory spaces, not by syncs.
+    iteration (a loop body is walked a second time from the state its end leaves), in reused
+    host-visible scratch (another buffer of the same host-visible slot), or in the next run (the
+    plan always ends with a sync: ORT reads the outputs when Compute returns).
+Hazards are tracked per buffer, through views, and per slot only within the host-visible space
+(the host's own scratch). Device slots that a host buffer shares are a bug that the memory
+spaces rule out (`hip-assign-memory-spaces`), not something a sync should paper over.
 """
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ from dataclasses import dataclass, field
 
 from ..ir.api import Block, Context, InsertPoint, ModuleOp, ModulePass, Operation, Rewriter, SSAValue, func
 
-from ..ir.buffer_ops import AllocOp, BufferIfOp, BufferLoopOp, BufferYieldOp, SyncOp
-from .buffer_effects import device_reads, device_writes, host_reads, host_writes, storage
+from ..ir.buffer_ops import HOST_VISIBLE, AllocOp, BufferIfOp, BufferLoopOp, BufferYieldOp, SyncOp, memory_space
+from .buffer_effects import device_reads, device_writes, host_reads, host_writes, storage, walk
 
 
 @dataclass
@@ -48,13 +50,11 @@ def _key(v: SSAValue, q: _Queued) -> int:
 
 
 def _describe(v: SSAValue, root: SSAValue) -> str:
-    for candidate in (v, root):
-        if candidate.name_hint:
-            return candidate.name_hint
+    """The ONNX value name of a buffer (its alloc's `name`), else its IR name."""
     owner = root.owner
     if isinstance(owner, AllocOp) and owner.value_name is not None:
         return owner.value_name.data
-    return "a buffer"
+    return v.name_hint or root.name_hint or "a buffer"
 
 
 @dataclass(frozen=True)
@@ -64,12 +64,22 @@ class InsertSyncsPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for f in op.ops:
             if isinstance(f, func.FuncOp):
-                _Inserter().block(f.body.block, _Queued())
+                _Inserter(_host_visible_slot_mates(f)).block(f.body.block, _Queued())
+
+
+def _host_visible_slot_mates(f: func.FuncOp) -> dict[int, list[int]]:
+    """id(storage) -> ids of the other host-visible buffers in the same slot (reused scratch)."""
+    by_slot: dict[int, list[int]] = {}
+    for op in walk(f.body.block):
+        if isinstance(op, AllocOp) and op.slot is not None and memory_space(op.result.type) == HOST_VISIBLE:
+            by_slot.setdefault(op.slot.value.data, []).append(id(op.result))
+    return {b: [o for o in group if o != b] for group in by_slot.values() for b in group}
 
 
 class _Inserter:
-    def __init__(self):
+    def __init__(self, slot_mates: dict[int, list[int]]):
         self.rewriter = Rewriter()
+        self.slot_mates = slot_mates
 
     def sync_before(self, op: Operation, reason: str, q: _Queued) -> None:
         prev = op.prev_op
@@ -88,6 +98,11 @@ class _Inserter:
             k = _key(v, q)
             if k in q.reads or k in q.writes:
                 self.sync_before(op, f"{what} writes {q.names[k]}, which queued device work may still use", q)
+                return
+            mate = next((m for m in self.slot_mates.get(k, ()) if m in q.reads or m in q.writes), None)
+            if mate is not None:
+                self.sync_before(op, f"{what} writes {q.names[k]} into host-visible scratch that queued device "
+                                     f"work on {q.names.get(mate, 'another buffer')} may still use", q)
                 return
 
     def block(self, block: Block, q: _Queued) -> _Queued:
