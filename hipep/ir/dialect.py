@@ -393,32 +393,10 @@ _STRUCTURAL = {LoopOp.REGISTRY_KEY: LoopOp, IfOp.REGISTRY_KEY: IfOp}
 REGISTRY_OPS: dict[tuple[str, str], type[HipOnnxOp]] = _build_registry_ops()
 STRUCTURAL_OPS = (ConstantOp, WeightOp, YieldOp, LoopOp, IfOp)
 
-# Other modules of hipep/ir that define hip.* ops (the bufferized half of the dialect): their
-# IRDL op classes named hip.* join the one `hip` dialect (a Context holds one dialect per name).
-EXTRA_OP_MODULES = ("hipep.ir.buffer_ops",)
-
-
-def _extra_ops() -> list[type[IRDLOperation]]:
-    import importlib
-    import inspect
-
-    found: list[type[IRDLOperation]] = []
-    for mod_name in EXTRA_OP_MODULES:
-        try:
-            mod = importlib.import_module(mod_name)
-        except ModuleNotFoundError as e:
-            if e.name != mod_name:
-                raise
-            continue
-        for _, obj in inspect.getmembers(mod, inspect.isclass):
-            if (issubclass(obj, IRDLOperation) and obj.__module__ == mod.__name__
-                    and isinstance(getattr(obj, "name", None), str) and obj.name.startswith("hip.")):
-                found.append(obj)
-    return found
-
-
 def _dialect() -> Dialect:
-    ops = [*STRUCTURAL_OPS, *REGISTRY_OPS.values(), *_extra_ops()]
+    from .buffer_ops import BUFFER_OPS  # the bufferized half of the dialect
+
+    ops = [*STRUCTURAL_OPS, *REGISTRY_OPS.values(), *BUFFER_OPS]
     seen: dict[str, type] = {}
     for op in ops:
         if op.name in seen and seen[op.name] is not op:
