@@ -20,6 +20,11 @@ from ..graph import GraphView, Node, elem_type_name
 # ONNX TensorProto element types used in constraints.
 F32, U8, I8, U16, I16, I32, I64, STRING, BOOL, F16, F64, U32, U64 = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13
 BF16 = 16
+I8S = frozenset({I8})
+U8S = frozenset({U8})
+ALL_INTS = frozenset({I8, U8, I16, U16, I32, I64, U32, U64})
+# Every element type a data-movement op (Reshape, Transpose, Gather, Concat, ...) can carry.
+ANY_TENSOR = frozenset({F32, F16, F64, BOOL}) | ALL_INTS
 FLOATS = frozenset({F32, F16})
 INTS = frozenset({I32, I64})
 NUMERIC = FLOATS | INTS
