@@ -208,6 +208,12 @@ struct HipEp : OrtEp {
     GetCapability = GetCapabilityImpl;
     Compile = CompileImpl;
     ReleaseNodeComputeInfos = ReleaseNodeComputeInfosImpl;
+    OnRunStart = OnRunStartImpl;
+  }
+
+  static OrtStatus* ORT_API_CALL OnRunStartImpl(OrtEp* self_base, const OrtRunOptions*) noexcept {
+    auto* self = static_cast<HipEp*>(self_base);
+    return guarded("starting a run", [&] { self->state->get().attr("on_run_start")(); });
   }
 
   static OrtStatus* ORT_API_CALL GetCapabilityImpl(OrtEp* self_base, const OrtGraph* graph,

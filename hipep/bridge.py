@@ -13,7 +13,7 @@ import threading
 
 from . import counters
 from .compiler import compile_subgraph
-from .errors import OptionError
+from .errors import HipepError, OptionError
 from .graph import GraphView, elem_type_of
 from .options import EP_NAME, ProviderOptions
 from .ops.registry import check_node
@@ -70,6 +70,7 @@ class EpState:
         self.device = open_device(self.device_kind, self.options.device_id,
                                   cpu_schedule=self.options.cpu_schedule, seed=self.options.seed)
         self.fallback_disabled = config.get(FALLBACK_KEY, "0").strip() == "1"
+        self.strict_failure: str | None = None
         self.ort_severity = ort_severity
         counters.bump("eps_created")
 
@@ -97,6 +98,14 @@ class EpState:
                                      f"'{graph.name}'; {consequence}:\n{lines}"))
         records.append((INFO, f"{EP_NAME}: {report.summary()}"))
         counters.bump("capability_calls")
+        if self.options.strict and report.rejections:
+            # ORT only logs a failing GetCapability and goes on: the session fails in Compile or,
+            # when hipep claimed nothing at all, at its first run (OnRunStart).
+            lines = "\n".join("  " + line for line in report.rejection_lines())
+            self.strict_failure = (f"strict: {EP_NAME} cannot run {len(report.rejections)} node(s) of graph "
+                                   f"'{graph.name}' and the 'strict' option forbids leaving them to another EP:"
+                                   f"\n{lines}")
+            records.append((ERROR, self.strict_failure))
         return report.clusters, self._records(records)
 
     @staticmethod
@@ -105,7 +114,13 @@ class EpState:
                                       "types": parent["types"], "constants": {}, "weights": [], "opsets": {}})
         return check_node(view.nodes[0], view) is None
 
+    def on_run_start(self) -> None:
+        if self.strict_failure:
+            raise HipepError(self.strict_failure)
+
     def compile(self, desc: dict, fused_name: str, inputs: list[str], outputs: list[str]):
+        if self.strict_failure:
+            raise HipepError(self.strict_failure)
         graph = GraphView.from_native(desc)
         plan = compile_subgraph(graph, fused_name, inputs, outputs, self.options)
         _recent_plans.append(plan)

@@ -34,6 +34,10 @@ class ProviderOptions:
     """Seed of the random CPU schedule."""
     dump_ir: str = ""
     """A folder: the IR after each pass and the launch plan of every compiled subgraph go there."""
+    strict: bool = False
+    """Fail session creation when any node is left unclaimed, naming each one and the reason: the
+    same guarantee as session.disable_cpu_ep_fallback=1, for hosts that cannot set session config
+    entries (onnxruntime-genai's genai_config.json has no place for them)."""
     pass_options: str = ""
     """For compiler development and tests: pass options that override the pipeline's, in
     hipep-opt's syntax, comma separated: `hip-assign-memory-spaces{host_rule=false}`."""
@@ -80,6 +84,11 @@ class ProviderOptions:
             kw["seed"] = int(raw)
         if "dump_ir" in values:
             kw["dump_ir"] = str(values["dump_ir"])
+        if "strict" in values:
+            v = str(values["strict"]).strip().lower()
+            if v not in ("0", "1", "true", "false"):
+                raise OptionError(f"option 'strict' = {values['strict']!r} is invalid; expected 0, 1, true or false")
+            kw["strict"] = v in ("1", "true")
         if "pass_options" in values:
             kw["pass_options"] = str(values["pass_options"])
         return ProviderOptions(**kw)

@@ -129,3 +129,21 @@ def test_control_flow_with_claimable_bodies_runs_on_hipep(rng):
     sess = hipep.InferenceSession(model)
     for feeds in _signed_inputs(rng):
         assert_matches_cpu(sess, model, feeds)
+
+
+def test_strict_option_fails_session_creation_with_the_reasons(rng):
+    so = ort.SessionOptions()
+    with pytest.raises(Exception) as info:
+        ort.InferenceSession(middle_model().SerializeToString(), so, providers=[(EP, {"strict": "1"})])
+    assert "strict" in str(info.value) and "node 'the_det' (ai.onnx::Det, opset 11)" in str(info.value)
+    # without strict the same model runs, split with the CPU EP
+    sess = ort.InferenceSession(middle_model().SerializeToString(), so, providers=[(EP, {"strict": "0"})])
+    assert_matches_cpu(sess, middle_model(), feeds(rng))
+
+
+def test_strict_option_fails_the_first_run_when_nothing_is_claimed(rng):
+    model = make_model([h.make_node("Det", ["x"], ["d"], name="only_det")], [tensor("x", T.FLOAT, [2, 3, 3])],
+                       [tensor("d", T.FLOAT, [2])])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=[(EP, {"strict": "1"})])
+    with pytest.raises(Exception, match="node 'only_det'"):
+        sess.run(None, {"x": rng.standard_normal((2, 3, 3)).astype(np.float32)})

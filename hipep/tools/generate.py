@@ -1,0 +1,61 @@
+"""Greedy decoding through onnxruntime-genai, on hipep or on the CPU EP: how OGA loads hipep.
+
+    og.register_execution_provider_library("HipExecutionProvider", hipep.get_library_path())
+    config = og.Config(model_folder)
+    config.clear_providers()
+    config.append_provider("HipExecutionProvider")
+    config.set_provider_option("HipExecutionProvider", "device", "cpu")
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..options import EP_NAME
+
+_registered = False
+
+
+def register_with_genai() -> None:
+    """Registers hipep's plugin library with onnxruntime-genai (once per process)."""
+    global _registered
+    import onnxruntime_genai as og
+
+    from .. import get_library_path
+
+    if not _registered:
+        og.register_execution_provider_library(EP_NAME, get_library_path())
+        _registered = True
+
+
+def greedy(folder: str, prompts: list[list[int]], steps: int = 32, ep: str = "hipep",
+           provider_options: dict | None = None, pad_token_id: int = 0) -> list[list[int]]:
+    """Token ids greedily generated after each prompt (a batch; shorter prompts are left-padded
+    with `pad_token_id`, which OGA masks out). `ep` is "hipep" or "cpu"."""
+    import onnxruntime_genai as og
+
+    config = og.Config(folder)
+    config.clear_providers()
+    if ep == "hipep":
+        register_with_genai()
+        config.append_provider(EP_NAME)
+        for k, v in (provider_options or {"device": "cpu"}).items():
+            config.set_provider_option(EP_NAME, k, str(v))
+    elif ep != "cpu":
+        raise ValueError(f"ep must be 'hipep' or 'cpu', got {ep!r}")
+    model = og.Model(config)
+    width = max(len(p) for p in prompts)
+    batch = np.full((len(prompts), width), pad_token_id, dtype=np.int32)
+    for row, p in zip(batch, prompts):
+        row[width - len(p):] = p
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=width + steps, do_sample=False, batch_size=len(prompts))
+    gen = og.Generator(model, params)
+    gen.append_tokens(batch)
+    out: list[list[int]] = [[] for _ in prompts]
+    for _ in range(steps):
+        if gen.is_done():
+            break
+        gen.generate_next_token()
+        for i, t in enumerate(gen.get_next_tokens()):
+            out[i].append(int(t))
+    return out

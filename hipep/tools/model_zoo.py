@@ -1,0 +1,96 @@
+"""Test models made here, never downloaded: onnxruntime-genai decoders built by its model builder
+from random-weight `transformers` configs, cached on disk.
+
+Three architectures cover what the builder's graphs need: `llama` (tied embeddings: the int4
+model gathers them with GatherBlockQuantized), `gemma2` (attention and final-logit softcapping,
+sliding-window attention) and `phi` (partial rotary). Each comes in `fp32` and `int4`. Weights
+are random but not tiny (initializer range 0.3), so greedy decoding gives varied tokens and a
+wrong kernel shows. Building needs the `models` extra (torch, transformers, onnxruntime-genai).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ARCHITECTURES = ("llama", "gemma2", "phi")
+PRECISIONS = ("fp32", "int4")
+_VERSION = 1  # bump when the configs below change: the cache key includes it
+VOCAB = 256
+
+
+def cache_dir() -> str:
+    base = os.environ.get("HIPEP_CACHE_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME") or
+                                                            os.path.expanduser("~/.cache"), "hipep")
+    return os.path.join(base, "models")
+
+
+def _config(arch: str):
+    common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, max_position_embeddings=256, initializer_range=0.3,
+                  bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    if arch == "llama":
+        from transformers import LlamaConfig
+
+        return LlamaConfig(num_key_value_heads=2, tie_word_embeddings=True, **common)
+    if arch == "gemma2":
+        from transformers import Gemma2Config
+
+        return Gemma2Config(num_key_value_heads=2, head_dim=16, sliding_window=8, attn_logit_softcapping=50.0,
+                            final_logit_softcapping=30.0, **common)
+    if arch == "phi":
+        from transformers import PhiConfig
+
+        return PhiConfig(partial_rotary_factor=0.5, **common)
+    raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(ARCHITECTURES)}")
+
+
+def _save_tokenizer(folder: str) -> None:
+    """A character-level tokenizer: ids 10.. are 'a'..'z' and ' ', the rest are <id> tokens."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    names = {i: f"<{i}>" for i in range(VOCAB)}
+    names.update({i: c for i, c in enumerate("abcdefghijklmnopqrstuvwxyz ", start=10)})
+    tok = Tokenizer(models.WordLevel({name: i for i, name in names.items()}, unk_token="<0>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<0>", bos_token="<1>", eos_token="<2>",
+                                   pad_token="<0>")
+    fast.save_pretrained(folder)
+
+
+def decoder(arch: str, precision: str = "fp32", rebuild: bool = False) -> str:
+    """The folder of an onnxruntime-genai model (model.onnx, genai_config.json, tokenizer)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
+    out = os.path.join(cache_dir(), f"{arch}-{precision}-v{_VERSION}")
+    if os.path.isfile(os.path.join(out, "genai_config.json")) and not rebuild:
+        return out
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as work:
+        hf = os.path.join(work, "hf")
+        model = AutoModelForCausalLM.from_config(_config(arch))
+        model.save_pretrained(hf)
+        _save_tokenizer(hf)
+        staging = os.path.join(work, "onnx")
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        done = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", hf, "-o", staging,
+                               "-p", precision, "-e", "cpu", "-c", os.path.join(work, "cache")],
+                              env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"the model builder failed for {arch} {precision}:\n{done.stderr[-4000:]}")
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(staging, out)
+    return out
+
+
+def genai_config(folder: str) -> dict:
+    with open(os.path.join(folder, "genai_config.json")) as f:
+        return json.load(f)
