@@ -47,6 +47,15 @@ def _demo(args: argparse.Namespace) -> int:
     return EXIT_OK if run_demo() else EXIT_NOT_ALL
 
 
+@_command("accuracy", "compare hipep with ONNX Runtime's CPU EP on the accuracy models; prints a Markdown "
+          "table (exit 1 when anything is above its threshold)",
+          lambda p: None)
+def _accuracy(args: argparse.Namespace) -> int:
+    from .tools.accuracy import main
+
+    return main(args.rest)  # the harness parses its own options (--models, --list, --no-tokens)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hipep", description="hipep: ONNX Runtime execution provider tools")
     sub = parser.add_subparsers(dest="command", metavar="command")
@@ -59,7 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)  # usage errors exit 2 through argparse
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)  # usage errors exit 2 through argparse
+    if rest and args.command != "accuracy":
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.rest = rest
     from .errors import HipepError
 
     try:

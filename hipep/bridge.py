@@ -51,6 +51,14 @@ def resolve_device(options: ProviderOptions) -> str:
         f"implemented yet; use device=cpu or device=auto")
 
 
+def _graph_from_ort(desc: dict) -> GraphView:
+    from .ops.inference import fill_ambiguous_shapes
+
+    graph = GraphView.from_native(desc)
+    fill_ambiguous_shapes(graph)  # ORT's API 23 reports unknown shapes as rank 0
+    return graph
+
+
 def check_options(options: ProviderOptions) -> str:
     """Validates what options alone cannot (device availability, pass names); the device kind."""
     if options.pass_options:
@@ -79,7 +87,7 @@ class EpState:
         return [(sev, msg) for sev, msg in pairs if sev >= floor]
 
     def get_capability(self, desc: dict):
-        graph = GraphView.from_native(desc)
+        graph = _graph_from_ort(desc)
         parent = desc.get("parent")
         if parent is not None and self._enclosing_node_claimable(parent):
             # ORT asks about a Loop/If body before the node itself: leave the body whole, so the
@@ -121,7 +129,7 @@ class EpState:
     def compile(self, desc: dict, fused_name: str, inputs: list[str], outputs: list[str]):
         if self.strict_failure:
             raise HipepError(self.strict_failure)
-        graph = GraphView.from_native(desc)
+        graph = _graph_from_ort(desc)
         plan = compile_subgraph(graph, fused_name, inputs, outputs, self.options)
         _recent_plans.append(plan)
         executor = Executor(plan, self.device)

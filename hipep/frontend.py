@@ -31,7 +31,7 @@ from .ir.api import Block, ModuleOp, Operation, Region, SSAValue, func
 from .ir.dialect import (MAX_DENSE_ELEMENTS, ConstantOp, HipOnnxOp, IfOp, LoopOp, WeightOp,
                          YieldOp, op_class_for)
 from .ir.types import dims_of, make_tensor_type, to_ir_type
-from .partition import topological_order
+from .graph import topological_order
 
 __all__ = ["import_graph", "MAX_DENSE_ELEMENTS"]
 

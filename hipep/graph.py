@@ -8,6 +8,7 @@ except large initializers, which keep only their type (their data reaches Comput
 """
 from __future__ import annotations
 
+import heapq as _heapq
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -144,6 +145,54 @@ class GraphView:
                 pass
         opsets = {(o.domain if o.domain != "ai.onnx" else ""): o.version for o in model.opset_import}
         return _graph_from_proto(model.graph, opsets, {}, constant_nodes_as_initializers)
+
+
+# ---- order -------------------------------------------------------------------------------------
+
+def topological_order(graph: GraphView) -> list[int]:
+    """Positions (into graph.nodes) in a topological order of the value edges, implicit inputs
+    included. Ties go to the lower position, so a graph already in order keeps its order. Nodes
+    caught in a cycle (an invalid graph) are appended in graph order rather than dropped."""
+    nodes = graph.nodes
+    succs, preds = value_edges(graph)
+    indegree = [len(p) for p in preds]
+    ready = [pos for pos, d in enumerate(indegree) if d == 0]
+    _heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        pos = _heapq.heappop(ready)
+        order.append(pos)
+        for s in succs[pos]:
+            indegree[s] -= 1
+            if indegree[s] == 0:
+                _heapq.heappush(ready, s)
+    if len(order) < len(nodes):
+        placed = set(order)
+        order += [pos for pos in range(len(nodes)) if pos not in placed]
+    return order
+
+
+def value_edges(graph: GraphView) -> tuple[list[list[int]], list[list[int]]]:
+    """Successor and predecessor lists by position, deduplicated, in first-seen order."""
+    producer: dict[str, int] = {}
+    for pos, node in enumerate(graph.nodes):
+        for o in node.outputs:
+            if o:
+                producer.setdefault(o, pos)
+    n = len(graph.nodes)
+    succs: list[list[int]] = [[] for _ in range(n)]
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for pos, node in enumerate(graph.nodes):
+        seen = set()
+        for v in list(node.inputs) + list(node.implicit_inputs):
+            p = producer.get(v) if v else None
+            if p is None or p == pos or p in seen:
+                continue
+            seen.add(p)
+            preds[pos].append(p)
+            succs[p].append(pos)
+    return succs, preds
+
 
 
 # ---- ONNX element types ----------------------------------------------------------------------

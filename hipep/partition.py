@@ -21,11 +21,10 @@ GetCapability separately for each nested subgraph. Plain Python: imports only gr
 from __future__ import annotations
 
 import dataclasses
-import heapq
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .graph import GraphView, Node
+from .graph import GraphView, Node, topological_order, value_edges
 from .ops.registry import check_node
 
 # claim(node, graph) -> None to claim the node, or the reason it is not claimed.
@@ -91,51 +90,6 @@ class PartitionReport:
         return self.format()
 
 
-def topological_order(graph: GraphView) -> list[int]:
-    """Positions (into graph.nodes) in a topological order of the value edges, implicit inputs
-    included. Ties go to the lower position, so a graph already in order keeps its order. Nodes
-    caught in a cycle (an invalid graph) are appended in graph order rather than dropped."""
-    nodes = graph.nodes
-    succs, preds = _edges(graph)
-    indegree = [len(p) for p in preds]
-    ready = [pos for pos, d in enumerate(indegree) if d == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        pos = heapq.heappop(ready)
-        order.append(pos)
-        for s in succs[pos]:
-            indegree[s] -= 1
-            if indegree[s] == 0:
-                heapq.heappush(ready, s)
-    if len(order) < len(nodes):
-        placed = set(order)
-        order += [pos for pos in range(len(nodes)) if pos not in placed]
-    return order
-
-
-def _edges(graph: GraphView) -> tuple[list[list[int]], list[list[int]]]:
-    """Successor and predecessor lists by position, deduplicated, in first-seen order."""
-    producer: dict[str, int] = {}
-    for pos, node in enumerate(graph.nodes):
-        for o in node.outputs:
-            if o:
-                producer.setdefault(o, pos)
-    n = len(graph.nodes)
-    succs: list[list[int]] = [[] for _ in range(n)]
-    preds: list[list[int]] = [[] for _ in range(n)]
-    for pos, node in enumerate(graph.nodes):
-        seen = set()
-        for v in list(node.inputs) + list(node.implicit_inputs):
-            p = producer.get(v) if v else None
-            if p is None or p == pos or p in seen:
-                continue
-            seen.add(p)
-            preds[pos].append(p)
-            succs[p].append(pos)
-    return succs, preds
-
-
 def _claim_safely(claim: Claim, node: Node, graph: GraphView) -> str | None:
     """A failing claim predicate rejects its node instead of failing GetCapability."""
     try:
@@ -151,7 +105,7 @@ def partition(graph: GraphView, claim: Claim = check_node) -> PartitionReport:
     """Claim or reject every node of `graph` and cluster the claimed ones (see module doc)."""
     nodes = graph.nodes
     order = topological_order(graph)
-    _, preds = _edges(graph)
+    _, preds = value_edges(graph)
 
     reasons: dict[int, str] = {}  # position -> rejection reason
     cluster_of: dict[int, int] = {}  # position -> cluster id
