@@ -56,7 +56,8 @@ def register() -> str:
 
 
 def stats() -> dict[str, int]:
-    """Process-wide counters: eps_created, capability_calls, compiled_subgraphs, runs."""
+    """Process-wide counters: eps_created, capability_calls, compiled_subgraphs, compile_us (time
+    spent compiling, microseconds), runs."""
     from . import counters
 
     return counters.snapshot()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 
 from . import counters
 from .compiler import compile_subgraph
@@ -129,8 +130,10 @@ class EpState:
     def compile(self, desc: dict, fused_name: str, inputs: list[str], outputs: list[str]):
         if self.strict_failure:
             raise HipepError(self.strict_failure)
+        start = time.perf_counter()
         graph = _graph_from_ort(desc)
         plan = compile_subgraph(graph, fused_name, inputs, outputs, self.options)
+        counters.bump("compile_us", int((time.perf_counter() - start) * 1e6))
         _recent_plans.append(plan)
         executor = Executor(plan, self.device)
         counters.bump("compiled_subgraphs")

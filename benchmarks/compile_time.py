@@ -1,0 +1,48 @@
+"""Compile time of the builder's 2-layer decoders: the time hipep spends in Compile (IR pipeline
+and plan) during session creation, and the whole session creation, per model.
+
+    python benchmarks/compile_time.py [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import onnxruntime as ort
+
+import hipep
+from hipep.tools import model_zoo
+
+
+def measure(path: str) -> dict:
+    hipep.register()
+    before = hipep.stats().get("compile_us", 0)
+    start = time.perf_counter()
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    ort.InferenceSession(path, so, providers=[("HipExecutionProvider", {"device": "cpu"})])
+    session_s = time.perf_counter() - start
+    return {"compile_s": (hipep.stats().get("compile_us", 0) - before) / 1e6, "session_s": session_s}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    rows = {}
+    for arch in model_zoo.ARCHITECTURES:
+        for precision in model_zoo.PRECISIONS:
+            path = os.path.join(model_zoo.decoder(arch, precision), "model.onnx")
+            measure(path)  # warm: imports, xDSL's first use
+            rows[f"{arch}-{precision}"] = measure(path)
+            r = rows[f"{arch}-{precision}"]
+            print(f"{arch}-{precision:<5} compile {r['compile_s']:.3f} s   session creation {r['session_s']:.3f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
