@@ -78,6 +78,9 @@ class Executor:
             pools = PoolSet(self.device, self._slot_counts)
         ok = False
         try:
+            if not pools.stream.pending:  # nothing queued from a run before: slots may move
+                for pool in pools.pools.values():
+                    pool.compact()
             pools.stream.begin_run(index)
             outputs = _Run(self, pools).execute(inputs)
             ok = True
@@ -180,7 +183,8 @@ class _Run:
                     slots = needs.setdefault(spec.space, {})
                     slots[spec.slot] = max(slots.get(spec.slot, 0), nbytes)
         if needs:
-            self.stream.sync()  # re-layout moves every slot: no queued work may still use the pool
+            if any(self.pools[space].moves_memory(slots) for space, slots in needs.items()):
+                self.stream.sync()  # bytes queued work may use are about to move
             for space, slots in needs.items():
                 self.pools[space].grow(slots)
         for vid, shape in outputs:

@@ -1,9 +1,9 @@
 """Pools: one allocation per memory space, holding the plan's slots at aligned offsets.
 
 A slot is an (offset, capacity) range of its pool. Capacities start at zero and grow as runs need
-more; growing re-lays out the whole pool (a new allocation, offsets recomputed, every slot's bytes
-copied over), so the caller must have synced the stream first and must re-create its views from
-the pool afterwards (views into the old allocation are stale).
+more: a grown slot moves to a new range at the end of the allocation (which doubles when full),
+and `compact` packs the slots again between runs. When a grow moves bytes queued work may use,
+the caller syncs first and re-creates its views from the pool afterwards.
 """
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ class Pool:
         self.capacity = [0] * n_slots
         self.offset = [0] * n_slots
         self.memory: Any = device.alloc(space, 0)
-        self.nbytes = 0
-        self.relayouts = 0  # how often it grew (tests and stats read it)
+        self.nbytes = 0  # size of the allocation
+        self.used = 0  # bytes handed out (slots that grew leave their old range behind)
+        self.relayouts = 0  # how often the allocation itself was replaced (tests and stats read it)
 
     def view(self, slot: int, dtype, shape):
         return self.device.view(self.memory, self.offset[slot], dtype, shape)
@@ -34,24 +35,58 @@ class Pool:
     def fits(self, slot: int, nbytes: int) -> bool:
         return nbytes <= self.capacity[slot]
 
+    def _new_capacity(self, slot: int, nbytes: int) -> int:
+        # At least half again what the slot had, so extents that creep up do not grow it each run.
+        old = self.capacity[slot]
+        return round_up(max(nbytes, old + old // 2))
+
+    def moves_memory(self, needs: dict[int, int]) -> bool:
+        """Whether grow(needs) would move bytes that queued work may use (so the caller must sync
+        first): it moves a slot that holds something, or replaces the allocation."""
+        grown = [(slot, self._new_capacity(slot, n)) for slot, n in needs.items() if not self.fits(slot, n)]
+        if any(self.capacity[slot] for slot, _ in grown):
+            return True
+        return self.used + sum(c for _, c in grown) > self.nbytes
+
     def grow(self, needs: dict[int, int]) -> None:
-        """Gives each slot in `needs` at least that many bytes, keeping every slot's contents.
-        A slot grows by half its capacity at least, so a run whose extents creep up does not
-        re-lay out the pool at every step."""
-        capacity = list(self.capacity)
+        """Gives each slot in `needs` at least that many bytes, keeping every slot's contents. A
+        grown slot takes a new range at the end of the allocation, and the allocation itself at
+        least doubles when it must be replaced, so growing costs amortized constant copies per
+        byte. Views made before a grow that moved memory (see moves_memory) are stale."""
         for slot, nbytes in needs.items():
-            if nbytes > capacity[slot]:
-                capacity[slot] = round_up(max(nbytes, capacity[slot] + capacity[slot] // 2))
-        offset, total = [], 0
-        for c in capacity:
-            offset.append(total)
+            if self.fits(slot, nbytes):
+                continue
+            capacity = self._new_capacity(slot, nbytes)
+            if self.used + capacity > self.nbytes:
+                self._reallocate(max(2 * self.nbytes, self.used + capacity))
+            start = self.used
+            if self.capacity[slot]:
+                self.device.copy(self.memory, start, self.memory, self.offset[slot], self.capacity[slot])
+            self.offset[slot], self.capacity[slot] = start, capacity
+            self.used = start + capacity
+
+    def compact(self) -> None:
+        """Lays the slots out back to back again (between runs, when nothing is queued)."""
+        live = sum(self.capacity)
+        if self.used <= 2 * live + ALIGN:
+            return
+        memory = self.device.alloc(self.space, live)
+        total = 0
+        for slot, c in enumerate(self.capacity):
+            if c:
+                self.device.copy(memory, total, self.memory, self.offset[slot], c)
+            self.offset[slot] = total
             total += c
-        memory = self.device.alloc(self.space, total)
-        for slot, old in enumerate(self.capacity):
-            if old:
-                self.device.copy(memory, offset[slot], self.memory, self.offset[slot], old)
         self.device.free(self.memory)
-        self.memory, self.capacity, self.offset, self.nbytes = memory, capacity, offset, total
+        self.memory, self.nbytes, self.used = memory, live, live
+        self.relayouts += 1
+
+    def _reallocate(self, total: int) -> None:
+        memory = self.device.alloc(self.space, total)
+        if self.used:
+            self.device.copy(memory, 0, self.memory, 0, self.used)
+        self.device.free(self.memory)
+        self.memory, self.nbytes = memory, total
         self.relayouts += 1
 
 
