@@ -52,6 +52,10 @@ def resolve_device(options: ProviderOptions) -> str:
         f"implemented yet; use device=cpu or device=auto")
 
 
+# Ops whose bodies ORT runs as subgraphs of a kernel (so an EP may take nodes inside them).
+_SUBGRAPH_KERNELS = {("", "Loop"), ("", "If"), ("", "Scan")}
+
+
 def _graph_from_ort(desc: dict) -> GraphView:
     from .ops.inference import fill_ambiguous_shapes
 
@@ -90,6 +94,12 @@ class EpState:
     def get_capability(self, desc: dict):
         graph = _graph_from_ort(desc)
         parent = desc.get("parent")
+        if parent is not None and (parent["node"]["domain"], parent["node"]["op_type"]) not in _SUBGRAPH_KERNELS:
+            # The body of a function op (SequenceMap, ...) that ORT will inline into other nodes:
+            # a fused node inside it would end up in a graph that does not import hipep's domain.
+            counters.bump("capability_calls")
+            return [], self._records([(VERBOSE, f"{EP_NAME}: not claiming inside the body of "
+                                                f"{parent['node']['op_type']} (ORT expands that op)")])
         if parent is not None and self._enclosing_node_claimable(parent):
             # ORT asks about a Loop/If body before the node itself: leave the body whole, so the
             # enclosing node can be claimed with it and compiled as one.

@@ -3,8 +3,8 @@
 Through the API version hipep asks for (23), a value whose shape ORT does not know reports rank 0,
 like a scalar. Claim predicates that look at ranks would then refuse good nodes (or, worse, trust
 a wrong rank). So after the bridge copies ORT's graph, every rank-0 value produced by a node is
-re-derived in topological order from the node's shape rule: a scalar stays a scalar, and anything
-else takes the rule's (possibly partial or unranked) type.
+re-derived in topological order from the node's shape rule: it stays a scalar only when the rule
+says so, and otherwise takes the rule's (possibly partial) type, or no rank at all.
 """
 from __future__ import annotations
 
@@ -20,17 +20,21 @@ def fill_ambiguous_shapes(graph: GraphView) -> None:
         if not ambiguous:
             continue
         op = lookup(node.domain, node.op_type)
-        if op is None or op.shape_rule is None or op.control_flow:
-            continue
-        types = [graph.type_of(v) if v else None for v in node.inputs]
-        values = [graph.constants.get(v) if v else None for v in node.inputs]
-        try:
-            inferred = op.shape_rule(types, values, resolve_attributes(op, node), len(node.outputs))
-        except Exception:  # noqa: BLE001 - a rule that cannot decide leaves ORT's type as it was
-            continue
+        inferred: list = []
+        if op is not None and op.shape_rule is not None and not op.control_flow:
+            types = [graph.type_of(v) if v else None for v in node.inputs]
+            values = [graph.constants.get(v) if v else None for v in node.inputs]
+            try:
+                inferred = list(op.shape_rule(types, values, resolve_attributes(op, node), len(node.outputs)))
+            except Exception:  # noqa: BLE001 - a rule that cannot decide proves nothing
+                inferred = []
+        inferred += [None] * (len(node.outputs) - len(inferred))
         for name, t in zip(node.outputs, inferred):
-            if name in ambiguous and t is not None and t.shape != ():
-                stored = graph.type_of(name)
-                graph.types[name] = TensorType(stored.elem_type or t.elem_type, t.shape, "tensor")
+            if name not in ambiguous:
+                continue
+            # Only a rule that says "rank 0" makes it a scalar; otherwise the rank is unknown.
+            shape = () if t is not None and t.shape == () else (t.shape if t is not None else None)
+            stored = graph.type_of(name)
+            graph.types[name] = TensorType(stored.elem_type or (t.elem_type if t else 0), shape, "tensor")
     for sub in (g for n in graph.nodes for g in n.subgraphs.values()):
         fill_ambiguous_shapes(sub)
