@@ -3,7 +3,7 @@ from random-weight `transformers` configs, cached on disk.
 
 Three architectures cover what the builder's graphs need: `llama` (tied embeddings: the int4
 model gathers them with GatherBlockQuantized), `gemma2` (attention and final-logit softcapping,
-sliding-window attention) and `phi` (partial rotary). Each comes in `fp32` and `int4`. Weights
+sliding-window attention, GQA's windowed cache) and `phi` (partial rotary, LayerNorm with bias). Each comes in `fp32` and `int4`. Weights
 are random but not tiny (initializer range 0.3), so greedy decoding gives varied tokens and a
 wrong kernel shows. Building needs the `models` extra (torch, transformers, onnxruntime-genai).
 """
@@ -18,7 +18,7 @@ import tempfile
 
 ARCHITECTURES = ("llama", "gemma2", "phi")
 PRECISIONS = ("fp32", "int4")
-_VERSION = 1  # bump when the configs below change: the cache key includes it
+_VERSION = 2  # bump when the configs below change: the cache key includes it
 VOCAB = 256
 
 
@@ -39,12 +39,14 @@ def _config(arch: str):
     if arch == "gemma2":
         from transformers import Gemma2Config
 
+        # Untied: with tied embeddings these random weights make the model repeat its input token.
         return Gemma2Config(num_key_value_heads=2, head_dim=16, sliding_window=8, attn_logit_softcapping=50.0,
-                            final_logit_softcapping=30.0, **common)
+                            final_logit_softcapping=30.0, tie_word_embeddings=False, **common)
     if arch == "phi":
         from transformers import PhiConfig
 
-        return PhiConfig(partial_rotary_factor=0.5, **common)
+        # head size 32 with half of it rotated: ORT's rotary needs the cos cache width a multiple of 8
+        return PhiConfig(partial_rotary_factor=0.5, **{**common, "hidden_size": 128, "intermediate_size": 256})
     raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(ARCHITECTURES)}")
 
 
