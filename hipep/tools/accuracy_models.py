@@ -40,6 +40,10 @@ def _decoder_case(arch: str, precision: str) -> Case:
     def build():
         folder = model_zoo.decoder(arch, precision)
         path = os.path.join(folder, "model.onnx")
+        decoder = model_zoo.genai_config(folder)["model"]["decoder"]
+        head_size = decoder["head_size"]
+        window = decoder.get("sliding_window", {}).get("window_size", 0) if isinstance(
+            decoder.get("sliding_window"), dict) else 8
         rng = np.random.default_rng(5)
         prompt = rng.integers(3, model_zoo.VOCAB, size=(1, 7)).astype(np.int64)
         nxt = rng.integers(3, model_zoo.VOCAB, size=(1, 1)).astype(np.int64)
@@ -55,9 +59,11 @@ def _decoder_case(arch: str, precision: str) -> Case:
                     f[i.name] = np.arange(past_len, past_len + ids.shape[1], dtype=np.int64)[None]
                 elif i.name.startswith("past_key_values."):
                     if prev is None:
-                        heads, head_size = i.shape[1], i.shape[3]
+                        heads = i.shape[1]
                         dtype = np.float16 if "float16" in i.type else np.float32
-                        f[i.name] = np.zeros((1, heads, 0, head_size), dtype)
+                        # A sliding-window layer keeps a fixed-capacity cache of the window's size.
+                        capacity = window if i.shape[2] == "past_sliding_length" else 0
+                        f[i.name] = np.zeros((1, heads, capacity, head_size), dtype)
                     else:
                         f[i.name] = prev[i.name.replace("past_key_values.", "present.")]
             return f
