@@ -1,1 +1,589 @@
-"""(being written)"""
+"""Block-quantized contrib ops (com.microsoft): MatMulNBits, GatherBlockQuantized, QMoE.
+
+Semantics follow ONNX Runtime 1.31's CPU EP (the oracle):
+
+MatMulNBits. B is [N, n_blocks, blob] uint8, each row of N holding K (padded to n_blocks *
+block_size) `bits`-bit unsigned values, low bits first; scales [N * n_blocks]; zero points either
+uint8 packed like B (default 2^(bits-1)) or floats of A's type. ORT computes one of two ways:
+  * f32 (accuracy_level != 4, float zero points, or weights ORT cannot prepack): B dequantized in
+    f32 -- (q - zp) * scale for uint8 zero points, q * scale + (-scale * zp) for float ones --
+    then an f32 GEMM (plus bias). The reference dequantizes identically and does the GEMM in f64,
+    rounded once to f32: it differs from MLAS's f32 GEMM only by MLAS's own summation rounding.
+  * int8 activations (accuracy_level 4 with constant B, scales and uint8 zero points: MLAS's
+    SQNBIT_CompInt8): each row of A is cut into block_size blocks along K; per block
+    amax = max|a|, scale_a = amax / 127, q_a = round_half_even(a * (127 / amax)) in f32 (0 where
+    amax = 0), exactly as MLAS's QuantizeARow_CompInt8; then Y = sum over blocks of
+    scale_a * scale_b * dot(q_a, q_b - zp) (+ bias). The reference quantizes A bit-identically and
+    evaluates the sum in f64 (exact integer dot products, exact scale products), rounded once to
+    f32; MLAS rounds scale_a * scale_b to f32, splits off zp * sum(q_a) as a separate f32 GEMM and
+    accumulates in an ISA- and block-size-specific order, so the two differ by f32 rounding only:
+    measured on AVX-512 VNNI, at most ~2e-7 of max|Y| (a tenth of rtol = atol = 1e-5 on
+    model-builder-like weights; real llama/gemma int4 graphs: <= 5e-7 relative).
+f16 A/scales/bias are converted to f32 first and the result rounded once to f16, as ORT does on
+x86. Which of the two applies is decided per node by the claim predicate (it sees whether the
+weights are initializers) and cannot be told at run time, so a level-4 node whose weights are not
+all constant is not claimed.
+
+GatherBlockQuantized (uint8 data, bits 2/4/8, gather_axis 0, quantize_axis last): gathers rows of
+`data`, unpacks them (low bits first) and dequantizes (q - zp) * scale in f32, rounded once to the
+scales' type. Out-of-range indices give zero rows (ORT's behavior); negative ones count from the end.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import RuntimeShapeError
+from ._common import (at, elem_of, has_input, input_rank, input_type, kernel, normalize_axis,
+                      pshape_str, result, shape_of, shape_rule, shape_str, tensor_type, type_name)
+from .registry import F32, FLOATS, I32, INTS, REQUIRED, U8, OpDef, register
+
+MS = "com.microsoft"
+f32 = np.float32
+f64 = np.float64
+U8S = frozenset({U8})
+F32S = frozenset({F32})
+
+
+def unpack_bits(packed: np.ndarray, bits: int) -> np.ndarray:
+    """uint8 [..., n] -> uint8 [..., n * 8 / bits]: `bits`-bit fields, least significant first."""
+    packed = np.asarray(packed, dtype=np.uint8)
+    if bits == 8:
+        return packed.copy()
+    per = 8 // bits
+    mask = np.uint8((1 << bits) - 1)
+    fields = [(packed >> np.uint8(bits * i)) & mask for i in range(per)]
+    return np.stack(fields, axis=-1).reshape(packed.shape[:-1] + (packed.shape[-1] * per,))
+
+
+def _pow2(v: int) -> bool:
+    return v > 0 and (v & (v - 1)) == 0
+
+
+# ---- MatMulNBits -----------------------------------------------------------------------------
+
+def _mnb_layout(attrs):
+    k, n, bits, bs = int(attrs["K"]), int(attrs["N"]), int(attrs["bits"]), int(attrs["block_size"])
+    nb = (k + bs - 1) // bs
+    return k, n, bits, bs, nb, bs * bits // 8
+
+
+def _mnb_unpack(B, scales, zp, attrs):
+    """(q int32 [N, nb, bs], scales f32 [N, nb], zero points: int32 [N, nb] for uint8/default ones,
+    f32 [N, nb] for float ones) after checking the operands' sizes as ORT's CheckInputs does."""
+    op = "MatMulNBits"
+    k, n, bits, bs, nb, blob = _mnb_layout(attrs)
+    if B.size != n * nb * blob:
+        raise RuntimeShapeError(f"{op}: B must be [N, n_blocks, blob] = [{n}, {nb}, {blob}] "
+                                f"(K={k}, block_size={bs}, bits={bits}), got shape {shape_str(B.shape)}")
+    if scales.size != n * nb:
+        raise RuntimeShapeError(f"{op}: scales must have N * n_blocks = {n} * {nb} elements, "
+                                f"got shape {shape_str(scales.shape)}")
+    q = unpack_bits(B.reshape(n, nb * blob), bits).astype(np.int32).reshape(n, nb, bs)
+    s = scales.astype(f32).reshape(n, nb)
+    if zp is None:
+        z = np.full((n, nb), 1 << (bits - 1), np.int32)
+    elif zp.dtype == np.uint8:
+        row = (nb * bits + 7) // 8
+        if zp.size != n * row:
+            raise RuntimeShapeError(f"{op}: uint8 zero_points must have N * ceil(n_blocks * bits / 8) = "
+                                    f"{n} * {row} elements, got shape {shape_str(zp.shape)}")
+        z = unpack_bits(zp.reshape(n, row), bits)[:, :nb].astype(np.int32)
+    else:
+        if zp.size != n * nb:
+            raise RuntimeShapeError(f"{op}: float zero_points must have N * n_blocks = {n} * {nb} "
+                                    f"elements, got shape {shape_str(zp.shape)}")
+        z = zp.astype(f32).reshape(n, nb)
+    return q, s, z
+
+
+def _mnb_dequant(q, s, z):
+    """B as ORT dequantizes it for its f32 path, [N, nb * bs] f32."""
+    n, nb, bs = q.shape
+    if z.dtype == np.int32:  # MlasDequantizeBlockwise: (q - zp) * scale
+        w = (q - z[:, :, None]).astype(f32) * s[:, :, None]
+    else:  # float zero points: q * scale + (-scale * zp)
+        w = (q.astype(f32) * s[:, :, None]).astype(f32) + (-s * z).astype(f32)[:, :, None]
+    return w.astype(f32).reshape(n, nb * bs)
+
+
+def quantize_rows_int8(a: np.ndarray, block_size: int):
+    """MLAS's QuantizeARow_CompInt8 on f32 rows `a` [M, K]: (q int8-valued int32 [M, nb, bs],
+    scale f32 [M, nb]); K is padded with zeros to whole blocks."""
+    m, k = a.shape
+    nb = (k + block_size - 1) // block_size
+    padded = np.zeros((m, nb * block_size), f32)
+    padded[:, :k] = a
+    blocks = padded.reshape(m, nb, block_size)
+    amax = np.max(np.abs(blocks), axis=-1)
+    scale = (amax / f32(127)).astype(f32)
+    nz = amax != 0
+    inv = np.where(nz, f32(127) / np.where(nz, amax, f32(1)), f32(0)).astype(f32)
+    q = np.rint((blocks * inv[:, :, None]).astype(f32)).astype(np.int32)
+    return q, scale
+
+
+_N_CHUNK = 2048  # rows of B dequantized at a time (bounds the reference's f64 working set)
+
+
+def _mnb_matmul(a2: np.ndarray, q, s, z, int8_a: bool, block_size: int) -> np.ndarray:
+    """f64 [M, N] products for f32 rows a2 [M, K]."""
+    m, k = a2.shape
+    n = q.shape[0]
+    out = np.empty((m, n), f64)
+    if int8_a:
+        qa, sa = quantize_rows_int8(a2, block_size)
+        lhs = (qa.astype(f64) * sa[:, :, None]).reshape(m, -1)  # exact in f64
+    else:
+        lhs = a2.astype(f64)
+    for lo in range(0, n, _N_CHUNK):
+        hi = min(n, lo + _N_CHUNK)
+        if int8_a:
+            rhs = ((q[lo:hi] - z[lo:hi, :, None]).astype(f64) * s[lo:hi, :, None]).reshape(hi - lo, -1)
+        else:
+            rhs = _mnb_dequant(q[lo:hi], s[lo:hi], z[lo:hi])[:, :k].astype(f64)
+        out[:, lo:hi] = lhs @ rhs.T
+    return out
+
+
+@kernel("MatMulNBits")
+def _matmul_nbits(inputs, attrs):
+    a, B, scales = inputs[0], inputs[1], inputs[2]
+    zp, g_idx, bias = at(inputs, 3), at(inputs, 4), at(inputs, 5)
+    k, n, bits, bs, nb, blob = _mnb_layout(attrs)
+    if g_idx is not None:
+        raise RuntimeShapeError("MatMulNBits: g_idx is not supported")
+    if a.ndim < 1 or a.shape[-1] != k:
+        raise RuntimeShapeError(f"MatMulNBits: A must have K = {k} as its last dimension, "
+                                f"got shape {shape_str(a.shape)}")
+    if bias is not None and bias.size != n:
+        raise RuntimeShapeError(f"MatMulNBits: bias must have N = {n} elements, got shape {shape_str(bias.shape)}")
+    q, s, z = _mnb_unpack(B, scales, zp, attrs)
+    # Float zero points always take ORT's f32 path (MLAS cannot prepack them).
+    int8_a = int(attrs["accuracy_level"]) == 4 and z.dtype == np.int32
+    a2 = a.astype(f32).reshape(-1, k)
+    y = _mnb_matmul(a2, q, s, z, int8_a, bs)
+    if bias is not None:
+        y = y + bias.astype(f32).reshape(1, n)
+    return [result(y.astype(f32).reshape(a.shape[:-1] + (n,)), a.dtype)]
+
+
+@shape_rule("MatMulNBits")
+def _matmul_nbits_shape(types, values, attrs, num_outputs):
+    k, n, bits, bs, nb, blob = _mnb_layout(attrs)
+    a = shape_of(types[0])
+    if a is not None:
+        if len(a) < 1:
+            raise RuntimeShapeError(f"MatMulNBits: A must have rank >= 1, got {pshape_str(a)}")
+        if a[-1] is not None and a[-1] != k:
+            raise RuntimeShapeError(f"MatMulNBits: A must have K = {k} as its last dimension, "
+                                    f"got shape {pshape_str(a)}")
+        a = tuple(a[:-1]) + (n,)
+    b = shape_of(at(types, 1))
+    if b is not None and all(d is not None for d in b) and int(np.prod(b, dtype=np.int64)) != n * nb * blob:
+        raise RuntimeShapeError(f"MatMulNBits: B must be [N, n_blocks, blob] = [{n}, {nb}, {blob}], "
+                                f"got shape {pshape_str(b)}")
+    return [tensor_type(elem_of(types[0]), a)]
+
+
+def _claim_matmul_nbits(node, graph, attrs):
+    bits, bs, level = int(attrs["bits"]), int(attrs["block_size"]), int(attrs["accuracy_level"])
+    if bits not in (4, 8):
+        return f"attribute bits={bits} is not supported (hipep implements 4 and 8)"
+    if not (_pow2(bs) and 16 <= bs <= 256):
+        return f"attribute block_size={bs} is not supported (a power of two from 16 to 256)"
+    if int(attrs["weight_prepacked"]) != 0:
+        return (f"attribute weight_prepacked={attrs['weight_prepacked']}: B is in an EP-specific "
+                f"prepacked layout hipep does not read")
+    if int(attrs["K"]) <= 0 or int(attrs["N"]) <= 0:
+        return f"attributes K={attrs['K']}, N={attrs['N']} must be positive"
+    if has_input(node, 4):
+        return "input g_idx (act-order reordering of K) is not supported"
+    a_t = input_type(node, graph, 0)
+    zp_t = input_type(node, graph, 3)
+    float_zp = zp_t is not None and zp_t.elem_type != U8
+    if float_zp:
+        if a_t is not None and zp_t.elem_type != a_t.elem_type:
+            return (f"float zero_points of type {type_name(zp_t.elem_type)} with A of type "
+                    f"{type_name(a_t.elem_type)}: ORT's CPU EP takes float zero points of A's type only")
+        if bits != 4:
+            return f"float zero_points with bits={bits}: ORT's CPU EP runs float zero points with 4 bits only"
+    if level == 4 and not float_zp:
+        # ORT quantizes A to int8 only when it could prepack the weights at session creation;
+        # with run-time weights it silently takes its f32 path instead (and with constant B but
+        # run-time scales its packed block sums would be stale). The reference cannot tell.
+        names = [("B", 1), ("scales", 2)] + ([("zero_points", 3)] if zp_t is not None else [])
+        fed = [name for name, i in names if not graph.is_initializer(node.inputs[i])]
+        if fed:
+            return (f"accuracy_level=4 with {', '.join(fed)} not a constant initializer: ORT's CPU EP "
+                    f"then ignores the accuracy level, which hipep cannot follow")
+    return None
+
+
+register(OpDef("MatMulNBits", (1,), ("T1", "T2", "T1", "T3", "T4", "T1"), ("T1",),
+               {"T1": FLOATS, "T2": U8S, "T3": FLOATS | {U8}, "T4": frozenset({I32})}, _matmul_nbits,
+               attributes={"K": REQUIRED, "N": REQUIRED, "bits": 4, "block_size": REQUIRED,
+                           "accuracy_level": 0, "weight_prepacked": 0},
+               claim=_claim_matmul_nbits, domain=MS, min_inputs=3, shape_rule=_matmul_nbits_shape))
+
+
+# ---- GatherBlockQuantized --------------------------------------------------------------------
+
+def _gbq_check(op, data, idx, scales, zp, bits, bs):
+    """Shape checks on partial shapes (None dims unchecked); returns the output shape or None."""
+    if data is None:
+        return None
+    r = len(data)
+    if r < 1:
+        raise RuntimeShapeError(f"{op}: data must have rank >= 1, got a scalar")
+    comp = 8 // bits
+    if scales is not None:
+        if len(scales) != r:
+            raise RuntimeShapeError(f"{op}: scales must have data's rank {r}, got shape {pshape_str(scales)}")
+        for i, (d, s) in enumerate(zip(data, scales)):
+            if d is None or s is None:
+                continue
+            want = (d * comp + bs - 1) // bs if i == r - 1 else d
+            if s != want:
+                raise RuntimeShapeError(
+                    f"{op}: scales of shape {pshape_str(scales)} do not match data of shape {pshape_str(data)} "
+                    f"(dimension {i} must be {want}; bits={bits}, block_size={bs})")
+    if zp is not None and scales is not None:
+        if len(zp) != len(scales):
+            raise RuntimeShapeError(f"{op}: zero_points must have scales' rank {len(scales)}, "
+                                    f"got shape {pshape_str(zp)}")
+        for i, (z, s) in enumerate(zip(zp, scales)):
+            if z is None or s is None:
+                continue
+            want = (s + comp - 1) // comp if i == r - 1 else s
+            if z != want:
+                raise RuntimeShapeError(
+                    f"{op}: zero_points of shape {pshape_str(zp)} do not match scales of shape "
+                    f"{pshape_str(scales)} (dimension {i} must be {want}; bits={bits})")
+    if idx is None:
+        return None
+    last = None if data[-1] is None else data[-1] * comp
+    return tuple(idx) + tuple(data[1:-1]) + (last,) if r > 1 else tuple(idx) + (last,)
+
+
+def _gbq_axes(op, attrs, rank):
+    g = normalize_axis(op, int(attrs["gather_axis"]), rank, "gather_axis")
+    qa = normalize_axis(op, int(attrs["quantize_axis"]), rank, "quantize_axis")
+    if g != 0 or qa != rank - 1 or rank < 2:
+        raise RuntimeShapeError(f"{op}: uint8 data needs gather_axis 0 and quantize_axis the last of "
+                                f"rank >= 2 data; got gather_axis={attrs['gather_axis']}, "
+                                f"quantize_axis={attrs['quantize_axis']} for rank {rank}")
+
+
+@kernel("GatherBlockQuantized")
+def _gather_block_quantized(inputs, attrs):
+    op = "GatherBlockQuantized"
+    data, idx, scales = inputs[0], inputs[1], inputs[2]
+    zp = at(inputs, 3)
+    bits, bs = int(attrs["bits"]), int(attrs["block_size"])
+    _gbq_axes(op, attrs, data.ndim)
+    out_shape = _gbq_check(op, data.shape, idx.shape, scales.shape, None if zp is None else zp.shape, bits, bs)
+    comp = 8 // bits
+    vocab = data.shape[0]
+    flat = idx.reshape(-1).astype(np.int64)
+    valid = (flat >= -vocab) & (flat < vocab)
+    rows = np.where(flat < 0, flat + vocab, flat)
+    rows = np.where(valid, rows, 0)
+    width = data.shape[-1] * comp
+    q = unpack_bits(data[rows], bits).astype(np.int32)            # [n, ..., width]
+    k_blk = np.arange(width) // bs
+    s = scales[rows][..., k_blk].astype(f32)
+    if zp is None:
+        z = np.int32(1 << (bits - 1))
+    else:
+        z = unpack_bits(zp[rows], bits)[..., k_blk].astype(np.int32)
+    y = ((q - z).astype(f32) * s).astype(f32)
+    y[~valid] = 0
+    return [result(y.reshape(out_shape), scales.dtype)]
+
+
+@shape_rule("GatherBlockQuantized")
+def _gather_block_quantized_shape(types, values, attrs, num_outputs):
+    op = "GatherBlockQuantized"
+    bits, bs = int(attrs["bits"]), int(attrs["block_size"])
+    data = shape_of(types[0])
+    if data is not None:
+        _gbq_axes(op, attrs, len(data))
+    out = _gbq_check(op, data, shape_of(at(types, 1)), shape_of(at(types, 2)), shape_of(at(types, 3)), bits, bs)
+    return [tensor_type(elem_of(at(types, 2)), out)]
+
+
+def _claim_gbq(node, graph, attrs):
+    bits, bs = int(attrs["bits"]), int(attrs["block_size"])
+    if bits not in (2, 4, 8):
+        return f"attribute bits={bits} is not supported for uint8 data (2, 4 or 8)"
+    if not (_pow2(bs) and bs >= 16):
+        return f"attribute block_size={bs} is not supported (a power of two >= 16)"
+    rank = input_rank(node, graph, 0)
+    if rank is not None:
+        if rank < 2:
+            return f"data has rank {rank}; uint8 data needs rank >= 2"
+        g, qa = int(attrs["gather_axis"]), int(attrs["quantize_axis"])
+        if not (-rank <= g < rank and -rank <= qa < rank):
+            return f"attribute gather_axis={g} or quantize_axis={qa} is out of range for rank-{rank} data"
+        if g % rank != 0 or qa % rank != rank - 1:
+            return (f"gather_axis={g}, quantize_axis={qa}: with uint8 data ORT needs gather_axis 0 and "
+                    f"quantize_axis the last axis")
+    return None
+
+
+register(OpDef("GatherBlockQuantized", (1,), ("T1", "Tind", "T2", "T1"), ("T2",),
+               {"T1": U8S, "Tind": INTS, "T2": FLOATS}, _gather_block_quantized,
+               attributes={"bits": 4, "block_size": 128, "quantize_axis": 1, "gather_axis": 0},
+               claim=_claim_gbq, domain=MS, min_inputs=3, shape_rule=_gather_block_quantized_shape))
+
+
+# ---- QMoE ------------------------------------------------------------------------------------
+# ORT 1.31's CPU QMoE (quant_type 'int'), as measured against the CPU EP:
+#  * routing: the k largest router logits per token (ties: the larger expert index first); the
+#    mixing weights are the softmax over those k logits (normalize_routing_weights changes
+#    nothing there). With router_weights, the weights are router_weights at the selected experts,
+#    divided by their sum when normalize_routing_weights=1. Weights <= 1e-8 are skipped.
+#  * each selected expert: fc1 (+ bias), activation, fc2 (+ bias); output = sum of weight * fc2.
+#    Activations: relu, identity, silu (x * sigmoid(x)), gelu (tanh approximation), swiglu
+#    (fused, interleaved: g = even columns, l = odd; clamp by swiglu_limit; g * sigmoid(alpha * g)
+#    * (l + beta)). activation_alpha/beta only affect swiglu.
+#  * weights: [E, N, K * bits / 8] (low bits first), scales [E, N] (one per output row) or
+#    [E, N, K / block_size]; zero points packed along the last axis (default 2^(bits-1)).
+#    Row-wise weights and block-wise 4-bit weights below accuracy_level 4 run dequantize + f32
+#    GEMM; block-wise 8-bit weights (any level) and 4-bit at level 4 run MLAS's int8-activation
+#    GEMM when the weights are constant (see MatMulNBits; the reference quantizes each GEMM's input
+#    rows exactly as MLAS does). fp32 math throughout, f16 in and out converted once.
+# Because fc2's int8 input is fc1's f32 output after the activation, a difference of an f32 ulp
+# there (ORT's own summation order, MLAS's logistic) can move a value across an int8 rounding
+# boundary: the int8 paths agree with ORT up to such single-code flips.
+
+_QMOE_ACTS = ("relu", "gelu", "silu", "swiglu", "identity")
+_QMOE_FC3 = (8, 9, 10, 13)         # fc3 weights/scales/bias/zero points: not run by ORT's CPU EP
+_QMOE_FP_ONLY = tuple(range(15, 21))  # global / activation scales of the fp4/fp8 quant types
+
+
+def _qmoe_bits(attrs):
+    return int(attrs["expert_weight_bits"])
+
+
+def _qmoe_dims(op, x, router, w1, w2, bits, swiglu):
+    """(tokens, hidden, inter, experts) from the operand shapes, checked like ORT's moe_helper."""
+    per = 8 // bits
+    if len(x) not in (2, 3):
+        raise RuntimeShapeError(f"{op}: input must be 2-D [tokens, hidden] or 3-D [batch, seq, hidden], "
+                                f"got shape {pshape_str(x)}")
+    if len(w1) != 3 or len(w2) != 3:
+        raise RuntimeShapeError(f"{op}: expert weights must be 3-D, got fc1 {pshape_str(w1)}, fc2 {pshape_str(w2)}")
+    hidden = x[-1]
+    experts = w1[0]
+    inter = None if w2[2] is None else w2[2] * per
+    if hidden is not None and w1[2] is not None and w1[2] * per != hidden:
+        raise RuntimeShapeError(f"{op}: fc1_experts_weights {pshape_str(w1)} must be [E, N, hidden * bits / 8] "
+                                f"with hidden = {hidden} (bits={bits})")
+    if hidden is not None and w2[1] is not None and w2[1] != hidden:
+        raise RuntimeShapeError(f"{op}: fc2_experts_weights {pshape_str(w2)} must be [E, hidden={hidden}, ...]")
+    if inter is not None and w1[1] is not None and w1[1] != inter * (2 if swiglu else 1):
+        raise RuntimeShapeError(f"{op}: fc1_experts_weights {pshape_str(w1)} has {w1[1]} output rows; fc2 "
+                                f"{pshape_str(w2)} implies inter_size {inter}"
+                                f"{' (x2 for fused swiglu)' if swiglu else ''}")
+    if experts is not None and w2[0] is not None and w2[0] != experts:
+        raise RuntimeShapeError(f"{op}: fc1 and fc2 weights disagree on the number of experts "
+                                f"({pshape_str(w1)} vs {pshape_str(w2)})")
+    tokens = None
+    if all(d is not None for d in x[:-1]):
+        tokens = int(np.prod(x[:-1], dtype=np.int64))
+    if router is not None:
+        if len(router) != 2:
+            raise RuntimeShapeError(f"{op}: router_probs must be 2-D [tokens, experts], got {pshape_str(router)}")
+        for got, want, what in ((router[0], tokens, "tokens"), (router[1], experts, "experts")):
+            if got is not None and want is not None and got != want:
+                raise RuntimeShapeError(f"{op}: router_probs {pshape_str(router)} must be [tokens={tokens}, "
+                                        f"experts={experts}] ({what} differ; input {pshape_str(x)})")
+    return tokens, hidden, inter, experts
+
+
+def _qmoe_weights(op, w, scales, zp, bits, bs, rows, cols, what):
+    """One projection's operands -> (q int32 [E, rows, nb, blk], s f32 [E, rows, nb],
+    z int32 [E, rows, nb]) with blk = block_size (or cols for row-wise scales)."""
+    e = w.shape[0]
+    blk = bs if bs else cols
+    nb = cols // blk
+    if bs and cols % bs:
+        raise RuntimeShapeError(f"{op}: {what} input size {cols} is not a multiple of block_size={bs}")
+    want_s = (e, rows, nb) if bs else (e, rows)
+    if scales is None or scales.size != int(np.prod(want_s)):
+        got = "none" if scales is None else shape_str(scales.shape)
+        raise RuntimeShapeError(f"{op}: {what}_scales must be {shape_str(want_s)}, got {got}")
+    q = unpack_bits(w.reshape(e, rows, -1), bits).astype(np.int32).reshape(e, rows, nb, blk)
+    s = scales.astype(f32).reshape(e, rows, nb)
+    if zp is None:
+        z = np.full((e, rows, nb), 1 << (bits - 1), np.int32)
+    else:
+        per = 8 // bits
+        want_z = (e, rows, (nb + per - 1) // per) if bs else (e, (rows + per - 1) // per)
+        if zp.size != int(np.prod(want_z)):
+            raise RuntimeShapeError(f"{op}: {what}_zero_points must be {shape_str(want_z)}, got {shape_str(zp.shape)}")
+        if bs:
+            z = unpack_bits(zp.reshape(want_z), bits)[:, :, :nb].astype(np.int32)
+        else:
+            z = unpack_bits(zp.reshape(want_z), bits)[:, :rows].astype(np.int32).reshape(e, rows, 1)
+    return q, s, z
+
+
+def _qmoe_activation(h: np.ndarray, attrs) -> np.ndarray:
+    act = attrs["activation_type"]
+    if act == "identity":
+        return h
+    if act == "relu":
+        return np.maximum(h, f32(0))
+    v = h.astype(f64)
+    if act == "silu":
+        out = v / (1.0 + np.exp(-v))
+    elif act == "gelu":
+        out = 0.5 * v * (1.0 + np.tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)))
+    else:  # fused interleaved swiglu
+        g, lin = v[:, 0::2], v[:, 1::2]
+        limit = attrs.get("swiglu_limit")
+        if limit is not None:
+            g = np.minimum(g, float(f32(limit)))
+            lin = np.clip(lin, -float(f32(limit)), float(f32(limit)))
+        alpha, beta = float(f32(attrs["activation_alpha"])), float(f32(attrs["activation_beta"]))
+        out = g / (1.0 + np.exp(-alpha * g)) * (lin + beta)
+    return out.astype(f32)
+
+
+def _qmoe_route(logits: np.ndarray, weights, k: int, normalize: bool):
+    """(experts int [T, k], mixing weights f32 [T, k]) as ORT's CPU QMoE routes."""
+    t, e = logits.shape
+    idx = np.broadcast_to(np.arange(e), (t, e))
+    order = np.lexsort((-idx, -logits), axis=-1)[:, :k]  # value desc, then larger index first
+    if weights is None:
+        top = np.take_along_axis(logits, order, axis=-1)
+        ex = np.exp((top - top[:, :1]).astype(f32)).astype(f32)
+        total = np.add.accumulate(ex, axis=-1, dtype=f32)[:, -1]
+        inv = np.where(total == 0, f32(0), f32(1) / np.where(total == 0, f32(1), total)).astype(f32)
+        return order, (ex * inv[:, None]).astype(f32)
+    w = np.take_along_axis(weights, order, axis=-1)
+    if normalize:
+        total = np.add.accumulate(w, axis=-1, dtype=f32)[:, -1]
+        inv = np.where(total == 0, f32(0), f32(1) / np.where(total == 0, f32(1), total)).astype(f32)
+        w = (w * inv[:, None]).astype(f32)
+    return order, w
+
+
+def _qmoe_int8(attrs) -> bool:
+    bs = int(attrs.get("block_size") or 0)
+    return bs > 0 and (_qmoe_bits(attrs) == 8 or int(attrs["accuracy_level"]) == 4)
+
+
+@kernel("QMoE")
+def _qmoe(inputs, attrs):
+    op = "QMoE"
+    x, router = inputs[0], inputs[1]
+    w1, s1, b1 = inputs[2], at(inputs, 3), at(inputs, 4)
+    w2, s2, b2 = inputs[5], at(inputs, 6), at(inputs, 7)
+    z1, z2, rw = at(inputs, 11), at(inputs, 12), at(inputs, 14)
+    bits, bs = _qmoe_bits(attrs), int(attrs.get("block_size") or 0)
+    swiglu = attrs["activation_type"] == "swiglu"
+    tokens, hidden, inter, experts = _qmoe_dims(op, x.shape, router.shape, w1.shape, w2.shape, bits, swiglu)
+    k = int(attrs["k"])
+    if not 1 <= k <= experts:
+        raise RuntimeShapeError(f"{op}: k={k} must be between 1 and the number of experts {experts}")
+    n1 = w1.shape[1]
+    q1, sc1, zz1 = _qmoe_weights(op, w1, s1, z1, bits, bs, n1, hidden, "fc1")
+    q2, sc2, zz2 = _qmoe_weights(op, w2, s2, z2, bits, bs, hidden, inter, "fc2")
+    for b, n, what in ((b1, n1, "fc1"), (b2, hidden, "fc2")):
+        if b is not None and b.size != experts * n:
+            raise RuntimeShapeError(f"{op}: {what}_experts_bias must be [{experts}, {n}], got {shape_str(b.shape)}")
+    if rw is not None and rw.size != tokens * experts:
+        raise RuntimeShapeError(f"{op}: router_weights must be [{tokens}, {experts}], got {shape_str(rw.shape)}")
+    xs = x.astype(f32).reshape(tokens, hidden)
+    order, mix = _qmoe_route(router.astype(f32).reshape(tokens, experts),
+                             None if rw is None else rw.astype(f32).reshape(tokens, experts),
+                             k, bool(attrs["normalize_routing_weights"]))
+    int8 = _qmoe_int8(attrs)
+    out = np.zeros((tokens, hidden), f64)
+    for e in np.unique(order):
+        rows, slots = np.nonzero((order == e) & (mix > f32(1e-8)))
+        if rows.size == 0:
+            continue
+        h = _mnb_matmul(xs[rows], q1[e], sc1[e], zz1[e], int8, bs)
+        if b1 is not None:
+            h = h + b1.astype(f32).reshape(experts, n1)[e]
+        h = _qmoe_activation(h.astype(f32), attrs)
+        y = _mnb_matmul(h, q2[e], sc2[e], zz2[e], int8, bs)
+        if b2 is not None:
+            y = y + b2.astype(f32).reshape(experts, hidden)[e]
+        np.add.at(out, rows, mix[rows, slots][:, None].astype(f64) * y.astype(f32))
+    return [result(out.astype(f32).reshape(x.shape), x.dtype)]
+
+
+@shape_rule("QMoE")
+def _qmoe_shape(types, values, attrs, num_outputs):
+    x = shape_of(types[0])
+    r, w1, w2 = shape_of(at(types, 1)), shape_of(at(types, 2)), shape_of(at(types, 5))
+    if x is not None and w1 is not None and w2 is not None:
+        _, hidden, _, _ = _qmoe_dims("QMoE", x, r, w1, w2, _qmoe_bits(attrs), attrs["activation_type"] == "swiglu")
+        if x[-1] is None and hidden is None and w1[2] is not None:
+            x = tuple(x[:-1]) + (w1[2] * (8 // _qmoe_bits(attrs)),)
+    elif x is not None and len(x) not in (2, 3):
+        raise RuntimeShapeError(f"QMoE: input must be 2-D or 3-D, got shape {pshape_str(x)}")
+    return [tensor_type(elem_of(types[0]), x)]
+
+
+def _claim_qmoe(node, graph, attrs):
+    if attrs["quant_type"] != "int":
+        return f"attribute quant_type='{attrs['quant_type']}' is not supported (only 'int')"
+    bits = _qmoe_bits(attrs)
+    if bits not in (4, 8):
+        return f"attribute expert_weight_bits={bits} is not supported (4 or 8)"
+    for name in ("fc1_expert_weight_bits", "fc2_expert_weight_bits", "fc3_expert_weight_bits"):
+        if attrs.get(name) is not None and int(attrs[name]) != bits:
+            return f"attribute {name}={attrs[name]} differs from expert_weight_bits={bits}; not supported"
+    act = attrs["activation_type"]
+    if act not in _QMOE_ACTS:
+        return f"attribute activation_type='{act}' is not supported ({', '.join(_QMOE_ACTS)})"
+    fusion = int(attrs["swiglu_fusion"])
+    if act == "swiglu" and fusion != 1:
+        return f"swiglu with swiglu_fusion={fusion}: ORT's CPU EP runs only fused, interleaved SwiGLU (1)"
+    if act != "swiglu" and fusion != 0:
+        return f"attribute swiglu_fusion={fusion} with activation_type='{act}' is not supported"
+    if int(attrs["use_sparse_mixer"]) != 0:
+        return "attribute use_sparse_mixer=1 is not supported"
+    if int(attrs["weights_prepacked"]) == 1:
+        return "attribute weights_prepacked=1: expert weights are in an EP-specific layout hipep does not read"
+    if int(attrs["k"]) < 1:
+        return f"attribute k={attrs['k']} must be >= 1"
+    bs = int(attrs.get("block_size") or 0)
+    if bs and not (_pow2(bs) and 16 <= bs <= 256):
+        return f"attribute block_size={bs} is not supported (a power of two from 16 to 256)"
+    for i in _QMOE_FC3:
+        if has_input(node, i):
+            return "fc3 (unfused gated projection) inputs are not supported (ORT's CPU EP does not run them)"
+    for i in _QMOE_FP_ONLY:
+        if has_input(node, i):
+            return f"input {i} (global / activation scales of the fp4/fp8 quant types) is not supported"
+    for i, what in ((3, "fc1_scales"), (5, "fc2_experts_weights"), (6, "fc2_scales")):
+        if not has_input(node, i):
+            return f"input {what} is required for quant_type 'int'"
+    if _qmoe_int8(attrs):
+        operands = [(2, "fc1_experts_weights"), (3, "fc1_scales"), (5, "fc2_experts_weights"),
+                    (6, "fc2_scales"), (11, "fc1_zero_points"), (12, "fc2_zero_points")]
+        fed = [what for i, what in operands if has_input(node, i) and not graph.is_initializer(node.inputs[i])]
+        if fed:
+            return (f"block-wise {bits}-bit experts at accuracy_level={attrs['accuracy_level']} with "
+                    f"{', '.join(fed)} not constant: ORT's CPU EP then dequantizes instead of using "
+                    f"int8 activations, which hipep cannot follow")
+    return None
+
+
+register(OpDef("QMoE", (1,), ("T", "T", "T1", "T", "T", "T1", "T", "T", "T1", "T", "T", "T1", "T1", "T1", "T",
+                           "T4", "T4", "T4", "T4", "T", "T"), ("T",),
+               {"T": FLOATS, "T1": U8S, "T4": F32S}, _qmoe,
+               attributes={"weights_prepacked": -1, "k": 1, "block_size": None, "swiglu_limit": None,
+                           "fc1_expert_weight_bits": None, "fc2_expert_weight_bits": None,
+                           "fc3_expert_weight_bits": None, "accuracy_level": 0, "quant_type": "int",
+                           "activation_type": "relu", "use_sparse_mixer": 0, "swiglu_fusion": 0,
+                           "activation_alpha": 1.0, "normalize_routing_weights": 0,
+                           "expert_weight_bits": 4, "activation_beta": 0.0},
+               claim=_claim_qmoe, domain=MS, min_inputs=3, shape_rule=_qmoe_shape))

@@ -11,10 +11,12 @@ import math
 import numpy as np
 
 from ..errors import RuntimeShapeError
+from ..graph import elem_type_of
 from ._common import (NP_DTYPES, at, broadcast_partial, broadcast_shape, compute_dtype, elem_of,
                       is_float, kernel, num_elements, pshape_str, result, scalar_operand,
                       shape_of, shape_rule, tensor_type, type_name, upcast)
-from .registry import ALL, BOOL, FLOATS, NUMERIC, REQUIRED, OpDef, register
+from .registry import (ALL, ALL_INTS, ANY_TENSOR, BOOL, F16, F32, FLOATS, I32, I64, NUMERIC,
+                       OUTPUT_COUNT, REQUIRED, U8, U32, U64, OpDef, register)
 
 BOOLS = frozenset({BOOL})
 
@@ -235,7 +237,7 @@ def _f32(v) -> np.float32:
 
 _reg_unary("Neg", (6, 13), lambda x, a: np.negative(x), NUMERIC)
 _reg_unary("Abs", (6, 13), lambda x, a: np.abs(x), NUMERIC)
-_reg_unary("Sign", (9, 13), lambda x, a: np.sign(x), NUMERIC)
+_reg_unary("Sign", (9, 13), lambda x, a: np.sign(x), NUMERIC | ALL_INTS)
 _reg_unary("Relu", (6, 13, 14), lambda x, a: np.maximum(x, x.dtype.type(0)), NUMERIC)
 _reg_unary("Exp", (6, 13), lambda x, a: np.exp(x))
 _reg_unary("Log", (6, 13), lambda x, a: np.log(x))
@@ -372,3 +374,266 @@ register(OpDef("Cast", (6, 9, 13, 19, 21, 23, 24, 25, 28), ("T1",), ("T2",),
                {"T1": ALL, "T2": ALL}, _cast,
                attributes={"to": REQUIRED, "saturate": 1, "round_mode": "up"},
                claim=_claim_cast, shape_rule=_cast_shape))
+
+
+# ---- more activations and unary math ---------------------------------------------------------
+# Float activations compute like the ones above: in f32 (f16 upcast, rounded once), or in f64
+# rounded to f32 (wide=True) where ONNX Runtime's f32 kernel is accurate to about an ulp.
+
+def _input_elem(node, graph, i: int = 0) -> int:
+    return graph.type_of(node.inputs[i]).elem_type
+
+
+def f16_broken_before(since: int):
+    """Rejects f16 input 0 below opset `since`: ONNX Runtime's CPU EP has no f16 kernel for those
+    forms and its f16→f32 cast insertion fails on them, so there is nothing to compare with."""
+    def claim(node, graph, attrs):
+        if node.since_version < since and _input_elem(node, graph) == F16:
+            return (f"f16 input to {node.op_type} opset {node.since_version} is not claimed: ONNX "
+                    f"Runtime's CPU EP cannot run that form (f16 is claimed from opset {since})")
+        return None
+    return claim
+
+
+def f16_allowed_from(since: int):
+    """Rejects f16 input 0 below opset `since`, where the ONNX schema does not allow it."""
+    def claim(node, graph, attrs):
+        if node.since_version < since and _input_elem(node, graph) == F16:
+            return (f"input 0 has element type f16, which {node.op_type} opset {node.since_version} "
+                    f"does not allow (f16 from opset {since})")
+        return None
+    return claim
+
+
+def _selu(x, a):
+    alpha, gamma = float(_f32(a["alpha"])), float(_f32(a["gamma"]))
+    return np.where(x > 0, gamma * x, gamma * (alpha * np.exp(x) - alpha))
+
+
+def _celu(x, a):
+    alpha = float(_f32(a["alpha"]))
+    return np.maximum(x, 0.0) + np.minimum(0.0, alpha * np.expm1(x / alpha))
+
+
+def _hard_swish(x, a):
+    # ONNX Runtime runs HardSwish as its function body, HardSigmoid(alpha=1/6, beta=0.5) * x, in f32.
+    return x * np.minimum(np.maximum(_f32(1.0 / 6.0) * x + _f32(0.5), 0), 1)
+
+
+def _mish(x, a):
+    return x * np.tanh(np.logaddexp(0.0, x))
+
+
+def _shrink(inputs, attrs):
+    x = inputs[0]
+    # ONNX Runtime: val < -lambd ? val + bias : val > lambd ? val - bias : 0, with float lambd and
+    # bias, so integers compute in f32 and convert back with C's truncation.
+    lambd, bias = _f32(attrs["lambd"]), _f32(attrs["bias"])
+    xf = x.astype(np.float32)
+    y = np.where(xf < -lambd, xf + bias, np.where(xf > lambd, xf - bias, np.float32(0)))
+    return [result(y.astype(x.dtype))]
+
+
+_reg_unary("Selu", (6, 22), _selu, attributes={"alpha": 1.67326319217681884765625,
+                                               "gamma": 1.05070102214813232421875}, wide=True)
+_reg_unary("Celu", (12,), _celu, types=frozenset({F32}), attributes={"alpha": 1.0}, wide=True)
+_reg_unary("Softsign", (1, 22), lambda x, a: x / (1.0 + np.abs(x)), claim=f16_broken_before(22))
+_reg_unary("HardSwish", (14, 22), _hard_swish)
+_reg_unary("Mish", (18, 22), _mish, wide=True)
+_reg_unary("ThresholdedRelu", (10, 22), lambda x, a: np.where(x > _f32(a["alpha"]), x, x.dtype.type(0)),
+           attributes={"alpha": 1.0})
+register(OpDef("Shrink", (9,), ("T",), ("T",), {"T": FLOATS | ALL_INTS}, kernel("Shrink")(_shrink),
+               attributes={"lambd": 0.5, "bias": 0.0}, shape_rule=_same_rule("Shrink")))
+
+for _name, _since, _fn in (("Tan", (7, 22), np.tan), ("Asin", (7, 22), np.arcsin),
+                           ("Acos", (7, 22), np.arccos), ("Atan", (7, 22), np.arctan),
+                           ("Sinh", (9, 22), np.sinh), ("Cosh", (9, 22), np.cosh),
+                           ("Asinh", (9, 22), np.arcsinh), ("Acosh", (9, 22), np.arccosh),
+                           ("Atanh", (9, 22), np.arctanh)):
+    _reg_unary(_name, _since, (lambda f: lambda x, a: f(x))(_fn), wide=True)
+
+
+# ---- IsNaN / IsInf ---------------------------------------------------------------------------
+
+def _bool_same_rule(op_type: str):
+    @shape_rule(op_type)
+    def rule(types, values, attrs, num_outputs):
+        return [tensor_type(BOOL, shape_of(types[0]))]
+    return rule
+
+
+@kernel("IsInf")
+def _isinf(inputs, attrs):
+    x = inputs[0]
+    out = np.zeros(x.shape, np.bool_)
+    if attrs["detect_positive"]:
+        out |= np.isposinf(x)
+    if attrs["detect_negative"]:
+        out |= np.isneginf(x)
+    return [result(out)]
+
+
+register(OpDef("IsNaN", (9, 13, 20), ("T",), ("B",), {"T": FLOATS, "B": BOOLS},
+               kernel("IsNaN")(lambda inputs, attrs: [result(np.isnan(inputs[0]))]),
+               shape_rule=_bool_same_rule("IsNaN")))
+register(OpDef("IsInf", (10, 20), ("T",), ("B",), {"T": FLOATS, "B": BOOLS}, _isinf,
+               attributes={"detect_negative": 1, "detect_positive": 1}, claim=f16_allowed_from(20),
+               shape_rule=_bool_same_rule("IsInf")))
+
+
+# ---- PRelu -----------------------------------------------------------------------------------
+
+@kernel("PRelu")
+def _prelu(inputs, attrs):
+    x, slope = inputs
+    broadcast_shape("PRelu", x, slope, names=["X", "slope"])
+    if is_float(x):
+        xs = upcast(x)
+        return [result(np.where(xs < 0, upcast(slope) * xs, xs), x.dtype)]
+    return [result(np.where(x < 0, slope * x, x), x.dtype)]
+
+
+def _claim_prelu(node, graph, attrs):
+    t = graph.type_of(node.inputs[0])
+    if node.since_version < 16 and t.elem_type not in FLOATS:
+        return (f"input 0 has element type {t.dtype_name}, which PRelu opset {node.since_version} does "
+                f"not allow (integers from opset 16)")
+    return None
+
+
+# ONNX Runtime broadcasts slope and X both ways (the spec: slope broadcasts to X); so does this.
+register(OpDef("PRelu", (7, 9, 16), ("T", "T"), ("T",), {"T": FLOATS | {I32, I64, U32}}, _prelu,
+               claim=_claim_prelu, shape_rule=_broadcast_rule("PRelu", names=["X", "slope"])))
+
+
+# ---- bitwise ---------------------------------------------------------------------------------
+
+@kernel("BitShift")
+def _bitshift(inputs, attrs):
+    x, y = inputs
+    broadcast_shape("BitShift", x, y, names=["X", "Y"])
+    bits = x.dtype.itemsize * 8
+    # A shift by the width or more gives 0 (C leaves it undefined; ORT's x86 result differs).
+    big = y >= bits
+    ys = np.where(big, 0, y).astype(x.dtype)
+    out = np.left_shift(x, ys) if attrs["direction"] == "LEFT" else np.right_shift(x, ys)
+    return [result(np.where(big, x.dtype.type(0), out), x.dtype)]
+
+
+def _claim_bitshift(node, graph, attrs):
+    if attrs["direction"] not in ("LEFT", "RIGHT"):
+        return f"attribute direction='{attrs['direction']}' is invalid (must be 'LEFT' or 'RIGHT')"
+    return None
+
+
+register(OpDef("BitShift", (11,), ("T", "T"), ("T",), {"T": frozenset({U8, U32, U64})}, _bitshift,
+               attributes={"direction": REQUIRED}, claim=_claim_bitshift,
+               shape_rule=_broadcast_rule("BitShift", names=["X", "Y"])))
+
+for _name, _fn in (("BitwiseAnd", np.bitwise_and), ("BitwiseOr", np.bitwise_or),
+                   ("BitwiseXor", np.bitwise_xor)):
+    register(OpDef(_name, (18,), ("T", "T"), ("T",), {"T": ALL_INTS}, _binary(_name, _fn),
+                   shape_rule=_broadcast_rule(_name, names=["A", "B"])))
+_reg_unary("BitwiseNot", (18,), lambda x, a: np.invert(x), ALL_INTS)
+
+
+# ---- Sum / Mean (variadic) -------------------------------------------------------------------
+
+def _sum_mean(op_type: str, mean: bool):
+    @kernel(op_type)
+    def reference(inputs, attrs):
+        broadcast_shape(op_type, *inputs, names=[f"input {i}" for i in range(len(inputs))])
+        dtype = inputs[0].dtype
+        acc = upcast(inputs[0])
+        for x in inputs[1:]:
+            acc = acc + upcast(x)
+        if mean:
+            acc = acc * np.float32(1.0 / len(inputs))
+        return [result(np.broadcast_to(acc, np.broadcast_shapes(*[x.shape for x in inputs])), dtype)]
+    return reference
+
+
+# Opset 6 forms do not broadcast (ONNX Runtime rejects differing shapes there); the reference
+# broadcasts, which agrees wherever opset 6 is valid.
+for _name in ("Sum", "Mean"):
+    register(OpDef(_name, (6, 8, 13), ("T",), ("T",), {"T": FLOATS}, _sum_mean(_name, _name == "Mean"),
+                   min_inputs=1, variadic=True, shape_rule=_broadcast_rule(_name)))
+
+
+# ---- CastLike ----------------------------------------------------------------------------------
+
+@kernel("CastLike")
+def _cast_like(inputs, attrs):
+    x, target = inputs
+    return _cast([x], {**attrs, "to": elem_type_of(target.dtype)})
+
+
+@shape_rule("CastLike")
+def _cast_like_shape(types, values, attrs, num_outputs):
+    return [tensor_type(elem_of(at(types, 1)), shape_of(types[0]))]
+
+
+def _claim_cast_like(node, graph, attrs):
+    if attrs["round_mode"] != "up":
+        return (f"attribute round_mode='{attrs['round_mode']}' is not supported "
+                f"(only the default 'up' is claimed)")
+    return None
+
+
+register(OpDef("CastLike", (15, 19, 21, 23, 24, 25), ("T1", "T2"), ("T2",), {"T1": ALL, "T2": ALL},
+               _cast_like, attributes={"saturate": 1, "round_mode": "up"}, claim=_claim_cast_like,
+               shape_rule=_cast_like_shape))
+
+
+# ---- Dropout (inference) -----------------------------------------------------------------------
+
+@kernel("Dropout")
+def _dropout(inputs, attrs):
+    x = inputs[0]
+    out = [result(x)]
+    if attrs[OUTPUT_COUNT] > 1:  # inference: nothing is dropped
+        out.append(result(np.ones(x.shape, np.bool_)))
+    return out
+
+
+@shape_rule("Dropout")
+def _dropout_shape(types, values, attrs, num_outputs):
+    shape = shape_of(types[0])
+    return [tensor_type(elem_of(types[0]), shape), tensor_type(BOOL, shape)]
+
+
+def _claim_dropout(node, graph, attrs):
+    v = node.since_version
+    has_mask = len(node.outputs) > 1 and bool(node.outputs[1])
+    if v < 12 and has_mask:
+        return (f"Dropout opset {v} with a mask output is not claimed: ONNX Runtime fills that "
+                f"mask with {'zeros of the input type' if v < 10 else 'false'} in inference, where "
+                f"opset 12+ gives true; hipep claims the mask from opset 12")
+    if v >= 12 and len(node.inputs) > 2 and node.inputs[2]:
+        name = node.inputs[2]
+        value = graph.constant(name)
+        if value is None:
+            return (f"input 2 (training_mode) '{name}' is not a constant; hipep runs Dropout in "
+                    f"inference only and needs training_mode to be a constant false")
+        if np.asarray(value).size != 1 or bool(np.asarray(value).reshape(-1)[0]):
+            return "training_mode=true is not supported (hipep runs Dropout in inference only)"
+    return None
+
+
+register(OpDef("Dropout", (7, 10, 12, 13, 22), ("T", "T1", "B"), ("T", ""),
+               {"T": FLOATS, "T1": FLOATS, "B": BOOLS}, _dropout,
+               attributes={"ratio": 0.5, "seed": None}, claim=_claim_dropout, min_inputs=1,
+               shape_rule=_dropout_shape))
+
+
+# ---- Size ----------------------------------------------------------------------------------------
+
+@shape_rule("Size")
+def _size_shape(types, values, attrs, num_outputs):
+    return [tensor_type(I64, ())]
+
+
+register(OpDef("Size", (1, 13, 19, 21, 23, 24, 25), ("T",), ("I",),
+               {"T": ANY_TENSOR, "I": frozenset({I64})},
+               kernel("Size")(lambda inputs, attrs: [result(inputs[0].size, np.int64)]),
+               claim=f16_broken_before(13), shape_rule=_size_shape))

@@ -1,12 +1,16 @@
-"""Normalization: Softmax and LayerNormalization. Math in f32 (f16 upcast), rounded once."""
+"""Normalization: Softmax, LogSoftmax, Hardmax, LayerNormalization, InstanceNormalization,
+GroupNormalization, BatchNormalization (inference), LpNormalization, MeanVarianceNormalization and
+LRN. Math in f32 (f16 upcast), rounded once, unless ONNX Runtime rounds in between (noted).
+"""
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import RuntimeShapeError
-from ._common import (at, elem_of, input_rank, kernel, normalize_axis, pshape_str, result,
-                      shape_of, shape_rule, shape_str, tensor_type, unidirectional_ok, upcast)
-from .registry import F32, FLOATS, OpDef, register
+from ._common import (at, elem_of, input_rank, kernel, normalize_axes, normalize_axis, pshape_str,
+                      result, shape_of, shape_rule, shape_str, tensor_type, unidirectional_ok,
+                      upcast)
+from .registry import F16, F32, FLOATS, REQUIRED, OpDef, register
 
 
 @kernel("Softmax")
@@ -23,6 +27,7 @@ def _softmax(inputs, attrs):
 
 
 def _claim_softmax(node, graph, attrs):
+    """Softmax, LogSoftmax and Hardmax: opsets 1 and 11 coerce the input to 2-D."""
     rank = input_rank(node, graph)
     if node.since_version >= 13:
         if rank is not None and not -rank <= attrs["axis"] < rank:
@@ -31,27 +36,33 @@ def _claim_softmax(node, graph, attrs):
     # Opsets 1 and 11 flatten the input to 2-D at `axis` (default 1) and normalize over the
     # flattened trailing block; that equals opset 13's per-axis softmax only when the block is
     # the last axis alone, which is the only case the reference (told no opset) computes.
+    op = node.op_type
     axis = node.attributes.get("axis", 1)
     if rank is None:
-        return (f"Softmax opset {node.since_version} (coerce-to-2D semantics) needs a known input "
+        return (f"{op} opset {node.since_version} (coerce-to-2D semantics) needs a known input "
                 f"rank to check axis={axis}; the input's rank is unknown")
     if not -rank <= axis < rank:
         return f"attribute axis={axis} is out of range for a rank-{rank} input"
     if (axis + rank if axis < 0 else axis) != rank - 1:
-        return (f"Softmax opset {node.since_version} with axis={axis} on a rank-{rank} input "
+        return (f"{op} opset {node.since_version} with axis={axis} on a rank-{rank} input "
                 f"normalizes over the flattened dims [{axis}:] (coerce-to-2D semantics), which "
                 f"hipep does not implement; only axis = last dim is supported before opset 13")
     return None
 
 
-@shape_rule("Softmax")
-def _softmax_shape(types, values, attrs, num_outputs):
-    shape = shape_of(types[0])
-    if shape is not None:
-        if len(shape) == 0:
-            raise RuntimeShapeError("Softmax: input must have rank >= 1, got a scalar")
-        normalize_axis("Softmax", int(attrs["axis"]), len(shape))
-    return [tensor_type(elem_of(types[0]), shape)]
+def _softmax_like_shape(op_type: str):
+    @shape_rule(op_type)
+    def rule(types, values, attrs, num_outputs):
+        shape = shape_of(types[0])
+        if shape is not None:
+            if len(shape) == 0:
+                raise RuntimeShapeError(f"{op_type}: input must have rank >= 1, got a scalar")
+            normalize_axis(op_type, int(attrs["axis"]), len(shape))
+        return [tensor_type(elem_of(types[0]), shape)]
+    return rule
+
+
+_softmax_shape = _softmax_like_shape("Softmax")
 
 
 register(OpDef("Softmax", (1, 11, 13), ("T",), ("T",), {"T": FLOATS}, _softmax,
@@ -125,3 +136,340 @@ register(OpDef("LayerNormalization", (17,), ("T", "T", "T"), ("T", "U", "U"),
                {"T": FLOATS, "U": frozenset({F32})}, _layer_norm,
                attributes={"axis": -1, "epsilon": 1e-5, "stash_type": 1},
                claim=_claim_layer_norm, min_inputs=2, shape_rule=_layer_norm_shape))
+
+
+def _f16_broken_before(since: int):
+    """Rejects f16 below opset `since`: ONNX Runtime's CPU EP cannot run those forms on f16."""
+    def claim(node, graph, attrs):
+        if node.since_version < since and graph.type_of(node.inputs[0]).elem_type == F16:
+            return (f"f16 input to {node.op_type} opset {node.since_version} is not claimed: ONNX "
+                    f"Runtime's CPU EP cannot run that form (f16 is claimed from opset {since})")
+        return None
+    return claim
+
+
+def _both(first, second):
+    return lambda node, graph, attrs: first(node, graph, attrs) or second(node, graph, attrs)
+
+
+# ---- LogSoftmax / Hardmax ----------------------------------------------------------------------
+
+def _softmax_like(op_type: str, fn):
+    @kernel(op_type)
+    def reference(inputs, attrs):
+        x = inputs[0]
+        if x.ndim == 0:
+            raise RuntimeShapeError(f"{op_type}: input must have rank >= 1, got a scalar")
+        axis = normalize_axis(op_type, int(attrs["axis"]), x.ndim)
+        xs = upcast(x)
+        if x.size == 0:
+            return [result(xs, x.dtype)]
+        return [result(fn(xs, axis), x.dtype)]
+    return reference
+
+
+def _log_softmax(xs, axis):
+    y = xs - np.max(xs, axis=axis, keepdims=True)
+    return y - np.log(np.sum(np.exp(y), axis=axis, keepdims=True))
+
+
+def _hardmax(xs, axis):
+    # ONNX Runtime: 1 at the first element equal to the row's max, the max found by a scan from
+    # element 0 with `>`: later NaNs are skipped, a NaN at element 0 is the max and no element
+    # equals it (an all-zero row).
+    xa = np.moveaxis(xs, axis, -1)
+    nan = np.isnan(xa)
+    m = np.max(np.where(nan, -np.inf, xa), axis=-1, keepdims=True)
+    m = np.where(nan[..., :1], np.nan, m)
+    hit = xa == m
+    out = np.zeros(xa.shape, xs.dtype)
+    np.put_along_axis(out, np.argmax(hit, axis=-1)[..., None], 1, axis=-1)
+    out *= hit.any(axis=-1, keepdims=True)
+    return np.moveaxis(out, -1, axis)
+
+
+for _name, _fn in (("LogSoftmax", _log_softmax), ("Hardmax", _hardmax)):
+    register(OpDef(_name, (1, 11, 13), ("T",), ("T",), {"T": FLOATS}, _softmax_like(_name, _fn),
+                   attributes={"axis": -1}, claim=_both(_claim_softmax, _f16_broken_before(11)),
+                   shape_rule=_softmax_like_shape(_name)))
+
+
+# ---- per-channel parameters ------------------------------------------------------------------
+
+def _channel_param(op_type, what, p, c, shape):
+    if p.shape != (c,):
+        raise RuntimeShapeError(f"{op_type}: {what} must have shape [{c}] (the channels of X, "
+                                f"{shape_str(shape)}), got {shape_str(p.shape)}")
+
+
+def _channel_rule(op_type: str, min_rank: int, params, exact_rank: int | None = None):
+    """Output: X's shape; X's rank checked; 1-D parameters' static length fixes or checks C."""
+    @shape_rule(op_type)
+    def rule(types, values, attrs, num_outputs):
+        x = shape_of(types[0])
+        if x is not None:
+            if len(x) < min_rank or (exact_rank is not None and len(x) != exact_rank):
+                need = f"rank {exact_rank}" if exact_rank is not None else f"rank >= {min_rank}"
+                raise RuntimeShapeError(f"{op_type}: X must have {need}, got shape {pshape_str(x)}")
+            for i, what in params:
+                p = shape_of(at(types, i))
+                if p is None:
+                    continue
+                if len(p) != 1 or (p[0] is not None and x[1] is not None and p[0] != x[1]):
+                    raise RuntimeShapeError(f"{op_type}: {what} must have shape [{'?' if x[1] is None else x[1]}] "
+                                            f"(the channels of X, {pshape_str(x)}), got {pshape_str(p)}")
+                if x[1] is None and p[0] is not None:
+                    x = (x[0], p[0]) + tuple(x[2:])
+        return [tensor_type(elem_of(types[0]), x)]
+    return rule
+
+
+# ---- InstanceNormalization -----------------------------------------------------------------------
+
+@kernel("InstanceNormalization")
+def _instance_norm(inputs, attrs):
+    x, scale, bias = inputs
+    if x.ndim < 3:
+        raise RuntimeShapeError(f"InstanceNormalization: X must have rank >= 3, got shape {shape_str(x.shape)}")
+    c = x.shape[1]
+    _channel_param("InstanceNormalization", "scale", scale, c, x.shape)
+    _channel_param("InstanceNormalization", "B", bias, c, x.shape)
+    xs = x.astype(np.float32)
+    axes = tuple(range(2, x.ndim))
+    bshape = (1, c) + (1,) * (x.ndim - 2)
+    mean = np.mean(xs, axis=axes, keepdims=True, dtype=np.float32)
+    d = xs - mean
+    var = np.mean(d * d, axis=axes, keepdims=True, dtype=np.float32)
+    inv = np.float32(1) / np.sqrt(var + np.float32(attrs["epsilon"]))
+    y = d * (inv * upcast(scale).reshape(bshape)) + upcast(bias).reshape(bshape)
+    return [result(y, x.dtype)]
+
+
+register(OpDef("InstanceNormalization", (6, 22), ("T", "T", "T"), ("T",), {"T": FLOATS}, _instance_norm,
+               attributes={"epsilon": 1e-5},
+               shape_rule=_channel_rule("InstanceNormalization", 3, ((1, "scale"), (2, "B")))))
+
+
+# ---- GroupNormalization ----------------------------------------------------------------------------
+
+@kernel("GroupNormalization")
+def _group_norm(inputs, attrs):
+    x, scale, bias = inputs
+    if x.ndim < 2:
+        raise RuntimeShapeError(f"GroupNormalization: X must have rank >= 2, got shape {shape_str(x.shape)}")
+    n, c = x.shape[:2]
+    g = int(attrs["num_groups"])
+    if g <= 0 or c % g:
+        raise RuntimeShapeError(f"GroupNormalization: num_groups={g} does not divide the {c} channels "
+                                f"of X ({shape_str(x.shape)})")
+    if scale.shape != bias.shape or scale.shape not in ((c,), (g,)):
+        raise RuntimeShapeError(f"GroupNormalization: scale and bias must have shape [{c}] (opset 21: "
+                                f"channels) or [{g}] (opset 18: groups), got {shape_str(scale.shape)} "
+                                f"and {shape_str(bias.shape)}")
+    # The ONNX function body, which ONNX Runtime runs: statistics in f32 as E[x^2] - E[x]^2.
+    x3 = x.astype(np.float32).reshape(n, g, -1)
+    count = np.float32(x3.shape[2])
+    mean = np.sum(x3, axis=2, keepdims=True, dtype=np.float32) / count
+    mean_sq = np.sum(x3 * x3, axis=2, keepdims=True, dtype=np.float32) / count
+    std = np.sqrt(mean_sq - mean * mean + np.float32(attrs["epsilon"]))
+    norm = (x3 - mean) / std
+    if scale.shape == (g,) and g != c:  # opset 18: one scale and bias per group
+        y = upcast(scale).reshape(1, g, 1) * norm + upcast(bias).reshape(1, g, 1)
+        return [result(y.reshape(x.shape), x.dtype)]
+    # Opset 21: back to X's type, then scale and bias per channel in X's type (f16 rounds twice).
+    norm = norm.reshape(n, c, -1).astype(x.dtype)
+    y = (upcast(scale).reshape(1, c, 1) * upcast(norm)).astype(x.dtype)
+    y = (upcast(y) + upcast(bias).reshape(1, c, 1)).astype(x.dtype)
+    return [result(y.reshape(x.shape), x.dtype)]
+
+
+@shape_rule("GroupNormalization")
+def _group_norm_shape(types, values, attrs, num_outputs):
+    x = shape_of(types[0])
+    if x is not None:
+        if len(x) < 2:
+            raise RuntimeShapeError(f"GroupNormalization: X must have rank >= 2, got shape {pshape_str(x)}")
+        g = int(attrs["num_groups"])
+        if x[1] is not None and (g <= 0 or x[1] % g):
+            raise RuntimeShapeError(f"GroupNormalization: num_groups={g} does not divide the {x[1]} "
+                                    f"channels of X ({pshape_str(x)})")
+    return [tensor_type(elem_of(types[0]), x)]
+
+
+def _claim_group_norm(node, graph, attrs):
+    v = node.since_version
+    g = attrs["num_groups"]
+    if g <= 0:
+        return f"attribute num_groups={g} must be positive"
+    if v < 21 and "stash_type" in node.attributes:
+        return f"attribute 'stash_type' is not part of GroupNormalization opset {v}"
+    if attrs["stash_type"] != 1:
+        return f"attribute stash_type={attrs['stash_type']} is not supported (only 1, statistics in f32)"
+    x = graph.type_of(node.inputs[0])
+    if v < 21 and x.elem_type == F16:
+        return ("f16 input to GroupNormalization opset 18 is not claimed: ONNX Runtime runs its "
+                "function body with every step rounded to f16, which hipep does not reproduce")
+    c = x.shape[1] if x.shape is not None and len(x.shape) > 1 and isinstance(x.shape[1], int) else None
+    want = g if v < 21 else c
+    for i, what in ((1, "scale"), (2, "bias")):
+        p = graph.type_of(node.inputs[i]).shape
+        if want is not None and p is not None and len(p) == 1 and isinstance(p[0], int) and p[0] != want:
+            return (f"{what} has length {p[0]}; GroupNormalization opset {v} expects "
+                    f"{'num_groups' if v < 21 else 'the channel count'} = {want}")
+    return None
+
+
+register(OpDef("GroupNormalization", (18, 21), ("T", "T", "T"), ("T",), {"T": FLOATS}, _group_norm,
+               attributes={"num_groups": REQUIRED, "epsilon": 1e-5, "stash_type": 1},
+               claim=_claim_group_norm, shape_rule=_group_norm_shape))
+
+
+# ---- BatchNormalization (inference) -------------------------------------------------------------------
+
+@kernel("BatchNormalization")
+def _batch_norm(inputs, attrs):
+    x, scale, bias, mean, var = inputs[:5]
+    if x.ndim < 2:
+        raise RuntimeShapeError(f"BatchNormalization: X must have rank >= 2, got shape {shape_str(x.shape)}")
+    c = x.shape[1]
+    for what, p in (("scale", scale), ("B", bias), ("input_mean", mean), ("input_var", var)):
+        _channel_param("BatchNormalization", what, p, c, x.shape)
+    bshape = (1, c) + (1,) * (x.ndim - 2)
+    # ONNX Runtime's fused form: x * (scale / sqrt(var + eps)) + (B - mean * that), in f32.
+    inv_std = np.float32(1) / np.sqrt(upcast(var) + np.float32(attrs["epsilon"]))
+    new_scale = inv_std * upcast(scale)
+    new_bias = upcast(bias) - upcast(mean) * new_scale
+    y = upcast(x) * new_scale.reshape(bshape) + new_bias.reshape(bshape)
+    return [result(y, x.dtype)]
+
+
+def _claim_batch_norm(node, graph, attrs):
+    v = node.since_version
+    if v < 14 and "training_mode" in node.attributes:
+        return f"attribute 'training_mode' is not part of BatchNormalization opset {v}"
+    if attrs["training_mode"] != 0:
+        return "training_mode=1 is not supported (hipep runs BatchNormalization in inference only)"
+    if v >= 9 and "spatial" in node.attributes:
+        return f"attribute 'spatial' is not part of BatchNormalization opset {v}"
+    if attrs["spatial"] != 1:
+        return f"attribute spatial={attrs['spatial']} is not supported (only spatial=1)"
+    if len([o for o in node.outputs[1:] if o]):
+        return ("outputs beyond Y (running or saved statistics) are training outputs; hipep runs "
+                "BatchNormalization in inference only")
+    if v < 15:
+        elems = {graph.type_of(n).elem_type for n in node.inputs[:5] if n}
+        if len(elems) > 1:
+            return (f"BatchNormalization opset {v} requires all inputs to share one element type "
+                    f"(mixed types from opset 15)")
+    return None
+
+
+register(OpDef("BatchNormalization", (7, 9, 14, 15), ("T", "T1", "T1", "T2", "T2"),
+               ("T", "T2", "T2", "T2", "T2"), {"T": FLOATS, "T1": FLOATS, "T2": FLOATS}, _batch_norm,
+               attributes={"epsilon": 1e-5, "momentum": 0.9, "spatial": 1, "training_mode": 0},
+               claim=_claim_batch_norm,
+               shape_rule=_channel_rule("BatchNormalization", 2, ((1, "scale"), (2, "B"),
+                                                                  (3, "input_mean"), (4, "input_var")))))
+
+
+# ---- LpNormalization -------------------------------------------------------------------------------
+
+@kernel("LpNormalization")
+def _lp_norm(inputs, attrs):
+    x = inputs[0]
+    if x.ndim == 0:
+        raise RuntimeShapeError("LpNormalization: input must have rank >= 1, got a scalar")
+    axis = normalize_axis("LpNormalization", int(attrs["axis"]), x.ndim)
+    xs = upcast(x)
+    if int(attrs["p"]) == 1:
+        norm = np.sum(np.abs(xs), axis=axis, keepdims=True, dtype=np.float32)
+    else:
+        norm = np.sqrt(np.sum(xs * xs, axis=axis, keepdims=True, dtype=np.float32))
+    y = np.where(norm != 0, xs / np.where(norm != 0, norm, np.float32(1)), np.float32(0))  # 0 / 0 -> 0
+    return [result(y, x.dtype)]
+
+
+def _claim_lp_norm(node, graph, attrs):
+    if attrs["p"] not in (1, 2):
+        return f"attribute p={attrs['p']} is invalid (must be 1 or 2)"
+    rank = input_rank(node, graph)
+    if rank is not None and not -rank <= attrs["axis"] < rank:
+        return f"attribute axis={attrs['axis']} is out of range for a rank-{rank} input"
+    return _f16_broken_before(22)(node, graph, attrs)
+
+
+register(OpDef("LpNormalization", (1, 22), ("T",), ("T",), {"T": FLOATS}, _lp_norm,
+               attributes={"axis": -1, "p": 2}, claim=_claim_lp_norm,
+               shape_rule=_softmax_like_shape("LpNormalization")))
+
+
+# ---- MeanVarianceNormalization --------------------------------------------------------------------
+
+@kernel("MeanVarianceNormalization")
+def _mvn(inputs, attrs):
+    x = inputs[0]
+    axes = tuple(normalize_axes("MeanVarianceNormalization", attrs["axes"], x.ndim))
+    # As ONNX Runtime's kernel computes it (not the function body's E[X^2] - E[X]^2, nor its
+    # epsilon): Y = X - E[X], then Y / sqrt(E[Y^2]), in f32.
+    xs = upcast(x)
+    count = np.float32(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    y = xs - np.sum(xs, axis=axes, keepdims=True, dtype=np.float32) / count
+    return [result(y / np.sqrt(np.sum(y * y, axis=axes, keepdims=True, dtype=np.float32) / count), x.dtype)]
+
+
+@shape_rule("MeanVarianceNormalization")
+def _mvn_shape(types, values, attrs, num_outputs):
+    x = shape_of(types[0])
+    if x is not None:
+        normalize_axes("MeanVarianceNormalization", attrs["axes"], len(x))
+    return [tensor_type(elem_of(types[0]), x)]
+
+
+def _claim_mvn(node, graph, attrs):
+    rank = input_rank(node, graph)
+    axes = list(attrs["axes"])
+    if rank is not None and (any(not -rank <= a < rank for a in axes) or
+                             len({a % rank for a in axes}) != len(axes)):
+        return f"attribute axes={axes} is invalid for a rank-{rank} input"
+    return None
+
+
+# f32 only: ONNX Runtime's CPU EP fails to run the function body on f16.
+register(OpDef("MeanVarianceNormalization", (9, 13), ("T",), ("T",), {"T": frozenset({F32})}, _mvn,
+               attributes={"axes": [0, 2, 3]}, claim=_claim_mvn, shape_rule=_mvn_shape))
+
+
+# ---- LRN -------------------------------------------------------------------------------------------
+
+@kernel("LRN")
+def _lrn(inputs, attrs):
+    x = inputs[0]
+    if x.ndim != 4:
+        raise RuntimeShapeError(f"LRN: X must be 4-D (N, C, H, W), got shape {shape_str(x.shape)}")
+    size = int(attrs["size"])
+    xs = upcast(x)
+    sq = xs * xs
+    c = x.shape[1]
+    pre = (size - 1) // 2
+    padded = np.concatenate([np.zeros((x.shape[0], pre) + x.shape[2:], np.float32), sq,
+                             np.zeros((x.shape[0], size - 1 - pre) + x.shape[2:], np.float32)], axis=1)
+    window = np.zeros(sq.shape, np.float32)
+    for i in range(size):
+        window += padded[:, i:i + c]
+    scale = np.float32(attrs["bias"]) + np.float32(np.float32(attrs["alpha"]) / np.float32(size)) * window
+    return [result(xs * np.power(scale, np.float32(-np.float32(attrs["beta"]))), x.dtype)]
+
+
+def _claim_lrn(node, graph, attrs):
+    if attrs["size"] <= 0 or attrs["size"] % 2 == 0:
+        return (f"attribute size={attrs['size']} is not supported: ONNX Runtime's CPU EP requires an "
+                f"odd, positive size")
+    rank = input_rank(node, graph)
+    if rank is not None and rank != 4:
+        return f"input 0 has rank {rank}; LRN is implemented for 4-D (N, C, H, W) input only, as in ONNX Runtime"
+    return _f16_broken_before(13)(node, graph, attrs)
+
+
+register(OpDef("LRN", (1, 13), ("T",), ("T",), {"T": FLOATS}, _lrn,
+               attributes={"alpha": 1e-4, "beta": 0.75, "bias": 1.0, "size": REQUIRED}, claim=_claim_lrn,
+               shape_rule=_channel_rule("LRN", 4, (), exact_rank=4)))

@@ -1,4 +1,7 @@
-"""Shape and data-movement ops. Every result is a fresh copy (never a view of an input)."""
+"""Shape and data-movement ops. Every result is a fresh copy (never a view of an input).
+
+Pure data movement carries every element type numpy holds (registry.ANY_TENSOR): f32/f16/f64,
+bool and all 8- to 64-bit integers (the int4 model builder's models Reshape a uint8 weight)."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,9 +10,9 @@ from ..errors import RuntimeShapeError
 from ..graph import elem_type_of
 from ._common import (NP_DTYPES, at, broadcast_partial, elem_of, has_input, input_rank, int_list,
                       kernel, known_value, normalize_axes, normalize_axis, num_elements,
-                      operand_length, pshape_str, result, shape_of, shape_rule, shape_str,
-                      tensor_type, type_name)
-from .registry import ALL, F32, I64, INTS, OUTPUT_COUNT, REQUIRED, OpDef, register
+                      operand_length, pshape_str, result, scalar_operand, shape_of, shape_rule,
+                      shape_str, tensor_type, type_name)
+from .registry import ALL, ANY_TENSOR, F32, I64, INTS, OUTPUT_COUNT, REQUIRED, OpDef, register
 
 I64S = frozenset({I64})
 
@@ -122,7 +125,7 @@ def _reshape_shape(types, values, attrs, num_outputs):
 
 
 register(OpDef("Reshape", (5, 13, 14, 19, 21, 23, 24, 25), ("T", "I"), ("T",),
-               {"T": ALL, "I": I64S}, _reshape, attributes={"allowzero": 0},
+               {"T": ANY_TENSOR, "I": I64S}, _reshape, attributes={"allowzero": 0},
                shape_rule=_reshape_shape, host_inputs=(1,), view=True))
 
 
@@ -168,7 +171,7 @@ def _transpose_shape(types, values, attrs, num_outputs):
     return [tensor_type(elem_of(types[0]), tuple(x[p] for p in perm))]
 
 
-register(OpDef("Transpose", (1, 13, 21, 23, 24, 25), ("T",), ("T",), {"T": ALL}, _transpose,
+register(OpDef("Transpose", (1, 13, 21, 23, 24, 25), ("T",), ("T",), {"T": ANY_TENSOR}, _transpose,
                attributes={"perm": None}, claim=_claim_transpose, shape_rule=_transpose_shape))
 
 
@@ -229,7 +232,7 @@ def _concat_shape(types, values, attrs, num_outputs):
     return [tensor_type(elem, tuple(out))]
 
 
-register(OpDef("Concat", (4, 11, 13), ("T",), ("T",), {"T": ALL}, _concat,
+register(OpDef("Concat", (4, 11, 13), ("T",), ("T",), {"T": ANY_TENSOR}, _concat,
                attributes={"axis": REQUIRED}, variadic=True, min_inputs=1,
                shape_rule=_concat_shape))
 
@@ -372,7 +375,7 @@ def _claim_slice(node, graph, attrs):
 
 
 register(OpDef("Slice", (1, 10, 11, 13), ("T", "I", "I", "I", "I"), ("T",),
-               {"T": ALL, "I": INTS}, _slice,
+               {"T": ANY_TENSOR, "I": INTS}, _slice,
                attributes={"starts": None, "ends": None, "axes": None},
                claim=_claim_slice, min_inputs=1, shape_rule=_slice_shape, host_inputs=(1, 2, 3, 4)))
 
@@ -502,7 +505,7 @@ def _claim_split(node, graph, attrs):
 
 
 register(OpDef("Split", (11, 13, 18), ("T", "I"), ("T",) * MAX_SPLIT_OUTPUTS,
-               {"T": ALL, "I": I64S}, _split,
+               {"T": ANY_TENSOR, "I": I64S}, _split,
                attributes={"axis": 0, "split": None, "num_outputs": None},
                claim=_claim_split, min_inputs=1, shape_rule=_split_shape, host_inputs=(1,)))
 
@@ -538,7 +541,7 @@ def _gather_shape(types, values, attrs, num_outputs):
     return [tensor_type(elem_of(types[0]), data[:axis] + indices + data[axis + 1:])]
 
 
-register(OpDef("Gather", (1, 11, 13), ("T", "I"), ("T",), {"T": ALL, "I": INTS}, _gather,
+register(OpDef("Gather", (1, 11, 13), ("T", "I"), ("T",), {"T": ANY_TENSOR, "I": INTS}, _gather,
                attributes={"axis": 0}, shape_rule=_gather_shape))
 
 
@@ -579,7 +582,7 @@ def _shape_shape(types, values, attrs, num_outputs):
     return [tensor_type(I64, (None,))]
 
 
-register(OpDef("Shape", (1, 13, 15, 19, 21, 23, 24, 25), ("T",), ("I",), {"T": ALL, "I": I64S},
+register(OpDef("Shape", (1, 13, 15, 19, 21, 23, 24, 25), ("T",), ("I",), {"T": ANY_TENSOR, "I": I64S},
                _shape, attributes={"start": 0, "end": None}, shape_rule=_shape_shape))
 
 
@@ -687,10 +690,10 @@ def _unsqueeze_shape(types, values, attrs, num_outputs):
     return [tensor_type(elem, tuple(1 if i in axes else next(dims) for i in range(rank)))]
 
 
-register(OpDef("Squeeze", (1, 11, 13, 21, 23, 24, 25), ("T", "I"), ("T",), {"T": ALL, "I": I64S},
+register(OpDef("Squeeze", (1, 11, 13, 21, 23, 24, 25), ("T", "I"), ("T",), {"T": ANY_TENSOR, "I": I64S},
                _squeeze, attributes={"axes": None}, claim=_axes_form_claim(13, False), min_inputs=1,
                shape_rule=_squeeze_shape, host_inputs=(1,), view=True))
-register(OpDef("Unsqueeze", (1, 11, 13, 21, 23, 24, 25), ("T", "I"), ("T",), {"T": ALL, "I": I64S},
+register(OpDef("Unsqueeze", (1, 11, 13, 21, 23, 24, 25), ("T", "I"), ("T",), {"T": ANY_TENSOR, "I": I64S},
                _unsqueeze, attributes={"axes": None}, claim=_axes_form_claim(13, True), min_inputs=1,
                shape_rule=_unsqueeze_shape, host_inputs=(1,), view=True))
 
@@ -761,7 +764,7 @@ def _identity_shape(types, values, attrs, num_outputs):
     return [tensor_type(elem_of(types[0]), shape_of(types[0]))]
 
 
-register(OpDef("Identity", (1, 13, 14, 16, 19, 21, 23, 24, 25), ("T",), ("T",), {"T": ALL},
+register(OpDef("Identity", (1, 13, 14, 16, 19, 21, 23, 24, 25), ("T",), ("T",), {"T": ANY_TENSOR},
                kernel("Identity")(lambda inputs, attrs: [result(inputs[0])]),
                shape_rule=_identity_shape, view=True))
 
@@ -800,5 +803,203 @@ def _expand_shape(types, values, attrs, num_outputs):
     return [tensor_type(elem, tuple(None if d is None or d == 1 else d for d in padded))]
 
 
-register(OpDef("Expand", (8, 13), ("T", "I"), ("T",), {"T": ALL, "I": I64S}, _expand,
+register(OpDef("Expand", (8, 13), ("T", "I"), ("T",), {"T": ANY_TENSOR, "I": I64S}, _expand,
                shape_rule=_expand_shape, host_inputs=(1,)))
+
+
+# ---- Flatten ---------------------------------------------------------------------------------
+
+def _flatten_axis(axis: int, rank: int) -> int:
+    if not -rank <= axis <= rank:
+        raise RuntimeShapeError(f"Flatten: axis {axis} is out of range for a rank-{rank} input "
+                                f"(expected {-rank} <= axis <= {rank})")
+    return axis + rank if axis < 0 else axis
+
+
+@kernel("Flatten")
+def _flatten(inputs, attrs):
+    x = inputs[0]
+    axis = _flatten_axis(int(attrs["axis"]), x.ndim)
+    lead = int(np.prod(x.shape[:axis], dtype=np.int64))
+    return [result(x.reshape(lead, int(np.prod(x.shape[axis:], dtype=np.int64))))]
+
+
+@shape_rule("Flatten")
+def _flatten_shape(types, values, attrs, num_outputs):
+    elem = elem_of(types[0])
+    x = shape_of(types[0])
+    if x is None:
+        return [tensor_type(elem, (None, None))]
+    axis = _flatten_axis(int(attrs["axis"]), len(x))
+    return [tensor_type(elem, (num_elements(x[:axis]), num_elements(x[axis:])))]
+
+
+def _claim_flatten(node, graph, attrs):
+    axis = int(attrs["axis"])
+    if node.since_version < 11 and axis < 0:
+        return (f"attribute axis={axis}: Flatten-{node.since_version} takes a non-negative axis "
+                f"(negative since 11)")
+    rank = input_rank(node, graph)
+    if rank is not None and not -rank <= axis <= rank:
+        return f"attribute axis={axis} is out of range for a rank-{rank} input"
+    return None
+
+
+register(OpDef("Flatten", (1, 9, 11, 13, 21, 23, 24, 25), ("T",), ("T",), {"T": ANY_TENSOR}, _flatten,
+               attributes={"axis": 1}, claim=_claim_flatten, shape_rule=_flatten_shape, view=True))
+
+
+# ---- Tile ------------------------------------------------------------------------------------
+
+def _tile_repeats(repeats, rank: int, shape) -> list[int]:
+    reps = int_list("Tile", "repeats", repeats)
+    if len(reps) != rank:
+        raise RuntimeShapeError(f"Tile: 'repeats' has {len(reps)} values but the input "
+                                f"{pshape_str(shape)} has rank {rank}")
+    if any(r < 0 for r in reps):
+        raise RuntimeShapeError(f"Tile: repeats {reps} must be non-negative")
+    return reps
+
+
+@kernel("Tile")
+def _tile(inputs, attrs):
+    x, repeats = inputs
+    reps = _tile_repeats(repeats, x.ndim, x.shape)
+    return [result(np.tile(x, reps) if x.ndim else x)]
+
+
+@shape_rule("Tile")
+def _tile_shape(types, values, attrs, num_outputs):
+    elem = elem_of(types[0])
+    x = shape_of(types[0])
+    reps = known_value(types, values, 1)
+    if x is None:
+        r = operand_length(types[1]) if reps is None else reps.size
+        return [tensor_type(elem, None if r is None else (None,) * r)]
+    if reps is None:
+        return [tensor_type(elem, tuple(0 if d == 0 else None for d in x))]
+    reps = _tile_repeats(reps, len(x), x)
+    return [tensor_type(elem, tuple(None if d is None else d * r for d, r in zip(x, reps)))]
+
+
+register(OpDef("Tile", (6, 13), ("T", "I"), ("T",), {"T": ANY_TENSOR, "I": I64S}, _tile,
+               shape_rule=_tile_shape, host_inputs=(1,)))
+
+
+# ---- Pad -------------------------------------------------------------------------------------
+
+PAD_MODES = ("constant", "reflect", "edge", "wrap")
+
+
+def _pad_widths(op_type, shape, pads, axes):
+    """Per-axis (begin, end) pads of an input of (partial) shape; axes normalized."""
+    rank = len(shape)
+    if axes is None:
+        axes = list(range(rank))
+    else:
+        axes = normalize_axes(op_type, axes, rank)
+    if len(pads) != 2 * len(axes):
+        raise RuntimeShapeError(f"{op_type}: 'pads' has {len(pads)} values, expected {2 * len(axes)} "
+                                f"(begin and end for each of {len(axes)} axes; input is {pshape_str(shape)})")
+    widths = [(0, 0)] * rank
+    for j, a in enumerate(axes):
+        widths[a] = (int(pads[j]), int(pads[len(axes) + j]))
+    return widths
+
+
+def _pad_check(op_type, shape, widths, mode):
+    """Output extents (None where the input's is unknown); raises where ONNX Runtime does."""
+    out = []
+    for a, (d, (pb, pe)) in enumerate(zip(shape, widths)):
+        if d is None:
+            out.append(None)
+            continue
+        kept = d - max(-pb, 0) - max(-pe, 0)
+        if kept < 0 or d + pb + pe < 0:
+            raise RuntimeShapeError(f"{op_type}: pads ({pb}, {pe}) remove more than axis {a}'s extent "
+                                    f"{d} (input is {pshape_str(shape)})")
+        grow_b, grow_e = max(pb, 0), max(pe, 0)
+        if mode != "constant" and (grow_b or grow_e):
+            if kept == 0:
+                raise RuntimeShapeError(f"{op_type}: '{mode}' mode cannot pad axis {a}, which is empty "
+                                        f"after slicing (input is {pshape_str(shape)})")
+            if mode == "reflect" and (kept < 2 or grow_b > kept - 1 or grow_e > kept - 1):
+                raise RuntimeShapeError(
+                    f"{op_type}: 'reflect' pads ({grow_b}, {grow_e}) of axis {a} must be at most its "
+                    f"extent after slicing minus one ({kept - 1}; input is {pshape_str(shape)})")
+        out.append(d + pb + pe)
+    return out
+
+
+def _pad_operands(inputs, attrs):
+    if len(inputs) > 1 and inputs[1] is not None:  # opset 11+: pads, constant_value, axes inputs
+        pads = int_list("Pad", "pads", inputs[1])
+        value = at(inputs, 2)
+        axes = int_list("Pad", "axes", at(inputs, 3))
+        return pads, (None if value is None else scalar_operand("Pad", "constant_value", value)), axes
+    if attrs.get("pads") is None:
+        raise RuntimeShapeError("Pad: 'pads' is required")
+    return [int(p) for p in attrs["pads"]], np.asarray(float(attrs.get("value") or 0.0)), None
+
+
+@kernel("Pad")
+def _pad(inputs, attrs):
+    x = inputs[0]
+    mode = attrs.get("mode", "constant")
+    pads, value, axes = _pad_operands(inputs, attrs)
+    widths = _pad_widths("Pad", x.shape, pads, axes)
+    _pad_check("Pad", x.shape, widths, mode)
+    # Negative pads crop first; the other modes then read the cropped input (as ORT does).
+    crop = tuple(slice(max(-pb, 0), d - max(-pe, 0)) for d, (pb, pe) in zip(x.shape, widths))
+    xs = x[crop]
+    grow = [(max(pb, 0), max(pe, 0)) for pb, pe in widths]
+    if mode == "constant":
+        fill = np.zeros((), x.dtype) if value is None else np.asarray(value).astype(x.dtype)
+        return [result(np.pad(xs, grow, mode="constant", constant_values=fill))]
+    return [result(np.pad(xs, grow, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode]))]
+
+
+@shape_rule("Pad")
+def _pad_shape(types, values, attrs, num_outputs):
+    elem = elem_of(types[0])
+    x = shape_of(types[0])
+    if at(types, 1) is not None:
+        pads = int_list("Pad", "pads", known_value(types, values, 1))
+        axes = int_list("Pad", "axes", known_value(types, values, 3))
+        axes_unknown = at(types, 3) is not None and axes is None
+    else:
+        pads = None if attrs.get("pads") is None else [int(p) for p in attrs["pads"]]
+        axes, axes_unknown = None, False
+        if pads is None:
+            raise RuntimeShapeError("Pad: 'pads' is required")
+    if x is None:
+        return [tensor_type(elem, None)]
+    if pads is None or axes_unknown:
+        padded = set(range(len(x))) if axes is None or axes_unknown else set(
+            normalize_axes("Pad", axes, len(x)))
+        return [tensor_type(elem, tuple(None if i in padded else d for i, d in enumerate(x)))]
+    widths = _pad_widths("Pad", x, pads, axes)
+    return [tensor_type(elem, tuple(_pad_check("Pad", x, widths, attrs.get("mode", "constant"))))]
+
+
+def _claim_pad(node, graph, attrs):
+    mode = attrs.get("mode", "constant")
+    allowed = PAD_MODES if node.since_version >= 19 else PAD_MODES[:3]
+    if mode not in allowed:
+        return f"attribute mode='{mode}' is not one of {', '.join(allowed)} (Pad-{node.since_version})"
+    if node.since_version < 11:
+        if attrs.get("pads") is None:
+            return f"Pad-{node.since_version} requires attribute 'pads'"
+        if len(node.inputs) > 1:
+            return f"Pad-{node.since_version} takes a single input (pads is an attribute)"
+    elif not has_input(node, 1):
+        return f"Pad-{node.since_version} needs input 'pads'"
+    elif attrs.get("pads") is not None or attrs.get("value") is not None:
+        return f"Pad-{node.since_version} takes pads and constant_value as inputs, not attributes"
+    return None
+
+
+register(OpDef("Pad", (2, 11, 13, 18, 19, 21, 23, 24, 25), ("T", "P", "T", "A"), ("T",),
+               {"T": ANY_TENSOR, "P": I64S, "A": INTS}, _pad,
+               attributes={"mode": "constant", "pads": None, "value": None}, claim=_claim_pad,
+               min_inputs=1, shape_rule=_pad_shape, host_inputs=(1, 3)))

@@ -187,8 +187,12 @@ def test_registered_since_versions_exist_in_onnx():
         if s.domain == "":
             history.setdefault(s.name, set()).add(s.since_version)
     for op in all_ops():
-        assert op.domain == ""
         assert list(op.since_versions) == sorted(set(op.since_versions)), op.op_type
+        if op.domain != "" or op.op_type not in history:
+            # contrib ops (com.microsoft, and ORT's own default-domain SimplifiedLayerNormalization)
+            # have no ONNX schema: tests/unit/test_ops_contrib.py and test_ops_attention.py check them
+            assert op.domain in ("", "com.microsoft"), op.key
+            continue
         unknown = set(op.since_versions) - history.get(op.op_type, set())
         assert not unknown, f"{op.op_type}: {sorted(unknown)} are not ONNX since-versions"
 

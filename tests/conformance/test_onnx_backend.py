@@ -1,0 +1,59 @@
+"""ONNX's own backend conformance suite, run on hipep through `hipep.backend`.
+
+`onnx.backend.test.BackendTest` builds every node case (generated in memory from
+onnx.backend.test.case.node: the wheel ships no data for them) and every model case shipped in the
+onnx wheel: the "light" real models (AlexNet, DenseNet-121, Inception v1/v2, ResNet-50, ShuffleNet,
+SqueezeNet, VGG-19, ZFNet-512, from onnx/backend/test/data/light, fed deterministic dummy inputs),
+and the simple and PyTorch-exported models. Real models that would have to be downloaded are
+excluded; nothing else is. Each case keeps its own rtol/atol (the runner's).
+
+Before a case runs, support.run_case sorts it (see tests/conformance/support.py): a model ORT's own
+CPU EP cannot load or run is skipped as "not runnable by ORT"; one hipep claims no node of is
+skipped as "unclaimed" (hipep.backend.is_compatible, or the session's assignment info). Every
+other case is a test: a wrong or failing result FAILS it (no expected-failure lists). conftest.py
+prints the counts at the end and writes them as JSON (docs/conformance.md tells where).
+
+HIPEP_CONFORMANCE_OPT_LEVEL=ORT_ENABLE_ALL (or another GraphOptimizationLevel name) runs the cases
+with ORT's graph optimizations on; the backend's default is ORT_DISABLE_ALL.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+
+import onnx.backend.test
+
+import hipep.backend as backend
+from conformance import support
+
+_catalog = support.catalog()  # first: it generates the node cases with their numpy warnings silenced
+_opt_level = os.environ.get("HIPEP_CONFORMANCE_OPT_LEVEL")
+_test_kwargs = {info.name: {"graph_optimization_level": _opt_level} for info in _catalog.values()} if _opt_level else None
+
+backend_test = onnx.backend.test.BackendTest(backend, __name__, _test_kwargs)
+
+# Real models fetched from the network are not part of this suite (the light ones are local).
+for _name in sorted(info.name for info in _catalog.values() if info.needs_download):
+    backend_test.exclude(rf"^{re.escape(_name)}_(cpu|cuda)$")
+
+
+def _classified(category: str, method_name: str, func):
+    @functools.wraps(func)  # keeps the runner's skip marks (devices hipep's backend lacks, excludes)
+    def test(self):
+        return support.run_case(category, method_name, func, self)
+
+    return test
+
+
+def _install() -> None:
+    # (a function, so no TestCase class is left in a module-level loop variable for pytest to
+    # collect twice)
+    for class_name, cls in backend_test.test_cases.items():
+        category = class_name[len("OnnxBackend"):-len("Test")]
+        for attr in [a for a in vars(cls) if a.startswith("test_")]:
+            setattr(cls, attr, _classified(category, attr, getattr(cls, attr)))
+        globals()[class_name] = cls
+
+
+_install()

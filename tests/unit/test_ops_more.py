@@ -1,0 +1,846 @@
+"""More ops against ONNX Runtime's CPU EP: activations and unary math, bitwise ops, Sum/Mean,
+CastLike, Dropout, Size; the reductions beyond Sum/Mean/Max/Min, ArgMax/ArgMin, CumSum/CumProd,
+TopK, Trilu, NonZero, Range, ConstantOfShape, EyeLike, Compress; LogSoftmax, Hardmax and the
+normalizations; Einsum, MatMulInteger, QLinearMatMul.
+
+Single-node cases use test_ops_reference's harness (same tolerances, dtype/shape/aliasing checks);
+each case's shape rule is checked against its reference as test_shape_rules does for those. A few
+models run end to end through hipep.InferenceSession (no CPU fallback), also under the random
+CPU schedule.
+"""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+
+from hipep.errors import RuntimeShapeError
+from hipep.graph import GraphView, TensorType, elem_type_of
+from hipep.ops import check_node, lookup, resolve_attributes
+
+
+def _load(name, alias):
+    path = pathlib.Path(__file__).with_name(name)
+    spec = importlib.util.spec_from_file_location(alias, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+REF = _load("test_ops_reference.py", "_hipep_reference_harness")
+R, build, run_reference = REF.R, REF.build, REF.run_reference
+f32, f16, i32, i64, b = np.float32, np.float16, np.int32, np.int64, np.bool_
+i8, u8, i16, u16, u32, u64 = np.int8, np.uint8, np.int16, np.uint16, np.uint32, np.uint64
+INTS = (i8, u8, i16, u16, i32, i64, u32, u64)
+
+CASES = []
+
+
+def case(op, opset, inputs, attrs=None, n_out=1, since=None, id=None, tol=None):
+    since = opset if since is None else since
+    CASES.append(pytest.param(op, opset, inputs, attrs, n_out, since, tol,
+                              id=id or f"{op}-{opset}-{len(CASES)}"))
+
+
+def A(values, dtype=np.int64):
+    return np.array(values, dtype=dtype)
+
+
+def U(*shape, dtype, lo=0, hi=20):
+    """Random integers in [lo, hi] of any integer dtype (R covers signed ones only)."""
+    return REF.RNG.integers(lo, hi + 1, size=shape).astype(dtype)
+
+
+def last(vs):
+    return vs[-1]
+
+
+# ---- unary activations and math ---------------------------------------------------------------
+_UNARY = {  # op: (since-versions, input range)
+    "Selu": ((6, 22), (-3, 3)), "Celu": ((12,), (-3, 3)), "Softsign": ((1, 22), (-5, 5)),
+    "HardSwish": ((14, 22), (-5, 5)), "Mish": ((18, 22), (-10, 10)),
+    "ThresholdedRelu": ((10, 22), (-3, 3)), "Tan": ((7, 22), (-1.5, 1.5)),
+    "Asin": ((7, 22), (-1, 1)), "Acos": ((7, 22), (-1, 1)), "Atan": ((7, 22), (-5, 5)),
+    "Sinh": ((9, 22), (-5, 5)), "Cosh": ((9, 22), (-5, 5)), "Asinh": ((9, 22), (-5, 5)),
+    "Acosh": ((9, 22), (1, 5)), "Atanh": ((9, 22), (-0.99, 0.99)), "Shrink": ((9,), (-3, 3)),
+}
+for _op, (_vs, (_lo, _hi)) in _UNARY.items():
+    for _v in _vs:
+        case(_op, _v, [R(3, 17, lo=_lo, hi=_hi)])
+    if _op != "Celu":  # Celu is f32-only in its schema
+        case(_op, last(_vs), [R(4, 9, dtype=f16, lo=_lo, hi=_hi)], id=f"{_op}-f16")
+    case(_op, last(_vs), [R(lo=_lo, hi=_hi)], id=f"{_op}-scalar")
+case("Selu", 22, [R(3, 5, lo=-3, hi=3)], {"alpha": 2.0, "gamma": 0.5})
+case("Celu", 12, [R(3, 5, lo=-3, hi=3)], {"alpha": 0.5})
+case("ThresholdedRelu", 22, [R(3, 5, lo=-3, hi=3)], {"alpha": 0.25})
+case("Shrink", 9, [R(3, 5, lo=-3, hi=3)], {"lambd": 1.5, "bias": 0.7})
+case("Shrink", 9, [R(3, 5, dtype=f16, lo=-3, hi=3)], {"lambd": 1.5, "bias": 0.7}, id="Shrink-f16-attrs")
+for _dt in INTS:
+    _x = R(4, 6, dtype=_dt, lo=-20, hi=20) if np.dtype(_dt).kind == "i" else U(4, 6, dtype=_dt)
+    case("Shrink", 9, [_x], {"lambd": 1.5, "bias": 0.7}, id=f"Shrink-{np.dtype(_dt)}")
+case("Shrink", 9, [A([2**40 + 1, -(2**40 + 1), 3, -3], i64)], {"lambd": 1.5, "bias": 0.5}, id="Shrink-i64-f32-math")
+for _dt in (i8, u8, i16, u16, u32, u64):
+    _x = R(5, 6, dtype=_dt, lo=-9, hi=9) if np.dtype(_dt).kind == "i" else U(5, 6, dtype=_dt)
+    case("Sign", 13, [_x], id=f"Sign-{np.dtype(_dt)}")
+case("Sign", 9, [R(5, dtype=i8, lo=-3, hi=3)], id="Sign-9-i8")
+
+_SPECIAL = A([np.nan, np.inf, -np.inf, 0.0, -1.5, 3.0, np.nan], f32)
+for _v in (9, 13, 20):
+    case("IsNaN", _v, [_SPECIAL])
+case("IsNaN", 20, [_SPECIAL.astype(f16)], id="IsNaN-f16")
+for _v in (10, 20):
+    case("IsInf", _v, [_SPECIAL])
+case("IsInf", 20, [_SPECIAL.astype(f16)], id="IsInf-f16")
+case("IsInf", 20, [_SPECIAL], {"detect_negative": 0}, id="IsInf-positive")
+case("IsInf", 20, [_SPECIAL], {"detect_positive": 0}, id="IsInf-negative")
+
+for _v in (7, 9, 16):
+    case("PRelu", _v, [R(3, 4, lo=-3, hi=3), R(4)])
+case("PRelu", 16, [R(2, 3, 4, lo=-3, hi=3), R(3, 1)], id="PRelu-channel-slope")
+case("PRelu", 16, [R(3, 4, dtype=f16, lo=-3, hi=3), R(4, dtype=f16)], id="PRelu-f16")
+case("PRelu", 16, [R(3, 4, dtype=i32, lo=-9, hi=9), R(4, dtype=i32, lo=-3, hi=3)], id="PRelu-i32")
+case("PRelu", 16, [R(3, 4, dtype=i64, lo=-9, hi=9), R(1, dtype=i64, lo=-3, hi=3)], id="PRelu-i64")
+case("PRelu", 16, [U(3, 4, dtype=u32), U(4, dtype=u32, hi=3)], id="PRelu-u32")
+
+# ---- bitwise -------------------------------------------------------------------------------------
+for _dt, _bits in ((u8, 8), (u32, 32), (u64, 64)):
+    for _dir in ("LEFT", "RIGHT"):
+        case("BitShift", 11, [U(3, 4, dtype=_dt, hi=200), U(4, dtype=_dt, hi=_bits - 1)],
+             {"direction": _dir}, id=f"BitShift-{np.dtype(_dt)}-{_dir}")
+for _dt in INTS:
+    _lo = -100 if np.dtype(_dt).kind == "i" else 0
+    for _op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor"):
+        case(_op, 18, [U(3, 4, dtype=_dt, lo=_lo, hi=100), U(4, dtype=_dt, lo=_lo, hi=100)],
+             id=f"{_op}-{np.dtype(_dt)}")
+    case("BitwiseNot", 18, [U(3, 4, dtype=_dt, lo=_lo, hi=100)], id=f"BitwiseNot-{np.dtype(_dt)}")
+
+# ---- Sum / Mean ----------------------------------------------------------------------------------
+for _op in ("Sum", "Mean"):
+    case(_op, 6, [R(3, 4), R(3, 4), R(3, 4)])
+    case(_op, 8, [R(3, 1), R(1, 4)])
+    case(_op, 13, [R(2, 3, 4), R(4), R(3, 1), R()])
+    case(_op, 13, [R(2, 3)], id=f"{_op}-single")
+    case(_op, 13, [R(2, 3, dtype=f16), R(3, dtype=f16)], id=f"{_op}-f16")
+
+# ---- CastLike ------------------------------------------------------------------------------------
+_LIKE = {f32: A([1.0], f32), f16: A([1.0], f16), i32: A([1], i32), i64: A([1], i64), b: A([True], b)}
+for _src, _x in REF._CAST_SRC.items():
+    for _dst, _t in _LIKE.items():
+        case("CastLike", 19, [_x, _t], id=f"CastLike-{np.dtype(_src)}-{np.dtype(_dst)}")
+for _v in (15, 21, 23, 24, 25):
+    case("CastLike", _v, [R(3, 4, lo=-100, hi=100), A([], i64)])
+
+# ---- Dropout (inference) -------------------------------------------------------------------------
+for _v in (7, 10, 12, 13, 22):
+    case("Dropout", _v, [R(3, 4)])
+case("Dropout", 12, [R(3, 4)], n_out=2, id="Dropout-12-mask")
+case("Dropout", 13, [R(2, 3), A(0.3, f32)], n_out=2, id="Dropout-13-ratio")
+case("Dropout", 22, [R(2, 3, dtype=f16), A(0.1, f16)], n_out=2, id="Dropout-22-f16")
+
+# ---- Size ----------------------------------------------------------------------------------------
+for _v in (1, 13, 19, 21, 23, 24, 25):
+    case("Size", _v, [R(2, 3, 4)])
+for _dt in (f16, b, i8, u16, i64):
+    case("Size", 25, [R(2, 3, dtype=_dt) if _dt in (f16, b, i64) else U(2, 3, dtype=_dt)], id=f"Size-{np.dtype(_dt)}")
+case("Size", 25, [R()], id="Size-scalar")
+case("Size", 25, [R(0, 3)], id="Size-empty")
+
+# ---- reductions ----------------------------------------------------------------------------------
+_RED_MORE = {  # op: (float input range, int input range)
+    "ReduceProd": ((0.5, 1.5), (-3, 3)), "ReduceL1": ((-2, 2), (-9, 9)), "ReduceL2": ((-2, 2), (-9, 9)),
+    "ReduceLogSum": ((0.1, 2), (1, 9)), "ReduceLogSumExp": ((-3, 3), (-4, 4)),
+    "ReduceSumSquare": ((-2, 2), (-9, 9)),
+}
+for _op, ((_lo, _hi), (_ilo, _ihi)) in _RED_MORE.items():
+    for _v in (1, 11, 13):
+        case(_op, _v, [R(2, 3, 4, lo=_lo, hi=_hi)], {"axes": [0, 2] if _v == 1 else [-1, 0], "keepdims": 0})
+        case(_op, _v, [R(2, 3, 4, lo=_lo, hi=_hi)])
+    case(_op, 18, [R(2, 3, 4, lo=_lo, hi=_hi), A([-1, 0], i64)], {"keepdims": 0})
+    case(_op, 18, [R(2, 3, 4, lo=_lo, hi=_hi)], {"keepdims": 1})
+    case(_op, 18, [R(2, 3, 4, lo=_lo, hi=_hi), A([], i64)], id=f"{_op}-empty-axes")
+    case(_op, 18, [R(2, 3, 4, lo=_lo, hi=_hi), A([], i64)], {"noop_with_empty_axes": 1}, id=f"{_op}-noop")
+    case(_op, 18, [R(2, 3, lo=_lo, hi=_hi)], {"noop_with_empty_axes": 1}, id=f"{_op}-noop-no-axes")
+    case(_op, 18, [R(4, 13, dtype=f16, lo=_lo, hi=_hi), A([1], i64)], id=f"{_op}-f16")
+    case(_op, 13, [R(4, 13, dtype=f16, lo=_lo, hi=_hi)], {"axes": [0]}, id=f"{_op}-13-f16")
+    case(_op, 18, [R(4, 5, dtype=i32, lo=_ilo, hi=_ihi), A([1], i64)], id=f"{_op}-i32")
+    case(_op, 18, [R(4, 5, dtype=i64, lo=_ilo, hi=_ihi), A([0], i64)], {"keepdims": 0}, id=f"{_op}-i64")
+    case(_op, 11, [R(3, 4, dtype=i32, lo=_ilo, hi=_ihi)], {"axes": [1]}, id=f"{_op}-11-i32")
+    case(_op, 18, [R(0, 3, lo=_lo, hi=_hi), A([0], i64)], id=f"{_op}-empty")
+    case(_op, 18, [R(lo=_lo, hi=_hi)], id=f"{_op}-scalar")
+case("ReduceLogSumExp", 18, [A([[5, 5, 4, 4, 4, 4, 4, 4], [5, 5, 5, 1, 1, 1, 1, 1]], i64), A([1], i64)],
+     id="ReduceLogSumExp-int-terms-truncate")
+case("ReduceLogSumExp", 18, [A([[-np.inf, -np.inf], [np.inf, 1.0], [-np.inf, 2.0]], f32), A([1], i64)],
+     id="ReduceLogSumExp-inf")
+case("ReduceL2", 18, [A([[3, 4, 12, 1], [1, 1, 1, 1]], i32), A([1], i64)], id="ReduceL2-int-trunc")
+# Integer reductions run in double and convert back saturating (NaN -> min).
+_BIG = A([[2**40, 2**40, -1], [-1, 2**62, 2], [3**20, 3**19, 1], [2**62, 2**62, 2**62]], i64)
+_BIG32 = A([[2**31 - 1, 5, 0], [50000, 50000, -7], [-2**31, -1, 3], [2**16, 2**16, 1]], i32)
+for _op in ("ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceSum", "ReduceMean"):
+    for _x in (_BIG, _BIG32):
+        case(_op, 18 if _op != "ReduceSum" else 13, [_x, A([1], i64)], id=f"{_op}-{_x.dtype}-double-saturate")
+case("ReduceLogSumExp", 18, [A([[-5, -5, -5, -9], [-5, -6, -7, -8], [-2**62, 2**62, 3, 0]], i64), A([1], i64)],
+     id="ReduceLogSumExp-int-negative")
+
+for _op in ("ArgMax", "ArgMin"):
+    for _v in (1, 11, 12, 13):
+        case(_op, _v, [R(3, 4, 5)], {"axis": 1})
+        case(_op, _v, [R(3, 4, 5)], {"keepdims": 0, "axis": -1} if _v >= 11 else {"keepdims": 0})
+    for _v in (12, 13):
+        _ties = A([[1, 3, 3, 0], [2, 2, 2, 2], [0, 0, 1, 1]], i32)
+        case(_op, _v, [_ties], {"axis": 1, "select_last_index": 1}, id=f"{_op}-{_v}-last")
+        case(_op, _v, [_ties], {"axis": 1, "select_last_index": 0}, id=f"{_op}-{_v}-first")
+    for _dt in (f16, i8, u8, i32, i64):
+        _x = R(4, 6, dtype=_dt, lo=-5, hi=5) if _dt != u8 else U(4, 6, dtype=u8, hi=5)
+        case(_op, 13, [_x], {"axis": 0}, id=f"{_op}-{np.dtype(_dt)}")
+    case(_op, 11, [R(4, 6, dtype=f16)], {"axis": 1}, id=f"{_op}-11-f16")
+    case(_op, 13, [A([[1, np.nan, 3, 2], [np.nan, 1, 5, 2], [2, 2, np.nan, 1]], f32)], {"axis": 1}, id=f"{_op}-nan")
+    case(_op, 13, [A([[1, np.nan, 3, 3], [np.nan, 1, 5, 2], [2, 2, np.nan, 1]], f32)],
+         {"axis": 1, "select_last_index": 1}, id=f"{_op}-nan-last")
+    case(_op, 13, [R(0, 3)], {"axis": 1}, id=f"{_op}-empty-other-axis")
+    case(_op, 13, [R(5)], {"keepdims": 0}, id=f"{_op}-1d")
+
+for _op, _lo, _hi in (("CumSum", -3, 3), ("CumProd", 0.5, 1.5)):
+    _vs = (11, 14) if _op == "CumSum" else (26,)
+    for _v in _vs:
+        case(_op, _v, [R(3, 4, lo=_lo, hi=_hi), A(1, i64)])
+        case(_op, _v, [R(3, 4, 5, lo=_lo, hi=_hi), A([-1], i32)], {"exclusive": 1})
+        case(_op, _v, [R(3, 4, lo=_lo, hi=_hi), A(0, i32)], {"reverse": 1})
+        case(_op, _v, [R(3, 4, lo=_lo, hi=_hi), A(1, i64)], {"reverse": 1, "exclusive": 1})
+        case(_op, _v, [R(3, 4, dtype=i32, lo=-5, hi=5), A(0, i64)], {"exclusive": 1}, id=f"{_op}-{_v}-i32")
+        case(_op, _v, [R(3, 4, dtype=i64, lo=-5, hi=5), A(1, i64)], {"reverse": 1}, id=f"{_op}-{_v}-i64")
+    case(_op, last(_vs), [R(3, 40, dtype=f16, lo=_lo, hi=_hi), A(1, i64)], id=f"{_op}-f16")
+    case(_op, last(_vs), [R(0, 3, lo=_lo, hi=_hi), A(0, i64)], id=f"{_op}-empty")
+case("CumProd", 26, [U(3, 4, dtype=u32, lo=1, hi=9), A(1, i64)], {"exclusive": 1}, id="CumProd-u32")
+case("CumProd", 26, [U(3, 4, dtype=u64, lo=1, hi=9), A(0, i64)], id="CumProd-u64")
+case("CumSum", 14, [R(2, 5000, lo=-1, hi=1), A(1, i64)], tol=(1e-5, 1e-5), id="CumSum-long-sequential")
+
+_TIES = A([[3, 1, 3, 2, 1, 3, 0, 5, 5], [1, 1, 1, 1, 1, 1, 1, 1, 1]], f32)
+case("TopK", 1, [R(3, 6)], {"k": 2}, n_out=2)
+case("TopK", 1, [R(6, 3)], {"k": 3, "axis": 0}, n_out=2)
+case("TopK", 10, [R(3, 6), A([2], i64)], n_out=2)
+case("TopK", 10, [R(3, 6, dtype=f16), A([4], i64)], {"axis": 1}, n_out=2, id="TopK-10-f16")
+for _v in (11, 24):
+    case("TopK", _v, [R(3, 6, 2), A([3], i64)], {"axis": 1}, n_out=2)
+    case("TopK", _v, [R(3, 6), A([3], i64)], {"largest": 0}, n_out=2)
+for _largest in (0, 1):
+    for _k in (1, 2, 4, 9):
+        case("TopK", 11, [_TIES, A([_k], i64)], {"largest": _largest}, n_out=2, id=f"TopK-ties-l{_largest}-k{_k}")
+for _dt in (f16, i8, u8, i16, i32, i64):
+    _x = R(4, 7, dtype=_dt, lo=-5, hi=5) if _dt != u8 else U(4, 7, dtype=u8, hi=5)
+    case("TopK", 24, [_x, A([3], i64)], {"axis": -1}, n_out=2, id=f"TopK-{np.dtype(_dt)}")
+    case("TopK", 24, [_x, A([2], i64)], {"axis": 0, "largest": 0}, n_out=2, id=f"TopK-{np.dtype(_dt)}-small")
+case("TopK", 11, [R(3, 5), A([0], i64)], n_out=2, id="TopK-k0")
+case("TopK", 11, [R(2, 300), A([7], i64)], n_out=2, id="TopK-long-row")
+
+for _up in (0, 1):
+    for _k in (None, A(0, i64), A(2, i64), A(-1, i64), A([-5], i64)):
+        case("Trilu", 14, [R(2, 4, 5)] + ([] if _k is None else [_k]), {"upper": _up},
+             id=f"Trilu-up{_up}-k{'none' if _k is None else int(_k.reshape(-1)[0])}")
+for _dt in (f16, i32, i64, b):
+    case("Trilu", 14, [R(3, 3, dtype=_dt, lo=-9, hi=9), A(1, i64)], {"upper": 0}, id=f"Trilu-{np.dtype(_dt)}")
+case("Trilu", 14, [R(4, 0, 3)], id="Trilu-empty")
+
+for _v in (9, 13):
+    case("NonZero", _v, [R(3, 4) * (R(3, 4) > 0)])
+for _dt in (f16, u8, i32, i64, b):
+    _x = U(2, 3, 4, dtype=_dt, lo=0, hi=1) if _dt != b else R(2, 3, 4, dtype=b)
+    case("NonZero", 13, [_x], id=f"NonZero-{np.dtype(_dt)}")
+case("NonZero", 13, [A([np.nan, 0.0, -0.0, 1.0], f32)], id="NonZero-nan-negzero")
+case("NonZero", 13, [A(3.0, f32)], id="NonZero-scalar")
+case("NonZero", 13, [A(0, i32)], id="NonZero-scalar-zero")
+case("NonZero", 13, [R(0, 3)], id="NonZero-empty")
+case("NonZero", 13, [np.zeros((2, 3), f32)], id="NonZero-none")
+
+case("Range", 11, [A(0.1, f32), A(5.0, f32), A(0.3, f32)], id="Range-f32-accumulates")
+case("Range", 11, [A(10, i32), A(-3, i32), A(-4, i32)], id="Range-i32-negative")
+case("Range", 11, [A(1, i16), A(10, i16), A(3, i16)], id="Range-i16")
+case("Range", 11, [A(-5, i64), A(5, i64), A(1, i64)], id="Range-i64")
+case("Range", 11, [A(10, i64), A(3, i64), A(4, i64)], id="Range-empty")
+case("Range", 11, [A(1.0, f32), A(2.0, f32), A(1e-3, f32)], id="Range-f32-many")
+case("Range", 11, [A([2], i64), A([9], i64), A([2], i64)], id="Range-1-element-operands")
+
+for _v in (9, 20, 21, 23, 24, 25):
+    case("ConstantOfShape", _v, [A([2, 3], i64)])
+for _dt in (f32, f16, np.float64, i8, u8, i16, u16, i32, i64, u32, u64, b):
+    _val = np.array([1 if _dt == b else 7], dtype=_dt)
+    case("ConstantOfShape", 25, [A([3, 2], i64)], {"value": numpy_helper.from_array(_val)},
+         id=f"ConstantOfShape-{np.dtype(_dt)}", tol=(0, 0) if _dt == np.float64 else None)
+case("ConstantOfShape", 20, [A([], i64)], {"value": numpy_helper.from_array(A([2.5], f32))},
+     id="ConstantOfShape-scalar")
+case("ConstantOfShape", 20, [A([2, 0, 3], i64)], id="ConstantOfShape-empty")
+
+for _v in (9, 22):
+    case("EyeLike", _v, [R(3, 4)])
+case("EyeLike", 22, [R(4, 3, dtype=i32, lo=0, hi=5)], {"k": 1}, id="EyeLike-i32-k1")
+case("EyeLike", 22, [R(4, 4)], {"k": -2, "dtype": TP.INT64}, id="EyeLike-to-i64")
+case("EyeLike", 22, [R(2, 5, dtype=f16)], {"dtype": TP.INT64}, id="EyeLike-f16-to-i64")
+case("EyeLike", 22, [R(2, 5, dtype=f16)], {"dtype": TP.FLOAT16}, id="EyeLike-f16-to-f16")
+case("EyeLike", 9, [R(3, 3, dtype=f16)], {"k": 5}, id="EyeLike-f16-k-out")
+case("EyeLike", 22, [R(0, 3)], id="EyeLike-empty")
+
+_X34 = R(3, 4)
+for _v in (9, 11):
+    case("Compress", _v, [_X34, A([True, False, True], b)], {"axis": 0})
+    case("Compress", _v, [_X34, A([False, True, True, False, True, False], b)])
+case("Compress", 11, [_X34, A([True, False], b)], {"axis": 1}, id="Compress-short")
+case("Compress", 11, [_X34, A([True, False, True, False, True], b)], {"axis": 1}, id="Compress-long")
+case("Compress", 11, [_X34, A([True, False, True], b)], {"axis": -2}, id="Compress-neg-axis")
+case("Compress", 11, [_X34, A([], b)], {"axis": 1}, id="Compress-none")
+for _dt in (f16, i8, i64, b):
+    case("Compress", 11, [R(3, 4, dtype=_dt), A([True, True, False], b)], {"axis": 0}, id=f"Compress-{np.dtype(_dt)}")
+
+# ---- LogSoftmax / Hardmax / normalization ---------------------------------------------------------
+for _op in ("LogSoftmax", "Hardmax"):
+    case(_op, 13, [R(2, 3, 5, lo=-5, hi=5)])
+    case(_op, 13, [R(2, 3, 5, lo=-5, hi=5)], {"axis": 1})
+    case(_op, 13, [R(2, 3, 5, lo=-5, hi=5)], {"axis": 0})
+    case(_op, 13, [R(4, 33, dtype=f16, lo=-5, hi=5)], id=f"{_op}-f16")
+    case(_op, 11, [R(4, 7, lo=-5, hi=5)])
+    case(_op, 11, [R(2, 3, 5, lo=-5, hi=5)], {"axis": -1})
+    case(_op, 11, [R(4, 7, dtype=f16, lo=-5, hi=5)], id=f"{_op}-11-f16")
+    case(_op, 1, [R(2, 3, 5, lo=-5, hi=5)], {"axis": 2})
+    case(_op, 13, [R(2, 0, lo=-5, hi=5)], id=f"{_op}-empty")
+case("Hardmax", 13, [A([[1, 3, 3], [2, 2, 1], [np.nan, 2, 1], [1, np.nan, 3]], f32)], id="Hardmax-ties-nan")
+case("LogSoftmax", 13, [A([[-np.inf, 0, 1], [1e30, 0, -1e30]], f32)], id="LogSoftmax-special")
+
+for _v in (6, 22):
+    case("InstanceNormalization", _v, [R(2, 3, 4, 5), R(3), R(3)])
+case("InstanceNormalization", 22, [R(2, 3, 7, lo=0, hi=4), R(3), R(3)], {"epsilon": 1e-2},
+     id="InstanceNormalization-3d")
+case("InstanceNormalization", 22, [R(2, 3, 4, 4, dtype=f16), R(3, dtype=f16), R(3, dtype=f16)],
+     tol=(4e-3, 2e-3), id="InstanceNormalization-f16")
+case("GroupNormalization", 18, [R(2, 4, 3, 3), R(2), R(2)], {"num_groups": 2})
+case("GroupNormalization", 18, [R(2, 6, 5), R(3), R(3)], {"num_groups": 3, "epsilon": 1e-3})
+case("GroupNormalization", 21, [R(2, 4, 3, 3), R(4), R(4)], {"num_groups": 2})
+case("GroupNormalization", 21, [R(2, 6, 5, lo=0, hi=3), R(6), R(6)], {"num_groups": 6},
+     id="GroupNormalization-21-G=C")
+case("GroupNormalization", 18, [R(2, 4, 5, lo=0, hi=3), R(4), R(4)], {"num_groups": 4},
+     id="GroupNormalization-18-G=C")
+case("GroupNormalization", 21, [R(2, 4, 6, dtype=f16), R(4, dtype=f16), R(4, dtype=f16)], {"num_groups": 2},
+     tol=(4e-3, 2e-3), id="GroupNormalization-f16")
+case("GroupNormalization", 21, [R(2, 4, 3), R(4), R(4)], {"num_groups": 1, "stash_type": 1},
+     id="GroupNormalization-one-group")
+
+_BN = lambda c, dt=f32: [R(c, dtype=dt), R(c, dtype=dt), R(c, dtype=dt), R(c, dtype=dt, lo=0.1, hi=2)]  # noqa: E731
+for _v in (7, 9, 14, 15):
+    case("BatchNormalization", _v, [R(2, 3, 4, 4)] + _BN(3))
+case("BatchNormalization", 15, [R(4, 3)] + _BN(3), {"epsilon": 1e-3}, id="BatchNormalization-2d")
+case("BatchNormalization", 15, [R(2, 3, 5, dtype=f16)] + _BN(3, f16), tol=(4e-3, 2e-3), id="BatchNormalization-f16")
+case("BatchNormalization", 15, [R(2, 3, 5, dtype=f16)] + _BN(3)[:2] + _BN(3, f16)[2:], tol=(4e-3, 2e-3),
+     id="BatchNormalization-mixed")
+case("BatchNormalization", 14, [R(2, 3, 4)] + _BN(3), {"training_mode": 0, "momentum": 0.5},
+     id="BatchNormalization-14-attrs")
+
+for _v in (1, 22):
+    case("LpNormalization", _v, [R(3, 5)])
+    case("LpNormalization", _v, [R(3, 5, 2)], {"axis": 1, "p": 1})
+case("LpNormalization", 22, [A([[0, 0, 0], [1, 2, 2], [3, -4, 0]], f32)], id="LpNormalization-zero-row")
+case("LpNormalization", 22, [A([[0, 0, 0], [1, -2, 2]], f32)], {"p": 1}, id="LpNormalization-p1-zero-row")
+case("LpNormalization", 22, [R(4, 9, dtype=f16)], {"axis": 0}, id="LpNormalization-f16")
+
+for _v in (9, 13):
+    case("MeanVarianceNormalization", _v, [R(2, 3, 4, 5)])
+case("MeanVarianceNormalization", 13, [R(2, 3, 4, 5)], {"axes": [2, 3]}, id="MeanVarianceNormalization-hw")
+case("MeanVarianceNormalization", 13, [R(2, 3, 4)], {"axes": [0, -1]}, id="MeanVarianceNormalization-3d")
+# mean/std ~ 100: the f32 mean's summation order shows at ~1e-5 in the output
+case("MeanVarianceNormalization", 13, [R(1, 2, 5, 5, lo=-0.03, hi=0.03) + np.float32(1.6)], tol=(1e-4, 2e-5),
+     id="MeanVarianceNormalization-small-variance")
+
+for _v in (1, 13):
+    case("LRN", _v, [R(2, 5, 3, 3, lo=0, hi=3)], {"size": 3})
+case("LRN", 13, [R(1, 7, 2, 2)], {"size": 5, "alpha": 1e-2, "beta": 0.5, "bias": 2.0}, id="LRN-attrs")
+case("LRN", 13, [R(1, 3, 2, 3)], {"size": 5}, id="LRN-size-gt-channels")
+case("LRN", 13, [R(1, 6, 3, 3, dtype=f16)], {"size": 3, "alpha": 0.1}, id="LRN-f16")
+
+# ---- Einsum / MatMulInteger / QLinearMatMul -------------------------------------------------------
+_EINSUM = [("ij,jk->ik", [(3, 4), (4, 5)]), ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]),
+           ("bhqk,bhkd->bhqd", [(2, 3, 4, 6), (2, 3, 6, 5)]), ("ij->ji", [(3, 4)]), ("ij->", [(3, 4)]),
+           ("ii->i", [(3, 3)]), ("ii", [(3, 3)]), ("ij,jk", [(3, 4), (4, 5)]), ("Ab,bc->Ac", [(3, 4), (4, 5)]),
+           ("...ij,...jk->...ik", [(2, 3, 4), (2, 4, 5)]), ("...ij,jk->...ik", [(2, 3, 4), (4, 5)]),
+           ("i,j->ij", [(3,), (4,)]), ("i,i->", [(3,), (3,)]), ("ij,ij->ij", [(3, 4), (3, 4)]),
+           ("bij->bj", [(2, 3, 4)]), (" ij , jk -> ik ", [(3, 4), (4, 5)]), ("iij->ij", [(3, 3, 2)]),
+           ("ij...,jk...->ik...", [(3, 4, 2), (4, 5, 2)]), ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),
+           ("i...->...", [(3, 4)]), ("...,...->...", [(3, 1), (1, 4)]), ("bij,bjk->bik", [(1, 3, 4), (2, 4, 5)]),
+           ("ij,jk->ik", [(3, 1), (4, 5)]), ("ba,cb", [(3, 4), (5, 3)]), ("", [()]), ("bsnh->bnsh", [(2, 3, 4, 5)])]
+for _i, (_eq, _shapes) in enumerate(_EINSUM):
+    case("Einsum", 12, [R(*s) for s in _shapes], {"equation": _eq}, id=f"Einsum-{_i}-{_eq.replace(' ', '')}")
+case("Einsum", 12, [R(2, 8, 16, dtype=f16), R(2, 16, 4, dtype=f16)], {"equation": "bij,bjk->bik"},
+     tol=(4e-3, 2e-3), id="Einsum-f16")
+case("Einsum", 12, [R(3, 4, dtype=i32, lo=-9, hi=9), R(4, 5, dtype=i32, lo=-9, hi=9)], {"equation": "ij,jk->ik"},
+     id="Einsum-i32")
+case("Einsum", 12, [R(3, 4, dtype=i64, lo=-9, hi=9)], {"equation": "ij->j"}, id="Einsum-i64")
+
+_Q = {u8: (0, 255), i8: (-128, 127)}
+for _ta in (u8, i8):
+    for _tb in (u8, i8):
+        _a, _b = U(3, 4, dtype=_ta, lo=_Q[_ta][0], hi=_Q[_ta][1]), U(4, 5, dtype=_tb, lo=_Q[_tb][0], hi=_Q[_tb][1])
+        _tag = f"{np.dtype(_ta)}-{np.dtype(_tb)}"
+        case("MatMulInteger", 10, [_a, _b], id=f"MatMulInteger-{_tag}")
+        case("MatMulInteger", 10, [_a, _b, A(3, _ta), A(-2 if _tb == i8 else 7, _tb)], id=f"MatMulInteger-{_tag}-zp")
+case("MatMulInteger", 10, [U(2, 3, 4, dtype=u8, hi=255), U(4, 5, dtype=i8, lo=-128, hi=127), A([1], u8),
+                           U(5, dtype=i8, lo=-5, hi=5)], id="MatMulInteger-per-column-zp")
+case("MatMulInteger", 10, [U(3, 4, dtype=u8, hi=255), U(2, 4, 5, dtype=u8, hi=255), A(1, u8),
+                           U(2, 1, 5, dtype=u8, hi=9)], id="MatMulInteger-batched-zp")
+case("MatMulInteger", 10, [U(4, dtype=i8, lo=-9, hi=9), U(4, 3, dtype=i8, lo=-9, hi=9)], id="MatMulInteger-1d")
+
+
+def _qlm(ta, tb, shape_a=(3, 16), shape_b=(16, 5), b_per_col=False):
+    a = U(*shape_a, dtype=ta, lo=_Q[ta][0], hi=_Q[ta][1])
+    bb = U(*shape_b, dtype=tb, lo=_Q[tb][0], hi=_Q[tb][1])
+    n = shape_b[-1]
+    b_scale = R(n, lo=0.001, hi=0.01) if b_per_col else A(0.004, f32)
+    b_zp = U(n, dtype=tb, lo=0, hi=9) if b_per_col else A(2, tb)
+    return [a, A(0.02, f32), A(5, ta), bb, b_scale, b_zp, A(0.05, f32), A(3, ta)]
+
+
+for _v in (10, 21):
+    for _ta, _tb in ((u8, u8), (u8, i8), (i8, i8)):
+        case("QLinearMatMul", _v, _qlm(_ta, _tb), id=f"QLinearMatMul-{_v}-{np.dtype(_ta)}-{np.dtype(_tb)}")
+case("QLinearMatMul", 21, _qlm(u8, i8, (2, 3, 16), (16, 4), b_per_col=True), id="QLinearMatMul-per-column")
+case("QLinearMatMul", 21, _qlm(u8, u8, (3, 64), (64, 7)), id="QLinearMatMul-saturates")
+
+
+# ---- the comparison and the shape-rule contract, case by case -------------------------------------
+
+@pytest.mark.parametrize("op,opset,inputs,attrs,n_out,since,tol", CASES)
+def test_matches_ort(op, opset, inputs, attrs, n_out, since, tol):
+    REF.check(op, opset, inputs, attrs, n_out, since, tol)
+
+
+def _static_call(op_type, opset, inputs, attrs, n_out):
+    inputs = [None if a is None else np.asarray(a) for a in inputs]
+    model = build(op_type, opset, inputs, attrs, n_out)
+    graph = GraphView.from_onnx(model, infer_shapes=False, constant_nodes_as_initializers=False)
+    node = graph.nodes[0]
+    op = lookup(node.domain, node.op_type)
+    resolved = resolve_attributes(op, node)
+    types = [None if a is None else TensorType(elem_type_of(a.dtype), a.shape) for a in inputs]
+    values = [a if i in op.host_inputs else None for i, a in enumerate(inputs)]
+    return op, inputs, resolved, types, values, len(node.outputs)
+
+
+def _params():
+    return [pytest.param(*p.values[:5], id=p.id) for p in CASES]
+
+
+@pytest.mark.parametrize("op_type,opset,inputs,attrs,n_out", _params())
+def test_rule_matches_reference(op_type, opset, inputs, attrs, n_out):
+    op, inputs, resolved, types, values, num_outputs = _static_call(op_type, opset, inputs, attrs, n_out)
+    want = op.reference(list(inputs), resolved)[:num_outputs]
+    got = op.shape_rule(types, values, resolved, num_outputs)
+    assert len(got) == num_outputs
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.shape is not None and all(type(d) is int for d in g.shape), f"output {k}: {g}"
+        assert g.shape == w.shape, f"output {k}: rule {g.shape} != reference {w.shape}"
+        assert g.elem_type == elem_type_of(w.dtype), f"output {k}: {g.dtype_name} != {w.dtype}"
+    # Values of inputs that are not host inputs are never needed.
+    assert op.shape_rule(types, list(inputs), resolved, num_outputs) == got
+
+
+def _variants(types, values):
+    for i, t in enumerate(types):
+        if t is None:
+            continue
+        for j in range(len(t.shape)):
+            shape = t.shape[:j] + (None,) + t.shape[j + 1:]
+            yield f"input {i} dim {j} dynamic", _with(types, i, shape), values
+        yield f"input {i} unranked", _with(types, i, None), _without(values, i)
+        if values[i] is not None:
+            yield f"input {i} value unknown", types, _without(values, i)
+    yield "all dynamic, no values", [None if t is None else TensorType(t.elem_type, (None,) * len(t.shape))
+                                     for t in types], [None] * len(values)
+
+
+def _with(types, i, shape):
+    return [TensorType(t.elem_type, shape) if k == i else t for k, t in enumerate(types)]
+
+
+def _without(values, i):
+    return [None if k == i else v for k, v in enumerate(values)]
+
+
+@pytest.mark.parametrize("op_type,opset,inputs,attrs,n_out", _params())
+def test_partial_shapes_never_invent_extents(op_type, opset, inputs, attrs, n_out):
+    op, inputs, resolved, types, values, num_outputs = _static_call(op_type, opset, inputs, attrs, n_out)
+    full = op.shape_rule(types, values, resolved, num_outputs)
+    for label, ptypes, pvalues in _variants(types, values):
+        got = op.shape_rule(ptypes, pvalues, resolved, num_outputs)
+        assert len(got) == num_outputs, label
+        for k, (g, f) in enumerate(zip(got, full)):
+            if g.elem_type:
+                assert g.elem_type == f.elem_type, label
+            if g.shape is None:
+                continue
+            assert len(g.shape) == len(f.shape), f"{label}, output {k}: rank of {g} vs {f}"
+            assert all(a is None or a == c for a, c in zip(g.shape, f.shape)), f"{label}, output {k}: {g} vs {f}"
+
+
+# ---- partial shapes at compile time ---------------------------------------------------------------
+
+def rule_on(op_type, opset, inputs, attrs=None, n_out=1):
+    """inputs: (elem, shape) graph inputs, np.ndarray initializers (known values), or None."""
+    in_names, g_in, inits = [], [], []
+    for i, spec in enumerate(inputs):
+        if spec is None:
+            in_names.append("")
+        elif isinstance(spec, np.ndarray):
+            in_names.append(f"c{i}")
+            inits.append(numpy_helper.from_array(spec, f"c{i}"))
+        else:
+            in_names.append(f"x{i}")
+            g_in.append(helper.make_tensor_value_info(f"x{i}", spec[0], spec[1]))
+    out_names = [f"y{i}" for i in range(n_out)]
+    node = helper.make_node(op_type, in_names, out_names, **(attrs or {}))
+    g_out = [helper.make_empty_tensor_value_info(n) for n in out_names]
+    model = helper.make_model(helper.make_graph([node], "g", g_in, g_out, inits),
+                              opset_imports=[helper.make_opsetid("", opset)], ir_version=REF.IR_VERSION)
+    graph = GraphView.from_onnx(model, infer_shapes=False, constant_nodes_as_initializers=False)
+    node = graph.nodes[0]
+    op = lookup(node.domain, node.op_type)
+    types = [graph.type_of(n) if n else None for n in node.inputs]
+    values = [graph.constant(n) if n else None for n in node.inputs]
+    return op.shape_rule(types, values, resolve_attributes(op, node), len(node.outputs))
+
+
+F, I64 = TP.FLOAT, TP.INT64
+PARTIAL = [
+    ("nonzero", "NonZero", 13, [(F, ["n", 3])], {}, 1, [(2, None)]),
+    ("nonzero-scalar", "NonZero", 13, [(F, [])], {}, 1, [(1, None)]),
+    ("nonzero-known", "NonZero", 13, [A([[0, 1], [2, 0]], i64)], {}, 1, [(2, 2)]),
+    ("range-unknown", "Range", 11, [(I64, []), (I64, []), (I64, [])], {}, 1, [(None,)]),
+    ("range-known", "Range", 11, [A(0), A(10), A(3)], {}, 1, [(4,)]),
+    ("cos-len", "ConstantOfShape", 20, [(I64, [3])], {}, 1, [(None, None, None)]),
+    ("cos-unknown-len", "ConstantOfShape", 20, [(I64, ["r"])], {}, 1, [None]),
+    ("cos-known", "ConstantOfShape", 20, [A([2, 5])], {}, 1, [(2, 5)]),
+    ("topk-unknown-k", "TopK", 11, [(F, ["n", 9]), (I64, [1])], {}, 2, [(None, None)] * 2),
+    ("topk-known-k", "TopK", 11, [(F, ["n", 9]), A([4])], {}, 2, [(None, 4)] * 2),
+    ("topk-1", "TopK", 1, [(F, [5, "n"])], {"k": 2, "axis": 0}, 2, [(2, None)] * 2),
+    ("compress-unknown", "Compress", 11, [(F, [3, 4]), (TP.BOOL, [4])], {"axis": 1}, 1, [(3, None)]),
+    ("compress-flat", "Compress", 11, [(F, [3, 4]), (TP.BOOL, [4])], {}, 1, [(None,)]),
+    ("argmax", "ArgMax", 13, [(F, ["n", 3, 4])], {"axis": 1, "keepdims": 0}, 1, [(None, 4)]),
+    ("reduce-l2", "ReduceL2", 18, [(F, ["n", 3, 4]), A([-1])], {}, 1, [(None, 3, 1)]),
+    ("einsum-attention", "Einsum", 12, [(F, ["b", 12, "q", 64]), (F, ["b", 12, "k", 64])],
+     {"equation": "bhqd,bhkd->bhqk"}, 1, [(None, 12, None, None)]),
+    ("einsum-letter-fixed", "Einsum", 12, [(F, ["m", "k"]), (F, [64, 32])], {"equation": "ij,jk->ik"}, 1,
+     [(None, 32)]),
+    ("einsum-ellipsis-unranked", "Einsum", 12, [(F, None), (F, [4, 5])], {"equation": "...ij,jk->...ik"}, 1, [None]),
+    ("einsum-unranked-letters", "Einsum", 12, [(F, None), (F, [4, 5])], {"equation": "ij,jk->ik"}, 1, [(None, 5)]),
+    ("eyelike", "EyeLike", 22, [(F, ["n", 3])], {"dtype": TP.INT32}, 1, [(None, 3)]),
+    ("batchnorm-c-from-scale", "BatchNormalization", 15,
+     [(F, ["n", "c", 4]), (F, [3]), (F, [3]), (F, [3]), (F, [3])], {}, 1, [(None, 3, 4)]),
+    ("matmulinteger", "MatMulInteger", 10, [(TP.UINT8, ["m", 4]), (TP.INT8, [4, 5])], {}, 1, [(None, 5)]),
+    ("cumsum", "CumSum", 14, [(F, ["n", 3]), (I64, [])], {}, 1, [(None, 3)]),
+]
+
+
+@pytest.mark.parametrize("op_type,opset,inputs,attrs,n_out,expected", [c[1:] for c in PARTIAL],
+                         ids=[c[0] for c in PARTIAL])
+def test_partial_shapes(op_type, opset, inputs, attrs, n_out, expected):
+    assert [g.shape for g in rule_on(op_type, opset, inputs, attrs, n_out)] == expected
+
+
+def test_einsum_rule_rejects_rank_mismatch():
+    with pytest.raises(RuntimeShapeError, match=r"input 1 has rank 3"):
+        rule_on("Einsum", 12, [(F, ["m", 4]), (F, [4, 5, 6])], {"equation": "ij,jk->ik"})
+    with pytest.raises(RuntimeShapeError, match=r"subscript 'j' has extents 4, 3"):
+        rule_on("Einsum", 12, [(F, ["m", 4]), (F, [3, 5])], {"equation": "ij,jk->ik"})
+
+
+# ---- claims: what is rejected, and why --------------------------------------------------------------
+
+_OUT_ELEMS = {"ArgMax": lambda i, a: [I64], "TopK": lambda i, a: [i[0][0], I64],
+              "Dropout": lambda i, a: [i[0][0], TP.BOOL], "EyeLike": lambda i, a: [a.get("dtype", i[0][0])],
+              "IsInf": lambda i, a: [TP.BOOL], "CastLike": lambda i, a: [i[1][0]],
+              "QLinearMatMul": lambda i, a: [i[7][0]]}
+
+
+def claim_of(op_type, opset, inputs, attrs=None, n_out=1, initializers=None):
+    """check_node's answer for a single node; inputs are (elem, shape) pairs or None; outputs
+    are declared (element type as the op gives it, shape unknown)."""
+    initializers = initializers or {}
+    attrs = attrs or {}
+    in_names, g_in, inits = [], [], []
+    for i, spec in enumerate(inputs):
+        if spec is None:
+            in_names.append("")
+        elif i in initializers:
+            in_names.append(f"c{i}")
+            inits.append(numpy_helper.from_array(initializers[i], f"c{i}"))
+        else:
+            in_names.append(f"x{i}")
+            g_in.append(helper.make_tensor_value_info(f"x{i}", spec[0], spec[1]))
+    elems = _OUT_ELEMS.get(op_type, lambda i, a: [i[0][0]])(inputs, attrs)
+    elems = (elems + [elems[-1]] * n_out)[:n_out]
+    out_names = [f"y{i}" for i in range(n_out)]
+    node = helper.make_node(op_type, in_names, out_names, **attrs)
+    g_out = [helper.make_tensor_value_info(n, e, None) for n, e in zip(out_names, elems)]
+    model = helper.make_model(helper.make_graph([node], "g", g_in, g_out, inits),
+                              opset_imports=[helper.make_opsetid("", opset)], ir_version=REF.IR_VERSION)
+    graph = GraphView.from_onnx(model, infer_shapes=False)
+    return check_node(graph.nodes[0], graph)
+
+
+H = TP.FLOAT16
+REJECT = [
+    ("Softsign", 1, [(H, [3])], {}, 1, ["f16", "opset 1"]),
+    ("IsInf", 10, [(H, [3])], {}, 1, ["f16", "IsInf opset 10"]),
+    ("PRelu", 9, [(TP.INT32, [3]), (TP.INT32, [3])], {}, 1, ["i32", "opset 16"]),
+    ("BitShift", 11, [(TP.UINT8, [3]), (TP.UINT8, [3])], {"direction": "UP"}, 1, ["direction='UP'"]),
+    ("Dropout", 10, [(F, [3])], {}, 2, ["mask", "false"]),
+    ("Dropout", 7, [(F, [3])], {}, 2, ["mask", "zeros"]),
+    ("Dropout", 13, [(F, [3]), (F, []), (TP.BOOL, [])], {}, 1, ["training_mode", "not a constant"]),
+    ("CastLike", 25, [(F, [3]), (I64, [1])], {"round_mode": "down"}, 1, ["round_mode"]),
+    ("Size", 1, [(H, [3])], {}, 1, ["f16"]),
+    ("ReduceL2", 1, [(H, [3])], {}, 1, ["f16"]),
+    ("ReduceProd", 18, [(F, [3])], {"axes": [0]}, 1, ["'axes' is not part"]),
+    ("ArgMax", 11, [(F, [3])], {"select_last_index": 1}, 1, ["select_last_index"]),
+    ("ArgMax", 13, [(F, [3, 4])], {"axis": 2}, 1, ["axis=2"]),
+    ("CumSum", 11, [(H, [3]), (I64, [])], {}, 1, ["f16", "opset 14"]),
+    ("TopK", 11, [(F, [3]), (I64, [1])], {"sorted": 0}, 2, ["sorted=0"]),
+    ("TopK", 10, [(TP.INT32, [3]), (I64, [1])], {}, 2, ["i32", "opset 11"]),
+    ("TopK", 10, [(F, [3])], {"k": 1}, 2, ["'k' is not part"]),
+    ("TopK", 1, [(H, [3])], {"k": 1}, 2, ["f16"]),
+    ("EyeLike", 22, [(F, [3, 3])], {"dtype": TP.BOOL}, 1, ["element type i1"]),
+    ("EyeLike", 22, [(F, [3, 3])], {"dtype": TP.FLOAT16}, 1, ["dtype=f16", "f32 input"]),
+    ("ConstantOfShape", 20, [(I64, [2])], {"value": numpy_helper.from_array(A([1, 2], f32))}, 1, ["one element"]),
+    ("Compress", 11, [(F, [3, 4]), (TP.BOOL, [3])], {"axis": 2}, 1, ["axis=2"]),
+    ("LogSoftmax", 11, [(F, [2, 3, 4])], {}, 1, ["coerce"]),
+    ("Hardmax", 1, [(F, [2, 3, 4])], {"axis": 1}, 1, ["coerce"]),
+    ("LogSoftmax", 1, [(H, [2, 3])], {"axis": 1}, 1, ["f16"]),
+    ("GroupNormalization", 18, [(H, [2, 4, 3]), (H, [2]), (H, [2])], {"num_groups": 2}, 1, ["f16", "opset 18"]),
+    ("GroupNormalization", 21, [(F, [2, 4, 3]), (F, [2]), (F, [2])], {"num_groups": 2}, 1, ["length 2", "channel"]),
+    ("GroupNormalization", 21, [(F, [2, 4, 3]), (F, [4]), (F, [4])], {"num_groups": 2, "stash_type": 0}, 1,
+     ["stash_type=0"]),
+    ("BatchNormalization", 15, [(F, [2, 3]), (F, [3]), (F, [3]), (F, [3]), (F, [3])], {"training_mode": 1}, 1,
+     ["training_mode=1"]),
+    ("BatchNormalization", 9, [(F, [2, 3]), (F, [3]), (F, [3]), (F, [3]), (F, [3])], {}, 5, ["training outputs"]),
+    ("BatchNormalization", 7, [(F, [2, 3]), (F, [3]), (F, [3]), (F, [3]), (F, [3])], {"spatial": 0}, 1,
+     ["spatial=0"]),
+    ("BatchNormalization", 14, [(H, [2, 3]), (F, [3]), (F, [3]), (F, [3]), (F, [3])], {}, 1, ["one element type"]),
+    ("LpNormalization", 22, [(F, [2, 3])], {"p": 3}, 1, ["p=3"]),
+    ("MeanVarianceNormalization", 13, [(F, [2, 3, 4])], {}, 1, ["axes=[0, 2, 3]"]),
+    ("LRN", 13, [(F, [2, 3, 4])], {"size": 3}, 1, ["4-D"]),
+    ("Einsum", 12, [(F, [3, 4]), (F, [4, 5])], {"equation": "bA,cb"}, 1, ["upper-case", "implicit"]),
+    ("Einsum", 12, [(F, [3, 4]), (F, [4, 5])], {"equation": "ij,jk->ik,"}, 1, ["','"]),
+    ("Einsum", 12, [(F, [3, 4])], {"equation": "ij,jk->ik"}, 1, ["2 input terms", "1 inputs"]),
+    ("Einsum", 12, [(F, [3, 4])], {"equation": "ij->k"}, 1, ["'k' does not occur"]),
+    ("Einsum", 12, [(F, [3, 4])], {"equation": "ij->ii"}, 1, ["repeats"]),
+    ("Einsum", 12, [(F, [3, 4, 5])], {"equation": "ij->i"}, 1, ["rank 3"]),
+    ("QLinearMatMul", 10, [(TP.INT8, [2, 3]), (F, []), (TP.INT8, []), (TP.UINT8, [3, 4]), (F, []),
+                           (TP.UINT8, []), (F, []), (TP.INT8, [])], {}, 1, ["i8/u8/i8"]),
+]
+
+
+@pytest.mark.parametrize("op_type,opset,inputs,attrs,n_out,words", [r[:6] for r in REJECT],
+                         ids=[f"{r[0]}-{r[1]}-{i}" for i, r in enumerate(REJECT)])
+def test_claim_rejects_with_reason(op_type, opset, inputs, attrs, n_out, words):
+    reason = claim_of(op_type, opset, inputs, attrs, n_out)
+    assert reason is not None, "claimed"
+    for w in words:
+        assert w in reason, reason
+
+
+def test_dropout_training_mode_constant():
+    spec = [(F, [3]), (F, []), (TP.BOOL, [])]
+    assert claim_of("Dropout", 13, spec, n_out=2, initializers={2: np.array(False)}) is None
+    assert "training_mode=true" in claim_of("Dropout", 13, spec, n_out=2, initializers={2: np.array(True)})
+
+
+def test_dropout_with_constant_training_mode_matches_ort():
+    x = R(3, 4)
+    node = helper.make_node("Dropout", ["x", "r", "t"], ["y", "mask"])
+    model = helper.make_model(
+        helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TP.FLOAT, [3, 4])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, None),
+                           helper.make_tensor_value_info("mask", TP.BOOL, None)],
+                          [numpy_helper.from_array(A(0.4, f32), "r"), numpy_helper.from_array(np.array(False), "t")]),
+        opset_imports=[helper.make_opsetid("", 13)], ir_version=REF.IR_VERSION)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    graph = GraphView.from_onnx(model)
+    n = graph.nodes[0]
+    op = lookup("", "Dropout")
+    assert check_node(n, graph) is None
+    got = op.reference([x, A(0.4, f32), np.array(False)], resolve_attributes(op, n))
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+
+
+# ---- run-time errors ----------------------------------------------------------------------------------
+
+def ref(op):
+    o = lookup("", op)
+    return lambda inputs, **attrs: o.reference(inputs, {**{k: v for k, v in o.attributes.items()}, **attrs})
+
+
+ERRORS = [
+    ("TopK", [R(2, 3), A([4], i64)], {}, r"k=4 is greater than the extent 3 of axis 1 \(input is \[2, 3\]\)"),
+    ("TopK", [R(2, 3), A([[1]], i64)], {}, r"K must be a 1-D tensor of one element"),
+    ("TopK", [R(2, 3), A([-1], i64)], {}, r"k=-1 must be non-negative"),
+    ("ArgMax", [R(0, 3)], {"axis": 0}, r"cannot reduce axis 0 of extent 0"),
+    ("ArgMin", [R()], {}, r"rank >= 1"),
+    ("CumSum", [R(2, 3), A(2, i64)], {}, r"axis 2 is out of range for a rank-2 input"),
+    ("CumSum", [R(2, 3), A([0, 1], i64)], {}, r"'axis' must be a scalar"),
+    ("Range", [A(1, i64), A(5, i64), A(0, i64)], {}, r"delta must not be zero"),
+    ("Range", [A([1, 2], i64), A(5, i64), A(1, i64)], {}, r"'start' must be a scalar"),
+    ("ConstantOfShape", [A([2, -1], i64)], {}, r"negative dimension"),
+    ("ConstantOfShape", [A([[2, 1]], i64)], {}, r"must be a 1-D tensor"),
+    ("Trilu", [R(3)], {}, r"rank >= 2"),
+    ("EyeLike", [R(3)], {}, r"must be 2-D"),
+    ("Compress", [R(3, 4), A([[True]], b)], {"axis": 0}, r"condition must be 1-D"),
+    ("InstanceNormalization", [R(2, 3, 4), R(2), R(3)], {}, r"scale must have shape \[3\]"),
+    ("GroupNormalization", [R(2, 6, 4), R(6), R(6)], {"num_groups": 4}, r"num_groups=4 does not divide the 6"),
+    ("GroupNormalization", [R(2, 6, 4), R(5), R(5)], {"num_groups": 3}, r"scale and bias must have shape \[6\]"),
+    ("BatchNormalization", [R(2, 3, 4), R(3), R(3), R(4), R(3)], {}, r"input_mean must have shape \[3\]"),
+    ("LRN", [R(2, 3, 4)], {"size": 3}, r"must be 4-D"),
+    ("Einsum", [R(3, 4), R(5, 6)], {"equation": "ij,jk->ik"}, r"subscript 'j' has extents 4, 5"),
+    ("Einsum", [R(3, 4)], {"equation": "ijk->i"}, r"rank 2"),
+    ("Einsum", [R(3, 4)], {"equation": "ii->i"}, r"subscript 'i' repeats in input 0"),
+    ("MatMulInteger", [U(2, 3, dtype=u8), U(4, 5, dtype=u8)], {}, r"MatMulInteger: inner dimensions disagree"),
+    ("MatMulInteger", [U(2, 3, dtype=u8), U(3, 5, dtype=u8), A([1, 2], u8)], {}, r"a_zero_point must be a scalar"),
+    ("PRelu", [R(2, 3), R(2)], {}, r"X is \[2, 3\], slope is \[2\]"),
+    ("Sum", [R(2), R(3)], {}, r"input 1 is \[3\]"),
+]
+
+
+@pytest.mark.parametrize("op,inputs,attrs,pattern", ERRORS, ids=[f"{e[0]}-{i}" for i, e in enumerate(ERRORS)])
+def test_runtime_shape_errors(op, inputs, attrs, pattern):
+    with pytest.raises(RuntimeShapeError, match=pattern) as e:
+        ref(op)(inputs, **attrs)
+    assert str(e.value).startswith(f"{op}: ")
+
+
+RULE_ERRORS = [  # errors the shape rules raise too (they show in shapes or host-input values)
+    ("TopK", [(F, [2, 3]), A([4])], {}, 2, r"k=4 is greater than the extent 3"),
+    ("ArgMax", [(F, [0, 3])], {"axis": 0}, 1, r"extent 0"),
+    ("Range", [A(1), A(5), A(0)], {}, 1, r"delta must not be zero"),
+    ("ConstantOfShape", [A([2, -1])], {}, 1, r"negative dimension"),
+    ("Trilu", [(F, [3])], {}, 1, r"rank >= 2"),
+    ("GroupNormalization", [(F, [2, 6, 4]), (F, [6]), (F, [6])], {"num_groups": 4}, 1, r"does not divide"),
+    ("BatchNormalization", [(F, [2, 3, 4]), (F, [3]), (F, [3]), (F, [4]), (F, [3])], {}, 1,
+     r"input_mean must have shape"),
+    ("LRN", [(F, [2, 3, 4])], {"size": 3}, 1, r"rank 4"),
+    ("Einsum", [(F, [3, 4]), (F, [5, 6])], {"equation": "ij,jk->ik"}, 1, r"subscript 'j' has extents 4, 5"),
+    ("MatMulInteger", [(TP.UINT8, [3, 4]), (TP.INT8, [5, 6])], {}, 1, r"inner dimensions disagree"),
+]
+
+
+@pytest.mark.parametrize("op,inputs,attrs,n_out,pattern", RULE_ERRORS,
+                         ids=[f"{e[0]}-{i}" for i, e in enumerate(RULE_ERRORS)])
+def test_rule_errors(op, inputs, attrs, n_out, pattern):
+    with pytest.raises(RuntimeShapeError, match=pattern) as e:
+        rule_on(op, {"TopK": 11, "ArgMax": 13, "Range": 11, "ConstantOfShape": 20, "Trilu": 14,
+                     "GroupNormalization": 21, "BatchNormalization": 15, "LRN": 13, "Einsum": 12,
+                     "MatMulInteger": 10}[op],
+                inputs, attrs, n_out)
+    assert str(e.value).startswith(f"{op}: ")
+
+
+# ---- end to end through hipep -------------------------------------------------------------------------
+
+def _chain_model():
+    """Range → ConstantOfShape → TopK → CumSum → ArgMax, with NonZero and Compress on values the
+    device computes, Einsum, LogSoftmax, Hardmax, Trilu, Selu and reductions on the way: output
+    sizes come from values the host reads at run time (Range's operands, TopK's k, NonZero's data,
+    Compress's condition)."""
+    n = helper.make_node
+    nodes = [
+        n("Range", ["start", "limit", "delta"], ["r"], name="range"),                 # [L]
+        n("Shape", ["r"], ["r_shape"], name="r_shape"),
+        n("Concat", ["two", "r_shape"], ["cos_shape"], name="cos_shape", axis=0),     # [2, L]
+        n("ConstantOfShape", ["cos_shape"], ["ones"], name="ones",
+          value=numpy_helper.from_array(A([1.0], f32))),                               # [2, L] of 1
+        n("Cast", ["r"], ["rf"], name="rf", to=TP.FLOAT),
+        n("Mul", ["ones", "rf"], ["grid"], name="grid"),
+        n("Mul", ["x", "grid"], ["scored"], name="scored"),                            # x: [2, L]
+        n("TopK", ["scored", "k"], ["top", "top_idx"], name="topk", axis=1),           # [2, k]
+        n("CumSum", ["top", "axis1"], ["csum"], name="csum", exclusive=1),
+        n("ArgMax", ["csum"], ["am"], name="argmax", axis=1, keepdims=0),
+        n("Greater", ["top", "zero"], ["pos"], name="pos"),
+        n("NonZero", ["pos"], ["nz"], name="nonzero"),                                 # [2, count]
+        n("ReduceSum", ["nz"], ["nz_sum"], name="nz_sum", keepdims=0),
+        n("Einsum", ["top", "top"], ["gram"], name="gram", equation="bi,ci->bc"),
+        n("LogSoftmax", ["gram"], ["lsm"], name="lsm", axis=-1),
+        n("ReduceLogSumExp", ["csum", "axes1"], ["lse"], name="lse", keepdims=0),
+        n("Trilu", ["gram"], ["tri"], name="tri", upper=0),
+        n("Hardmax", ["tri"], ["hard"], name="hard"),
+        n("Selu", ["lsm"], ["selu"], name="selu"),
+        n("ReduceSum", ["top", "axes0"], ["col_sum"], name="col_sum", keepdims=0),          # [k]
+        n("Greater", ["col_sum", "zero"], ["cond"], name="cond"),
+        n("Compress", ["top_idx", "cond"], ["kept"], name="compress", axis=1),        # [2, count]
+    ]
+    inits = [numpy_helper.from_array(A(2, i64), "delta"), numpy_helper.from_array(A([2], i64), "two"),
+             numpy_helper.from_array(A(1, i64), "axis1"), numpy_helper.from_array(A([1], i64), "axes1"),
+             numpy_helper.from_array(A(0.0, f32), "zero"), numpy_helper.from_array(A([0], i64), "axes0")]
+    inputs = [helper.make_tensor_value_info("x", TP.FLOAT, [2, "L"]),
+              helper.make_tensor_value_info("start", TP.INT64, []),
+              helper.make_tensor_value_info("limit", TP.INT64, []),
+              helper.make_tensor_value_info("k", TP.INT64, [1])]
+    outs = [("top", TP.FLOAT), ("top_idx", TP.INT64), ("csum", TP.FLOAT), ("am", TP.INT64), ("nz", TP.INT64),
+            ("nz_sum", TP.INT64), ("lsm", TP.FLOAT), ("lse", TP.FLOAT), ("hard", TP.FLOAT), ("selu", TP.FLOAT),
+            ("kept", TP.INT64)]
+    outputs = [helper.make_tensor_value_info(name, elem, None) for name, elem in outs]
+    return helper.make_model(helper.make_graph(nodes, "chain", inputs, outputs, inits),
+                             opset_imports=[helper.make_opsetid("", 18)], ir_version=REF.IR_VERSION)
+
+
+def _norm_model():
+    """Conv-net style normalizations: BatchNorm → LRN → InstanceNorm → GroupNorm → MVN, with
+    PRelu, LpNormalization and ReduceL2 on the way."""
+    n = helper.make_node
+    c = 4
+    rng = np.random.default_rng(5)
+    p = lambda name, lo=-1.0, hi=1.0: numpy_helper.from_array(rng.uniform(lo, hi, c).astype(f32), name)  # noqa: E731
+    nodes = [
+        n("BatchNormalization", ["x", "bn_s", "bn_b", "bn_m", "bn_v"], ["bn"], name="bn"),
+        n("PRelu", ["bn", "slope"], ["pr"], name="prelu"),
+        n("LRN", ["pr"], ["lrn"], name="lrn", size=3, alpha=1e-2),
+        n("InstanceNormalization", ["lrn", "in_s", "in_b"], ["inorm"], name="inorm"),
+        n("GroupNormalization", ["inorm", "gn_s", "gn_b"], ["gn"], name="gn", num_groups=2),
+        n("MeanVarianceNormalization", ["gn"], ["mvn"], name="mvn"),
+        n("LpNormalization", ["mvn"], ["lp"], name="lp", axis=1),
+        n("ReduceL2", ["lp", "axes23"], ["l2"], name="l2", keepdims=0),
+        n("HardSwish", ["l2"], ["y"], name="hswish"),
+    ]
+    inits = [p("bn_s"), p("bn_b"), p("bn_m"), p("bn_v", 0.5, 2.0), p("in_s"), p("in_b"), p("gn_s"), p("gn_b"),
+             numpy_helper.from_array(rng.uniform(0, 0.5, (c, 1, 1)).astype(f32), "slope"),
+             numpy_helper.from_array(A([2, 3], i64), "axes23")]
+    return helper.make_model(
+        helper.make_graph(nodes, "norms", [helper.make_tensor_value_info("x", TP.FLOAT, ["n", c, 5, 5])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, None)], inits),
+        opset_imports=[helper.make_opsetid("", 21)], ir_version=REF.IR_VERSION)
+
+
+def _compare(model, feeds_list, **options):
+    import hipep
+
+    sess = hipep.InferenceSession(model.SerializeToString(), **options)
+    cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for feeds in feeds_list:
+        got, want = sess.run(None, feeds), cpu.run(None, feeds)
+        assert len(got) == len(want)
+        for g, w, o in zip(got, want, sess.get_outputs()):
+            assert g.dtype == w.dtype and g.shape == w.shape, (o.name, g.shape, w.shape)
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=o.name)
+
+
+@pytest.mark.parametrize("options", [{}, {"cpu_schedule": "random", "seed": "3"}], ids=["inline", "random"])
+def test_chain_end_to_end(options):
+    rng = np.random.default_rng(11)
+    feeds_list = []
+    for start, limit, k in ((0, 12, 4), (3, 20, 3), (1, 8, 2)):
+        length = len(range(start, limit, 2))
+        feeds_list.append({"x": rng.uniform(-1, 1, (2, length)).astype(f32), "start": A(start, i64),
+                           "limit": A(limit, i64), "k": A([k], i64)})
+    _compare(_chain_model(), feeds_list, **options)
+
+
+@pytest.mark.parametrize("options", [{}, {"cpu_schedule": "random", "seed": "3"}], ids=["inline", "random"])
+def test_normalizations_end_to_end(options):
+    rng = np.random.default_rng(12)
+    _compare(_norm_model(), [{"x": rng.uniform(-2, 2, (nb, 4, 5, 5)).astype(f32)} for nb in (1, 3)], **options)
