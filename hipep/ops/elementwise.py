@@ -171,11 +171,17 @@ register(OpDef("Mod", (10, 13, 28), ("T", "T"), ("T",), {"T": NUMERIC}, _mod,
 
 # ---- unary math ------------------------------------------------------------------------------
 
-def _unary(op_type: str, fn, wide: bool = False):
-    """fn runs on f32 (f16 upcast) or, with wide=True, on f64 for float inputs; integers as-is."""
+def _unary(op_type: str, fn, wide: bool = False, f32_fn=None):
+    """fn runs on f32 (f16 upcast) or, with wide=True, on f64 for float inputs; integers as-is.
+    f32_fn, if given, is a bit-exact emulation of ORT's f32 kernel used for f32 inputs (it may
+    return None to defer to fn)."""
     @kernel(op_type)
     def reference(inputs, attrs):
         x = inputs[0]
+        if f32_fn is not None and x.dtype == np.float32:
+            y = f32_fn(x, attrs)
+            if y is not None:
+                return [result(y, np.float32)]
         if is_float(x):
             if not wide:
                 return [result(fn(upcast(x), attrs), x.dtype)]
@@ -185,13 +191,39 @@ def _unary(op_type: str, fn, wide: bool = False):
     return reference
 
 
-def _reg_unary(op_type, since, fn, types=FLOATS, attributes=None, claim=None, wide=False):
-    register(OpDef(op_type, since, ("T",), ("T",), {"T": types}, _unary(op_type, fn, wide),
+def _reg_unary(op_type, since, fn, types=FLOATS, attributes=None, claim=None, wide=False, f32_fn=None):
+    register(OpDef(op_type, since, ("T",), ("T",), {"T": types}, _unary(op_type, fn, wide, f32_fn),
                    attributes=attributes or {}, claim=claim, shape_rule=_same_rule(op_type)))
 
 
 _SQRT_2_OVER_PI = 0.7978845608028654
 _TWO_OVER_SQRT_PI = 1.1283791670955126
+
+
+# ---- bit-exact f32 building blocks (shared with the contrib modules) ---------------------------
+# MLAS's x86 kernels use fused multiply-adds. Reproducing them bit for bit needs a correctly
+# rounded f32 fma, which numpy lacks: the f32 product is exact in f64; the f64 sum's error is
+# recovered exactly (TwoSum) and decides the only case where rounding the f64 sum to f32 can go
+# wrong -- the f64 sum lying exactly halfway between two f32 values.
+
+def fma_f32(a, b, c) -> np.ndarray:
+    """Correctly rounded float32 a * b + c, elementwise (numpy broadcasting)."""
+    a = np.asarray(a, np.float32).astype(np.float64)
+    b = np.asarray(b, np.float32).astype(np.float64)
+    c = np.asarray(c, np.float32).astype(np.float64)
+    with np.errstate(all="ignore"):
+        p = a * b
+        s = p + c
+        bp = s - c
+        err = (p - bp) + (c - (s - bp))
+        r = s.astype(np.float32)
+        rd = r.astype(np.float64)
+        other = np.where(rd < s, np.nextafter(r, np.float32(np.inf)), np.nextafter(r, np.float32(-np.inf)))
+        od = other.astype(np.float64)
+        tie = (rd != s) & (s == (rd + od) * 0.5) & (err != 0) & np.isfinite(s)
+        take = tie & (((od > rd) & (err > 0)) | ((od < rd) & (err < 0)))
+        out = np.where(take, other, r).astype(np.float32)
+    return out
 
 
 def erf(x: np.ndarray) -> np.ndarray:
@@ -215,10 +247,65 @@ def erf(x: np.ndarray) -> np.ndarray:
     return np.where(ax >= 3.0, big, out)
 
 
+# MLAS's f32 tanh and logistic (tanh.cpp / logistic.cpp constants; on AVX2/AVX512 x86-64 ORT runs
+# the FMA3 kernels, whose multiply-adds are fused): a clamped odd rational polynomial in x^2,
+# evaluated in Horner form with fmas, one division. Bit-identical to ORT 1.31's CPU EP there.
+_TANH_RANGE = np.float32(9.0)
+_TANH_P = tuple(np.float32(v) for v in (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
+                                        5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
+                                        4.89352455891786e-03))
+_TANH_Q = tuple(np.float32(v) for v in (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
+                                        4.89352518554385e-03))
+_LOGISTIC_RANGE = np.float32(18.0)
+_LOGISTIC_P = tuple(np.float32(v) for v in (4.37031012579801e-11, 1.15627324459942e-07, 6.08574864600143e-05,
+                                            8.51377133304701e-03, 2.48287947061529e-01))
+_LOGISTIC_Q = tuple(np.float32(v) for v in (6.10247389755681e-13, 5.76102136993427e-09, 6.29106785017040e-06,
+                                            1.70198817374094e-03, 1.16817656904453e-01, 9.93151921023180e-01))
+
+
+def _mlas_rational(x: np.ndarray, bound, pc, qc) -> np.ndarray:
+    """p(x^2) * x / q(x^2) on x clamped to [-bound, bound], as MLAS's FMA3 kernels compute it."""
+    v = np.minimum(np.maximum(np.asarray(x, np.float32), -bound), bound)  # NaN stays NaN
+    v2 = (v * v).astype(np.float32)
+    p = fma_f32(v2, pc[0], pc[1])
+    for c in pc[2:]:
+        p = fma_f32(p, v2, c)
+    p = (p * v).astype(np.float32)
+    q = fma_f32(v2, qc[0], qc[1])
+    for c in qc[2:]:
+        q = fma_f32(q, v2, c)
+    with np.errstate(all="ignore"):
+        return (p / q).astype(np.float32)
+
+
+def mlas_tanh(x: np.ndarray) -> np.ndarray:
+    """MlasComputeTanh on f32 values (ORT's f32 Tanh, FastGelu/Gelu-tanh inner tanh)."""
+    return _mlas_rational(x, _TANH_RANGE, _TANH_P, _TANH_Q)
+
+
+def mlas_logistic(x: np.ndarray) -> np.ndarray:
+    """MlasComputeLogistic on f32 values (ORT's f32 Sigmoid): rational + 0.5, clamped to [0, 1]."""
+    r = (_mlas_rational(x, _LOGISTIC_RANGE, _LOGISTIC_P, _LOGISTIC_Q) + np.float32(0.5)).astype(np.float32)
+    return np.minimum(np.maximum(r, np.float32(0.0)), np.float32(1.0))
+
+
+_GELU_B = np.float32(0.7978845608028654)    # sqrt(2 / pi)
+_GELU_C = np.float32(0.035677408136300125)  # 0.044715 * sqrt(2 / pi)
+
+
+def _gelu_tanh_f32(x: np.ndarray) -> np.ndarray:
+    """ORT's f32 Gelu(approximate='tanh'): t = x * (C * x * x + B) in plain f32 (no fma),
+    MlasComputeTanh(t), then 0.5f * x * (tanh + 1)."""
+    f32 = np.float32
+    t = (x * ((((_GELU_C * x).astype(f32) * x).astype(f32) + _GELU_B).astype(f32))).astype(f32)
+    return ((f32(0.5) * x).astype(f32) * (mlas_tanh(t) + f32(1.0)).astype(f32)).astype(f32)
+
+
 def _gelu(x, attrs):
     if attrs["approximate"] == "tanh":
         return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
     return 0.5 * x * (1.0 + erf(x / np.sqrt(2.0)))
+
 
 
 def _claim_gelu(node, graph, attrs):
@@ -243,8 +330,8 @@ _reg_unary("Exp", (6, 13), lambda x, a: np.exp(x))
 _reg_unary("Log", (6, 13), lambda x, a: np.log(x))
 _reg_unary("Sqrt", (6, 13), lambda x, a: np.sqrt(x))
 _reg_unary("Reciprocal", (6, 13), lambda x, a: np.reciprocal(x))
-_reg_unary("Sigmoid", (6, 13), _sigmoid, wide=True)
-_reg_unary("Tanh", (6, 13), lambda x, a: np.tanh(x))
+_reg_unary("Sigmoid", (6, 13), _sigmoid, wide=True, f32_fn=lambda x, a: mlas_logistic(x))
+_reg_unary("Tanh", (6, 13), lambda x, a: np.tanh(x), f32_fn=lambda x, a: mlas_tanh(x))
 _reg_unary("Erf", (9, 13), lambda x, a: erf(x), wide=True)
 _reg_unary("Sin", (7, 22), lambda x, a: np.sin(x))
 _reg_unary("Cos", (7, 22), lambda x, a: np.cos(x))
@@ -259,7 +346,8 @@ _reg_unary("Elu", (6, 22), lambda x, a: np.where(x >= 0, x, a["alpha"] * np.expm
 _reg_unary("HardSigmoid", (6, 22),
            lambda x, a: np.minimum(np.maximum(_f32(a["alpha"]) * x + _f32(a["beta"]), 0), 1),
            attributes={"alpha": 0.2, "beta": 0.5})
-_reg_unary("Gelu", (20,), _gelu, attributes={"approximate": "none"}, claim=_claim_gelu, wide=True)
+_reg_unary("Gelu", (20,), _gelu, attributes={"approximate": "none"}, claim=_claim_gelu, wide=True,
+           f32_fn=lambda x, a: _gelu_tanh_f32(x) if a["approximate"] == "tanh" else None)
 
 
 @kernel("Clip")

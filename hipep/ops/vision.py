@@ -901,6 +901,15 @@ def _claim_resize(node, graph, attrs):
                 f"of {', '.join(ASPECT_POLICIES)}")
     if coord == "tf_crop_and_resize" and not (len(node.inputs) > 1 and node.inputs[1]):
         return "coordinate_transformation_mode='tf_crop_and_resize' needs input 'roi'"
+    sizes_given = len(node.inputs) > 3 and node.inputs[3]
+    if coord == "align_corners" and not sizes_given:
+        # Downsampling by scales: ORT's CPU EP maps coordinates with the rounded output size, the
+        # ONNX spec with the scale itself, and their results differ (ONNX's own test cases
+        # test_resize_downsample_scales_*_align_corners fail on ORT). hipep takes neither side.
+        scales = graph.constant(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        if scales is None or (np.asarray(scales) < 1).any():
+            return ("coordinate_transformation_mode='align_corners' with scales that shrink (or are not "
+                    "constant): ONNX Runtime and the ONNX spec compute different results there")
     rank = input_rank(node, graph)
     if attrs.get("axes") is not None and rank is not None:
         if any(not -rank <= int(a) < rank for a in attrs["axes"]):

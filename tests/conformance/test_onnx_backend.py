@@ -31,6 +31,32 @@ _catalog = support.catalog()  # first: it generates the node cases with their nu
 _opt_level = os.environ.get("HIPEP_CONFORMANCE_OPT_LEVEL")
 _test_kwargs = {info.name: {"graph_optimization_level": _opt_level} for info in _catalog.values()} if _opt_level else None
 
+def _compare_sequences_elementwise() -> None:
+    """onnx's Runner.assert_similar_outputs recurses into a sequence output by passing one tensor
+    where it expects a list of outputs, so any sequence of tensors (test_loop16_seq_none) fails
+    with "len() of unsized object" whatever the backend computed. Compare such sequences element
+    by element with the runner's own tensor comparison instead; tensors are untouched."""
+    from onnx.backend.test.runner import Runner
+
+    original = Runner.assert_similar_outputs.__func__
+
+    def assert_similar_outputs(cls, ref_outputs, outputs, rtol, atol, model_dir=None):
+        ref_outputs, outputs = list(ref_outputs), list(outputs)
+        for i, (r, o) in enumerate(zip(ref_outputs, outputs)):
+            if isinstance(o, (list, tuple)) and isinstance(r, (list, tuple)):
+                assert len(r) == len(o), f"output {i}: sequence of {len(o)} items, expected {len(r)}"
+                for rj, oj in zip(r, o):
+                    original(cls, [rj], [oj], rtol, atol, model_dir)
+                ref_outputs[i] = outputs[i] = None
+        kept = [(r, o) for r, o in zip(ref_outputs, outputs) if o is not None]
+        if len(ref_outputs) != len(outputs) or kept:
+            original(cls, [r for r, _ in kept] if len(ref_outputs) == len(outputs) else ref_outputs,
+                     [o for _, o in kept] if len(ref_outputs) == len(outputs) else outputs, rtol, atol, model_dir)
+
+    Runner.assert_similar_outputs = classmethod(assert_similar_outputs)
+
+
+_compare_sequences_elementwise()
 backend_test = onnx.backend.test.BackendTest(backend, __name__, _test_kwargs)
 
 # Real models fetched from the network are not part of this suite (the light ones are local).
