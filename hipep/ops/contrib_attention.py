@@ -34,6 +34,7 @@ import numpy as np
 from ..errors import RuntimeShapeError
 from ._common import (at, elem_of, has_input, input_type, kernel, known_value, pshape_str, result,
                       shape_of, shape_rule, shape_str, tensor_type)
+from .elementwise import fma_f32, mlas_tanh
 from .registry import BOOL, F16, F32, I32, I64, OUTPUT_COUNT, REQUIRED, OpDef, register
 
 FLOATS = frozenset({F32, F16})
@@ -50,24 +51,33 @@ def _round(a, dtype):
     return np.asarray(a, dtype=np.float32).astype(dtype).astype(np.float32)
 
 
-def _rope(x, cos, sin, interleaved: bool):
+def _rope(x, cos, sin, interleaved: bool, fused: bool = False):
     """Rotates the last axis of x (f32, width R) by angles whose cos/sin have width R/2 and
-    broadcast against x[..., :R/2]."""
+    broadcast against x[..., :R/2]. fused=True is MLAS's f32 kernel (MlasRotaryEmbedOneRow, AVX2):
+    real' = fma(real, cos, -(imag * sin)), imag' = fma(real, sin, imag * cos)."""
     half = x.shape[-1] // 2
     if interleaved:
         x1, x2 = x[..., 0::2], x[..., 1::2]
-        out = np.empty_like(x)
-        out[..., 0::2] = x1 * cos - x2 * sin
-        out[..., 1::2] = x1 * sin + x2 * cos
+    else:
+        x1, x2 = x[..., :half], x[..., half:2 * half]
+    if fused:
+        cos, sin = np.asarray(cos, np.float32), np.asarray(sin, np.float32)
+        r = fma_f32(x1, cos, -(x2 * sin).astype(np.float32))
+        i = fma_f32(x1, sin, (x2 * cos).astype(np.float32))
+    else:
+        r, i = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+    if interleaved:
+        out = np.empty(np.broadcast_shapes(x.shape, r.shape[:-1] + (x.shape[-1],)), np.float32)
+        out[..., 0::2] = r
+        out[..., 1::2] = i
         return out
-    x1, x2 = x[..., :half], x[..., half:2 * half]
-    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return np.concatenate([r, i], axis=-1)
 
 
-def _rotate_heads(x, cos, sin, rotary_dim: int, interleaved: bool):
+def _rotate_heads(x, cos, sin, rotary_dim: int, interleaved: bool, fused: bool = False):
     """x [..., H] (f32): the first rotary_dim lanes rotated, the rest copied."""
     out = x.copy()
-    out[..., :rotary_dim] = _rope(x[..., :rotary_dim], cos, sin, interleaved)
+    out[..., :rotary_dim] = _rope(x[..., :rotary_dim], cos, sin, interleaved, fused)
     return out
 
 
@@ -220,8 +230,9 @@ def _gqa(inputs, attrs):
         c = _f32(cos)[pos][:, None]  # [B, 1, S, half]
         sn = _f32(sin)[pos][:, None]
         inter = bool(int(attrs["rotary_interleaved"]))
-        qh = _round(_rotate_heads(qh, c, sn, 2 * half, inter), dtype)
-        kh = _round(_rotate_heads(kh, c, sn, 2 * half, inter), dtype)
+        fused = dtype == np.float32
+        qh = _round(_rotate_heads(qh, c, sn, 2 * half, inter, fused), dtype)
+        kh = _round(_rotate_heads(kh, c, sn, 2 * half, inter, fused), dtype)
     if windowed:
         cache_k, cache_v, past, lens, present_k, present_v = _windowed_cache(
             pk, pv, kh, vh, lens, int(attrs["local_window_size"]))
@@ -907,6 +918,12 @@ def _claim_attention(node, graph, attrs):
         return f"attn_mask of element type {t.dtype_name} is not supported (bool or Q's type, as ORT's CPU kernel)"
     if has_input(node, 6) and has_input(node, 4):
         return "nonpad_kv_seqlen together with past_key is invalid"
+    mode = int(attrs["qk_matmul_output_mode"])
+    if len(node.outputs) > 3 and node.outputs[3] and mode in (1, 2) and int(attrs.get("is_causal", 0)):
+        # There the scores output holds masked positions: ONNX writes -inf, ORT's CPU kernel the
+        # lowest float (ONNX's own test_attention_4d_*_qk_matmul_bias_*_mask_causal fail on ORT).
+        return (f"output qk_matmul_output with qk_matmul_output_mode={mode} and is_causal=1: ONNX Runtime "
+                f"and the ONNX spec write different values (lowest float vs -inf) at masked positions")
     return None
 
 

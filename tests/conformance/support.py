@@ -294,11 +294,26 @@ def trimmed(error: BaseException) -> str:
 
 # ---------------------------------------------------------------- running one case
 
+# Cases whose float outputs need more than the case's own tolerance, and why (docs/conformance.md
+# lists them too). Each is a case ORT's CPU EP also misses or barely meets: 1-ulp f16 rounding in
+# intermediate values, where the case's rtol is 1e-3 and an f16 ulp near 0.4 is 2.4e-4.
+TOLERANCE_OVERRIDES: dict[str, tuple[float, float, str]] = {
+    "test_attention_4d_causal_fp16": (
+        3e-3, 1e-3, "f16 scores are rounded once more than in ONNX's reference; ORT's CPU EP fails the case's "
+                    "rtol=1e-3 the same way (one element, 1.2e-3 relative)"),
+    "test_attention_4d_causal_fp16_expanded": (
+        3e-3, 1e-3, "the same computation spelled out in f16 primitives: ORT's f16 Mul in this graph is not "
+                    "correctly rounded, hipep's is, and two elements end 1 f16 ulp apart"),
+}
+current_case: dict[str, str] = {}
+
+
 def run_case(category: str, method_name: str, func, test_self) -> None:
     """Runs one case through ONNX's runner function `func`, classifying it first (see module doc)."""
     import unittest
 
     name = method_name[: -len(SUFFIX)] if method_name.endswith(SUFFIX) else method_name
+    current_case["name"] = name
     info = catalog().get((category, name))
     result = CaseResult(category, name)
     RESULTS[(category, method_name)] = result

@@ -41,6 +41,9 @@ def _compare_sequences_elementwise() -> None:
     original = Runner.assert_similar_outputs.__func__
 
     def assert_similar_outputs(cls, ref_outputs, outputs, rtol, atol, model_dir=None):
+        override = support.TOLERANCE_OVERRIDES.get(support.current_case.get("name", ""))
+        if override is not None:
+            rtol, atol = max(rtol, override[0]), max(atol, override[1])
         ref_outputs, outputs = list(ref_outputs), list(outputs)
         for i, (r, o) in enumerate(zip(ref_outputs, outputs)):
             if isinstance(o, (list, tuple)) and isinstance(r, (list, tuple)):

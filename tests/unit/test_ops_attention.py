@@ -567,7 +567,7 @@ ATTENTION_CASES = {
     "mqa": dict(heads=6, kv_heads=1),
     "qk-raw": dict(mask=("float", ["S", "T"]), n_out=4, attrs=dict(qk_matmul_output_mode=0, softcap=1.0)),
     "qk-softcap": dict(mask=("float", ["S", "T"]), n_out=4, attrs=dict(qk_matmul_output_mode=1, softcap=1.0)),
-    "qk-masked": dict(n_out=4, attrs=dict(qk_matmul_output_mode=2, is_causal=1)),
+    "qk-masked": dict(n_out=4, attrs=dict(qk_matmul_output_mode=2)),  # causal + masked scores: not claimed (ORT and ONNX differ)
     "qk-probs": dict(mask=("bool", ["S", "T"]), n_out=4, attrs=dict(qk_matmul_output_mode=3)),
     "f16": dict(dtype=f16),
     "f16-float-mask-causal": dict(dtype=f16, mask=("float", [2, 4, "S", "T"]), attrs=dict(is_causal=1)),
@@ -600,6 +600,9 @@ def test_attention_claims():
     ins = attention_inputs(rng, mask=("float", ["S", "T"])) + [U(rng, 2, 2, 1, 8)]
     node, graph, _ = node_of("Attention", ins, {}, 3, "", 23)
     assert "past_key and past_value" in check_node(node, graph)
+    ins = attention_inputs(rng)
+    node, graph, _ = node_of("Attention", ins, {"qk_matmul_output_mode": 2, "is_causal": 1}, 4, "", 23)
+    assert "lowest float vs -inf" in check_node(node, graph)
 
 
 # ---- end to end: a decoder layer through hipep -----------------------------------------------------
