@@ -98,6 +98,141 @@ def _softmax_rows(scores, allowed, sink=None):
     return (e / s).astype(np.float32)
 
 
+# ---- MLAS arithmetic (bit-exact f32 attention on x86-64 AVX512) -------------------------------
+# ORT's f32 GroupQueryAttention runs MLAS kernels; these reproduce them operation by operation:
+#   * sgemm: MLAS's SGEMM kernel -- one fma chain per output over K in order, then times alpha;
+#     with M == 1, alpha == 1 and beta 0/1 MLAS takes MlasSgemmKernelM1Avx instead: products
+#     summed four rows of K at a time (((p0 + p1) + p2) + p3), each group then added to C.
+#   * softmax over a window: max, MlasComputeSumExpF32KernelAvx512F's exp (fma range reduction,
+#     degree-6 polynomial, vscalef) and its 16-lane sum, then e * (1 / sum);
+#   * softcap: x / c, libm tanhf, * c (MlasComputeSoftcap calls std::tanh).
+_F32_LOWEST = np.float32(np.finfo(np.float32).min)
+_EXP_LOWER = np.float32(-103.9720840454)
+_EXP_BIAS = np.float32(12582912.0)  # 1.5 * 2^23: adding it rounds to an integer
+_EXP_LOG2E = np.float32(1.44269504088896341)
+_EXP_LN2_HI = np.float32(-6.93145752e-1)
+_EXP_LN2_LO = np.float32(-1.42860677e-6)
+_EXP_POLY = tuple(np.float32(float.fromhex(v)) for v in ("0x1.694000p-10", "0x1.125edcp-7", "0x1.555b5ap-5",
+                                                          "0x1.555450p-3", "0x1.fffff6p-2", "0x1.000000p+0"))
+
+
+def _mlas_exp_shifted(x, negmax):
+    """exp(x + negmax) elementwise, as MLAS's AVX512F sum-of-exp kernel computes each term."""
+    f32 = np.float32
+    v = np.maximum(_EXP_LOWER, (np.asarray(x, f32) + np.asarray(negmax, f32)).astype(f32))
+    m = (fma_f32(_EXP_LOG2E, v, _EXP_BIAS) - _EXP_BIAS).astype(f32)
+    v = fma_f32(m, _EXP_LN2_LO, fma_f32(m, _EXP_LN2_HI, v))
+    p = fma_f32(_EXP_POLY[0], v, _EXP_POLY[1])
+    for c in _EXP_POLY[2:] + _EXP_POLY[5:]:
+        p = fma_f32(p, v, c)
+    with np.errstate(all="ignore"):
+        return np.ldexp(p, m.astype(np.int32)).astype(f32)
+
+
+def _mlas_sum16(e):
+    """Sum over the last axis in the AVX512 kernel's order: 16 lane accumulators fed in order,
+    folded 16 -> 8 (lane l + lane l + 8), then ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))."""
+    f32 = np.float32
+    n = e.shape[-1]
+    pad = (-n) % 16
+    if pad:
+        e = np.concatenate([e, np.zeros(e.shape[:-1] + (pad,), f32)], axis=-1)
+    e = e.reshape(e.shape[:-1] + (-1, 16))
+    acc = np.zeros(e.shape[:-2] + (16,), f32)
+    for j in range(e.shape[-2]):
+        acc = (acc + e[..., j, :]).astype(f32)
+    a = (acc[..., :8] + acc[..., 8:]).astype(f32)
+    h = [(a[..., i] + a[..., i + 1]).astype(f32) for i in (0, 2, 4, 6)]
+    return ((h[0] + h[1]).astype(f32) + (h[2] + h[3]).astype(f32)).astype(f32)
+
+
+def _mlas_softmax_windows(x, lo, hi):
+    """MlasComputeSoftmax of x[r, lo[r]:hi[r]] for every row r of x [R, T]; zeros elsewhere
+    (and in rows whose window is empty)."""
+    f32 = np.float32
+    r_count, t = x.shape
+    out = np.zeros((r_count, t), f32)
+    width = int((hi - lo).max()) if r_count else 0
+    if width <= 0:
+        return out
+    idx = lo[:, None] + np.arange(width)[None, :]
+    valid = idx < hi[:, None]
+    rows = np.arange(r_count)[:, None]
+    g = np.where(valid, x[rows, np.minimum(idx, t - 1)], -np.inf).astype(f32)
+    m = g.max(axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, f32(0)).astype(f32)
+    e = np.where(valid, _mlas_exp_shifted(g, -m), f32(0)).astype(f32)
+    with np.errstate(all="ignore"):
+        inv = (f32(1.0) / _mlas_sum16(e)).astype(f32)
+    p = (e * inv[:, None]).astype(f32)
+    rr, cc = np.nonzero(valid)
+    out[rr, idx[rr, cc]] = p[rr, cc]
+    return out
+
+
+def _mlas_sgemm(a, b, alpha=1.0):
+    """MLAS's general SGEMM kernel on [..., M, K] @ [..., K, N]: a fma chain over K per output,
+    then times alpha."""
+    acc = np.zeros(a.shape[:-1] + (b.shape[-1],), np.float32)
+    for k in range(a.shape[-1]):
+        acc = fma_f32(a[..., :, k:k + 1], b[..., k:k + 1, :], acc)
+    return (acc * np.float32(alpha)).astype(np.float32)
+
+
+def _mlas_sgemm_m1(a, b, c=None):
+    """MlasSgemmKernelM1Avx: [..., 1, K] @ [..., K, N] (alpha 1), added to c when given (beta 1)."""
+    f32 = np.float32
+    k_count = a.shape[-1]
+
+    def prod(i):
+        return (a[..., :, i:i + 1] * b[..., i:i + 1, :]).astype(f32)
+
+    k = 0
+    while k_count - k >= 4:
+        t = prod(k)
+        for i in range(k + 1, k + 4):
+            t = (t + prod(i)).astype(f32)
+        c = t if c is None else (t + c).astype(f32)
+        k += 4
+    for width in (2, 1):
+        if (k_count - k) & width:
+            t = prod(k) if width == 1 else (prod(k) + prod(k + 1)).astype(f32)
+            c = t if c is None else (t + c).astype(f32)
+            k += width
+    if c is None:
+        c = np.zeros(a.shape[:-1] + (b.shape[-1],), f32)
+    return c
+
+
+def _mlas_sv(probs, v, c=None):
+    """probs [..., M, K] @ v [..., K, N] as MlasSgemmOperation (alpha 1) computes it."""
+    if probs.shape[-2] == 1:
+        return _mlas_sgemm_m1(probs, v, c)
+    out = _mlas_sgemm(probs, v)
+    return out if c is None else (out + c).astype(np.float32)
+
+
+def _libm_f32(name):
+    import ctypes
+    import ctypes.util
+
+    fn = getattr(ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6"), name)
+    fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float]
+    vec = np.frompyfunc(lambda v: fn(float(v)), 1, 1)
+    return lambda x: np.asarray(vec(np.asarray(x, np.float32)), dtype=np.float32).reshape(np.shape(x))
+
+
+_LIBM = {}
+
+
+def _libm(name):
+    """libm's float function `name` (tanhf, expf) elementwise: what ORT's std::tanh / std::exp
+    on floats call; glibc's tanhf is not correctly rounded, so numpy's tanh cannot stand in."""
+    if name not in _LIBM:
+        _LIBM[name] = _libm_f32(name)
+    return _LIBM[name]
+
+
 # ---- GroupQueryAttention ---------------------------------------------------------------------
 
 GQA = "GroupQueryAttention"
@@ -171,6 +306,103 @@ def _check_total(t, cap, s):
         raise RuntimeShapeError(f"{GQA}: total_sequence_length ({t}) must equal past_sequence_length + "
                                 f"sequence_length ({cap} + {s}) for a growing cache, or be at most "
                                 f"past_sequence_length ({cap}) for a fixed-capacity cache")
+
+
+def _gqa_naive_mlas(qh, keys, vals, scale, softcap, bias, lens, lo, hi):
+    """ORT's f32 GQA without its flash kernel (softcap, ...): per entry b, scores over the
+    t_b = lens[b] valid keys = sgemm(Q, K^T) * scale; per row softcap and bias over the window
+    [lo, hi), softmax over it (zeros elsewhere); out = probs @ V over all t_b keys.
+    qh [B, N, S, H], keys/vals [B, N, P, H], bias f32 [B|1, N|1, S, T] or None; lo/hi [B, S]."""
+    b_count, n, s, h = qh.shape
+    out = np.zeros((b_count, n, s, h), np.float32)
+    cap = np.float32(softcap)
+    for b in range(b_count):
+        t = int(lens[b])
+        sc = _mlas_sgemm(qh[b], keys[b, :, :t].transpose(0, 2, 1), scale)  # [N, S, T]
+        rlo = np.broadcast_to(lo[b][None, :], (n, s)).reshape(-1)
+        rhi = np.broadcast_to(hi[b][None, :], (n, s)).reshape(-1)
+        flat = sc.reshape(n * s, t)
+        win = (np.arange(t)[None, :] >= rlo[:, None]) & (np.arange(t)[None, :] < rhi[:, None])
+        if softcap > 0:
+            v = (flat[win] / cap).astype(np.float32)
+            flat[win] = (_libm("tanhf")(v) * cap).astype(np.float32)
+        if bias is not None:
+            bb = np.broadcast_to(bias[min(b, bias.shape[0] - 1)][..., :t], (n, s, t)).reshape(n * s, t)
+            flat[win] = (flat[win] + bb[win]).astype(np.float32)
+        probs = _mlas_softmax_windows(flat, rlo, rhi).reshape(n, s, t)
+        out[b] = _mlas_sv(probs, vals[b, :, :t])
+    return out
+
+
+def _flash_blocks(h: int, max_total: int, s: int):
+    """(kv_block_size, q_block_size) as ORT's ApplyAttentionFlash picks them from the L2 size."""
+    import os
+
+    try:
+        l2 = int(os.sysconf("SC_LEVEL2_CACHE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        l2 = 0
+    kv = int(l2 / (4 * 4 * (h + h)))  # C++ int division truncates toward zero
+    kv = max(kv, 1)
+    q = min(kv, 2 * h)
+    return min(kv, max_total), min(q, s)
+
+
+def _gqa_flash_mlas(qh, keys, vals, scale, bias, lens, has_past, first_prompt, window):
+    """ORT's f32 GQA flash path (MlasFlashAttentionGQA): per query block and KV block,
+    scores = sgemm(Q, K^T) * scale (+ bias), masked to FLT_LOWEST beyond the causal limit
+    past + row + 1 and before limit - window; online softmax with MLAS's exp and 16-lane sums;
+    O = sum of exp(scores - max) @ V (rescaled by libm expf across KV blocks), times 1 / l."""
+    f32 = np.float32
+    b_count, n, s, h = qh.shape
+    max_total = int(lens.max())
+    ragged = int(lens.min()) != max_total
+    kv_block, q_block = _flash_blocks(h, max_total, s)
+    out = np.zeros((b_count, n, s, h), f32)
+    for b in range(b_count):
+        t = int(lens[b]) if ragged else max_total
+        kvb = min(kv_block, t) if ragged else kv_block
+        past = 0 if (not has_past or first_prompt) else max(0, t - s)
+        for q0 in range(0, s, q_block):
+            rq = min(q_block, s - q0)
+            q = qh[b, :, q0:q0 + rq]                         # [N, rq, H]
+            m = np.full((n, rq, 1), _F32_LOWEST, f32)
+            l_sum = np.zeros((n, rq), f32)
+            acc = np.zeros((n, rq, h), f32)
+            limit = past + q0 + rq
+            for ir in range(0, t, kvb):
+                if ir >= limit:
+                    break
+                rkv = min(kvb, t - ir)
+                sc = _mlas_sgemm(q, keys[b, :, ir:ir + rkv].transpose(0, 2, 1), scale)  # [N, rq, rkv]
+                if bias is not None:
+                    bb = bias[min(b, bias.shape[0] - 1)][:, q0:q0 + rq, ir:ir + rkv]
+                    sc = (sc + bb).astype(f32)
+                causal = past + q0 + np.arange(rq)[:, None] + 1     # [rq, 1]
+                pos = ir + np.arange(rkv)[None, :]
+                masked = pos >= causal
+                if window >= 0:
+                    start = np.where(causal > window, causal - window, 0)
+                    masked = masked | (pos < start)
+                sc = np.where(masked[None], _F32_LOWEST, sc).astype(f32)
+                rowmax = sc.max(axis=-1, keepdims=True)
+                dead = rowmax == _F32_LOWEST                        # [N, rq, 1]
+                m_new = np.where(dead, m, np.maximum(m, rowmax)).astype(f32)
+                e = np.where(dead, f32(0), _mlas_exp_shifted(sc, -m_new)).astype(f32)
+                rowsum = _mlas_sum16(e)                              # [N, rq]
+                if ir:
+                    diff = np.where(dead[..., 0], f32(0), (m[..., 0] - m_new[..., 0]).astype(f32))
+                    ed = _libm("expf")(diff)
+                    l_sum = np.where(dead[..., 0], l_sum, ((ed * l_sum).astype(f32) + rowsum).astype(f32))
+                    acc = np.where(dead, acc, (acc * ed[..., None]).astype(f32))
+                else:
+                    l_sum = np.where(dead[..., 0], l_sum, rowsum)
+                m = m_new
+                acc = _mlas_sv(e, vals[b, :, ir:ir + rkv], None if ir == 0 else acc)
+            with np.errstate(all="ignore"):
+                inv = np.where(l_sum > 0, (f32(1.0) / l_sum).astype(f32), f32(0)).astype(f32)
+            out[b, :, q0:q0 + rq] = (acc * inv[..., None]).astype(f32)
+    return out
 
 
 @kernel(GQA)
@@ -284,8 +516,19 @@ def _gqa(inputs, attrs):
         sink_vals = _f32(sink).reshape(1, n, 1, 1)
     elif int(attrs["smooth_softmax"]) == 1:
         sink_vals = np.zeros((1, 1, 1, 1), np.float32)
-    probs = _softmax_rows(scores, allowed, sink_vals)
-    out = np.matmul(probs, vals).astype(np.float32)  # [B, N, S, H]
+    if dtype == np.float32 and sink_vals is None and (scale != 1.0 or s > 1):
+        # Bit-exact MLAS arithmetic (see _gqa_naive_mlas / _gqa_flash_mlas).
+        bias32 = None if bias is None else _f32(bias)
+        flash = softcap <= 0 and t > 1 and int(attrs.get(OUTPUT_COUNT, 3)) >= 3
+        if flash:
+            out = _gqa_flash_mlas(qh, keys, vals, scale, bias32, lens, pk is not None, first_prompt, window)
+        else:
+            hi = frontier[:, :, 0]
+            lo = np.maximum(hi - window, 0) if window >= 0 else np.zeros_like(hi)
+            out = _gqa_naive_mlas(qh, keys, vals, scale, softcap, bias32, lens, lo, hi)
+    else:
+        probs = _softmax_rows(scores, allowed, sink_vals)
+        out = np.matmul(probs, vals).astype(np.float32)  # [B, N, S, H]
     out = out.transpose(0, 2, 1, 3).reshape(b, s, n * h)
     return [result(out, dtype), result(present_k, dtype), result(present_v, dtype)]
 
