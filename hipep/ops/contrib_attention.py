@@ -8,6 +8,15 @@ Q/K to the input dtype, then run the scores, softmax and the probability-weighte
 and round the output once; MultiHeadAttention likewise (its bias is added in f32); ai.onnx
 Attention in f16 also rounds the scores and the probabilities to f16 (see there).
 
+Bit-exact f32 (ORT 1.31 on x86-64 with AVX512): the rotary embeddings (MLAS's fused rope kernel)
+and GroupQueryAttention without head_sink / smooth_softmax replay ORT's kernels operation by
+operation -- its flash path (MlasFlashAttentionGQA: tiled online softmax for prompts, GEMVs for one
+token; taken without softcap when total_sequence_length > 1) and otherwise its GEMM + MLAS softmax
+path (softcap through libm's tanhf) -- see _gqa_flash_mlas / _gqa_naive_mlas. Not replayed (exact
+to f32 rounding only): f16, head_sink / smooth_softmax, scale == 1 with a one-row Q@K^T GEMM, and
+ORT's KV-split "flash decoding" (only when batch * num_heads < its thread count and the cache
+exceeds one L2-sized KV block).
+
 GroupQueryAttention in short (ORT's gqa_attention_base.h / group_query_attention.cc):
   * seqlens_k[b] + 1 is entry b's valid total length t_b; total_sequence_length T is a host value
     that sizes present: present_seq = max(T, past capacity), where T must equal capacity + S (a
@@ -34,7 +43,8 @@ import numpy as np
 from ..errors import RuntimeShapeError
 from ._common import (at, elem_of, has_input, input_type, kernel, known_value, pshape_str, result,
                       shape_of, shape_rule, shape_str, tensor_type)
-from .elementwise import fma_f32, mlas_tanh
+from .elementwise import fma_f32, libm_f32
+from .normalization import mlas_exp_shifted, mlas_softmax_windows, mlas_sum16
 from .registry import BOOL, F16, F32, I32, I64, OUTPUT_COUNT, REQUIRED, OpDef, register
 
 FLOATS = frozenset({F32, F16})
@@ -107,76 +117,31 @@ def _softmax_rows(scores, allowed, sink=None):
 #     degree-6 polynomial, vscalef) and its 16-lane sum, then e * (1 / sum);
 #   * softcap: x / c, libm tanhf, * c (MlasComputeSoftcap calls std::tanh).
 _F32_LOWEST = np.float32(np.finfo(np.float32).min)
-_EXP_LOWER = np.float32(-103.9720840454)
-_EXP_BIAS = np.float32(12582912.0)  # 1.5 * 2^23: adding it rounds to an integer
-_EXP_LOG2E = np.float32(1.44269504088896341)
-_EXP_LN2_HI = np.float32(-6.93145752e-1)
-_EXP_LN2_LO = np.float32(-1.42860677e-6)
-_EXP_POLY = tuple(np.float32(float.fromhex(v)) for v in ("0x1.694000p-10", "0x1.125edcp-7", "0x1.555b5ap-5",
-                                                          "0x1.555450p-3", "0x1.fffff6p-2", "0x1.000000p+0"))
 
 
-def _mlas_exp_shifted(x, negmax):
-    """exp(x + negmax) elementwise, as MLAS's AVX512F sum-of-exp kernel computes each term."""
+def _mlas_sgemm(a, b, alpha=1.0, c=None):
+    """MlasSgemmOperation's general path on [..., M, K] @ [..., K, N] (A not transposed): K is cut
+    into MLAS's StrideK slices (128, grown or shrunk with N as MLAS does); per slice every output
+    is one fma chain over the slice in order, then C = acc * alpha (first slice, beta 0) or
+    C = fma(acc, alpha, C) (later slices, or beta 1 with c given)."""
     f32 = np.float32
-    v = np.maximum(_EXP_LOWER, (np.asarray(x, f32) + np.asarray(negmax, f32)).astype(f32))
-    m = (fma_f32(_EXP_LOG2E, v, _EXP_BIAS) - _EXP_BIAS).astype(f32)
-    v = fma_f32(m, _EXP_LN2_LO, fma_f32(m, _EXP_LN2_HI, v))
-    p = fma_f32(_EXP_POLY[0], v, _EXP_POLY[1])
-    for c in _EXP_POLY[2:] + _EXP_POLY[5:]:
-        p = fma_f32(p, v, c)
-    with np.errstate(all="ignore"):
-        return np.ldexp(p, m.astype(np.int32)).astype(f32)
-
-
-def _mlas_sum16(e):
-    """Sum over the last axis in the AVX512 kernel's order: 16 lane accumulators fed in order,
-    folded 16 -> 8 (lane l + lane l + 8), then ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))."""
-    f32 = np.float32
-    n = e.shape[-1]
-    pad = (-n) % 16
-    if pad:
-        e = np.concatenate([e, np.zeros(e.shape[:-1] + (pad,), f32)], axis=-1)
-    e = e.reshape(e.shape[:-1] + (-1, 16))
-    acc = np.zeros(e.shape[:-2] + (16,), f32)
-    for j in range(e.shape[-2]):
-        acc = (acc + e[..., j, :]).astype(f32)
-    a = (acc[..., :8] + acc[..., 8:]).astype(f32)
-    h = [(a[..., i] + a[..., i + 1]).astype(f32) for i in (0, 2, 4, 6)]
-    return ((h[0] + h[1]).astype(f32) + (h[2] + h[3]).astype(f32)).astype(f32)
-
-
-def _mlas_softmax_windows(x, lo, hi):
-    """MlasComputeSoftmax of x[r, lo[r]:hi[r]] for every row r of x [R, T]; zeros elsewhere
-    (and in rows whose window is empty)."""
-    f32 = np.float32
-    r_count, t = x.shape
-    out = np.zeros((r_count, t), f32)
-    width = int((hi - lo).max()) if r_count else 0
-    if width <= 0:
-        return out
-    idx = lo[:, None] + np.arange(width)[None, :]
-    valid = idx < hi[:, None]
-    rows = np.arange(r_count)[:, None]
-    g = np.where(valid, x[rows, np.minimum(idx, t - 1)], -np.inf).astype(f32)
-    m = g.max(axis=-1, keepdims=True)
-    m = np.where(np.isfinite(m), m, f32(0)).astype(f32)
-    e = np.where(valid, _mlas_exp_shifted(g, -m), f32(0)).astype(f32)
-    with np.errstate(all="ignore"):
-        inv = (f32(1.0) / _mlas_sum16(e)).astype(f32)
-    p = (e * inv[:, None]).astype(f32)
-    rr, cc = np.nonzero(valid)
-    out[rr, idx[rr, cc]] = p[rr, cc]
+    k_count, n_count = a.shape[-1], b.shape[-1]
+    stride_n, stride_k = 128, 128
+    if n_count >= k_count:
+        while stride_k // 2 >= k_count:
+            stride_n, stride_k = stride_n * 2, stride_k // 2
+    else:
+        while stride_n > 16 and stride_n // 2 >= n_count:
+            stride_n, stride_k = stride_n // 2, stride_k * 2
+    out = None if c is None else np.asarray(c, f32)
+    for k0 in range(0, k_count, stride_k):
+        acc = np.zeros(a.shape[:-1] + (n_count,), f32)
+        for k in range(k0, min(k_count, k0 + stride_k)):
+            acc = fma_f32(a[..., :, k:k + 1], b[..., k:k + 1, :], acc)
+        out = (acc * f32(alpha)).astype(f32) if out is None else fma_f32(acc, f32(alpha), out)
+    if out is None:
+        out = np.zeros(a.shape[:-1] + (n_count,), f32)
     return out
-
-
-def _mlas_sgemm(a, b, alpha=1.0):
-    """MLAS's general SGEMM kernel on [..., M, K] @ [..., K, N]: a fma chain over K per output,
-    then times alpha."""
-    acc = np.zeros(a.shape[:-1] + (b.shape[-1],), np.float32)
-    for k in range(a.shape[-1]):
-        acc = fma_f32(a[..., :, k:k + 1], b[..., k:k + 1, :], acc)
-    return (acc * np.float32(alpha)).astype(np.float32)
 
 
 def _mlas_sgemm_m1(a, b, c=None):
@@ -208,29 +173,7 @@ def _mlas_sv(probs, v, c=None):
     """probs [..., M, K] @ v [..., K, N] as MlasSgemmOperation (alpha 1) computes it."""
     if probs.shape[-2] == 1:
         return _mlas_sgemm_m1(probs, v, c)
-    out = _mlas_sgemm(probs, v)
-    return out if c is None else (out + c).astype(np.float32)
-
-
-def _libm_f32(name):
-    import ctypes
-    import ctypes.util
-
-    fn = getattr(ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6"), name)
-    fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float]
-    vec = np.frompyfunc(lambda v: fn(float(v)), 1, 1)
-    return lambda x: np.asarray(vec(np.asarray(x, np.float32)), dtype=np.float32).reshape(np.shape(x))
-
-
-_LIBM = {}
-
-
-def _libm(name):
-    """libm's float function `name` (tanhf, expf) elementwise: what ORT's std::tanh / std::exp
-    on floats call; glibc's tanhf is not correctly rounded, so numpy's tanh cannot stand in."""
-    if name not in _LIBM:
-        _LIBM[name] = _libm_f32(name)
-    return _LIBM[name]
+    return _mlas_sgemm(probs, v, 1.0, c)
 
 
 # ---- GroupQueryAttention ---------------------------------------------------------------------
@@ -325,11 +268,11 @@ def _gqa_naive_mlas(qh, keys, vals, scale, softcap, bias, lens, lo, hi):
         win = (np.arange(t)[None, :] >= rlo[:, None]) & (np.arange(t)[None, :] < rhi[:, None])
         if softcap > 0:
             v = (flat[win] / cap).astype(np.float32)
-            flat[win] = (_libm("tanhf")(v) * cap).astype(np.float32)
+            flat[win] = (libm_f32("tanhf")(v) * cap).astype(np.float32)
         if bias is not None:
             bb = np.broadcast_to(bias[min(b, bias.shape[0] - 1)][..., :t], (n, s, t)).reshape(n * s, t)
             flat[win] = (flat[win] + bb[win]).astype(np.float32)
-        probs = _mlas_softmax_windows(flat, rlo, rhi).reshape(n, s, t)
+        probs = mlas_softmax_windows(flat, rlo, rhi).reshape(n, s, t)
         out[b] = _mlas_sv(probs, vals[b, :, :t])
     return out
 
@@ -338,14 +281,49 @@ def _flash_blocks(h: int, max_total: int, s: int):
     """(kv_block_size, q_block_size) as ORT's ApplyAttentionFlash picks them from the L2 size."""
     import os
 
-    try:
-        l2 = int(os.sysconf("SC_LEVEL2_CACHE_SIZE"))
+    try:  # ORT calls sysconf(_SC_LEVEL2_CACHE_SIZE); Python lacks the name: glibc's value is 191
+        l2 = int(os.sysconf(os.sysconf_names.get("SC_LEVEL2_CACHE_SIZE", 191)))
     except (ValueError, OSError, AttributeError):
         l2 = 0
     kv = int(l2 / (4 * 4 * (h + h)))  # C++ int division truncates toward zero
     kv = max(kv, 1)
     q = min(kv, 2 * h)
     return min(kv, max_total), min(q, s)
+
+
+def _gqa_decode_mlas(q, keys, vals, scale, bias, t, window):
+    """ORT's flash-path decode (MlasGQADecodeGQAThreaded, one query token): plain f32 GEMVs
+    (no fma) -- scores[t] = sum of 8 lane accumulators ((a0 + a1) + (a2 + a3)) + ((a4 + a5) +
+    (a6 + a7)) (+ the H % 8 tail in order) times scale; keys before t - window masked to
+    FLT_LOWEST; MLAS's exp and 16-lane sum; out = (sum over keys in order of e * V) * (1 / l).
+    q [N, 1, H], keys/vals [N, P, H], bias [N|1, 1, T] or None."""
+    f32 = np.float32
+    n, _, h = q.shape
+    qq, kk = q[:, 0, None, :], keys[:, :t]                       # [N, 1, H], [N, T, H]
+    full = h - h % 8
+    acc = np.zeros((n, t, 8), f32)
+    for h0 in range(0, full, 8):
+        acc = (acc + (qq[..., h0:h0 + 8] * kk[..., h0:h0 + 8]).astype(f32)).astype(f32)
+    sc = (((acc[..., 0] + acc[..., 1]).astype(f32) + (acc[..., 2] + acc[..., 3]).astype(f32)).astype(f32)
+          + ((acc[..., 4] + acc[..., 5]).astype(f32) + (acc[..., 6] + acc[..., 7]).astype(f32)).astype(f32))
+    sc = sc.astype(f32)
+    for i in range(full, h):
+        sc = (sc + (qq[..., i] * kk[..., i]).astype(f32)).astype(f32)
+    sc = (sc * f32(scale)).astype(f32)                           # [N, T]
+    if bias is not None:
+        sc = (sc + bias[:, 0, :t]).astype(f32)
+    if 0 <= window < t:
+        sc[:, :t - window] = _F32_LOWEST
+    rowmax = sc.max(axis=-1, keepdims=True)
+    e = mlas_exp_shifted(sc, -rowmax)
+    l_sum = mlas_sum16(e)
+    o = np.zeros((n, h), f32)
+    for i in range(t):
+        o = (o + (e[:, i, None] * vals[:, i]).astype(f32)).astype(f32)
+    with np.errstate(all="ignore"):
+        inv = np.where(l_sum > 0, (f32(1.0) / l_sum).astype(f32), f32(0)).astype(f32)
+    o = (o * inv[:, None]).astype(f32)
+    return np.where(rowmax == _F32_LOWEST, f32(0), o)[:, None, :].astype(f32)
 
 
 def _gqa_flash_mlas(qh, keys, vals, scale, bias, lens, has_past, first_prompt, window):
@@ -359,6 +337,12 @@ def _gqa_flash_mlas(qh, keys, vals, scale, bias, lens, has_past, first_prompt, w
     ragged = int(lens.min()) != max_total
     kv_block, q_block = _flash_blocks(h, max_total, s)
     out = np.zeros((b_count, n, s, h), f32)
+    if s == 1:
+        for b in range(b_count):
+            out[b] = _gqa_decode_mlas(qh[b], keys[b], vals[b], scale, None if bias is None else
+                                      bias[min(b, bias.shape[0] - 1)], int(lens[b]) if ragged else max_total,
+                                      window)
+        return out
     for b in range(b_count):
         t = int(lens[b]) if ragged else max_total
         kvb = min(kv_block, t) if ragged else kv_block
@@ -388,11 +372,11 @@ def _gqa_flash_mlas(qh, keys, vals, scale, bias, lens, has_past, first_prompt, w
                 rowmax = sc.max(axis=-1, keepdims=True)
                 dead = rowmax == _F32_LOWEST                        # [N, rq, 1]
                 m_new = np.where(dead, m, np.maximum(m, rowmax)).astype(f32)
-                e = np.where(dead, f32(0), _mlas_exp_shifted(sc, -m_new)).astype(f32)
-                rowsum = _mlas_sum16(e)                              # [N, rq]
+                e = np.where(dead, f32(0), mlas_exp_shifted(sc, -m_new)).astype(f32)
+                rowsum = mlas_sum16(e)                              # [N, rq]
                 if ir:
                     diff = np.where(dead[..., 0], f32(0), (m[..., 0] - m_new[..., 0]).astype(f32))
-                    ed = _libm("expf")(diff)
+                    ed = libm_f32("expf")(diff)
                     l_sum = np.where(dead[..., 0], l_sum, ((ed * l_sum).astype(f32) + rowsum).astype(f32))
                     acc = np.where(dead, acc, (acc * ed[..., None]).astype(f32))
                 else:
@@ -403,6 +387,19 @@ def _gqa_flash_mlas(qh, keys, vals, scale, bias, lens, has_past, first_prompt, w
                 inv = np.where(l_sum > 0, (f32(1.0) / l_sum).astype(f32), f32(0)).astype(f32)
             out[b, :, q0:q0 + rq] = (acc * inv[..., None]).astype(f32)
     return out
+
+
+def _mlas_exact_ok(flash: bool, unit_scale: bool, s: int, h: int) -> bool:
+    """Whether _gqa_naive_mlas / _gqa_flash_mlas reproduce ORT: with scale == 1 a one-row Q@K^T
+    GEMM would take MLAS's M1-transpose kernel, which they do not emulate."""
+    if not unit_scale:
+        return True
+    if not flash:
+        return s > 1
+    if s == 1:
+        return True  # the decode GEMV
+    q_block = _flash_blocks(h, 1 << 30, s)[1]
+    return q_block > 1 and s % q_block != 1
 
 
 @kernel(GQA)
@@ -516,10 +513,11 @@ def _gqa(inputs, attrs):
         sink_vals = _f32(sink).reshape(1, n, 1, 1)
     elif int(attrs["smooth_softmax"]) == 1:
         sink_vals = np.zeros((1, 1, 1, 1), np.float32)
-    if dtype == np.float32 and sink_vals is None and (scale != 1.0 or s > 1):
+    flash = softcap <= 0 and t > 1 and int(attrs.get(OUTPUT_COUNT, 3)) >= 3
+    if dtype == np.float32 and sink_vals is None and _mlas_exact_ok(flash, np.float32(scale) == 1, s, h):
         # Bit-exact MLAS arithmetic (see _gqa_naive_mlas / _gqa_flash_mlas).
+        scale = float(np.float32(attrs["scale"]) or np.float32(1) / np.sqrt(np.float32(h)))
         bias32 = None if bias is None else _f32(bias)
-        flash = softcap <= 0 and t > 1 and int(attrs.get(OUTPUT_COUNT, 3)) >= 3
         if flash:
             out = _gqa_flash_mlas(qh, keys, vals, scale, bias32, lens, pk is not None, first_prompt, window)
         else:
@@ -708,8 +706,8 @@ def _rope_layout(op, x, num_heads, head_size_of):
                             f"head_size], got {shape_str(x.shape)}")
 
 
-def _rope_apply(op, x4, cos, sin, rotary_dim, interleaved):
-    """x4 [B, S, N, H] f32; cos/sin [B, S, R/2] f32 (R = rotary_dim)."""
+def _rope_apply(op, x4, cos, sin, rotary_dim, interleaved, fused=False):
+    """x4 [B, S, N, H] f32; cos/sin [B, S, R/2] f32 (R = rotary_dim). fused: MLAS's f32 kernel."""
     h = x4.shape[-1]
     if rotary_dim <= 0 or rotary_dim > h or rotary_dim % 2:
         raise RuntimeShapeError(f"{op}: rotary_embedding_dim {rotary_dim} must be even and at most the head "
@@ -717,7 +715,7 @@ def _rope_apply(op, x4, cos, sin, rotary_dim, interleaved):
     if cos.shape[-1] != rotary_dim // 2:
         raise RuntimeShapeError(f"{op}: cos_cache/sin_cache last dim must be rotary_embedding_dim / 2 = "
                                 f"{rotary_dim // 2}, got {cos.shape[-1]}")
-    return _rotate_heads(x4, cos[:, :, None], sin[:, :, None], rotary_dim, interleaved)
+    return _rotate_heads(x4, cos[:, :, None], sin[:, :, None], rotary_dim, interleaved, fused)
 
 
 def _gather_cache(op, cache, pos):
@@ -760,7 +758,7 @@ def _ms_rope(inputs, attrs):
         raise RuntimeShapeError(f"{op}: position_ids must be one element or [batch, sequence] = {shape_str((b, s))}, "
                                 f"got {shape_str(pos_ids.shape)}")
     out = _rope_apply(op, x4, _gather_cache(op, cos, pos), _gather_cache(op, sin, pos), rd or h,
-                      bool(int(attrs["interleaved"])))
+                      bool(int(attrs["interleaved"])), x.dtype == np.float32)
     return [result(back(out), x.dtype)]
 
 
@@ -818,7 +816,7 @@ def _onnx_rope(inputs, attrs):
                                     f"{shape_str(pos_ids.shape)}")
         pos = pos_ids.astype(np.int64)
         c, sn = _gather_cache(op, cos, pos), _gather_cache(op, sin, pos)
-    out = _rope_apply(op, x4, c, sn, rd or x4.shape[-1], bool(int(attrs["interleaved"])))
+    out = _rope_apply(op, x4, c, sn, rd or x4.shape[-1], bool(int(attrs["interleaved"])), x.dtype == np.float32)
     return [result(back(out), x.dtype)]
 
 

@@ -13,12 +13,13 @@ uint8 packed like B (default 2^(bits-1)) or floats of A's type. ORT computes one
     SQNBIT_CompInt8): each row of A is cut into block_size blocks along K; per block
     amax = max|a|, scale_a = amax / 127, q_a = round_half_even(a * (127 / amax)) in f32 (0 where
     amax = 0), exactly as MLAS's QuantizeARow_CompInt8; then Y = sum over blocks of
-    scale_a * scale_b * dot(q_a, q_b - zp) (+ bias). The reference quantizes A bit-identically and
-    evaluates the sum in f64 (exact integer dot products, exact scale products), rounded once to
-    f32; MLAS rounds scale_a * scale_b to f32, splits off zp * sum(q_a) as a separate f32 GEMM and
-    accumulates in an ISA- and block-size-specific order, so the two differ by f32 rounding only:
-    measured on AVX-512 VNNI, at most ~2e-7 of max|Y| (a tenth of rtol = atol = 1e-5 on
-    model-builder-like weights; real llama/gemma int4 graphs: <= 5e-7 relative).
+    scale_a * scale_b * dot(q_a, q_b - zp) (+ bias). For bits=4, block_size=32 (what the
+    onnxruntime-genai model builder emits) the reference replays MLAS's AVX512-VNNI kernel
+    operation by operation (_mnb_int8_blk32: its lane layout, fma order, horizontal sums and the
+    separate block-sum GEMM for the zero points) and is bit-identical to ORT 1.31 on x86-64 with
+    AVX512-VNNI -- so the int8 codes of the next MatMulNBits cannot flip. Other block sizes and
+    bits=8 evaluate the sum in f64 (exact integer dot products and scale products), rounded once
+    to f32: within f32 rounding of MLAS (~2e-7 of max|Y| measured on AVX512-VNNI).
 f16 A/scales/bias are converted to f32 first and the result rounded once to f16, as ORT does on
 x86. Which of the two applies is decided per node by the claim predicate (it sees whether the
 weights are initializers) and cannot be told at run time, so a level-4 node whose weights are not
@@ -140,7 +141,7 @@ _N_CHUNK = 2048  # rows of B dequantized at a time (bounds the reference's f64 w
 # (sa * sb and the block sums are f32 products.) Bit-identical to ORT 1.31 on AVX512-VNNI x86-64.
 _G_BLK = np.array([2 * (r >= 2) + c // 2 for c in range(4) for r in range(4)])
 _G_J0 = np.array([4 * (c % 2) + (r % 2) for c in range(4) for r in range(4)])  # 4-value dot index
-_MLAS_CHUNK = 1 << 18  # M * N outputs emulated at a time
+_MLAS_CHUNK = 1 << 23  # elements of the f64 dot-product block [nb, 8, M, N-chunk] held at a time
 
 
 def _mnb_int8_blk32(a2: np.ndarray, q, s, z, bias) -> np.ndarray:
@@ -154,7 +155,7 @@ def _mnb_int8_blk32(a2: np.ndarray, q, s, z, bias) -> np.ndarray:
     # 4-value integer dot products, exact in f64: [nb, 8, M, 4] @ [nb, 8, 4, N] -> [nb, 8, M, N]
     qa4 = qa.reshape(m, nb, 8, 4).transpose(1, 2, 0, 3).astype(f64)
     out = np.empty((m, n), f32)
-    step = max(1, _MLAS_CHUNK // max(1, m))
+    step = max(1, _MLAS_CHUNK // max(1, 8 * nb * m))
     groups = nb // 4
     for lo in range(0, n, step):
         hi = min(n, lo + step)

@@ -2,7 +2,8 @@
 
 Broadcasting is ONNX multidirectional broadcasting (= numpy's). Integer arithmetic follows the
 C semantics ONNX Runtime's CPU kernels use (Div truncates toward zero, Mod fmod=1 is C's %),
-not numpy's floor semantics. f16 math runs in f32 and is rounded once.
+not numpy's floor semantics. f16 math runs in f32 and is rounded once. f32 Sigmoid, Tanh and
+Gelu(approximate='tanh') replay MLAS's FMA3 kernels bit for bit (mlas_logistic, mlas_tanh).
 """
 from __future__ import annotations
 
@@ -278,6 +279,30 @@ def _mlas_rational(x: np.ndarray, bound, pc, qc) -> np.ndarray:
         return (p / q).astype(np.float32)
 
 
+_LIBM: dict = {}
+
+
+def libm_f32(name: str):
+    """libm's float function `name` ("tanhf", "expf", "logf") as an elementwise numpy function:
+    what ORT's scalar std::tanh / std::exp / std::log on floats call at run time. glibc's tanhf
+    is not correctly rounded, so numpy's tanh (or f64 math rounded) cannot stand in for it."""
+    if name not in _LIBM:
+        import ctypes
+        import ctypes.util
+
+        fn = getattr(ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6"), name)
+        fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float]
+        vec = np.frompyfunc(lambda v: fn(float(v)), 1, 1)
+
+        def apply(x):
+            x = np.asarray(x, np.float32)
+            if x.size == 0:
+                return x.copy()
+            return np.asarray(vec(x), dtype=np.float32).reshape(x.shape)
+        _LIBM[name] = apply
+    return _LIBM[name]
+
+
 def mlas_tanh(x: np.ndarray) -> np.ndarray:
     """MlasComputeTanh on f32 values (ORT's f32 Tanh, FastGelu/Gelu-tanh inner tanh)."""
     return _mlas_rational(x, _TANH_RANGE, _TANH_P, _TANH_Q)
@@ -305,7 +330,6 @@ def _gelu(x, attrs):
     if attrs["approximate"] == "tanh":
         return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
     return 0.5 * x * (1.0 + erf(x / np.sqrt(2.0)))
-
 
 
 def _claim_gelu(node, graph, attrs):
