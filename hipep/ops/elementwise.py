@@ -17,7 +17,7 @@ from ._common import (NP_DTYPES, at, broadcast_partial, broadcast_shape, compute
                       is_float, kernel, num_elements, pshape_str, result, scalar_operand,
                       shape_of, shape_rule, tensor_type, type_name, upcast)
 from .registry import (ALL, ALL_INTS, ANY_TENSOR, BOOL, F16, F32, FLOATS, I32, I64, NUMERIC,
-                       OUTPUT_COUNT, REQUIRED, U8, U32, U64, OpDef, register)
+                       OUTPUT_COUNT, REQUIRED, SINCE_VERSION, U8, U32, U64, OpDef, register)
 
 BOOLS = frozenset({BOOL})
 
@@ -704,23 +704,25 @@ def _dropout(inputs, attrs):
     x = inputs[0]
     out = [result(x)]
     if attrs[OUTPUT_COUNT] > 1:  # inference: nothing is dropped
-        out.append(result(np.ones(x.shape, np.bool_)))
+        v = int(attrs.get(SINCE_VERSION, 12))
+        # ORT's CPU kernel (the oracle) writes zeros of the input type (opset 7) or false (opset
+        # 10) into the mask in inference; from opset 12 it is all true, as the spec says.
+        if v < 10:
+            out.append(np.zeros(x.shape, x.dtype))
+        else:
+            out.append(np.full(x.shape, v >= 12, np.bool_))
     return out
 
 
 @shape_rule("Dropout")
 def _dropout_shape(types, values, attrs, num_outputs):
     shape = shape_of(types[0])
-    return [tensor_type(elem_of(types[0]), shape), tensor_type(BOOL, shape)]
+    mask_elem = elem_of(types[0]) if int(attrs.get(SINCE_VERSION, 12)) < 10 else BOOL  # opset 7: mask is T
+    return [tensor_type(elem_of(types[0]), shape), tensor_type(mask_elem, shape)]
 
 
 def _claim_dropout(node, graph, attrs):
     v = node.since_version
-    has_mask = len(node.outputs) > 1 and bool(node.outputs[1])
-    if v < 12 and has_mask:
-        return (f"Dropout opset {v} with a mask output is not claimed: ONNX Runtime fills that "
-                f"mask with {'zeros of the input type' if v < 10 else 'false'} in inference, where "
-                f"opset 12+ gives true; hipep claims the mask from opset 12")
     if v >= 12 and len(node.inputs) > 2 and node.inputs[2]:
         name = node.inputs[2]
         value = graph.constant(name)

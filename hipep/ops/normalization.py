@@ -13,7 +13,7 @@ from ._common import (at, elem_of, input_rank, kernel, normalize_axes, normalize
                       result, shape_of, shape_rule, shape_str, tensor_type, unidirectional_ok,
                       upcast)
 from .elementwise import fma_f32, libm_f32
-from .registry import F16, F32, FLOATS, REQUIRED, OpDef, register
+from .registry import SINCE_VERSION, F16, F32, FLOATS, REQUIRED, OpDef, register
 
 
 # ---- MLAS's f32 softmax (bit-exact on x86-64 AVX512) --------------------------------------------
@@ -99,12 +99,37 @@ def _mlas_softmax_f32(xs, axis, log=False):
     return np.moveaxis(y, -1, axis)
 
 
+def softmax_axis(attrs) -> int:
+    """The axis attribute, defaulting as the node's opset does: 1 before opset 13, -1 from 13."""
+    axis = attrs.get("axis")
+    if axis is None:
+        axis = -1 if int(attrs.get(SINCE_VERSION, 13)) >= 13 else 1
+    return int(axis)
+
+
+def coerced_to_2d(fn):
+    """Opsets 1 and 11 of Softmax, LogSoftmax and Hardmax flatten the input to 2-D at `axis` and
+    normalize each row of the flattened trailing block; from 13 they work along `axis` alone."""
+    def reference(inputs, attrs):
+        x = inputs[0]
+        if int(attrs.get(SINCE_VERSION, 13)) >= 13 or x.ndim == 0:
+            return fn(inputs, attrs)
+        axis = softmax_axis(attrs)
+        axis = axis + x.ndim if axis < 0 else axis
+        rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+        flat = np.ascontiguousarray(x).reshape(rows, -1)
+        out = fn([flat] + list(inputs[1:]), {**attrs, "axis": -1, SINCE_VERSION: 13})
+        return [np.ascontiguousarray(o).reshape(x.shape) for o in out]
+    return reference
+
+
+@coerced_to_2d
 @kernel("Softmax")
 def _softmax(inputs, attrs):
     x = inputs[0]
     if x.ndim == 0:
         raise RuntimeShapeError("Softmax: input must have rank >= 1, got a scalar")
-    axis = normalize_axis("Softmax", int(attrs["axis"]), x.ndim)
+    axis = normalize_axis("Softmax", softmax_axis(attrs), x.ndim)
     xs = upcast(x)
     if x.size == 0:
         return [result(xs, x.dtype)]
@@ -115,26 +140,12 @@ def _softmax(inputs, attrs):
 
 
 def _claim_softmax(node, graph, attrs):
-    """Softmax, LogSoftmax and Hardmax: opsets 1 and 11 coerce the input to 2-D."""
+    """Softmax, LogSoftmax and Hardmax: the axis must fit the input's rank (opsets 1 and 11
+    coerce the input to 2-D at that axis; the references do so too)."""
     rank = input_rank(node, graph)
-    if node.since_version >= 13:
-        if rank is not None and not -rank <= attrs["axis"] < rank:
-            return f"attribute axis={attrs['axis']} is out of range for a rank-{rank} input"
-        return None
-    # Opsets 1 and 11 flatten the input to 2-D at `axis` (default 1) and normalize over the
-    # flattened trailing block; that equals opset 13's per-axis softmax only when the block is
-    # the last axis alone, which is the only case the reference (told no opset) computes.
-    op = node.op_type
-    axis = node.attributes.get("axis", 1)
-    if rank is None:
-        return (f"{op} opset {node.since_version} (coerce-to-2D semantics) needs a known input "
-                f"rank to check axis={axis}; the input's rank is unknown")
-    if not -rank <= axis < rank:
+    axis = softmax_axis(attrs)
+    if rank is not None and not -rank <= axis < rank:
         return f"attribute axis={axis} is out of range for a rank-{rank} input"
-    if (axis + rank if axis < 0 else axis) != rank - 1:
-        return (f"{op} opset {node.since_version} with axis={axis} on a rank-{rank} input "
-                f"normalizes over the flattened dims [{axis}:] (coerce-to-2D semantics), which "
-                f"hipep does not implement; only axis = last dim is supported before opset 13")
     return None
 
 
@@ -145,7 +156,7 @@ def _softmax_like_shape(op_type: str):
         if shape is not None:
             if len(shape) == 0:
                 raise RuntimeShapeError(f"{op_type}: input must have rank >= 1, got a scalar")
-            normalize_axis(op_type, int(attrs["axis"]), len(shape))
+            normalize_axis(op_type, softmax_axis(attrs), len(shape))
         return [tensor_type(elem_of(types[0]), shape)]
     return rule
 
@@ -154,7 +165,7 @@ _softmax_shape = _softmax_like_shape("Softmax")
 
 
 register(OpDef("Softmax", (1, 11, 13), ("T",), ("T",), {"T": FLOATS}, _softmax,
-               attributes={"axis": -1}, claim=_claim_softmax, shape_rule=_softmax_shape))
+               attributes={"axis": None}, claim=_claim_softmax, shape_rule=_softmax_shape))
 
 
 def _unidirectional(op_type, what, t, shape):
@@ -311,12 +322,13 @@ def _both(first, second):
 # ---- LogSoftmax / Hardmax ----------------------------------------------------------------------
 
 def _softmax_like(op_type: str, fn):
+    @coerced_to_2d
     @kernel(op_type)
     def reference(inputs, attrs):
         x = inputs[0]
         if x.ndim == 0:
             raise RuntimeShapeError(f"{op_type}: input must have rank >= 1, got a scalar")
-        axis = normalize_axis(op_type, int(attrs["axis"]), x.ndim)
+        axis = normalize_axis(op_type, softmax_axis(attrs), x.ndim)
         xs = upcast(x)
         if x.size == 0:
             return [result(xs, x.dtype)]
@@ -348,7 +360,7 @@ def _hardmax(xs, axis):
 
 for _name, _fn in (("LogSoftmax", _log_softmax), ("Hardmax", _hardmax)):
     register(OpDef(_name, (1, 11, 13), ("T",), ("T",), {"T": FLOATS}, _softmax_like(_name, _fn),
-                   attributes={"axis": -1}, claim=_both(_claim_softmax, _f16_broken_before(11)),
+                   attributes={"axis": None}, claim=_both(_claim_softmax, _f16_broken_before(11)),
                    shape_rule=_softmax_like_shape(_name)))
 
 

@@ -34,6 +34,9 @@ REQUIRED = object()  # attribute default marker: the attribute must be present
 # Reserved key `resolve_attributes` adds: the node's number of outputs (references are told
 # nothing else about the node; Split without sizes splits into that many pieces).
 OUTPUT_COUNT = "_num_outputs"
+# Also set by resolve_attributes: the node's schema since-version, for references whose semantics
+# change between opsets in ways the attributes do not show (Softmax's coerce-to-2D before 13).
+SINCE_VERSION = "_since_version"
 
 # reference(inputs, attrs) -> outputs. Inputs are numpy arrays (None for omitted optionals),
 # attrs are the node's attributes with declared defaults filled in.
@@ -102,7 +105,8 @@ def all_ops() -> list[OpDef]:
 
 
 def resolve_attributes(op: OpDef, node: Node) -> dict:
-    """The node's attributes with the op's declared defaults filled in, plus OUTPUT_COUNT."""
+    """The node's attributes with the op's declared defaults filled in, plus OUTPUT_COUNT and
+    SINCE_VERSION."""
     attrs = {}
     for name, default in op.attributes.items():
         if name in node.attributes:
@@ -110,6 +114,7 @@ def resolve_attributes(op: OpDef, node: Node) -> dict:
         elif default is not REQUIRED:
             attrs[name] = default
     attrs[OUTPUT_COUNT] = len(node.outputs)
+    attrs[SINCE_VERSION] = node.since_version
     return attrs
 
 

@@ -20,7 +20,7 @@ from ..graph import numpy_dtype
 from ..ir.types import dense_value, onnx_elem_type
 from ..ir.buffer_ops import (AllocOp, BufferIfOp, BufferLoopOp, BufferYieldOp, HostOp, LaunchOp, SyncOp,
                              ViewOp, memory_space)
-from ..ops.registry import OUTPUT_COUNT, REQUIRED
+from ..ops.registry import OUTPUT_COUNT, REQUIRED, SINCE_VERSION
 from ..ir.buffer_ops import HOST_VISIBLE
 from .buffer_effects import host_reads, loop_condition_yield, positions, registry_op, walk
 
@@ -150,6 +150,7 @@ class PlanEmitter:
         n_in = max(ins_pos, default=-1) + 1
         n_out = max(outs_pos, default=-1) + 1
         attrs.setdefault(OUTPUT_COUNT, n_out)
+        attrs.setdefault(SINCE_VERSION, int(op.since_version.value.data))
         inputs = [-1] * n_in
         for v, p in zip(op.ins, ins_pos):
             inputs[p] = self.vid(v)

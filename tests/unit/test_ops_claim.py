@@ -97,12 +97,13 @@ CASES = [
     # Gelu, Softmax, LayerNormalization
     ("gelu-approx", "Gelu", 20, [F], {"approximate": "fast"}, [TP.FLOAT], ["approximate='fast'"]),
     ("gelu-tanh", "Gelu", 20, [H], {"approximate": "tanh"}, [TP.FLOAT16], None),
-    ("softmax11-rank3-default", "Softmax", 11, [F3], {}, [TP.FLOAT], ["axis=1", "rank-3", "coerce"]),
-    ("softmax1-rank3-axis0", "Softmax", 1, [F3], {"axis": 0}, [TP.FLOAT], ["axis=0"]),
+    ("softmax11-rank3-default", "Softmax", 11, [F3], {}, [TP.FLOAT], None),  # coerced to 2-D
+    ("softmax1-rank3-axis0", "Softmax", 1, [F3], {"axis": 0}, [TP.FLOAT], None),
+    ("softmax11-rank3-axis3", "Softmax", 11, [F3], {"axis": 3}, [TP.FLOAT], ["axis=3", "rank-3"]),
     ("softmax11-rank2-default", "Softmax", 11, [F], {}, [TP.FLOAT], None),
     ("softmax1-rank3-last", "Softmax", 1, [F3], {"axis": 2}, [TP.FLOAT], None),
     ("softmax11-neg-last", "Softmax", 11, [F3], {"axis": -1}, [TP.FLOAT], None),
-    ("softmax11-unranked", "Softmax", 11, [(TP.FLOAT, None)], {}, [TP.FLOAT], ["rank"]),
+    ("softmax11-unranked", "Softmax", 11, [(TP.FLOAT, None)], {}, [TP.FLOAT], None),
     ("softmax13-axis1", "Softmax", 13, [F3], {"axis": 1}, [TP.FLOAT], None),
     ("softmax13-axis-range", "Softmax", 13, [F3], {"axis": 3}, [TP.FLOAT], ["axis=3"]),
     ("softmax-i32", "Softmax", 13, [I32], {}, [TP.INT32], ["i32"]),

@@ -139,6 +139,8 @@ for _v in (15, 21, 23, 24, 25):
 for _v in (7, 10, 12, 13, 22):
     case("Dropout", _v, [R(3, 4)])
 case("Dropout", 12, [R(3, 4)], n_out=2, id="Dropout-12-mask")
+case("Dropout", 7, [R(3, 4)], n_out=2, id="Dropout-7-mask")  # ORT: zeros of T in inference
+case("Dropout", 10, [R(3, 4)], n_out=2, id="Dropout-10-mask")  # ORT: false in inference
 case("Dropout", 13, [R(2, 3), A(0.3, f32)], n_out=2, id="Dropout-13-ratio")
 case("Dropout", 22, [R(2, 3, dtype=f16), A(0.1, f16)], n_out=2, id="Dropout-22-f16")
 
@@ -304,7 +306,12 @@ for _op in ("LogSoftmax", "Hardmax"):
     case(_op, 11, [R(2, 3, 5, lo=-5, hi=5)], {"axis": -1})
     case(_op, 11, [R(4, 7, dtype=f16, lo=-5, hi=5)], id=f"{_op}-11-f16")
     case(_op, 1, [R(2, 3, 5, lo=-5, hi=5)], {"axis": 2})
+    # opsets 1 and 11 coerce to 2-D at the axis (default 1): normalize over the flattened block
+    case(_op, 11, [R(2, 3, 4, lo=-5, hi=5)], id=f"{_op}-11-coerce-default")
+    case(_op, 1, [R(2, 3, 4, lo=-5, hi=5)], {"axis": 0}, id=f"{_op}-1-coerce-axis0")
     case(_op, 13, [R(2, 0, lo=-5, hi=5)], id=f"{_op}-empty")
+case("Softmax", 11, [R(2, 3, 4, lo=-5, hi=5)], id="Softmax-11-coerce-default")
+case("Softmax", 1, [R(2, 3, 2, 2, lo=-5, hi=5)], {"axis": 1}, id="Softmax-1-coerce-axis1-rank4")
 case("Hardmax", 13, [A([[1, 3, 3], [2, 2, 1], [np.nan, 2, 1], [1, np.nan, 3]], f32)], id="Hardmax-ties-nan")
 case("LogSoftmax", 13, [A([[-np.inf, 0, 1], [1e30, 0, -1e30]], f32)], id="LogSoftmax-special")
 
@@ -591,8 +598,6 @@ REJECT = [
     ("IsInf", 10, [(H, [3])], {}, 1, ["f16", "IsInf opset 10"]),
     ("PRelu", 9, [(TP.INT32, [3]), (TP.INT32, [3])], {}, 1, ["i32", "opset 16"]),
     ("BitShift", 11, [(TP.UINT8, [3]), (TP.UINT8, [3])], {"direction": "UP"}, 1, ["direction='UP'"]),
-    ("Dropout", 10, [(F, [3])], {}, 2, ["mask", "false"]),
-    ("Dropout", 7, [(F, [3])], {}, 2, ["mask", "zeros"]),
     ("Dropout", 13, [(F, [3]), (F, []), (TP.BOOL, [])], {}, 1, ["training_mode", "not a constant"]),
     ("CastLike", 25, [(F, [3]), (I64, [1])], {"round_mode": "down"}, 1, ["round_mode"]),
     ("Size", 1, [(H, [3])], {}, 1, ["f16"]),
@@ -609,8 +614,7 @@ REJECT = [
     ("EyeLike", 22, [(F, [3, 3])], {"dtype": TP.FLOAT16}, 1, ["dtype=f16", "f32 input"]),
     ("ConstantOfShape", 20, [(I64, [2])], {"value": numpy_helper.from_array(A([1, 2], f32))}, 1, ["one element"]),
     ("Compress", 11, [(F, [3, 4]), (TP.BOOL, [3])], {"axis": 2}, 1, ["axis=2"]),
-    ("LogSoftmax", 11, [(F, [2, 3, 4])], {}, 1, ["coerce"]),
-    ("Hardmax", 1, [(F, [2, 3, 4])], {"axis": 1}, 1, ["coerce"]),
+    ("LogSoftmax", 11, [(F, [2, 3, 4])], {"axis": 3}, 1, ["axis=3", "rank-3"]),
     ("LogSoftmax", 1, [(H, [2, 3])], {"axis": 1}, 1, ["f16"]),
     ("GroupNormalization", 18, [(H, [2, 4, 3]), (H, [2]), (H, [2])], {"num_groups": 2}, 1, ["f16", "opset 18"]),
     ("GroupNormalization", 21, [(F, [2, 4, 3]), (F, [2]), (F, [2])], {"num_groups": 2}, 1, ["length 2", "channel"]),
