@@ -611,6 +611,8 @@ def _claim_qmoe(node, graph, attrs):
         return f"swiglu with swiglu_fusion={fusion}: ORT's CPU EP runs only fused, interleaved SwiGLU (1)"
     if act != "swiglu" and fusion != 0:
         return f"attribute swiglu_fusion={fusion} with activation_type='{act}' is not supported"
+    if int(attrs.get("swiglu_limit_after_activation", 0)) != 0:
+        return "attribute swiglu_limit_after_activation=1 is not supported (hipep clamps before the activation only)"
     if int(attrs["use_sparse_mixer"]) != 0:
         return "attribute use_sparse_mixer=1 is not supported"
     if int(attrs["weights_prepacked"]) == 1:
@@ -647,6 +649,8 @@ register(OpDef("QMoE", (1,), ("T", "T", "T1", "T", "T", "T1", "T", "T", "T1", "T
                            "fc1_expert_weight_bits": None, "fc2_expert_weight_bits": None,
                            "fc3_expert_weight_bits": None, "accuracy_level": 0, "quant_type": "int",
                            "activation_type": "relu", "use_sparse_mixer": 0, "swiglu_fusion": 0,
+                           # onnxruntime 1.32 adds it (filled with its default 0 on every node)
+                           "swiglu_limit_after_activation": 0,
                            "activation_alpha": 1.0, "normalize_routing_weights": 0,
                            "expert_weight_bits": 4, "activation_beta": 0.0},
                claim=_claim_qmoe, domain=MS, min_inputs=3, shape_rule=_qmoe_shape))
