@@ -16,6 +16,31 @@ CPU_SCHEDULES = ("inline", "deferred", "random")
 LOG_LEVELS = {"verbose": 0, "info": 1, "warning": 2, "error": 3, "fatal": 4}
 
 
+# How each option's string value is read: a tuple of allowed words, or a type.
+_CHOICES = {"device": DEVICES, "log_level": tuple(LOG_LEVELS), "cpu_schedule": CPU_SCHEDULES}
+_BOOL_WORDS = {"0": False, "false": False, "1": True, "true": True}
+
+
+def _parse(key: str, raw):
+    """One option's value from its string, or OptionError naming the key, the value and what is
+    accepted. The type comes from the ProviderOptions field."""
+    text = str(raw).strip()
+    kind = {f.name: f.type for f in fields(ProviderOptions)}[key]
+    if key in _CHOICES:
+        if text.lower() not in _CHOICES[key]:
+            raise OptionError(f"option '{key}' = {raw!r} is invalid; expected one of {', '.join(_CHOICES[key])}")
+        return text.lower()
+    if kind in ("int", int):
+        if not text.isdigit():
+            raise OptionError(f"option '{key}' = {raw!r} is invalid; expected an integer >= 0")
+        return int(text)
+    if kind in ("bool", bool):
+        if text.lower() not in _BOOL_WORDS:
+            raise OptionError(f"option '{key}' = {raw!r} is invalid; expected 0, 1, true or false")
+        return _BOOL_WORDS[text.lower()]
+    return str(raw)
+
+
 @dataclass(frozen=True)
 class ProviderOptions:
     device: str = "auto"
@@ -54,44 +79,7 @@ class ProviderOptions:
             raise OptionError(
                 f"unknown {EP_NAME} option(s) {', '.join(repr(k) for k in unknown)}; "
                 f"valid options: {', '.join(sorted(known))} (see docs/options.md)")
-        kw: dict = {}
-        if "device" in values:
-            v = str(values["device"]).strip().lower()
-            if v not in DEVICES:
-                raise OptionError(f"option 'device' = {values['device']!r} is invalid; expected one of {', '.join(DEVICES)}")
-            kw["device"] = v
-        if "device_id" in values:
-            raw = str(values["device_id"]).strip()
-            if not raw.isdigit():
-                raise OptionError(f"option 'device_id' = {values['device_id']!r} is invalid; expected an integer >= 0")
-            kw["device_id"] = int(raw)
-        if "log_level" in values:
-            v = str(values["log_level"]).strip().lower()
-            if v not in LOG_LEVELS:
-                raise OptionError(f"option 'log_level' = {values['log_level']!r} is invalid; expected one of "
-                                  f"{', '.join(LOG_LEVELS)}")
-            kw["log_level"] = v
-        if "cpu_schedule" in values:
-            v = str(values["cpu_schedule"]).strip().lower()
-            if v not in CPU_SCHEDULES:
-                raise OptionError(f"option 'cpu_schedule' = {values['cpu_schedule']!r} is invalid; expected one of "
-                                  f"{', '.join(CPU_SCHEDULES)}")
-            kw["cpu_schedule"] = v
-        if "seed" in values:
-            raw = str(values["seed"]).strip()
-            if not raw.isdigit():
-                raise OptionError(f"option 'seed' = {values['seed']!r} is invalid; expected an integer >= 0")
-            kw["seed"] = int(raw)
-        if "dump_ir" in values:
-            kw["dump_ir"] = str(values["dump_ir"])
-        if "strict" in values:
-            v = str(values["strict"]).strip().lower()
-            if v not in ("0", "1", "true", "false"):
-                raise OptionError(f"option 'strict' = {values['strict']!r} is invalid; expected 0, 1, true or false")
-            kw["strict"] = v in ("1", "true")
-        if "pass_options" in values:
-            kw["pass_options"] = str(values["pass_options"])
-        return ProviderOptions(**kw)
+        return ProviderOptions(**{key: _parse(key, raw) for key, raw in values.items()})
 
     @staticmethod
     def from_session_config(config: dict[str, str]) -> "ProviderOptions":
