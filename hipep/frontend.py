@@ -17,7 +17,13 @@ Slice bounds, Reshape shapes and axes are known at compile time.
 ONNX opset forms are kept as they are: attributes stay attributes (`onnx`), operands stay
 operands (`positions` records which input each fills), `since_version` is recorded. Loop and If
 become hip.loop / hip.if with their bodies as regions; body graph inputs become block arguments
-and outer-scope values are referenced directly. Errors are ModelErrors naming the node.
+and outer-scope values are referenced directly. Scan (opset 9+) is lowered to a hip.loop: the
+trip count is the first scan input's extent on its scan axis (hip.shape + hip.gather), the state
+variables are the carried values, each scan input's slice is a hip.gather at the iteration index
+(extent-1-index when reversed) at the top of the body, and each stacked scan output is flipped
+(hip.slice, step -1) and/or transposed (hip.transpose) after the loop for
+scan_output_directions / scan_output_axes. These ops carry labels "<scan label>/<role>". Errors
+are ModelErrors naming the node.
 """
 from __future__ import annotations
 
@@ -166,6 +172,8 @@ class _Importer:
                     self.loop(scope, node)
                 elif node.domain in ("", "ai.onnx") and node.op_type == "If":
                     self.if_(scope, node)
+                elif node.domain in ("", "ai.onnx") and node.op_type == "Scan":
+                    self.scan(scope, node)
                 else:
                     self.plain(scope, node)
             except ModelError as e:
@@ -284,6 +292,126 @@ class _Importer:
         op = IfOp(cond, res_types, regions[0], regions[1], node.label, node.since_version)
         scope.block.add_op(op)
         self.bind_results(scope, op, list(node.outputs))
+
+    # ---- Scan -> hip.loop ----------------------------------------------------------------------
+
+    @staticmethod
+    def _add(block: Block, op_type: str, operands, result_type, label: str, onnx: dict | None = None) -> SSAValue:
+        """A plain registry op (`op_type` at the newest since-version the registry has) appended
+        to `block`; its single result."""
+        from .ops import lookup
+
+        cls = op_class_for("", op_type)
+        version = max(lookup("", op_type).since_versions)
+        op = cls.make(list(operands), [result_type], label, version, onnx or {})
+        block.add_op(op)
+        return op.results[0]
+
+    @staticmethod
+    def _const(block: Block, value) -> SSAValue:
+        op = ConstantOp(np.asarray(value, dtype=np.int64))
+        block.add_op(op)
+        return op.results[0]
+
+    def scan(self, scope: _Scope, node: Node) -> None:
+        from .ops.control_flow import scan_layout
+        from .ops.registry import lookup, resolve_attributes
+
+        attrs = resolve_attributes(lookup("", "Scan"), node)
+        layout = scan_layout(node, attrs)
+        if isinstance(layout, str):
+            raise ModelError(f"node '{node.label}' (Scan): {layout}")
+        n, m, k, in_axes, in_dirs, out_axes, out_dirs = layout
+        body = node.subgraphs["body"]
+        label = node.label
+        outer = scope.block
+        i64 = to_ir_type(_scalar(7)).element_type
+        scalar_i64 = make_tensor_type(i64, ())
+        state = [self.lookup(scope, v, f"input {i} (initial state)") for i, v in enumerate(node.inputs[:n])]
+        xs = [self.lookup(scope, v, f"input {n + j} (scan input)") for j, v in enumerate(node.inputs[n:])]
+        # trip count: the scan inputs' extent on their scan axes, on the host
+        lengths = []
+        for j, x in enumerate(xs):
+            d = dims_of(x.type)
+            shape = self._add(outer, "Shape", [x], make_tensor_type(i64, (None,) if d is None else (len(d),)),
+                              f"{label}/scan_shape_{j}")
+            lengths.append(self._add(outer, "Gather", [shape, self._const(outer, in_axes[j])], scalar_i64,
+                                     f"{label}/scan_length_{j}", {"axis": 0}))
+        # ORT rejects scan inputs of different lengths, and an empty scan: Range(0, L0) reshaped
+        # to [Lj] for each further input, and its last element read, fail alike (run-time shape
+        # errors); the trip count is computed from them so the checks cannot be dropped.
+        vec = make_tensor_type(i64, (None,))
+        check = self._add(outer, "Range", [self._const(outer, 0), lengths[0], self._const(outer, 1)], vec,
+                          f"{label}/scan_positions")
+        for j in range(1, m):
+            want = self._add(outer, "Reshape", [lengths[j], self._const(outer, [1])],
+                             make_tensor_type(i64, (1,)), f"{label}/scan_length_{j}_as_shape")
+            check = self._add(outer, "Reshape", [check, want], vec,
+                              f"{label}/scan_input_{j}_length_equals_scan_input_0_length")
+        last = self._add(outer, "Gather", [check, self._const(outer, -1)], scalar_i64,
+                         f"{label}/scan_last_position_of_nonempty_scan", {"axis": 0})
+        trip = self._add(outer, "Add", [last, self._const(outer, 1)], scalar_i64, f"{label}/scan_length")
+        # the body: (iteration, cond, states...) -> (cond, states..., scan outputs...)
+        arg_types = [scalar_i64, to_ir_type(_scalar(9))]
+        for i, v in enumerate(body.inputs[:n]):
+            arg_types.append(self._usable_type(body, v) or state[i].type)
+        block = Block(arg_types=arg_types)
+        inner = _Scope(body, block, scope)
+        block.args[0].name_hint = "iteration"
+        for v, arg in zip(body.inputs[:n], block.args[2:]):
+            arg.name_hint = _name_hint(v)
+            inner.values[v] = arg
+        reversed_index = None
+        for j, v in enumerate(body.inputs[n:]):
+            index = block.args[0]
+            if in_dirs[j]:
+                if reversed_index is None:
+                    reversed_index = self._add(block, "Sub", [last, block.args[0]], scalar_i64,
+                                               f"{label}/reversed_index")
+                index = reversed_index
+            t = self._usable_type(body, v)
+            if t is None:
+                d = dims_of(xs[j].type)
+                a = in_axes[j]
+                if d is not None:
+                    a = a + len(d) if a < 0 else a
+                    d = d[:a] + d[a + 1:]
+                t = make_tensor_type(xs[j].type.element_type, d)
+            inner.values[v] = self._add(block, "Gather", [xs[j], index], t, f"{label}/scan_input_{j}",
+                                        {"axis": in_axes[j]})
+            inner.values[v].name_hint = _name_hint(v)
+        self.nodes(inner)
+        yields = [self.lookup(inner, v, f"body output '{v}'") for v in body.outputs]
+        block.add_op(YieldOp(block.args[1], *yields))
+        inner.finish()
+        # carried results are typed like v_init; scan outputs stack the body's on a new axis 0
+        res_types = [s.type for s in state]
+        for y in yields[n:]:
+            d = dims_of(y.type)
+            res_types.append(make_tensor_type(y.type.element_type, None if d is None else (None, *d)))
+        loop = LoopOp(trip, None, state, res_types, Region(block), label, max(lookup("", "Loop").since_versions))
+        outer.add_op(loop)
+        outs = list(node.outputs) + [""] * (n + k - len(node.outputs))
+        self.bind_results(scope, loop, outs[:n])
+        for j in range(k):
+            o = outs[n + j]
+            if not o:
+                continue
+            v = loop.results[n + j]
+            d = dims_of(v.type)
+            if out_dirs[j]:
+                v = self._add(outer, "Slice", [v, self._const(outer, [-1]), self._const(outer, [np.iinfo(np.int64).min]),
+                                               self._const(outer, [0]), self._const(outer, [-1])],
+                              v.type, f"{label}/scan_output_{j}_reversed")
+            a = out_axes[j]
+            if d is not None and a < 0:
+                a += len(d)
+            if a != 0:
+                perm = list(range(1, a + 1)) + [0] + list(range(a + 1, len(d)))
+                t = make_tensor_type(v.type.element_type, [d[p] for p in perm])
+                v = self._add(outer, "Transpose", [v], t, f"{label}/scan_output_{j}_axis", {"perm": perm})
+            v.name_hint = _name_hint(o)
+            scope.values[o] = v
 
     @staticmethod
     def _usable_type(graph: GraphView, v: str):
