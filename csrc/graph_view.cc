@@ -235,6 +235,8 @@ py::dtype numpy_dtype(ONNXTensorElementDataType type) {
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return py::dtype("float64");
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32: return py::dtype("uint32");
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64: return py::dtype("uint64");
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16:  // numpy has no bf16: ml_dtypes (onnx's own) does
+      return py::dtype::from_args(py::module_::import("ml_dtypes").attr("bfloat16"));
     default:
       throw std::runtime_error("ONNX element type " + std::to_string(static_cast<int>(type)) +
                                " has no numpy equivalent in hipep");

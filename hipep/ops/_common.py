@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import functools
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import HipepError, RuntimeShapeError
 from ..graph import GraphView, Node, elem_type_name
-from .registry import BOOL, F16, F32, I32, I64
+from .registry import BF16, BOOL, F16, F32, I32, I64
 
 NP_DTYPES = {F32: np.dtype(np.float32), F16: np.dtype(np.float16), I32: np.dtype(np.int32),
-             I64: np.dtype(np.int64), BOOL: np.dtype(np.bool_)}
+             I64: np.dtype(np.int64), BOOL: np.dtype(np.bool_), BF16: np.dtype(ml_dtypes.bfloat16)}
 F16_DT = np.dtype(np.float16)
 F32_DT = np.dtype(np.float32)
 

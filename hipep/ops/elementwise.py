@@ -16,7 +16,7 @@ from ..graph import elem_type_of
 from ._common import (NP_DTYPES, at, broadcast_partial, broadcast_shape, compute_dtype, elem_of,
                       is_float, kernel, num_elements, pshape_str, result, scalar_operand,
                       shape_of, shape_rule, tensor_type, type_name, upcast)
-from .registry import (ALL, ALL_INTS, ANY_TENSOR, BOOL, F16, F32, FLOATS, I32, I64, NUMERIC,
+from .registry import (ALL, ALL_INTS, ANY_TENSOR, BF16, BOOL, F16, F32, FLOATS, I32, I64, NUMERIC,
                        OUTPUT_COUNT, REQUIRED, SINCE_VERSION, U8, U32, U64, OpDef, register)
 
 BOOLS = frozenset({BOOL})
@@ -483,7 +483,7 @@ def _claim_cast(node, graph, attrs):
 
 
 register(OpDef("Cast", (6, 9, 13, 19, 21, 23, 24, 25, 28), ("T1",), ("T2",),
-               {"T1": ALL, "T2": ALL}, _cast,
+               {"T1": ALL | {BF16}, "T2": ALL | {BF16}}, _cast,
                attributes={"to": REQUIRED, "saturate": 1, "round_mode": "up"},
                claim=_claim_cast, shape_rule=_cast_shape))
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import RuntimeShapeError
-from ._common import (at, elem_of, input_rank, kernel, normalize_axes, normalize_axis, pshape_str,
+from ._common import (NP_DTYPES, at, elem_of, input_rank, kernel, normalize_axes, normalize_axis, pshape_str,
                       result, shape_of, shape_rule, shape_str, tensor_type, unidirectional_ok,
                       upcast)
 from .elementwise import fma_f32, libm_f32
-from .registry import SINCE_VERSION, F16, F32, FLOATS, REQUIRED, OpDef, register
+from .registry import BF16, SINCE_VERSION, F16, F32, FLOATS, REQUIRED, OpDef, register
 
 
 # ---- MLAS's f32 softmax (bit-exact on x86-64 AVX512) --------------------------------------------
@@ -97,6 +97,9 @@ def _mlas_softmax_f32(xs, axis, log=False):
         else:
             y = (e * (f32(1.0) / total).astype(f32)).astype(f32)
     return np.moveaxis(y, -1, axis)
+
+
+BF16_DT = NP_DTYPES[BF16]
 
 
 def softmax_axis(attrs) -> int:
@@ -249,7 +252,8 @@ def _layer_norm(inputs, attrs):
         _unidirectional("LayerNormalization", "B", bias, x.shape)
     axes = tuple(range(axis, x.ndim))
     xs = x.astype(np.float32)
-    if x.dtype == np.float32 and x.size:
+    # bf16 runs ORT's f32 kernel on the widened input and rounds once, as ORT does
+    if x.dtype in (np.float32, BF16_DT) and x.size:
         norm = tuple(x.shape[axis:])
         rows = xs.reshape(-1, int(np.prod(norm, dtype=np.int64)))
         s2 = np.broadcast_to(scale.astype(np.float32), x.shape)[(0,) * axis].reshape(-1)
@@ -300,7 +304,7 @@ def _claim_layer_norm(node, graph, attrs):
 
 
 register(OpDef("LayerNormalization", (17,), ("T", "T", "T"), ("T", "U", "U"),
-               {"T": FLOATS, "U": frozenset({F32})}, _layer_norm,
+               {"T": FLOATS | {BF16}, "U": frozenset({F32})}, _layer_norm,
                attributes={"axis": -1, "epsilon": 1e-5, "stash_type": 1},
                claim=_claim_layer_norm, min_inputs=2, shape_rule=_layer_norm_shape))
 

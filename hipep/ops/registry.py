@@ -25,6 +25,8 @@ U8S = frozenset({U8})
 ALL_INTS = frozenset({I8, U8, I16, U16, I32, I64, U32, U64})
 # Every element type a data-movement op (Reshape, Transpose, Gather, Concat, ...) can carry.
 ANY_TENSOR = frozenset({F32, F16, F64, BOOL}) | ALL_INTS
+# The same plus bf16, for the data-movement ops ONNX Runtime's CPU EP runs in bf16 (the oracle).
+ANY_TENSOR_BF16 = ANY_TENSOR | {BF16}
 FLOATS = frozenset({F32, F16})
 INTS = frozenset({I32, I64})
 NUMERIC = FLOATS | INTS

@@ -12,7 +12,7 @@ from ._common import (NP_DTYPES, at, broadcast_partial, elem_of, has_input, inpu
                       kernel, known_value, normalize_axes, normalize_axis, num_elements,
                       operand_length, pshape_str, result, scalar_operand, shape_of, shape_rule,
                       shape_str, tensor_type, type_name)
-from .registry import ALL, ANY_TENSOR, F32, I64, INTS, OUTPUT_COUNT, REQUIRED, OpDef, register
+from .registry import ALL, ANY_TENSOR, ANY_TENSOR_BF16, F32, I64, INTS, OUTPUT_COUNT, REQUIRED, OpDef, register
 
 I64S = frozenset({I64})
 
@@ -125,7 +125,7 @@ def _reshape_shape(types, values, attrs, num_outputs):
 
 
 register(OpDef("Reshape", (5, 13, 14, 19, 21, 23, 24, 25), ("T", "I"), ("T",),
-               {"T": ANY_TENSOR, "I": I64S}, _reshape, attributes={"allowzero": 0},
+               {"T": ANY_TENSOR_BF16, "I": I64S}, _reshape, attributes={"allowzero": 0},
                shape_rule=_reshape_shape, host_inputs=(1,), view=True))
 
 
@@ -171,7 +171,7 @@ def _transpose_shape(types, values, attrs, num_outputs):
     return [tensor_type(elem_of(types[0]), tuple(x[p] for p in perm))]
 
 
-register(OpDef("Transpose", (1, 13, 21, 23, 24, 25), ("T",), ("T",), {"T": ANY_TENSOR}, _transpose,
+register(OpDef("Transpose", (1, 13, 21, 23, 24, 25), ("T",), ("T",), {"T": ANY_TENSOR_BF16}, _transpose,
                attributes={"perm": None}, claim=_claim_transpose, shape_rule=_transpose_shape))
 
 
@@ -232,7 +232,7 @@ def _concat_shape(types, values, attrs, num_outputs):
     return [tensor_type(elem, tuple(out))]
 
 
-register(OpDef("Concat", (4, 11, 13), ("T",), ("T",), {"T": ANY_TENSOR}, _concat,
+register(OpDef("Concat", (4, 11, 13), ("T",), ("T",), {"T": ANY_TENSOR_BF16}, _concat,
                attributes={"axis": REQUIRED}, variadic=True, min_inputs=1,
                shape_rule=_concat_shape))
 
@@ -375,7 +375,7 @@ def _claim_slice(node, graph, attrs):
 
 
 register(OpDef("Slice", (1, 10, 11, 13), ("T", "I", "I", "I", "I"), ("T",),
-               {"T": ANY_TENSOR, "I": INTS}, _slice,
+               {"T": ANY_TENSOR_BF16, "I": INTS}, _slice,
                attributes={"starts": None, "ends": None, "axes": None},
                claim=_claim_slice, min_inputs=1, shape_rule=_slice_shape, host_inputs=(1, 2, 3, 4)))
 
@@ -505,7 +505,7 @@ def _claim_split(node, graph, attrs):
 
 
 register(OpDef("Split", (11, 13, 18), ("T", "I"), ("T",) * MAX_SPLIT_OUTPUTS,
-               {"T": ANY_TENSOR, "I": I64S}, _split,
+               {"T": ANY_TENSOR_BF16, "I": I64S}, _split,
                attributes={"axis": 0, "split": None, "num_outputs": None},
                claim=_claim_split, min_inputs=1, shape_rule=_split_shape, host_inputs=(1,)))
 
@@ -541,7 +541,7 @@ def _gather_shape(types, values, attrs, num_outputs):
     return [tensor_type(elem_of(types[0]), data[:axis] + indices + data[axis + 1:])]
 
 
-register(OpDef("Gather", (1, 11, 13), ("T", "I"), ("T",), {"T": ANY_TENSOR, "I": INTS}, _gather,
+register(OpDef("Gather", (1, 11, 13), ("T", "I"), ("T",), {"T": ANY_TENSOR_BF16, "I": INTS}, _gather,
                attributes={"axis": 0}, shape_rule=_gather_shape))
 
 
@@ -582,7 +582,7 @@ def _shape_shape(types, values, attrs, num_outputs):
     return [tensor_type(I64, (None,))]
 
 
-register(OpDef("Shape", (1, 13, 15, 19, 21, 23, 24, 25), ("T",), ("I",), {"T": ANY_TENSOR, "I": I64S},
+register(OpDef("Shape", (1, 13, 15, 19, 21, 23, 24, 25), ("T",), ("I",), {"T": ANY_TENSOR_BF16, "I": I64S},
                _shape, attributes={"start": 0, "end": None}, shape_rule=_shape_shape))
 
 
@@ -690,10 +690,10 @@ def _unsqueeze_shape(types, values, attrs, num_outputs):
     return [tensor_type(elem, tuple(1 if i in axes else next(dims) for i in range(rank)))]
 
 
-register(OpDef("Squeeze", (1, 11, 13, 21, 23, 24, 25), ("T", "I"), ("T",), {"T": ANY_TENSOR, "I": I64S},
+register(OpDef("Squeeze", (1, 11, 13, 21, 23, 24, 25), ("T", "I"), ("T",), {"T": ANY_TENSOR_BF16, "I": I64S},
                _squeeze, attributes={"axes": None}, claim=_axes_form_claim(13, False), min_inputs=1,
                shape_rule=_squeeze_shape, host_inputs=(1,), view=True))
-register(OpDef("Unsqueeze", (1, 11, 13, 21, 23, 24, 25), ("T", "I"), ("T",), {"T": ANY_TENSOR, "I": I64S},
+register(OpDef("Unsqueeze", (1, 11, 13, 21, 23, 24, 25), ("T", "I"), ("T",), {"T": ANY_TENSOR_BF16, "I": I64S},
                _unsqueeze, attributes={"axes": None}, claim=_axes_form_claim(13, True), min_inputs=1,
                shape_rule=_unsqueeze_shape, host_inputs=(1,), view=True))
 
@@ -764,7 +764,7 @@ def _identity_shape(types, values, attrs, num_outputs):
     return [tensor_type(elem_of(types[0]), shape_of(types[0]))]
 
 
-register(OpDef("Identity", (1, 13, 14, 16, 19, 21, 23, 24, 25), ("T",), ("T",), {"T": ANY_TENSOR},
+register(OpDef("Identity", (1, 13, 14, 16, 19, 21, 23, 24, 25), ("T",), ("T",), {"T": ANY_TENSOR_BF16},
                kernel("Identity")(lambda inputs, attrs: [result(inputs[0])]),
                shape_rule=_identity_shape, view=True))
 
@@ -845,7 +845,7 @@ def _claim_flatten(node, graph, attrs):
     return None
 
 
-register(OpDef("Flatten", (1, 9, 11, 13, 21, 23, 24, 25), ("T",), ("T",), {"T": ANY_TENSOR}, _flatten,
+register(OpDef("Flatten", (1, 9, 11, 13, 21, 23, 24, 25), ("T",), ("T",), {"T": ANY_TENSOR_BF16}, _flatten,
                attributes={"axis": 1}, claim=_claim_flatten, shape_rule=_flatten_shape, view=True))
 
 

@@ -20,6 +20,7 @@ import functools
 import threading
 from typing import Callable, Sequence
 
+import ml_dtypes  # noqa: F401  (registers numpy's 'bfloat16' dtype name used by plans)
 import numpy as np
 
 from ..errors import HipepError, RuntimeShapeError
