@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 
 from ..graph import Node
 from ..graph import TensorType as HipTensorType

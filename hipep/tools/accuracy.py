@@ -11,7 +11,6 @@ batch of two left-padded prompts of different lengths). Exit status 1 when anyth
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from dataclasses import dataclass, field

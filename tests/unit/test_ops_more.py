@@ -20,7 +20,7 @@ from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
 from hipep.errors import RuntimeShapeError
-from hipep.graph import GraphView, TensorType, elem_type_of
+from hipep.graph import GraphView
 from hipep.ops import check_node, lookup, resolve_attributes
 
 
@@ -33,6 +33,7 @@ def _load(name, alias):
 
 
 REF = _load("test_ops_reference.py", "_hipep_reference_harness")
+SR = _load("test_shape_rules.py", "_hipep_shape_rule_harness")
 R, build, run_reference = REF.R, REF.build, REF.run_reference
 f32, f16, i32, i64, b = np.float32, np.float16, np.int32, np.int64, np.bool_
 i8, u8, i16, u16, u32, u64 = np.int8, np.uint8, np.int16, np.uint16, np.uint32, np.uint64
@@ -419,99 +420,25 @@ def test_matches_ort(op, opset, inputs, attrs, n_out, since, tol):
     REF.check(op, opset, inputs, attrs, n_out, since, tol)
 
 
-def _static_call(op_type, opset, inputs, attrs, n_out):
-    inputs = [None if a is None else np.asarray(a) for a in inputs]
-    model = build(op_type, opset, inputs, attrs, n_out)
-    graph = GraphView.from_onnx(model, infer_shapes=False, constant_nodes_as_initializers=False)
-    node = graph.nodes[0]
-    op = lookup(node.domain, node.op_type)
-    resolved = resolve_attributes(op, node)
-    types = [None if a is None else TensorType(elem_type_of(a.dtype), a.shape) for a in inputs]
-    values = [a if i in op.host_inputs else None for i, a in enumerate(inputs)]
-    return op, inputs, resolved, types, values, len(node.outputs)
-
-
 def _params():
     return [pytest.param(*p.values[:5], id=p.id) for p in CASES]
 
 
 @pytest.mark.parametrize("op_type,opset,inputs,attrs,n_out", _params())
 def test_rule_matches_reference(op_type, opset, inputs, attrs, n_out):
-    op, inputs, resolved, types, values, num_outputs = _static_call(op_type, opset, inputs, attrs, n_out)
-    want = op.reference(list(inputs), resolved)[:num_outputs]
-    got = op.shape_rule(types, values, resolved, num_outputs)
-    assert len(got) == num_outputs
-    for k, (g, w) in enumerate(zip(got, want)):
-        assert g.shape is not None and all(type(d) is int for d in g.shape), f"output {k}: {g}"
-        assert g.shape == w.shape, f"output {k}: rule {g.shape} != reference {w.shape}"
-        assert g.elem_type == elem_type_of(w.dtype), f"output {k}: {g.dtype_name} != {w.dtype}"
-    # Values of inputs that are not host inputs are never needed.
-    assert op.shape_rule(types, list(inputs), resolved, num_outputs) == got
-
-
-def _variants(types, values):
-    for i, t in enumerate(types):
-        if t is None:
-            continue
-        for j in range(len(t.shape)):
-            shape = t.shape[:j] + (None,) + t.shape[j + 1:]
-            yield f"input {i} dim {j} dynamic", _with(types, i, shape), values
-        yield f"input {i} unranked", _with(types, i, None), _without(values, i)
-        if values[i] is not None:
-            yield f"input {i} value unknown", types, _without(values, i)
-    yield "all dynamic, no values", [None if t is None else TensorType(t.elem_type, (None,) * len(t.shape))
-                                     for t in types], [None] * len(values)
-
-
-def _with(types, i, shape):
-    return [TensorType(t.elem_type, shape) if k == i else t for k, t in enumerate(types)]
-
-
-def _without(values, i):
-    return [None if k == i else v for k, v in enumerate(values)]
+    SR.check_rule_matches_reference(op_type, opset, inputs, attrs, n_out)
 
 
 @pytest.mark.parametrize("op_type,opset,inputs,attrs,n_out", _params())
 def test_partial_shapes_never_invent_extents(op_type, opset, inputs, attrs, n_out):
-    op, inputs, resolved, types, values, num_outputs = _static_call(op_type, opset, inputs, attrs, n_out)
-    full = op.shape_rule(types, values, resolved, num_outputs)
-    for label, ptypes, pvalues in _variants(types, values):
-        got = op.shape_rule(ptypes, pvalues, resolved, num_outputs)
-        assert len(got) == num_outputs, label
-        for k, (g, f) in enumerate(zip(got, full)):
-            if g.elem_type:
-                assert g.elem_type == f.elem_type, label
-            if g.shape is None:
-                continue
-            assert len(g.shape) == len(f.shape), f"{label}, output {k}: rank of {g} vs {f}"
-            assert all(a is None or a == c for a, c in zip(g.shape, f.shape)), f"{label}, output {k}: {g} vs {f}"
+    SR.check_partial_never_invents(op_type, opset, inputs, attrs, n_out)
 
 
 # ---- partial shapes at compile time ---------------------------------------------------------------
 
 def rule_on(op_type, opset, inputs, attrs=None, n_out=1):
-    """inputs: (elem, shape) graph inputs, np.ndarray initializers (known values), or None."""
-    in_names, g_in, inits = [], [], []
-    for i, spec in enumerate(inputs):
-        if spec is None:
-            in_names.append("")
-        elif isinstance(spec, np.ndarray):
-            in_names.append(f"c{i}")
-            inits.append(numpy_helper.from_array(spec, f"c{i}"))
-        else:
-            in_names.append(f"x{i}")
-            g_in.append(helper.make_tensor_value_info(f"x{i}", spec[0], spec[1]))
-    out_names = [f"y{i}" for i in range(n_out)]
-    node = helper.make_node(op_type, in_names, out_names, **(attrs or {}))
-    g_out = [helper.make_empty_tensor_value_info(n) for n in out_names]
-    model = helper.make_model(helper.make_graph([node], "g", g_in, g_out, inits),
-                              opset_imports=[helper.make_opsetid("", opset)], ir_version=REF.IR_VERSION)
-    graph = GraphView.from_onnx(model, infer_shapes=False, constant_nodes_as_initializers=False)
-    node = graph.nodes[0]
-    op = lookup(node.domain, node.op_type)
-    types = [graph.type_of(n) if n else None for n in node.inputs]
-    values = [graph.constant(n) if n else None for n in node.inputs]
-    return op.shape_rule(types, values, resolve_attributes(op, node), len(node.outputs))
+    """The rule's answer on a single-node model (see test_shape_rules.rule_on)."""
+    return SR.rule_on(op_type, opset, inputs, attrs, n_out)[0]
 
 
 F, I64 = TP.FLOAT, TP.INT64

@@ -39,7 +39,7 @@ IR_VERSION = 10
 
 # ---- 1. run-time contract --------------------------------------------------------------------
 
-def _static_call(op_type, opset, inputs, attrs, n_out):
+def static_call(op_type, opset, inputs, attrs, n_out):
     """(op, node attrs, rule args) for a reference case, as the runtime would call the rule."""
     inputs = [None if a is None else np.asarray(a) for a in inputs]
     model = REF.build(op_type, opset, inputs, attrs, n_out)
@@ -52,13 +52,10 @@ def _static_call(op_type, opset, inputs, attrs, n_out):
     return op, inputs, resolved, types, values, len(node.outputs)
 
 
-def _case_params():
-    return [pytest.param(*p.values[:5], id=p.id) for p in REF.CASES]
-
-
-@pytest.mark.parametrize("op_type,opset,inputs,attrs,n_out", _case_params())
-def test_rule_matches_reference(op_type, opset, inputs, attrs, n_out):
-    op, inputs, resolved, types, values, num_outputs = _static_call(op_type, opset, inputs, attrs, n_out)
+def check_rule_matches_reference(op_type, opset, inputs, attrs, n_out):
+    """The run-time contract: with static shapes (and host-input values) the rule gives exactly
+    the reference's output shapes and element types. The other op-family test files reuse it."""
+    op, inputs, resolved, types, values, num_outputs = static_call(op_type, opset, inputs, attrs, n_out)
     want = op.reference(list(inputs), resolved)[:num_outputs]
     got = op.shape_rule(types, values, resolved, num_outputs)
     assert len(got) == num_outputs
@@ -67,9 +64,32 @@ def test_rule_matches_reference(op_type, opset, inputs, attrs, n_out):
         assert g.shape is not None and all(type(d) is int for d in g.shape), f"output {k}: {g}"
         assert g.shape == w.shape, f"output {k}: rule {g.shape} != reference {w.shape}"
         assert g.elem_type == elem_type_of(w.dtype), f"output {k}: {g.dtype_name} != {w.dtype}"
+    # Values of non-host inputs are never needed: given them, the rule answers the same.
+    assert op.shape_rule(types, list(inputs), resolved, num_outputs) == got
     if op.view:
         assert got[0].elem_type == types[0].elem_type
         assert int(np.prod(got[0].shape)) == inputs[0].size
+
+
+def check_partial_never_invents(op_type, opset, inputs, attrs, n_out):
+    """With less known (dynamic dims, no rank, no host values) the rule never contradicts its
+    fully static answer."""
+    op, inputs, resolved, types, values, num_outputs = static_call(op_type, opset, inputs, attrs, n_out)
+    full = op.shape_rule(types, values, resolved, num_outputs)
+    for label, ptypes, pvalues in _variants(types, values):
+        got = op.shape_rule(ptypes, pvalues, resolved, num_outputs)
+        assert len(got) == num_outputs, label
+        for k, (g, f) in enumerate(zip(got, full)):
+            assert_refines(g, f, f"{label}, output {k}")
+
+
+def _case_params():
+    return [pytest.param(*p.values[:5], id=p.id) for p in REF.CASES]
+
+
+@pytest.mark.parametrize("op_type,opset,inputs,attrs,n_out", _case_params())
+def test_rule_matches_reference(op_type, opset, inputs, attrs, n_out):
+    check_rule_matches_reference(op_type, opset, inputs, attrs, n_out)
 
 
 # Reference errors that depend on values the rule never sees (not shapes, not host inputs).
@@ -136,13 +156,7 @@ def assert_refines(partial: TensorType, full: TensorType, what=""):
 
 @pytest.mark.parametrize("op_type,opset,inputs,attrs,n_out", _case_params())
 def test_partial_shapes_never_invent_extents(op_type, opset, inputs, attrs, n_out):
-    op, inputs, resolved, types, values, num_outputs = _static_call(op_type, opset, inputs, attrs, n_out)
-    full = op.shape_rule(types, values, resolved, num_outputs)
-    for label, ptypes, pvalues in _variants(types, values):
-        got = op.shape_rule(ptypes, pvalues, resolved, num_outputs)
-        assert len(got) == num_outputs, label
-        for k, (g, f) in enumerate(zip(got, full)):
-            assert_refines(g, f, f"{label}, output {k}")
+    check_partial_never_invents(op_type, opset, inputs, attrs, n_out)
 
 
 # ---- 2. partial shapes: explicit expectations, and ONNX shape inference -----------------------
@@ -387,7 +401,7 @@ def test_rule_uses_only_host_input_values():
     # Values of non-host inputs are never needed: a rule given them gives the same answer.
     for p in REF.CASES:
         op_type, opset, inputs, attrs, n_out = p.values[:5]
-        op, inputs, resolved, types, values, n = _static_call(op_type, opset, inputs, attrs, n_out)
+        op, inputs, resolved, types, values, n = static_call(op_type, opset, inputs, attrs, n_out)
         all_values = list(inputs)
         assert op.shape_rule(types, all_values, resolved, n) == op.shape_rule(types, values, resolved, n), p.id
 
@@ -398,7 +412,7 @@ def test_rule_uses_only_host_input_values():
 ])
 def test_rule_matches_reference_beyond_ort(op_type, opset, inputs, attrs):
     # Since-versions ORT does not run yet (so absent from the reference cases).
-    op, inputs, resolved, types, values, n = _static_call(op_type, opset, inputs, attrs, 1)
+    op, inputs, resolved, types, values, n = static_call(op_type, opset, inputs, attrs, 1)
     (want,) = op.reference(list(inputs), resolved)
     (got,) = op.shape_rule(types, values, resolved, n)
     assert got.shape == want.shape and got.elem_type == elem_type_of(want.dtype)
