@@ -156,3 +156,23 @@ def gqa_preamble_model():
              numpy_helper.from_array(np.array(1, np.int64), "one_scalar")]
     return make_model(nodes, [tensor("attention_mask", i64, ["batch", "total"])],
                       [tensor("out", i32, ["batch"]), tensor("seqlens_k", i32, ["batch"])], inits, opset=17)
+
+
+def if_model(then_op="ReduceMax", **attrs):
+    """x[n, 9] → Reshape to [n, 3, 3] → If (sum(x) > 0) with `then_op` in the then branch and
+    Mul → ReduceSum over axes 1, 2 in the else branch; r[n]."""
+    attrs = attrs or ({"axes": [1, 2], "keepdims": 0} if then_op == "ReduceMax" else {})
+    then_g = helper.make_graph([helper.make_node(then_op, ["m"], ["t"], name="then_op", **attrs)], "then_g", [],
+                          [tensor("t", TensorProto.FLOAT, ["n"])])
+    else_g = helper.make_graph([helper.make_node("Mul", ["m", "m"], ["e0"], name="else_mul"),
+                           helper.make_node("ReduceSum", ["e0", "axes12"], ["e"], name="else_sum", keepdims=0)],
+                          "else_g", [], [tensor("e", TensorProto.FLOAT, ["n"])])
+    nodes = [
+        helper.make_node("Reshape", ["x", "shape"], ["m"], name="as_matrix"),
+        helper.make_node("ReduceSum", ["x"], ["s"], name="total", keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["cond"], name="positive"),
+        helper.make_node("If", ["cond"], ["r"], name="branch", then_branch=then_g, else_branch=else_g),
+    ]
+    return make_model(nodes, [tensor("x", TensorProto.FLOAT, ["n", 9])], [tensor("r", TensorProto.FLOAT, ["n"])],
+                      [helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]), helper.make_tensor("shape", TensorProto.INT64, [3], [-1, 3, 3]),
+                       helper.make_tensor("axes12", TensorProto.INT64, [2], [1, 2])], opset=17)

@@ -12,13 +12,12 @@ import glob
 import os
 
 import numpy as np
-import pytest
 
 import hipep
 from hipep import bridge
 from hipep.plan import HOST_VISIBLE, HostStep, Launch
-from helpers import (EP, assignment, cpu_session, equal_split_model, gqa_preamble_model,
-                     rotate_half_loop_model, session)
+from helpers import (cpu_session, equal_split_model, gqa_preamble_model,
+                     rotate_half_loop_model)
 
 
 def test_loop_with_runtime_slice_bounds_keeps_known_extents(tmp_path, rng):

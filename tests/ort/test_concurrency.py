@@ -9,7 +9,7 @@ import pytest
 import hipep
 from hipep.demo import build_attention_block
 
-from helpers import EP, assignment, cpu_session, session, make_model, tensor, middle_model
+from helpers import EP, assignment, cpu_session, session, middle_model
 
 
 def _x(rng, batch, seq):

@@ -8,7 +8,7 @@ from onnx import TensorProto as T, helper as h
 
 import hipep
 
-from helpers import EP, assert_matches_cpu, session, make_model, tensor, middle_model
+from helpers import EP, assert_matches_cpu, session, make_model, tensor
 
 
 def add_model():

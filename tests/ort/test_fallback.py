@@ -8,7 +8,7 @@ from onnx import TensorProto as T, helper as h
 
 import hipep
 
-from helpers import EP, assert_matches_cpu, assignment, session, make_model, tensor, middle_model
+from helpers import EP, assert_matches_cpu, assignment, if_model, make_model, middle_model, session, tensor
 
 # Det: an op hipep does not implement (checked below, so the tests say so if that changes).
 UNSUPPORTED = "Det"
@@ -89,30 +89,13 @@ def test_explain_matches_session_without_optimizations():
     assert [r.node.name for r in report.rejections] == ["B"]
 
 
-def _if_model(then_op, **attrs):
-    then_g = h.make_graph([h.make_node(then_op, ["m"], ["t"], name="then_op", **attrs)], "then_g", [],
-                          [tensor("t", T.FLOAT, ["n"])])
-    else_g = h.make_graph([h.make_node("Mul", ["m", "m"], ["e0"], name="else_mul"),
-                           h.make_node("ReduceSum", ["e0", "axes12"], ["e"], name="else_sum", keepdims=0)],
-                          "else_g", [], [tensor("e", T.FLOAT, ["n"])])
-    nodes = [
-        h.make_node("Reshape", ["x", "shape"], ["m"], name="as_matrix"),
-        h.make_node("ReduceSum", ["x"], ["s"], name="total", keepdims=0),
-        h.make_node("Greater", ["s", "zero"], ["cond"], name="positive"),
-        h.make_node("If", ["cond"], ["r"], name="branch", then_branch=then_g, else_branch=else_g),
-    ]
-    return make_model(nodes, [tensor("x", T.FLOAT, ["n", 9])], [tensor("r", T.FLOAT, ["n"])],
-                      [h.make_tensor("zero", T.FLOAT, [], [0.0]), h.make_tensor("shape", T.INT64, [3], [-1, 3, 3]),
-                       h.make_tensor("axes12", T.INT64, [2], [1, 2])], opset=17)
-
-
 def _signed_inputs(rng):
     for sign in (1, -1):
         yield {"x": sign * np.abs(rng.standard_normal((2, 9))).astype(np.float32)}
 
 
 def test_control_flow_with_an_unsupported_body_node_is_rejected_with_the_reason(rng, capfd):
-    model = _if_model("Det")
+    model = if_model("Det")
     sess = session(model, optimization=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     for feeds in _signed_inputs(rng):
         assert_matches_cpu(sess, model, feeds)
@@ -124,7 +107,7 @@ def test_control_flow_with_an_unsupported_body_node_is_rejected_with_the_reason(
 
 
 def test_control_flow_with_claimable_bodies_runs_on_hipep(rng):
-    model = _if_model("ReduceMax", axes=[1, 2], keepdims=0)
+    model = if_model("ReduceMax", axes=[1, 2], keepdims=0)
     assert hipep.explain(model).all_claimed
     sess = hipep.InferenceSession(model)
     for feeds in _signed_inputs(rng):

@@ -8,7 +8,7 @@ from hipep import bridge
 from hipep.demo import build_attention_block
 from hipep.graph import GraphView
 
-from helpers import session, make_model, tensor, middle_model
+from helpers import session, make_model, tensor
 
 
 def _native_view(model):

@@ -10,7 +10,7 @@ import pytest
 import hipep
 from hipep.demo import build_attention_block
 
-from helpers import EP, assert_matches_cpu, assignment, session, make_model, tensor, middle_model
+from helpers import EP, assert_matches_cpu, assignment, session, make_model, tensor
 
 
 @pytest.fixture(scope="module")

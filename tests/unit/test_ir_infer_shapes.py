@@ -5,19 +5,18 @@ import dataclasses
 import time
 
 import numpy as np
-import pytest
 from onnx import TensorProto as TP
 from onnx import helper as h
 from onnx import numpy_helper
 
 from hipep.frontend import import_graph
 from hipep.graph import GraphView
-from hipep.ir.api import parse_ir, print_ir
-from hipep.ir.dialect import IfOp, LoopOp, op_class_for
+from hipep.ir.api import parse_ir
+from hipep.ir.dialect import IfOp, LoopOp
 from hipep.ir.types import from_ir_type
 from hipep.ops import registry
 from hipep.passes import DEFAULT_PIPELINE, PASSES, run_pipeline
-from hipep.passes.infer_shapes import InferShapesPass, diagnostics, infer_shapes
+from hipep.passes.infer_shapes import InferShapesPass, infer_shapes
 
 T = h.make_tensor_value_info
 

@@ -20,7 +20,7 @@ from hipep.plan import DEVICE, HOST_VISIBLE, If, Launch, Loop, Sync, walk
 from hipep.runtime.cpu import CpuDevice
 from hipep.runtime.executor import Executor
 
-from helpers import make_model, tensor
+from helpers import if_model, make_model, tensor
 
 SCHEDULES = ("inline", "deferred", "random")
 
@@ -196,23 +196,6 @@ def test_dump_ir_writes_the_plan(tmp_path):
 
 
 # ---- control flow ------------------------------------------------------------------------------
-
-def if_model():
-    then_g = h.make_graph([h.make_node("ReduceMax", ["m"], ["t"], name="then_op", axes=[1, 2], keepdims=0)],
-                          "then_g", [], [tensor("t", T.FLOAT, ["n"])])
-    else_g = h.make_graph([h.make_node("Mul", ["m", "m"], ["e0"], name="else_mul"),
-                           h.make_node("ReduceSum", ["e0", "axes12"], ["e"], name="else_sum", keepdims=0)],
-                          "else_g", [], [tensor("e", T.FLOAT, ["n"])])
-    nodes = [
-        h.make_node("Reshape", ["x", "shape"], ["m"], name="as_matrix"),
-        h.make_node("ReduceSum", ["x"], ["s"], name="total", keepdims=0),
-        h.make_node("Greater", ["s", "zero"], ["cond"], name="positive"),
-        h.make_node("If", ["cond"], ["r"], name="branch", then_branch=then_g, else_branch=else_g),
-    ]
-    return make_model(nodes, [tensor("x", T.FLOAT, ["n", 9])], [tensor("r", T.FLOAT, ["n"])],
-                      [h.make_tensor("zero", T.FLOAT, [], [0.0]), h.make_tensor("shape", T.INT64, [3], [-1, 3, 3]),
-                       h.make_tensor("axes12", T.INT64, [2], [1, 2])], opset=17)
-
 
 def loop_model():
     """acc = x; for i < m while sum(acc) < limit: acc = acc * 2 + i; scan: acc's max."""
