@@ -750,4 +750,4 @@ def _size_shape(types, values, attrs, num_outputs):
 register(OpDef("Size", (1, 13, 19, 21, 23, 24, 25), ("T",), ("I",),
                {"T": ANY_TENSOR, "I": frozenset({I64})},
                kernel("Size")(lambda inputs, attrs: [result(inputs[0].size, np.int64)]),
-               claim=f16_broken_before(13), shape_rule=_size_shape))
+               claim=f16_broken_before(13), shape_rule=_size_shape, extent_only_inputs=(0,)))

@@ -78,6 +78,9 @@ class OpDef:
     view: bool = False
     # Loop/If: the node's bodies are compiled as regions and run as plan control flow.
     control_flow: bool = False
+    # Input positions whose data the op never reads, only their extents (Shape, Size): such an
+    # input may stay in device memory when the host runs the op.
+    extent_only_inputs: tuple[int, ...] = ()
     # Inputs the compiler needs as compile-time constants are not required here: the CPU
     # reference reads every operand at run time.
 

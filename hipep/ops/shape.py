@@ -583,7 +583,8 @@ def _shape_shape(types, values, attrs, num_outputs):
 
 
 register(OpDef("Shape", (1, 13, 15, 19, 21, 23, 24, 25), ("T",), ("I",), {"T": ANY_TENSOR_BF16, "I": I64S},
-               _shape, attributes={"start": 0, "end": None}, shape_rule=_shape_shape))
+               _shape, attributes={"start": 0, "end": None}, shape_rule=_shape_shape,
+               extent_only_inputs=(0,)))
 
 
 # ---- Squeeze / Unsqueeze ---------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 A buffer's *storage* is the value that owns its bytes: a `hip.alloc`, a function argument (ORT's
 memory) or a constant; `hip.view` results alias their source's storage. The host reads the
-operands of `hip.host` ops (except the data input of Shape, which only looks at extents), the
+operands of `hip.host` ops (except inputs the registry marks extent-only: Shape's, Size's), the
 host inputs of `hip.launch` ops (registry `host_inputs`: values a launch needs to be sized), loop
 trip counts and conditions, and if conditions; it writes the outputs of `hip.host` ops. Device
 work reads and writes the other operands of `hip.launch`.
@@ -15,10 +15,6 @@ from ..ir.api import Block, Operation, SSAValue
 
 from ..ir.buffer_ops import BufferIfOp, BufferLoopOp, BufferYieldOp, HostOp, LaunchOp, ViewOp
 from ..ops.registry import OpDef, lookup
-
-# Ops whose first input is only looked at for its extents, never its data.
-METADATA_ONLY_INPUT0 = {"::Shape", "::Size"}
-
 
 def registry_op(key: str) -> OpDef:
     domain, _, op_type = key.partition("::")
@@ -42,9 +38,8 @@ def positions(op: HostOp | LaunchOp, which: str) -> list[int]:
 def host_reads(op: Operation) -> list[SSAValue]:
     """Operands whose data the host reads when it reaches `op`."""
     if isinstance(op, HostOp):
-        key = op.op.data
-        return [v for v, p in zip(op.ins, positions(op, "ins"))
-                if not (p == 0 and key in METADATA_ONLY_INPUT0)]
+        extent_only = set(registry_op(op.op.data).extent_only_inputs)
+        return [v for v, p in zip(op.ins, positions(op, "ins")) if p not in extent_only]
     if isinstance(op, LaunchOp):
         host_inputs = set(registry_op(op.op.data).host_inputs)
         return [v for v, p in zip(op.ins, positions(op, "ins")) if p in host_inputs]
@@ -63,9 +58,8 @@ def device_reads(op: Operation) -> list[SSAValue]:
     if not isinstance(op, LaunchOp):
         return []
     host = {id(v) for v in host_reads(op)}
-    key = op.op.data
-    return [v for v, p in zip(op.ins, positions(op, "ins"))
-            if id(v) not in host and not (p == 0 and key in METADATA_ONLY_INPUT0)]
+    extent_only = set(registry_op(op.op.data).extent_only_inputs)
+    return [v for v, p in zip(op.ins, positions(op, "ins")) if id(v) not in host and p not in extent_only]
 
 
 def device_writes(op: Operation) -> list[SSAValue]:

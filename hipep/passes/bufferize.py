@@ -3,9 +3,9 @@
 Each hip op result gets a `hip.alloc`ed buffer (memory space "device" for now: the late,
 backend-specific `hip-assign-memory-spaces` moves what the host touches) and the op becomes a
 `hip.launch` (queued on the stream) or a `hip.host` (run by the host when it reaches it) writing
-into it. An op is a host op when it is shape arithmetic: Shape (it reads only extents), or an op
-all of whose inputs are host values (constants, host op results) and whose results are integers
-or booleans. Ops the registry marks as views (Reshape, Squeeze, ...) write into a `hip.view` of
+into it. An op is a host op when it is shape arithmetic: its results are integers or
+booleans and every input it reads the data of is a host value (a constant or a host op's result;
+inputs the registry marks extent-only, like Shape's, do not count). Ops the registry marks as views (Reshape, Squeeze, ...) write into a `hip.view` of
 their input's buffer. tensor.extract_slice becomes a Slice launch with constant bounds;
 tensor.cast is a compile-time type assertion and disappears. Loops and ifs become hip.buffer_loop
 and hip.buffer_if with the same bodies, bufferized.
@@ -118,8 +118,11 @@ class _Bufferizer:
         domain, op_type = op.REGISTRY_KEY
         opdef = op.op_def
         ins = [self.get(v) for v in op.operands]
-        host = (op_type == "Shape" and domain == "") or (
-            all(id(v) in self.host for v in ins) and all(_is_integer(r.type) for r in op.results))
+        # Shape arithmetic runs on the host: integer results from host values only (inputs read
+        # for their extents alone, like Shape's, need not be host values).
+        extent_only = set(opdef.extent_only_inputs) if opdef is not None else set()
+        data_ins = [v for v, p in zip(ins, op.operand_positions()) if p not in extent_only]
+        host = all(id(v) in self.host for v in data_ins) and all(_is_integer(r.type) for r in op.results)
         outs = []
         for i, r in enumerate(op.results):
             name = r.name_hint or op.label
