@@ -5,8 +5,8 @@ backend-specific `hip-assign-memory-spaces` moves what the host touches) and the
 `hip.launch` (queued on the stream) or a `hip.host` (run by the host when it reaches it) writing
 into it. An op is a host op when it is shape arithmetic: its results are integers or
 booleans and every input it reads the data of is a host value (a constant or a host op's result;
-inputs the registry marks extent-only, like Shape's, do not count). Ops the registry marks as views (Reshape, Squeeze, ...) write into a `hip.view` of
-their input's buffer. tensor.extract_slice becomes a Slice launch with constant bounds;
+inputs the registry marks extent-only, like Shape's, do not count). Ops the registry marks as
+views (Reshape, Squeeze, ...) write into a `hip.view` of their input's buffer. tensor.extract_slice becomes a Slice launch with constant bounds;
 tensor.cast is a compile-time type assertion and disappears. Loops and ifs become hip.buffer_loop
 and hip.buffer_if with the same bodies, bufferized.
 """
