@@ -17,7 +17,7 @@ from .compiler import compile_subgraph
 from .errors import HipepError, OptionError
 from .graph import GraphView, elem_type_of
 from .options import EP_NAME, ProviderOptions
-from .ops.registry import check_node
+from .ops.registry import check_node, lookup
 from .partition import PartitionReport, partition
 from .plan import walk
 from .runtime.device import open_device
@@ -52,8 +52,10 @@ def resolve_device(options: ProviderOptions) -> str:
         f"implemented yet; use device=cpu or device=auto")
 
 
-# Ops whose bodies ORT runs as subgraphs of a kernel (so an EP may take nodes inside them).
-_SUBGRAPH_KERNELS = {("", "Loop"), ("", "If"), ("", "Scan")}
+def _is_control_flow(node: dict) -> bool:
+    """Loop, If, Scan: ops whose bodies ORT runs as subgraphs (the registry's control-flow ops)."""
+    op = lookup(node["domain"], node["op_type"])
+    return op is not None and op.control_flow
 
 
 def _graph_from_ort(desc: dict) -> GraphView:
@@ -94,7 +96,7 @@ class EpState:
     def get_capability(self, desc: dict):
         graph = _graph_from_ort(desc)
         parent = desc.get("parent")
-        if parent is not None and (parent["node"]["domain"], parent["node"]["op_type"]) not in _SUBGRAPH_KERNELS:
+        if parent is not None and not _is_control_flow(parent["node"]):
             # The body of a function op (SequenceMap, ...) that ORT will inline into other nodes:
             # a fused node inside it would end up in a graph that does not import hipep's domain.
             counters.bump("capability_calls")
