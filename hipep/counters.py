@@ -13,6 +13,13 @@ def bump(name: str, by: int = 1) -> None:
         _counters[name] += by
 
 
+def bump_many(**amounts: int) -> None:
+    with _lock:
+        for name, by in amounts.items():
+            if by:
+                _counters[name] += by
+
+
 def snapshot() -> dict[str, int]:
     with _lock:
         return dict(_counters)

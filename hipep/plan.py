@@ -39,6 +39,7 @@ from typing import Any, Union
 
 import numpy as np
 
+PLAN_VERSION = 3
 DEVICE = "device"
 HOST_VISIBLE = "host_visible"
 MEMORY_SPACES = (DEVICE, HOST_VISIBLE)
@@ -62,16 +63,35 @@ class ValueSpec:
 
 @dataclass(frozen=True)
 class Launch:
-    """A device op: queued on the stream; runs when the stream reaches it."""
+    """A device op: queued on the stream; runs when the stream reaches it.
+
+    The kernel is `kernel` (default: the registry op `op`, i.e. its entry point in kernels/ or,
+    on the CPU device, its numpy reference) with the attributes as specialization constants. Its
+    arguments are the input buffers, the output buffers, then `scalars`. The launch configuration
+    is expressions (hipep.symbolic) over the symbols `n<id>` (element count of value <id>) and
+    `v<id>.<axis>` (an extent): default one thread per element of output 0, 256 per block."""
     op: str  # registry key "domain::op_type" ("::Add" for the default domain)
     node: str  # ONNX node label, for error messages
     attributes: dict[str, Any]
     inputs: tuple[int, ...]  # value ids, -1 for an omitted optional input
     outputs: tuple[int, ...]  # value ids, -1 for an output nobody reads
+    kernel: str = ""
+    grid: tuple = ()
+    block: tuple = ()
+    smem: Any = 0
+    scalars: tuple = ()
 
     @property
     def op_type(self) -> str:
         return op_type_of(self.op)
+
+    def launch_config(self) -> tuple[tuple, tuple, Any]:
+        """(grid, block, shared memory bytes) as expressions."""
+        if self.grid:
+            return self.grid, self.block or (256,), self.smem
+        out = next((v for v in self.outputs if v >= 0), -1)
+        numel = ("s", f"n{out}")
+        return (("//", ("+", numel, 255), 256),), (256,), 0
 
 
 @dataclass(frozen=True)
@@ -164,6 +184,24 @@ class Plan:
     outputs: list[int]  # value ids of the fused node's outputs, in ORT's order
     steps: Block
     constants: dict[str, np.ndarray] = field(default_factory=dict)
+    # In-place updates ORT may ask for: (output value id, input value id) pairs a kernel can run
+    # with the output in the input's memory (GroupQueryAttention's present in past's buffer when
+    # onnxruntime-genai binds both to one max-length buffer). The runtime checks each run whether
+    # ORT's pointers for a pair agree and specializes on it.
+    aliases: tuple = ()
+    version: int = PLAN_VERSION
+
+    def to_bytes(self) -> bytes:
+        """The plan as bytes (plain data: no Python callables); `Plan.from_bytes` reads it back."""
+        from .plan_io import plan_to_bytes
+
+        return plan_to_bytes(self)
+
+    @staticmethod
+    def from_bytes(data: bytes) -> "Plan":
+        from .plan_io import plan_from_bytes
+
+        return plan_from_bytes(data)
 
     def buffers_in_slot(self, space: str, slot: int) -> list[int]:
         return [i for i, v in self.values.items() if v.kind == "buffer" and v.space == space and v.slot == slot]
@@ -193,6 +231,8 @@ class Plan:
                      "buffer": f"{v.space} slot {v.slot}" if v.view_of < 0 else f"view of %{v.view_of}"}[v.kind]
             lines.append(f"  %{i}: {v.dtype} {where}  # {v.name}")
         lines.append(f"  inputs {_refs(self.inputs)} -> outputs {_refs(self.outputs)}")
+        for out, src in self.aliases:
+            lines.append(f"  may alias %{out} with %{src}")
         _format_block(self.steps, lines, "  ")
         return "\n".join(lines)
 
@@ -211,7 +251,8 @@ def _format_block(block, lines, indent):
             kind = "launch" if isinstance(s, Launch) else "host"
             ins = ", ".join(_ref(i) for i in s.inputs)
             outs = ", ".join(_ref(i) for i in s.outputs)
-            lines.append(f"{indent}{kind} {s.op}({ins}) -> {outs}  # {s.node}")
+            kernel = f" kernel={s.kernel}" if isinstance(s, Launch) and s.kernel and s.kernel != s.op else ""
+            lines.append(f"{indent}{kind} {s.op}({ins}) -> {outs}{kernel}  # {s.node}")
         elif isinstance(s, Sync):
             lines.append(f"{indent}sync  # {s.reason}")
         elif isinstance(s, Loop):

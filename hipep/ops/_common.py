@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import HipepError, RuntimeShapeError
 from ..graph import GraphView, Node, elem_type_name
+from ..symbolic import SymInt
 from .registry import BF16, BOOL, F16, F32, I32, I64
 
 NP_DTYPES = {F32: np.dtype(np.float32), F16: np.dtype(np.float16), I32: np.dtype(np.int32),
@@ -93,7 +94,12 @@ def int_list(op_type: str, what: str, a: np.ndarray | None) -> list[int] | None:
     a = np.asarray(a)
     if a.ndim > 1:
         raise RuntimeShapeError(f"{op_type}: '{what}' must be a 1-D tensor, got shape {shape_str(a.shape)}")
-    return [int(v) for v in a.reshape(-1)]
+    return [dim_value(v) for v in a.reshape(-1)]
+
+
+def dim_value(v):
+    """An element of an integer operand as a dim: a SymInt stays symbolic, anything else is int."""
+    return v if isinstance(v, SymInt) else int(v)
 
 
 def normalize_axis(op_type: str, axis: int, rank: int, what: str = "axis") -> int:
@@ -145,10 +151,16 @@ def type_name(elem_type: int) -> str:
 # int (static) or None (dynamic), or None as a whole (unranked). Symbolic dims (strings) that a
 # GraphView may carry are read as None: rules promise static extents only.
 
-def shape_rule(op_type: str):
+def shape_rule(op_type: str, symbolic: bool = False):
     """Wraps a shape rule: input types normalized to int/None dims, `values` padded to the length
     of `types`, outputs trimmed to `num_outputs`, and raw numpy ValueError/IndexError turned into
-    a RuntimeShapeError naming the op (as `kernel` does for references)."""
+    a RuntimeShapeError naming the op (as `kernel` does for references).
+
+    `symbolic=True` says the rule was checked to keep symbolic dims (hipep.symbolic.SymInt) and
+    symbolic values symbolic: it computes output dims with int arithmetic, comparisons and
+    indexing only (no numpy on dims, no int() on a dim it returns), reads operand values through
+    `int_list`/`dim_value`, and every static int it returns is a constant. The runtime then
+    derives output shapes as expressions from it; other rules get their inputs pinned."""
     def wrap(fn):
         @functools.wraps(fn)
         def rule(types, values, attrs, num_outputs):
@@ -161,6 +173,7 @@ def shape_rule(op_type: str):
             except (ValueError, IndexError) as e:
                 raise RuntimeShapeError(f"{op_type}: {e}") from e
             return out[:num_outputs] if len(out) > num_outputs else out
+        rule.symbolic = symbolic
         return rule
     return wrap
 
@@ -168,6 +181,8 @@ def shape_rule(op_type: str):
 def norm_dim(d):
     if isinstance(d, (bool, np.bool_)):
         return None
+    if isinstance(d, SymInt):
+        return d
     if isinstance(d, (int, np.integer)):
         return int(d)
     return None

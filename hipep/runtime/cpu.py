@@ -16,13 +16,16 @@ deferred and random are how tests prove the host-buffer rule and a plan's syncs.
 from __future__ import annotations
 
 import random
+import time
 from collections import deque
 from typing import Callable, TypeVar
 
 import numpy as np
 
-from ..errors import HipepError
-from .device import Device, Stream
+from ..errors import HipepError, RuntimeShapeError
+from ..ops.registry import lookup
+from ..plan import split_op_key
+from .device import Device, Event, Graph, Kernel, Stream
 
 T = TypeVar("T")
 
@@ -41,6 +44,9 @@ class CpuStream(Stream):
         self._queue: deque[tuple[str, Callable[[], None]]] = deque()
         self._error: BaseException | None = None
         self._rng = random.Random(f"{seed}/0")
+        self.issued = 0  # pieces of device work queued so far (events count against it)
+        self.done = 0  # ... and run (or dropped after a failure)
+        self.kernel_ns = 0  # time inside programs, for hipep.stats()'s kernel_us
 
     def begin_run(self, run_index: int) -> None:
         self._rng = random.Random(f"{self.seed}/{run_index}")
@@ -50,7 +56,9 @@ class CpuStream(Stream):
         return len(self._queue)
 
     def enqueue(self, label: str, work: Callable[[], None]) -> None:
+        self.issued += 1
         if self._error is not None:  # a failed stream runs nothing more until sync reports it
+            self.done += 1
             return
         self._queue.append((label, work))
         if self.schedule == "inline":
@@ -71,23 +79,44 @@ class CpuStream(Stream):
         self._raise_recorded()
 
     def discard(self) -> None:
+        self.done += len(self._queue)
         self._queue.clear()
         self._error = None
+
+    def record_event(self) -> "CpuEvent":
+        return CpuEvent(self, self.issued)
 
     def _run(self, n: int) -> None:
         for _ in range(n):
             label, work = self._queue.popleft()
+            self.done += 1
             try:
                 work()
             except Exception as e:  # recorded, raised at the next sync; the rest is dropped
                 self._error = e if isinstance(e, HipepError) else HipepError(f"{label}: {type(e).__name__}: {e}")
+                self.done += len(self._queue)
                 self._queue.clear()
                 return
+
 
     def _raise_recorded(self) -> None:
         if self._error is not None:
             error, self._error = self._error, None
             raise error
+
+
+class CpuEvent(Event):
+    def __init__(self, stream: CpuStream, target: int):
+        self.stream, self.target = stream, target
+
+    def query(self) -> bool:
+        return self.stream.done >= self.target
+
+    def wait(self) -> None:
+        s = self.stream
+        if s.done < self.target:
+            s._run(min(len(s._queue), self.target - s.done))
+        s._raise_recorded()
 
 
 class CpuDevice(Device):
@@ -98,6 +127,7 @@ class CpuDevice(Device):
             raise ValueError(f"unknown CPU schedule {schedule!r}; expected one of {', '.join(SCHEDULES)}")
         self.schedule = schedule
         self.seed = int(seed)
+        self._programs: dict = {}
 
     def alloc(self, space: str, nbytes: int) -> np.ndarray:
         return np.full(int(nbytes), POISON, np.uint8)
@@ -116,3 +146,140 @@ class CpuDevice(Device):
 
     def new_stream(self) -> CpuStream:
         return CpuStream(self.schedule, self.seed)
+    def copy_async(self, stream: CpuStream, dst: np.ndarray, src: np.ndarray, label: str = "copy") -> None:
+        if dst.nbytes != src.nbytes:
+            raise HipepError(f"{label}: copies {src.nbytes} bytes into {dst.nbytes}")
+        stream.enqueue(label, lambda: np.copyto(dst.reshape(-1).view(np.uint8), src.reshape(-1).view(np.uint8)))
+
+    # ---- programs ----------------------------------------------------------------------------
+
+    def compile(self, kernel: Kernel) -> "CpuProgram":
+        key = (kernel.name, kernel.label, kernel.dtypes, _freeze(kernel.constants))
+        program = self._programs.get(key)
+        if program is None:
+            program = self._programs[key] = CpuProgram(kernel)
+        return program
+
+    def launch(self, stream: CpuStream, program: "CpuProgram", grid, block, smem, args, label: str = "") -> None:
+        label = label or program.label
+        stream.enqueue(label, _timed(stream, program.run, args, label))
+
+    def replay(self, stream: CpuStream, graph: Graph, patches: list) -> None:
+        for node, k, new in patches:
+            old = node.args[k]
+            if old is not None and (old.shape != new.shape or old.dtype != new.dtype):
+                raise HipepError(f"{node.label}: replay changes argument {k} from {list(old.shape)}:{old.dtype} to "
+                                 f"{list(new.shape)}:{new.dtype}; only the memory behind it may change")
+            node.args[k] = new
+        if stream.schedule == "inline" and not stream._queue and stream._error is None:
+            # Everything would run at once anyway: call the programs directly.
+            clock, total, node = time.perf_counter_ns, 0, None
+            try:
+                for node in graph.nodes:
+                    if node.kind != "sync":
+                        t = clock()
+                        node.program.run(node.args)
+                        total += clock() - t
+            except HipepError as e:
+                raise _named(node.label, e) from None
+            except Exception as e:
+                raise HipepError(f"{node.label}: {type(e).__name__}: {e}") from e
+            finally:
+                stream.kernel_ns += total
+            return
+        for node in graph.nodes:
+            if node.kind == "launch":
+                stream.enqueue(node.label, _timed(stream, node.program.run, node.args, node.label))
+            elif node.kind == "host":
+                stream.run_host(node.label, _timed(stream, node.program.run, node.args, node.label))
+            else:
+                stream.sync()
+
+    def kernel_ns(self, stream: CpuStream) -> int:
+        ns, stream.kernel_ns = stream.kernel_ns, 0
+        return ns
+
+
+def _timed(stream: CpuStream, run, args, label: str):
+    def work():
+        t = time.perf_counter_ns()
+        try:
+            run(args)
+        except HipepError as e:
+            raise _named(label, e) from None
+        finally:
+            stream.kernel_ns += time.perf_counter_ns() - t
+    return work
+
+
+def _named(label: str, e: HipepError) -> HipepError:
+    if str(e).startswith(label):
+        return e
+    try:
+        return type(e)(f"{label}: {e}")
+    except Exception:
+        return HipepError(f"{label}: {e}")
+
+
+def _freeze(x):
+    if isinstance(x, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in x.items()))
+    if isinstance(x, (list, tuple)):
+        return tuple(_freeze(v) for v in x)
+    if isinstance(x, np.ndarray):
+        return (x.dtype.str, x.shape, x.tobytes())
+    return x
+
+
+# numpy ufuncs that compute exactly what the registry reference does for these dtypes (same-dtype
+# float operands: numpy rounds once per element as ORT's CPU kernels do).
+_UFUNCS = {"::Add": np.add, "::Sub": np.subtract, "::Mul": np.multiply, "::Div": np.divide}
+_UFUNC_DTYPES = {"float32", "float64"}
+
+
+class CpuProgram:
+    """The CPU device's program for a kernel: the op's numpy reference (the oracle), called with
+    the launch's arguments (inputs, then outputs), its results written into the outputs."""
+
+    def __init__(self, kernel: Kernel):
+        domain, op_type = split_op_key(kernel.name)
+        op = lookup(domain, op_type)
+        if op is None:
+            raise HipepError(f"{kernel.label or kernel.name}: no program for kernel {kernel.name}")
+        self.kernel = kernel
+        self.label = kernel.label or kernel.name
+        self.reference = op.reference
+        self.attrs = kernel.constants
+        self.n_in = kernel.arity
+        ufunc = _UFUNCS.get(kernel.name)
+        if ufunc is not None and len(kernel.dtypes) == 3 and set(kernel.dtypes) <= _UFUNC_DTYPES \
+                and len(set(kernel.dtypes)) == 1:
+            self._ufunc = ufunc
+            self.run = self._run_ufunc
+        else:
+            self.run = self._run_reference
+
+    def __call__(self, args) -> None:
+        self.run(args)
+
+    def _run_ufunc(self, args) -> None:
+        self._ufunc(args[0], args[1], out=args[2])
+
+    def _run_reference(self, args) -> None:
+        n = self.n_in
+        outs = args[n:]
+        results = self.reference(args[:n], self.attrs)
+        for j, dst in enumerate(outs):
+            if dst is None:
+                continue
+            if j >= len(results):
+                raise HipepError(f"the reference produced {len(results)} outputs, the launch writes {len(outs)}")
+            r = results[j]
+            if not isinstance(r, np.ndarray):
+                r = np.asarray(r)
+            if r.shape != dst.shape:
+                raise RuntimeShapeError(f"output {j} came out with shape {list(r.shape)}, but the shape rule "
+                                        f"said {list(dst.shape)}")
+            if r.dtype != dst.dtype:
+                raise HipepError(f"output {j} came out as {r.dtype}, the plan declares {dst.dtype}")
+            np.copyto(dst, r)

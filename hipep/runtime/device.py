@@ -1,16 +1,39 @@
-"""The device interface every backend implements (cpu here; cuda and hip later).
+"""The device interface every backend implements, shaped like a GPU runtime's.
 
-Small and shaped like a GPU runtime: memory (one allocation per pool, in a memory space, typed
-views into it, copies between allocations) and streams (device work queued in order, host work
-run at once, sync). The executor owns everything above that: pool layout, shapes, the plan walk.
-Work handed to a stream is a closure; a GPU backend's closures launch kernels.
+One file per backend (cpu.py here; GPU backends beside it), each owning its allocator, streams,
+programs and launch, in the manner of tinygrad's `runtime/ops_*.py`:
+
+  * memory: `alloc`/`free` in a memory space ("device" or "host_visible"), typed `view`s of an
+    allocation (what a kernel argument points at), `wrap` of memory ORT owns, synchronous `copy`
+    (the interpreter's pool growth) and asynchronous `copy_async` on a stream;
+  * streams and events: device work queued in order (`Stream.enqueue`), host work run at once
+    (`Stream.run_host`), `sync`, and events recorded on a stream and waited for;
+  * programs: `compile(kernel)` once per kernel and its specialization constants, `launch(stream,
+    program, grid, block, smem, args)`;
+  * capture and replay: `capture()` records launches, host work and syncs into a `Graph`;
+    `replay(stream, graph, patches)` issues it again with some arguments replaced (ORT's input
+    and output memory, which changes every run). Nothing else may change between replays.
+
+The executor owns everything above that: the plan walk, shapes, memory layout. It never calls
+numpy itself; the CPU device's programs are numpy, a GPU device's are kernels.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
+
+
+class Event(ABC):
+    @abstractmethod
+    def wait(self) -> None:
+        """Blocks the host until the work queued before the event was recorded has run."""
+
+    @abstractmethod
+    def query(self) -> bool:
+        """Whether that work has run."""
 
 
 class Stream(ABC):
@@ -45,9 +68,46 @@ class Stream(ABC):
     def pending(self) -> int:
         """How many queued pieces of work have not run yet."""
 
+    @abstractmethod
+    def record_event(self) -> Event:
+        """An event that completes when the work queued so far has run."""
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """What a launch runs: an entry point with its specialization constants. `name` is the
+    registry key of the op ("::Add", "com.microsoft::GroupQueryAttention", "hipep::FusedElementwise")
+    naming the kernels/ entry a GPU backend compiles (or `source`, a generated one); `constants`
+    are the node's attributes, fixed at compile time."""
+    name: str
+    constants: dict = field(default_factory=dict, hash=False, compare=False)
+    arity: int = 0  # how many of the launch's buffer arguments are inputs (the rest are outputs)
+    dtypes: tuple = ()  # the buffer arguments' dtypes (inputs, then outputs)
+    source: str = ""
+    label: str = ""  # the node it runs, for messages
+
+
+@dataclass
+class GraphNode:
+    kind: str  # "launch" | "host" | "sync"
+    program: Any = None
+    args: list = field(default_factory=list)
+    grid: tuple = ()
+    block: tuple = ()
+    smem: int = 0
+    label: str = ""
+
+
+@dataclass
+class Graph:
+    """A captured sequence of launches, host work and syncs, with its arguments bound."""
+    nodes: list[GraphNode] = field(default_factory=list)
+
 
 class Device(ABC):
     name: str
+
+    # ---- memory ------------------------------------------------------------------------------
 
     @abstractmethod
     def alloc(self, space: str, nbytes: int) -> Any:
@@ -58,15 +118,56 @@ class Device(ABC):
 
     @abstractmethod
     def view(self, memory: Any, offset: int, dtype, shape: tuple[int, ...]):
-        """A typed, C-contiguous view of `memory`'s bytes from `offset` (no copy)."""
+        """A typed, C-contiguous view of `memory`'s bytes from `offset` (no copy): what a kernel
+        argument points at."""
+
+    def wrap(self, array: Any) -> Any:
+        """A kernel argument for memory ORT owns (an input or output tensor)."""
+        return array
 
     @abstractmethod
     def copy(self, dst: Any, dst_offset: int, src: Any, src_offset: int, nbytes: int) -> None:
         """Copies bytes between allocations now (the caller has synced the streams using them)."""
 
     @abstractmethod
+    def copy_async(self, stream: Stream, dst: Any, src: Any, label: str = "copy") -> None:
+        """Queues a copy between two views of equal size (host→device, device→host or
+        device→device, by where the views live) on `stream`."""
+
+    # ---- streams -----------------------------------------------------------------------------
+
+    @abstractmethod
     def new_stream(self) -> Stream:
         """A new stream."""
+
+    # ---- programs ----------------------------------------------------------------------------
+
+    @abstractmethod
+    def compile(self, kernel: Kernel) -> Any:
+        """The loaded program for `kernel` (backends cache compiled code)."""
+
+    @abstractmethod
+    def launch(self, stream: Stream, program: Any, grid: tuple, block: tuple, smem: int, args: list,
+               label: str = "") -> None:
+        """Queues one launch of `program` over `args` (views and scalars) on `stream`."""
+
+    # ---- capture and replay ------------------------------------------------------------------
+
+    def capture(self) -> Graph:
+        """An empty graph to record into (`Graph.nodes` are appended by the executor)."""
+        return Graph()
+
+    @abstractmethod
+    def replay(self, stream: Stream, graph: Graph, patches: list) -> None:
+        """Issues `graph` on `stream`. `patches` are (node, argument position, value) triples that
+        replace arguments for this replay (ORT's input and output memory); anything else must be
+        what was captured."""
+
+    # ---- time ------------------------------------------------------------------------------
+
+    def kernel_ns(self, stream: Stream) -> int:
+        """Nanoseconds spent inside programs on `stream` since the last call (then reset)."""
+        return 0
 
 
 def open_device(kind: str, device_id: int = 0, cpu_schedule: str = "inline", seed: int = 0) -> Device:

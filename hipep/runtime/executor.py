@@ -1,488 +1,486 @@
-"""Runs a launch plan (hipep.plan) on a Device, as a GPU runtime would.
+"""Runs a launch plan on a Device: specialize once per layout signature, then replay.
 
-Per run: ORT's inputs and the weights are bound as read-only arrays (device-space values), the
-plan's constants as host-visible ones; then the steps are walked in order. For each Launch and
-HostStep the executor computes the output shapes *when it issues the step*, from the inputs'
-shapes and the values of the op's host inputs (read by the host now: if the plan lacks a sync
-the value may be stale, exactly as on a GPU), makes each output's slot big enough (growing a
-pool syncs the stream first and re-lays it out), and hands a closure to the stream (Launch) or
-runs it at once on the host (HostStep). The closure reads and writes memory through views when
-it runs. Shapes live in a per-run table (value id → shape); views are made from the current pool
-whenever needed, so a re-layout never leaves one stale.
+A run goes through three levels, each cached:
 
-Runs of one plan may be concurrent (ORT calls Compute from several threads): each run takes a
-PoolSet (pools + stream) from a free list and gives it back at the end, so concurrent runs never
-share memory while sequential runs reuse it — which is why the plan's final Sync matters.
+1. **Shape program** (hipep.runtime.shapes): every value's shape as expressions over the inputs'
+   dims, with the guards the shape rules' decisions rest on. Traced from the registry's rules the
+   first time inputs of a given rank pattern arrive, and again only when a guard breaks — which is
+   also where a dimension mismatch is found, by the rule, naming the node, before any launch.
+2. **Specialization**, one per *layout signature*: the values of the symbols that size buffers
+   (the arena's memory). Symbols used only as values (a sequence length a kernel loops to,
+   total_sequence_length) are not part of it. Per specialization the executor evaluates buffer
+   sizes, lays memory out once (one arena per memory space and per concurrent run, sized to the
+   maximum over specializations: the same signature gets the same addresses), and records the
+   plan as a flat list of launches with their arguments bound (`Device.capture`). Cached, LRU.
+3. **Replay**: `Device.replay` with the run's ORT pointers patched in: the inputs, and the
+   outputs, which ORT hands out before the first launch (`allocate_outputs`) so kernels write
+   them directly. Per run the host computes the symbols from the input shapes (one generated
+   function), checks the guards that involve value-only symbols, and replays.
+
+Plans whose shapes depend on values computed on the device (Loop, If, a shape read back from a
+kernel's result) or that end without a Sync run through the step-by-step interpreter.
 """
 from __future__ import annotations
 
-import functools
 import threading
-from typing import Callable, Sequence
+from collections import OrderedDict
+from typing import Sequence
 
 import ml_dtypes  # noqa: F401  (registers numpy's 'bfloat16' dtype name used by plans)
 import numpy as np
 
+from .. import counters
 from ..errors import HipepError, RuntimeShapeError
-from ..graph import TensorType, elem_type_of
-from ..ops.registry import OpDef, lookup
-from ..plan import MEMORY_SPACES, HostStep, If, Launch, Loop, Plan, Sync, split_op_key, walk
-from .device import Device
-from .memory import PoolSet
+from ..plan import MEMORY_SPACES, HostStep, If, Launch, Loop, Plan, Sync, walk
+from ..symbolic import compile_exprs, compile_guards, evaluate, format_guard, symbols_of
+from .device import Device, Graph, GraphNode
+from .interpreter import Interpreter, _check_plan, bound_weight
+from .kernels import kernel_of
+from .memory import ALIGN, round_up
+from .shapes import DataDependent, ShapeProgram, trace_shapes
+
+MAX_BYTES = 1 << 62  # a buffer's byte count beyond this is an error, not an int64 wrap-around
+SPECIALIZATION_CACHE = 64  # layout signatures kept per compiled subgraph (LRU)
+TRACES_PER_RANKS = 8  # shape programs kept per rank pattern before the oldest goes
 
 
 class Executor:
-    def __init__(self, plan: Plan, device: Device):
+    def __init__(self, plan: Plan, device: Device, weights: dict | None = None,
+                 cache_size: int = SPECIALIZATION_CACHE):
+        _check_plan(plan)
         self.plan = plan
         self.device = device
-        self._ops: dict[str, OpDef] = {}
-        for step in walk(plan.steps):
-            if isinstance(step, (Launch, HostStep)) and step.op not in self._ops:
-                domain, op_type = split_op_key(step.op)
-                op = lookup(domain, op_type)
-                if op is None:  # the compiler only emits registered ops; a plan from elsewhere may not
-                    raise HipepError(f"plan '{plan.name}' uses unknown op {domain or 'ai.onnx'}::{op_type}")
-                self._ops[step.op] = op
-        _check_plan(plan)
-        self._storage = {vid: plan.storage_of(vid) for vid, v in plan.values.items() if v.kind == "buffer"}
-        self._slot_counts = plan.slot_counts()
+        self.weights = weights
+        self.cache_size = cache_size
+        self._lock = threading.Lock()
+        self._runs = 0
+        self._interpreter: Interpreter | None = None
+        self.replays = not any(isinstance(s, (Loop, If)) for s in walk(plan.steps)) and \
+            bool(plan.steps) and isinstance(plan.steps[-1], Sync)
+        if not self.replays:
+            self._interpreter = Interpreter(plan, device, weights)
+            return
         self._constants: dict[int, np.ndarray] = {}
         for vid, v in plan.values.items():
             if v.kind == "constant":
-                self._constants[vid] = _read_only(np.array(plan.constants[v.constant], dtype=v.dtype, order="C"))
-        # ORT's input memory is valid during Compute only. A plan that ends with a Sync leaves no
-        # queued work behind, so it may read ORT's arrays in place; one that does not may leave
-        # work that runs in a later run, so it gets copies.
-        self._copy_inputs = not (plan.steps and isinstance(plan.steps[-1], Sync))
-        self._lock = threading.Lock()
-        self._free: list[PoolSet] = []
-        self._runs = 0
+                a = np.array(plan.constants[v.constant], dtype=v.dtype, order="C")
+                a.flags.writeable = False
+                self._constants[vid] = a
+            elif v.kind == "weight" and v.index < 0:
+                self._constants[vid] = bound_weight(plan, vid, weights)
+        self._layout = _StaticLayout(plan)
+        self._programs: dict[tuple, list[_Program]] = {}
+        self._specs: OrderedDict = OrderedDict()
+        self._contexts: list[_Context] = []
+        self._kernels: dict[int, object] = {}  # step index → device program
 
     @property
     def runs(self) -> int:
-        return self._runs
+        return self._runs if self._interpreter is None else self._interpreter.runs
 
-    def pool_sets(self) -> list[PoolSet]:
-        """The idle pool sets (tests look at their pools)."""
+    def pool_sets(self):
+        """The interpreter's idle pool sets (tests look at their pools)."""
+        return [] if self._interpreter is None else self._interpreter.pool_sets()
+
+    def idle_contexts(self) -> list["_Context"]:
+        """The streams and arenas of runs not in flight (tests look at their memory)."""
         with self._lock:
-            return list(self._free)
+            return list(self._contexts)
 
-    def run(self, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    def specializations(self) -> list["_Specialization"]:
+        with self._lock:
+            return list(self._specs.values())
+
+    # ---- a run -----------------------------------------------------------------------------
+
+    def run(self, inputs: Sequence[np.ndarray | None], allocate_outputs=None) -> list[np.ndarray]:
         plan = self.plan
         if len(inputs) != len(plan.inputs):
             raise HipepError(f"{plan.name}: got {len(inputs)} inputs, the plan expects {len(plan.inputs)}")
+        if self._interpreter is not None:
+            return self._interpreter.run(inputs, allocate_outputs)
+        inputs = self._check_inputs(inputs)
+        try:
+            spec, env, hit = self._specialization(inputs)
+        except _Retry:
+            return self._interpreter.run(inputs, allocate_outputs)
         with self._lock:
             index = self._runs
             self._runs += 1
-            pools = self._free.pop() if self._free else None
-        if pools is None:
-            pools = PoolSet(self.device, self._slot_counts)
+            context = self._contexts.pop() if self._contexts else None
+        if context is None:
+            context = _Context(self.device)
         ok = False
         try:
-            if not pools.stream.pending:  # nothing queued from a run before: slots may move
-                for pool in pools.pools.values():
-                    pool.compact()
-            pools.stream.begin_run(index)
-            outputs = _Run(self, pools).execute(inputs)
+            out_shapes = spec.program.output_shapes(env)
+            outputs = self._outputs(out_shapes, allocate_outputs)
+            graph, patches = self._bind(spec, context, inputs, outputs, env)
+            context.stream.begin_run(index)
+            self.device.replay(context.stream, graph, patches)
+            for j, src in spec.copied_outputs:  # outputs that are not kernels' own results
+                np.copyto(outputs[j], self._value_array(src, context, inputs, outputs, env, spec))
             ok = True
             return outputs
         finally:
-            if not ok:  # queued work of a failed run would only read garbage: drop it
-                pools.stream.discard()
+            if not ok:
+                context.stream.discard()
+            counters.bump_many(launches=spec.launches, specializations=0 if hit else 1,
+                               specialization_hits=1 if hit else 0, host_reads=len(spec.program.shape.reads),
+                               kernel_us=self.device.kernel_ns(context.stream) // 1000)
             with self._lock:
-                self._free.append(pools)
+                self._contexts.append(context)
 
-
-class _Run:
-    """One run's state: the shape table, the bound arrays, the pools and stream it holds."""
-
-    def __init__(self, ex: Executor, pools: PoolSet):
-        self.ex = ex
-        self.plan = ex.plan
-        self.values = ex.plan.values
-        self.pools = pools.pools
-        self.stream = pools.stream
-        self.shapes: dict[int, tuple[int, ...]] = {}  # buffer id → shape it has in this run
-        self.arrays: dict[int, np.ndarray | None] = dict(ex._constants)  # inputs, weights, constants
-        self.where = plan_label = f"plan '{ex.plan.name}'"  # the step being issued, for messages
-        self._plan_label = plan_label
-
-    def execute(self, inputs) -> list[np.ndarray]:
-        self._bind(inputs)
-        self._block(self.plan.steps)
-        return self.stream.run_host("outputs", self._collect)
-
-    # ---- values --------------------------------------------------------------------------------
-
-    def _bind(self, inputs) -> None:
+    def _check_inputs(self, inputs):
+        out = list(inputs)
         for pos, (vid, a) in enumerate(zip(self.plan.inputs, inputs)):
-            spec = self.values[vid]
-            if spec.kind not in ("input", "weight"):
-                continue  # the plan holds this one itself
             if a is None:
-                self.arrays[vid] = None
                 continue
-            a = np.asarray(a)
+            if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
+                a = out[pos] = np.ascontiguousarray(a)
+            spec = self.plan.values[vid]
             if a.dtype != np.dtype(spec.dtype):
                 raise HipepError(f"{self.plan.name}: input {pos} ('{spec.name}') is {a.dtype}, "
                                  f"the plan expects {spec.dtype}")
-            if self.ex._copy_inputs or not a.flags.c_contiguous:
-                a = np.array(a, order="C")
-            self.arrays[vid] = _read_only(a)
+        return out
 
-    def shape(self, vid: int) -> tuple[int, ...]:
-        spec = self.values[vid]
-        if spec.kind != "buffer":
-            a = self.arrays[vid]
-            if a is None:
-                raise HipepError(f"{self.where}: value %{vid} ('{spec.name}') is an omitted input")
-            return a.shape
-        try:
-            return self.shapes[vid]
-        except KeyError:
-            raise HipepError(f"{self.where}: value %{vid} ('{spec.name}') is read before any step "
-                             f"produced it") from None
+    def _outputs(self, shapes, allocate_outputs):
+        if allocate_outputs is None:
+            return [np.empty(s, dtype=self.plan.values[v].dtype) for s, v in zip(shapes, self.plan.outputs)]
+        arrays = list(allocate_outputs(shapes))
+        for j, (a, s, v) in enumerate(zip(arrays, shapes, self.plan.outputs)):
+            if tuple(a.shape) != tuple(s) or a.dtype != np.dtype(self.plan.values[v].dtype):
+                raise HipepError(f"{self.plan.name}: output {j} was allocated as {list(a.shape)}:{a.dtype}, "
+                                 f"expected {list(s)}:{self.plan.values[v].dtype}")
+        return arrays
 
-    def array(self, vid: int, shape: tuple[int, ...] | None = None):
-        """The value as an array over its current storage (a view into the pool for buffers)."""
-        spec = self.values[vid]
-        if spec.kind != "buffer":
-            return self.arrays[vid]
-        shape = self.shape(vid) if shape is None else shape
-        dtype = np.dtype(spec.dtype)
-        nbytes = _nbytes(shape, dtype)
-        root = self.ex._storage[vid]
-        rspec = self.values[root]
-        if rspec.kind == "buffer":
-            pool = self.pools[rspec.space]
-            if not pool.fits(rspec.slot, nbytes):
-                raise RuntimeShapeError(
-                    f"{self.where}: value %{vid} ('{spec.name}') needs {nbytes} bytes for shape {list(shape)}, but its "
-                    f"storage (slot {rspec.slot} of {rspec.space}) holds {pool.capacity[rspec.slot]}")
-            return pool.view(rspec.slot, dtype, shape)
-        base = self.arrays[root]  # a view of an input, weight or constant
-        flat = base.reshape(-1).view(np.uint8)
-        if nbytes > flat.nbytes:
-            raise RuntimeShapeError(f"{self.where}: value %{vid} ('{spec.name}') needs {nbytes} bytes for shape "
-                                    f"{list(shape)}, but the value it views ('{rspec.name}') has {flat.nbytes}")
-        return flat[:nbytes].view(dtype).reshape(shape)
+    # ---- specialization --------------------------------------------------------------------
 
-    def host_read(self, label: str, vid: int) -> np.ndarray:
-        """A copy of the value as the host sees it now (no sync: a missing one shows)."""
-        return self.stream.run_host(label, lambda: np.array(self.array(vid)))
-
-    def _prepare(self, outputs: list[tuple[int, tuple[int, ...]]], label: str) -> None:
-        """Records the outputs' shapes, growing their slots first where too small."""
-        needs: dict[str, dict[int, int]] = {}
-        for vid, shape in outputs:
-            spec = self.values[vid]
-            if spec.kind != "buffer":
-                raise HipepError(f"{label}: writes %{vid} ('{spec.name}'), which is a {spec.kind}, not a buffer")
-            if spec.owns_slot:
-                nbytes = _nbytes(shape, np.dtype(spec.dtype))
-                if not self.pools[spec.space].fits(spec.slot, nbytes):
-                    slots = needs.setdefault(spec.space, {})
-                    slots[spec.slot] = max(slots.get(spec.slot, 0), nbytes)
-        if needs:
-            if any(self.pools[space].moves_memory(slots) for space, slots in needs.items()):
-                self.stream.sync()  # bytes queued work may use are about to move
-            for space, slots in needs.items():
-                self.pools[space].grow(slots)
-        for vid, shape in outputs:
-            self.shapes[vid] = shape
-
-    def _collect(self) -> list[np.ndarray]:
-        self.where = self._plan_label + " outputs"
-        return [np.array(self.array(vid), order="C", copy=True) for vid in self.plan.outputs]
-
-    # ---- steps ---------------------------------------------------------------------------------
-
-    def _block(self, block) -> None:
-        for step in block:
-            if isinstance(step, Launch):
-                self._op(step, host=False)
-            elif isinstance(step, HostStep):
-                self._op(step, host=True)
-            elif isinstance(step, Sync):
-                self.stream.sync()
-            elif isinstance(step, Loop):
-                self._loop(step)
-            elif isinstance(step, If):
-                self._if(step)
-            else:
-                raise HipepError(f"{self.plan.name}: unknown plan step {step!r}")
-
-    def _op(self, step: Launch | HostStep, host: bool) -> None:
-        op = self.ex._ops[step.op]
-        label = self.where = f"node '{step.node}' ({op.op_type})"
-        shapes = self._output_shapes(step, op, label)
-        self._prepare([(vid, s) for vid, s in zip(step.outputs, shapes) if vid >= 0], label)
-        ins = [None if vid < 0 else self.array(vid) for vid in step.inputs]
-        outs = [None if vid < 0 else self.array(vid) for vid in step.outputs]
-        names = [self.values[vid].name if vid >= 0 else "" for vid in step.outputs]
-        attrs = step.attributes
-
-        def compute():
-            results = op.reference(ins, attrs)
-            for j, dst in enumerate(outs):
-                if dst is None:
-                    continue
-                if j >= len(results):
-                    raise HipepError(f"the reference produced {len(results)} outputs, the step writes {len(outs)}")
-                r = np.asarray(results[j])
-                if r.shape != dst.shape:
-                    raise RuntimeShapeError(f"output {j} ('{names[j]}') came out with shape {list(r.shape)}, "
-                                            f"but the shape rule said {list(dst.shape)}")
-                if r.dtype != dst.dtype:
-                    raise HipepError(f"output {j} ('{names[j]}') came out as {r.dtype}, the plan declares {dst.dtype}")
-                np.copyto(dst, r)
-
-        def work():  # reads the inputs and writes the outputs when it runs, not when issued
-            _named_call(label, compute, ins)
-
-        if host:
-            self.stream.run_host(label, work)
-        else:
-            self.stream.enqueue(label, work)
-
-    def _output_shapes(self, step, op: OpDef, label: str) -> list[tuple[int, ...] | None]:
-        n_out = len(step.outputs)
-        if op.shape_rule is None:
-            # Transitional, while shape rules are being added to the registry: an op without
-            # one cannot be sized before it runs, so the host waits for the stream, runs the
-            # reference on the current inputs and takes the shapes it produced. The sync hides
-            # any missing sync before this step; ops with a rule get the real treatment.
-            self.stream.sync()
-            ins = [None if vid < 0 else self.array(vid) for vid in step.inputs]
-            results = self.stream.run_host(
-                label, lambda: _named_call(label, lambda: op.reference(ins, step.attributes), ins))
-            return [tuple(np.shape(results[j])) if j < len(results) else None for j in range(n_out)]
-        types, values, described = [], [], []
-        for pos, vid in enumerate(step.inputs):
-            if vid < 0 or (self.values[vid].kind in ("input", "weight") and self.arrays.get(vid) is None):
-                types.append(None)  # omitted optional input (ORT passes None)
-                values.append(None)
-                described.append(None)
+    def _specialization(self, inputs):
+        ranks = tuple(None if a is None else a.ndim for a in inputs)
+        programs = self._programs.get(ranks, ())
+        for program in programs:
+            env = program.signature(inputs)
+            if env is None or not program.value_guards(env):
                 continue
-            spec = self.values[vid]
-            shape = self.shape(vid)
-            types.append(TensorType(_elem_type(spec.dtype), tuple(shape)))
-            described.append(_Described(shape, spec.dtype))
-            if pos in op.host_inputs:  # the host reads it now
-                values.append(self.host_read(label, vid))
-            elif spec.kind == "constant":  # known to the host anyway
-                values.append(self.arrays[vid])
-            else:
-                values.append(None)
-        result = _named_call(label, lambda: op.shape_rule(types, values, step.attributes, n_out), described)
-        shapes: list[tuple[int, ...] | None] = []
-        for j, vid in enumerate(step.outputs):
+            key = (id(program), program.layout_key(env), self._alias_key(inputs))
+            with self._lock:
+                spec = self._specs.get(key)
+                if spec is not None:
+                    self._specs.move_to_end(key)
+                    return spec, env, True
+            if program.layout_guards(env):
+                return self._new_specialization(key, program, env), env, False
+        try:
+            shape = trace_shapes(self.plan, inputs, self._constants)
+        except DataDependent:
+            # shapes need device values: this plan runs step by step from now on
+            self._interpreter = Interpreter(self.plan, self.device, self.weights)
+            raise _Retry() from None
+        program = _Program(self, shape)
+        with self._lock:
+            family = self._programs.setdefault(ranks, [])
+            family.insert(0, program)
+            del family[TRACES_PER_RANKS:]
+        env = program.signature(inputs)
+        if env is None or not program.value_guards(env) or not program.layout_guards(env):
+            broken = program.explain_guards(env)
+            raise HipepError(f"{self.plan.name}: the traced shape program does not hold for its own inputs "
+                             f"({broken})")
+        key = (id(program), program.layout_key(env), self._alias_key(inputs))
+        return self._new_specialization(key, program, env), env, False
+
+    def _alias_key(self, inputs):
+        return ()
+
+    def _new_specialization(self, key, program: "_Program", env) -> "_Specialization":
+        spec = _Specialization(self, program, env)
+        with self._lock:
+            self._specs[key] = spec
+            while len(self._specs) > self.cache_size:
+                self._specs.popitem(last=False)
+        return spec
+
+    # ---- binding ---------------------------------------------------------------------------
+
+    def _kernel(self, index: int, step, label: str):
+        program = self._kernels.get(index)
+        if program is None:
+            program = self._kernels[index] = self.device.compile(kernel_of(self.plan, step, label))
+        return program
+
+    def _bind(self, spec: "_Specialization", context: "_Context", inputs, outputs, env):
+        """The specialization's captured graph for this context (capturing it the first time, or
+        after the context's arena moved), and this run's patches."""
+        context.reserve(spec.arena_bytes)
+        bound = spec.graphs.get(id(context))
+        if bound is None or bound[0] != context.generation:
+            bound = (context.generation, self._capture(spec, context, inputs, outputs, env))
+            spec.graphs[id(context)] = bound
+        graph, patch_sites = bound[1]
+        ext_shapes = spec.program.external_shapes(env) if spec.program.external else ()
+        patches = []
+        for node, k, source in patch_sites:
+            kind, index, view = source
+            a = inputs[index] if kind == "in" else outputs[index]
+            if view >= 0:
+                a = a.reshape(ext_shapes[view])
+            patches.append((node, k, a))
+        return graph, patches
+
+    def _capture(self, spec: "_Specialization", context: "_Context", inputs, outputs, env):
+        plan, values, layout = self.plan, self.plan.values, self._layout
+        graph = self.device.capture()
+        sites = []
+        ext_shapes = spec.program.external_shapes(env) if spec.program.external else ()
+        arrays: dict[int, object] = dict(self._constants)
+
+        def arg(vid, node, k):
             if vid < 0:
-                shapes.append(None)
+                return None
+            if vid in arrays:
+                return arrays[vid]
+            root = layout.root[vid] if values[vid].kind == "buffer" else vid
+            if root in layout.external:
+                kind, index = layout.external[root]
+                view = spec.program.external_index.get(vid, -1)
+                sites.append((node, k, (kind, index, view)))
+                a = inputs[index] if kind == "in" else outputs[index]
+                return a if view < 0 else a.reshape(ext_shapes[view])
+            rspec = values[root]
+            offset = spec.offsets[rspec.space][rspec.slot]
+            a = self.device.view(context.arenas[rspec.space], offset, values[vid].dtype, spec.shapes[vid])
+            arrays[vid] = a
+            return a
+
+        for index, step in enumerate(plan.steps):
+            if isinstance(step, Sync):
+                graph.nodes.append(GraphNode("sync", label=f"sync ({step.reason})"))
                 continue
-            t = result[j] if j < len(result) else None
-            dims = None if t is None else t.shape
-            if dims is None or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0
-                                       for d in dims):
-                got = "no type" if t is None else str(t)
-                ins = ", ".join(_describe(d) for d in described)
-                raise RuntimeShapeError(f"{label}: the shape rule gave output {j} {got}, not a static shape, "
-                                        f"for inputs ({ins})")
-            shapes.append(tuple(int(d) for d in dims))
-        return shapes
+            label = f"node '{step.node}' ({step.op_type})"
+            node = GraphNode("launch" if isinstance(step, Launch) else "host", self._kernel(index, step, label),
+                             label=label)
+            node.args = [arg(v, node, k) for k, v in enumerate((*step.inputs, *step.outputs))]
+            if isinstance(step, Launch):
+                node.grid, node.block, node.smem = _launch_config(step, node.args, plan)
+            graph.nodes.append(node)
+        return graph, sites
 
-    # ---- control flow --------------------------------------------------------------------------
-
-    def _host_scalar(self, label: str, vid: int, what: str):
-        v = self.host_read(label, vid)
-        if v.size != 1:
-            raise RuntimeShapeError(f"{label}: the {what} must have one element, got shape {list(v.shape)}")
-        return v.reshape(()).item()
-
-    def _fill(self, label: str, vid: int, value) -> None:
-        """Queues a write of a host value into a buffer (a host-to-device copy)."""
-        spec = self.values[vid]
-        self._prepare([(vid, ())], label)
-        dst, v = self.array(vid), np.array(value, dtype=spec.dtype)
-        self.stream.enqueue(label, lambda: np.copyto(dst, v))
-
-    def _copies(self, label: str, pairs) -> None:
-        """Queues copies src → dst (device work). All sources are read before any destination is
-        written, so carried values that swap places stay right."""
-        pairs = [(s, d) for s, d in pairs if d >= 0]
-        if not pairs:
-            return
-        src_shapes = [self.shape(s) for s, _ in pairs]
-        for (s, d) in pairs:
-            if np.dtype(self.values[s].dtype) != np.dtype(self.values[d].dtype):
-                raise HipepError(f"{label}: copies %{s} ({self.values[s].dtype}) into %{d} ({self.values[d].dtype})")
-        self._prepare([(d, shape) for (_, d), shape in zip(pairs, src_shapes)], label)
-        srcs = [self.array(s, shape) for (s, _), shape in zip(pairs, src_shapes)]
-        dsts = [self.array(d) for _, d in pairs]
-
-        def work():
-            staged = [np.array(a) for a in srcs]
-            for dst, a in zip(dsts, staged):
-                np.copyto(dst, a)
-
-        self.stream.enqueue(label, work)
-
-    def _append(self, label: str, src: int, dst: int, i: int) -> None:
-        """Queues the copy of iteration i's scan value into row i of the stacked output."""
-        row = tuple(self.shape(src))
-        if i > 0 and self.shapes[dst][1:] != row:
-            raise RuntimeShapeError(f"{label}: scan output '{self.values[dst].name}' has shape {list(row)} in "
-                                    f"iteration {i} but {list(self.shapes[dst][1:])} before")
-        self._prepare([(dst, (i + 1,) + row)], label)
-        s, d = self.array(src), self.array(dst)[i, ...]  # a view, also for 0-d rows
-        self.stream.enqueue(label, lambda: np.copyto(d, s))
-
-    def _loop(self, s: Loop) -> None:
-        label = self.where = f"node '{s.node}' (Loop)"
-        n = len(s.carried)
-        trip = None if s.trip_count < 0 else int(self._host_scalar(label, s.trip_count, "trip count"))
-        cond = True if s.cond < 0 else bool(self._host_scalar(label, s.cond, "condition"))
-        iter_arg, cond_arg, carried_args = s.body_args[0], s.body_args[1], s.body_args[2:]
-        cond_result, carried_results, scan_results = s.body_results[0], s.body_results[1:1 + n], s.body_results[1 + n:]
-        final_outputs, scan_outputs = s.outputs[:n], s.outputs[n:]
-        self._copies(label, zip(s.carried, carried_args))
-        i = 0
-        while (trip is None or i < trip) and cond:
-            if iter_arg >= 0:
-                self._fill(label, iter_arg, i)
-            if cond_arg >= 0:
-                self._fill(label, cond_arg, cond)
-            self._block(s.body)
-            self.where = label
-            cond = bool(self._host_scalar(label, cond_result, "condition result"))  # the host reads it now
-            for src, dst in zip(scan_results, scan_outputs):
-                if dst >= 0:
-                    self._append(label, src, dst, i)
-            self._copies(label, zip(carried_results, carried_args))
-            i += 1
-        if i == 0:  # no iteration: the per-iteration shape is unknown, the stack is empty
-            self._prepare([(dst, (0,)) for dst in scan_outputs if dst >= 0], label)
-        self._copies(label, zip(carried_args, final_outputs))
-
-    def _if(self, s: If) -> None:
-        label = self.where = f"node '{s.node}' (If)"
-        cond = bool(self._host_scalar(label, s.cond, "condition"))
-        block, results = (s.then_body, s.then_results) if cond else (s.else_body, s.else_results)
-        self._block(block)
-        self.where = label
-        self._copies(label, zip(results, s.outputs))
+    def _value_array(self, vid, context: "_Context", inputs, outputs, env, spec: "_Specialization"):
+        """A value's array after the run (for outputs that are copies)."""
+        values = self.plan.values
+        if vid in self._constants:
+            return self._constants[vid]
+        root = self._layout.root.get(vid, vid)
+        if root in self._layout.external:
+            kind, index = self._layout.external[root]
+            a = inputs[index] if kind == "in" else outputs[index]
+            view = spec.program.external_index.get(vid, -1)
+            return a if view < 0 else a.reshape(spec.program.external_shapes(env)[view])
+        rspec = values[root]
+        offset = spec.offsets[rspec.space][rspec.slot]
+        return self.device.view(context.arenas[rspec.space], offset, values[vid].dtype, spec.shapes[vid])
 
 
-# ---- helpers ------------------------------------------------------------------------------------
-
-class _Described:
-    def __init__(self, shape, dtype):
-        self.shape, self.dtype = tuple(shape), dtype
-
-    def __str__(self):
-        return f"{list(self.shape)}:{self.dtype}"
+class _Retry(Exception):
+    pass
 
 
-def _describe(a) -> str:
-    if a is None:
-        return "None"
-    if isinstance(a, _Described):
-        return str(a)
-    return f"{list(np.shape(a))}:{np.asarray(a).dtype}"
+class _StaticLayout:
+    """What the plan fixes about memory: each value's storage root, which roots are ORT's memory
+    (inputs; outputs that own a slot are redirected into ORT's output tensors), which are arena."""
+
+    def __init__(self, plan: Plan):
+        values = plan.values
+        self.root = {vid: plan.storage_of(vid) for vid, v in values.items() if v.kind == "buffer"}
+        self.external: dict[int, tuple[str, int]] = {}
+        for pos, vid in enumerate(plan.inputs):
+            if values[vid].kind in ("input", "weight"):
+                self.external[vid] = ("in", pos)
+        # An output that owns a slot is computed straight into ORT's output memory; an output
+        # listed twice, or that is an input, constant or view, is copied at the end instead.
+        self.copied: list[tuple[int, int]] = []
+        for j, vid in enumerate(plan.outputs):
+            if values[vid].owns_slot and plan.outputs.count(vid) == 1:
+                self.external[vid] = ("out", j)
+            else:
+                self.copied.append((j, vid))
+        self.arena = [vid for vid, v in values.items()
+                      if v.kind == "buffer" and self.root[vid] not in self.external]
+        self.external_views = [vid for vid, v in values.items()
+                               if v.kind == "buffer" and self.root[vid] in self.external and vid != self.root[vid]]
 
 
-def _named_call(label: str, fn: Callable, inputs):
-    """fn(), with any exception it raises re-raised as a hipep error naming the node."""
+class _Program:
+    """A shape program compiled to Python: the run's symbols from its inputs, the guards, the
+    layout signature, and shapes."""
+
+    def __init__(self, ex: Executor, shape: ShapeProgram):
+        self.shape = shape
+        plan, layout = ex.plan, ex._layout
+        symbols = shape.symbols
+        self.signature = _signature_function(plan, shape)
+        layout_names: set = set()
+        for vid in layout.arena:
+            for e in shape.shapes.get(vid, ()):
+                symbols_of(e, layout_names)
+        self.layout_symbols = [s for s in symbols if s in layout_names]
+        idx = {s: i for i, s in enumerate(symbols)}
+        self.layout_key = _picker([idx[s] for s in self.layout_symbols])
+        layout_guards, value_guards = {}, {}
+        for g, r in shape.guards.items():
+            names = symbols_of(g[1]) | symbols_of(g[2])
+            (layout_guards if names <= layout_names else value_guards)[g] = r
+        self.guards = shape.guards
+        self.layout_guards = compile_guards(layout_guards, symbols, "layout_guards")
+        self.value_guards = compile_guards(value_guards, symbols, "value_guards")
+        self.symbols = symbols
+        outs = [shape.shapes[v] if v in shape.shapes else () for v in plan.outputs]
+        self._out_ranks = [len(s) for s in outs]
+        self._outputs = compile_exprs([e for s in outs for e in s], symbols, "output_shapes")
+        self.external = list(layout.external_views)
+        self.external_index = {vid: i for i, vid in enumerate(self.external)}
+        ext = [shape.shapes[v] for v in self.external]
+        self._ext_ranks = [len(s) for s in ext]
+        self._ext = compile_exprs([e for s in ext for e in s], symbols, "external_shapes")
+
+    def output_shapes(self, env):
+        return _split(self._outputs(env), self._out_ranks)
+
+    def external_shapes(self, env):
+        return _split(self._ext(env), self._ext_ranks)
+
+    def explain_guards(self, env) -> str:
+        if env is None:
+            return "the inputs' ranks differ"
+        one = compile_guards
+        broken = [format_guard(g, r) for g, r in self.guards.items()
+                  if not one({g: r}, self.symbols)(env)]
+        return "; ".join(broken[:5]) or "no guard broken"
+
+
+class _Specialization:
+    """One layout signature: concrete shapes of the arena's values, slot offsets per memory space,
+    launch configurations, and per context the captured graph."""
+
+    def __init__(self, ex: Executor, program: _Program, env):
+        plan, values, layout = ex.plan, ex.plan.values, ex._layout
+        self.program = program
+        self.key_values = dict(zip(program.symbols, env))
+        arena = layout.arena
+        exprs = [e for vid in arena for e in program.shape.shapes.get(vid, ())]
+        ranks = [len(program.shape.shapes.get(vid, ())) for vid in arena]
+        flat = compile_exprs(exprs, program.symbols, "arena_shapes")(env)
+        self.shapes = dict(zip(arena, _split(flat, ranks)))
+        for vid in arena:
+            if vid not in program.shape.shapes:
+                self.shapes.pop(vid, None)  # never written in this plan (an unused result)
+        slot_bytes: dict[str, dict[int, int]] = {space: {} for space in MEMORY_SPACES}
+        for vid, shape in self.shapes.items():
+            spec = values[vid]
+            nbytes = _nbytes(plan, vid, shape)
+            root = values[layout.root[vid]]
+            slots = slot_bytes[root.space]
+            slots[root.slot] = max(slots.get(root.slot, 0), nbytes)
+        self.offsets: dict[str, dict[int, int]] = {}
+        self.arena_bytes: dict[str, int] = {}
+        for space, slots in slot_bytes.items():
+            offset, offsets = 0, {}
+            for slot in sorted(slots):
+                offsets[slot] = offset
+                offset += round_up(max(slots[slot], 1), ALIGN)
+            self.offsets[space], self.arena_bytes[space] = offsets, offset
+        self.copied_outputs = layout.copied
+        self.launches = sum(1 for s in plan.steps if isinstance(s, Launch))
+        self.graphs: dict[int, tuple] = {}
+
+
+class _Context:
+    """What one run in flight holds: a stream and one arena per memory space."""
+
+    def __init__(self, device: Device):
+        self.device = device
+        self.stream = device.new_stream()
+        self.arenas = {space: device.alloc(space, 0) for space in MEMORY_SPACES}
+        self.sizes = {space: 0 for space in MEMORY_SPACES}
+        self.generation = 0
+
+    def reserve(self, need: dict[str, int]) -> None:
+        """Makes each arena hold `need` bytes (nothing is queued between runs: it may move)."""
+        for space, n in need.items():
+            if n > self.sizes[space]:
+                self.device.free(self.arenas[space])
+                self.arenas[space] = self.device.alloc(space, n)
+                self.sizes[space] = n
+                self.generation += 1
+
+
+def _launch_config(step: Launch, args, plan: Plan):
+    """The launch's grid, block and shared memory, its expressions evaluated on the bound shapes."""
+    grid, block, smem = step.launch_config()
+    known = {}
+    for vid, a in zip((*step.inputs, *step.outputs), args):
+        if vid >= 0 and a is not None:
+            known[f"n{vid}"] = int(a.size)
+            for axis, d in enumerate(a.shape):
+                known[f"v{vid}.{axis}"] = int(d)
     try:
-        return fn()
-    except HipepError as e:
-        try:
-            named = type(e)(f"{label}: {e}")
-        except Exception:
-            named = HipepError(f"{label}: {e}")
-        raise named from None
-    except (ValueError, IndexError, TypeError) as e:
-        shapes = ", ".join(_describe(a) for a in inputs)
-        raise RuntimeShapeError(f"{label} failed on inputs ({shapes}): {e}") from None
-    except Exception as e:
-        raise HipepError(f"{label}: {type(e).__name__}: {e}") from e
+        return (tuple(evaluate(e, known) for e in grid), tuple(evaluate(e, known) for e in block),
+                evaluate(smem, known))
+    except KeyError as e:
+        raise HipepError(f"node '{step.node}': its launch configuration refers to {e}, which is none of its "
+                         f"arguments") from None
 
 
-def _read_only(a: np.ndarray) -> np.ndarray:
-    v = a.view()
-    v.flags.writeable = False
-    return v
+def _nbytes(plan: Plan, vid: int, shape) -> int:
+    spec = plan.values[vid]
+    n = 1
+    for d in shape:
+        n *= int(d)
+    nbytes = n * np.dtype(spec.dtype).itemsize
+    if nbytes > MAX_BYTES:
+        writer = next((f"node '{s.node}'" for s in walk(plan.steps)
+                       if isinstance(s, (Launch, HostStep)) and vid in s.outputs), "the plan")
+        raise RuntimeShapeError(f"{writer}: output '{spec.name}' of shape {list(shape)} ({spec.dtype}) would take "
+                                f"{nbytes} bytes, more than a tensor can hold (2^62)")
+    return nbytes
 
 
-def _nbytes(shape, dtype: np.dtype) -> int:
-    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+def _split(flat, ranks):
+    out, i = [], 0
+    for r in ranks:
+        out.append(tuple(flat[i:i + r]))
+        i += r
+    return out
 
 
-@functools.lru_cache(maxsize=None)
-def _elem_type(dtype: str) -> int:
-    return elem_type_of(np.dtype(dtype))
+def _picker(indices):
+    if not indices:
+        return lambda env: ()
+    src = "def pick(env):\n    return (" + ", ".join(f"env[{i}]" for i in indices) + ",)\n"
+    scope: dict = {}
+    exec(src, scope)
+    return scope["pick"]
 
 
-def _check_plan(plan: Plan) -> None:
-    """Structural checks, so a malformed plan fails when it is loaded rather than mid-run."""
-    def bad(msg):
-        return HipepError(f"plan '{plan.name}': {msg}")
-
-    for vid, v in plan.values.items():
-        if v.kind not in ("input", "weight", "constant", "buffer"):
-            raise bad(f"value %{vid} has unknown kind {v.kind!r}")
-        if v.kind == "constant" and v.constant not in plan.constants:
-            raise bad(f"value %{vid} names constant {v.constant!r}, which the plan does not hold")
-        if v.kind == "buffer":
-            if v.space not in MEMORY_SPACES:
-                raise bad(f"value %{vid} is in unknown memory space {v.space!r}")
-            if v.view_of >= 0:
-                seen = {vid}
-                src = v.view_of
-                while True:
-                    if src not in plan.values:
-                        raise bad(f"value %{vid} views %{src}, which does not exist")
-                    if src in seen:
-                        raise bad(f"value %{vid} is a view of itself (a cycle of views)")
-                    seen.add(src)
-                    sv = plan.values[src]
-                    if sv.kind != "buffer" or sv.view_of < 0:
-                        break
-                    src = sv.view_of
-            elif v.slot < 0:
-                raise bad(f"buffer %{vid} has neither a slot nor a value it views")
-        try:
-            np.dtype(v.dtype)
-        except TypeError:
-            raise bad(f"value %{vid} has unknown dtype {v.dtype!r}") from None
-    for pos, vid in enumerate(plan.inputs):
-        if vid not in plan.values:
-            raise bad(f"input {pos} is %{vid}, which does not exist")
-    ids = set(plan.values)
-
-    def known(vid, what):
-        if vid >= 0 and vid not in ids:
-            raise bad(f"{what} refers to %{vid}, which does not exist")
-
-    for vid in plan.outputs:
-        known(vid, "the outputs")
-    for s in walk(plan.steps):
-        if isinstance(s, (Launch, HostStep)):
-            for vid in (*s.inputs, *s.outputs):
-                known(vid, f"node '{s.node}'")
-        elif isinstance(s, Loop):
-            n = len(s.carried)
-            if len(s.body_args) != n + 2 or len(s.body_results) < n + 1 or len(s.outputs) != len(s.body_results) - 1:
-                raise bad(f"Loop '{s.node}' has {n} carried values, {len(s.body_args)} body arguments, "
-                          f"{len(s.body_results)} body results and {len(s.outputs)} outputs (expected "
-                          f"{n + 2} arguments and one output per body result after the condition)")
-            if any(a < 0 for a in s.body_args[2:]):
-                raise bad(f"Loop '{s.node}' has a carried body argument without a buffer")
-            for vid in (s.trip_count, s.cond, *s.carried, *s.body_args, *s.body_results, *s.outputs):
-                known(vid, f"Loop '{s.node}'")
-        elif isinstance(s, If):
-            if not (len(s.then_results) == len(s.else_results) == len(s.outputs)):
-                raise bad(f"If '{s.node}' has {len(s.then_results)} then-results, {len(s.else_results)} "
-                          f"else-results and {len(s.outputs)} outputs")
-            for vid in (s.cond, *s.then_results, *s.else_results, *s.outputs):
-                known(vid, f"If '{s.node}'")
+def _signature_function(plan: Plan, shape: ShapeProgram):
+    """f(inputs) → the symbol values of this run (in `shape.symbols` order), or None when the
+    inputs' presence or ranks differ from the traced ones."""
+    lines = ["def signature(ins):"]
+    for pos, r in enumerate(shape.ranks):
+        if plan.values[plan.inputs[pos]].kind == "weight":
+            continue
+        if r is None:
+            lines.append(f"    if ins[{pos}] is not None: return None")
+        else:
+            lines.append(f"    x{pos} = ins[{pos}]")
+            lines.append(f"    if x{pos} is None: return None")
+            lines.append(f"    s{pos} = x{pos}.shape")
+            lines.append(f"    if len(s{pos}) != {r}: return None")
+    terms = []
+    for name in shape.symbols:
+        kind, pos, k = name[0], *map(int, name[1:].split("."))
+        terms.append(f"s{pos}[{k}]" if kind == "i" else f"int(x{pos}.reshape(-1)[{k}])")
+    lines.append("    return (" + ", ".join(terms) + ("," if terms else "") + ")")
+    scope: dict = {}
+    exec("\n".join(lines) + "\n", scope)
+    return scope["signature"]

@@ -322,14 +322,18 @@ def growth_plan():
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
-def test_growth_keeps_live_contents(rng, schedule):
+def test_arena_is_the_maximum_over_signatures_and_addresses_repeat(rng, schedule):
     ex = executor(growth_plan(), schedule, seed=1)
     for n in (2, 3, 1000, 7, 5000, 4):
         x = rng_x(rng, n)
         (y,) = ex.run([x])
         np.testing.assert_allclose(y, 3 * np.concatenate([x, x]), rtol=1e-6)
-    pools = ex.pool_sets()
-    assert len(pools) == 1 and pools[0].pools[DEVICE].relayouts >= 2
+    (context,) = ex.idle_contexts()
+    assert context.sizes[DEVICE] == max(s.arena_bytes[DEVICE] for s in ex.specializations())
+    count, address = len(ex.specializations()), context.arenas[DEVICE].ctypes.data
+    (y,) = ex.run([x])  # a signature seen before: its layout, at the same addresses
+    np.testing.assert_allclose(y, 3 * np.concatenate([x, x]), rtol=1e-6)
+    assert len(ex.specializations()) == count and context.arenas[DEVICE].ctypes.data == address
 
 
 def test_pool_grow_keeps_every_slot():
@@ -391,7 +395,7 @@ def test_four_threads_on_one_executor(rng, schedule):
     assert not any(t.is_alive() for t in threads)
     assert not failures, failures
     assert ex.runs == 4 * 5 * 8
-    assert 1 <= len(ex.pool_sets()) <= 4
+    assert 1 <= len(ex.idle_contexts()) <= 4
 
 
 # ---- (f) Loop and If ------------------------------------------------------------------------------

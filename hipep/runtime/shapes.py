@@ -1,0 +1,319 @@
+"""The shape program of a plan: every value's shape as expressions over the inputs' dims.
+
+`trace_shapes` walks a plan once with the shapes (and, where a rule needs them, the small integer
+values) of one run's inputs, calling each op's registry shape rule on symbolic dims
+(hipep.symbolic.SymInt). No kernel runs. The result, a `ShapeProgram`, is plain data:
+
+  * `shapes`: value id → tuple of expressions (ints and symbols `i<input>.<axis>`, or
+    `d<input>.<element>` for an element of a small integer input a rule reads);
+  * `guards`: the constraints the rules' decisions rest on (`i3.1 <= i9.2`, `i0.0 == i1.0`, ...),
+    each with the result it had. A run whose dims satisfy every guard has exactly the shapes the
+    expressions give, so the runtime evaluates expressions instead of rules; a run that breaks a
+    guard is traced anew, and there a rule that finds a mismatch raises RuntimeShapeError naming
+    the node, before any launch.
+
+Rules marked `symbolic` (see ops/_common.shape_rule) yield expressions; any other rule gets its
+inputs' symbols pinned (a guard `expr == value` each), which is always sound and only costs a new
+trace when those dims change.
+
+Host steps that compute shape arithmetic (Shape → Gather → Cast → Concat ...) are evaluated
+symbolically too, so a value such as total_sequence_length = Shape(mask)[1] is the expression
+`i3.1`, not a number a guard must pin. Values the host would read from device memory (a rule
+reading what a kernel computed) cannot be known before the run: tracing stops with
+`DataDependent`, and the executor runs such plans step by step (hipep.runtime.interpreter).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import HipepError, RuntimeShapeError
+from ..graph import TensorType, elem_type_of
+from ..ops.registry import lookup
+from ..plan import HostStep, If, Launch, Loop, Plan, Sync, split_op_key
+from ..symbolic import SymInt, Trace, expr_of, sym, symbols_of, value
+
+# Integer inputs at most this long may have their values read by shape rules (Reshape's shape,
+# Slice's bounds as graph inputs): each element becomes a symbol the run reads on the host.
+MAX_READ_ELEMENTS = 64
+
+# Host ops that only move elements: evaluated on an index proxy, so symbolic elements move with
+# them. Value: the input positions whose elements move (the rest are indices, axes, shapes).
+_MOVING = {"Gather": (0,), "Slice": (0,), "Concat": None, "Squeeze": (0,), "Unsqueeze": (0,),
+           "Reshape": (0,), "Identity": (0,), "Flatten": (0,), "Transpose": (0,), "Expand": (0,),
+           "Tile": (0,), "Split": (0,)}
+_INT_KINDS = "iu"
+
+
+class DataDependent(HipepError):
+    """A shape depends on values computed on the device: the plan runs step by step."""
+
+
+@dataclass
+class ShapeProgram:
+    ranks: tuple  # per plan input: its rank, or None when omitted
+    shapes: dict[int, tuple]  # value id → expressions
+    guards: dict[tuple, bool]
+    reads: tuple = ()  # (input position, element) pairs whose values are symbols
+    symbols: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.symbols:
+            names: set = set()
+            for exprs in self.shapes.values():
+                for e in exprs:
+                    symbols_of(e, names)
+            for (_, a, b) in self.guards:
+                symbols_of(a, names)
+                symbols_of(b, names)
+            self.symbols = sorted(names, key=_symbol_order)
+
+
+def _symbol_order(name: str):
+    kind, _, rest = name.partition("i") if name.startswith("i") else name.partition("d")
+    a, _, b = rest.partition(".")
+    return (0 if name.startswith("i") else 1, int(a), int(b))
+
+
+class _Tracer:
+    def __init__(self, plan: Plan, inputs, constants: dict[int, np.ndarray]):
+        self.plan = plan
+        self.values = plan.values
+        self.inputs = inputs
+        self.shape: dict[int, tuple] = {}
+        self.sval: dict[int, Any] = {}  # value id → its value as the host knows it (object array)
+        self.reads: set = set()
+        self.constants = constants
+        self.where = f"plan '{plan.name}'"
+
+    # ---- values ----------------------------------------------------------------------------
+
+    def bind(self) -> tuple:
+        ranks = []
+        for pos, vid in enumerate(self.plan.inputs):
+            spec = self.values[vid]
+            a = self.inputs[pos] if pos < len(self.inputs) else None
+            if a is None:
+                ranks.append(None)
+                continue
+            ranks.append(len(a.shape))
+            if spec.kind == "weight":  # the same every run: plain ints, its value a constant
+                self.shape[vid] = tuple(int(d) for d in a.shape)
+                if a.dtype.kind in _INT_KINDS and a.size <= MAX_READ_ELEMENTS:
+                    self.sval[vid] = _objects(a)
+            else:
+                self.shape[vid] = tuple(SymInt(int(d), sym(f"i{pos}.{j}")) for j, d in enumerate(a.shape))
+        for vid, c in self.constants.items():
+            self.shape[vid] = tuple(int(d) for d in c.shape)
+            self.sval[vid] = _objects(c) if c.dtype.kind in _INT_KINDS + "b" else c
+        return tuple(ranks)
+
+    def host_value(self, vid: int):
+        """The value of `vid` as the host knows it before any launch, or DataDependent."""
+        if vid in self.sval:
+            return self.sval[vid]
+        spec = self.values[vid]
+        if spec.kind == "input":
+            a = self.inputs[spec.index]
+            if a.dtype.kind in _INT_KINDS and a.size <= MAX_READ_ELEMENTS:
+                flat = a.reshape(-1)
+                out = np.empty(a.size, dtype=object)
+                for k in range(a.size):
+                    out[k] = SymInt(int(flat[k]), sym(f"d{spec.index}.{k}"))
+                    self.reads.add((spec.index, k))
+                self.sval[vid] = out.reshape(a.shape)
+                return self.sval[vid]
+        raise DataDependent(f"{self.where}: a shape depends on the value of '{spec.name}', which is computed "
+                            f"on the device")
+
+    def shape_of(self, vid: int) -> tuple:
+        try:
+            return self.shape[vid]
+        except KeyError:
+            spec = self.values[vid]
+            if spec.kind in ("input", "weight"):
+                raise HipepError(f"{self.where}: value %{vid} ('{spec.name}') is an omitted input") from None
+            raise HipepError(f"{self.where}: value %{vid} ('{spec.name}') is read before any step produced it") \
+                from None
+
+    # ---- steps -----------------------------------------------------------------------------
+
+    def run(self, block) -> None:
+        for step in block:
+            if isinstance(step, (Launch, HostStep)):
+                self.op(step, host=isinstance(step, HostStep))
+            elif isinstance(step, Sync):
+                continue
+            elif isinstance(step, (Loop, If)):
+                raise DataDependent(f"{self.plan.name}: control flow ({type(step).__name__} '{step.node}')")
+            else:
+                raise HipepError(f"{self.plan.name}: unknown plan step {step!r}")
+
+    def op(self, step, host: bool) -> None:
+        domain, op_type = split_op_key(step.op)
+        op = lookup(domain, op_type)
+        label = self.where = f"node '{step.node}' ({op_type})"
+        if op is None or op.shape_rule is None:
+            raise DataDependent(f"{label}: no shape rule")
+        symbolic = getattr(op.shape_rule, "symbolic", False)
+        types, vals = [], []
+        for pos, vid in enumerate(step.inputs):
+            if vid < 0 or (self.values[vid].kind in ("input", "weight") and vid not in self.shape):
+                types.append(None)
+                vals.append(None)
+                continue
+            spec = self.values[vid]
+            shape = self.shape_of(vid)
+            if not symbolic:
+                shape = tuple(_pin(d) for d in shape)
+            types.append(TensorType(elem_type_of(np.dtype(spec.dtype)), shape))
+            if pos in op.host_inputs or spec.kind == "constant":
+                v = self.host_value(vid)
+                vals.append(v if symbolic else _concrete(v, spec.dtype))
+            else:
+                vals.append(None)
+        try:
+            result = op.shape_rule(types, vals, step.attributes, len(step.outputs))
+        except HipepError as e:
+            raise type(e)(f"{label}: {e}") from None
+        except (ValueError, IndexError, TypeError) as e:
+            raise RuntimeShapeError(f"{label}: {e}") from None
+        for j, vid in enumerate(step.outputs):
+            if vid < 0:
+                continue
+            t = result[j] if j < len(result) else None
+            dims = None if t is None else t.shape
+            if dims is None or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and value(d) >= 0
+                                       for d in dims):
+                ins = ", ".join("None" if t_ is None else str(_plain_type(t_)) for t_ in types)
+                raise RuntimeShapeError(f"{label}: the shape rule gave output {j} "
+                                        f"{'no type' if t is None else _plain_type(t)}, not a static shape, for "
+                                        f"inputs ({ins})")
+            self.shape[vid] = tuple(d if isinstance(d, SymInt) else int(d) for d in dims)
+        if host:
+            self.host_values(step, op, op_type, label)
+
+    def host_values(self, step, op, op_type: str, label: str) -> None:
+        """The symbolic values of a host step's outputs (shape arithmetic), where they follow."""
+        outs = [vid for vid in step.outputs if vid >= 0]
+        if not outs:
+            return
+        ins = []
+        for pos, vid in enumerate(step.inputs):
+            if vid < 0:
+                ins.append(None)
+            elif pos in op.extent_only_inputs:
+                ins.append(None)  # only its extents matter
+            else:
+                try:
+                    ins.append(self.host_value(vid))
+                except DataDependent:
+                    return  # computed from device data: known after a sync only (no rule read it yet)
+        try:
+            svals = _symbolic_host(op_type, op, step, ins, self.shape, self.values)
+        except Exception as e:  # the run itself reports the real error with its message
+            raise RuntimeShapeError(f"{label}: {e}") from None
+        for vid, sv in zip(step.outputs, svals):
+            if vid >= 0 and sv is not None:
+                self.sval[vid] = sv
+
+
+def _plain_type(t):
+    if t.shape is None:
+        return t
+    return TensorType(t.elem_type, tuple(None if d is None else value(d) for d in t.shape), t.kind)
+
+
+def _objects(a: np.ndarray) -> np.ndarray:
+    out = np.empty(a.shape, dtype=object)
+    flat = out.reshape(-1)
+    for k, v in enumerate(a.reshape(-1).tolist()):
+        flat[k] = v
+    return out
+
+
+def _pin(d):
+    return d.pin() if isinstance(d, SymInt) else d
+
+
+def _concrete(v, dtype):
+    """A host value as plain numbers (pinning any symbolic element)."""
+    if v is None:
+        return None
+    if isinstance(v, np.ndarray) and v.dtype == object:
+        return np.array([_pin(x) for x in v.reshape(-1)], dtype=dtype).reshape(v.shape)
+    return v
+
+
+def _symbolic_host(op_type, op, step, ins, shape_table, values):
+    """The output values of host op `op_type` as object arrays (SymInt elements where they follow
+    from symbols), or plain values computed by the reference with pinned inputs."""
+    out_ids = step.outputs
+    if op_type == "Shape":
+        dims = shape_table[step.inputs[0]]
+        start = int(step.attributes.get("start", 0) or 0)
+        end = step.attributes.get("end")
+        sel = list(dims[start:] if end is None else dims[start:int(end)])
+        out = np.empty(len(sel), dtype=object)
+        for k, d in enumerate(sel):
+            out[k] = d
+        return [out]
+    if op_type == "Size":
+        n = 1
+        for d in shape_table[step.inputs[0]]:
+            n = n * d
+        out = np.empty((), dtype=object)
+        out[()] = n
+        return [out]
+    if op_type == "Cast" and ins[0] is not None and ins[0].dtype == object:
+        to = values[out_ids[0]].dtype
+        if np.dtype(to).kind in _INT_KINDS:
+            return [ins[0].copy()]
+    if op_type in ("Add", "Sub", "Mul") and all(x is not None and x.dtype == object for x in ins):
+        fn = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}[op_type]
+        return [np.asarray(fn(ins[0], ins[1]), dtype=object)]
+    if op_type in _MOVING and all(x is not None for x in ins[:1]):
+        moving = _MOVING[op_type] or tuple(range(len(ins)))
+        if all(ins[p] is not None and ins[p].dtype == object for p in moving if p < len(ins)):
+            return _moved(op, step, ins, moving, values)
+    # anything else: the reference on plain values (symbolic inputs pinned)
+    plain = [None if x is None else _concrete(x, values[v].dtype) for x, v in zip(ins, step.inputs)]
+    if any(x is None for x, v in zip(plain, step.inputs) if v >= 0):
+        return [None] * len(out_ids)
+    results = op.reference(plain, step.attributes)
+    return [_objects(np.asarray(r)) if np.asarray(r).dtype.kind in _INT_KINDS else np.asarray(r) for r in results]
+
+
+def _moved(op, step, ins, moving, values):
+    """Runs the reference on arrays of element indices, then picks the symbolic elements."""
+    pool, proxies, offset = [], [], 0
+    for pos, x in enumerate(ins):
+        if pos in moving and x is not None:
+            pool.extend(x.reshape(-1).tolist())
+            proxies.append(np.arange(offset, offset + x.size, dtype=np.int64).reshape(x.shape))
+            offset += x.size
+        else:
+            proxies.append(None if x is None else _concrete(x, values[step.inputs[pos]].dtype))
+    results = op.reference(proxies, step.attributes)
+    outs = []
+    for r in results:
+        r = np.asarray(r)
+        o = np.empty(r.shape, dtype=object)
+        of = o.reshape(-1)
+        for k, idx in enumerate(r.reshape(-1).tolist()):
+            of[k] = pool[idx]
+        outs.append(o)
+    return outs
+
+
+def trace_shapes(plan: Plan, inputs, constants: dict[int, np.ndarray]) -> ShapeProgram:
+    """The shape program of `plan` for runs shaped like `inputs` (arrays or None per plan input).
+    Raises DataDependent when shapes need device values, RuntimeShapeError on a mismatch."""
+    tracer = _Tracer(plan, inputs, constants)
+    with Trace() as trace:
+        ranks = tracer.bind()
+        tracer.run(plan.steps)
+    shapes = {vid: tuple(expr_of(d) for d in dims) for vid, dims in tracer.shape.items()}
+    return ShapeProgram(ranks=ranks, shapes=shapes, guards=dict(trace.guards), reads=tuple(sorted(tracer.reads)))
