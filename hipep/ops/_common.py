@@ -234,6 +234,14 @@ def num_elements(shape):
     return int(np.prod([int(d) for d in shape], dtype=np.int64))
 
 
+def product(dims):
+    """The product of static dims, in Python ints (symbolic dims stay symbolic)."""
+    n = 1
+    for d in dims:
+        n = n * d
+    return n
+
+
 def known_value(types, values, i):
     """The value of input i where known, else None (also None for an omitted input)."""
     if at(types, i) is None:

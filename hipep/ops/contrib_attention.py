@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import RuntimeShapeError
-from ._common import (at, elem_of, has_input, input_type, kernel, known_value, pshape_str, result,
+from ._common import (at, dim_value, elem_of, has_input, input_type, kernel, known_value, pshape_str, result,
                       shape_of, shape_rule, shape_str, tensor_type)
 from .elementwise import fma_f32, libm_f32
 from .normalization import mlas_exp_shifted, mlas_softmax_windows, mlas_sum16
@@ -577,7 +577,7 @@ def _windowed_cache(pk, pv, kh, vh, lens, window):
     return cache_k, cache_v, seeds, seeds + s, present_k, present_v
 
 
-@shape_rule(GQA)
+@shape_rule(GQA, symbolic=True)
 def _gqa_shape(types, values, attrs, num_outputs):
     n, nkv = int(attrs["num_heads"]), int(attrs["kv_num_heads"])
     q, k, pk = shape_of(at(types, 0)), shape_of(at(types, 1)), shape_of(at(types, 3))
@@ -615,7 +615,7 @@ def _gqa_shape(types, values, attrs, num_outputs):
         if total.size != 1:
             raise RuntimeShapeError(f"{GQA}: total_sequence_length must have one element, got shape "
                                     f"{shape_str(total.shape)}")
-        t = int(total.reshape(-1)[0])
+        t = dim_value(total.reshape(-1)[0])
         if cap is not None and s is not None:
             _check_total(t, cap, s)
         if cap is not None:
@@ -763,7 +763,7 @@ def _ms_rope(inputs, attrs):
 
 
 def _same_shape_rule(op):
-    @shape_rule(op)
+    @shape_rule(op, symbolic=True)
     def rule(types, values, attrs, num_outputs):
         x = shape_of(types[0])
         if x is not None and len(x) not in (3, 4):

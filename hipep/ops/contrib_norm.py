@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import RuntimeShapeError
-from ._common import (at, elem_of, input_rank, kernel, normalize_axis, pshape_str, result, shape_of,
+from ._common import (at, elem_of, input_rank, kernel, normalize_axis, product, pshape_str, result, shape_of,
                       shape_rule, shape_str, tensor_type)
 from .elementwise import erf
 from .registry import F32, FLOATS, OpDef, register
@@ -143,7 +143,7 @@ def _rms_norm(op_type: str, with_inv: bool):
 
 
 def _rms_shape(op_type: str, with_inv: bool):
-    @shape_rule(op_type)
+    @shape_rule(op_type, symbolic=True)
     def rule(types, values, attrs, num_outputs):
         x = shape_of(types[0])
         stats = None
@@ -154,7 +154,7 @@ def _rms_shape(op_type: str, with_inv: bool):
             s = shape_of(at(types, 1))
             tail = x[axis:]
             if s is not None and all(d is not None for d in s) and all(d is not None for d in tail):
-                n, got = int(np.prod(tail, dtype=np.int64)), int(np.prod(s, dtype=np.int64))
+                n, got = product(tail), product(s)
                 if n != got:
                     raise RuntimeShapeError(
                         f"{op_type}: scale must have X.shape[axis:] = {pshape_str(tail)} = {n} elements "
@@ -243,7 +243,7 @@ def _skip_norm(op_type: str, simplified: bool):
 
 
 def _skip_shape(op_type: str, simplified: bool):
-    @shape_rule(op_type)
+    @shape_rule(op_type, symbolic=True)
     def rule(types, values, attrs, num_outputs):
         x = shape_of(types[0])
         names = ["gamma", "bias"] if simplified else ["gamma", "beta", "bias"]

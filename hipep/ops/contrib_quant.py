@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import RuntimeShapeError
-from ._common import (at, elem_of, has_input, input_rank, input_type, kernel, normalize_axis,
+from ._common import (at, elem_of, has_input, input_rank, input_type, kernel, normalize_axis, product,
                       pshape_str, result, shape_of, shape_rule, shape_str, tensor_type, type_name)
 from .elementwise import fma_f32
 from .registry import F32, FLOATS, I32, INTS, REQUIRED, U8, OpDef, register
@@ -230,7 +230,7 @@ def _matmul_nbits(inputs, attrs):
     return [result(y.astype(f32).reshape(a.shape[:-1] + (n,)), a.dtype)]
 
 
-@shape_rule("MatMulNBits")
+@shape_rule("MatMulNBits", symbolic=True)
 def _matmul_nbits_shape(types, values, attrs, num_outputs):
     k, n, bits, bs, nb, blob = _mnb_layout(attrs)
     a = shape_of(types[0])
@@ -242,7 +242,7 @@ def _matmul_nbits_shape(types, values, attrs, num_outputs):
                                     f"got shape {pshape_str(a)}")
         a = tuple(a[:-1]) + (n,)
     b = shape_of(at(types, 1))
-    if b is not None and all(d is not None for d in b) and int(np.prod(b, dtype=np.int64)) != n * nb * blob:
+    if b is not None and all(d is not None for d in b) and product(b) != n * nb * blob:
         raise RuntimeShapeError(f"MatMulNBits: B must be [N, n_blocks, blob] = [{n}, {nb}, {blob}], "
                                 f"got shape {pshape_str(b)}")
     return [tensor_type(elem_of(types[0]), a)]
@@ -364,7 +364,7 @@ def _gather_block_quantized(inputs, attrs):
     return [result(y.reshape(out_shape), scales.dtype)]
 
 
-@shape_rule("GatherBlockQuantized")
+@shape_rule("GatherBlockQuantized", symbolic=True)
 def _gather_block_quantized_shape(types, values, attrs, num_outputs):
     op = "GatherBlockQuantized"
     bits, bs = int(attrs["bits"]), int(attrs["block_size"])

@@ -38,7 +38,7 @@ def _matmul(inputs, attrs):
     return [result(np.matmul(upcast(a), upcast(b)), a.dtype)]
 
 
-@shape_rule("MatMul")
+@shape_rule("MatMul", symbolic=True)
 def _matmul_shape(types, values, attrs, num_outputs):
     a, b = shape_of(types[0]), shape_of(types[1])
     elem = elem_of(types[0])

@@ -153,7 +153,7 @@ def _claim_softmax(node, graph, attrs):
 
 
 def _softmax_like_shape(op_type: str):
-    @shape_rule(op_type)
+    @shape_rule(op_type, symbolic=True)
     def rule(types, values, attrs, num_outputs):
         shape = shape_of(types[0])
         if shape is not None:
@@ -272,7 +272,7 @@ def _layer_norm(inputs, attrs):
     return [result(y, x.dtype), result(mean, np.float32), result(inv, np.float32)]
 
 
-@shape_rule("LayerNormalization")
+@shape_rule("LayerNormalization", symbolic=True)
 def _layer_norm_shape(types, values, attrs, num_outputs):
     x = shape_of(types[0])
     stats = None

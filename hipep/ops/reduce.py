@@ -89,7 +89,7 @@ def _reduce(op_type: str, fn):
 
 
 def _reduce_shape(op_type: str):
-    @shape_rule(op_type)
+    @shape_rule(op_type, symbolic=True)
     def rule(types, values, attrs, num_outputs):
         elem = elem_of(types[0])
         x = shape_of(types[0])

@@ -81,6 +81,11 @@ class OpDef:
     # Input positions whose data the op never reads, only their extents (Shape, Size): such an
     # input may stay in device memory when the host runs the op.
     extent_only_inputs: tuple[int, ...] = ()
+    # Pointwise ops: (operands, attrs) -> the op's scalar expression (hipep.ops.pointwise: one
+    # hipep.ops.pointwise.Operand per input position, None for omitted ones), or None where the
+    # op's semantics for those operands do not fit one. The reference evaluates it and
+    # hip-fuse-pointwise fuses chains of such ops into one kernel.
+    pointwise: Callable[[list, dict], Any] | None = None
     # Inputs the compiler needs as compile-time constants are not required here: the CPU
     # reference reads every operand at run time.
 

@@ -157,7 +157,7 @@ def _claim_transpose(node, graph, attrs):
     return None
 
 
-@shape_rule("Transpose")
+@shape_rule("Transpose", symbolic=True)
 def _transpose_shape(types, values, attrs, num_outputs):
     x = shape_of(types[0])
     perm = attrs.get("perm")
@@ -196,7 +196,7 @@ def _concat(inputs, attrs):
     return [result(np.concatenate(inputs, axis=axis))]
 
 
-@shape_rule("Concat")
+@shape_rule("Concat", symbolic=True)
 def _concat_shape(types, values, attrs, num_outputs):
     elem = next((t.elem_type for t in types if t is not None and t.elem_type), 0)
     ranked = [(i, t.shape) for i, t in enumerate(types) if t is not None and t.shape is not None]
@@ -530,7 +530,7 @@ def _gather(inputs, attrs):
     return [result(np.take(data, idx, axis=axis))]
 
 
-@shape_rule("Gather")
+@shape_rule("Gather", symbolic=True)
 def _gather_shape(types, values, attrs, num_outputs):
     data, indices = shape_of(types[0]), shape_of(types[1])
     if data is not None and len(data) == 0:
@@ -561,7 +561,7 @@ def _shape(inputs, attrs):
     return [result(np.array(x.shape[start:end] if start < end else [], dtype=np.int64), np.int64)]
 
 
-@shape_rule("Shape")
+@shape_rule("Shape", symbolic=True)
 def _shape_shape(types, values, attrs, num_outputs):
     x = shape_of(types[0])
     start = int(attrs["start"])
