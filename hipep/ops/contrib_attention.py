@@ -684,7 +684,7 @@ register(OpDef(
                 "local_window_size": -1, "do_rotary": 0, "rotary_interleaved": 0, "smooth_softmax": 0,
                 "qk_output": 0, "causal": 1, "sliding_window_cache": 0, "k_quant_type": "NONE",
                 "v_quant_type": "NONE", "kv_cache_bit_width": 0, "qk_norm_epsilon": 1e-6},
-    claim=_claim_gqa, min_inputs=1, shape_rule=_gqa_shape, host_inputs=(6,)))
+    claim=_claim_gqa, min_inputs=1, shape_rule=_gqa_shape, host_inputs=(6,), inplace={1: 3, 2: 4}))
 
 
 # ---- RotaryEmbedding (com.microsoft and ai.onnx-23) ------------------------------------------

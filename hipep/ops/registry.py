@@ -81,6 +81,10 @@ class OpDef:
     # Input positions whose data the op never reads, only their extents (Shape, Size): such an
     # input may stay in device memory when the host runs the op.
     extent_only_inputs: tuple[int, ...] = ()
+    # In-place updates: output position → input position whose memory the output may share
+    # (GroupQueryAttention's present_key/value in past_key/value's max-length buffer, as
+    # onnxruntime-genai binds them). Kernels must then be correct with the two aliased.
+    inplace: dict = field(default_factory=dict)
     # Pointwise ops: (operands, attrs) -> the op's scalar expression (hipep.ops.pointwise: one
     # hipep.ops.pointwise.Operand per input position, None for omitted ones), or None where the
     # op's semantics for those operands do not fit one. The reference evaluates it and

@@ -106,7 +106,25 @@ class PlanEmitter:
         steps = self.block(f.body.block)
         ret = f.body.block.last_op
         outputs = [self.vid(v) for v in ret.operands]
-        return P.Plan(name, self.values, inputs, outputs, tuple(steps), self.constants)
+        return P.Plan(name, self.values, inputs, outputs, tuple(steps), self.constants,
+                      aliases=self.aliases(steps, outputs))
+
+    def aliases(self, steps, outputs) -> tuple:
+        """The in-place updates ORT may ask for: an op's output that its registry entry lets share
+        an input's memory (`inplace`), when the output is a subgraph output and the input a
+        subgraph input (ORT's memory on both sides)."""
+        pairs = []
+        for step in P.walk(steps):
+            if not isinstance(step, P.Launch):
+                continue
+            op = registry_op(step.op)
+            for out_pos, in_pos in (op.inplace.items() if op is not None else ()):
+                if out_pos >= len(step.outputs) or in_pos >= len(step.inputs):
+                    continue
+                out, src = step.outputs[out_pos], step.inputs[in_pos]
+                if out in outputs and src >= 0 and self.values[src].kind == "input":
+                    pairs.append((out, src))
+        return tuple(pairs)
 
     def block(self, block: Block) -> list:
         steps: list = []

@@ -49,7 +49,8 @@ class CpuStream(Stream):
         self.kernel_ns = 0  # time inside programs, for hipep.stats()'s kernel_us
 
     def begin_run(self, run_index: int) -> None:
-        self._rng = random.Random(f"{self.seed}/{run_index}")
+        if self.schedule == "random":
+            self._rng = random.Random(f"{self.seed}/{run_index}")
 
     @property
     def pending(self) -> int:

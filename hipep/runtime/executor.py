@@ -73,6 +73,9 @@ class Executor:
         self._specs: OrderedDict = OrderedDict()
         self._contexts: list[_Context] = []
         self._kernels: dict[int, object] = {}  # step index → device program
+        self._alias_pairs = [(plan.outputs.index(out), plan.values[src].index,
+                              f"output '{plan.values[out].name}' and input '{plan.values[src].name}'")
+                             for out, src in plan.aliases if out in plan.outputs]
 
     @property
     def runs(self) -> int:
@@ -101,9 +104,12 @@ class Executor:
             return self._interpreter.run(inputs, allocate_outputs)
         inputs = self._check_inputs(inputs)
         try:
-            spec, env, hit = self._specialization(inputs)
+            program, env, layout = self._program(inputs)
         except _Retry:
             return self._interpreter.run(inputs, allocate_outputs)
+        outputs = self._outputs(program.output_shapes(env), allocate_outputs)
+        alias = self._alias_state(inputs, outputs) if self._alias_pairs and allocate_outputs is not None else ()
+        spec, hit = self._specialization((id(program), layout, alias), program, env)
         with self._lock:
             index = self._runs
             self._runs += 1
@@ -112,8 +118,6 @@ class Executor:
             context = _Context(self.device)
         ok = False
         try:
-            out_shapes = spec.program.output_shapes(env)
-            outputs = self._outputs(out_shapes, allocate_outputs)
             graph, patches = self._bind(spec, context, inputs, outputs, env)
             context.stream.begin_run(index)
             self.device.replay(context.stream, graph, patches)
@@ -155,21 +159,18 @@ class Executor:
 
     # ---- specialization --------------------------------------------------------------------
 
-    def _specialization(self, inputs):
+    def _program(self, inputs):
+        """The shape program whose guards this run's inputs satisfy (traced anew if none), the
+        run's symbol values, and its layout signature."""
         ranks = tuple(None if a is None else a.ndim for a in inputs)
-        programs = self._programs.get(ranks, ())
-        for program in programs:
+        for program in self._programs.get(ranks, ()):
             env = program.signature(inputs)
             if env is None or not program.value_guards(env):
                 continue
-            key = (id(program), program.layout_key(env), self._alias_key(inputs))
-            with self._lock:
-                spec = self._specs.get(key)
-                if spec is not None:
-                    self._specs.move_to_end(key)
-                    return spec, env, True
-            if program.layout_guards(env):
-                return self._new_specialization(key, program, env), env, False
+            layout = program.layout_key(env)
+            if layout in program.layouts or program.layout_guards(env):
+                program.layouts.add(layout)
+                return program, env, layout
         try:
             shape = trace_shapes(self.plan, inputs, self._constants)
         except DataDependent:
@@ -177,20 +178,41 @@ class Executor:
             self._interpreter = Interpreter(self.plan, self.device, self.weights)
             raise _Retry() from None
         program = _Program(self, shape)
+        env = program.signature(inputs)
+        if env is None or not program.value_guards(env) or not program.layout_guards(env):
+            raise HipepError(f"{self.plan.name}: the traced shape program does not hold for its own inputs "
+                             f"({program.explain_guards(env)})")
         with self._lock:
             family = self._programs.setdefault(ranks, [])
             family.insert(0, program)
             del family[TRACES_PER_RANKS:]
-        env = program.signature(inputs)
-        if env is None or not program.value_guards(env) or not program.layout_guards(env):
-            broken = program.explain_guards(env)
-            raise HipepError(f"{self.plan.name}: the traced shape program does not hold for its own inputs "
-                             f"({broken})")
-        key = (id(program), program.layout_key(env), self._alias_key(inputs))
-        return self._new_specialization(key, program, env), env, False
+        layout = program.layout_key(env)
+        program.layouts.add(layout)
+        return program, env, layout
 
-    def _alias_key(self, inputs):
-        return ()
+    def _specialization(self, key, program, env):
+        with self._lock:
+            spec = self._specs.get(key)
+            if spec is not None:
+                self._specs.move_to_end(key)
+                return spec, True
+        return self._new_specialization(key, program, env), False
+
+    def _alias_state(self, inputs, outputs) -> tuple:
+        """Per declared in-place pair, whether ORT handed out the output in the input's memory.
+        Memory that overlaps without being the same tensor is an error: no kernel is written for it."""
+        state = []
+        for j, pos, what in self._alias_pairs:
+            out, src = outputs[j], inputs[pos]
+            if src is None:
+                state.append(False)
+                continue
+            o, i = out.__array_interface__["data"][0], src.__array_interface__["data"][0]
+            same = o == i and out.nbytes == src.nbytes
+            if not same and o < i + src.nbytes and i < o + out.nbytes:
+                raise HipepError(f"{self.plan.name}: {what} overlap in memory without being the same buffer")
+            state.append(same)
+        return tuple(state)
 
     def _new_specialization(self, key, program: "_Program", env) -> "_Specialization":
         spec = _Specialization(self, program, env)
@@ -331,6 +353,7 @@ class _Program:
             names = symbols_of(g[1]) | symbols_of(g[2])
             (layout_guards if names <= layout_names else value_guards)[g] = r
         self.guards = shape.guards
+        self.layouts: set = set()  # layout signatures whose guards were checked
         self.layout_guards = compile_guards(layout_guards, symbols, "layout_guards")
         self.value_guards = compile_guards(value_guards, symbols, "value_guards")
         self.symbols = symbols
