@@ -37,9 +37,8 @@ from .device import Device, Graph, GraphNode
 from .interpreter import Interpreter, _check_plan, bound_weight
 from .kernels import kernel_of
 from .memory import ALIGN, round_up
-from .shapes import DataDependent, ShapeProgram, trace_shapes
+from .shapes import MAX_BYTES, DataDependent, ShapeProgram, check_bytes, trace_shapes
 
-MAX_BYTES = 1 << 62  # a buffer's byte count beyond this is an error, not an int64 wrap-around
 SPECIALIZATION_CACHE = 64  # layout signatures kept per compiled subgraph (LRU)
 TRACES_PER_RANKS = 8  # shape programs kept per rank pattern before the oldest goes
 
@@ -148,6 +147,8 @@ class Executor:
         return out
 
     def _outputs(self, shapes, allocate_outputs):
+        for s, v in zip(shapes, self.plan.outputs):  # value-only extents change every run
+            check_bytes(f"plan '{self.plan.name}' output", self.plan.values[v], s)
         if allocate_outputs is None:
             return [np.empty(s, dtype=self.plan.values[v].dtype) for s, v in zip(shapes, self.plan.outputs)]
         arrays = list(allocate_outputs(shapes))

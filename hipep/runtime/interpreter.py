@@ -33,6 +33,7 @@ from .. import counters
 from .device import Device
 from .kernels import kernel_of
 from .memory import PoolSet
+from .shapes import MAX_BYTES
 
 
 class Interpreter:
@@ -201,6 +202,10 @@ class _Run:
         needs: dict[str, dict[int, int]] = {}
         for vid, shape in outputs:
             spec = self.values[vid]
+            try:
+                _nbytes(shape, np.dtype(spec.dtype))
+            except RuntimeShapeError as e:
+                raise RuntimeShapeError(f"{label}: output '{spec.name}': {e}") from None
             if spec.kind != "buffer":
                 raise HipepError(f"{label}: writes %{vid} ('{spec.name}'), which is a {spec.kind}, not a buffer")
             if spec.owns_slot:
@@ -437,7 +442,14 @@ def _read_only(a: np.ndarray) -> np.ndarray:
 
 
 def _nbytes(shape, dtype: np.dtype) -> int:
-    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    n = 1
+    for d in shape:  # Python ints: a byte count past int64 is an error, not a wrap-around
+        n *= int(d)
+    nbytes = n * dtype.itemsize
+    if nbytes > MAX_BYTES:
+        raise RuntimeShapeError(f"a tensor of shape {[int(d) for d in shape]} ({dtype}) would take {nbytes} bytes, "
+                                f"more than a tensor can hold (2^62)")
+    return nbytes
 
 
 @functools.lru_cache(maxsize=None)

@@ -45,6 +45,23 @@ _MOVING = {"Gather": (0,), "Slice": (0,), "Concat": None, "Squeeze": (0,), "Unsq
            "Reshape": (0,), "Identity": (0,), "Flatten": (0,), "Transpose": (0,), "Expand": (0,),
            "Tile": (0,), "Split": (0,)}
 _INT_KINDS = "iu"
+_TRACKED_ON_DEVICE = set(_MOVING) | {"Shape", "Size", "Cast", "Add", "Sub", "Mul"}
+
+
+MAX_BYTES = 1 << 62  # a tensor's byte count beyond this is an error, not an int64 wrap-around
+
+
+def check_bytes(where: str, spec, shape) -> int:
+    """The byte count of a `spec.dtype` tensor of `shape`, or RuntimeShapeError when no tensor can
+    be that large (checked before anything is allocated)."""
+    n = 1
+    for d in shape:
+        n *= value(d)
+    nbytes = n * np.dtype(spec.dtype).itemsize
+    if nbytes > MAX_BYTES:
+        raise RuntimeShapeError(f"{where}: '{spec.name}' of shape {[value(d) for d in shape]} ({spec.dtype}) would "
+                                f"take {nbytes} bytes, more than a tensor can hold (2^62)")
+    return nbytes
 
 
 class DataDependent(HipepError):
@@ -192,10 +209,13 @@ class _Tracer:
                                         f"{'no type' if t is None else _plain_type(t)}, not a static shape, for "
                                         f"inputs ({ins})")
             self.shape[vid] = tuple(d if isinstance(d, SymInt) else int(d) for d in dims)
-        if host:
-            self.host_values(step, op, op_type, label)
+            check_bytes(label, self.values[vid], self.shape[vid])
+        if host or op_type in _TRACKED_ON_DEVICE:
+            # A launch that only moves or re-types known integers (the copy of an input's shape
+            # operand into host-visible memory) has values the host knows without reading them.
+            self.host_values(step, op, op_type, label, host)
 
-    def host_values(self, step, op, op_type: str, label: str) -> None:
+    def host_values(self, step, op, op_type: str, label: str, host: bool = True) -> None:
         """The symbolic values of a host step's outputs (shape arithmetic), where they follow."""
         outs = [vid for vid in step.outputs if vid >= 0]
         if not outs:
@@ -211,6 +231,8 @@ class _Tracer:
                     ins.append(self.host_value(vid))
                 except DataDependent:
                     return  # computed from device data: known after a sync only (no rule read it yet)
+        if not host and any(x is not None and x.dtype != object for x in ins):
+            return  # a device op on plain data: its values are the device's business
         try:
             svals = _symbolic_host(op_type, op, step, ins, self.shape, self.values)
         except Exception as e:  # the run itself reports the real error with its message
