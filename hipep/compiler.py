@@ -1,8 +1,9 @@
 """Compile: a claimed subgraph (GraphView) → a launch Plan (hipep.plan), through the IR pipeline.
 
 GraphView → frontend (hip dialect) → hip-infer-shapes → hip-lower-slices → hip-bufferize →
-hip-assign-memory-spaces → hip-materialize-host-scalars → hip-reuse-buffers → hip-insert-syncs →
-hip-emit-plan → Plan. With the `dump_ir` option the IR after each pass and the plan are written
+hip-fuse-pointwise → hip-assign-memory-spaces → hip-materialize-host-scalars → hip-reuse-buffers →
+hip-insert-syncs → hip-emit-plan → Plan. With the option `fusion=off` hip-fuse-pointwise is left
+out (every pointwise node stays a launch of its own). With the `dump_ir` option the IR after each pass and the plan are written
 to `<dump_ir>/<subgraph>/NN-<pass>.mlir` and `plan.txt`. The `pass_options` option overrides
 passes' options (tests use it to switch a rule off and see it matter).
 """
@@ -24,7 +25,8 @@ def compile_subgraph(graph: GraphView, name: str, inputs: list[str], outputs: li
     from .passes.emit_plan import take_plan
 
     try:
-        spec = pipeline_with_overrides(getattr(options, "pass_options", "") or "")
+        leave_out = ("hip-fuse-pointwise",) if getattr(options, "fusion", "on") == "off" else ()
+        spec = pipeline_with_overrides(getattr(options, "pass_options", "") or "", leave_out)
     except ValueError as e:
         raise OptionError(f"option 'pass_options': {e}") from None
     dump = getattr(options, "dump_ir", "") or ""
@@ -54,9 +56,19 @@ def compile_subgraph(graph: GraphView, name: str, inputs: list[str], outputs: li
             plan.values[vid] = dataclasses.replace(spec_, kind="weight", name=inputs[spec_.index])
         else:
             plan.values[vid] = dataclasses.replace(spec_, name=inputs[spec_.index])
+    plan.shape_programs = _shape_programs(plan, graph, inputs)
     if folder:
         _write(folder, "plan.txt", plan.format() + "\n")
     return plan
+
+
+def _shape_programs(plan: Plan, graph: GraphView, inputs: list[str]) -> tuple:
+    """The plan's shape program for generic extents of its symbolic dims, where one follows."""
+    from .runtime.shapes import compile_time_program
+
+    constants = {pos: graph.constants[name] for pos, name in enumerate(inputs) if name in graph.constants}
+    program = compile_time_program(plan, [graph.type_of(name) for name in inputs], constants)
+    return () if program is None else (program.to_data(),)
 
 
 def _write(folder: str, file: str, text: str) -> None:

@@ -14,10 +14,11 @@ CONFIG_PREFIX = f"ep.{EP_NAME.lower()}."
 DEVICES = ("auto", "cpu", "cuda", "hip")
 CPU_SCHEDULES = ("inline", "deferred", "random")
 LOG_LEVELS = {"verbose": 0, "info": 1, "warning": 2, "error": 3, "fatal": 4}
+FUSION = ("on", "off")
 
 
 # How each option's string value is read: a tuple of allowed words, or a type.
-_CHOICES = {"device": DEVICES, "log_level": tuple(LOG_LEVELS), "cpu_schedule": CPU_SCHEDULES}
+_CHOICES = {"device": DEVICES, "log_level": tuple(LOG_LEVELS), "cpu_schedule": CPU_SCHEDULES, "fusion": FUSION}
 _BOOL_WORDS = {"0": False, "false": False, "1": True, "true": True}
 
 
@@ -63,6 +64,10 @@ class ProviderOptions:
     """Fail session creation when any node is left unclaimed, naming each one and the reason: the
     same guarantee as session.disable_cpu_ep_fallback=1, for hosts that cannot set session config
     entries (onnxruntime-genai's genai_config.json has no place for them)."""
+    fusion: str = "on"
+    """on | off. on: chains of pointwise ops (elementwise math, comparisons, Where, Cast) compile to
+    one fused kernel each (pass hip-fuse-pointwise); off: every such node is a launch of its own.
+    Results are bit-identical either way."""
     pass_options: str = ""
     """For compiler development and tests: pass options that override the pipeline's, in
     hipep-opt's syntax, comma separated: `hip-assign-memory-spaces{host_rule=false}`."""

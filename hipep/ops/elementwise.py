@@ -36,7 +36,7 @@ BOOLS = frozenset({BOOL})
 def _broadcast_rule(op_type: str, out_elem: int | None = None, names=None, elem_from: int = 0):
     """Output: the broadcast of every input's shape; element type `out_elem`, else input
     `elem_from`'s."""
-    @shape_rule(op_type)
+    @shape_rule(op_type, symbolic=True)
     def rule(types, values, attrs, num_outputs):
         present = [t for t in types if t is not None]
         shape = broadcast_partial(op_type, [t.shape for t in present],
@@ -48,7 +48,7 @@ def _broadcast_rule(op_type: str, out_elem: int | None = None, names=None, elem_
 
 def _same_rule(op_type: str):
     """Output: input 0's shape and element type."""
-    @shape_rule(op_type)
+    @shape_rule(op_type, symbolic=True)
     def rule(types, values, attrs, num_outputs):
         return [tensor_type(elem_of(types[0]), shape_of(types[0]))]
     return rule
@@ -359,7 +359,7 @@ def _where_expr(operands, attrs):
     return b.build(b.where(b.input(0), b.input(1), b.input(2)))
 
 
-@shape_rule("Where")
+@shape_rule("Where", symbolic=True)
 def _where_shape(types, values, attrs, num_outputs):
     shape = broadcast_partial("Where", [shape_of(t) for t in types[:3]], ["condition", "X", "Y"])
     return [tensor_type(elem_of(types[1]) or elem_of(types[2]), shape)]
@@ -388,7 +388,7 @@ def _cast_expr(operands, attrs):
     return b.build(_cast_to(b, b.input(0), operands[0].dtype, attrs["to"]))
 
 
-@shape_rule("Cast")
+@shape_rule("Cast", symbolic=True)
 def _cast_shape(types, values, attrs, num_outputs):
     return [tensor_type(int(attrs["to"]), shape_of(types[0]))]
 
@@ -683,7 +683,10 @@ register(OpDef("Size", (1, 13, 19, 21, 23, 24, 25), ("T",), ("I",),
 # One launch standing for a chain or DAG of pointwise nodes, made by the compiler
 # (hip-fuse-pointwise), never found in a model. Its attributes carry the fused program as plain
 # data: `nodes`, `outputs` and `broadcast` (a hipep.ops.pointwise.Expr), `input_dtypes` and
-# `output_dtypes` (numpy names), and `covers`, the labels of the nodes it replaces.
+# `output_dtypes` (numpy names), `covers`, the labels of the nodes it replaces, and `steps`, one
+# [label, op_type, operand...] per launch it replaces (operand k >= 0: fused input k; -j: the
+# result of step j - 1; only the operands that broadcast), so that shapes that do not broadcast
+# are reported at the node where they meet, as without fusion.
 
 FUSED_ELEMENTWISE = "FusedElementwise"
 FUSED_DOMAIN = "hipep"
@@ -705,12 +708,28 @@ def _fused_reference(inputs, attrs):
     return pw.evaluate(fused_expr(attrs), inputs, FUSED_ELEMENTWISE, _variadic_names(len(inputs)))
 
 
-@shape_rule(FUSED_ELEMENTWISE)
+@shape_rule(FUSED_ELEMENTWISE, symbolic=True)
 def _fused_shape(types, values, attrs, num_outputs):
     broadcast = [int(k) for k in attrs["broadcast"] if int(k) < len(types) and types[int(k)] is not None]
-    shape = broadcast_partial(FUSED_ELEMENTWISE, [types[k].shape for k in broadcast],
-                              [f"input {k}" for k in broadcast])
+    try:
+        shape = broadcast_partial(FUSED_ELEMENTWISE, [types[k].shape for k in broadcast],
+                                  [f"input {k}" for k in broadcast])
+    except RuntimeShapeError:
+        _raise_at_failing_step(types, attrs.get("steps", []))
+        raise
     return [tensor_type(elem_type_of(np.dtype(d)), shape) for d in attrs["output_dtypes"]]
+
+
+def _raise_at_failing_step(types, steps) -> None:
+    """Replays the fused launches' broadcasts in order; raises at the first that fails, naming it."""
+    shapes: list = []
+    for step in steps:
+        label, op_type, refs = step[0], step[1], [int(r) for r in step[2:]]
+        operands = [shapes[-r - 1] if r < 0 else shape_of(at(types, r)) for r in refs]
+        try:
+            shapes.append(broadcast_partial(op_type, operands))
+        except RuntimeShapeError as e:
+            raise RuntimeShapeError(f"node '{label}' ({op_type}): {e}") from None
 
 
 def _claim_fused(node, graph, attrs):
@@ -721,7 +740,7 @@ def _claim_fused(node, graph, attrs):
 
 register(OpDef(FUSED_ELEMENTWISE, (1,), ("",), ("",), {}, _fused_reference, domain=FUSED_DOMAIN,
                attributes={"nodes": REQUIRED, "outputs": REQUIRED, "broadcast": REQUIRED,
-                           "input_dtypes": REQUIRED, "output_dtypes": REQUIRED, "covers": []},
+                           "input_dtypes": REQUIRED, "output_dtypes": REQUIRED, "covers": [], "steps": []},
                claim=_claim_fused, min_inputs=0, variadic=True, shape_rule=_fused_shape,
                # A fused group is itself a pointwise op: fusing again merges it with its neighbours.
                pointwise=lambda operands, attrs: fused_expr(attrs)))

@@ -9,6 +9,7 @@ from ..ir.api import ModuleOp, ModulePass, PassPipeline, make_context
 from .assign_memory_spaces import AssignMemorySpacesPass
 from .bufferize import BufferizePass
 from .emit_plan import EmitPlanPass
+from .fuse_pointwise import FusePointwisePass
 from .infer_shapes import InferShapesPass
 from .insert_syncs import InsertSyncsPass
 from .lower_slices import LowerSlicesPass
@@ -19,6 +20,7 @@ PASSES: dict[str, type[ModulePass]] = {
     "hip-infer-shapes": InferShapesPass,
     "hip-lower-slices": LowerSlicesPass,
     "hip-bufferize": BufferizePass,
+    "hip-fuse-pointwise": FusePointwisePass,
     "hip-assign-memory-spaces": AssignMemorySpacesPass,
     "hip-materialize-host-scalars": MaterializeHostScalarsPass,
     "hip-reuse-buffers": ReuseBuffersPass,
@@ -47,16 +49,18 @@ def run_pipeline(module: ModuleOp, spec: str | list[str] | None = None, after_ea
     return module
 
 
-def pipeline_with_overrides(overrides: str = "") -> str:
+def pipeline_with_overrides(overrides: str = "", leave_out=()) -> str:
     """DEFAULT_PIPELINE as a spec, with passes replaced by `overrides` (comma-separated specs with
-    options, e.g. "hip-assign-memory-spaces{host_rule=false}"). Unknown pass names are an error."""
+    options, e.g. "hip-assign-memory-spaces{host_rule=false}") and the passes named in
+    `leave_out` left out (optional passes a provider option switches off). Unknown pass names
+    are an error."""
     chosen = {name: name for name in DEFAULT_PIPELINE}
     for item in _split_specs(overrides):
         name = item.split("{", 1)[0].strip()
         if name not in chosen:
             raise ValueError(f"unknown pass '{name}' in pass options; passes: {', '.join(DEFAULT_PIPELINE)}")
         chosen[name] = item.strip()
-    return ",".join(chosen[name] for name in DEFAULT_PIPELINE)
+    return ",".join(chosen[name] for name in DEFAULT_PIPELINE if name not in leave_out)
 
 
 def _split_specs(text: str) -> list[str]:

@@ -16,6 +16,7 @@ import hipep
 from hipep.compiler import compile_subgraph
 from hipep.errors import HipepError, ModelError
 from hipep.graph import GraphView
+from hipep.passes import DEFAULT_PIPELINE
 from hipep.plan import DEVICE, HOST_VISIBLE, If, Launch, Loop, Sync, walk
 from hipep.runtime.cpu import CpuDevice
 from hipep.runtime.executor import Executor
@@ -192,7 +193,8 @@ def test_dump_ir_writes_the_plan(tmp_path):
     text = (tmp_path / "fused_0" / "plan.txt").read_text()
     assert text.strip() == plan.format() and "host_visible slot 0" in text
     passes = sorted(p.name for p in (tmp_path / "fused_0").glob("*.mlir"))
-    assert passes[0] == "00-frontend.mlir" and passes[-1] == "08-hip-emit-plan.mlir" and len(passes) == 9
+    n = len(DEFAULT_PIPELINE)
+    assert passes[0] == "00-frontend.mlir" and passes[-1] == f"{n:02d}-hip-emit-plan.mlir" and len(passes) == n + 1
 
 
 # ---- control flow ------------------------------------------------------------------------------
