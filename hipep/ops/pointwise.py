@@ -599,20 +599,20 @@ __device__ __forceinline__ float hipep_mlas_rational(float x, float bound, const
   return pp / qq;
 }
 __device__ __forceinline__ float hipep_mlas_tanh(float x) {
-  const float p[7] = {TANH_P};
-  const float q[4] = {TANH_Q};
+  const float p[7] = {@TANH_P@};
+  const float q[4] = {@TANH_Q@};
   return hipep_mlas_rational(x, 9.0f, p, 7, q, 4);
 }
 __device__ __forceinline__ float hipep_mlas_logistic(float x) {
-  const float p[5] = {LOGISTIC_P};
-  const float q[6] = {LOGISTIC_Q};
+  const float p[5] = {@LOGISTIC_P@};
+  const float q[6] = {@LOGISTIC_Q@};
   float r = hipep_mlas_rational(x, 18.0f, p, 5, q, 6) + 0.5f;
-  return fminf(fmaxf(r, 0.0f), 1.0f);
+  return r != r ? r : fminf(fmaxf(r, 0.0f), 1.0f);
 }
-""".replace("{TANH_P}", ", ".join(f"{float(v)!r}f" for v in _TANH_P)) \
-   .replace("{TANH_Q}", ", ".join(f"{float(v)!r}f" for v in _TANH_Q)) \
-   .replace("{LOGISTIC_P}", ", ".join(f"{float(v)!r}f" for v in _LOGISTIC_P)) \
-   .replace("{LOGISTIC_Q}", ", ".join(f"{float(v)!r}f" for v in _LOGISTIC_Q))
+""".replace("@TANH_P@", ", ".join(f"{float(v)!r}f" for v in _TANH_P)) \
+   .replace("@TANH_Q@", ", ".join(f"{float(v)!r}f" for v in _TANH_Q)) \
+   .replace("@LOGISTIC_P@", ", ".join(f"{float(v)!r}f" for v in _LOGISTIC_P)) \
+   .replace("@LOGISTIC_Q@", ", ".join(f"{float(v)!r}f" for v in _LOGISTIC_Q))
 
 # C spellings of the primitives: per operand kind ("f" float, "d" double, "i" integer, "b" bool).
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "==", "lt": "<", "gt": ">", "le": "<=", "ge": ">=",
