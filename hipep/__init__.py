@@ -57,7 +57,11 @@ def register() -> str:
 
 def stats() -> dict[str, int]:
     """Process-wide counters: eps_created, capability_calls, compiled_subgraphs, compile_us (time
-    spent compiling, microseconds), runs."""
+    spent compiling, microseconds), runs; and per run: launches (kernel launches issued),
+    specializations (new layout signatures laid out and captured), specialization_hits (runs
+    that replayed one), host_reads (values the host read back to size or steer a run) and
+    kernel_us (time inside device programs; run time minus it is the runtime's overhead).
+    Counters that never moved are absent: read them with `.get(name, 0)`."""
     from . import counters
 
     return counters.snapshot()

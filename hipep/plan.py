@@ -14,23 +14,26 @@ Values. Every SSA value of the compiled function has an integer id and a `ValueS
     from its start, other shape: Reshape/Squeeze/Unsqueeze/Identity/Flatten results may be
     views). A slot may hold several buffers whose lifetimes do not overlap; slots are shared
     within one memory space only, never across spaces (the host-buffer rule).
-Shapes are not in the plan: the executor computes each step's output shapes when it issues the
-step, from its input shapes and the values of the op's host inputs (registry `host_inputs`),
-using the registry shape rule — as a GPU runtime must, to size a launch before it is queued.
+Shapes. `shape_programs` holds the shape program derived at compile time
+(hipep.runtime.shapes): every value's shape as expressions (hipep.symbolic) over the inputs' dims,
+with the guards — constraint expressions from the registry's shape rules — under which they hold.
+The runtime evaluates them per run; a run that breaks a guard is traced again from the rules.
 
 Steps, executed in order by the executor:
   * Launch: a device op, queued on the stream (runs later, in stream order);
   * HostStep: the same, run by the host at once, on host-visible buffers only;
   * Sync: the host waits until all queued device work is done;
   * Loop / If: control flow with nested step lists (ONNX Loop and If semantics).
-Slot sizes are not fixed at compile time (extents are dynamic): the executor grows a slot when a
-buffer needs more bytes than it holds, after a sync, keeping the live contents.
+Launches name their kernel (the registry op, or a generated one) with the node's attributes as
+specialization constants, and their launch configuration as expressions; `aliases` declares the
+in-place updates ORT may ask for (present in past's buffer).
 
 Syncs are the plan's business, not the executor's: a host step or host read (host_inputs, Loop
-trip count and conditions, If condition) sees memory as it is when the host reaches it. The
-executor adds no sync of its own except where it must re-lay out memory (slot growth) and, while
-some ops still lack a shape rule, before issuing such an op; a plan that does not end with a Sync
-returns whatever memory holds at that point.
+trip count and conditions, If condition) sees memory as it is when the host reaches it. A plan
+that does not end with a Sync returns whatever memory holds at that point.
+
+A plan round-trips through bytes (`to_bytes`/`from_bytes`, hipep.plan_io) and runs without the
+compiler: what EPContext stores.
 """
 from __future__ import annotations
 
@@ -189,6 +192,9 @@ class Plan:
     # onnxruntime-genai binds both to one max-length buffer). The runtime checks each run whether
     # ORT's pointers for a pair agree and specializes on it.
     aliases: tuple = ()
+    # Shape programs derived at compile time (hipep.runtime.shapes.ShapeProgram.to_data): every
+    # value's shape as expressions over the inputs' dims, with the guards they hold under.
+    shape_programs: tuple = ()
     version: int = PLAN_VERSION
 
     def to_bytes(self) -> bytes:
@@ -224,15 +230,22 @@ class Plan:
 
     def format(self) -> str:
         """A readable listing (dump_ir writes it)."""
+        from .symbolic import format_expr, format_guard
+
         lines = [f"plan {self.name}"]
+        shapes = self.shape_programs[0]["shapes"] if self.shape_programs else {}
         for i, v in sorted(self.values.items()):
-            where = {"input": f"input {v.index}", "weight": f"weight (input {v.index})",
+            where = {"input": f"input {v.index}", "weight": f"weight (input {v.index})" if v.index >= 0 else "weight",
                      "constant": f"constant {v.constant!r}",
                      "buffer": f"{v.space} slot {v.slot}" if v.view_of < 0 else f"view of %{v.view_of}"}[v.kind]
-            lines.append(f"  %{i}: {v.dtype} {where}  # {v.name}")
+            shape = f" [{', '.join(format_expr(e) for e in shapes[i])}]" if i in shapes else ""
+            lines.append(f"  %{i}: {v.dtype}{shape} {where}  # {v.name}")
         lines.append(f"  inputs {_refs(self.inputs)} -> outputs {_refs(self.outputs)}")
         for out, src in self.aliases:
             lines.append(f"  may alias %{out} with %{src}")
+        for program in self.shape_programs:
+            guards = [format_guard((op, a, b), r) for op, a, b, r in program["guards"]]
+            lines.append(f"  shapes hold where: {'; '.join(guards) if guards else 'always'}")
         _format_block(self.steps, lines, "  ")
         return "\n".join(lines)
 

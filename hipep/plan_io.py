@@ -76,7 +76,7 @@ def plan_to_bytes(plan: P.Plan) -> bytes:
            "values": _encode({int(k): v for k, v in plan.values.items()}),
            "inputs": list(plan.inputs), "outputs": list(plan.outputs),
            "steps": _encode(tuple(plan.steps)), "constants": _encode(dict(plan.constants)),
-           "aliases": _encode(tuple(plan.aliases))}
+           "aliases": _encode(tuple(plan.aliases)), "shape_programs": _encode(tuple(plan.shape_programs))}
     return json.dumps(doc, separators=(",", ":")).encode("utf-8")
 
 
@@ -95,6 +95,7 @@ def plan_from_bytes(data: bytes) -> P.Plan:
     try:
         return P.Plan(name=doc["name"], values=_decode(doc["values"]), inputs=list(doc["inputs"]),
                       outputs=list(doc["outputs"]), steps=_decode(doc["steps"]),
-                      constants=_decode(doc["constants"]), aliases=_decode(doc["aliases"]))
+                      constants=_decode(doc["constants"]), aliases=_decode(doc["aliases"]),
+                      shape_programs=_decode(doc.get("shape_programs", {"$tuple": []})))
     except (KeyError, TypeError, ValueError) as e:
         raise HipepError(f"malformed hipep plan: {type(e).__name__}: {e}") from None

@@ -69,6 +69,12 @@ class Executor:
                 self._constants[vid] = bound_weight(plan, vid, weights)
         self._layout = _StaticLayout(plan)
         self._programs: dict[tuple, list[_Program]] = {}
+        for data in plan.shape_programs:  # derived at compile time
+            try:
+                program = _Program(self, ShapeProgram.from_data(data))
+            except (KeyError, TypeError, ValueError) as e:
+                raise HipepError(f"plan '{plan.name}': malformed shape program: {type(e).__name__}: {e}") from None
+            self._programs.setdefault(program.shape.ranks, []).append(program)
         self._specs: OrderedDict = OrderedDict()
         self._contexts: list[_Context] = []
         self._kernels: dict[int, object] = {}  # step index → device program

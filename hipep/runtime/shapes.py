@@ -68,6 +68,54 @@ class DataDependent(HipepError):
     """A shape depends on values computed on the device: the plan runs step by step."""
 
 
+class Placeholder:
+    """An input of known shape and dtype but no data: what compile time traces with."""
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.ndim = len(self.shape)
+        self.size = 1
+        for d in self.shape:
+            self.size *= d
+
+
+# Values for symbolic dims at compile time: each more than twice the one before, so that no sum of
+# two of them equals a third (an accidental equality would become a guard no real run meets).
+_GENERIC_DIMS = (17, 37, 79, 163, 331, 673, 1361, 2729, 5471, 10949)
+
+
+def compile_time_program(plan: Plan, input_types, constants: dict[int, np.ndarray]) -> "ShapeProgram | None":
+    """The shape program derived when the plan is compiled: symbolic dims (ORT's dim names; the
+    same name, the same symbol) take generic placeholder extents, and the guards the rules record
+    say for which runs the result holds (a run that breaks one is traced then). None where the
+    shapes need input data or device values, or a rule rejects the placeholders."""
+    names: dict = {}
+    inputs = []
+    for pos, t in enumerate(input_types):
+        if t is None or t.shape is None:
+            return None
+        dims = []
+        for d in t.shape:
+            if isinstance(d, int) and not isinstance(d, bool):
+                dims.append(d)
+                continue
+            key = d if isinstance(d, str) and d else ("anonymous", pos, len(dims))
+            if key not in names:
+                if len(names) >= len(_GENERIC_DIMS):
+                    return None
+                names[key] = _GENERIC_DIMS[len(names)]
+            dims.append(names[key])
+        vid = plan.inputs[pos]
+        given = constants.get(pos)
+        inputs.append(given if given is not None else Placeholder(dims, plan.values[vid].dtype))
+    plan_constants = {vid: np.asarray(plan.constants[v.constant], dtype=v.dtype)
+                      for vid, v in plan.values.items() if v.kind == "constant"}
+    try:
+        return trace_shapes(plan, inputs, plan_constants)
+    except HipepError:
+        return None
+
+
 @dataclass
 class ShapeProgram:
     ranks: tuple  # per plan input: its rank, or None when omitted
@@ -75,6 +123,16 @@ class ShapeProgram:
     guards: dict[tuple, bool]
     reads: tuple = ()  # (input position, element) pairs whose values are symbols
     symbols: list[str] = field(default_factory=list)
+
+    def to_data(self) -> dict:
+        """Plain data for the plan (hipep.plan_io stores it)."""
+        return {"ranks": tuple(self.ranks), "shapes": dict(self.shapes),
+                "guards": tuple((op, a, b, r) for (op, a, b), r in self.guards.items()), "reads": tuple(self.reads)}
+
+    @staticmethod
+    def from_data(d: dict) -> "ShapeProgram":
+        return ShapeProgram(ranks=tuple(d["ranks"]), shapes={int(k): tuple(v) for k, v in d["shapes"].items()},
+                            guards={(op, a, b): bool(r) for op, a, b, r in d["guards"]}, reads=tuple(d["reads"]))
 
     def __post_init__(self):
         if not self.symbols:
@@ -118,7 +176,7 @@ class _Tracer:
             ranks.append(len(a.shape))
             if spec.kind == "weight":  # the same every run: plain ints, its value a constant
                 self.shape[vid] = tuple(int(d) for d in a.shape)
-                if a.dtype.kind in _INT_KINDS and a.size <= MAX_READ_ELEMENTS:
+                if a.dtype.kind in _INT_KINDS and a.size <= MAX_READ_ELEMENTS and not isinstance(a, Placeholder):
                     self.sval[vid] = _objects(a)
             else:
                 self.shape[vid] = tuple(SymInt(int(d), sym(f"i{pos}.{j}")) for j, d in enumerate(a.shape))
@@ -134,6 +192,8 @@ class _Tracer:
         spec = self.values[vid]
         if spec.kind == "input":
             a = self.inputs[spec.index]
+            if isinstance(a, Placeholder):
+                raise DataDependent(f"{self.where}: a shape depends on the data of input '{spec.name}'")
             if a.dtype.kind in _INT_KINDS and a.size <= MAX_READ_ELEMENTS:
                 flat = a.reshape(-1)
                 out = np.empty(a.size, dtype=object)
