@@ -10,6 +10,7 @@ Plain Python: nothing here imports the compiler.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -196,14 +197,24 @@ def _check_types(op: OpDef, node: Node, graph: GraphView) -> str | None:
 
 
 _LOADED = False
+_LOADING = False  # the thread holding _LOAD_LOCK is importing the families (their own lookups return)
+_LOAD_LOCK = threading.RLock()
 
 
 def _load_families() -> None:
-    """Import every op family module once; each registers its entries on import."""
-    global _LOADED
+    """Import every op family module once; each registers its entries on import. The registry is
+    marked loaded only when all are in: a thread that looks an op up meanwhile waits."""
+    global _LOADED, _LOADING
     if _LOADED:
         return
-    _LOADED = True
-    from . import _import_families
+    with _LOAD_LOCK:
+        if _LOADED or _LOADING:
+            return
+        _LOADING = True
+        try:
+            from . import _import_families
 
-    _import_families()
+            _import_families()
+        finally:
+            _LOADING = False
+        _LOADED = True

@@ -8,22 +8,32 @@
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ..options import EP_NAME
 
 _registered = False
+_lock = threading.Lock()
 
 
 def register_with_genai() -> None:
-    """Registers hipep's plugin library with onnxruntime-genai (once per process)."""
+    """Registers hipep's plugin library with onnxruntime-genai (idempotent: the README's own
+    registration, or an application's, may have come first)."""
     global _registered
     import onnxruntime_genai as og
 
     from .. import get_library_path
 
-    if not _registered:
-        og.register_execution_provider_library(EP_NAME, get_library_path())
+    with _lock:
+        if _registered:
+            return
+        try:
+            og.register_execution_provider_library(EP_NAME, get_library_path())
+        except RuntimeError as e:  # "EP library is already registered under HipExecutionProvider"
+            if "already registered" not in str(e):
+                raise
         _registered = True
 
 
