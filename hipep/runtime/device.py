@@ -125,6 +125,21 @@ class Device(ABC):
         """A kernel argument for memory ORT owns (an input or output tensor)."""
         return array
 
+    def stage_input(self, stream: Stream, position: int, array: Any) -> Any:
+        """The kernel argument for ORT's input `position` of this run (host memory from ORT's
+        Python API): the array itself where kernels can read it, else a copy queued into a
+        stable buffer of the device's own."""
+        return array
+
+    def stage_output(self, stream: Stream, position: int, array: Any) -> Any:
+        """The kernel argument kernels write ORT's output `position` into (see `stage_input`)."""
+        return array
+
+    def finish_outputs(self, stream: Stream, staged: list, arrays: list) -> None:
+        """After the run's work is queued: the outputs' bytes are in `arrays` when this returns
+        (copies back from staging buffers, then a sync)."""
+        stream.sync()
+
     @abstractmethod
     def copy(self, dst: Any, dst_offset: int, src: Any, src_offset: int, nbytes: int) -> None:
         """Copies bytes between allocations now (the caller has synced the streams using them)."""

@@ -122,12 +122,19 @@ class Executor:
         if context is None:
             context = _Context(self.device)
         ok = False
+        device, stream = self.device, context.stream
         try:
-            graph, patches = self._bind(spec, context, inputs, outputs, env)
             context.stream.begin_run(index)
-            self.device.replay(context.stream, graph, patches)
+            # ORT's memory as kernel arguments: the CPU device takes it as it is; a device that
+            # cannot address it stages it through buffers of its own (copies on the stream)
+            staged_in = [a if a is None else device.stage_input(stream, pos, a) for pos, a in enumerate(inputs)]
+            staged_out = [device.stage_output(stream, j, a) for j, a in enumerate(outputs)]
+            graph, patches = self._bind(spec, context, staged_in, staged_out, env)
+            device.replay(stream, graph, patches)
             for j, src in spec.copied_outputs:  # outputs that are not kernels' own results
-                np.copyto(outputs[j], self._value_array(src, context, inputs, outputs, env, spec))
+                device.copy_async(stream, staged_out[j],
+                                  self._value_array(src, context, staged_in, staged_out, env, spec), "output copy")
+            device.finish_outputs(stream, staged_out, outputs)
             ok = True
             return outputs
         finally:
