@@ -148,18 +148,28 @@ def _fuse_block(block: Block, fold_constants: bool) -> None:
         if id(root.op) in assigned:
             continue
         group, members = [root], {id(root.op): root}
-        grown = True
-        while grown:
-            grown = False
-            for m in list(group):
-                for v in m.operands:
+        # Producers are looked at when a reader joins; one with readers still outside waits until
+        # the group stops growing, then is looked at again (a diamond's other arm may have joined).
+        pending, waiting = [root], {}
+        while pending:
+            while pending:
+                for v in pending.pop().operands:
                     p = producer.get(id(v)) if v is not None else None
                     if p is None or id(p.op) in assigned or id(p.op) in members:
                         continue
                     if _only_read_in(p, members):
                         group.append(p)
                         members[id(p.op)] = p
-                        grown = True
+                        pending.append(p)
+                        waiting.pop(id(p.op), None)
+                    else:
+                        waiting[id(p.op)] = p
+            for key, p in list(waiting.items()):
+                if _only_read_in(p, members):
+                    del waiting[key]
+                    group.append(p)
+                    members[key] = p
+                    pending.append(p)
         assigned.update(members)
         if len(group) >= 2:
             groups.append(group)
