@@ -1,12 +1,14 @@
 // OrtGraph -> plain Python objects. The OrtGraph is valid only during ORT's call, so everything
-// is copied out here; initializers above kSmallConstantElements are named but not copied (they
-// are weights, which ORT hands to Compute as fused-node inputs).
+// is copied out here. Initializers above kSmallConstantElements are weights: GetCapability only
+// names them; Compile copies them as well, because hipep asks ORT not to pass them to Compute
+// (drop_constant_initializers) and ORT frees its own copy once the session is set up.
 #include "graph_view.h"
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <set>
 #include <stdexcept>
 
 namespace py = pybind11;
@@ -258,13 +260,34 @@ TensorLayout tensor_layout(const OrtValue* value) {
   return layout;
 }
 
-py::array copy_to_numpy(const OrtValue* value) {
-  TensorLayout layout = tensor_layout(value);
+namespace {
+
+py::array copy_with_dtype(const OrtValue* value, const TensorLayout& layout, const py::dtype& dtype) {
+  // For an external initializer this is where ORT maps the file; the bytes are copied once,
+  // straight into the array numpy allocates (no staging copy).
   const void* data = nullptr;
   HIPEP_ORT(g_ort->GetTensorData(value, &data));
-  py::array out(numpy_dtype(layout.elem), layout.shape);
+  py::array out(dtype, layout.shape);
   if (out.nbytes()) std::memcpy(out.mutable_data(), data, out.nbytes());
   return out;
+}
+
+}  // namespace
+
+py::array copy_to_numpy(const OrtValue* value) {
+  TensorLayout layout = tensor_layout(value);
+  return copy_with_dtype(value, layout, numpy_dtype(layout.elem));
+}
+
+py::object copy_to_numpy_if_possible(const OrtValue* value) {
+  TensorLayout layout = tensor_layout(value);
+  py::dtype dtype;
+  try {
+    dtype = numpy_dtype(layout.elem);
+  } catch (const std::runtime_error&) {
+    return py::none();
+  }
+  return copy_with_dtype(value, layout, dtype);
 }
 
 py::object describe_parent(const OrtGraph* graph) {
@@ -279,7 +302,7 @@ py::object describe_parent(const OrtGraph* graph) {
   return d;
 }
 
-py::dict describe_graph(const OrtGraph* graph, std::vector<const OrtNode*>* nodes_out) {
+py::dict describe_graph(const OrtGraph* graph, std::vector<const OrtNode*>* nodes_out, bool copy_weights) {
   py::dict d;
   py::dict types;
   const char* name = nullptr;
@@ -300,20 +323,44 @@ py::dict describe_graph(const OrtGraph* graph, std::vector<const OrtNode*>* node
   }
   d["opsets"] = opsets;
 
-  // Constant initializers: small ones copied, large ones only named.
+  // Constant initializers: small ones copied, large ones named (and copied for Compile).
   size_t num_inits = 0;
   HIPEP_ORT(g_ort->Graph_GetNumInitializers(graph, &num_inits));
   std::vector<const OrtValueInfo*> inits(num_inits);
   if (num_inits) HIPEP_ORT(g_ort->Graph_GetInitializers(graph, inits.data(), num_inits));
+  size_t num_nodes = 0;
+  HIPEP_ORT(g_ort->Graph_GetNumNodes(graph, &num_nodes));
+  std::vector<const OrtNode*> nodes(num_nodes);
+  if (num_nodes) HIPEP_ORT(g_ort->Graph_GetNodes(graph, nodes.data(), num_nodes));
+  if (copy_weights) {
+    // A fused subgraph inside a Loop/If body may read constant initializers of an enclosing graph.
+    // They are not among this graph's initializers, and with drop_constant_initializers ORT does
+    // not pass them in either: they are this graph's to copy too.
+    std::set<std::string> seen;
+    for (const OrtValueInfo* info : inits) seen.insert(value_name(info));
+    for (const OrtNode* node : nodes) {
+      for (int which : {0, 2}) {
+        for (const OrtValueInfo* info : node_values(node, which)) {
+          if (info == nullptr) continue;
+          bool outer = false;
+          HIPEP_ORT(g_ort->ValueInfo_IsFromOuterScope(info, &outer));
+          if (outer && seen.insert(value_name(info)).second) inits.push_back(info);
+        }
+      }
+    }
+  }
   py::dict constants;
   py::list weights;
+  py::dict weight_data;
   for (const OrtValueInfo* info : inits) {
     add_type(types, info);
     bool is_constant = false;
     HIPEP_ORT(g_ort->ValueInfo_IsConstantInitializer(info, &is_constant));
-    if (!is_constant) continue;  // an overridable initializer is a graph input
+    // An overridable initializer is a graph input, and so is an outer value no initializer.
+    if (!is_constant) continue;
     const OrtValue* value = nullptr;
     HIPEP_ORT(g_ort->ValueInfo_GetInitializerValue(info, &value));
+    if (value == nullptr) continue;  // an outer-scope value that is no initializer
     std::string vname = value_name(info);
     size_t count = 0;
     if (value != nullptr) {
@@ -324,17 +371,22 @@ py::dict describe_graph(const OrtGraph* graph, std::vector<const OrtNode*>* node
       throw_on_error(st);
     }
     if (value != nullptr && count <= kSmallConstantElements) {
-      try {
-        constants[py::str(vname)] = copy_to_numpy(value);
+      py::object small = copy_to_numpy_if_possible(value);
+      if (!small.is_none()) {
+        constants[py::str(vname)] = small;
         continue;
-      } catch (const std::runtime_error&) {
-        // An element type numpy lacks: keep it as a weight; claim predicates see its type.
       }
+      // An element type numpy lacks: keep it as a weight; claim predicates see its type.
     }
     weights.append(vname);
+    if (copy_weights && value != nullptr && count > kSmallConstantElements) {
+      py::object arr = copy_to_numpy_if_possible(value);
+      if (!arr.is_none()) weight_data[py::str(vname)] = arr;  // else no plan can read it anyway
+    }
   }
   d["constants"] = constants;
   d["weights"] = weights;
+  if (copy_weights) d["weight_data"] = weight_data;
 
   auto graph_values = [&](bool outputs) {
     size_t n = 0;
@@ -360,10 +412,6 @@ py::dict describe_graph(const OrtGraph* graph, std::vector<const OrtNode*>* node
   d["inputs"] = graph_values(false);
   d["outputs"] = graph_values(true);
 
-  size_t num_nodes = 0;
-  HIPEP_ORT(g_ort->Graph_GetNumNodes(graph, &num_nodes));
-  std::vector<const OrtNode*> nodes(num_nodes);
-  if (num_nodes) HIPEP_ORT(g_ort->Graph_GetNodes(graph, nodes.data(), num_nodes));
   py::list node_list;
   for (const OrtNode* node : nodes) node_list.append(describe_node(node, types));
   d["nodes"] = node_list;

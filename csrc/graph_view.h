@@ -11,9 +11,13 @@
 namespace hipep {
 
 // Returns a dict with the graph's nodes (in ORT's order), inputs, outputs, value types, small
-// constant initializers (copied) and the names of large ones (not copied). `nodes_out`, when
-// given, receives the OrtNode pointers in the same order as the dict's "nodes". Needs the GIL.
-pybind11::dict describe_graph(const OrtGraph* graph, std::vector<const OrtNode*>* nodes_out);
+// constant initializers (copied) and the names of large ones ("weights"). With `copy_weights`
+// (Compile: the OrtGraph and its initializers die after the call) the large ones of this graph
+// level are copied too, into "weight_data" (name -> numpy array; element types numpy lacks are
+// left out). `nodes_out`, when given, receives the OrtNode pointers in the same order as the
+// dict's "nodes". Needs the GIL.
+pybind11::dict describe_graph(const OrtGraph* graph, std::vector<const OrtNode*>* nodes_out,
+                             bool copy_weights = false);
 
 // For a nested graph (a Loop/If body): {"node": the enclosing node, "types": its values' types};
 // None for a top-level graph. Needs the GIL.
@@ -34,5 +38,8 @@ TensorLayout tensor_layout(const OrtValue* value);
 
 // Copies a tensor OrtValue into a new numpy array.
 pybind11::array copy_to_numpy(const OrtValue* value);
+
+// The same, or None when numpy has no such element type (strings, 4-bit and 8-bit floats).
+pybind11::object copy_to_numpy_if_possible(const OrtValue* value);
 
 }  // namespace hipep

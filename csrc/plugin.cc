@@ -227,8 +227,9 @@ struct HipEp : OrtEp {
       log_records(self->logger, result[1]);
       OrtNodeFusionOptions fusion{};
       fusion.ort_version_supported = kOrtApiVersion;
-      // ORT keeps the weights and hands them to Compute as inputs: hipep holds no copy.
-      fusion.drop_constant_initializers = false;
+      // hipep copies the constant initializers it reads during Compile (hipep.weights), so ORT
+      // need not pass them to Compute and frees its own copy once the session is set up.
+      fusion.drop_constant_initializers = true;
       for (auto cluster : result[0].cast<py::list>()) {
         std::vector<const OrtNode*> members;
         for (auto idx : cluster) members.push_back(nodes.at(idx.cast<size_t>()));
@@ -249,7 +250,9 @@ struct HipEp : OrtEp {
         HIPEP_ORT(g_ort->Node_GetName(fused_nodes[i], &fused_name));
         auto info = std::make_unique<ComputeInfo>();
         info->name = fused_name ? fused_name : "hipep subgraph";
-        py::dict desc = describe_graph(graphs[i], nullptr);
+        // The OrtGraph (and every initializer value it hands out) dies with this call: the
+        // weights are copied here, into arrays Python owns.
+        py::dict desc = describe_graph(graphs[i], nullptr, /*copy_weights=*/true);
         std::vector<std::string> in_names = value_names(fused_nodes[i], false);
         std::vector<std::string> out_names = value_names(fused_nodes[i], true);
         py::tuple result = self->state->get().attr("compile")(desc, info->name, in_names, out_names);

@@ -5,6 +5,10 @@ csrc/plugin.cc calls `create_ep` from OrtEpFactory::CreateEp, then `EpState.get_
 with the GIL held; exceptions raised here become an OrtStatus carrying their message. Log records
 go back to C++ as (severity, message) pairs with ORT's severity numbers, and C++ writes them to
 the session's logger.
+
+Compile receives the fused subgraph's constant initializers copied (`desc["weight_data"]`: ORT
+passes them to no Compute call and frees its own copy); each CompiledSubgraph keeps those its
+plan reads in a hipep.weights.WeightStore.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from .partition import PartitionReport, partition
 from .plan import walk
 from .runtime.device import open_device
 from .runtime.executor import Executor
+from .weights import WeightStore
 
 VERBOSE, INFO, WARNING, ERROR = 0, 1, 2, 3
 FALLBACK_KEY = "session.disable_cpu_ep_fallback"
@@ -143,24 +148,34 @@ class EpState:
         if self.strict_failure:
             raise HipepError(self.strict_failure)
         start = time.perf_counter()
+        copied = desc.pop("weight_data", {})  # large initializers, copied by Compile
         graph = _graph_from_ort(desc)
-        plan = compile_subgraph(graph, fused_name, inputs, outputs, self.options)
+        # Every constant initializer that is no fused-node input is hipep's to hold: ORT passes
+        # none of them to Compute.
+        given = set(inputs)
+        held = sorted(n for n in set(graph.constants) | graph.weights if n not in given)
+        plan = compile_subgraph(graph, fused_name, inputs, outputs, self.options, held=held)
+        weights = WeightStore.for_plan(plan, graph, copied)
+        del copied  # the copies the plan does not read go now
         counters.bump("compile_us", int((time.perf_counter() - start) * 1e6))
         _recent_plans.append(plan)
-        executor = Executor(plan, self.device)
+        executor = Executor(plan, self.device, weights=weights.arrays)
         counters.bump("compiled_subgraphs")
         n_steps = sum(1 for _ in walk(plan.steps))
         records = [(VERBOSE, f"{EP_NAME}: compiled {fused_name}: {n_steps} steps, "
-                             f"{len(inputs)} inputs, {len(outputs)} outputs on device {self.device.name}")]
+                             f"{len(inputs)} inputs, {len(outputs)} outputs, {len(weights)} weights "
+                             f"({weights.nbytes / 2**20:.1f} MiB) on device {self.device.name}")]
         elem_types = [elem_type_of(plan.values[v].dtype) for v in plan.outputs]
-        return CompiledSubgraph(executor), elem_types, self._records(records)
+        return CompiledSubgraph(executor, weights), elem_types, self._records(records)
 
 
 class CompiledSubgraph:
-    """One fused node's executable. `run` is re-entrant: ORT may call it from several threads."""
+    """One fused node's executable and the weights it owns. `run` is re-entrant: ORT may call it
+    from several threads."""
 
-    def __init__(self, executor: Executor):
+    def __init__(self, executor: Executor, weights: WeightStore | None = None):
         self.executor = executor
+        self.weights = weights if weights is not None else WeightStore({})
 
     def run(self, inputs):
         counters.bump("runs")

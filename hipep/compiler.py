@@ -13,12 +13,18 @@ import dataclasses
 import os
 import re
 
+import numpy as np
+
 from .errors import ModelError, OptionError
 from .graph import GraphView
 from .plan import Plan
 
 
-def compile_subgraph(graph: GraphView, name: str, inputs: list[str], outputs: list[str], options=None) -> Plan:
+def compile_subgraph(graph: GraphView, name: str, inputs: list[str], outputs: list[str], options=None,
+                     held: list[str] = ()) -> Plan:
+    """`inputs` are the fused node's inputs (what Compute receives), `held` the constant
+    initializers hipep keeps itself (ORT does not pass them): they become plan values of kind
+    "weight" with index -1, bound by name at run time, unless the IR holds them as constants."""
     from .frontend import import_graph
     from .ir.api import print_ir
     from .passes import pipeline_with_overrides, run_pipeline
@@ -31,7 +37,8 @@ def compile_subgraph(graph: GraphView, name: str, inputs: list[str], outputs: li
         raise OptionError(f"option 'pass_options': {e}") from None
     dump = getattr(options, "dump_ir", "") or ""
     folder = os.path.join(dump, re.sub(r"[^A-Za-z0-9_.-]", "_", name)) if dump else ""
-    module = import_graph(graph, inputs, outputs, name)
+    extra = _weight_arguments(graph, inputs, held)
+    module = import_graph(graph, list(inputs) + extra, outputs, name)
     after_each = None
     if folder:
         os.makedirs(folder, exist_ok=True)
@@ -49,13 +56,19 @@ def compile_subgraph(graph: GraphView, name: str, inputs: list[str], outputs: li
         raise ModelError(f"{name}: compiling failed: {type(e).__name__}: {e}{hint}") from e
     plan = take_plan(module)
     plan.name = name
-    # ORT hands large initializers in as inputs: they are weights, not activations.
+    # Weights are not activations. Held ones are function arguments after ORT's inputs, but no
+    # fused-node input: the executor binds them by name. A caller that passes a weight in as an
+    # input (ORT did, before hipep held them) gets it marked at its input position.
+    n = len(inputs)
     for vid in plan.inputs:
         spec_ = plan.values[vid]
-        if spec_.index < len(inputs) and inputs[spec_.index] in graph.weights:
+        if spec_.index >= n:
+            plan.values[vid] = dataclasses.replace(spec_, kind="weight", index=-1, name=extra[spec_.index - n])
+        elif inputs[spec_.index] in graph.weights:
             plan.values[vid] = dataclasses.replace(spec_, kind="weight", name=inputs[spec_.index])
         else:
             plan.values[vid] = dataclasses.replace(spec_, name=inputs[spec_.index])
+    plan.inputs = plan.inputs[:n]
     plan.shape_programs = _shape_programs(plan, graph, inputs)
     if folder:
         _write(folder, "plan.txt", plan.format() + "\n")
@@ -67,8 +80,49 @@ def _shape_programs(plan: Plan, graph: GraphView, inputs: list[str]) -> tuple:
     from .runtime.shapes import compile_time_program
 
     constants = {pos: graph.constants[name] for pos, name in enumerate(inputs) if name in graph.constants}
-    program = compile_time_program(plan, [graph.type_of(name) for name in inputs], constants)
+    weights = _held_weights(plan, graph)
+    if weights is None:
+        return ()
+    program = compile_time_program(plan, [graph.type_of(name) for name in inputs], constants, weights)
     return () if program is None else (program.to_data(),)
+
+
+def _held_weights(plan: Plan, graph: GraphView) -> dict | None:
+    """For the compile-time shape program: each held weight (value id → its data where the graph
+    has it, else a Placeholder of its static shape); None when one's shape is not static."""
+    from .runtime.shapes import Placeholder
+
+    out = {}
+    for vid, v in plan.values.items():
+        if v.kind == "weight" and v.index < 0:
+            c = graph.constants.get(v.name)
+            t = graph.type_of(v.name)
+            if c is None and not t.is_static:
+                return None
+            out[vid] = c if c is not None else Placeholder(t.shape, v.dtype)
+    return out
+
+
+def _weight_arguments(graph: GraphView, inputs: list[str], held) -> list[str]:
+    """The held initializers the plan reads from the weight store: all but the ones ORT passes
+    anyway and the small ones the frontend makes IR constants (its rule, hip.constant when
+    the value has at most MAX_DENSE_ELEMENTS elements of a type the IR holds)."""
+    from .ir.dialect import MAX_DENSE_ELEMENTS, ConstantOp
+
+    given = set(inputs)
+    out = []
+    for name in held:
+        if name in given or name in out:
+            continue
+        c = graph.constants.get(name)
+        if c is not None and c.size <= MAX_DENSE_ELEMENTS:
+            try:
+                ConstantOp(np.asarray(c))
+                continue
+            except ModelError:
+                pass
+        out.append(name)
+    return out
 
 
 def _write(folder: str, file: str, text: str) -> None:

@@ -4,7 +4,8 @@ It is built either from ORT's OrtGraph (by the native bridge, during GetCapabili
 plain dicts handed to `GraphView.from_native`) or from an ONNX ModelProto (`GraphView.from_onnx`,
 used by `hipep.explain` and tests). Both give the same objects, so `explain()` and a session decide
 alike. OrtGraph is only valid during ORT's call: everything here is copied into Python objects,
-except large initializers, which keep only their type (their data reaches Compute as an input).
+except large initializers, which keep only their name and type here (Compile copies their data
+separately, into the subgraph's hipep.weights.WeightStore).
 """
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from typing import Any, Union
 import numpy as np
 
 # Initializers up to this many elements are copied into the GraphView (shape operands, axes,
-# small constants that claim predicates and shape rules read). Larger ones are weights: hipep
-# never copies them at graph time; ORT hands them to Compute as fused-node inputs.
+# small constants that claim predicates and shape rules read). Larger ones are weights: the
+# GraphView names them; only Compile copies their data (for the weight store, not the graph).
 SMALL_CONSTANT_ELEMENTS = 1 << 16
 
 Dim = Union[int, str, None]  # static extent, symbolic name, or unknown
@@ -87,7 +88,7 @@ class GraphView:
     outputs: list[str]
     types: dict[str, TensorType]  # every value whose type is known
     constants: dict[str, np.ndarray]  # small constant initializers (copied)
-    weights: set[str]  # names of large constant initializers (data not copied)
+    weights: set[str]  # names of large constant initializers (data not in the view)
     opsets: dict[str, int] = field(default_factory=dict)
 
     def type_of(self, name: str) -> TensorType:

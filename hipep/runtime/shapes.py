@@ -84,7 +84,8 @@ class Placeholder:
 _GENERIC_DIMS = (17, 37, 79, 163, 331, 673, 1361, 2729, 5471, 10949)
 
 
-def compile_time_program(plan: Plan, input_types, constants: dict[int, np.ndarray]) -> "ShapeProgram | None":
+def compile_time_program(plan: Plan, input_types, constants: dict[int, np.ndarray],
+                         weights: dict | None = None) -> "ShapeProgram | None":
     """The shape program derived when the plan is compiled: symbolic dims (ORT's dim names; the
     same name, the same symbol) take generic placeholder extents, and the guards the rules record
     say for which runs the result holds (a run that breaks one is traced then). None where the
@@ -110,6 +111,7 @@ def compile_time_program(plan: Plan, input_types, constants: dict[int, np.ndarra
         inputs.append(given if given is not None else Placeholder(dims, plan.values[vid].dtype))
     plan_constants = {vid: np.asarray(plan.constants[v.constant], dtype=v.dtype)
                       for vid, v in plan.values.items() if v.kind == "constant"}
+    plan_constants.update(weights or {})  # weights hipep holds, by value id (arrays or Placeholders)
     try:
         return trace_shapes(plan, inputs, plan_constants)
     except HipepError:
@@ -182,6 +184,10 @@ class _Tracer:
                 self.shape[vid] = tuple(SymInt(int(d), sym(f"i{pos}.{j}")) for j, d in enumerate(a.shape))
         for vid, c in self.constants.items():
             self.shape[vid] = tuple(int(d) for d in c.shape)
+            if self.values[vid].kind == "weight":  # a weight hipep holds: as one given in, above
+                if c.dtype.kind in _INT_KINDS and c.size <= MAX_READ_ELEMENTS and not isinstance(c, Placeholder):
+                    self.sval[vid] = _objects(c)
+                continue
             self.sval[vid] = _objects(c) if c.dtype.kind in _INT_KINDS + "b" else c
         return tuple(ranks)
 
