@@ -575,7 +575,8 @@ __device__ __forceinline__ double hipep_modd(double a, double b) {
   double r = fmod(a, b);
   return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : (r == 0.0 ? copysign(0.0, b) : r);
 }
-template <typename T> __device__ __forceinline__ T hipep_sign(T a) { return a > T(0) ? T(1) : (a < T(0) ? T(-1) : a); }
+// numpy's sign: +0 for either zero, NaN stays NaN.
+template <typename T> __device__ __forceinline__ T hipep_sign(T a) { return a > T(0) ? T(1) : (a < T(0) ? T(-1) : (a == T(0) ? T(0) : a)); }
 __device__ __forceinline__ float hipep_logaddexpf(float a, float b) {
   if (a == b) return a + 0.69314718055994530942f;
   float m = fmaxf(a, b);
@@ -590,13 +591,13 @@ __device__ __forceinline__ double hipep_logaddexpd(double a, double b) {
 __device__ __forceinline__ float hipep_mlas_rational(float x, float bound, const float* p, int np_, const float* q, int nq) {
   float v = fminf(fmaxf(x, -bound), bound);
   if (x != x) v = x;
-  float v2 = v * v;
+  float v2 = __fmul_rn(v, v);
   float pp = fmaf(v2, p[0], p[1]);
   for (int i = 2; i < np_; ++i) pp = fmaf(pp, v2, p[i]);
-  pp = pp * v;
+  pp = __fmul_rn(pp, v);
   float qq = fmaf(v2, q[0], q[1]);
   for (int i = 2; i < nq; ++i) qq = fmaf(qq, v2, q[i]);
-  return pp / qq;
+  return __fdiv_rn(pp, qq);
 }
 __device__ __forceinline__ float hipep_mlas_tanh(float x) {
   const float p[7] = {@TANH_P@};
@@ -606,7 +607,7 @@ __device__ __forceinline__ float hipep_mlas_tanh(float x) {
 __device__ __forceinline__ float hipep_mlas_logistic(float x) {
   const float p[5] = {@LOGISTIC_P@};
   const float q[6] = {@LOGISTIC_Q@};
-  float r = hipep_mlas_rational(x, 18.0f, p, 5, q, 6) + 0.5f;
+  float r = __fadd_rn(hipep_mlas_rational(x, 18.0f, p, 5, q, 6), 0.5f);
   return r != r ? r : fminf(fmaxf(r, 0.0f), 1.0f);
 }
 """.replace("@TANH_P@", ", ".join(f"{float(v)!r}f" for v in _TANH_P)) \
@@ -615,6 +616,9 @@ __device__ __forceinline__ float hipep_mlas_logistic(float x) {
    .replace("@LOGISTIC_Q@", ", ".join(f"{float(v)!r}f" for v in _LOGISTIC_Q))
 
 # C spellings of the primitives: per operand kind ("f" float, "d" double, "i" integer, "b" bool).
+# Float arithmetic through the round-to-nearest intrinsics: a compiler may not contract them into
+# fused multiply-adds (nvcc and hipcc do by default), so each op rounds once, as numpy does.
+_ROUNDED = {"add": "add", "sub": "sub", "mul": "mul", "div": "div"}
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "==", "lt": "<", "gt": ">", "le": "<=", "ge": ">=",
           "and": "&&", "or": "||", "xor": "!=", "bitand": "&", "bitor": "|", "bitxor": "^"}
 _MATH = {"sqrt", "exp", "expm1", "log", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
@@ -649,10 +653,12 @@ def _c_call(op: str, dtype: str, operand_dtype: str, args: list[str]) -> str:
         return inner if dtype == BOOL else f"{narrow}({inner})"
     kind = _kind(operand_dtype)
     f = "f" if operand_dtype == F32 else ""
+    if op in _ROUNDED and kind == "float":
+        return f"__{'f' if f else 'd'}{_ROUNDED[op]}_rn({args[0]}, {args[1]})"
     if op in _INFIX:
         return f"({args[0]} {_INFIX[op]} {args[1]})"
     if op == "div":
-        return f"hipep_idiv({args[0]}, {args[1]})" if kind == "int" else f"({args[0]} / {args[1]})"
+        return f"hipep_idiv({args[0]}, {args[1]})"
     if op == "fmod":
         return f"hipep_ifmod({args[0]}, {args[1]})" if kind == "int" else \
             f"hipep_fmod{'f' if f else 'd'}({args[0]}, {args[1]})"
@@ -672,7 +678,9 @@ def _c_call(op: str, dtype: str, operand_dtype: str, args: list[str]) -> str:
     if op == "sign":
         return f"hipep_sign({args[0]})"
     if op == "recip":
-        return f"(1.0{f} / {args[0]})"
+        return f"__{'f' if f else 'd'}rcp_rn({args[0]})"
+    if op == "sqrt":
+        return f"__{'f' if f else 'd'}sqrt_rn({args[0]})"
     if op in _MATH:
         return f"{op}{f}({args[0]})"
     if op in ("mlas_tanh", "mlas_logistic"):
@@ -709,11 +717,13 @@ def _c_cast(value: str, src: str, dst: str) -> str:
 def render_hip_kernel(expr: Expr, name: str, input_dtypes: Sequence[str], output_dtypes: Sequence[str]) -> str:
     """The HIP C++ source of an elementwise kernel computing `expr`.
 
-    `extern "C" __global__ void <name>(const T0* in0, ..., U0* out0, ..., hipep_pointwise_args a)`:
-    a grid-stride loop over the flat output index i < a.n; for each broadcasting input k its
-    element offset is the sum over dims d of ((i / a.pitch[d]) % a.dims[d]) * a.strides[k][d]
-    (stride 0 along a broadcast axis); scalar inputs read element 0. Every node becomes one
-    `const` local; integer division by zero yields 0 (ONNX Runtime raises there)."""
+    `extern "C" __global__ void <name>(const T0* in0, ..., U0* out0, ..., hipep_pointwise_args_<name> a)`:
+    a grid-stride loop over the flat output index i < a.n; i's coordinates in the output extents
+    a.dims (row-major, a.rank of them) times input k's element strides a.strides[k] (0 along a
+    broadcast axis) give input k's element; scalar inputs read element 0. Every node becomes one
+    `const` local. Float arithmetic uses the round-to-nearest intrinsics, which are never
+    contracted into fused multiply-adds, so each operation rounds once, as the evaluator's do;
+    integer division by zero yields 0 (ONNX Runtime raises there)."""
     check(expr)
     n_in = len(input_dtypes)
     lines = [_PRELUDE, f"struct hipep_pointwise_args_{name} {{",
