@@ -124,6 +124,72 @@ void log_records(const OrtLogger* logger, const py::handle& records) {
   }
 }
 
+// ---- outputs ---------------------------------------------------------------------------------
+
+// What one Compute call shares with the allocate_outputs callable it hands Python. Python may keep
+// the callable past the call; once the call has returned its kernel context is gone, so the
+// callable then refuses to run.
+struct OutputBinding {
+  OrtKernelContext* context = nullptr;
+  std::string name;
+  std::vector<ONNXTensorElementDataType> types;
+  bool active = true;
+  bool allocated = false;
+  std::vector<void*> data;                  // per output, ORT's buffer (after allocation)
+  std::vector<std::vector<int64_t>> shapes;  // per output, the shape it was obtained with
+};
+
+// allocate_outputs(shapes: list[tuple[int, ...]]) -> list[np.ndarray]: obtains every output from
+// ORT with its shape, once per run, and returns writable arrays over ORT's memory (no copy, valid
+// during this Compute call only), so the plan can write its results in place.
+py::list allocate_outputs(OutputBinding& b, const py::sequence& shapes) {
+  if (!b.active) throw std::runtime_error(b.name + ": allocate_outputs was called after its run ended");
+  if (b.allocated) throw std::runtime_error(b.name + ": allocate_outputs was called twice in one run");
+  if (shapes.size() != b.types.size())
+    throw std::runtime_error(b.name + ": allocate_outputs got " + std::to_string(shapes.size()) +
+                             " shapes, the node has " + std::to_string(b.types.size()) + " outputs");
+  // Every shape is checked before the first output is obtained: a bad one leaves none half-made.
+  std::vector<std::vector<int64_t>> dims(shapes.size());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    py::object s = shapes[i];
+    if (!py::isinstance<py::sequence>(s) || py::isinstance<py::str>(s))
+      throw std::runtime_error(b.name + ": allocate_outputs: shape " + std::to_string(i) + " is not a sequence");
+    for (auto d : s.cast<py::sequence>()) {
+      int64_t v = -1;
+      try {
+        v = py::reinterpret_borrow<py::object>(d).cast<int64_t>();
+      } catch (const py::cast_error&) {
+      }
+      if (v < 0 || py::isinstance<py::bool_>(d))
+        throw std::runtime_error(b.name + ": allocate_outputs: shape " + std::to_string(i) + " = " +
+                                 py::repr(s).cast<std::string>() + " is not a list of extents >= 0");
+      dims[i].push_back(v);
+    }
+  }
+  b.allocated = true;
+  py::capsule no_owner(static_cast<void*>(b.context), [](void*) {});
+  py::list out;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    py::dtype dtype = numpy_dtype(b.types[i]);
+    OrtValue* value = nullptr;
+    HIPEP_ORT(g_ort->KernelContext_GetOutput(b.context, i, dims[i].data(), dims[i].size(), &value));
+    void* data = nullptr;
+    HIPEP_ORT(g_ort->GetTensorMutableData(value, &data));
+    b.data[i] = data;
+    b.shapes[i] = dims[i];
+    std::vector<py::ssize_t> shape(dims[i].begin(), dims[i].end());
+    // An empty output may have no buffer: numpy then makes its own (there is nothing to write).
+    out.append(data ? py::array(dtype, shape, {}, data, no_owner) : py::array(dtype, shape));
+  }
+  return out;
+}
+
+std::string shape_text(const int64_t* dims, size_t rank) {
+  std::string s = "[";
+  for (size_t i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
 // ---- compute info ----------------------------------------------------------------------------
 
 struct ComputeInfo : OrtNodeComputeInfo {
@@ -172,7 +238,33 @@ struct ComputeInfo : OrtNodeComputeInfo {
       py::detail::array_proxy(arr.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
       inputs.append(arr);
     }
-    py::object results = compiled->get().attr("run")(inputs);
+    // Python obtains ORT's outputs through allocate_outputs as soon as it knows their shapes and
+    // writes them in place; it returns the output arrays either way. An output it returns in
+    // some other memory (computed the old way, or allocate_outputs never called) is copied.
+    if (num_outputs != output_types.size())
+      throw std::runtime_error(name + " has " + std::to_string(num_outputs) + " outputs in ORT, " +
+                               std::to_string(output_types.size()) + " when compiled");
+    auto binding = std::make_shared<OutputBinding>();
+    binding->context = context;
+    binding->name = name;
+    binding->types = output_types;
+    binding->data.assign(num_outputs, nullptr);
+    binding->shapes.assign(num_outputs, {});
+    py::cpp_function allocate([binding](py::sequence shapes) { return allocate_outputs(*binding, shapes); },
+                              py::arg("shapes"));
+    py::object results;
+    {
+      struct Deactivate {
+        OutputBinding& b;
+        ~Deactivate() { b.active = false; }
+      } deactivate{*binding};
+      results = compiled->get().attr("run")(inputs, allocate);
+    }
+    if (results.is_none()) {
+      if (!binding->allocated)
+        throw std::runtime_error(name + " returned no outputs and did not call allocate_outputs");
+      return;
+    }
     auto outputs = results.cast<py::list>();
     if (outputs.size() != num_outputs)
       throw std::runtime_error(name + " produced " + std::to_string(outputs.size()) + " outputs, ORT expects " +
@@ -186,10 +278,20 @@ struct ComputeInfo : OrtNodeComputeInfo {
                                  py::str(arr.dtype()).cast<std::string>() + ", expected " +
                                  py::str(want).cast<std::string>());
       std::vector<int64_t> shape(arr.shape(), arr.shape() + arr.ndim());
-      OrtValue* out = nullptr;
-      HIPEP_ORT(g_ort->KernelContext_GetOutput(context, i, shape.data(), shape.size(), &out));
       void* dst = nullptr;
-      HIPEP_ORT(g_ort->GetTensorMutableData(out, &dst));
+      if (binding->allocated) {
+        const std::vector<int64_t>& got = binding->shapes[i];
+        if (shape != got)
+          throw std::runtime_error(name + ": output " + std::to_string(i) + " came out with shape " +
+                                   shape_text(shape.data(), shape.size()) + ", but allocate_outputs was given " +
+                                   shape_text(got.data(), got.size()));
+        dst = binding->data[i];
+        if (arr.data() == dst) continue;  // written in place
+      } else {
+        OrtValue* out = nullptr;
+        HIPEP_ORT(g_ort->KernelContext_GetOutput(context, i, shape.data(), shape.size(), &out));
+        HIPEP_ORT(g_ort->GetTensorMutableData(out, &dst));
+      }
       if (arr.nbytes()) std::memcpy(dst, arr.data(), arr.nbytes());
     }
   }

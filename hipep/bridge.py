@@ -8,7 +8,12 @@ the session's logger.
 
 Compile receives the fused subgraph's constant initializers copied (`desc["weight_data"]`: ORT
 passes them to no Compute call and frees its own copy); each CompiledSubgraph keeps those its
-plan reads in a hipep.weights.WeightStore.
+plan reads in a hipep.weights.WeightStore. Compute hands `run` the inputs as read-only arrays over
+ORT's memory and `allocate_outputs(shapes: list[tuple[int, ...]]) -> list[np.ndarray]`, which
+obtains ORT's outputs with those shapes and returns writable arrays over them (once per run,
+valid during that call only); the executor calls it as soon as it knows the output shapes and
+writes the results there. `run` returns the output arrays: those C++ finds outside ORT's
+outputs (a plan that computed them elsewhere) it copies.
 """
 from __future__ import annotations
 
@@ -177,9 +182,11 @@ class CompiledSubgraph:
         self.executor = executor
         self.weights = weights if weights is not None else WeightStore({})
 
-    def run(self, inputs):
+    def run(self, inputs, allocate_outputs=None):
+        """The outputs of one run. `allocate_outputs`, when given (Compute gives it), obtains
+        ORT's output buffers; the executor calls it once it knows the shapes and writes there."""
         counters.bump("runs")
-        return self.executor.run(inputs)
+        return self.executor.run(inputs, allocate_outputs=allocate_outputs)
 
 
 def create_ep(config: dict[str, str], ort_severity: int) -> EpState:

@@ -1,8 +1,12 @@
-"""hipep holds the weights itself.
+"""hipep holds the weights itself, and writes ORT's outputs in place.
 
-GetCapability sets drop_constant_initializers, so ORT passes no constant initializer to Compute;
-Compile copies the ones the subgraph reads (external data included) into arrays hipep owns, and
-the plan names them as "weight" values with index -1.
+Weights: GetCapability sets drop_constant_initializers, so ORT passes no constant initializer to
+Compute; Compile copies the ones the subgraph reads (external data included) into arrays hipep
+owns, and the plan names them as "weight" values with index -1.
+
+Outputs: Compute hands Python `allocate_outputs(shapes)`, which obtains ORT's output buffers;
+the executor calls it as soon as it knows the shapes (for a static-shape plan: before its first
+launch) and the kernels write there.
 """
 from __future__ import annotations
 
@@ -10,11 +14,13 @@ import contextlib
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto as T, helper as h, numpy_helper
 
 import hipep
 import hipep.bridge as bridge
+from hipep.ops.registry import lookup
 
 from helpers import assert_matches_cpu, cpu_session, make_model, tensor
 
@@ -37,8 +43,8 @@ def weights_model(batch="n"):
 
 @contextlib.contextmanager
 def watch_compute(monkeypatch):
-    """Records what each Compute call hands Python (its inputs) and what Compile built (the
-    CompiledSubgraph)."""
+    """Records what each Compute call hands Python (inputs, the allocate_outputs calls and the
+    arrays they returned) and what Compile built (the CompiledSubgraph)."""
     seen = {"compiled": [], "runs": []}
     compile_, run_ = bridge.EpState.compile, bridge.CompiledSubgraph.run
 
@@ -47,13 +53,47 @@ def watch_compute(monkeypatch):
         seen["compiled"].append(result[0])
         return result
 
-    def run(self, inputs):
-        seen["runs"].append({"inputs": list(inputs)})
-        return run_(self, inputs)
+    def run(self, inputs, allocate_outputs=None):
+        record = {"inputs": list(inputs), "allocations": []}
+        seen["runs"].append(record)
+        events = seen.setdefault("events", [])
+
+        def allocate(shapes):
+            arrays = allocate_outputs(shapes)
+            events.append("allocate")
+            record["allocations"].append((list(shapes), arrays))
+            return arrays
+        return run_(self, inputs, None if allocate_outputs is None else allocate)
 
     monkeypatch.setattr(bridge.EpState, "compile", compile)
     monkeypatch.setattr(bridge.CompiledSubgraph, "run", run)
     yield seen
+
+
+@contextlib.contextmanager
+def watch_kernels(seen, *ops):
+    """Records an event each time the CPU device runs the reference of one of `ops` (test-only:
+    the registry's entries are frozen, so the attribute is swapped underneath and put back)."""
+    defs = [lookup("", op) for op in ops]
+    saved = [d.reference for d in defs]
+    events = seen.setdefault("events", [])
+
+    def recording(op, reference):
+        def run(inputs, attrs):
+            events.append(op)
+            return reference(inputs, attrs)
+        return run
+    try:
+        for d, ref in zip(defs, saved):
+            object.__setattr__(d, "reference", recording(d.op_type, ref))
+        yield
+    finally:
+        for d, ref in zip(defs, saved):
+            object.__setattr__(d, "reference", ref)
+
+
+def _ptr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
 
 
 # ---- weights -----------------------------------------------------------------------------------
@@ -108,3 +148,88 @@ def test_external_data_weights_are_copied_at_compile(tmp_path, rng):
         f.seek(0)
         f.write(b"\0" * size)
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
+
+
+# ---- outputs -----------------------------------------------------------------------------------
+
+def test_static_outputs_are_obtained_before_the_first_launch_and_written_in_place(monkeypatch, rng):
+    model, _ = weights_model(batch=2)
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    want = cpu_session(model).run(None, {"x": x})[0]
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # MatMul stays MatMul
+    with watch_compute(monkeypatch) as seen, watch_kernels(seen, "MatMul"):  # the first launch
+        sess = hipep.InferenceSession(model, so)
+        # The caller's own buffer, bound as the output: ORT hands it to hipep's fused node.
+        out = np.full((2, 2048), np.nan, np.float32)
+        binding = sess.io_binding()
+        binding.bind_cpu_input("x", x)
+        binding.bind_ortvalue_output("y", ort.OrtValue.ortvalue_from_numpy(out))
+        for _ in range(2):
+            seen["events"].clear()
+            sess.run_with_iobinding(binding)
+            assert seen["events"] == ["allocate", "MatMul"]
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    for record in seen["runs"]:
+        ((shapes, arrays),) = record["allocations"]
+        assert [tuple(s) for s in shapes] == [(2, 2048)]
+        assert _ptr(arrays[0]) == _ptr(out) and arrays[0].flags.writeable  # ORT's (the caller's) memory
+
+
+def test_data_dependent_outputs_are_obtained_late(monkeypatch, rng):
+    """NonZero: the output shape is known only after the device has run; the executor asks for
+    ORT's outputs then, and the results still land there."""
+    model = make_model([h.make_node("NonZero", ["x"], ["nz"], name="nz"),
+                        h.make_node("Transpose", ["nz"], ["y"], name="tr")],
+                       [tensor("x", T.FLOAT, [4, 5])], [tensor("y", T.INT64, None)])
+    x = (rng.standard_normal((4, 5)) > 0).astype(np.float32)
+    with watch_compute(monkeypatch) as seen:
+        sess = hipep.InferenceSession(model)
+        assert_matches_cpu(sess, model, {"x": x})
+    ((shapes, _),) = seen["runs"][0]["allocations"]
+    assert [tuple(s) for s in shapes] == [(int(np.count_nonzero(x)), 2)]
+
+
+def test_outputs_returned_the_old_way_are_copied(monkeypatch, rng):
+    """A run that ignores allocate_outputs and returns its own arrays still works: C++ copies."""
+    model, _ = weights_model()
+    run_ = bridge.CompiledSubgraph.run
+    monkeypatch.setattr(bridge.CompiledSubgraph, "run", lambda self, inputs, allocate_outputs=None: run_(self, inputs))
+    sess = hipep.InferenceSession(model)
+    assert_matches_cpu(sess, model, {"x": rng.standard_normal((3, 64)).astype(np.float32)}, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("misuse, message", [
+    (lambda allocate, plan_run: allocate([(3, 2048), (1,)]), "allocate_outputs got 2 shapes, the node has 1 outputs"),
+    (lambda allocate, plan_run: allocate([(3, -1)]), "is not a list of extents >= 0"),
+    (lambda allocate, plan_run: (allocate([(3, 2048)]), allocate([(3, 2048)])), "allocate_outputs was called twice"),
+    (lambda allocate, plan_run: [np.zeros((3, 7), np.float32)] if allocate([(3, 2048)]) else None,
+     "came out with shape \\[3, 7\\], but allocate_outputs was given \\[3, 2048\\]"),
+    (lambda allocate, plan_run: None, "returned no outputs and did not call allocate_outputs"),
+])
+def test_output_protocol_errors_are_clear_and_leave_the_process_usable(monkeypatch, rng, misuse, message):
+    model, _ = weights_model()
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    run_ = bridge.CompiledSubgraph.run
+    monkeypatch.setattr(bridge.CompiledSubgraph, "run",
+                        lambda self, inputs, allocate_outputs=None: misuse(allocate_outputs, run_))
+    sess = hipep.InferenceSession(model)
+    with pytest.raises(Exception, match=message):
+        sess.run(None, {"x": x})
+    monkeypatch.setattr(bridge.CompiledSubgraph, "run", run_)
+    assert_matches_cpu(sess, model, {"x": x}, rtol=1e-4, atol=1e-4)
+
+
+def test_allocate_outputs_refuses_to_run_after_its_compute_call(monkeypatch, rng):
+    model, _ = weights_model()
+    kept = []
+    run_ = bridge.CompiledSubgraph.run
+
+    def run(self, inputs, allocate_outputs=None):
+        kept.append(allocate_outputs)
+        return run_(self, inputs, allocate_outputs)
+    monkeypatch.setattr(bridge.CompiledSubgraph, "run", run)
+    sess = hipep.InferenceSession(model)
+    sess.run(None, {"x": rng.standard_normal((1, 64)).astype(np.float32)})
+    with pytest.raises(RuntimeError, match="allocate_outputs was called after its run ended"):
+        kept[0]([(1, 2048)])
