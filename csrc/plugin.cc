@@ -292,7 +292,8 @@ struct ComputeInfo : OrtNodeComputeInfo {
         HIPEP_ORT(g_ort->KernelContext_GetOutput(context, i, shape.data(), shape.size(), &out));
         HIPEP_ORT(g_ort->GetTensorMutableData(out, &dst));
       }
-      if (arr.nbytes()) std::memcpy(dst, arr.data(), arr.nbytes());
+      // memmove: an array returned as a view into ORT's own output buffer may overlap it.
+      if (arr.nbytes()) std::memmove(dst, arr.data(), arr.nbytes());
     }
   }
 };
