@@ -8,7 +8,8 @@ Values. Every SSA value of the compiled function has an integer id and a `ValueS
   * kind "input": the fused node's input `index` (ORT's memory, read-only; on the CPU device a
     host array, on a GPU device memory: it is in the "device" space);
   * kind "constant": a small constant from `Plan.constants[name]` (host-visible);
-  * kind "weight": a large initializer ORT hands in as fused-node input `index` ("device" space);
+  * kind "weight": a large initializer: held by hipep (`index` -1, bound by `name` from the
+    executor's weight store, copied at Compile) or handed in by ORT as fused-node input `index`;
   * kind "buffer": storage the plan allocates: slot `slot` of the pool of memory space `space`
     ("device" or "host_visible"), or a view of another value's storage (`view_of`, same bytes
     from its start, other shape: Reshape/Squeeze/Unsqueeze/Identity/Flatten results may be

@@ -104,8 +104,10 @@ class Interpreter:
                 counters.bump_many(launches=run.launches, host_reads=run.host_reads,
                                    kernel_us=self.device.kernel_ns(pools.stream) // 1000)
             if allocate_outputs is not None:  # shapes known only now: ORT's outputs get copies
-                for dst, a in zip(allocate_outputs([o.shape for o in outputs]), outputs):
+                allocated = list(allocate_outputs([o.shape for o in outputs]))
+                for dst, a in zip(allocated, outputs):
                     np.copyto(dst, a)
+                outputs = allocated  # ORT's own buffers: nothing left for Compute to copy
             ok = True
             return outputs
         finally:
