@@ -6,6 +6,11 @@ model gathers them with GatherBlockQuantized), `gemma2` (attention and final-log
 sliding-window attention, GQA's windowed cache) and `phi` (partial rotary, LayerNorm with bias). Each comes in `fp32` and `int4`. Weights
 are random but not tiny (initializer range 0.3), so greedy decoding gives varied tokens and a
 wrong kernel shows. Building needs the `models` extra (torch, transformers, onnxruntime-genai).
+
+Two sizes: `tiny` (the default: hidden 64, 2 layers; fast enough for every test) and `medium`
+(hidden 512, intermediate 1408, 4 layers, 8 heads of 64; llama and gemma2 over 4 KV heads): big
+enough that a decode step's kernels take longer than the host's work around them, for benchmarks
+of runtime overhead. A size's models are cached apart; the tiny ones keep their original keys.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import tempfile
 
 ARCHITECTURES = ("llama", "gemma2", "phi")
 PRECISIONS = ("fp32", "int4")
+SIZES = ("tiny", "medium")
 _VERSION = 2  # bump when the configs below change: the cache key includes it
 VOCAB = 256
 
@@ -28,25 +34,35 @@ def cache_dir() -> str:
     return os.path.join(base, "models")
 
 
-def _config(arch: str):
+def _config(arch: str, size: str = "tiny"):
     common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, max_position_embeddings=256, initializer_range=0.3,
                   bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    kv_heads, head_dim = 2, 16
+    if size == "medium":
+        # hidden/heads = 64: the head size of most real models, so attention's kernels see real shapes
+        common.update(hidden_size=512, intermediate_size=1408, num_hidden_layers=4, num_attention_heads=8)
+        kv_heads, head_dim = 4, 64
+    elif size != "tiny":
+        raise ValueError(f"unknown size {size!r}; known: {', '.join(SIZES)}")
     if arch == "llama":
         from transformers import LlamaConfig
 
-        return LlamaConfig(num_key_value_heads=2, tie_word_embeddings=True, **common)
+        return LlamaConfig(num_key_value_heads=kv_heads, tie_word_embeddings=True, **common)
     if arch == "gemma2":
         from transformers import Gemma2Config
 
         # Untied: with tied embeddings these random weights make the model repeat its input token.
-        return Gemma2Config(num_key_value_heads=2, head_dim=16, sliding_window=8, attn_logit_softcapping=50.0,
-                            final_logit_softcapping=30.0, tie_word_embeddings=False, **common)
+        return Gemma2Config(num_key_value_heads=kv_heads, head_dim=head_dim, sliding_window=8,
+                            attn_logit_softcapping=50.0, final_logit_softcapping=30.0, tie_word_embeddings=False,
+                            **common)
     if arch == "phi":
         from transformers import PhiConfig
 
         # head size 32 with half of it rotated: ORT's rotary needs the cos cache width a multiple of 8
-        return PhiConfig(partial_rotary_factor=0.5, **{**common, "hidden_size": 128, "intermediate_size": 256})
+        if size == "tiny":
+            common.update(hidden_size=128, intermediate_size=256)
+        return PhiConfig(partial_rotary_factor=0.5, **common)
     raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(ARCHITECTURES)}")
 
 
@@ -64,11 +80,15 @@ def _save_tokenizer(folder: str) -> None:
     fast.save_pretrained(folder)
 
 
-def decoder(arch: str, precision: str = "fp32", rebuild: bool = False) -> str:
+def decoder(arch: str, precision: str = "fp32", rebuild: bool = False, size: str = "tiny") -> str:
     """The folder of an onnxruntime-genai model (model.onnx, genai_config.json, tokenizer)."""
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
-    out = os.path.join(cache_dir(), f"{arch}-{precision}-v{_VERSION}")
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; known: {', '.join(SIZES)}")
+    # the tiny models' keys predate sizes: tests and caches name them so
+    name = f"{arch}-{precision}" if size == "tiny" else f"{arch}-{size}-{precision}"
+    out = os.path.join(cache_dir(), f"{name}-v{_VERSION}")
     if os.path.isfile(os.path.join(out, "genai_config.json")) and not rebuild:
         return out
     import torch
@@ -77,7 +97,7 @@ def decoder(arch: str, precision: str = "fp32", rebuild: bool = False) -> str:
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as work:
         hf = os.path.join(work, "hf")
-        model = AutoModelForCausalLM.from_config(_config(arch))
+        model = AutoModelForCausalLM.from_config(_config(arch, size))
         model.save_pretrained(hf)
         _save_tokenizer(hf)
         staging = os.path.join(work, "onnx")
@@ -86,7 +106,7 @@ def decoder(arch: str, precision: str = "fp32", rebuild: bool = False) -> str:
                                "-p", precision, "-e", "cpu", "-c", os.path.join(work, "cache")],
                               env=env, capture_output=True, text=True)
         if done.returncode != 0:
-            raise RuntimeError(f"the model builder failed for {arch} {precision}:\n{done.stderr[-4000:]}")
+            raise RuntimeError(f"the model builder failed for {arch} {size} {precision}:\n{done.stderr[-4000:]}")
         os.makedirs(os.path.dirname(out), exist_ok=True)
         shutil.rmtree(out, ignore_errors=True)
         shutil.copytree(staging, out)
