@@ -234,62 +234,64 @@ def _tokens(decode_steps: int, seed: int = 7) -> tuple[np.ndarray, np.ndarray]:
 
 def measure_decoder(label: str, folder: str, precision: str, decode_steps: int = DECODE_STEPS,
                     repeats: int = 5) -> dict:
-    """Prefill, then `decode_steps` decode steps with a growing past, `repeats` times, hipep and the
-    CPU EP step by step. Specializations and host reads are those of the first pass's decode steps
-    (later passes only replay); times are medians over all passes' decode steps."""
+    """Prefill, then `decode_steps` decode steps with a growing past, `repeats` passes, each pass
+    on hipep and then on the CPU EP. Whole passes alternate, not single steps: on a machine of few
+    cores, the threads one EP leaves spinning (ORT's pool, numpy's BLAS) would slow the other's
+    next step. Specializations and host reads are those of the first pass's decode steps (later
+    passes only replay); times are medians over the decode steps of the passes after the first."""
     path = os.path.join(folder, "model.onnx")
     cfg = _decoder_config(folder)["model"]["decoder"]
     layers, head_size = cfg["num_hidden_layers"], cfg["head_size"]
     hip = hipep.InferenceSession(path, device="cpu")
     cpu = ort.InferenceSession(path, providers=CPU_EP)
     inputs, outputs = hip.get_inputs(), [o.name for o in hip.get_outputs()]
+    logits_at = outputs.index("logits")
     prompt, tokens = _tokens(decode_steps)
     clock = time.perf_counter_ns
-    wall = np.zeros((repeats, decode_steps), np.int64)
-    cpu_wall = np.zeros((repeats, decode_steps), np.int64)
-    kernel = np.zeros((repeats, decode_steps), np.int64)
-    launches = np.zeros((repeats, decode_steps), np.int64)
-    prefill = np.zeros((repeats, 2), np.int64)
+    steps = decode_steps + 1  # index 0 is the prefill
+    wall = {"hip": np.zeros((repeats, steps), np.int64), "cpu": np.zeros((repeats, steps), np.int64)}
+    kernel = np.zeros((repeats, steps), np.int64)
+    launches = np.zeros((repeats, steps), np.int64)
     first_pass = {"specializations": 0, "host_reads": 0}
     worst = 0.0
     for rep in range(repeats):
-        prev: dict = {"hip": None, "cpu": None}
-        for k in range(-1, decode_steps):
-            ids, past_len = (prompt, 0) if k < 0 else (tokens[k], PREFILL + k)
-            c0 = _counters()
-            f = _feeds(inputs, head_size, ids, past_len, prev["hip"])
-            t0 = clock()
-            got = hip.run(None, f)
-            t1 = clock()
-            c1 = _counters()
-            f = _feeds(inputs, head_size, ids, past_len, prev["cpu"])
-            t2 = clock()
-            want = cpu.run(None, f)
-            t3 = clock()
-            prev = {"hip": dict(zip(outputs, got)), "cpu": dict(zip(outputs, want))}
-            worst = max(worst, rel_l2(prev["hip"]["logits"], prev["cpu"]["logits"]))
-            if k < 0:
-                prefill[rep] = (t1 - t0, t3 - t2)
-                continue
-            wall[rep, k], cpu_wall[rep, k] = t1 - t0, t3 - t2
-            kernel[rep, k] = (c1[1] - c0[1]) * 1000
-            launches[rep, k] = c1[0] - c0[0]
-            if rep == 0:
-                first_pass["specializations"] += c1[2] - c0[2]
-                first_pass["host_reads"] += c1[3] - c0[3]
+        logits = {}
+        for name, sess in (("hip", hip), ("cpu", cpu)):
+            prev, logits[name] = None, []
+            for k in range(steps):
+                ids, past_len = (prompt, 0) if k == 0 else (tokens[k - 1], PREFILL + k - 1)
+                f = _feeds(inputs, head_size, ids, past_len, prev)
+                c0 = _counters()
+                t0 = clock()
+                got = sess.run(None, f)
+                t1 = clock()
+                c1 = _counters()
+                wall[name][rep, k] = t1 - t0
+                prev = dict(zip(outputs, got))
+                logits[name].append(got[logits_at])
+                if name == "hip":
+                    kernel[rep, k] = (c1[1] - c0[1]) * 1000
+                    launches[rep, k] = c1[0] - c0[0]
+                    if rep == 0 and k > 0:
+                        first_pass["specializations"] += c1[2] - c0[2]
+                        first_pass["host_reads"] += c1[3] - c0[3]
+        worst = max([worst] + [rel_l2(a, b) for a, b in zip(logits["hip"], logits["cpu"])])
     timed = slice(1, None) if repeats > 1 else slice(None)  # the first pass also traces and captures
+    hip_wall, cpu_wall = wall["hip"][timed], wall["cpu"][timed]
+    dec = slice(1, None)
     return {"model": label, "layers": layers, "steps": decode_steps, "repeats": repeats,
-            "prefill_hipep_ms": np.median(prefill[timed, 0]) / 1e6,
-            "prefill_cpu_ms": np.median(prefill[timed, 1]) / 1e6,
-            "hipep_ms": np.median(wall[timed]) / 1e6, "cpu_ms": np.median(cpu_wall[timed]) / 1e6,
-            "kernel_ms": np.median(kernel[timed]) / 1e6, "overhead_ms": np.median((wall - kernel)[timed]) / 1e6,
-            "launches_per_layer": float(np.mean(launches)) / layers, "launches": float(np.mean(launches)),
+            "prefill_hipep_ms": np.median(hip_wall[:, 0]) / 1e6, "prefill_cpu_ms": np.median(cpu_wall[:, 0]) / 1e6,
+            "hipep_ms": np.median(hip_wall[:, dec]) / 1e6, "cpu_ms": np.median(cpu_wall[:, dec]) / 1e6,
+            "kernel_ms": np.median(kernel[timed, dec]) / 1e6,
+            "overhead_ms": np.median((hip_wall - kernel[timed])[:, dec]) / 1e6,
+            "launches_per_layer": float(np.mean(launches[:, dec])) / layers,
+            "launches": float(np.mean(launches[:, dec])),
             "specializations": first_pass["specializations"], "host_reads": first_pass["host_reads"],
             "worst_rel_l2": worst, "threshold": REL_L2[precision],
-            # per step index, medians over the passes: for the plot
-            "series": {"hipep_ms": np.median(wall[timed], axis=0) / 1e6,
-                       "cpu_ms": np.median(cpu_wall[timed], axis=0) / 1e6,
-                       "kernel_ms": np.median(kernel[timed], axis=0) / 1e6}}
+            # per decode step, medians over the passes: for the plot
+            "series": {"hipep_ms": np.median(hip_wall[:, dec], axis=0) / 1e6,
+                       "cpu_ms": np.median(cpu_wall[:, dec], axis=0) / 1e6,
+                       "kernel_ms": np.median(kernel[timed, dec], axis=0) / 1e6}}
 
 
 class _SharedBuffer:
@@ -317,50 +319,50 @@ class _SharedBuffer:
         self.sess.run_with_iobinding(self.binding)
 
     def logits(self) -> np.ndarray:
-        return self.binding.get_outputs()[0].numpy()
+        return self.binding.get_outputs()[0].numpy().copy()  # ORT may reuse the memory next run
 
 
-def measure_shared(label: str, folder: str, precision: str, steps: int = SHARED_STEPS) -> dict:
+def measure_shared(label: str, folder: str, precision: str, steps: int = SHARED_STEPS, block: int = 10) -> dict:
     """Prefill and one warm-up decode step, then `steps` decode steps on a shared KV buffer of the
-    model's max_length; counts what those steps add."""
+    model's max_length; counts what those steps add. The EPs alternate in blocks of `block` steps
+    (each keeps its own buffers), for the reason measure_decoder gives."""
     path = os.path.join(folder, "model.onnx")
     full = _decoder_config(folder)
     cfg = full["model"]["decoder"]
     max_len = full["search"]["max_length"]
     if PREFILL + 1 + steps > max_len:
         raise ValueError(f"{label}: {steps} decode steps do not fit in max_length {max_len}")
-    hip = _SharedBuffer(hipep.InferenceSession(path, device="cpu"), cfg["head_size"], max_len)
-    cpu = _SharedBuffer(ort.InferenceSession(path, providers=CPU_EP), cfg["head_size"], max_len)
+    eps = {"hip": _SharedBuffer(hipep.InferenceSession(path, device="cpu"), cfg["head_size"], max_len),
+           "cpu": _SharedBuffer(ort.InferenceSession(path, providers=CPU_EP), cfg["head_size"], max_len)}
     prompt, tokens = _tokens(steps + 1, seed=11)
     clock = time.perf_counter_ns
-    wall, cpu_wall, kernel = (np.zeros(steps, np.int64) for _ in range(3))
-    warmup = {}
-    measured = {"specializations": 0, "host_reads": 0}
-    worst = 0.0
-    for k in range(-1, steps + 1):
-        ids, total = (prompt, PREFILL) if k < 0 else (tokens[k], PREFILL + k + 1)
-        hip.bind(ids, total)
-        cpu.bind(ids, total)
-        c0 = _counters()
-        t0 = clock()
-        hip.run()
-        t1 = clock()
-        c1 = _counters()
-        t2 = clock()
-        cpu.run()
-        t3 = clock()
-        worst = max(worst, rel_l2(hip.logits(), cpu.logits()))
-        if k == 0:  # the first decode step: a new shape after the prompt's
-            warmup = {"specializations": c1[2] - c0[2], "host_reads": c1[3] - c0[3]}
-        if k < 1:
-            continue
-        wall[k - 1], cpu_wall[k - 1], kernel[k - 1] = t1 - t0, t3 - t2, (c1[1] - c0[1]) * 1000
-        measured["specializations"] += c1[2] - c0[2]
-        measured["host_reads"] += c1[3] - c0[3]
-    return {"model": label, "steps": steps, "max_len": max_len, "hipep_ms": np.median(wall) / 1e6,
-            "cpu_ms": np.median(cpu_wall) / 1e6, "kernel_ms": np.median(kernel) / 1e6,
-            "overhead_ms": np.median(wall - kernel) / 1e6, **measured,
-            "warmup_specializations": warmup["specializations"], "warmup_host_reads": warmup["host_reads"],
+    n = steps + 2  # index 0: the prefill; 1: the first decode step; then the measured steps
+    wall = {name: np.zeros(n, np.int64) for name in eps}
+    kernel, specs, reads = (np.zeros(n, np.int64) for _ in range(3))
+    logits: dict = {name: [] for name in eps}
+    for first in [0, 2] + list(range(2 + block, n, block)):
+        last = 2 if first == 0 else min(first + block, n)
+        for name, ep in eps.items():
+            for k in range(first, last):
+                ids, total = (prompt, PREFILL) if k == 0 else (tokens[k - 1], PREFILL + k)
+                ep.bind(ids, total)
+                c0 = _counters()
+                t0 = clock()
+                ep.run()
+                t1 = clock()
+                c1 = _counters()
+                wall[name][k] = t1 - t0
+                logits[name].append(ep.logits())
+                if name == "hip":
+                    kernel[k], specs[k], reads[k] = (c1[1] - c0[1]) * 1000, c1[2] - c0[2], c1[3] - c0[3]
+    worst = max(rel_l2(a, b) for a, b in zip(logits["hip"], logits["cpu"]))
+    m = slice(2, None)
+    return {"model": label, "steps": steps, "max_len": max_len, "hipep_ms": np.median(wall["hip"][m]) / 1e6,
+            "cpu_ms": np.median(wall["cpu"][m]) / 1e6, "kernel_ms": np.median(kernel[m]) / 1e6,
+            "overhead_ms": np.median((wall["hip"] - kernel)[m]) / 1e6,
+            "specializations": int(specs[m].sum()), "host_reads": int(reads[m].sum()),
+            # the first decode step: a new shape after the prompt's
+            "warmup_specializations": int(specs[1]), "warmup_host_reads": int(reads[1]),
             "worst_rel_l2": worst, "threshold": REL_L2[precision]}
 
 
@@ -603,6 +605,47 @@ def cold_cache_control(folder: str, runs: int, flush_mib: int = 48) -> dict:
     return out
 
 
+def ort_floor(folder: str, runs: int, flush_mib: int = 48) -> dict:
+    """ORT's own cost of a plain `run` with a decoder's inputs and outputs: the CPU EP on a model of
+    the same inputs and outputs that only concatenates one zero row to each past (the presents)
+    and returns constant logits. With warm caches, and after `flush_mib` MiB streamed through them
+    (as a decode step's kernels leave them)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    cfg = _decoder_config(folder)["model"]["decoder"]
+    real = ort.InferenceSession(os.path.join(folder, "model.onnx"), providers=CPU_EP)
+    inputs, outputs = real.get_inputs(), real.get_outputs()
+    kv, head = cfg["num_key_value_heads"], cfg["head_size"]
+    logits_shape = [1, 1, int(outputs[[o.name for o in outputs].index("logits")].shape[-1])]
+    inits = [numpy_helper.from_array(np.zeros((1, kv, 1, head), np.float32), "row"),
+             numpy_helper.from_array(np.zeros(logits_shape, np.float32), "zeros")]
+    nodes = [helper.make_node("Identity", ["zeros"], ["logits"]) if o.name == "logits" else
+             helper.make_node("Concat", [o.name.replace("present.", "past_key_values."), "row"], [o.name], axis=2)
+             for o in outputs]
+    elem = {"tensor(int64)": TensorProto.INT64, "tensor(float)": TensorProto.FLOAT}
+    graph = helper.make_graph(nodes, "io_only", [helper.make_tensor_value_info(i.name, elem[i.type], None)
+                                                 for i in inputs],
+                              [helper.make_tensor_value_info(o.name, TensorProto.FLOAT, None) for o in outputs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=CPU_EP)
+    prompt, tokens = _tokens(1)
+    prev = dict(zip([o.name for o in outputs], real.run(None, _feeds(inputs, head, prompt, 0, None))))
+    feeds = _feeds(inputs, head, tokens[0], PREFILL, prev)
+    big = np.ones(flush_mib * 2**20 // 4, np.float32)
+    clock = time.perf_counter_ns
+    out = {"flush_mib": flush_mib, "runs": runs}
+    for name, flush in (("warm", False), ("flushed", True)):
+        wall = np.empty(runs, np.int64)
+        for i in range(runs):
+            if flush:
+                big += 1.0
+            t0 = clock()
+            sess.run(None, feeds)
+            wall[i] = clock() - t0
+        out[name + "_us"] = np.median(wall) / 1e3
+    return out
+
+
 def split_workloads(folder: str | None, runs: int) -> dict:
     """host_split on the Add x100 chain (fusion off) and, given its folder, the medium decode step."""
     out = {}
@@ -622,7 +665,7 @@ def split_workloads(folder: str | None, runs: int) -> dict:
     return out
 
 
-def _split_text(split: dict, cold: dict | None) -> list[str]:
+def _split_text(split: dict, cold: dict | None, floor: dict | None = None) -> list[str]:
     names = list(split)
     L = ["", "## Where the host time goes: timers around the runtime's steps", "",
          "Each step of a run timed on its own (medians, µs per run; no profiler). "
@@ -641,6 +684,12 @@ def _split_text(split: dict, cold: dict | None) -> list[str]:
                   f"previous run left the caches, and {cold['flushed_us']:.1f} µs after {cold['flush_mib']} MiB were "
                   f"streamed through them before each run ({cold['runs']} runs each) — the medium decoder's kernels "
                   f"read its 48 MiB of weights every step, so its host code runs on evicted caches."]
+    if floor:
+        L += ["", f"ORT's own share: the CPU EP runs a model with the {MEDIUM} decode step's inputs and outputs that "
+                  f"only concatenates the presents in {floor['warm_us']:.1f} µs with warm caches and "
+                  f"{floor['flushed_us']:.1f} µs after {floor['flush_mib']} MiB were streamed through them "
+                  f"({floor['runs']} runs each): that much of the rows 'ORT … up to hipep' and 'ORT after hipep "
+                  f"returns' any EP pays."]
     return L
 
 
@@ -685,7 +734,8 @@ def targets(chains: list[dict], growing: list[dict], shared: list[dict]) -> list
 
 
 def render(info: dict, chains: list[dict], growing: list[dict], shared: list[dict], profile: dict | None = None,
-           command: str = "python benchmarks/overhead.py", split: dict | None = None, cold: dict | None = None) -> str:
+           command: str = "python benchmarks/overhead.py", split: dict | None = None, cold: dict | None = None,
+           floor: dict | None = None) -> str:
     L = [f"# Runtime overhead per run: hipep (CPU reference device) vs ORT's CPU EP", "",
          f"- date: {info['date']}",
          f"- commit: {info['commit']}",
@@ -704,6 +754,9 @@ def render(info: dict, chains: list[dict], growing: list[dict], shared: list[dic
             continue
         L.append(f"| {r['ops']} | {r['fusion']} | {r['runs']} | {r['hipep_us']:.1f} | {r['cpu_us']:.1f} | "
                  f"{r['per_op_us']:.2f} | {r['launches']:.0f} | {r['kernel_us']:.1f} | {r['overhead_us']:.1f} |")
+    if chains:
+        L += ["", "kernel_us is counted in whole microseconds per run (each run's kernel time is truncated), so a "
+                  "kernel under 1 µs shows as 0 and its time as overhead."]
     if any(r.get("na") for r in chains):
         L += ["", "n/a: this hipep has no `fusion` provider option yet."]
     if growing:
@@ -740,7 +793,7 @@ def render(info: dict, chains: list[dict], growing: list[dict], shared: list[dic
         for what, measured, met in rows:
             L.append(f"| {what} | {measured} | {'n/a' if met is None else 'yes' if met else '**no**'} |")
     if split:
-        L += _split_text(split, cold)
+        L += _split_text(split, cold, floor)
     if profile is not None:
         L += ["", f"## Where the host time goes: {MEDIUM}, one decode step (past {PREFILL}) repeated "
                   f"{profile['runs']} times", "",
@@ -817,18 +870,20 @@ def main(argv: list[str] | None = None) -> int:
         growing, shared = decoder_rows(decode_steps=4, repeats=2, shared_steps=4)
         split = split_workloads(medium, runs=10)
         cold = cold_cache_control(_folder("llama", "fp32", "tiny"), runs=20)
+        floor = ort_floor(medium, runs=20)
         profile = None if args.no_profile else profile_decode(medium, runs=10)
     else:
         chains = chain_rows()
         growing, shared = decoder_rows()
         split = split_workloads(medium, runs=300)
         cold = cold_cache_control(_folder("llama", "fp32", "tiny"), runs=300)
+        floor = ort_floor(medium, runs=300)
         profile = None if args.no_profile else profile_decode(medium, runs=300)
     for name, v in split.items():
         print(f"{name}: overhead {v['overhead_us']:.1f} us: " +
               ", ".join(f"{what} {us:.1f}" for what, _loc, us in v["rows"] if us is not None), flush=True)
     command = "python benchmarks/overhead.py" + (" --quick" if args.quick else "")
-    text = render(info, chains, growing, shared, profile, command, split, cold)
+    text = render(info, chains, growing, shared, profile, command, split, cold, floor)
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f"{info['date']}-overhead-cpu")
     with open(stem + ".md", "w") as f:
