@@ -739,7 +739,8 @@ def render(info: dict, chains: list[dict], growing: list[dict], shared: list[dic
     L = [f"# Runtime overhead per run: hipep (CPU reference device) vs ORT's CPU EP", "",
          f"- date: {info['date']}",
          f"- commit: {info['commit']}",
-         f"- machine: {info['cpu']}, {info['cores']} cores; load average {info['load']:.2f} at the start",
+         f"- machine: {info['cpu']}, {info['cores']} cores; load average {info['load']:.2f} at the start"
+         + (f", {info['load_end']:.2f} at the end" if "load_end" in info else ""),
          f"- onnxruntime {info['onnxruntime']}, numpy {info['numpy']}, Python {info['python']}",
          f"- command: `{command}`",
          "- overhead = a run's wall time − kernel_us (hipep.stats(): the time inside the numpy reference kernels); "
@@ -882,6 +883,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, v in split.items():
         print(f"{name}: overhead {v['overhead_us']:.1f} us: " +
               ", ".join(f"{what} {us:.1f}" for what, _loc, us in v["rows"] if us is not None), flush=True)
+    if hasattr(os, "getloadavg"):
+        info["load_end"] = os.getloadavg()[0]
     command = "python benchmarks/overhead.py" + (" --quick" if args.quick else "")
     text = render(info, chains, growing, shared, profile, command, split, cold, floor)
     os.makedirs(args.out, exist_ok=True)
