@@ -121,59 +121,87 @@ def _counters() -> tuple[int, int, int, int]:
     return s.get("launches", 0), s.get("kernel_us", 0), s.get("specializations", 0), s.get("host_reads", 0)
 
 
-def measure_chain(n: int, fusion: str, runs: int, warmup: int = 50) -> dict:
+class _Chain:
+    """One chain on hipep (with one fusion setting) and on the CPU EP; `measure` adds samples."""
+
+    def __init__(self, n: int, fusion: str, warmup: int = 50):
+        self.n, self.fusion = n, fusion
+        model = add_chain(n)
+        options = {"fusion": fusion} if fusion_available() else {}
+        self.hip = hipep.InferenceSession(model, device="cpu", **options)
+        self.cpu = ort.InferenceSession(model, providers=CPU_EP)
+        self.feeds = {"x": np.random.default_rng(n).standard_normal(CHAIN_SHAPE).astype(np.float32)}
+        self.equal = bool(np.array_equal(self.hip.run(None, self.feeds)[0], self.cpu.run(None, self.feeds)[0]))
+        for _ in range(warmup):
+            self.hip.run(None, self.feeds)
+            self.cpu.run(None, self.feeds)
+        self.wall: list[int] = []
+        self.kernel: list[int] = []
+        self.cpu_wall: list[int] = []
+        self.launches = 0
+
+    def measure(self, runs: int) -> None:
+        """`runs` runs of each, alternating in blocks of BLOCK."""
+        hip, cpu, feeds, clock = self.hip, self.cpu, self.feeds, time.perf_counter_ns
+        launches0 = _counters()[0]
+        done = 0
+        while done < runs:
+            block = min(BLOCK, runs - done)
+            for _ in range(block):
+                k0 = _counters()[1]
+                t0 = clock()
+                hip.run(None, feeds)
+                t1 = clock()
+                self.wall.append(t1 - t0)
+                self.kernel.append((_counters()[1] - k0) * 1000)
+            for _ in range(block):
+                t0 = clock()
+                cpu.run(None, feeds)
+                t1 = clock()
+                self.cpu_wall.append(t1 - t0)
+            done += block
+        self.launches += _counters()[0] - launches0
+
+    def row(self) -> dict:
+        wall, kernel, cpu_wall = (np.asarray(v, np.int64) for v in (self.wall, self.kernel, self.cpu_wall))
+        hip_us, cpu_us = np.median(wall) / 1e3, np.median(cpu_wall) / 1e3
+        return {"ops": self.n, "fusion": self.fusion, "runs": len(wall), "hipep_us": hip_us, "cpu_us": cpu_us,
+                "per_op_us": (hip_us - cpu_us) / self.n, "launches": self.launches / len(wall),
+                "kernel_us": np.median(kernel) / 1e3, "overhead_us": np.median(wall - kernel) / 1e3,
+                "equal": self.equal}
+
+
+def measure_chain(n: int, fusion: str, runs: int) -> dict:
     """Per-run medians of one chain on hipep (with that fusion setting) and on the CPU EP."""
-    row = {"ops": n, "fusion": fusion, "runs": runs}
     if fusion == "on" and not fusion_available():
-        return {**row, "na": True}
-    model = add_chain(n)
-    options = {"fusion": fusion} if fusion_available() else {}
-    hip = hipep.InferenceSession(model, device="cpu", **options)
-    cpu = ort.InferenceSession(model, providers=CPU_EP)
-    x = np.random.default_rng(n).standard_normal(CHAIN_SHAPE).astype(np.float32)
-    feeds = {"x": x}
-    want = cpu.run(None, feeds)[0]
-    got = hip.run(None, feeds)[0]
-    for _ in range(warmup):
-        hip.run(None, feeds)
-        cpu.run(None, feeds)
-    wall = np.empty(runs, np.int64)
-    kernel = np.empty(runs, np.int64)
-    cpu_wall = np.empty(runs, np.int64)
-    launches0 = _counters()[0]
-    clock = time.perf_counter_ns
-    done = 0
-    while done < runs:
-        block = min(BLOCK, runs - done)
-        for i in range(done, done + block):
-            k0 = _counters()[1]
-            t0 = clock()
-            hip.run(None, feeds)
-            t1 = clock()
-            wall[i] = t1 - t0
-            kernel[i] = (_counters()[1] - k0) * 1000
-        for i in range(done, done + block):
-            t0 = clock()
-            cpu.run(None, feeds)
-            t1 = clock()
-            cpu_wall[i] = t1 - t0
-        done += block
-    launches = (_counters()[0] - launches0) / runs
-    hip_us, cpu_us = np.median(wall) / 1e3, np.median(cpu_wall) / 1e3
-    return {**row, "hipep_us": hip_us, "cpu_us": cpu_us, "per_op_us": (hip_us - cpu_us) / n,
-            "launches": launches, "kernel_us": np.median(kernel) / 1e3,
-            "overhead_us": np.median(wall - kernel) / 1e3, "equal": bool(np.array_equal(got, want))}
+        return {"ops": n, "fusion": fusion, "runs": runs, "na": True}
+    chain = _Chain(n, fusion)
+    chain.measure(runs)
+    return chain.row()
 
 
-def chain_rows(lengths=CHAIN_LENGTHS, runs_short: int = 2000, runs_long: int = 300, verbose: bool = True) -> list[dict]:
-    rows = []
+def chain_rows(lengths=CHAIN_LENGTHS, runs_short: int = 2000, runs_long: int = 300, rounds: int = 4,
+               verbose: bool = True) -> list[dict]:
+    """Every chain and fusion setting, measured in `rounds` rounds over all of them, each round a
+    share of the runs: a burst of other work on the machine then falls on a share of every row's
+    samples, not on all of one row's."""
+    chains, rows = [], {}
     for n in lengths:
         for fusion in ("off", "on"):
-            r = measure_chain(n, fusion, runs_short if n < 1000 else runs_long)
-            rows.append(r)
-            if verbose:
-                print(_chain_line(r), flush=True)
-    return rows
+            if fusion == "on" and not fusion_available():
+                rows[(n, fusion)] = {"ops": n, "fusion": fusion, "runs": 0, "na": True}
+            else:
+                chains.append((_Chain(n, fusion), runs_short if n < 1000 else runs_long))
+    for r in range(rounds):
+        for chain, runs in chains:
+            chain.measure(runs // rounds + (1 if r < runs % rounds else 0))
+    for chain, _runs in chains:
+        rows[(chain.n, chain.fusion)] = chain.row()
+    out = [rows[(n, fusion)] for n in lengths for fusion in ("off", "on")]
+    if verbose:
+        for r in out:
+            print(_chain_line(r), flush=True)
+    return out
 
 
 def _chain_line(r: dict) -> str:
