@@ -36,11 +36,17 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-import onnxruntime as ort
+# numpy's BLAS (the reference kernels' matmuls) on one thread unless the caller chose: with one
+# BLAS thread per core on a small machine that other work shares, a BLAS thread spinning for a
+# descheduled partner made a decode step's kernels 10x slower at random, and its leftover spinning
+# slowed the CPU EP's next run. Overhead is host time and does not depend on it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import hipep
-from hipep.options import ProviderOptions
+import numpy as np  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+
+import hipep  # noqa: E402
+from hipep.options import ProviderOptions  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
@@ -90,6 +96,7 @@ def machine_info() -> dict:
         commit += "+dirty"
     return {"date": datetime.date.today().isoformat(), "commit": commit, "cpu": cpu, "cores": os.cpu_count(),
             "onnxruntime": ort.__version__, "numpy": np.__version__, "python": platform.python_version(),
+            "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
             # the machine may be shared: a load well above zero at the start says the numbers are noisier
             "load": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")}
 
@@ -771,7 +778,8 @@ def render(info: dict, chains: list[dict], growing: list[dict], shared: list[dic
          f"- commit: {info['commit']}",
          f"- machine: {info['cpu']}, {info['cores']} cores; load average {info['load']:.2f} at the start"
          + (f", {info['load_end']:.2f} at the end" if "load_end" in info else ""),
-         f"- onnxruntime {info['onnxruntime']}, numpy {info['numpy']}, Python {info['python']}",
+         f"- onnxruntime {info['onnxruntime']}, numpy {info['numpy']} (BLAS threads: "
+         f"{info.get('blas_threads', 'default')}), Python {info['python']}; the CPU EP with its default threads",
          f"- command: `{command}`",
          "- overhead = a run's wall time − kernel_us (hipep.stats(): the time inside the numpy reference kernels); "
          "times are medians (`time.perf_counter_ns` around `run`), hipep and the CPU EP interleaved", ""]
