@@ -525,9 +525,10 @@ def _where(func) -> str:
 
 def host_split(run, runs: int) -> dict:
     """A run's host time, step by step, with timers instead of a profiler (a timed step costs about
-    1 µs more: a Python wrapper and two clock reads; the profiler inflates every call): ORT and the plugin up to hipep's entry (the fused node's
-    CompiledSubgraph.run), each executor step in SPLIT_STEPS, the replay loop less the kernels, the
-    rest of the executor, and ORT after hipep returns. Medians over `runs` calls of `run`."""
+    1 µs more: a Python wrapper and two clock reads; the profiler inflates every call): ORT and the
+    plugin up to hipep's entry (the fused node's CompiledSubgraph.run), each executor step in
+    SPLIT_STEPS, the replay loop less the kernels, the rest of the executor, and ORT after hipep
+    returns. Medians over `runs` calls of `run`."""
     import importlib
 
     from hipep import bridge
