@@ -543,7 +543,10 @@ _STORAGE = {F16: ("__half2float", "__float2half_rn", "__double2half"),
             BF16: ("__bfloat162float", "__float2bfloat16", "__double2bfloat16")}
 MAX_RANK = 8
 
-_PRELUDE = r"""#if defined(__HIPCC__) || defined(__HIPCC_RTC__)
+# The runtime compiles the source after kernels/hipep_device.h (types, NVRTC's missing builtins);
+# compiled alone (nvcc, hipcc) it brings its own includes.
+_PRELUDE = r"""#ifndef HIPEP_DEVICE_H
+#if defined(__HIPCC__) || defined(__HIPCC_RTC__)
 #include <hip/hip_runtime.h>
 #include <hip/hip_fp16.h>
 #include <hip/hip_bf16.h>
@@ -552,6 +555,7 @@ typedef __hip_bfloat16 hipep_bf16;
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 typedef __nv_bfloat16 hipep_bf16;
+#endif
 #endif
 
 // numpy's maximum/minimum: NaN in either operand gives NaN.
@@ -743,11 +747,17 @@ def render_hip_kernel(expr: Expr, name: str, input_dtypes: Sequence[str], output
         lines.append("    long long rem = i;")
         for k in broadcast:
             lines.append(f"    long long off{k} = 0;")
+        # One axis (what merging axes leaves of same-shape operands): no division per element.
+        lines.append("    if (a.rank == 1) {")
+        for k in broadcast:
+            lines.append(f"      off{k} = i * a.strides[{k}][0];")
+        lines.append("    } else {")
         lines.append("    for (int d = a.rank - 1; d >= 0; --d) {")
         lines.append("      const long long c = rem % a.dims[d];")
         lines.append("      rem /= a.dims[d];")
         for k in broadcast:
             lines.append(f"      off{k} += c * a.strides[{k}][d];")
+        lines.append("    }")
         lines.append("    }")
     for idx, node in enumerate(expr.nodes):
         op, dtype, args = node[0], node[1], node[2:]

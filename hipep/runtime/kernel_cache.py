@@ -1,0 +1,238 @@
+"""Kernel source to machine code: NVRTC compiles for one exact GPU architecture, and an on-disk
+cache keeps the result, so a process compiles each kernel once per machine, not once per run.
+
+Sources are kernels/*.hip (one module each, several entry points) and generated pointwise
+kernels; every one includes kernels/hipep_device.h, which picks CUDA or HIP spellings. NVRTC is
+given the device's architecture (`--gpu-architecture=sm_XY`: a CUBIN, loaded without a JIT
+step), `-default-device`, the kernels folder and the CUDA runtime headers (cuda_fp16.h,
+cuda_bf16.h, found through cuda.pathfinder) as include paths, and HIPEP_WARP_SIZE.
+
+The cache (`~/.cache/hipep/kernels/`, or `HIPEP_KERNEL_CACHE`) is keyed by a hash of everything
+that decides the bytes: the source, the header, the defines and options, NVRTC's version, the
+architecture and hipep's version. Files are written to a temporary name and renamed into place,
+so concurrent processes never read half a file. Nothing here needs a GPU: `--arch` compiles
+anywhere NVRTC is installed (CI's compile check, `hipep precompile --arch sm_90`).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+from functools import lru_cache
+from pathlib import Path
+
+from ..errors import HipepError
+
+HEADER = "hipep_device.h"
+CACHE_ENV = "HIPEP_KERNEL_CACHE"
+KERNELS_ENV = "HIPEP_KERNELS_DIR"
+_STD = "--std=c++17"
+
+
+class KernelCompileError(HipepError):
+    """NVRTC rejected a kernel source (the message carries its log)."""
+
+
+def kernels_dir() -> Path:
+    """The folder holding hipep_device.h and the *.hip sources: `HIPEP_KERNELS_DIR`, else the
+    copy installed inside the package, else the source tree's kernels/ beside the package."""
+    env = os.environ.get(KERNELS_ENV)
+    candidates = [Path(env)] if env else []
+    package = Path(__file__).resolve().parent.parent
+    candidates += [package / "kernels", package.parent / "kernels"]
+    for c in candidates:
+        if (c / HEADER).is_file():
+            return c
+    raise HipepError(f"hipep's kernel sources are missing (looked for {HEADER} in "
+                     f"{', '.join(str(c) for c in candidates)}); set {KERNELS_ENV}")
+
+
+def kernel_sources() -> dict[str, Path]:
+    """Module name ('reduce', 'softmax', ...) → its .hip file."""
+    return {p.stem: p for p in sorted(kernels_dir().glob("*.hip"))}
+
+
+@lru_cache(maxsize=None)
+def _read(path: str, mtime_ns: int) -> str:
+    return Path(path).read_text()
+
+
+def read_source(path: Path) -> str:
+    return _read(str(path), path.stat().st_mtime_ns)
+
+
+def header_text() -> str:
+    return read_source(kernels_dir() / HEADER)
+
+
+def cache_dir() -> Path:
+    env = os.environ.get(CACHE_ENV)
+    return Path(env) if env else Path.home() / ".cache" / "hipep" / "kernels"
+
+
+def _nvrtc():
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as e:
+        raise HipepError(f"NVRTC is not available ({e}); install hipep's 'cuda13' extra "
+                         f"(cuda-bindings and nvidia-cuda-nvrtc)") from None
+    return nvrtc
+
+
+def nvrtc_version() -> tuple[int, int]:
+    nvrtc = _nvrtc()
+    try:
+        err, major, minor = nvrtc.nvrtcVersion()
+    except Exception as e:  # the library itself failed to load
+        raise HipepError(f"NVRTC could not be loaded: {type(e).__name__}: {e}; install nvidia-cuda-nvrtc") from None
+    _check(nvrtc, err, "nvrtcVersion")
+    return int(major), int(minor)
+
+
+@lru_cache(maxsize=1)
+def cuda_include_dir() -> str:
+    """The CUDA runtime headers NVRTC needs for cuda_fp16.h / cuda_bf16.h."""
+    try:
+        from cuda import pathfinder
+    except ImportError:
+        pathfinder = None
+    found = None
+    if pathfinder is not None:
+        try:
+            found = pathfinder.find_nvidia_header_directory("cudart")
+        except Exception:  # noqa: BLE001 - reported below with the places tried
+            found = None
+    if not found:
+        for guess in (os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"):
+            if guess and (Path(guess) / "include" / "cuda_fp16.h").is_file():
+                found = str(Path(guess) / "include")
+                break
+    if not found:
+        raise HipepError("the CUDA runtime headers (cuda_fp16.h) were not found: install nvidia-cuda-runtime "
+                         "(hipep's 'cuda13' extra) or set CUDA_HOME")
+    return str(found)
+
+
+def _hipep_version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def _options(arch: str, defines: dict) -> list[str]:
+    opts = [f"--gpu-architecture={arch}", "-default-device", _STD,
+            f"-I{kernels_dir()}", f"-I{cuda_include_dir()}"]
+    opts += [f"-D{k}={v}" for k, v in sorted(defines.items())]
+    return opts
+
+
+def cache_key(source: str, arch: str, defines: dict) -> str:
+    h = hashlib.sha256()
+    for part in (source, header_text(), repr(sorted(defines.items())), repr(nvrtc_version()), arch,
+                 _hipep_version(), _STD, "-default-device"):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:40]
+
+
+_LOCK = threading.Lock()
+_MEMORY: dict[str, bytes] = {}  # cache key → CUBIN, for this process
+
+
+def compile_cubin(source: str, name: str, arch: str, defines: dict | None = None,
+                  use_cache: bool = True) -> tuple[bytes, bool]:
+    """(CUBIN for `arch`, whether it came from a cache). `name` labels the source in errors."""
+    defines = dict(defines or {})
+    key = cache_key(source, arch, defines)
+    with _LOCK:
+        hit = _MEMORY.get(key)
+    if hit is not None and use_cache:
+        return hit, True
+    path = cache_dir() / f"{key}.cubin"
+    if use_cache:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            data = b""
+        if data:
+            with _LOCK:
+                _MEMORY[key] = data
+            return data, True
+    data = nvrtc_compile(source, name, arch, defines)
+    with _LOCK:
+        _MEMORY[key] = data
+    if use_cache:
+        _write_atomic(path, data)
+    return data, False
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Writes `data` to `path` through a temporary file in the same folder and a rename; a cache
+    that cannot be written is no error (the kernel is compiled again next time)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    except OSError:
+        pass
+
+
+def nvrtc_compile(source: str, name: str, arch: str, defines: dict) -> bytes:
+    """Compiles `source` with NVRTC to a CUBIN for `arch` (e.g. "sm_90"); raises
+    KernelCompileError with NVRTC's log."""
+    nvrtc = _nvrtc()
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.hip".encode(), 0, [], [])
+    _check(nvrtc, err, "nvrtcCreateProgram")
+    try:
+        opts = [o.encode() for o in _options(arch, defines)]
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            log = _log(nvrtc, prog)
+            raise KernelCompileError(f"NVRTC could not compile kernel '{name}' for {arch}:\n{log.strip()}")
+        err, size = nvrtc.nvrtcGetCUBINSize(prog)
+        _check(nvrtc, err, "nvrtcGetCUBINSize")
+        buf = b" " * size
+        (err,) = nvrtc.nvrtcGetCUBIN(prog, buf)
+        _check(nvrtc, err, "nvrtcGetCUBIN")
+        return bytes(buf)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _log(nvrtc, prog) -> str:
+    err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS or size <= 1:
+        return "(no log)"
+    buf = b" " * size
+    nvrtc.nvrtcGetProgramLog(prog, buf)
+    return buf.rstrip(b"\0").decode(errors="replace")
+
+
+def _check(nvrtc, err, what: str) -> None:
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        _, msg = nvrtc.nvrtcGetErrorString(err)
+        raise HipepError(f"{what} failed: {msg.decode() if isinstance(msg, bytes) else msg}")
+
+
+def module_source(name: str) -> str:
+    """The full source NVRTC compiles for kernels/<name>.hip."""
+    path = kernel_sources().get(name)
+    if path is None:
+        raise HipepError(f"no kernel module kernels/{name}.hip")
+    return read_source(path)
+
+
+def pointwise_source(rendered: str) -> str:
+    """A rendered pointwise kernel (hipep.ops.pointwise.render_hip_kernel) compiled through the
+    portability header, which supplies the fp16/bf16 types."""
+    return f'#include "{HEADER}"\n' + rendered

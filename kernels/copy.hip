@@ -1,0 +1,155 @@
+// Data movement: strided copies (Transpose, Slice with steps, Expand, Split), a tiled transpose,
+// and Concat.
+//
+// Elements are moved as words W of 1 to 16 bytes (the runtime widens the word where the innermost
+// run allows: a Slice of whole rows moves 16-byte words).
+//   * copy (strided gather): out[i] = src[offset + sum_d coord_d(i) * strides[d]] for the output's
+//     row-major coordinates; strides are in words and may be 0 (broadcast) or negative (a Slice
+//     with a negative step). The runtime merges axes that stay adjacent, so most copies have rank
+//     1 to 4, each compiled with its rank fixed (unrolled index arithmetic); 32-bit index
+//     arithmetic where every offset fits.
+//   * transpose_tiled: [batch, m, n] -> [batch, n, m] through a 32x33 shared-memory tile, so
+//     both the reads and the writes are coalesced (a strided copy would scatter one of them).
+//   * concat: up to 8 inputs per launch (blockIdx.y picks one), each [outer, len_k] words copied
+//     into columns [offset_k, offset_k + len_k) of the [outer, total] output.
+#include "hipep_device.h"
+
+#define HIPEP_COPY_MAX_RANK 8
+
+struct hipep_copy_args {
+  hipep_i64 n;       // output words
+  hipep_i64 offset;  // source word offset of output element 0
+  hipep_i64 dims[HIPEP_COPY_MAX_RANK];
+  hipep_i64 strides[HIPEP_COPY_MAX_RANK];  // source words per step along each output axis
+  int rank;
+};
+
+template <typename W, int RANK, typename I>
+HIPEP_DEVICE void hipep_copy(const W* HIPEP_RESTRICT src, W* HIPEP_RESTRICT dst, const hipep_copy_args a) {
+  const int rank = RANK > 0 ? RANK : a.rank;
+  I dims[HIPEP_COPY_MAX_RANK], strides[HIPEP_COPY_MAX_RANK];
+#pragma unroll
+  for (int d = 0; d < (RANK > 0 ? RANK : HIPEP_COPY_MAX_RANK); ++d) {
+    dims[d] = (I)a.dims[d];
+    strides[d] = (I)a.strides[d];
+  }
+  const I n = (I)a.n, step = (I)gridDim.x * (I)blockDim.x;
+  for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += step) {
+    I rem = i, off = (I)a.offset;
+#pragma unroll
+    for (int d = (RANK > 0 ? RANK : HIPEP_COPY_MAX_RANK) - 1; d >= 0; --d) {
+      if (RANK == 0 && d >= rank) continue;
+      if (d == 0) {
+        off += rem * strides[0];
+      } else {
+        const I c = rem % dims[d];
+        rem /= dims[d];
+        off += c * strides[d];
+      }
+    }
+    dst[i] = src[off];
+  }
+}
+
+#define HIPEP_COPY_RANK(WNAME, W, RNAME, RANK)                                                        \
+  HIPEP_KERNEL void hipep_copy_##WNAME##_##RNAME##_i32(const W* HIPEP_RESTRICT src, W* HIPEP_RESTRICT dst, \
+                                                       const hipep_copy_args a) {                     \
+    hipep_copy<W, RANK, int>(src, dst, a);                                                            \
+  }                                                                                                   \
+  HIPEP_KERNEL void hipep_copy_##WNAME##_##RNAME##_i64(const W* HIPEP_RESTRICT src, W* HIPEP_RESTRICT dst, \
+                                                       const hipep_copy_args a) {                     \
+    hipep_copy<W, RANK, hipep_i64>(src, dst, a);                                                      \
+  }
+
+#define HIPEP_COPY(WNAME, W)                                                                          \
+  HIPEP_COPY_RANK(WNAME, W, r1, 1)                                                                    \
+  HIPEP_COPY_RANK(WNAME, W, r2, 2)                                                                    \
+  HIPEP_COPY_RANK(WNAME, W, r3, 3)                                                                    \
+  HIPEP_COPY_RANK(WNAME, W, r4, 4)                                                                    \
+  HIPEP_COPY_RANK(WNAME, W, rn, 0)
+
+HIPEP_COPY(w1, unsigned char)
+HIPEP_COPY(w2, unsigned short)
+HIPEP_COPY(w4, unsigned int)
+HIPEP_COPY(w8, hipep_u64)
+HIPEP_COPY(w16, uint4)
+
+// ---- tiled transpose -------------------------------------------------------------------------
+
+#define HIPEP_TILE 32
+#define HIPEP_TILE_ROWS 8
+
+struct hipep_transpose_args {
+  hipep_i64 batch;
+  hipep_i64 m;  // source rows
+  hipep_i64 n;  // source columns
+};
+
+template <typename W>
+HIPEP_DEVICE void hipep_transpose_tiled(const W* HIPEP_RESTRICT src, W* HIPEP_RESTRICT dst, const hipep_transpose_args a) {
+  __shared__ W tile[HIPEP_TILE][HIPEP_TILE + 1];  // +1: columns read across lanes hit distinct banks
+  const hipep_i64 x0 = (hipep_i64)blockIdx.x * HIPEP_TILE, y0 = (hipep_i64)blockIdx.y * HIPEP_TILE;
+  for (hipep_i64 b = blockIdx.z; b < a.batch; b += gridDim.z) {
+    const W* s = src + b * a.m * a.n;
+    W* d = dst + b * a.m * a.n;
+#pragma unroll
+    for (int j = 0; j < HIPEP_TILE; j += HIPEP_TILE_ROWS) {
+      const hipep_i64 y = y0 + threadIdx.y + j, x = x0 + threadIdx.x;
+      if (y < a.m && x < a.n) tile[threadIdx.y + j][threadIdx.x] = s[y * a.n + x];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < HIPEP_TILE; j += HIPEP_TILE_ROWS) {
+      const hipep_i64 y = x0 + threadIdx.y + j, x = y0 + threadIdx.x;  // output row (source column), column
+      if (y < a.n && x < a.m) d[y * a.m + x] = tile[threadIdx.x][threadIdx.y + j];
+    }
+    __syncthreads();
+  }
+}
+
+#define HIPEP_TRANSPOSE(WNAME, W)                                                                     \
+  HIPEP_KERNEL void hipep_transpose_tiled_##WNAME(const W* HIPEP_RESTRICT src, W* HIPEP_RESTRICT dst, \
+                                                  const hipep_transpose_args a) {                     \
+    hipep_transpose_tiled<W>(src, dst, a);                                                            \
+  }
+
+HIPEP_TRANSPOSE(w1, unsigned char)
+HIPEP_TRANSPOSE(w2, unsigned short)
+HIPEP_TRANSPOSE(w4, unsigned int)
+HIPEP_TRANSPOSE(w8, hipep_u64)
+HIPEP_TRANSPOSE(w16, uint4)
+
+// ---- concat ----------------------------------------------------------------------------------
+
+#define HIPEP_CONCAT_MAX 8
+
+struct hipep_concat_args {
+  hipep_u64 src[HIPEP_CONCAT_MAX];      // device pointers of this launch's inputs
+  hipep_i64 len[HIPEP_CONCAT_MAX];      // words per outer row of each input
+  hipep_i64 offset[HIPEP_CONCAT_MAX];   // its first column in the output row
+  hipep_i64 outer;
+  hipep_i64 total;                      // words per output row
+};
+
+template <typename W>
+HIPEP_DEVICE void hipep_concat(W* HIPEP_RESTRICT dst, const hipep_concat_args a) {
+  const int k = blockIdx.y;
+  const W* HIPEP_RESTRICT s = reinterpret_cast<const W*>(a.src[k]);
+  const hipep_i64 len = a.len[k], offset = a.offset[k], count = a.outer * len;
+  const hipep_i64 step = (hipep_i64)gridDim.x * blockDim.x;
+  for (hipep_i64 j = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; j < count; j += step) {
+    const hipep_i64 o = j / len;
+    dst[o * a.total + offset + (j - o * len)] = s[j];
+  }
+}
+
+#define HIPEP_CONCAT(WNAME, W)                                                                        \
+  HIPEP_KERNEL void hipep_concat_##WNAME(W* HIPEP_RESTRICT dst, const hipep_concat_args a) {         \
+    hipep_concat<W>(dst, a);                                                                          \
+  }
+
+HIPEP_CONCAT(w1, unsigned char)
+HIPEP_CONCAT(w2, unsigned short)
+HIPEP_CONCAT(w4, unsigned int)
+HIPEP_CONCAT(w8, hipep_u64)
+HIPEP_CONCAT(w16, uint4)

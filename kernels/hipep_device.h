@@ -1,0 +1,156 @@
+// hipep's device portability header: one kernel source for NVIDIA (NVRTC, nvcc) and AMD (hiprtc,
+// hipcc). Every kernels/*.hip file and every generated pointwise kernel includes it first.
+//
+// What differs between the two and is settled here:
+//   * fp16/bf16 types: CUDA's cuda_fp16.h / cuda_bf16.h, HIP's hip_fp16.h / hip_bf16.h; kernels
+//     name them hipep_half / hipep_bf16 and convert through hipep_to_float / hipep_from_float;
+//   * warp shuffles: CUDA needs the participating-lane mask (__shfl_xor_sync), HIP has none
+//     (__shfl_xor); NVRTC does not define the maskless form at all;
+//   * the warp size: 32 on NVIDIA, 64 on CDNA and 32 on RDNA, so it is a compile-time define
+//     HIPEP_WARP_SIZE that the runtime takes from the device;
+//   * kernel entry points: HIPEP_KERNEL is `extern "C" __global__`, so the runtime finds them by
+//     their plain names (module get-function) without C++ mangling.
+// No hipify and no HIP-on-NVIDIA headers: on NVIDIA the CUDA headers are used directly (HIP's
+// nvidia_detail headers include CUDA host headers that NVRTC cannot compile).
+#ifndef HIPEP_DEVICE_H
+#define HIPEP_DEVICE_H
+
+#if defined(__HIPCC_RTC__) || (defined(__HIP__) && !defined(__CUDACC__))
+#define HIPEP_AMD 1
+#if !defined(__HIPCC_RTC__)
+#include <hip/hip_runtime.h>
+#endif
+#include <hip/hip_fp16.h>
+#include <hip/hip_bf16.h>
+typedef __half hipep_half;
+typedef __hip_bfloat16 hipep_bf16;
+#ifndef HIPEP_WARP_SIZE
+#if defined(__AMDGCN_WAVEFRONT_SIZE)
+#define HIPEP_WARP_SIZE __AMDGCN_WAVEFRONT_SIZE
+#else
+#define HIPEP_WARP_SIZE 64
+#endif
+#endif
+#define HIPEP_SHFL_XOR(value, lane_mask) __shfl_xor((value), (lane_mask))
+#else
+#define HIPEP_NVIDIA 1
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+typedef __half hipep_half;
+typedef __nv_bfloat16 hipep_bf16;
+#ifndef HIPEP_WARP_SIZE
+#define HIPEP_WARP_SIZE 32
+#endif
+#define HIPEP_SHFL_XOR(value, lane_mask) __shfl_xor_sync(0xffffffffu, (value), (lane_mask))
+#endif
+
+// NVRTC's front end lacks GCC's float builtins that nvcc and clang know; the generated
+// pointwise kernels spell infinities and NaNs with them, so they are supplied here from bits.
+#if defined(__CUDACC_RTC__)
+#ifndef __builtin_inff
+#define __builtin_inff() __int_as_float(0x7f800000)
+#define __builtin_nanf(tag) __int_as_float(0x7fc00000)
+#define __builtin_inf() __longlong_as_double(0x7ff0000000000000LL)
+#define __builtin_nan(tag) __longlong_as_double(0x7ff8000000000000LL)
+#endif
+#endif
+#define HIPEP_INF_F __builtin_inff()
+#define HIPEP_INF_D __builtin_inf()
+
+#define HIPEP_KERNEL extern "C" __global__
+#define HIPEP_DEVICE __device__ __forceinline__
+#define HIPEP_RESTRICT __restrict__
+
+// Launch configurations from the runtime never exceed this many threads per block; kernels that
+// keep per-warp partial results in shared memory size them with it.
+#define HIPEP_MAX_BLOCK 1024
+#define HIPEP_MAX_WARPS (HIPEP_MAX_BLOCK / HIPEP_WARP_SIZE)
+
+typedef long long hipep_i64;
+typedef unsigned long long hipep_u64;
+
+// ---- element conversion: math runs in f32 for f16/bf16 storage (rounded once on the way out) ----
+
+HIPEP_DEVICE float hipep_to_float(float v) { return v; }
+HIPEP_DEVICE float hipep_to_float(hipep_half v) { return __half2float(v); }
+HIPEP_DEVICE float hipep_to_float(hipep_bf16 v) { return __bfloat162float(v); }
+
+template <typename T> HIPEP_DEVICE T hipep_from_float(float v);
+template <> HIPEP_DEVICE float hipep_from_float<float>(float v) { return v; }
+template <> HIPEP_DEVICE hipep_half hipep_from_float<hipep_half>(float v) { return __float2half_rn(v); }
+template <> HIPEP_DEVICE hipep_bf16 hipep_from_float<hipep_bf16>(float v) { return __float2bfloat16(v); }
+
+// numpy's maximum: NaN in either operand gives NaN.
+HIPEP_DEVICE float hipep_fmax_nan(float a, float b) { return (a != a || a > b) ? a : b; }
+HIPEP_DEVICE double hipep_dmax_nan(double a, double b) { return (a != a || a > b) ? a : b; }
+
+// ---- warp and block reductions -------------------------------------------------------------------
+// Butterfly shuffles leave the result in every lane of the warp.
+
+template <typename T> HIPEP_DEVICE T hipep_warp_sum(T v) {
+#pragma unroll
+  for (int m = HIPEP_WARP_SIZE / 2; m > 0; m >>= 1) v += HIPEP_SHFL_XOR(v, m);
+  return v;
+}
+
+HIPEP_DEVICE float hipep_warp_max(float v) {
+#pragma unroll
+  for (int m = HIPEP_WARP_SIZE / 2; m > 0; m >>= 1) v = hipep_fmax_nan(v, HIPEP_SHFL_XOR(v, m));
+  return v;
+}
+
+HIPEP_DEVICE double hipep_warp_dmax(double v) {
+#pragma unroll
+  for (int m = HIPEP_WARP_SIZE / 2; m > 0; m >>= 1) v = hipep_dmax_nan(v, HIPEP_SHFL_XOR(v, m));
+  return v;
+}
+
+// Block-wide reductions over blockDim.x threads (one row per block): warps reduce by shuffles,
+// warp 0 combines the per-warp partials. `scratch` holds HIPEP_MAX_WARPS values; every thread
+// gets the result. Safe to call repeatedly with the same scratch (the trailing barrier).
+template <typename T> HIPEP_DEVICE T hipep_block_sum(T v, T* scratch) {
+  const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
+  const int warps = (blockDim.x + HIPEP_WARP_SIZE - 1) / HIPEP_WARP_SIZE;
+  v = hipep_warp_sum(v);
+  if (warps == 1) return v;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  T r = lane < warps ? scratch[lane] : T(0);
+  r = hipep_warp_sum(r);
+  __syncthreads();
+  return r;
+}
+
+HIPEP_DEVICE float hipep_block_max(float v, float* scratch) {
+  const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
+  const int warps = (blockDim.x + HIPEP_WARP_SIZE - 1) / HIPEP_WARP_SIZE;
+  v = hipep_warp_max(v);
+  if (warps == 1) return v;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float r = lane < warps ? scratch[lane] : -HIPEP_INF_F;
+  r = hipep_warp_max(r);
+  __syncthreads();
+  return r;
+}
+
+HIPEP_DEVICE double hipep_block_dmax(double v, double* scratch) {
+  const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
+  const int warps = (blockDim.x + HIPEP_WARP_SIZE - 1) / HIPEP_WARP_SIZE;
+  v = hipep_warp_dmax(v);
+  if (warps == 1) return v;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  double r = lane < warps ? scratch[lane] : -HIPEP_INF_D;
+  r = hipep_warp_dmax(r);
+  __syncthreads();
+  return r;
+}
+
+// ---- atomics ------------------------------------------------------------------------------------
+// Same spelling on both platforms; wrapped so kernels do not depend on which overloads exist.
+HIPEP_DEVICE float hipep_atomic_add(float* p, float v) { return atomicAdd(p, v); }
+HIPEP_DEVICE int hipep_atomic_add(int* p, int v) { return atomicAdd(p, v); }
+HIPEP_DEVICE unsigned int hipep_atomic_inc(unsigned int* p) { return atomicAdd(p, 1u); }
+
+#endif  // HIPEP_DEVICE_H
