@@ -1,11 +1,19 @@
-"""Process-wide counters (plain data), read through `hipep.stats()`."""
+"""Process-wide counters (plain data), read through `hipep.stats()`.
+
+Events that happen a few times per session bump the shared counters under a lock. Per-run counts
+(launches, kernel time, ...) go to a `Tally` owned by whatever runs (one per concurrent run, so
+only one thread writes it): a run adds to plain ints, and `snapshot` sums the live tallies in. A
+tally's counts join the shared ones when it is dropped.
+"""
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import Counter
 
 _lock = threading.Lock()
 _counters: Counter = Counter()
+_tallies: "weakref.WeakSet[Tally]" = weakref.WeakSet()
 
 
 def bump(name: str, by: int = 1) -> None:
@@ -20,6 +28,37 @@ def bump_many(**amounts: int) -> None:
                 _counters[name] += by
 
 
+class Tally:
+    """Per-run counters written by one thread at a time without a lock: `values` is a list, in
+    the order of FIELDS (kernel time in nanoseconds), that the finalizer can merge on its own."""
+
+    FIELDS = ("launches", "specializations", "specialization_hits", "host_reads", "kernel_ns")
+    LAUNCHES, SPECIALIZATIONS, HITS, HOST_READS, KERNEL_NS = range(5)
+
+    def __init__(self):
+        self.values = [0] * len(self.FIELDS)
+        with _lock:
+            _tallies.add(self)
+        weakref.finalize(self, _merge, self.values)
+
+
+def _counts(values) -> dict[str, int]:
+    out = dict(zip(Tally.FIELDS, values))
+    out["kernel_us"] = out.pop("kernel_ns") // 1000
+    return out
+
+
+def _merge(values) -> None:
+    """A dropped tally's counts become shared ones."""
+    bump_many(**_counts(values))
+
+
 def snapshot() -> dict[str, int]:
     with _lock:
-        return dict(_counters)
+        out = Counter(_counters)
+        tallies = list(_tallies)
+    for t in tallies:
+        for name, v in _counts(t.values).items():
+            if v:
+                out[name] += v
+    return dict(out)

@@ -29,6 +29,8 @@ here imports the compiler.
 """
 from __future__ import annotations
 
+import functools
+
 import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -491,7 +493,7 @@ def evaluate(expr: Expr, inputs: Sequence[np.ndarray | None], label: str = "poin
                 a = arrays[args[0]] if args[0] < len(arrays) else None
                 if a is None:
                     raise RuntimeShapeError(f"{label}: input {names[args[0]]} is missing")
-                if a.dtype.name != dtype:
+                if a.dtype != _np_dtype(dtype):  # (dtype.name builds a string: ~2 us a call)
                     raise RuntimeShapeError(f"{label}: input {names[args[0]]} is {a.dtype.name}, expected {dtype}")
                 v = scalar_operand(label, names[args[0]], a) if op == "scalar" else a
             elif op == "const":
@@ -505,6 +507,11 @@ def evaluate(expr: Expr, inputs: Sequence[np.ndarray | None], label: str = "poin
                 v = np.asarray(PRIMITIVES[op].numpy(*operands))
             values.append(np.asarray(v))
         return [result(np.broadcast_to(values[o], shape), expr.nodes[o][1]) for o in expr.outputs]
+
+
+@functools.lru_cache(maxsize=None)
+def _np_dtype(name: str) -> np.dtype:
+    return np.dtype(name)
 
 
 def _int_zero_check(label: str, b: np.ndarray) -> None:

@@ -106,6 +106,9 @@ class Graph:
 
 class Device(ABC):
     name: str
+    # Whether kernels take ORT's host memory as it is (stage_input/stage_output are identities
+    # then, and the executor skips them).
+    addresses_host_memory: bool = False
 
     # ---- memory ------------------------------------------------------------------------------
 
@@ -191,4 +194,8 @@ def open_device(kind: str, device_id: int = 0, cpu_schedule: str = "inline", see
         from .cpu import CpuDevice
 
         return CpuDevice(schedule=cpu_schedule, seed=seed)
+    if kind == "cuda":
+        from .cuda import get_device
+
+        return get_device(device_id)
     raise ValueError(f"device '{kind}' has no backend in this build of hipep")

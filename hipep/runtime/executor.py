@@ -129,8 +129,11 @@ class Executor:
             context.stream.begin_run(index)
             # ORT's memory as kernel arguments: the CPU device takes it as it is; a device that
             # cannot address it stages it through buffers of its own (copies on the stream)
-            staged_in = [a if a is None else device.stage_input(stream, pos, a) for pos, a in enumerate(inputs)]
-            staged_out = [device.stage_output(stream, j, a) for j, a in enumerate(outputs)]
+            if device.addresses_host_memory:
+                staged_in, staged_out = inputs, outputs
+            else:
+                staged_in = [a if a is None else device.stage_input(stream, pos, a) for pos, a in enumerate(inputs)]
+                staged_out = [device.stage_output(stream, j, a) for j, a in enumerate(outputs)]
             graph, patches = self._bind(spec, context, staged_in, staged_out, env)
             device.replay(stream, graph, patches)
             for j, src in spec.copied_outputs:  # outputs that are not kernels' own results
@@ -142,9 +145,11 @@ class Executor:
         finally:
             if not ok:
                 context.stream.discard()
-            counters.bump_many(launches=spec.launches, specializations=0 if hit else 1,
-                               specialization_hits=1 if hit else 0, host_reads=len(spec.program.shape.reads),
-                               kernel_us=self.device.kernel_ns(context.stream) // 1000)
+            tally = context.tally.values
+            tally[0] += spec.launches
+            tally[1 if not hit else 2] += 1
+            tally[3] += spec.reads
+            tally[4] += device.kernel_ns(stream)
             with self._lock:
                 self._contexts.append(context)
 
@@ -434,6 +439,7 @@ class _Specialization:
                 offset += round_up(max(slots[slot], 1), ALIGN)
             self.offsets[space], self.arena_bytes[space] = offsets, offset
         self.copied_outputs = layout.copied
+        self.reads = len(program.shape.reads)
         self.launches = sum(1 for s in plan.steps if isinstance(s, Launch))
         self.graphs: dict[int, tuple] = {}
 
@@ -444,6 +450,7 @@ class _Context:
     def __init__(self, device: Device):
         self.device = device
         self.stream = device.new_stream()
+        self.tally = counters.Tally()  # this run's counts: one run at a time holds a context
         self.arenas = {space: device.alloc(space, 0) for space in MEMORY_SPACES}
         self.sizes = {space: 0 for space in MEMORY_SPACES}
         self.generation = 0
