@@ -224,19 +224,24 @@ std::vector<std::string> value_names(const OrtNode* node, bool outputs) {
 }
 
 py::dtype numpy_dtype(ONNXTensorElementDataType type) {
+  // numpy's built-in descriptors (a table lookup), where a dtype made from its name is parsed on
+  // every call: Compute asks once per input and output per run
   switch (type) {
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return py::dtype("float32");
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8: return py::dtype("uint8");
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8: return py::dtype("int8");
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16: return py::dtype("uint16");
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16: return py::dtype("int16");
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return py::dtype("int32");
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return py::dtype("int64");
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: return py::dtype("bool");
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return py::dtype("float16");
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return py::dtype("float64");
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32: return py::dtype("uint32");
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64: return py::dtype("uint64");
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return py::dtype::of<float>();
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8: return py::dtype::of<uint8_t>();
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8: return py::dtype::of<int8_t>();
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16: return py::dtype::of<uint16_t>();
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16: return py::dtype::of<int16_t>();
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return py::dtype::of<int32_t>();
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return py::dtype::of<int64_t>();
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: return py::dtype::of<bool>();
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: {
+      static py::dtype* half = new py::dtype("float16");  // made once, under the GIL; never freed
+      return *half;
+    }
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return py::dtype::of<double>();
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32: return py::dtype::of<uint32_t>();
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64: return py::dtype::of<uint64_t>();
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16:  // numpy has no bf16: ml_dtypes (onnx's own) does
       return py::dtype::from_args(py::module_::import("ml_dtypes").attr("bfloat16"));
     default:
