@@ -56,6 +56,39 @@ def _accuracy(args: argparse.Namespace) -> int:
     return main(args.rest)  # the harness parses its own options (--models, --list, --no-tokens)
 
 
+def _precompile_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--arch", help="compile for this GPU architecture (e.g. sm_90) without a GPU; default: the GPU of "
+                                  "device_id 0")
+    p.add_argument("--warp-size", type=int, default=32, help="HIPEP_WARP_SIZE with --arch (default 32)")
+
+
+@_command("precompile", "compile every GPU kernel into the kernel cache (HIPEP_KERNEL_CACHE, default "
+          "~/.cache/hipep/kernels) for this machine's GPU, or for --arch without one", _precompile_arguments)
+def _precompile(args: argparse.Namespace) -> int:
+    import time
+
+    from .runtime import kernel_cache
+    from .runtime.gpu_kernels import precompile_sources
+
+    if args.arch:
+        arch, defines = args.arch, {"HIPEP_WARP_SIZE": args.warp_size}
+    else:
+        from .runtime.cuda import get_device
+
+        device = get_device(0)
+        arch, defines = device.arch, dict(device.defines)
+    start = time.perf_counter()
+    sources = precompile_sources()
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:  # NVRTC releases the GIL
+        cached = sum(hit for _, hit in pool.map(lambda s: kernel_cache.compile_cubin(s[1], s[0], arch, defines),
+                                                sources))
+    print(f"hipep precompile: compiled {len(sources) - cached} kernel(s) for {arch} ({cached} already cached, "
+          f"{len(sources)} in all) in {time.perf_counter() - start:.1f} s into {kernel_cache.cache_dir()}")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hipep", description="hipep: ONNX Runtime execution provider tools")
     sub = parser.add_subparsers(dest="command", metavar="command")

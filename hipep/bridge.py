@@ -18,6 +18,7 @@ outputs (a plan that computed them elsewhere) it copies.
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 
@@ -54,8 +55,19 @@ def compiled_plans() -> list:
 
 
 def resolve_device(options: ProviderOptions) -> str:
-    """The device kind an option value selects. GPU runtimes join here as their backends land."""
-    if options.device in ("auto", "cpu"):
+    """The device kind an option value selects: auto takes the NVIDIA GPU when cuda-bindings
+    imports, a driver loads and the device exists (and logs why not otherwise), else cpu."""
+    if options.device == "cpu":
+        return "cpu"
+    if options.device in ("auto", "cuda"):
+        from .runtime.cuda import cuda_status
+
+        ok, why = cuda_status(options.device_id)
+        if ok:
+            return "cuda"
+        if options.device == "cuda":
+            raise OptionError(f"device 'cuda' is not available: {why}")
+        logging.getLogger("hipep").info("hipep: device=auto runs on the cpu device: %s", why)
         return "cpu"
     raise OptionError(
         f"device '{options.device}' is not available: hipep's {options.device.upper()} backend is not "
@@ -118,7 +130,7 @@ class EpState:
             counters.bump("capability_calls")
             return [], self._records([(VERBOSE, f"{EP_NAME}: leaving the body graph '{graph.name}' to its "
                                                 f"enclosing {parent['node']['op_type']} node, which hipep claims")])
-        report = partition(graph)
+        report = partition(graph, device=self.device_kind)
         _last_report.report = report
         records = []
         if report.rejections:

@@ -101,8 +101,70 @@ def _claim_safely(claim: Claim, node: Node, graph: GraphView) -> str | None:
     return str(reason) or "not claimed (no reason given)"
 
 
-def partition(graph: GraphView, claim: Claim = check_node) -> PartitionReport:
-    """Claim or reject every node of `graph` and cluster the claimed ones (see module doc)."""
+def device_claim(claim: Claim, device: str) -> Claim:
+    """`claim`, narrowed to the nodes device `device` can run: a node whose op has no GPU program
+    is left to other EPs ("no kernel for cuda: ..."), unless it will run as host work there
+    (integer shape arithmetic on host values, the rule hip-bufferize applies: every input it
+    reads the data of is a small constant initializer or a result of such host work). Nodes must
+    be asked in topological order (partition does), so producers are known before consumers."""
+    if device == "cpu":
+        return claim
+    from .ops.registry import lookup, resolve_attributes
+    from .plan import op_key
+    from .runtime.gpu_kernels import kernel_reason
+
+    host_values: set[str] = set()
+
+    def claim_on_device(node: Node, graph: GraphView) -> str | None:
+        reason = claim(node, graph)
+        if reason is not None:
+            return reason
+        op = lookup(node.domain, node.op_type)
+        if op is None:  # a custom claim function's op: nothing to check against
+            return None
+        attrs = resolve_attributes(op, node)
+        types = [graph.type_of(v) if v else None for v in node.inputs]
+        dtypes = [_dtype_name(t) for t in types]
+        # Symbolic dims (names) and unknown ones are None: the kernel table reads static extents only.
+        shapes = [None if t is None or t.shape is None else
+                  tuple(d if isinstance(d, int) and not isinstance(d, bool) else None for d in t.shape) for t in types]
+        values = [graph.constant(v) if v else None for v in node.inputs]
+        extent_only = set(op.extent_only_inputs)
+        data_inputs = [v for i, v in enumerate(node.inputs) if v and i not in extent_only]
+        outputs_integer = all(_dtype_name(graph.type_of(o)) in _HOST_TYPES for o in node.outputs if o)
+        host = outputs_integer and all(v in graph.constants or v in host_values for v in data_inputs)
+        if host:
+            host_values.update(o for o in node.outputs if o)
+        if op.control_flow:
+            return f"no kernel for {device}: {node.op_type} (control flow runs on the cpu device only)"
+        why = kernel_reason(op_key(node.domain or "", node.op_type), attrs, dtypes, shapes, values)
+        if why is None or host:
+            return None
+        return why.replace("cuda", device, 1) if device != "cuda" else why
+
+    return claim_on_device
+
+
+_HOST_TYPES = {"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"}
+
+
+def _dtype_name(t) -> str:
+    """The numpy name of a value type's element type ("" where unknown or not numeric)."""
+    from .graph import numpy_dtype
+
+    if t is None or not t.elem_type:
+        return ""
+    try:
+        return numpy_dtype(t.elem_type).name
+    except ValueError:
+        return ""
+
+
+def partition(graph: GraphView, claim: Claim = check_node, device: str = "cpu") -> PartitionReport:
+    """Claim or reject every node of `graph` and cluster the claimed ones (see module doc).
+    `device`: the device kind the EP runs on; on a GPU, nodes without a GPU program are left to
+    other EPs (see `device_claim`)."""
+    base_claim, claim = claim, device_claim(claim, device)
     nodes = graph.nodes
     order = topological_order(graph)
     _, preds = value_edges(graph)
@@ -148,7 +210,7 @@ def partition(graph: GraphView, claim: Claim = check_node) -> PartitionReport:
         for attr, sub in node.subgraphs.items():
             # Values the body reads from the enclosing scope keep the types they have there.
             sub_view = dataclasses.replace(sub, types={**graph.types, **sub.types})
-            report = partition(sub_view, claim)
+            report = partition(sub_view, base_claim, device)
             report.context = f"attribute '{attr}' of node '{node.label}'"
             nested.append(report)
 

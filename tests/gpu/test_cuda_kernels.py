@@ -1,0 +1,339 @@
+"""Every hand-written kernel and a set of fused pointwise kernels, end to end: small ONNX models
+through hipep.InferenceSession(device="cuda"), compared with ONNX Runtime's CPU EP (f32: relative
+1e-5; f16: 1e-2). Runs repeat, so the bound launches and the CUDA graphs are replayed too."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+
+import hipep
+
+from hipep.runtime.cuda import cuda_status, get_device
+from helpers import cpu_session, gqa_preamble_model, make_model, tensor
+
+pytestmark = pytest.mark.gpu
+_ok, _why = cuda_status(0)
+if not _ok:
+    pytest.skip(f"no CUDA device: {_why}", allow_module_level=True)
+device = get_device(0)
+
+F32, F16, I64, I32 = TP.FLOAT, TP.FLOAT16, TP.INT64, TP.INT32
+NP = {F32: np.float32, F16: np.float16, I64: np.int64, I32: np.int32}
+MS = ("com.microsoft", 1)
+n = helper.make_node
+
+
+def tol(elem):
+    return dict(rtol=1e-5, atol=1e-6) if elem == F32 else dict(rtol=1e-2, atol=1e-3)
+
+
+def check(model, feeds, elem=F32, runs=3, **tolerance):
+    """Runs `model` on the CUDA device `runs` times (first run, bound replay, CUDA graph replay)
+    and compares every output with ORT's CPU EP."""
+    sess = hipep.InferenceSession(model, device="cuda")
+    want = cpu_session(model).run(None, feeds)
+    t = tol(elem)
+    t.update(tolerance)
+    for _ in range(runs):
+        got = sess.run(None, feeds)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            if g.dtype.kind == "f":
+                np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), **t)
+            else:
+                np.testing.assert_array_equal(g, w)
+    return sess
+
+
+def init(name, a):
+    return numpy_helper.from_array(np.asarray(a), name)
+
+
+def rand(rng, shape, elem, lo=-2.0, hi=2.0):
+    return rng.uniform(lo, hi, shape).astype(NP[elem])
+
+
+# ---- reductions ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("elem", [F32, F16])
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceMax"])
+@pytest.mark.parametrize("axes,shape", [([-1], (3, 5, 64)), ([-1], (2, 3, 1000)), ([1, 2], (4, 8, 33)),
+                                        ([0, 1, 2], (5, 7, 9)), ([1], (4, 70, 6)), ([0], (300, 5))])
+def test_reductions(rng, op, elem, axes, shape):
+    opset = 18
+    model = make_model([n(op, ["x", "axes"], ["y"], keepdims=1, name="reduce")],
+                       [tensor("x", elem, list(shape))], [tensor("y", elem, None)],
+                       [init("axes", np.array(axes, np.int64))], opset=opset)
+    check(model, {"x": rand(rng, shape, elem, 0.0, 1.0)}, elem)
+
+
+@pytest.mark.parametrize("elem", [I64, I32])
+def test_integer_sums_and_max(rng, elem):
+    x = rng.integers(-50, 50, (4, 37)).astype(NP[elem])
+    for op in ("ReduceSum", "ReduceMax", "ReduceMean"):
+        model = make_model([n(op, ["x", "axes"], ["y"], keepdims=0, name="reduce")], [tensor("x", elem, [4, 37])],
+                           [tensor("y", elem, None)], [init("axes", np.array([1], np.int64))], opset=18)
+        check(model, {"x": x}, elem)
+
+
+def test_empty_axes_reduce_everything_or_nothing(rng):
+    x = rand(rng, (3, 4), F32)
+    model = make_model([n("ReduceSum", ["x", "axes"], ["y"], keepdims=0, name="all")], [tensor("x", F32, [3, 4])],
+                       [tensor("y", F32, None)], [init("axes", np.array([], np.int64))], opset=18)
+    check(model, {"x": x})
+    model = make_model([n("ReduceSum", ["x", "axes"], ["y"], keepdims=1, noop_with_empty_axes=1, name="none")],
+                       [tensor("x", F32, [3, 4])], [tensor("y", F32, None)], [init("axes", np.array([], np.int64))],
+                       opset=18)
+    check(model, {"x": x})
+
+
+# ---- softmax ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("elem", [F32, F16])
+@pytest.mark.parametrize("shape", [(2, 3, 8), (4, 12, 129), (2, 4096), (1, 32000), (3, 5, 1)])
+def test_softmax(rng, elem, shape):
+    model = make_model([n("Softmax", ["x"], ["y"], axis=-1, name="sm")], [tensor("x", elem, list(shape))],
+                       [tensor("y", elem, None)], opset=13)
+    check(model, {"x": rand(rng, shape, elem, -8.0, 8.0)}, elem)
+
+
+def test_softmax_opset11_flattens_at_the_axis(rng):
+    model = make_model([n("Softmax", ["x"], ["y"], axis=1, name="sm")], [tensor("x", F32, [2, 3, 5])],
+                       [tensor("y", F32, None)], opset=11)
+    check(model, {"x": rand(rng, (2, 3, 5), F32)})
+
+
+def test_softmax_of_minus_infinity_rows_matches_the_reference():
+    x = np.full((2, 8), -np.inf, np.float32)
+    x[1, 3] = 1.0
+    model = make_model([n("Softmax", ["x"], ["y"], axis=-1, name="sm")], [tensor("x", F32, [2, 8])],
+                       [tensor("y", F32, None)], opset=13)
+    sess = hipep.InferenceSession(model, device="cuda")
+    got = sess.run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got[1], np.eye(8, dtype=np.float32)[3])
+    assert np.isnan(got[0]).all()
+
+
+# ---- normalization ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("elem", [F32, F16])
+@pytest.mark.parametrize("shape", [(2, 3, 8), (2, 5, 2048), (3, 1000)])
+def test_simplified_layer_norm(rng, elem, shape):
+    h = shape[-1]
+    model = make_model([n("SimplifiedLayerNormalization", ["x", "w"], ["y", "inv"], axis=-1, epsilon=1e-5, name="rms")],
+                       [tensor("x", elem, list(shape))], [tensor("y", elem, None), tensor("inv", F32, None)],
+                       [init("w", rand(rng, (h,), elem, 0.5, 1.5))], opset=17)
+    check(model, {"x": rand(rng, shape, elem)}, elem)
+
+
+@pytest.mark.parametrize("elem", [F32, F16])
+def test_rms_normalization_opset23(rng, elem):
+    model = make_model([n("RMSNormalization", ["x", "w"], ["y"], axis=-1, epsilon=1e-6, name="rms")],
+                       [tensor("x", elem, [2, 7, 256])], [tensor("y", elem, None)],
+                       [init("w", rand(rng, (256,), elem, 0.5, 1.5))], opset=23)
+    try:
+        cpu_session(model)
+    except Exception as e:  # noqa: BLE001 - this ORT build lacks opset 23
+        pytest.skip(f"ONNX Runtime cannot run RMSNormalization-23 here: {e}")
+    check(model, {"x": rand(rng, (2, 7, 256), elem)}, elem)
+
+
+@pytest.mark.parametrize("elem", [F32, F16])
+@pytest.mark.parametrize("skip_shape,bias", [((2, 5, 64), True), ((5, 64), False), ((1, 5, 64), True),
+                                             ((2, 5, 64), False)])
+def test_skip_simplified_layer_norm(rng, elem, skip_shape, bias):
+    inputs = ["x", "skip", "gamma"] + (["bias"] if bias else [])
+    inits = [init("gamma", rand(rng, (64,), elem, 0.5, 1.5))] + ([init("bias", rand(rng, (64,), elem))] if bias else [])
+    model = make_model([n("SkipSimplifiedLayerNormalization", inputs, ["y", "mean", "inv", "sum"], epsilon=1e-5,
+                          domain="com.microsoft", name="skip_norm")],
+                       [tensor("x", elem, [2, 5, 64]), tensor("skip", elem, list(skip_shape))],
+                       [tensor("y", elem, None), tensor("inv", F32, None), tensor("sum", elem, None)],
+                       inits, opset=17, extra_opsets=[MS])
+    # 'mean' is left out of the graph outputs: ORT's CPU kernel writes nothing there for the simplified form
+    check(model, {"x": rand(rng, (2, 5, 64), elem), "skip": rand(rng, skip_shape, elem)}, elem)
+
+
+def test_skip_simplified_layer_norm_long_rows(rng):
+    model = make_model([n("SkipSimplifiedLayerNormalization", ["x", "skip", "gamma"], ["y", "", "", "sum"],
+                          epsilon=1e-6, domain="com.microsoft", name="skip_norm")],
+                       [tensor("x", F16, [1, 3, 4096]), tensor("skip", F16, [1, 3, 4096])],
+                       [tensor("y", F16, None), tensor("sum", F16, None)],
+                       [init("gamma", rand(rng, (4096,), F16, 0.5, 1.5))], opset=17, extra_opsets=[MS])
+    check(model, {"x": rand(rng, (1, 3, 4096), F16), "skip": rand(rng, (1, 3, 4096), F16)}, F16)
+
+
+# ---- data movement ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("elem", [F32, F16])
+def test_embedding_gather(rng, elem):
+    table = rand(rng, (100, 256), elem)
+    model = make_model([n("Gather", ["table", "ids"], ["e"], axis=0, name="embed")], [tensor("ids", I64, [1, "s"])],
+                       [tensor("e", elem, None)], [init("table", table)], opset=13)
+    check(model, {"ids": np.array([[0, 5, 99, -1, 42]], np.int64)}, elem)
+    check(model, {"ids": rng.integers(0, 100, (1, 17)).astype(np.int64)}, elem)
+
+
+def test_gather_other_axes_and_int32_indices(rng):
+    data = rand(rng, (3, 10, 7), F32)
+    model = make_model([n("Gather", ["data", "idx"], ["y"], axis=1, name="g")],
+                       [tensor("data", F32, [3, 10, 7]), tensor("idx", I32, [2, 2])], [tensor("y", F32, None)], opset=13)
+    check(model, {"data": data, "idx": np.array([[1, 9], [-2, 0]], np.int32)})
+
+
+@pytest.mark.parametrize("shape,perm", [((3, 5), [1, 0]), ((2, 64, 48), [0, 2, 1]), ((2, 3, 4, 5), [0, 2, 1, 3]),
+                                        ((2, 8, 16, 32), [0, 1, 3, 2]), ((2, 3, 4, 5), [3, 1, 0, 2]),
+                                        ((4, 3, 2), None)])
+@pytest.mark.parametrize("elem", [F32, F16])
+def test_transpose(rng, shape, perm, elem):
+    attrs = {} if perm is None else {"perm": perm}
+    model = make_model([n("Transpose", ["x"], ["y"], name="tr", **attrs)], [tensor("x", elem, list(shape))],
+                       [tensor("y", elem, None)], opset=13)
+    check(model, {"x": rand(rng, shape, elem)}, elem)
+
+
+def test_concat_slice_expand_split(rng):
+    nodes = [
+        n("Concat", ["a", "b", "c"], ["cat"], axis=1, name="cat"),
+        n("Slice", ["cat", "starts", "ends", "axes", "steps"], ["sl"], name="slice"),
+        n("Expand", ["row", "shape"], ["ex"], name="expand"),
+        n("Split", ["cat", "split"], ["p0", "p1"], axis=1, name="split"),
+        n("Slice", ["a", "rstart", "rend", "raxes", "rsteps"], ["rev"], name="reverse"),
+    ]
+    inits = [init("starts", np.array([1, 0], np.int64)), init("ends", np.array([100, 7], np.int64)),
+             init("axes", np.array([1, 2], np.int64)), init("steps", np.array([2, 3], np.int64)),
+             init("shape", np.array([3, 4, 6], np.int64)), init("split", np.array([3, 6], np.int64)),
+             init("rstart", np.array([-1], np.int64)), init("rend", np.array([-100], np.int64)),
+             init("raxes", np.array([1], np.int64)), init("rsteps", np.array([-1], np.int64))]
+    model = make_model(nodes, [tensor("a", F32, [3, 2, 7]), tensor("b", F32, [3, 4, 7]), tensor("c", F32, [3, 3, 7]),
+                               tensor("row", F32, [1, 6])],
+                       [tensor(o, F32, None) for o in ("cat", "sl", "ex", "p0", "p1", "rev")], inits, opset=18)
+    check(model, {"a": rand(rng, (3, 2, 7), F32), "b": rand(rng, (3, 4, 7), F32), "c": rand(rng, (3, 3, 7), F32),
+                  "row": rand(rng, (1, 6), F32)})
+
+
+def test_reshape_and_identity_copy_when_they_own_storage(rng):
+    model = make_model([n("Reshape", ["x", "shape"], ["r"], name="reshape"), n("Identity", ["r"], ["i"], name="id"),
+                        n("Unsqueeze", ["i", "zero"], ["u"], name="unsq")],
+                       [tensor("x", F32, [12])], [tensor("r", F32, None), tensor("u", F32, None)],
+                       [init("shape", np.array([3, -1], np.int64)), init("zero", np.array([0], np.int64))], opset=18)
+    check(model, {"x": rand(rng, (12,), F32)})
+
+
+# ---- pointwise ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("elem", [F32, F16])
+def test_fused_pointwise_chains(rng, elem):
+    nodes = [
+        n("Add", ["x", "bias"], ["a"], name="add"), n("Mul", ["a", "a"], ["m"], name="square"),
+        n("Sigmoid", ["m"], ["s"], name="sig"), n("Mul", ["a", "s"], ["silu"], name="silu"),
+        n("Tanh", ["silu"], ["t"], name="tanh"), n("Sub", ["t", "y"], ["d"], name="sub"),
+        n("Abs", ["d"], ["ab"], name="abs"), n("Sqrt", ["ab"], ["sq"], name="sqrt"),
+        n("Pow", ["sq", "three"], ["p"], name="cube"), n("Div", ["p", "y2"], ["q"], name="div"),
+        n("Greater", ["q", "zero"], ["g"], name="gt"), n("Where", ["g", "q", "t"], ["w"], name="where"),
+        n("Clip", ["w", "lo", "hi"], ["c"], name="clip"), n("Cast", ["c"], ["c32"], to=F32, name="to_f32"),
+    ]
+    t = NP[elem]
+    inits = [init("bias", rand(rng, (16,), elem)), init("three", np.array(3.0, t)), init("zero", np.array(0.0, t)),
+             init("lo", np.array(-0.5, t)), init("hi", np.array(0.75, t))]
+    model = make_model(nodes, [tensor("x", elem, [4, 8, 16]), tensor("y", elem, [8, 1]), tensor("y2", elem, [1, 16])],
+                       [tensor("c32", F32, None), tensor("silu", elem, None)], inits, opset=17)
+    feeds = {"x": rand(rng, (4, 8, 16), elem), "y": rand(rng, (8, 1), elem), "y2": rand(rng, (1, 16), elem, 0.5, 2.0)}
+    check(model, feeds, elem)
+
+
+def test_gelu_and_casts(rng):
+    nodes = [n("Cast", ["x"], ["h"], to=F16, name="to_f16"), n("Gelu", ["h"], ["g"], approximate="tanh", name="gelu"),
+             n("Cast", ["g"], ["g32"], to=F32, name="back"), n("Erf", ["x"], ["e"], name="erf"),
+             n("Cast", ["x"], ["i"], to=I32, name="to_int")]
+    model = make_model(nodes, [tensor("x", F32, [3, 50])],
+                       [tensor("g32", F32, None), tensor("e", F32, None), tensor("i", I32, None)], opset=20)
+    check(model, {"x": rand(rng, (3, 50), F32, -5, 5)}, F16)
+
+
+# ---- plans: host steps, replay, specializations, concurrency ------------------------------------
+
+def test_gqa_preamble_host_steps_and_syncs(rng):
+    model = gqa_preamble_model()
+    sess = hipep.InferenceSession(model, device="cuda")
+    cpu = cpu_session(model)
+    for total in (5, 5, 9, 1, 9):
+        mask = np.ones((2, total), np.int64)
+        mask[1, : total // 2] = 0
+        for g, w in zip(sess.run(None, {"attention_mask": mask}), cpu.run(None, {"attention_mask": mask})):
+            np.testing.assert_array_equal(g, w)
+
+
+def test_replays_see_new_inputs_and_new_shapes(rng):
+    model = make_model([n("Softmax", ["x"], ["s"], axis=-1, name="sm"),
+                        n("ReduceSum", ["s", "axes"], ["r"], keepdims=0, name="rs"),
+                        n("Mul", ["r", "x0"], ["y"], name="scale")],
+                       [tensor("x", F32, ["b", "t"]), tensor("x0", F32, ["b"])], [tensor("y", F32, None)],
+                       [init("axes", np.array([1], np.int64))], opset=18)
+    sess = hipep.InferenceSession(model, device="cuda")
+    cpu = cpu_session(model)
+    before = hipep.stats().get("kernel_us", 0)
+    for b, t in [(2, 5), (2, 5), (2, 5), (2, 5), (3, 70), (2, 5), (1, 1)]:
+        feeds = {"x": rand(rng, (b, t), F32), "x0": rand(rng, (b,), F32)}
+        np.testing.assert_allclose(sess.run(None, feeds)[0], cpu.run(None, feeds)[0], rtol=1e-5, atol=1e-6)
+    assert hipep.stats().get("kernel_us", 0) >= before
+
+
+def test_concurrent_runs(rng):
+    model = make_model([n("Softmax", ["x"], ["s"], axis=-1, name="sm"), n("Add", ["s", "x"], ["y"], name="add")],
+                       [tensor("x", F32, ["b", 64])], [tensor("y", F32, None)], opset=13)
+    sess = hipep.InferenceSession(model, device="cuda")
+    cpu = cpu_session(model)
+    errors = []
+
+    def worker(seed):
+        r = np.random.default_rng(seed)
+        try:
+            for _ in range(20):
+                x = rand(r, (int(r.integers(1, 5)), 64), F32)
+                np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu.run(None, {"x": x})[0], rtol=1e-5,
+                                           atol=1e-6)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+# ---- claiming and errors --------------------------------------------------------------------------
+
+def test_nodes_without_a_gpu_program_are_left_to_the_cpu_ep(rng):
+    model = make_model([n("Softmax", ["x"], ["s"], axis=-1, name="sm"), n("MatMul", ["s", "w"], ["y"], name="mm"),
+                        n("Relu", ["y"], ["z"], name="relu")],
+                       [tensor("x", F32, [2, 8])], [tensor("z", F32, None)], [init("w", rand(rng, (8, 3), F32))],
+                       opset=17)
+    with pytest.raises(hipep.FallbackError, match=r"node 'mm' \(ai.onnx::MatMul, opset 13\): no kernel for cuda"):
+        hipep.InferenceSession(model, device="cuda")
+    sess = hipep.InferenceSession(model, device="cuda", disable_cpu_ep_fallback=False)
+    x = rand(rng, (2, 8), F32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu_session(model).run(None, {"x": x})[0],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_a_failing_launch_names_its_node(rng, monkeypatch):
+    from hipep.runtime import gpu_kernels as gk
+
+    monkeypatch.setattr(gk, "row_config", lambda rows, words, warp: ((rows, 1, 1), (2048, 1, 1)))
+    model = make_model([n("Softmax", ["x"], ["y"], axis=-1, name="the_softmax")], [tensor("x", F32, ["b", 77])],
+                       [tensor("y", F32, None)], opset=13)
+    sess = hipep.InferenceSession(model, device="cuda")
+    with pytest.raises(Exception, match=r"node 'the_softmax' \(Softmax\): launch of hipep_softmax_f32.*block \[2048"):
+        sess.run(None, {"x": rand(rng, (3, 77), F32)})
+    monkeypatch.undo()
+    # the session recovers once launches are valid again (a new binding: new shapes)
+    x = rand(rng, (4, 77), F32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu_session(model).run(None, {"x": x})[0],
+                               rtol=1e-5, atol=1e-6)

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Builds hipep and runs its GPU tests on a machine with an NVIDIA GPU and no package index.
+#
+# What the machine must have (the H200 test machine does): python3 with onnxruntime, onnx, numpy,
+# ml_dtypes, cuda-bindings, cuda-pathfinder, nvidia-cuda-nvrtc, nvidia-cuda-runtime, cmake, ninja,
+# pybind11, scikit-build-core and pytest. What it lacks comes from wheelhouse/ (made by
+# tools/gpu_wheelhouse.sh on a connected machine): xdsl and its needs, lit, filecheck, and ONNX
+# Runtime's C headers in wheelhouse/ort-headers.
+#
+# Steps: install the wheels (no index), build and install hipep (no build isolation: the
+# machine's own build tools), then run tests/gpu (and the NVRTC compile check) from outside the
+# checkout, so the installed hipep, which has the native module, is the one imported. Logs go to
+# $OUT when set (else gpu-check-logs/).
+#
+# usage: tools/gpu_check.sh [extra pytest arguments]
+set -uo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$repo"
+py="${PYTHON:-python3}"
+logs="${OUT:-$repo/gpu-check-logs}"
+mkdir -p "$logs"
+status=0
+step() { echo "== gpu_check: $*" | tee -a "$logs/summary.txt"; }
+
+step "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); $("$py" --version)"
+
+shopt -s nullglob
+wheels=(wheelhouse/*.whl)
+if [ ${#wheels[@]} -gt 0 ]; then
+  step "installing ${#wheels[@]} wheel(s) from wheelhouse/"
+  "$py" -m pip install --quiet --no-index --no-deps --no-compile "${wheels[@]}" >"$logs/pip-wheels.log" 2>&1 \
+    || { step "FAILED: wheel install (see pip-wheels.log)"; exit 1; }
+fi
+
+include="${ORT_INCLUDE_DIR:-}"
+if [ -z "$include" ]; then
+  header=$(find wheelhouse/ort-headers "${HOME}/.cache/hipep/ort-headers" -name onnxruntime_ep_c_api.h -print -quit 2>/dev/null)
+  [ -n "$header" ] || { step "FAILED: no ONNX Runtime headers (run tools/gpu_wheelhouse.sh, or set ORT_INCLUDE_DIR)"; exit 1; }
+  include=$(dirname "$header")
+fi
+step "building hipep against $include"
+start=$(date +%s)
+ORT_INCLUDE_DIR="$include" "$py" -m pip install --no-build-isolation --no-deps --no-index . >"$logs/build.log" 2>&1 \
+  || { step "FAILED: build (see build.log)"; tail -30 "$logs/build.log"; exit 1; }
+step "built in $(( $(date +%s) - start )) s"
+
+cd /tmp
+step "hipep demo"
+"$py" -P -m hipep demo >"$logs/demo.log" 2>&1 || { step "FAILED: demo (see demo.log)"; status=1; }
+
+step "precompile (kernel cache: ${HIPEP_KERNEL_CACHE:-~/.cache/hipep/kernels})"
+"$py" -P -m hipep precompile 2>&1 | tee "$logs/precompile.log" || { step "FAILED: precompile"; status=1; }
+
+step "pytest tests/gpu -m gpu"
+"$py" -P -m pytest "$repo/tests/gpu" -m gpu -p no:cacheprovider -q -rfEs --junitxml="$logs/gpu-tests.xml" "$@" \
+  2>&1 | tee "$logs/gpu-tests.log"
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 0 ] || status=$rc
+step "tests/gpu: pytest exit code $rc"
+
+step "pytest tests/unit/test_kernels_compile.py (NVRTC compile check)"
+"$py" -P -m pytest "$repo/tests/unit/test_kernels_compile.py" -p no:cacheprovider -q -rfEs 2>&1 \
+  | tee "$logs/compile-check.log"
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 0 ] || status=$rc
+step "compile check: pytest exit code $rc"
+exit $status

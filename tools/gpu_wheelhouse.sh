@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Prepares wheelhouse/ for tools/gpu_check.sh, on a machine with a package index: the Python
+# packages the GPU machine lacks (cp312, manylinux x86_64 or pure Python), and ONNX Runtime's C
+# headers from the build cache (tools/fetch_ort_headers.sh fills it), which the plugin builds
+# against. wheelhouse/ is machine-local: list it in .git/info/exclude, not .gitignore.
+#
+# usage: tools/gpu_wheelhouse.sh [wheelhouse_dir]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dest="${1:-wheelhouse}"
+py="${PYTHON:-python3}"
+mkdir -p "$dest"
+
+# xdsl is hipep's IR library; immutabledict (< 4.3.2) and ordered-set (4.1) are xdsl's needs;
+# lit and filecheck run tests/lit.
+packages=("xdsl==0.74.0" "immutabledict<4.3.2" "ordered-set==4.1.0" "lit" "filecheck")
+"$py" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  -d "$dest" "${packages[@]}"
+
+headers_cache="${HIPEP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hipep}/ort-headers"
+if ! include=$(dirname "$(find "$headers_cache" -name onnxruntime_ep_c_api.h -print -quit 2>/dev/null)" 2>/dev/null) \
+   || [ ! -f "$include/onnxruntime_c_api.h" ]; then
+  include=$(tools/fetch_ort_headers.sh "$headers_cache")
+fi
+rm -rf "$dest/ort-headers"
+mkdir -p "$dest/ort-headers/include"
+cp -r "$include" "$dest/ort-headers/include/onnxruntime"
+echo "gpu_wheelhouse: $(ls "$dest"/*.whl | wc -l) wheel(s) and ONNX Runtime headers in $dest:"
+ls -1 "$dest"
