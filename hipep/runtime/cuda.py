@@ -603,7 +603,11 @@ class CudaDevice(Device):
         self._uploads: dict[int, tuple[Any, DeviceArray]] = {}
         self._released: list[CudaMemory] = []
         self._scratch_mem: list[CudaMemory] = []
-        self._upload_stream = None
+        self._aux_stream = None
+        # Held while a stream captures a CUDA graph, and by the calls that may synchronize the
+        # device (allocation, freeing, module loading): those fail, and can spoil the capture,
+        # while any stream of the context is capturing (concurrent runs on other threads).
+        self._capture_lock = threading.RLock()
         log.info("hipep: cuda device %d: %s (%s, %d SMs), driver CUDA %d.%d, NVRTC %d.%d", device_id, self.gpu_name,
                  self.arch, self.sm_count, *driver, *self.nvrtc_version)
 
@@ -620,12 +624,16 @@ class CudaDevice(Device):
     # ---- memory ------------------------------------------------------------------------------
 
     def alloc(self, space: str, nbytes: int) -> CudaMemory:
-        d = _driver()
         nbytes = int(nbytes)
         if nbytes <= 0:
             return CudaMemory(0, 0, space)
         self._current()
         self._release_pending()
+        with self._capture_lock:
+            return self._alloc(space, nbytes)
+
+    def _alloc(self, space: str, nbytes: int) -> CudaMemory:
+        d = _driver()
         if space == "host_visible":
             flags = d.CU_MEMHOSTALLOC_DEVICEMAP | d.CU_MEMHOSTALLOC_PORTABLE
             host = int(_check(d.cuMemHostAlloc(nbytes, flags), f"cuMemHostAlloc({nbytes})"))
@@ -635,11 +643,24 @@ class CudaDevice(Device):
         if space != "device":
             raise HipepError(f"unknown memory space {space!r}")
         ptr = int(_check(d.cuMemAlloc(nbytes), f"cuMemAlloc({nbytes})"))
-        # Poisoned like the CPU device's memory, so a read of storage nothing wrote shows. The
-        # memset runs on the legacy stream, which the non-blocking streams do not wait for.
-        _check(d.cuMemsetD8(ptr, POISON, nbytes), "cuMemsetD8")
-        _check(d.cuCtxSynchronize(), "cuCtxSynchronize")
+        # Poisoned like the CPU device's memory, so a read of storage nothing wrote shows. On the
+        # device's own stream, waited for here: the legacy stream would not order it before the
+        # non-blocking streams' work, and a context-wide sync fails while another thread's
+        # stream is capturing a CUDA graph.
+        aux = self._aux()
+        _check(d.cuMemsetD8Async(ptr, POISON, nbytes, aux), "cuMemsetD8Async")
+        _check(d.cuStreamSynchronize(aux), "cuStreamSynchronize")
         return CudaMemory(ptr, nbytes, space)
+
+    def _aux(self):
+        """The device's own stream for allocation-time work (poisoning, constant uploads)."""
+        if self._aux_stream is None:
+            d = _driver()
+            with self._lock:
+                if self._aux_stream is None:
+                    self._aux_stream = _check(d.cuStreamCreate(d.CUstream_flags.CU_STREAM_NON_BLOCKING),
+                                              "cuStreamCreate")
+        return self._aux_stream
 
     def free(self, memory: Any) -> None:
         if not isinstance(memory, CudaMemory) or memory.freed or not memory.nbytes:
@@ -647,10 +668,11 @@ class CudaDevice(Device):
         d = _driver()
         self._current()
         memory.freed = True
-        if memory.host_visible:
-            _check(d.cuMemFreeHost(memory.host_ptr), "cuMemFreeHost")
-        else:
-            _check(d.cuMemFree(memory.ptr), "cuMemFree")
+        with self._capture_lock:
+            if memory.host_visible:
+                _check(d.cuMemFreeHost(memory.host_ptr), "cuMemFreeHost")
+            else:
+                _check(d.cuMemFree(memory.ptr), "cuMemFree")
 
     def _release_pending(self) -> None:
         """Frees uploads whose numpy arrays died (their finalizers only queue them: a finalizer
@@ -742,10 +764,9 @@ class CudaDevice(Device):
         mem = self.alloc("device", max(src.nbytes, 1))
         d = _driver()
         if src.nbytes:
-            if self._upload_stream is None:
-                self._upload_stream = _check(d.cuStreamCreate(d.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
-            _check(d.cuMemcpyHtoDAsync(mem.ptr, src.ctypes.data, src.nbytes, self._upload_stream), "cuMemcpyHtoDAsync")
-            _check(d.cuStreamSynchronize(self._upload_stream), "cuStreamSynchronize")
+            aux = self._aux()
+            _check(d.cuMemcpyHtoDAsync(mem.ptr, src.ctypes.data, src.nbytes, aux), "cuMemcpyHtoDAsync")
+            _check(d.cuStreamSynchronize(aux), "cuStreamSynchronize")
         arr = DeviceArray(mem, mem.ptr, a.shape, a.dtype)
         try:
             ref = weakref.ref(a)
@@ -859,7 +880,8 @@ class CudaDevice(Device):
         text = kernel_cache.module_source(name) if source is None else source
         cubin, _ = kernel_cache.compile_cubin(text, name, self.arch, self.defines)
         self._current()
-        module = _check(_driver().cuModuleLoadData(cubin), f"cuModuleLoadData({name})")
+        with self._capture_lock:
+            module = _check(_driver().cuModuleLoadData(cubin), f"cuModuleLoadData({name})")
         with self._lock:
             self._modules.setdefault(key, module)
             return self._modules[key]
@@ -990,20 +1012,8 @@ class CudaDevice(Device):
             seg.direct = True
         graph = None
         try:
-            _check(d.cuStreamBeginCapture(stream.handle, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-                   "cuStreamBeginCapture")
-            failed = None
-            for label, ops in work:
-                for op in ops:
-                    if isinstance(op, _Launch):
-                        g, b = op.grid, op.block
-                        (err,) = d.cuLaunchKernel(op.func, g[0], g[1], g[2], b[0], b[1], b[2], op.smem, stream.handle,
-                                                  op.argv_addr, 0)
-                    else:
-                        (err,) = d.cuMemcpyAsync(op.dst, op.src, op.nbytes, stream.handle)
-                    if err != d.CUresult.CUDA_SUCCESS and failed is None:
-                        failed = (label, err)
-            graph = _check(d.cuStreamEndCapture(stream.handle), "cuStreamEndCapture")
+            with self._capture_lock:
+                graph, failed = self._record(stream, work)
             if failed is not None:
                 raise CudaError(f"{failed[0]}: capture failed: {_error_text(failed[1])}")
             seg.exec = _check(d.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
@@ -1019,6 +1029,28 @@ class CudaDevice(Device):
             if graph is not None:
                 d.cuGraphDestroy(graph)
         self._launch_graph(stream, seg)
+
+    @staticmethod
+    def _record(stream: CudaStream, work):
+        """Captures `work` on `stream` into a CUDA graph: (graph, the first launch that failed)."""
+        d = _driver()
+        _check(d.cuStreamBeginCapture(stream.handle, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+               "cuStreamBeginCapture")
+        failed = None
+        try:
+            for label, ops in work:
+                for op in ops:
+                    if isinstance(op, _Launch):
+                        g, b = op.grid, op.block
+                        (err,) = d.cuLaunchKernel(op.func, g[0], g[1], g[2], b[0], b[1], b[2], op.smem, stream.handle,
+                                                  op.argv_addr, 0)
+                    else:
+                        (err,) = d.cuMemcpyAsync(op.dst, op.src, op.nbytes, stream.handle)
+                    if err != d.CUresult.CUDA_SUCCESS and failed is None:
+                        failed = (label, err)
+        finally:
+            graph = _check(d.cuStreamEndCapture(stream.handle), "cuStreamEndCapture")  # always leaves capture mode
+        return graph, failed
 
     def _launch_graph(self, stream: CudaStream, seg: _Segment) -> None:
         d = _driver()

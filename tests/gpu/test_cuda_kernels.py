@@ -337,3 +337,87 @@ def test_a_failing_launch_names_its_node(rng, monkeypatch):
     x = rand(rng, (4, 77), F32)
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu_session(model).run(None, {"x": x})[0],
                                rtol=1e-5, atol=1e-6)
+
+
+def test_outputs_that_are_inputs_constants_or_views_are_copied(rng):
+    model = make_model([n("Identity", ["x"], ["same"], name="same"), n("Identity", ["c"], ["const"], name="const"),
+                        n("Add", ["x", "x"], ["twice"], name="twice")],
+                       [tensor("x", F32, ["b", 3])], [tensor(o, F32, None) for o in ("same", "const", "twice")],
+                       [init("c", np.arange(6, dtype=np.float32).reshape(2, 3))], opset=17)
+    check(model, {"x": rand(rng, (2, 3), F32)})
+    check(model, {"x": rand(rng, (5, 3), F32)})
+
+
+def test_bf16_casts_and_data_movement(rng):
+    BF16 = TP.BFLOAT16
+    model = make_model([n("Cast", ["x"], ["b"], to=BF16, name="to_bf16"), n("Transpose", ["b"], ["t"], perm=[1, 0],
+                                                                             name="tr"),
+                        n("Concat", ["t", "t"], ["c"], axis=0, name="cat"), n("Cast", ["c"], ["y"], to=F32, name="back")],
+                       [tensor("x", F32, [4, 6])], [tensor("y", F32, None)], opset=17)
+    try:
+        cpu_session(model)
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"ONNX Runtime's CPU EP cannot run this bf16 model: {e}")
+    check(model, {"x": rand(rng, (4, 6), F32)}, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("mode", ["no graphs", "sync every launch"])
+def test_launch_modes_give_the_same_results(rng, monkeypatch, mode):
+    if mode == "no graphs":
+        monkeypatch.setattr(device, "use_graphs", False)
+    else:
+        monkeypatch.setattr(device, "sync_launches", True)
+    model = make_model([n("SimplifiedLayerNormalization", ["x", "w"], ["h"], axis=-1, epsilon=1e-5, name="rms"),
+                        n("Softmax", ["h"], ["s"], axis=-1, name="sm"), n("Mul", ["s", "x"], ["y"], name="mul"),
+                        n("Transpose", ["y"], ["t"], perm=[1, 0], name="tr")],
+                       [tensor("x", F32, [6, 40])], [tensor("t", F32, None)], [init("w", rand(rng, (40,), F32))],
+                       opset=17)
+    check(model, {"x": rand(rng, (6, 40), F32)}, runs=4)
+
+
+def test_sessions_made_and_dropped_while_others_capture_and_replay(rng):
+    """Allocation, freeing and module loading on one thread while other threads' streams capture
+    CUDA graphs: a context-wide sync there fails while any stream captures."""
+    import gc
+
+    def chain(k):
+        nodes = [n("Softmax", ["x"], ["s0"], axis=-1, name="sm0")]
+        for i in range(1, k):
+            nodes.append(n("Softmax", [f"s{i - 1}"], [f"s{i}"], axis=-1, name=f"sm{i}"))
+        return make_model(nodes, [tensor("x", F32, ["b", 64])], [tensor(f"s{k - 1}", F32, None)], opset=13)
+
+    model = chain(6)
+    keep = hipep.InferenceSession(model, device="cuda")
+    cpu = cpu_session(model)
+    stop, errors = threading.Event(), []
+
+    def worker(seed):
+        r = np.random.default_rng(seed)
+        try:
+            while not stop.is_set():
+                x = rand(r, (int(r.integers(1, 9)), 64), F32)
+                np.testing.assert_allclose(keep.run(None, {"x": x})[0], cpu.run(None, {"x": x})[0], rtol=1e-5,
+                                           atol=1e-6)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for cycle in range(12):
+            other = chain(2 + cycle % 4)
+            short = hipep.InferenceSession(other, device="cuda")
+            x = rand(rng, (3 + cycle, 64), F32)
+            for _ in range(3):
+                np.testing.assert_allclose(short.run(None, {"x": x})[0], cpu_session(other).run(None, {"x": x})[0],
+                                           rtol=1e-5, atol=1e-6)
+            del short
+            gc.collect()
+            if errors:
+                break
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors[0]
