@@ -6,8 +6,8 @@
 //     or, for short rows, one row per warp with blockDim.y rows per block; the row is read in
 //     strided passes (16-byte loads where the row allows: VEC elements at a time) and combined
 //     with warp shuffles;
-//   * cols (inner > 1): one thread per output element walks the r extent; neighbouring threads
-//     read neighbouring elements, so every load is coalesced.
+//   * cols (inner > 1): 32 neighbouring outputs per block (coalesced loads), the r extent split
+//     among row groups of the block, partial results combined in shared memory.
 // Arithmetic as ONNX Runtime's CPU EP: float sums and means accumulate in f32 (f16/bf16 widened)
 // and round once; the mean divides the f32 sum by the f32 count; integer sums and means
 // accumulate in double and convert back saturating (out of range: the type's min/max, NaN: min);
@@ -140,18 +140,40 @@ HIPEP_DEVICE void hipep_reduce_rows_imax(const T* HIPEP_RESTRICT x, T* HIPEP_RES
   if (threadIdx.x == 0) y[row] = acc;
 }
 
+// Columns: a block covers 32 adjacent outputs (threadIdx.x, coalesced) and splits the reduced
+// extent among blockDim.y row groups; each thread keeps four independent accumulators, so four
+// loads are in flight per thread (a single running sum would wait for every load in turn); the
+// row groups combine through shared memory. blockIdx.y walks the outer index.
 template <typename T, int OP>
 HIPEP_DEVICE void hipep_reduce_cols(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y, const hipep_reduce_args a) {
   typedef hipep_reduce_traits<T> tr;
   typedef typename tr::acc A;
-  const hipep_i64 step = (hipep_i64)gridDim.x * blockDim.x;
-  for (hipep_i64 o = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; o < a.rows; o += step) {
-    const hipep_i64 outer = o / a.inner, k = o - outer * a.inner;
-    const T* p = x + outer * a.r * a.inner + k;
-    A acc = OP == HIPEP_MAX ? tr::lowest() : A(0);
-    for (hipep_i64 i = 0; i < a.r; ++i) acc = hipep_combine(acc, tr::widen(p[i * a.inner]), OP);
-    if (OP == HIPEP_MEAN) acc = a.r == 0 ? A(0) : acc / (A)a.r;
-    y[o] = tr::narrow(acc);
+  __shared__ A part[32][33];
+  const A init = OP == HIPEP_MAX ? tr::lowest() : A(0);
+  const hipep_i64 col = (hipep_i64)blockIdx.x * 32 + threadIdx.x;
+  const hipep_i64 outers = a.rows / a.inner, step = blockDim.y;
+  for (hipep_i64 outer = blockIdx.y; outer < outers; outer += gridDim.y) {
+    A acc0 = init, acc1 = init, acc2 = init, acc3 = init;
+    if (col < a.inner) {
+      const T* p = x + outer * a.r * a.inner + col;
+      hipep_i64 i = threadIdx.y;
+      for (; i + 3 * step < a.r; i += 4 * step) {
+        acc0 = hipep_combine(acc0, tr::widen(p[i * a.inner]), OP);
+        acc1 = hipep_combine(acc1, tr::widen(p[(i + step) * a.inner]), OP);
+        acc2 = hipep_combine(acc2, tr::widen(p[(i + 2 * step) * a.inner]), OP);
+        acc3 = hipep_combine(acc3, tr::widen(p[(i + 3 * step) * a.inner]), OP);
+      }
+      for (; i < a.r; i += step) acc0 = hipep_combine(acc0, tr::widen(p[i * a.inner]), OP);
+    }
+    A acc = hipep_combine(hipep_combine(acc0, acc1, OP), hipep_combine(acc2, acc3, OP), OP);
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < a.inner) {
+      for (int k = 1; k < (int)blockDim.y; ++k) acc = hipep_combine(acc, part[k][threadIdx.x], OP);
+      if (OP == HIPEP_MEAN) acc = a.r == 0 ? A(0) : acc / (A)a.r;
+      y[outer * a.inner + col] = tr::narrow(acc);
+    }
+    __syncthreads();
   }
 }
 

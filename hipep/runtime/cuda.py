@@ -445,16 +445,25 @@ class CudaProgram:
         and written in place; device-space inputs are passed by shape only (a host step reads
         only the extents of those, like Shape's); a device-space output is computed into host
         memory and queued to the device."""
+        from ..ops.registry import lookup
+        from ..plan import split_op_key
         from .cpu import CpuProgram
 
         if self._host is None:
             self._host = CpuProgram(self.kernel)
+            op = lookup(*split_op_key(self.kernel.name))
+            self._extent_only = set(op.extent_only_inputs) if op is not None else set()
         host_args, uploads = [], []
         for k, a in enumerate(args):
             if isinstance(a, DeviceArray):
                 if a.host_visible:
                     host_args.append(a.host_view())
                 elif k < self.arity:
+                    if k not in self._extent_only:
+                        # The plan copies device values the host reads into host-visible memory
+                        # first (hip-assign-memory-spaces); reading them here would read zeros.
+                        raise HipepError(f"host work reads input {k} from device memory; the plan should have "
+                                         f"copied it to host-visible memory")
                     host_args.append(np.broadcast_to(np.zeros((), a.dtype), a.shape))
                 else:
                     tmp = np.empty(a.shape, a.dtype)
@@ -708,11 +717,14 @@ class CudaDevice(Device):
         d = _driver()
         self._current()
         addr = a.ctypes.data
-        _check(d.cuMemHostRegister(addr, a.nbytes, d.CU_MEMHOSTREGISTER_DEVICEMAP), "cuMemHostRegister")
+        (err,) = d.cuMemHostRegister(addr, a.nbytes, d.CU_MEMHOSTREGISTER_DEVICEMAP)
+        if err == d.CUresult.CUDA_SUCCESS:
+            weakref.finalize(a, _unregister, addr)
+        elif err != d.CUresult.CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:  # already pinned: used as it is
+            _check((err,), "cuMemHostRegister")
         dev = int(_check(d.cuMemHostGetDevicePointer(addr, 0), "cuMemHostGetDevicePointer"))
         mem = CudaMemory(dev, a.nbytes, "host_visible", addr)
         mem.freed = True  # ORT's memory: never freed by hipep, only unregistered
-        weakref.finalize(a, _unregister, addr)
         return DeviceArray(mem, dev, a.shape, a.dtype)
 
     def copy(self, dst: CudaMemory, dst_offset: int, src: CudaMemory, src_offset: int, nbytes: int) -> None:

@@ -373,7 +373,11 @@ def _reduce_bind(op_type: str):
             grid, block = row_config(outer, _cdiv(r, vec) if use_vec else r, target.warp_size)
             entry = f"hipep_reduce_{kind}_{dt}_rows" + ("_vec" if use_vec else "")
             return [KernelOp(entry, grid, block, params, module="reduce")]
-        grid, block = flat_config(outer * inner, target, per_sm=32)
+        if dt in ("i32", "i64") and kind == "max":  # one thread per output (kept in the element type)
+            grid, block = flat_config(outer * inner, target, per_sm=32)
+        else:  # 32 outputs per block, the reduced extent split among up to 32 row groups
+            groups = min(32, _pow2_at_least(_cdiv(r, 4)))
+            grid, block = (_cdiv(inner, 32), min(outer, 65535), 1), (32, groups, 1)
         return [KernelOp(f"hipep_reduce_{kind}_{dt}_cols", grid, block, params, module="reduce")]
     return bind
 

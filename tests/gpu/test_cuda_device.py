@@ -106,3 +106,15 @@ def test_precompile_fills_the_kernel_cache(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "compiled" in out and device.arch in out
     assert len(list(tmp_path.glob("*.cubin"))) >= len(kernel_cache.kernel_sources())
+
+
+def test_wrapped_host_memory_is_read_and_written_in_place():
+    program = device.compile(Kernel("::Softmax", {"axis": -1, "_since_version": 13}, 1, ("float32", "float32"),
+                                    label="node 'sm' (Softmax)"))
+    x = np.random.default_rng(0).standard_normal((300, 1000)).astype(np.float32)  # pages of their own
+    y = np.zeros_like(x)
+    stream = device.new_stream()
+    device.launch(stream, program, (), (), 0, [device.wrap(x), device.wrap(y)])
+    stream.sync()
+    e = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-5)

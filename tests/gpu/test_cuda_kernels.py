@@ -421,3 +421,13 @@ def test_sessions_made_and_dropped_while_others_capture_and_replay(rng):
         for t in threads:
             t.join()
     assert not errors, errors[0]
+
+
+def test_host_work_writes_an_output_and_reads_extents_of_device_memory(rng):
+    model = make_model([n("Shape", ["mask"], ["shape"], name="shape"),
+                        n("Gather", ["shape", "one"], ["total"], axis=0, name="total"),
+                        n("ReduceSum", ["mask", "one"], ["sum"], keepdims=0, name="mask_sum")],
+                       [tensor("mask", I64, [1, "t"])], [tensor("total", I64, None), tensor("sum", I64, None)],
+                       [init("one", np.array([1], np.int64))], opset=18)
+    for t in (5, 5, 5, 9):
+        check(model, {"mask": rng.integers(0, 2, (1, t)).astype(np.int64)}, I64, runs=2)
