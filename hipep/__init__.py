@@ -100,10 +100,16 @@ def InferenceSession(model, sess_options=None, disable_cpu_ep_fallback: bool = T
         model = model.SerializeToString()
     provider_options = {k: str(v) for k, v in options.items()}
     from .bridge import check_options
+    from .options import CONFIG_PREFIX
 
     check_options(ProviderOptions.from_strings(provider_options))  # bad options fail here, plainly
+    # The options go in as the session config entries ORT would make of them: as provider options,
+    # ORT's Python layer would also read `device_id` to pick an EP device and fail on any id but
+    # the one device hipep offers it, before hipep could say which ids exist.
+    for key, value in provider_options.items():
+        so.add_session_config_entry(CONFIG_PREFIX + key, value)
     try:
-        return _session_class()(model, sess_options=so, providers=[(EP_NAME, provider_options)])
+        return _session_class()(model, sess_options=so, providers=[EP_NAME])
     except Exception as e:
         from .bridge import last_report
 

@@ -58,6 +58,9 @@ def resolve_device(options: ProviderOptions) -> str:
     """The device kind an option value selects: auto takes the NVIDIA GPU when cuda-bindings
     imports, a driver loads and the device exists (and logs why not otherwise), else cpu."""
     if options.device == "cpu":
+        if options.device_id != 0:
+            raise OptionError(f"option 'device_id' = {options.device_id} names no device: the cpu device has only "
+                              f"id 0 (device_id picks a GPU with device=cuda)")
         return "cpu"
     if options.device in ("auto", "cuda"):
         from .runtime.cuda import cuda_status
@@ -133,22 +136,21 @@ class EpState:
         report = partition(graph, device=self.device_kind)
         _last_report.report = report
         records = []
-        if report.rejections:
+        lines = "\n".join("  " + line for line in report.rejection_lines())
+        if report.rejections and self.options.strict:
+            # One message saying what happens. ORT only logs a failing GetCapability and goes on:
+            # the session fails in Compile or, when hipep claimed nothing, at its first run.
+            self.strict_failure = (f"strict: {EP_NAME} cannot run {len(report.rejections)} node(s) of graph "
+                                   f"'{graph.name}' and the 'strict' option forbids leaving them to another EP, "
+                                   f"so the session fails:\n{lines}")
+            records.append((ERROR, self.strict_failure))
+        elif report.rejections:
             consequence = ("session creation will fail: session.disable_cpu_ep_fallback=1"
                            if self.fallback_disabled else "they fall back to another EP (usually the CPU EP)")
-            lines = "\n".join("  " + line for line in report.rejection_lines())
             records.append((WARNING, f"{EP_NAME} did not claim {len(report.rejections)} node(s) of graph "
                                      f"'{graph.name}'; {consequence}:\n{lines}"))
         records.append((INFO, f"{EP_NAME}: {report.summary()}"))
         counters.bump("capability_calls")
-        if self.options.strict and report.rejections:
-            # ORT only logs a failing GetCapability and goes on: the session fails in Compile or,
-            # when hipep claimed nothing at all, at its first run (OnRunStart).
-            lines = "\n".join("  " + line for line in report.rejection_lines())
-            self.strict_failure = (f"strict: {EP_NAME} cannot run {len(report.rejections)} node(s) of graph "
-                                   f"'{graph.name}' and the 'strict' option forbids leaving them to another EP:"
-                                   f"\n{lines}")
-            records.append((ERROR, self.strict_failure))
         return report.clusters, self._records(records)
 
     @staticmethod

@@ -47,7 +47,7 @@ class ProviderOptions:
     device: str = "auto"
     """auto | cpu | cuda | hip. auto takes a GPU runtime that loads, else the CPU reference device."""
     device_id: int = 0
-    """Index of the GPU to use (ignored by the CPU device)."""
+    """Which GPU (device=cuda); the CPU device has only id 0, any other id is an error."""
     log_level: str = "info"
     """Lowest severity hipep itself emits (verbose | info | warning | error | fatal); the session's
     own log severity still filters what is shown."""

@@ -99,3 +99,14 @@ def test_sequence_values_are_rejected_with_a_reason(capfd, rng):
     np.testing.assert_array_equal(out, np.full(4, 2, np.float32))
     err = capfd.readouterr().err
     assert "node 'pass_seq' (ai.onnx::Identity, opset 16): input 0 'seq' is a sequence; hipep supports tensors only" in err
+
+
+def test_device_id_naming_no_device_is_a_clear_hipep_error():
+    """ORT's Python layer reads a `device_id` provider option itself (to pick an EP device) and fails
+    with "Unknown Provider Type" for ids it cannot match; hipep.InferenceSession hands options over
+    as session config entries, so hipep's own check answers."""
+    model = make_model([h.make_node("Relu", ["x"], ["y"])], [tensor("x", T.FLOAT, [2])], [tensor("y", T.FLOAT, [2])])
+    with pytest.raises(hipep.OptionError, match="'device_id' = 1 names no device: the cpu device has only id 0"):
+        hipep.InferenceSession(model, device="cpu", device_id=1)
+    sess = hipep.InferenceSession(model, device="cpu", device_id=0)
+    assert sess.get_providers()[0] == "HipExecutionProvider"

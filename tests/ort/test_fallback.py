@@ -114,11 +114,14 @@ def test_control_flow_with_claimable_bodies_runs_on_hipep(rng):
         assert_matches_cpu(sess, model, feeds)
 
 
-def test_strict_option_fails_session_creation_with_the_reasons(rng):
+def test_strict_option_fails_session_creation_with_the_reasons(rng, capfd):
     so = ort.SessionOptions()
     with pytest.raises(Exception) as info:
         ort.InferenceSession(middle_model().SerializeToString(), so, providers=[(EP, {"strict": "1"})])
     assert "strict" in str(info.value) and "node 'the_det' (ai.onnx::Det, opset 11)" in str(info.value)
+    # one message that says what happens: not a "they fall back" warning before the error
+    err = capfd.readouterr().err
+    assert "fall back to another EP" not in err and "so the session fails" in err
     # without strict the same model runs, split with the CPU EP
     sess = ort.InferenceSession(middle_model().SerializeToString(), so, providers=[(EP, {"strict": "0"})])
     assert_matches_cpu(sess, middle_model(), feeds(rng))
