@@ -27,6 +27,8 @@ def _command(name: str, help: str, add_arguments: Callable[[argparse.ArgumentPar
 
 def _explain_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="path to an .onnx model (external data is not read)")
+    p.add_argument("--all", action="store_true", help="name every claimed node (default: the first few "
+                   "of each subgraph and a count)")
 
 
 @_command("explain", "show which nodes hipep claims and why it leaves the others "
@@ -35,7 +37,7 @@ def _explain(args: argparse.Namespace) -> int:
     from .explain import explain
 
     report = explain(args.model)
-    print(report.format())
+    print(report.format(all_nodes=args.all))
     return EXIT_OK if report.all_claimed else EXIT_NOT_ALL
 
 

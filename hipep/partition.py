@@ -42,6 +42,9 @@ class Rejection:
                 f"opset {n.since_version}): {self.reason}")
 
 
+SHOWN_NODES = 8  # claimed nodes a report's subgraph line names before it counts the rest
+
+
 @dataclass
 class PartitionReport:
     graph_name: str
@@ -70,20 +73,26 @@ class PartitionReport:
     def rejection_lines(self) -> list[str]:
         return [r.line() for r in self.rejections]
 
-    def format(self, indent: str = "") -> str:
+    def format(self, indent: str = "", all_nodes: bool = False) -> str:
+        """The report as text. A subgraph lists its first SHOWN_NODES claimed nodes and counts the
+        rest (a real model claims thousands); `all_nodes=True` lists every one. Unclaimed nodes
+        are always listed, each with its reason."""
         title = f"graph '{self.graph_name}'" if self.graph_name else "graph (unnamed)"
         if self.context:
             title += f" ({self.context})"
         lines = [f"{indent}{title}: {self.summary()}"]
         for k, cluster in enumerate(self.clusters, 1):
-            names = ", ".join(self.labels.get(i, f"#{i}") for i in cluster)
+            shown = cluster if all_nodes else cluster[:SHOWN_NODES]
+            names = ", ".join(self.labels.get(i, f"#{i}") for i in shown)
+            if len(shown) < len(cluster):
+                names += f", ... and {len(cluster) - len(shown)} more (all of them: explain --all)"
             lines.append(f"{indent}  subgraph {k} ({len(cluster)} "
                          f"{'node' if len(cluster) == 1 else 'nodes'}): {names}")
         if self.rejections:
             lines.append(f"{indent}  not claimed ({len(self.rejections)}):")
             lines += [f"{indent}    {line}" for line in self.rejection_lines()]
         for sub in self.nested:
-            lines.append(sub.format(indent + "  "))
+            lines.append(sub.format(indent + "  ", all_nodes))
         return "\n".join(lines)
 
     def __str__(self) -> str:

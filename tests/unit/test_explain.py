@@ -178,3 +178,16 @@ def test_cli_exit_codes(tmp_path):
 
     p = run_cli()
     assert p.returncode == 2 and "usage" in p.stderr
+
+
+def test_a_long_subgraph_is_summarized_and_listed_in_full_on_request():
+    h = helper
+    nodes = [h.make_node("Relu", ["x" if i == 0 else f"r{i - 1}"], [f"r{i}"], name=f"relu_{i}") for i in range(50)]
+    model = h.make_model(h.make_graph(nodes, "chain", [h.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                                      [h.make_tensor_value_info("r49", TensorProto.FLOAT, [4])]),
+                         opset_imports=[h.make_opsetid("", 17)])
+    report = explain(model)
+    short, full = report.format(), report.format(all_nodes=True)
+    assert "subgraph 1 (50 nodes)" in short and "relu_7" in short and "relu_8," not in short
+    assert "and 42 more (all of them: explain --all)" in short
+    assert all(f"relu_{i}" in full for i in range(50)) and "more" not in full
