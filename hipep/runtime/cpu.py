@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import HipepError, RuntimeShapeError
 from ..ops.registry import lookup
 from ..plan import split_op_key
-from .device import Device, Event, Graph, Kernel, Stream
+from .device import Device, Event, Graph, Kernel, Stream, freeze, named_error
 
 T = TypeVar("T")
 
@@ -156,7 +156,7 @@ class CpuDevice(Device):
     # ---- programs ----------------------------------------------------------------------------
 
     def compile(self, kernel: Kernel) -> "CpuProgram":
-        key = (kernel.name, kernel.label, kernel.dtypes, _freeze(kernel.constants))
+        key = (kernel.name, kernel.label, kernel.dtypes, freeze(kernel.constants))
         program = self._programs.get(key)
         if program is None:
             program = self._programs[key] = CpuProgram(kernel)
@@ -190,7 +190,7 @@ class CpuDevice(Device):
             except Exception as e:
                 label = [n for n in graph.nodes if n.kind != "sync"][k].label
                 if isinstance(e, HipepError):
-                    raise _named(label, e) from None
+                    raise named_error(label, e) from None
                 raise HipepError(f"{label}: {type(e).__name__}: {e}") from e
             finally:
                 stream.kernel_ns += total
@@ -214,29 +214,10 @@ def _timed(stream: CpuStream, run, args, label: str):
         try:
             run(args)
         except HipepError as e:
-            raise _named(label, e) from None
+            raise named_error(label, e) from None
         finally:
             stream.kernel_ns += time.perf_counter_ns() - t
     return work
-
-
-def _named(label: str, e: HipepError) -> HipepError:
-    if str(e).startswith(label):
-        return e
-    try:
-        return type(e)(f"{label}: {e}")
-    except Exception:
-        return HipepError(f"{label}: {e}")
-
-
-def _freeze(x):
-    if isinstance(x, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in x.items()))
-    if isinstance(x, (list, tuple)):
-        return tuple(_freeze(v) for v in x)
-    if isinstance(x, np.ndarray):
-        return (x.dtype.str, x.shape, x.tobytes())
-    return x
 
 
 # numpy ufuncs that compute exactly what the registry reference does for these dtypes (same-dtype

@@ -41,7 +41,7 @@ import numpy as np
 from ..errors import HipepError
 from . import gpu_kernels as table
 from . import kernel_cache
-from .device import Device, Event, Graph, Kernel, Stream
+from .device import Device, Event, Graph, Kernel, Stream, freeze, named_error
 
 T = TypeVar("T")
 log = logging.getLogger("hipep")
@@ -863,7 +863,7 @@ class CudaDevice(Device):
     # ---- programs ------------------------------------------------------------------------------
 
     def compile(self, kernel: Kernel) -> CudaProgram:
-        key = (kernel.name, kernel.label, kernel.arity, kernel.dtypes, _freeze(kernel.constants))
+        key = (kernel.name, kernel.label, kernel.arity, kernel.dtypes, freeze(kernel.constants))
         with self._lock:
             program = self._programs.get(key)
         if program is not None:
@@ -922,7 +922,7 @@ class CudaDevice(Device):
         try:
             ops = program.bind(list(args))
         except HipepError as e:
-            raise _named(label, e) from None
+            raise named_error(label, e) from None
         self._issue(stream, ops, label)
 
     def _issue(self, stream: CudaStream, ops: list, label: str) -> None:
@@ -937,7 +937,7 @@ class CudaDevice(Device):
             try:
                 stream._wait_idle()
             except HipepError as e:
-                stream.record_failure(_named(label, e))
+                stream.record_failure(named_error(label, e))
 
     # ---- capture and replay ----------------------------------------------------------------------
 
@@ -993,7 +993,7 @@ class CudaDevice(Device):
             try:
                 ops = st.prepare(node.args)
             except HipepError as e:
-                raise _named(node.label, e) from None
+                raise named_error(node.label, e) from None
             except Exception as e:  # noqa: BLE001 - a binding's bug still names its node
                 raise HipepError(f"{node.label}: {type(e).__name__}: {e}") from e
             work.append((node.label, ops))
@@ -1090,7 +1090,7 @@ def _host_call(node, stream: CudaStream):
     try:
         node.program.run_host(node.args, stream)
     except HipepError as e:
-        raise _named(node.label, e) from None
+        raise named_error(node.label, e) from None
     except Exception as e:  # noqa: BLE001 - named like the CPU device's host work
         raise HipepError(f"{node.label}: {type(e).__name__}: {e}") from e
 
@@ -1100,25 +1100,6 @@ def _unregister(addr: int) -> None:
         _driver().cuMemHostUnregister(addr)
     except Exception:  # noqa: BLE001
         pass
-
-
-def _named(label: str, e: HipepError) -> HipepError:
-    if not label or str(e).startswith(label):
-        return e
-    try:
-        return type(e)(f"{label}: {e}")
-    except Exception:  # noqa: BLE001
-        return HipepError(f"{label}: {e}")
-
-
-def _freeze(x):
-    if isinstance(x, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in x.items()))
-    if isinstance(x, (list, tuple)):
-        return tuple(_freeze(v) for v in x)
-    if isinstance(x, np.ndarray):
-        return (x.dtype.str, x.shape, x.tobytes())
-    return x
 
 
 # One device object per GPU in a process: sessions share its compiled modules and uploads.

@@ -188,6 +188,30 @@ class Device(ABC):
         return 0
 
 
+def named_error(label: str, e: Exception):
+    """`e` with the launch's label in front (unless it already starts with it), same type."""
+    from ..errors import HipepError
+
+    if not label or str(e).startswith(label):
+        return e
+    try:
+        return type(e)(f"{label}: {e}")
+    except Exception:  # noqa: BLE001  (an error type whose constructor takes other arguments)
+        return HipepError(f"{label}: {e}")
+
+
+def freeze(x):
+    """A hashable form of specialization constants (nested dicts, lists, numpy arrays), for
+    program caches."""
+    if isinstance(x, dict):
+        return tuple(sorted((k, freeze(v)) for k, v in x.items()))
+    if isinstance(x, (list, tuple)):
+        return tuple(freeze(v) for v in x)
+    if hasattr(x, "dtype") and hasattr(x, "tobytes"):
+        return (x.dtype.str, x.shape, x.tobytes())
+    return x
+
+
 def open_device(kind: str, device_id: int = 0, cpu_schedule: str = "inline", seed: int = 0) -> Device:
     """The device for a resolved `device` option (`cpu_schedule` and `seed` configure the CPU device)."""
     if kind == "cpu":
