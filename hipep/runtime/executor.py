@@ -33,7 +33,7 @@ from .. import counters
 from ..errors import HipepError, RuntimeShapeError
 from ..plan import MEMORY_SPACES, HostStep, If, Launch, Loop, Plan, Sync, walk
 from ..symbolic import compile_exprs, compile_guards, evaluate, format_guard, symbols_of
-from .device import Device, Graph, GraphNode
+from .device import Device, GraphNode
 from .interpreter import Interpreter, _check_plan, bound_weight
 from .kernels import kernel_of
 from .memory import ALIGN, round_up
@@ -425,7 +425,6 @@ class _Specialization:
                 self.shapes.pop(vid, None)  # never written in this plan (an unused result)
         slot_bytes: dict[str, dict[int, int]] = {space: {} for space in MEMORY_SPACES}
         for vid, shape in self.shapes.items():
-            spec = values[vid]
             nbytes = _nbytes(plan, vid, shape)
             root = values[layout.root[vid]]
             slots = slot_bytes[root.space]
