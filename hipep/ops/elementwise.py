@@ -263,7 +263,19 @@ def _f32(v) -> np.float32:
 
 _reg_unary("Neg", (6, 13), lambda b, x, a: -x, NUMERIC)
 _reg_unary("Abs", (6, 13), lambda b, x, a: b.abs(x), NUMERIC)
-_reg_unary("Sign", (9, 13), lambda b, x, a: b.sign(x), NUMERIC | ALL_INTS)
+
+
+def _sign_expr(operands, attrs):
+    # ORT's f16 Sign kernel computes (x > 0) - (x < 0), so NaN gives 0 there (NaN in f32)
+    if operands[0].dtype.name != pw.F16:
+        return _unary(lambda b, x, a: b.sign(x))(operands, attrs)
+    b = Builder(operands)
+    x = b.cast(b.input(0), pw.F32)
+    return b.build(b.cast(b.where(b.isnan(x), 0.0, b.sign(x)), pw.F16))
+
+
+_register_pointwise("Sign", (9, 13), ("T",), ("T",), {"T": NUMERIC | ALL_INTS}, _sign_expr,
+                    attributes={}, shape_rule=_same_rule("Sign"))
 _reg_unary("Relu", (6, 13, 14), lambda b, x, a: b.max(x, 0), NUMERIC)
 _reg_unary("Exp", (6, 13), lambda b, x, a: b.exp(x))
 _reg_unary("Log", (6, 13), lambda b, x, a: b.log(x))
@@ -292,19 +304,30 @@ _reg_unary("Gelu", (20,), _gelu, attributes={"approximate": "none"}, claim=_clai
 
 def _clip_expr(operands, attrs):
     # max(x, min) then min(., max): with min > max every element becomes max (ONNX 13); NaN
-    # stays. min and max are scalars: they never change the output shape.
+    # stays. min and max are scalars: they never change the output shape. An omitted bound is
+    # the type's lowest or highest finite value, as in ORT's CPU EP (numeric_limits), so an
+    # infinity clamps to it; for integers that changes nothing.
     b = Builder(operands)
     dtype = operands[0].dtype
+    finite = np.finfo(dtype) if np.dtype(dtype).kind == "f" else None
+    if np.dtype(dtype) == np.float16 and int(attrs.get(SINCE_VERSION, 13)) < 12:
+        # ORT has no f16 Clip-11 kernel and runs it in f32 between casts: the f32 limit rounds
+        # back to an f16 infinity there, so infinities stay
+        finite = None
     out = b.input(0)
     if at(operands, 1) is not None:
         out = b.max(out, b.cast(b.scalar_input(1), dtype))
+    elif finite is not None:
+        out = b.max(out, b.const(finite.min, dtype))
     if at(operands, 2) is not None:
         out = b.min(out, b.cast(b.scalar_input(2), dtype))
+    elif finite is not None:
+        out = b.min(out, b.const(finite.max, dtype))
     return b.build(out, broadcast=[0])
 
 
-# Clip-6 (min/max attributes defaulting to +-FLT_MAX) is not claimed: its defaults clamp inf,
-# which the input form of 11+ does not, and the reference is not told the opset.
+# Clip-6 (min/max attributes defaulting to +-FLT_MAX) is not claimed: the expression reads its
+# bounds as inputs only, and the reference is not told the opset.
 @shape_rule("Clip")
 def _clip_shape(types, values, attrs, num_outputs):
     for i, what in ((1, "min"), (2, "max")):

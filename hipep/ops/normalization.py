@@ -247,6 +247,9 @@ def _layer_norm(inputs, attrs):
     if x.ndim == 0:
         raise RuntimeShapeError("LayerNormalization: X must have rank >= 1, got a scalar")
     axis = normalize_axis("LayerNormalization", int(attrs["axis"]), x.ndim)
+    if 0 in x.shape[axis:]:  # no element to normalize over: ORT's CPU EP refuses it too
+        raise RuntimeShapeError(f"LayerNormalization: X.shape[axis:] must hold at least one element, got "
+                                f"{shape_str(x.shape[axis:])} (X is {shape_str(x.shape)}, axis {axis})")
     _unidirectional("LayerNormalization", "Scale", scale, x.shape)
     if bias is not None:
         _unidirectional("LayerNormalization", "B", bias, x.shape)

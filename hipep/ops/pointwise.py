@@ -95,7 +95,7 @@ def erf(x: np.ndarray) -> np.ndarray:
         0.09678418 + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (
             1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
     big = np.sign(x) * (1.0 - erfc)
-    return np.where(ax >= 3.0, big, out)
+    return np.where(ax >= 3.0, big, np.where(np.isnan(x), x, out))  # NaN is in neither range
 
 
 # MLAS's f32 tanh and logistic (tanh.cpp / logistic.cpp constants; on AVX2/AVX512 x86-64 ORT runs

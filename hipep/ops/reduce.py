@@ -57,6 +57,11 @@ def _mean(x, axes, keepdims):
     return int_from_double(s / float(n), x.dtype)
 
 
+def _keepdims(attrs) -> bool:
+    # ORT's CPU EP keeps the reduced axes only for keepdims == 1; any other value drops them
+    return attrs["keepdims"] == 1
+
+
 def _extreme(is_max: bool):
     def fn(x, axes, keepdims):
         if x.dtype == np.bool_:
@@ -84,7 +89,7 @@ def _reduce(op_type: str, fn):
                 return [result(x)]
             axes = list(range(x.ndim))
         axes = tuple(normalize_axes(op_type, axes, x.ndim))
-        return [result(fn(x, axes, bool(attrs["keepdims"])), x.dtype)]
+        return [result(fn(x, axes, _keepdims(attrs)), x.dtype)]
     return reference
 
 
@@ -93,7 +98,7 @@ def _reduce_shape(op_type: str):
     def rule(types, values, attrs, num_outputs):
         elem = elem_of(types[0])
         x = shape_of(types[0])
-        keepdims = bool(attrs["keepdims"])
+        keepdims = _keepdims(attrs)
         noop = bool(attrs.get("noop_with_empty_axes", 0))
         if at(types, 1) is not None:
             axes = int_list(op_type, "axes", known_value(types, values, 1))
@@ -229,7 +234,7 @@ def _reduce_all(op_type: str, fn):
         if not axes:
             axes = () if attrs.get("noop_with_empty_axes", 0) else tuple(range(x.ndim))
         axes = tuple(normalize_axes(op_type, axes, x.ndim))
-        return [result(fn(x, axes, bool(attrs["keepdims"])), x.dtype)]
+        return [result(fn(x, axes, _keepdims(attrs)), x.dtype)]
     return reference
 
 
@@ -285,7 +290,7 @@ def _arg(op_type: str, is_max: bool):
             raise RuntimeShapeError(f"{op_type}: cannot reduce axis {axis} of extent 0 "
                                     f"(input is {shape_str(x.shape)})")
         idx = _arg_extreme(x, axis, is_max, bool(attrs["select_last_index"]))
-        if attrs["keepdims"]:
+        if _keepdims(attrs):
             idx = np.expand_dims(idx, axis)
         return [result(idx, np.int64)]
     return reference
@@ -303,7 +308,7 @@ def _arg_shape(op_type: str):
         if x[axis] == 0:
             raise RuntimeShapeError(f"{op_type}: cannot reduce axis {axis} of extent 0 "
                                     f"(input is {pshape_str(x)})")
-        out = x[:axis] + ((1,) if attrs["keepdims"] else ()) + x[axis + 1:]
+        out = x[:axis] + ((1,) if _keepdims(attrs) else ()) + x[axis + 1:]
         return [tensor_type(I64, out)]
     return rule
 

@@ -23,7 +23,7 @@ I64S = frozenset({I64})
 def _reshape(inputs, attrs):
     data, shape = inputs
     target = int_list("Reshape", "shape", shape)
-    allowzero = int(attrs["allowzero"])
+    allowzero = int(attrs["allowzero"]) == 1  # as ORT reads it: any other value is 0
 
     def fail(why):
         return RuntimeShapeError(f"Reshape: cannot reshape input of shape {shape_str(data.shape)} "
@@ -66,7 +66,7 @@ def _reshape_shape(types, values, attrs, num_outputs):
     if target is None:  # rank from the shape operand's length, extents unknown
         r = operand_length(types[1])
         return [tensor_type(elem, None if r is None else (None,) * r)]
-    allowzero = int(attrs["allowzero"])
+    allowzero = int(attrs["allowzero"]) == 1  # as ORT reads it: any other value is 0
 
     def fail(why):
         size = num_elements(data)
@@ -239,8 +239,15 @@ register(OpDef("Concat", (4, 11, 13), ("T",), ("T",), {"T": ANY_TENSOR_BF16}, _c
 
 # ---- Slice -----------------------------------------------------------------------------------
 
+# ORT's CPU EP reads an end of INT32_MAX or INT64_MAX as numpy's None ("to the end in the step's
+# direction"), for negative steps too, where clamping alone would give an empty slice.
+_END_OF_AXIS = (2 ** 31 - 1, 2 ** 63 - 1)
+
+
 def _slice_for(start: int, end: int, step: int, dim: int) -> slice:
     """ONNX Slice bounds (negative indices count from the end once, then clamp), as a slice."""
+    if step < 0 and end in _END_OF_AXIS:
+        end = -dim - 1
     if start < 0:
         start += dim
     if end < 0:

@@ -1,0 +1,127 @@
+"""What the differential fuzzer found in the op registry (docs/reliability.md), each against
+ORT's CPU EP through real sessions: the answers agree, or both sides refuse."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T, helper as h, numpy_helper
+
+import hipep
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+vi = h.make_tensor_value_info
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=18):
+    graph = h.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", opset)], ir_version=10)
+
+
+def _options():
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # the graph as built
+    return so
+
+
+def _both(model, feeds, **options):
+    """(hipep's outputs, the CPU EP's outputs)."""
+    cpu = ort.InferenceSession(model.SerializeToString(), _options(), providers=["CPUExecutionProvider"])
+    mine = hipep.InferenceSession(model, _options(), device="cpu", **options)
+    return mine.run(None, feeds), cpu.run(None, feeds)
+
+
+def _same(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g, w)
+        np.testing.assert_array_equal(g, w)  # NaN positions included
+
+
+@pytest.mark.parametrize("end", [2 ** 63 - 1, 2 ** 31 - 1])
+@pytest.mark.parametrize("step", [-1, -2])
+@pytest.mark.parametrize("runtime", [False, True])
+def test_slice_to_int_max_with_a_negative_step_runs_to_the_start(end, step, runtime):
+    # ORT reads an end of INT32_MAX/INT64_MAX as "to the end in the step's direction"; hipep
+    # clamped it to the last index and gave an empty slice
+    bounds = {"starts": [3], "ends": [end], "axes": [0], "steps": [step]}
+    inits = [] if runtime else [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in bounds.items()]
+    inputs = [vi("x", T.FLOAT, ["n", 2])] + ([vi(k, T.INT64, [1]) for k in bounds] if runtime else [])
+    model = _model([h.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["y"], name="s")],
+                   inputs, [vi("y", T.FLOAT, None)], inits)
+    feeds = {"x": np.arange(10, dtype=np.float32).reshape(5, 2)}
+    if runtime:
+        feeds.update({k: np.array(v, np.int64) for k, v in bounds.items()})
+    got, want = _both(model, feeds)
+    _same(got, want)
+    assert got[0].shape == (len(range(3, -1, step)), 2)
+
+
+@pytest.mark.parametrize("elem, dtype", [(T.FLOAT, np.float32), (T.FLOAT16, np.float16)])
+@pytest.mark.parametrize("bounds", [["x"], ["x", "lo"], ["x", "", "hi"]])
+@pytest.mark.parametrize("fusion", ["on", "off"])
+@pytest.mark.parametrize("opset", [11, 13])
+def test_clip_without_a_bound_clamps_infinities_to_the_finite_limit(elem, dtype, bounds, fusion, opset):
+    # an omitted min/max is numeric_limits lowest()/max(): +-inf become the largest finite
+    # values; except f16 at opset 11, which ORT runs in f32 (no f16 kernel) and rounds back to inf
+    nodes = [h.make_node("Clip", bounds, ["c"], name="clip"), h.make_node("Neg", ["c"], ["y"], name="neg")]
+    inits = [numpy_helper.from_array(np.array(-1, dtype), "lo"), numpy_helper.from_array(np.array(1, dtype), "hi")]
+    inits = [t for t in inits if t.name in bounds]
+    model = _model(nodes, [vi("x", elem, [5])], [vi("y", elem, None)], inits, opset=opset)
+    x = np.array([np.inf, -np.inf, np.nan, 0.5, -7], dtype)
+    got, want = _both(model, {"x": x}, fusion=fusion)
+    _same(got, want)
+    assert np.isfinite(got[0][:2]).all() == (dtype == np.float32 or opset >= 12)
+
+
+@pytest.mark.parametrize("keepdims", [2, -1, 0, 1])
+def test_keepdims_other_than_one_drops_the_axes(keepdims):
+    nodes = [h.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=keepdims),
+             h.make_node("ArgMax", ["x"], ["a"], name="argmax", axis=1, keepdims=keepdims),
+             h.make_node("ReduceMax", ["x"], ["m"], name="max", keepdims=keepdims)]
+    model = _model(nodes, [vi("x", T.FLOAT, [3, 4])], [vi(o, e, None) for o, e in (("s", T.FLOAT), ("a", T.INT64),
+                                                                                    ("m", T.FLOAT))], opset=13)
+    got, want = _both(model, {"x": np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)})
+    assert [g.shape for g in got] == [w.shape for w in want]
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+    _same(got[1:], want[1:])
+
+
+@pytest.mark.parametrize("allowzero", [2, -5])
+def test_allowzero_other_than_one_copies(allowzero):
+    # ORT reads allowzero == 1 only; any other value means "0 copies the input's extent"
+    model = _model([h.make_node("Reshape", ["x", "shape"], ["y"], name="r", allowzero=allowzero)],
+                   [vi("x", T.FLOAT, [0, 3]), vi("shape", T.INT64, [2])], [vi("y", T.FLOAT, None)])
+    got, want = _both(model, {"x": np.zeros((0, 3), np.float32), "shape": np.array([0, 3], np.int64)})
+    _same(got, want)
+    mine = hipep.InferenceSession(model, _options(), device="cpu")
+    with pytest.raises(Exception, match=r"RuntimeShapeError: node 'r' \(Reshape\)"):
+        mine.run(None, {"x": np.zeros((0, 3), np.float32), "shape": np.array([3, 0], np.int64)})
+
+
+def test_layer_normalization_over_no_element_is_refused():
+    model = _model([h.make_node("LayerNormalization", ["x", "scale"], ["y"], name="ln", axis=1)],
+                   [vi("x", T.FLOAT, [2, "n"]), vi("scale", T.FLOAT, ["n"])], [vi("y", T.FLOAT, None)], opset=17)
+    feeds = {"x": np.zeros((2, 0), np.float32), "scale": np.zeros(0, np.float32)}
+    cpu = ort.InferenceSession(model.SerializeToString(), _options(), providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match="must be at least 1"):
+        cpu.run(None, feeds)
+    mine = hipep.InferenceSession(model, _options(), device="cpu")
+    with pytest.raises(Exception, match=r"RuntimeShapeError: node 'ln' \(LayerNormalization\): LayerNormalization: "
+                                        r"X.shape\[axis:\] must hold at least one element, got \[0\]"):
+        mine.run(None, feeds)
+    good = {"x": np.ones((2, 3), np.float32), "scale": np.ones(3, np.float32)}
+    np.testing.assert_allclose(mine.run(None, good)[0], cpu.run(None, good)[0])  # the session still runs
+
+
+@pytest.mark.parametrize("elem, dtype", [(T.FLOAT, np.float32), (T.FLOAT16, np.float16)])
+@pytest.mark.parametrize("op, opset", [("Erf", 20), ("Gelu", 20), ("Sign", 20), ("Sign", 11)])
+def test_nan_through_erf_and_sign(elem, dtype, op, opset):
+    # Erf(NaN) was 0 (NaN fell between the series and the tail); ORT's f16 Sign gives 0 for NaN
+    model = _model([h.make_node(op, ["x"], ["y"], name="op")], [vi("x", elem, [6])], [vi("y", elem, None)],
+                   opset=opset)
+    x = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.5, -0.0], dtype)
+    got, want = _both(model, {"x": x})
+    _same(got, want)
