@@ -112,7 +112,8 @@ def _pow_int(inputs, attrs):
     # ulp, which shows after the conversion), then C's truncating conversion.
     x, y = inputs
     xb, yb = np.broadcast_arrays(x.astype(np.float64), y.astype(np.float64))
-    r = _C_POW(xb, yb).astype(np.float64) if xb.size else np.empty(xb.shape, np.float64)
+    # np.asarray: a ufunc from frompyfunc returns a bare Python float for 0-d operands
+    r = np.asarray(_C_POW(xb, yb), np.float64) if xb.size else np.empty(xb.shape, np.float64)
     return [result(r, x.dtype)]
 
 

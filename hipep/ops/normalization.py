@@ -120,7 +120,8 @@ def coerced_to_2d(fn):
         axis = softmax_axis(attrs)
         axis = axis + x.ndim if axis < 0 else axis
         rows = int(np.prod(x.shape[:axis], dtype=np.int64))
-        flat = np.ascontiguousarray(x).reshape(rows, -1)
+        cols = int(np.prod(x.shape[axis:], dtype=np.int64))  # not -1: numpy cannot infer it from 0 rows
+        flat = np.ascontiguousarray(x).reshape(rows, cols)
         out = fn([flat] + list(inputs[1:]), {**attrs, "axis": -1, SINCE_VERSION: 13})
         return [np.ascontiguousarray(o).reshape(x.shape) for o in out]
     return reference

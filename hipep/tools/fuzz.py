@@ -1488,7 +1488,7 @@ def error_clarity(r: Result) -> tuple[str, bool, str]:
 def _inner_error(text: str) -> str:
     """The name of a Python exception other than hipep's that a hipep error quotes ("compiling
     failed: AttributeError: ..."): an internal error dressed as a clear one."""
-    for m in re.finditer(r"(?:failed|error)(?: with)?: ([A-Za-z_][\w.]*(?:Error|Exception))\b", text, re.I):
+    for m in re.finditer(r"(?:failed|error|\))(?: with)?: ([A-Za-z_][\w.]*(?:Error|Exception))\b", text, re.I):
         name = m.group(1).rsplit(".", 1)[-1]
         if name not in HIPEP_ERRORS:
             return name

@@ -125,3 +125,35 @@ def test_nan_through_erf_and_sign(elem, dtype, op, opset):
     x = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.5, -0.0], dtype)
     got, want = _both(model, {"x": x})
     _same(got, want)
+
+
+@pytest.mark.parametrize("elem, dtype", [(T.INT64, np.int64), (T.INT32, np.int32), (T.FLOAT, np.float32)])
+def test_pow_of_scalars_with_a_run_time_exponent(elem, dtype):
+    # the exponent is a graph input, so the reference computes C's pow element by element; on
+    # 0-d operands that gave a bare float, and the kernel failed with an AttributeError
+    model = _model([h.make_node("Pow", ["x", "y"], ["z"], name="pow")], [vi("x", elem, []), vi("y", elem, [])],
+                   [vi("z", elem, None)])
+    for x, y in ((12, 0), (3, 2), (-2, 3)):
+        got, want = _both(model, {"x": np.array(x, dtype), "y": np.array(y, dtype)})
+        _same(got, want)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
+def test_opset_11_softmax_of_an_empty_input(op):
+    # opset 11 flattens to 2-D at axis: with no rows, numpy cannot infer the row length (-1)
+    model = _model([h.make_node(op, ["x"], ["y"], name="sm", axis=1)], [vi("x", T.FLOAT, ["n", 3])],
+                   [vi("y", T.FLOAT, None)], opset=11)
+    for n in (0, 2):
+        got, want = _both(model, {"x": np.ones((n, 3), np.float32)})
+        _same(got, want)
+
+
+@pytest.mark.parametrize("extent, n", [(4, 3), (1, 2), (0, 2), (7, 4)])
+@pytest.mark.parametrize("static", [False, True])
+def test_split_num_outputs_with_an_empty_last_chunk(extent, n, static):
+    # ceil-sized chunks may leave nothing for the last output: an empty one, as ORT has it
+    outs = [f"y{i}" for i in range(n)]
+    model = _model([h.make_node("Split", ["x"], outs, name="split", axis=0, num_outputs=n)],
+                   [vi("x", T.FLOAT, [extent] if static else ["n"])], [vi(o, T.FLOAT, None) for o in outs])
+    got, want = _both(model, {"x": np.arange(extent, dtype=np.float32)})
+    _same(got, want)
