@@ -1755,7 +1755,8 @@ class _Worker:
     def __init__(self, index: int, env: dict, log_dir: Path):
         self.index = index
         self.log = open(log_dir / f"worker{index}.stderr", "w+b")
-        self.proc = subprocess.Popen([sys.executable, "-m", "hipep.tools.fuzz", "--worker"], stdin=subprocess.PIPE,
+        # -P: a checkout's own hipep/ (no native library) must not shadow the installed package
+        self.proc = subprocess.Popen([sys.executable, "-P", "-m", "hipep.tools.fuzz", "--worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, env=env)
         os.set_blocking(self.proc.stdout.fileno(), False)
         self.buf = b""

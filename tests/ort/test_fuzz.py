@@ -74,7 +74,7 @@ def test_findings_are_saved_and_replay(tmp_path):
     for a, b in zip(again.runs, case.runs):
         for k in a:
             np.testing.assert_array_equal(a[k], b[k])
-    out = subprocess.run([sys.executable, "-m", "hipep.tools.fuzz", "--replay", str(folder)], capture_output=True,
+    out = subprocess.run([sys.executable, "-P", "-m", "hipep.tools.fuzz", "--replay", str(folder)], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.startswith("seed 7: ")

@@ -139,7 +139,7 @@ def test_plan_bytes_run_in_a_fresh_process_without_the_compiler(tmp_path, rng):
         print("ran")
         """)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0 and "ran" in done.stdout, done.stderr[-3000:]
 
 

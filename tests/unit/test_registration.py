@@ -11,7 +11,7 @@ import pytest
 
 def _run(script: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-P", "-c", textwrap.dedent(script)], capture_output=True, text=True,
                           env=env, timeout=180)
 
 
