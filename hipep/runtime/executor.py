@@ -41,6 +41,7 @@ from .shapes import MAX_BYTES, DataDependent, ShapeProgram, check_bytes, trace_s
 
 SPECIALIZATION_CACHE = 64  # layout signatures kept per compiled subgraph (LRU)
 TRACES_PER_RANKS = 8  # shape programs kept per rank pattern before the oldest goes
+LAYOUTS_REMEMBERED = 1024  # layout signatures per shape program whose guards are known to hold
 
 
 class Executor:
@@ -192,7 +193,8 @@ class Executor:
                 continue
             layout = program.layout_key(env)
             if layout in program.layouts or program.layout_guards(env):
-                program.layouts.add(layout)
+                if len(program.layouts) < LAYOUTS_REMEMBERED:  # past that, check the guards again
+                    program.layouts.add(layout)
                 return program, env, layout
         try:
             shape = trace_shapes(self.plan, inputs, self._constants)
