@@ -94,7 +94,7 @@ class _Bufferizer:
             elif isinstance(op, tensor.ExtractSliceOp):
                 self.extract_slice(op, new)
             elif isinstance(op, tensor.CastOp):
-                self.map[id(op.result)] = self.get(op.source)
+                self.map[id(op.results[0])] = self.get(op.source)
             elif isinstance(op, (tensor.DimOp, arith.ConstantOp)):
                 pass  # sizes for extract_slice: the run-time shape rules size buffers instead
             elif isinstance(op, LoopOp):
@@ -110,7 +110,10 @@ class _Bufferizer:
 
     def _alloc(self, t, name: str, new: Block, hint: str | None = None) -> SSAValue:
         a = AllocOp(buffer_type(t), name)
-        a.result.name_hint = hint
+        try:
+            a.result.name_hint = hint or None
+        except ValueError:  # a name xDSL cannot print (ONNX allows any string): the IR numbers it
+            a.result.name_hint = None
         new.add_op(a)
         return a.result
 

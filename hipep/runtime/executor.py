@@ -172,9 +172,15 @@ class Executor:
             for s, v in zip(shapes, self.plan.outputs):
                 check_bytes(f"plan '{self.plan.name}' output", self.plan.values[v], s)
             program.checked_output_shapes = shapes
-        if allocate_outputs is None:
-            return [np.empty(s, dtype=dtype) for s, dtype in zip(shapes, self._out_dtypes)]
-        arrays = list(allocate_outputs(shapes))
+        try:
+            if allocate_outputs is None:
+                return [np.empty(s, dtype=dtype) for s, dtype in zip(shapes, self._out_dtypes)]
+            arrays = list(allocate_outputs(shapes))
+        except (MemoryError, ValueError, RuntimeError) as e:  # numpy's or ORT's allocator said no
+            names = [self.plan.values[v].name for v in self.plan.outputs]
+            wanted = ", ".join(f"'{n}' {list(s)}:{d}" for n, s, d in zip(names, shapes, self._out_dtypes))
+            raise HipepError(f"{self.plan.name}: could not allocate the outputs ({wanted}): "
+                             f"{type(e).__name__}: {e}") from None
         for j, (a, s, dtype) in enumerate(zip(arrays, shapes, self._out_dtypes)):
             if a.shape != s or a.dtype != dtype:
                 raise HipepError(f"{self.plan.name}: output {j} was allocated as {list(a.shape)}:{a.dtype}, "
@@ -461,7 +467,13 @@ class _Context:
         for space, n in need.items():
             if n > self.sizes[space]:
                 self.device.free(self.arenas[space])
-                self.arenas[space] = self.device.alloc(space, n)
+                try:
+                    self.arenas[space] = self.device.alloc(space, n)
+                except (MemoryError, ValueError) as e:
+                    self.arenas[space], self.sizes[space] = self.device.alloc(space, 0), 0
+                    self.generation += 1
+                    raise HipepError(f"could not allocate {n} bytes of {space} memory for this run's "
+                                     f"buffers: {type(e).__name__}: {e}") from None
                 self.sizes[space] = n
                 self.generation += 1
 
@@ -539,9 +551,14 @@ def _signature_function(plan: Plan, shape: ShapeProgram):
             lines.append(f"    s{pos} = x{pos}.shape")
             lines.append(f"    if len(s{pos}) != {r}: return None")
     terms = []
+    read_sizes: dict[int, int] = {}
     for name in shape.symbols:
         kind, pos, k = name[0], *map(int, name[1:].split("."))
         terms.append(f"s{pos}[{k}]" if kind == "i" else f"int(x{pos}.reshape(-1)[{k}])")
+        if kind == "d":
+            read_sizes[pos] = max(read_sizes.get(pos, 0), k + 1)
+    for pos, n in read_sizes.items():  # an input read by element may have shrunk: trace again
+        lines.append(f"    if x{pos}.size < {n}: return None")
     lines.append("    return (" + ", ".join(terms) + ("," if terms else "") + ")")
     scope: dict = {}
     exec("\n".join(lines) + "\n", scope)

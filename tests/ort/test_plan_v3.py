@@ -148,3 +148,22 @@ def test_malformed_plan_bytes_are_clear_errors():
         Plan.from_bytes(b"\x00garbage")
     with pytest.raises(hipep.HipepError, match="plan version 2"):
         Plan.from_bytes(b'{"magic": "hipep-plan", "version": 2}')
+
+
+def test_an_input_read_by_element_may_shrink_between_runs():
+    model = _model([n("Reshape", ["x", "s"], ["y"])],
+                   [h.make_tensor_value_info("x", T.FLOAT, [None]), h.make_tensor_value_info("s", T.INT64, [None])],
+                   [h.make_tensor_value_info("y", T.FLOAT, None)])
+    sess = hipep.InferenceSession(model, device="cpu")
+    x = np.arange(6, dtype=np.float32)
+    assert sess.run(None, {"x": x, "s": np.array([2, 3])})[0].shape == (2, 3)
+    assert sess.run(None, {"x": x, "s": np.array([6])})[0].shape == (6,)  # fewer elements: traced again
+
+
+def test_outputs_too_large_to_allocate_are_a_clear_error_and_the_session_goes_on():
+    model = _model([n("ConstantOfShape", ["s"], ["y"], name="fill")], [h.make_tensor_value_info("s", T.INT64, [1])],
+                   [h.make_tensor_value_info("y", T.FLOAT, None)])
+    sess = hipep.InferenceSession(model, device="cpu")
+    with pytest.raises(Exception, match=r"could not allocate the outputs \('y' \[35184372088832\]:float32\)"):
+        sess.run(None, {"s": np.array([2 ** 45], np.int64)})
+    np.testing.assert_array_equal(sess.run(None, {"s": np.array([3], np.int64)})[0], np.zeros(3, np.float32))
