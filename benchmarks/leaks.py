@@ -131,25 +131,15 @@ def _decoder_steps(path: str, head: int, prompt: int = 5, decode: int = 2) -> li
     import numpy as np
     import onnxruntime as ort
 
+    from hipep.tools import model_zoo
+
     cpu = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     inputs, outputs = cpu.get_inputs(), [o.name for o in cpu.get_outputs()]
     rng = np.random.default_rng(3)
     ids = rng.integers(3, 256, size=(1, prompt)).astype(np.int64)
     prev, past, out = None, 0, []
     for _ in range(decode + 1):
-        f = {}
-        for i in inputs:
-            if i.name == "input_ids":
-                f[i.name] = ids
-            elif i.name == "attention_mask":
-                f[i.name] = np.ones((1, past + ids.shape[1]), np.int64)
-            elif i.name == "position_ids":
-                f[i.name] = np.arange(past, past + ids.shape[1], dtype=np.int64)[None]
-            elif i.name.startswith("past_key_values."):
-                f[i.name] = (np.zeros((1, i.shape[1], 0, head), np.float32) if prev is None
-                             else prev[i.name.replace("past_key_values.", "present.")])
-            else:
-                raise ValueError(f"no feed for the decoder's input '{i.name}'")
+        f = model_zoo.decoder_feeds(inputs, head, ids, past, prev)
         out.append(f)
         prev = dict(zip(outputs, cpu.run(None, f)))
         past += ids.shape[1]

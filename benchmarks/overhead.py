@@ -47,6 +47,7 @@ import onnxruntime as ort  # noqa: E402
 
 import hipep  # noqa: E402
 from hipep.options import ProviderOptions  # noqa: E402
+from hipep.tools import model_zoo  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
@@ -239,27 +240,6 @@ def _decoder_config(folder: str) -> dict:
     return model_zoo.genai_config(folder)
 
 
-def _feeds(inputs, head_size: int, ids: np.ndarray, past_len: int, prev: dict | None) -> dict:
-    """The model's inputs, read from the session: the past is the previous run's present."""
-    f = {}
-    for i in inputs:
-        if i.name == "input_ids":
-            f[i.name] = ids
-        elif i.name == "attention_mask":
-            f[i.name] = np.ones((1, past_len + ids.shape[1]), np.int64)
-        elif i.name == "position_ids":
-            f[i.name] = np.arange(past_len, past_len + ids.shape[1], dtype=np.int64)[None]
-        elif i.name.startswith("past_key_values."):
-            if prev is None:
-                dtype = np.float16 if "float16" in i.type else np.float32
-                f[i.name] = np.zeros((1, i.shape[1], 0, head_size), dtype)
-            else:
-                f[i.name] = prev[i.name.replace("past_key_values.", "present.")]
-        else:
-            raise ValueError(f"no feed for the model's input '{i.name}'")
-    return f
-
-
 def _tokens(decode_steps: int, seed: int = 7) -> tuple[np.ndarray, np.ndarray]:
     # Fixed tokens, not greedy ones: both EPs see the same inputs whatever their logits say.
     rng = np.random.default_rng(seed)
@@ -295,7 +275,7 @@ def measure_decoder(label: str, folder: str, precision: str, decode_steps: int =
             prev, logits[name] = None, []
             for k in range(steps):
                 ids, past_len = (prompt, 0) if k == 0 else (tokens[k - 1], PREFILL + k - 1)
-                f = _feeds(inputs, head_size, ids, past_len, prev)
+                f = model_zoo.decoder_feeds(inputs, head_size, ids, past_len, prev)
                 c0 = _counters()
                 t0 = clock()
                 got = sess.run(None, f)
@@ -435,8 +415,8 @@ def profile_decode(folder: str, runs: int = 300, top: int = 25) -> dict:
     hip = hipep.InferenceSession(path, device="cpu")
     inputs, outputs = hip.get_inputs(), [o.name for o in hip.get_outputs()]
     prompt, tokens = _tokens(1)
-    prev = dict(zip(outputs, hip.run(None, _feeds(inputs, cfg["head_size"], prompt, 0, None))))
-    feeds = _feeds(inputs, cfg["head_size"], tokens[0], PREFILL, prev)
+    prev = dict(zip(outputs, hip.run(None, model_zoo.decoder_feeds(inputs, cfg["head_size"], prompt, 0, None))))
+    feeds = model_zoo.decoder_feeds(inputs, cfg["head_size"], tokens[0], PREFILL, prev)
     for _ in range(5):
         hip.run(None, feeds)
     clock = time.perf_counter_ns
@@ -624,8 +604,8 @@ def cold_cache_control(folder: str, runs: int, flush_mib: int = 48) -> dict:
     hip = hipep.InferenceSession(os.path.join(folder, "model.onnx"), device="cpu")
     inputs, outputs = hip.get_inputs(), [o.name for o in hip.get_outputs()]
     prompt, tokens = _tokens(1)
-    prev = dict(zip(outputs, hip.run(None, _feeds(inputs, cfg["head_size"], prompt, 0, None))))
-    feeds = _feeds(inputs, cfg["head_size"], tokens[0], PREFILL, prev)
+    prev = dict(zip(outputs, hip.run(None, model_zoo.decoder_feeds(inputs, cfg["head_size"], prompt, 0, None))))
+    feeds = model_zoo.decoder_feeds(inputs, cfg["head_size"], tokens[0], PREFILL, prev)
     big = np.ones(flush_mib * 2**20 // 4, np.float32)
     clock = time.perf_counter_ns
     out = {"flush_mib": flush_mib, "runs": runs}
@@ -666,8 +646,8 @@ def ort_floor(folder: str, runs: int, flush_mib: int = 48) -> dict:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
     sess = ort.InferenceSession(model.SerializeToString(), providers=CPU_EP)
     prompt, tokens = _tokens(1)
-    prev = dict(zip([o.name for o in outputs], real.run(None, _feeds(inputs, head, prompt, 0, None))))
-    feeds = _feeds(inputs, head, tokens[0], PREFILL, prev)
+    prev = dict(zip([o.name for o in outputs], real.run(None, model_zoo.decoder_feeds(inputs, head, prompt, 0, None))))
+    feeds = model_zoo.decoder_feeds(inputs, head, tokens[0], PREFILL, prev)
     big = np.ones(flush_mib * 2**20 // 4, np.float32)
     clock = time.perf_counter_ns
     out = {"flush_mib": flush_mib, "runs": runs}
@@ -696,8 +676,8 @@ def split_workloads(folder: str | None, runs: int) -> dict:
         dec = hipep.InferenceSession(os.path.join(folder, "model.onnx"), device="cpu")
         inputs, outputs = dec.get_inputs(), [o.name for o in dec.get_outputs()]
         prompt, tokens = _tokens(1)
-        prev = dict(zip(outputs, dec.run(None, _feeds(inputs, cfg["head_size"], prompt, 0, None))))
-        step = _feeds(inputs, cfg["head_size"], tokens[0], PREFILL, prev)
+        prev = dict(zip(outputs, dec.run(None, model_zoo.decoder_feeds(inputs, cfg["head_size"], prompt, 0, None))))
+        step = model_zoo.decoder_feeds(inputs, cfg["head_size"], tokens[0], PREFILL, prev)
         out[f"{MEDIUM} decode step"] = host_split(lambda: dec.run(None, step), runs)
     return out
 

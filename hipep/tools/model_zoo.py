@@ -116,3 +116,28 @@ def decoder(arch: str, precision: str = "fp32", rebuild: bool = False, size: str
 def genai_config(folder: str) -> dict:
     with open(os.path.join(folder, "genai_config.json")) as f:
         return json.load(f)
+
+
+def decoder_feeds(inputs, head_size: int, ids, past_len: int, prev: dict | None) -> dict:
+    """A builder decoder's feeds for one step, from its session's `inputs`: token `ids`, a mask of
+    past_len + new tokens, positions, and as past the previous step's present (`prev`: output name
+    → array), or an empty past for a prefill."""
+    import numpy as np
+
+    f = {}
+    for i in inputs:
+        if i.name == "input_ids":
+            f[i.name] = ids
+        elif i.name == "attention_mask":
+            f[i.name] = np.ones((1, past_len + ids.shape[1]), np.int64)
+        elif i.name == "position_ids":
+            f[i.name] = np.arange(past_len, past_len + ids.shape[1], dtype=np.int64)[None]
+        elif i.name.startswith("past_key_values."):
+            if prev is None:
+                dtype = np.float16 if "float16" in i.type else np.float32
+                f[i.name] = np.zeros((1, i.shape[1], 0, head_size), dtype)
+            else:
+                f[i.name] = prev[i.name.replace("past_key_values.", "present.")]
+        else:
+            raise ValueError(f"no feed for the model's input '{i.name}'")
+    return f

@@ -182,19 +182,7 @@ def decoder_steps(folder: str, steps: int = 6) -> list[dict]:
     ids = rng.integers(3, 256, size=(1, 5)).astype(np.int64)
     prev, past, out = None, 0, []
     for k in range(steps + 1):
-        f = {}
-        for i in inputs:
-            if i.name == "input_ids":
-                f[i.name] = ids
-            elif i.name == "attention_mask":
-                f[i.name] = np.ones((1, past + ids.shape[1]), np.int64)
-            elif i.name == "position_ids":
-                f[i.name] = np.arange(past, past + ids.shape[1], dtype=np.int64)[None]
-            elif i.name.startswith("past_key_values."):
-                f[i.name] = (np.zeros((1, i.shape[1], 0, head), np.float32) if prev is None
-                             else prev[i.name.replace("past_key_values.", "present.")])
-            else:
-                raise AssertionError(f"no feed for the decoder's input '{i.name}'")
+        f = model_zoo.decoder_feeds(inputs, head, ids, past, prev)
         out.append(f)
         prev = dict(zip(outputs, cpu.run(None, f)))
         past += ids.shape[1]
