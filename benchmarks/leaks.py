@@ -108,7 +108,7 @@ class Workload:
 
             folder = model_zoo.decoder("llama", "fp32")
             self.model = os.path.join(folder, "model.onnx")
-            steps = _decoder_steps(self.model, model_zoo.genai_config(folder)["model"]["decoder"]["head_size"])
+            steps = model_zoo.decoder_steps(self.model, model_zoo.genai_config(folder)["model"]["decoder"]["head_size"])
             self.feeds = steps[1:]  # decode steps at past 5 and past 6
             self.cycle_feeds = steps[:2]  # prefill and the first decode step
             self.label = "tiny builder decoder (llama fp32), decode steps at past 5 / 6 alternating"
@@ -123,28 +123,6 @@ class Workload:
 
             return hipep.InferenceSession(self.model, device="cpu")
         return ort.InferenceSession(self.model, providers=["CPUExecutionProvider"])
-
-
-def _decoder_steps(path: str, head: int, prompt: int = 5, decode: int = 2) -> list[dict]:
-    """Feeds of a prefill and `decode` decode steps; each step's past is the CPU EP's present of
-    the step before, so each feed stands on its own."""
-    import numpy as np
-    import onnxruntime as ort
-
-    from hipep.tools import model_zoo
-
-    cpu = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    inputs, outputs = cpu.get_inputs(), [o.name for o in cpu.get_outputs()]
-    rng = np.random.default_rng(3)
-    ids = rng.integers(3, 256, size=(1, prompt)).astype(np.int64)
-    prev, past, out = None, 0, []
-    for _ in range(decode + 1):
-        f = model_zoo.decoder_feeds(inputs, head, ids, past, prev)
-        out.append(f)
-        prev = dict(zip(outputs, cpu.run(None, f)))
-        past += ids.shape[1]
-        ids = rng.integers(3, 256, size=(1, 1)).astype(np.int64)
-    return out
 
 
 # ---- one measurement (in a child process) --------------------------------------------------------

@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import HipepError, RuntimeShapeError
 from ..ops.registry import lookup
 from ..plan import split_op_key
-from .device import Device, Event, Graph, Kernel, Stream, freeze, named_error
+from .device import Device, Event, Graph, Kernel, Stream, check_patch, freeze, named_error
 
 T = TypeVar("T")
 
@@ -168,13 +168,7 @@ class CpuDevice(Device):
 
     def replay(self, stream: CpuStream, graph: Graph, patches: list) -> None:
         for node, k, new in patches:
-            old = node.args[k]
-            # ORT's memory moves between runs and value-only extents (a mask's length) change; a
-            # different dtype or rank means the caller is replaying the wrong graph
-            if old is not None and (old.dtype != new.dtype or old.ndim != new.ndim):
-                raise HipepError(f"{node.label}: replay changes argument {k} from {list(old.shape)}:{old.dtype} to "
-                                 f"{list(new.shape)}:{new.dtype}; only the memory behind it and value-only "
-                                 f"extents may change")
+            check_patch(node, k, new)
             node.args[k] = new
         if stream.schedule == "inline" and not stream._queue and stream._error is None:
             # Everything would run at once anyway: call the programs directly.

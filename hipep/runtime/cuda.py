@@ -41,7 +41,7 @@ import numpy as np
 from ..errors import HipepError
 from . import gpu_kernels as table
 from . import kernel_cache
-from .device import Device, Event, Graph, Kernel, Stream, freeze, named_error
+from .device import Device, Event, Graph, Kernel, Stream, check_patch, freeze, named_error
 
 T = TypeVar("T")
 log = logging.getLogger("hipep")
@@ -951,11 +951,8 @@ class CudaDevice(Device):
         # buffers, so most runs change none) are bound again; the others replay as bound.
         dirty: set[int] = set()
         for node, k, new in patches:
+            check_patch(node, k, new)
             old = node.args[k]
-            if old is not None and (old.dtype != new.dtype or old.ndim != new.ndim):
-                raise HipepError(f"{node.label}: replay changes argument {k} from {list(old.shape)}:{old.dtype} to "
-                                 f"{list(new.shape)}:{new.dtype}; only the memory behind it and value-only "
-                                 f"extents may change")
             if old is None or _arg_signature(old, False) != _arg_signature(new, False):
                 dirty.add(state.index.get(id(node), -1))
             node.args[k] = new

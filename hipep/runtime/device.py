@@ -200,6 +200,18 @@ def named_error(label: str, e: Exception):
         return HipepError(f"{label}: {e}")
 
 
+def check_patch(node: "GraphNode", k: int, new) -> None:
+    """A replay patch may change the memory behind argument k and value-only extents (a mask's
+    length), nothing else: a different dtype or rank means the caller replays the wrong graph."""
+    old = node.args[k]
+    if old is not None and (old.dtype != new.dtype or old.ndim != new.ndim):
+        from ..errors import HipepError
+
+        raise HipepError(f"{node.label}: replay changes argument {k} from {list(old.shape)}:{old.dtype} to "
+                         f"{list(new.shape)}:{new.dtype}; only the memory behind it and value-only "
+                         f"extents may change")
+
+
 def freeze(x):
     """A hashable form of specialization constants (nested dicts, lists, numpy arrays), for
     program caches."""

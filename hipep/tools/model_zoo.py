@@ -141,3 +141,23 @@ def decoder_feeds(inputs, head_size: int, ids, past_len: int, prev: dict | None)
         else:
             raise ValueError(f"no feed for the model's input '{i.name}'")
     return f
+
+
+def decoder_steps(path: str, head_size: int, prompt: int = 5, decode: int = 2, seed: int = 3) -> list[dict]:
+    """Feeds of a prefill of `prompt` random tokens and `decode` decode steps of a builder decoder;
+    each step's past is the CPU EP's present of the step before, so each feed stands on its own."""
+    import numpy as np
+    import onnxruntime as ort
+
+    cpu = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    inputs, outputs = cpu.get_inputs(), [o.name for o in cpu.get_outputs()]
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(3, VOCAB, size=(1, prompt)).astype(np.int64)
+    prev, past, out = None, 0, []
+    for _ in range(decode + 1):
+        f = decoder_feeds(inputs, head_size, ids, past, prev)
+        out.append(f)
+        prev = dict(zip(outputs, cpu.run(None, f)))
+        past += ids.shape[1]
+        ids = rng.integers(3, VOCAB, size=(1, 1)).astype(np.int64)
+    return out

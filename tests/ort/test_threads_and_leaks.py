@@ -176,18 +176,7 @@ def decoder_steps(folder: str, steps: int = 6) -> list[dict]:
     from hipep.tools import model_zoo
 
     head = model_zoo.genai_config(folder)["model"]["decoder"]["head_size"]
-    cpu = ort.InferenceSession(os.path.join(folder, "model.onnx"), providers=["CPUExecutionProvider"])
-    inputs, outputs = cpu.get_inputs(), [o.name for o in cpu.get_outputs()]
-    rng = np.random.default_rng(11)
-    ids = rng.integers(3, 256, size=(1, 5)).astype(np.int64)
-    prev, past, out = None, 0, []
-    for k in range(steps + 1):
-        f = model_zoo.decoder_feeds(inputs, head, ids, past, prev)
-        out.append(f)
-        prev = dict(zip(outputs, cpu.run(None, f)))
-        past += ids.shape[1]
-        ids = rng.integers(3, 256, size=(1, 1)).astype(np.int64)
-    return out
+    return model_zoo.decoder_steps(os.path.join(folder, "model.onnx"), head, prompt=5, decode=steps, seed=11)
 
 
 def test_eight_threads_two_sessions_on_a_decoder():
