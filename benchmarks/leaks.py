@@ -33,11 +33,9 @@ Writes benchmarks/results/<date>-leaks-cpu.md.
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -46,6 +44,8 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/machine.py, also when loaded by path
+from machine import machine_info  # noqa: E402
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 EPS = ("hipep", "cpu_ep")
 NO_HISTORY = "hipep, no plan history"  # hipep with hipep.bridge._recent_plans holding nothing
@@ -209,38 +209,6 @@ def summarize(r: dict) -> dict:
     r["growth_kib"] = r["end_kib"] - r["half_kib"]
     r["slope_kib"] = slope([i for i, _ in tail], [kib for _, kib in tail]) * r["unit"]
     return r
-
-
-def _git(*args: str) -> str:
-    try:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-
-
-def machine_info() -> dict:
-    import numpy as np
-    import onnxruntime as ort
-
-    cpu = platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    mem = ""
-    try:
-        with open("/proc/meminfo") as f:
-            kib = int(f.readline().split()[1])
-        mem = f"{kib / 2**20:.0f} GiB"
-    except (OSError, ValueError, IndexError):
-        pass
-    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
-    if _git("status", "--porcelain", "--untracked-files=no"):
-        commit += "+dirty"
-    return {"date": datetime.date.today().isoformat(), "commit": commit, "cpu": cpu, "cores": os.cpu_count(),
-            "memory": mem, "onnxruntime": ort.__version__, "numpy": np.__version__,
-            "python": platform.python_version()}
 
 
 def _what(r: dict) -> str:

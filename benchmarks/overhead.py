@@ -28,11 +28,8 @@ from __future__ import annotations
 import argparse
 import cProfile
 import dataclasses
-import datetime
 import os
-import platform
 import pstats
-import subprocess
 import sys
 import time
 
@@ -50,6 +47,8 @@ from hipep.options import ProviderOptions  # noqa: E402
 from hipep.tools import model_zoo  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/machine.py, also when loaded by path
+from machine import machine_info  # noqa: E402
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
 CHAIN_LENGTHS = (1, 10, 100, 1000)
@@ -74,33 +73,6 @@ CPU_EP = ["CPUExecutionProvider"]
 
 
 # ---- the machine ---------------------------------------------------------------------------------
-
-def _git(*args: str) -> str:
-    try:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-
-
-def machine_info() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
-    if _git("status", "--porcelain", "--untracked-files=no"):
-        commit += "+dirty"
-    return {"date": datetime.date.today().isoformat(), "commit": commit, "cpu": cpu, "cores": os.cpu_count(),
-            "onnxruntime": ort.__version__, "numpy": np.__version__, "python": platform.python_version(),
-            "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
-            # the machine may be shared: a load well above zero at the start says the numbers are noisier
-            "load": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")}
-
 
 def fusion_available() -> bool:
     return "fusion" in {f.name for f in dataclasses.fields(ProviderOptions)}
