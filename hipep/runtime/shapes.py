@@ -149,9 +149,9 @@ class ShapeProgram:
 
 
 def _symbol_order(name: str):
-    kind, _, rest = name.partition("i") if name.startswith("i") else name.partition("d")
-    a, _, b = rest.partition(".")
-    return (0 if name.startswith("i") else 1, int(a), int(b))
+    """Input dims (`i<input>.<axis>`) before input elements (`d<input>.<k>`), each by position."""
+    a, _, b = name[1:].partition(".")
+    return (0 if name[0] == "i" else 1, int(a), int(b))
 
 
 class _Tracer:

@@ -52,24 +52,7 @@ def _decoder_case(arch: str, precision: str) -> Case:
         meta.update(window=window, prompt=prompt.shape[1])
 
         def feeds(session, prev, ids, past_len):
-            f = {}
-            for i in session.get_inputs():
-                if i.name == "input_ids":
-                    f[i.name] = ids
-                elif i.name == "attention_mask":
-                    f[i.name] = np.ones((1, past_len + ids.shape[1]), np.int64)
-                elif i.name == "position_ids":
-                    f[i.name] = np.arange(past_len, past_len + ids.shape[1], dtype=np.int64)[None]
-                elif i.name.startswith("past_key_values."):
-                    if prev is None:
-                        heads = i.shape[1]
-                        dtype = np.float16 if "float16" in i.type else np.float32
-                        # A sliding-window layer keeps a fixed-capacity cache of the window's size.
-                        capacity = window if i.shape[2] == "past_sliding_length" else 0
-                        f[i.name] = np.zeros((1, heads, capacity, head_size), dtype)
-                    else:
-                        f[i.name] = prev[i.name.replace("past_key_values.", "present.")]
-            return f
+            return model_zoo.decoder_feeds(session.get_inputs(), head_size, ids, past_len, prev, window)
 
         stages = [("prefill", lambda s, prev: feeds(s, None, prompt, 0)),
                   ("decode", lambda s, prev: feeds(s, prev, nxt, prompt.shape[1]))]

@@ -118,10 +118,11 @@ def genai_config(folder: str) -> dict:
         return json.load(f)
 
 
-def decoder_feeds(inputs, head_size: int, ids, past_len: int, prev: dict | None) -> dict:
+def decoder_feeds(inputs, head_size: int, ids, past_len: int, prev: dict | None, window: int = 0) -> dict:
     """A builder decoder's feeds for one step, from its session's `inputs`: token `ids`, a mask of
     past_len + new tokens, positions, and as past the previous step's present (`prev`: output name
-    → array), or an empty past for a prefill."""
+    → array), or an empty past for a prefill (a sliding-window layer's cache has the capacity
+    `window` from the start)."""
     import numpy as np
 
     f = {}
@@ -135,7 +136,8 @@ def decoder_feeds(inputs, head_size: int, ids, past_len: int, prev: dict | None)
         elif i.name.startswith("past_key_values."):
             if prev is None:
                 dtype = np.float16 if "float16" in i.type else np.float32
-                f[i.name] = np.zeros((1, i.shape[1], 0, head_size), dtype)
+                capacity = window if i.shape[2] == "past_sliding_length" else 0
+                f[i.name] = np.zeros((1, i.shape[1], capacity, head_size), dtype)
             else:
                 f[i.name] = prev[i.name.replace("past_key_values.", "present.")]
         else:
