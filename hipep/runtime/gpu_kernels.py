@@ -878,3 +878,8 @@ def _only_bool(op, constraint: str) -> bool:
 
     allowed = op.constraints.get(constraint, frozenset())
     return bool(allowed) and allowed <= {BOOL}
+
+
+# The op families kept in files of their own register their bindings on import; they import this
+# module's names, so they come last.
+from . import gpu_attention, gpu_linalg, gpu_quant  # noqa: E402,F401
