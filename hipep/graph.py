@@ -15,6 +15,8 @@ from typing import Any, Union
 
 import numpy as np
 
+from .dtypes import elem_type_for, numpy_dtype_for
+
 # Initializers up to this many elements are copied into the GraphView (shape operands, axes,
 # small constants that claim predicates and shape rules read). Larger ones are weights: the
 # GraphView names them; only Compile copies their data (for the weight store, not the graph).
@@ -212,18 +214,17 @@ def elem_type_name(elem_type: int) -> str:
 
 def numpy_dtype(elem_type: int) -> np.dtype:
     """numpy dtype for an ONNX element type (raises ValueError for types numpy lacks)."""
-    import onnx.helper
-
     try:
-        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
-    except Exception as e:
+        return numpy_dtype_for(elem_type)
+    except KeyError as e:
         raise ValueError(f"element type {elem_type_name(elem_type)} has no numpy equivalent") from e
 
 
 def elem_type_of(dtype) -> int:
-    import onnx.helper
-
-    return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    try:
+        return elem_type_for(dtype)
+    except KeyError:
+        raise ValueError(f"numpy dtype {np.dtype(dtype)} has no ONNX element type") from None
 
 
 def _type_from_native(t) -> TensorType:

@@ -21,6 +21,7 @@ from xdsl.dialects.builtin import (DYNAMIC_INDEX, BytesAttr, ComplexType, DenseI
                                    TensorType, UnrankedTensorType, bf16, f16, f32, f64)
 from xdsl.ir import Attribute
 
+from ..dtypes import elem_type_for
 from ..errors import ModelError
 from ..graph import TensorType as HipTensorType
 from ..graph import elem_type_name
@@ -206,13 +207,11 @@ def _conflict(stored, inferred, why: str) -> str:
 
 def dense_attr(value: np.ndarray, elem_type: int | None = None) -> DenseIntOrFPElementsAttr:
     """A DenseIntOrFPElementsAttr holding `value` (ModelError for dtypes the IR cannot hold)."""
-    import onnx.helper
-
     a = np.asarray(value)
     if elem_type is None:
         try:
-            elem_type = onnx.helper.np_dtype_to_tensor_dtype(a.dtype)
-        except Exception:
+            elem_type = elem_type_for(a.dtype)
+        except KeyError:
             raise ModelError(f"a constant of dtype {a.dtype} cannot be held in the IR") from None
     dtype = _NP_FOR_ELEM.get(elem_type)
     if dtype is None:
