@@ -27,7 +27,9 @@ Printed form of a generated op:
 """
 from __future__ import annotations
 
+import functools
 import re
+import threading
 from typing import Any, ClassVar
 
 import numpy as np
@@ -373,30 +375,52 @@ class IfOp(IRDLOperation):
 
 # ---- the dialect -----------------------------------------------------------------------------
 
-def _build_registry_ops() -> dict[tuple[str, str], type[HipOnnxOp]]:
+# Structural ops hip.loop / hip.if stand for ONNX Loop / If (whether or not the registry has them).
+_STRUCTURAL = {LoopOp.REGISTRY_KEY: LoopOp, IfOp.REGISTRY_KEY: IfOp}
+STRUCTURAL_OPS = (ConstantOp, WeightOp, YieldOp, LoopOp, IfOp)
+# (domain, op_type) -> generated op class, made on first use: a compile needs the classes of its
+# model's ops only, and all ~200 of them cost ~3 MiB that every serving process would hold. The
+# whole dialect (all classes) is built when text IR is parsed (hipep-opt, lit, parse_ir).
+_REGISTRY_OPS: dict[tuple[str, str], type[HipOnnxOp]] = {}
+_CLASS_LOCK = threading.Lock()
+
+
+def _registry_op_class(key: tuple[str, str]) -> type[HipOnnxOp] | None:
+    cls = _REGISTRY_OPS.get(key)
+    if cls is not None or key in _STRUCTURAL:
+        return cls
+    op = _ops.lookup(*key)
+    if op is None:
+        return None
+    with _CLASS_LOCK:
+        cls = _REGISTRY_OPS.get(key)
+        if cls is None:
+            cls = _REGISTRY_OPS[key] = _make_op_class(op)
+    return cls
+
+
+def registry_op_classes() -> dict[tuple[str, str], type[HipOnnxOp]]:
+    """Every registry entry's op class (Loop and If excepted), by registry key. Two keys mapping
+    to one op name would make parsing ambiguous: that is an error."""
     classes: dict[tuple[str, str], type[HipOnnxOp]] = {}
     names: dict[str, tuple[str, str]] = {}
     for op in _ops.all_ops():
         if op.key in _STRUCTURAL:  # Loop / If are hip.loop / hip.if (regions, not attributes)
             continue
-        cls = _make_op_class(op)
-        if cls.name in names:  # two registry keys mapping to one name would make parsing ambiguous
+        cls = _registry_op_class(op.key)
+        if cls.name in names:
             raise RuntimeError(f"op name {cls.name} is derived from both {names[cls.name]} and {op.key}")
         names[cls.name] = op.key
         classes[op.key] = cls
     return classes
 
 
-# Structural ops hip.loop / hip.if stand for ONNX Loop / If (whether or not the registry has them).
-_STRUCTURAL = {LoopOp.REGISTRY_KEY: LoopOp, IfOp.REGISTRY_KEY: IfOp}
-# (domain, op_type) -> generated op class, one per registry entry (Loop and If excepted).
-REGISTRY_OPS: dict[tuple[str, str], type[HipOnnxOp]] = _build_registry_ops()
-STRUCTURAL_OPS = (ConstantOp, WeightOp, YieldOp, LoopOp, IfOp)
-
-def _dialect() -> Dialect:
+@functools.cache
+def hip_dialect() -> Dialect:
+    """The whole hip dialect: structural, registry-derived and bufferized ops."""
     from .buffer_ops import BUFFER_OPS  # the bufferized half of the dialect
 
-    ops = [*STRUCTURAL_OPS, *REGISTRY_OPS.values(), *BUFFER_OPS]
+    ops = [*STRUCTURAL_OPS, *registry_op_classes().values(), *BUFFER_OPS]
     seen: dict[str, type] = {}
     for op in ops:
         if op.name in seen and seen[op.name] is not op:
@@ -405,14 +429,19 @@ def _dialect() -> Dialect:
     return Dialect("hip", list(seen.values()), [])
 
 
-HipDialect = _dialect()
+def __getattr__(name: str):
+    if name == "HipDialect":
+        return hip_dialect()
+    if name == "REGISTRY_OPS":
+        return registry_op_classes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def op_class_for(domain: str, op_type: str) -> type[IRDLOperation] | None:
     """The op class for ONNX (domain, op_type): hip.loop / hip.if for Loop / If, else the class
     derived from the registry entry; None if hipep has no such op."""
     key = ("" if domain == "ai.onnx" else domain, op_type)
-    return _STRUCTURAL.get(key) or REGISTRY_OPS.get(key)
+    return _STRUCTURAL.get(key) or _registry_op_class(key)
 
 
 def registry_key_of(op: Operation) -> tuple[str, str] | None:
