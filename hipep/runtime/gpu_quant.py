@@ -1,4 +1,282 @@
 """GPU bindings: MatMulNBits (4 and 8 bits: a dequantizing GEMV for few rows, a GEMM for prefill) and GatherBlockQuantized.
 
-Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported."""
+Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported.
+
+MatMulNBits (kernels/matmul_nbits.hip) reads B in ONNX Runtime's layout as it is ([N, n_blocks,
+blob] bytes: one contiguous row of K_pad values per output column), so the weights need no
+repacking. Up to GEMV_MAX_ROWS rows of A (decode) run the GEMV: warps of 8 per block, 2 output
+columns per warp, A in shared memory in K tiles sized to the rows; more rows run the tiled GEMM.
+GatherBlockQuantized (kernels/gather_block_quantized.hip) gathers and dequantizes rows of uint8
+data with gather_axis 0 and quantize_axis last, the only form the op registry claims.
+"""
 from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from ..errors import HipepError
+from .gpu_kernels import KernelOp, NoKernel, _binding, _cdiv, _dt, _prod, ptr
+
+MNB = "com.microsoft::MatMulNBits"
+GBQ = "com.microsoft::GatherBlockQuantized"
+_FLOATS = ("float32", "float16", "bfloat16")
+
+GEMV_MAX_ROWS = 8
+GEMV_WARPS = 8          # MNB_WARPS in the kernel
+GEMV_COLS = 2           # MNB_COLS: output columns per warp
+GEMV_PAD = 4            # MNB_PAD: floats of padding after each chunk of A in shared memory
+GEMV_SMEM_BUDGET = 40 * 1024  # bytes of A per block (below the 48 KiB a launch may use without opt-in)
+GEMM_TILE = 64          # MNB_BM = MNB_BN
+GEMM_THREADS = 256
+
+
+class MatMulNBitsArgs(ctypes.Structure):
+    _fields_ = [("m", ctypes.c_longlong), ("n", ctypes.c_longlong), ("k", ctypes.c_longlong),
+                ("k_pad", ctypes.c_longlong), ("row_bytes", ctypes.c_longlong), ("nb", ctypes.c_longlong),
+                ("zp_row", ctypes.c_longlong), ("log2_bs", ctypes.c_int), ("k_tile", ctypes.c_int),
+                ("zp_mode", ctypes.c_int), ("aligned16", ctypes.c_int)]
+
+
+class GatherBlockQuantizedArgs(ctypes.Structure):
+    _fields_ = [("rows", ctypes.c_longlong), ("r", ctypes.c_longlong), ("dp", ctypes.c_longlong),
+                ("n_axis", ctypes.c_longlong), ("nb", ctypes.c_longlong), ("zp_row", ctypes.c_longlong),
+                ("log2_bs", ctypes.c_int)]
+
+
+def _pow2(v: int) -> bool:
+    return v > 0 and v & (v - 1) == 0
+
+
+def _dtype_at(dtypes, i: int) -> str:
+    return dtypes[i] if i < len(dtypes) and dtypes[i] else ""
+
+
+# ---- MatMulNBits ---------------------------------------------------------------------------------
+
+def _mnb_layout(attrs) -> tuple[int, int, int, int, int, int]:
+    """(K, N, bits, block_size, n_blocks, blob bytes)."""
+    k, n, bits, bs = int(attrs["K"]), int(attrs["N"]), int(attrs.get("bits", 4)), int(attrs["block_size"])
+    return k, n, bits, bs, _cdiv(k, bs) if bs > 0 else 0, bs * bits // 8
+
+
+def _trivial_g_idx(g_idx, k: int, bs: int) -> bool:
+    """g_idx that maps every k to its own block (k // block_size) changes nothing."""
+    if g_idx is None:
+        return False
+    g = np.asarray(g_idx).reshape(-1)
+    return g.size == k and np.array_equal(g.astype(np.int64), np.arange(k, dtype=np.int64) // bs)
+
+
+def _mnb_attr_reason(attrs) -> str | None:
+    bits, bs = int(attrs.get("bits", 4)), int(attrs["block_size"])
+    if bits not in (4, 8):
+        return f"bits={bits} (the kernels take 4 and 8)"
+    if not (_pow2(bs) and 16 <= bs <= 256):
+        return f"block_size={bs} (the kernels take a power of two from 16 to 256)"
+    if int(attrs.get("weight_prepacked", 0)) != 0:
+        return f"weight_prepacked={attrs['weight_prepacked']} (B must be in ONNX Runtime's [N, n_blocks, blob] layout)"
+    if int(attrs["K"]) <= 0 or int(attrs["N"]) <= 0:
+        return f"K={attrs['K']}, N={attrs['N']} must be positive"
+    return None
+
+
+def _mnb_check(attrs, dtypes, shapes, values):
+    why = _mnb_attr_reason(attrs)
+    if why:
+        return why
+    a = _dtype_at(dtypes, 0)
+    if a not in _FLOATS:
+        return f"A of element type {a or '?'} (the kernels take {', '.join(_FLOATS)})"
+    b = _dtype_at(dtypes, 1)
+    if b and b != "uint8":
+        return f"B of element type {b} (uint8 expected)"
+    s = _dtype_at(dtypes, 2)
+    if s and s != a:
+        return f"scales of element type {s} with A of type {a} (the same type expected)"
+    z = _dtype_at(dtypes, 3)
+    if z and z not in ("uint8", a):
+        return f"zero_points of element type {z} with A of type {a} (uint8 or A's type expected)"
+    if _dtype_at(dtypes, 4):
+        g = values[4] if len(values) > 4 else None
+        k, _, _, bs, _, _ = _mnb_layout(attrs)
+        if not _trivial_g_idx(g, k, bs):
+            return "input g_idx (act-order reordering of K): the kernels read K in order"
+    bias = _dtype_at(dtypes, 5)
+    if bias and bias != a:
+        return f"bias of element type {bias} with A of type {a} (the same type expected)"
+    return None
+
+
+def _gemv_k_tile(m_t: int, vpl: int, k_pad: int) -> int:
+    """Values of K per shared-memory tile of the GEMV for m_t rows: as many chunks as fit the
+    budget (a multiple of the warp's 32 lanes where possible), no more than K_pad needs."""
+    chunks = GEMV_SMEM_BUDGET // (m_t * (vpl + GEMV_PAD) * 4)
+    if chunks >= 32:
+        chunks -= chunks % 32
+    return max(1, min(chunks, _cdiv(k_pad, vpl))) * vpl
+
+
+def gemv_rows(m: int) -> int:
+    """The GEMV's row count M_T for m rows of A: m rounded up to 1, 2, 4 or 8."""
+    for m_t in (1, 2, 4, 8):
+        if m <= m_t:
+            return m_t
+    raise ValueError(f"{m} rows is past the GEMV's {GEMV_MAX_ROWS}")
+
+
+@_binding(MNB, check=_mnb_check, modules=("matmul_nbits",))
+def _mnb_bind(ins, outs, attrs, target):
+    op = "MatMulNBits"
+    why = _mnb_attr_reason(attrs)
+    if why:
+        raise NoKernel(f"{op}: {why}")
+    A, B, scales = ins[0], ins[1], ins[2]
+    zp, g_idx, bias = [ins[i] if i < len(ins) else None for i in (3, 4, 5)]
+    y = outs[0]
+    k, n, bits, bs, nb, blob = _mnb_layout(attrs)
+    dt = _dt(A.dtype, op)
+    if dt not in ("f32", "f16", "bf16"):
+        raise NoKernel(f"{op}: A of element type {A.dtype.name}")
+    if g_idx is not None and not _trivial_g_idx(g_idx.value, k, bs):
+        raise NoKernel(f"{op}: input g_idx (act-order reordering of K): the kernels read K in order")
+    if A.ndim < 1 or int(A.shape[-1]) != k:
+        raise HipepError(f"{op}: A must have K = {k} as its last dimension, got shape {list(A.shape)}")
+    if B.dtype != np.uint8 or B.size != n * nb * blob:
+        raise HipepError(f"{op}: B must be uint8 [N, n_blocks, blob] = [{n}, {nb}, {blob}] (K={k}, block_size={bs}, "
+                         f"bits={bits}), got {B.dtype.name} {list(B.shape)}")
+    if scales.dtype != A.dtype or scales.size != n * nb:
+        raise HipepError(f"{op}: scales must be {A.dtype.name} with N * n_blocks = {n} * {nb} elements, got "
+                         f"{scales.dtype.name} {list(scales.shape)}")
+    zp_mode, zp_row = 0, 0
+    if zp is not None:
+        if zp.dtype == np.uint8:
+            zp_mode, zp_row = 1, _cdiv(nb * bits, 8)
+            if zp.size != n * zp_row:
+                raise HipepError(f"{op}: uint8 zero_points must have N * ceil(n_blocks * bits / 8) = {n} * {zp_row} "
+                                 f"elements, got shape {list(zp.shape)}")
+        elif zp.dtype == A.dtype:
+            zp_mode = 2
+            if zp.size != n * nb:
+                raise HipepError(f"{op}: float zero_points must have N * n_blocks = {n} * {nb} elements, got shape "
+                                 f"{list(zp.shape)}")
+        else:
+            raise NoKernel(f"{op}: zero_points of element type {zp.dtype.name} with A of type {A.dtype.name}")
+    if bias is not None and (bias.dtype != A.dtype or bias.size != n):
+        raise HipepError(f"{op}: bias must be {A.dtype.name} with N = {n} elements, got {bias.dtype.name} "
+                         f"{list(bias.shape)}")
+    m = A.size // k
+    if y.size != m * n:
+        raise HipepError(f"{op}: output of shape {list(y.shape)} for {m} rows of A and N = {n}")
+    if m == 0:
+        return []
+    row_bytes = nb * blob
+    if B.ptr % 8:
+        raise NoKernel(f"{op}: B at an address not 8-byte aligned")
+    k_pad = nb * bs
+    log2_bs = bs.bit_length() - 1
+    fz = "_fz" if zp_mode == 2 else ""
+    params = [ptr(A), ptr(B), ptr(scales), ptr(zp), ptr(bias), ptr(y)]
+    if m <= GEMV_MAX_ROWS:
+        m_t = gemv_rows(m)
+        vpl = 128 // bits
+        k_tile = _gemv_k_tile(m_t, vpl, k_pad)
+        aligned16 = int(row_bytes % 16 == 0 and B.ptr % 16 == 0)
+        args = MatMulNBitsArgs(m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, k_tile, zp_mode, aligned16)
+        smem = m_t * (k_tile // vpl) * (vpl + GEMV_PAD) * 4
+        warp = target.warp_size
+        grid = (_cdiv(n, GEMV_WARPS * GEMV_COLS), 1, 1)
+        return [KernelOp(f"hipep_mnb_gemv_{dt}_b{bits}_m{m_t}{fz}", grid, (GEMV_WARPS * warp, 1, 1),
+                         params + [args], module="matmul_nbits", smem=smem)]
+    args = MatMulNBitsArgs(m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, 0, zp_mode, 0)
+    grid = (_cdiv(n, GEMM_TILE), _cdiv(m, GEMM_TILE), 1)
+    if grid[1] > 65535:
+        raise NoKernel(f"{op}: {m} rows of A (at most {65535 * GEMM_TILE})")
+    return [KernelOp(f"hipep_mnb_gemm_{dt}_b{bits}{fz}", grid, (GEMM_THREADS, 1, 1), params + [args],
+                     module="matmul_nbits")]
+
+
+# ---- GatherBlockQuantized ------------------------------------------------------------------------
+
+def _gbq_attr_reason(attrs, rank: int | None) -> str | None:
+    bits, bs = int(attrs.get("bits", 4)), int(attrs.get("block_size", 128))
+    if bits not in (2, 4, 8):
+        return f"bits={bits} (the kernels take 2, 4 and 8)"
+    if not (_pow2(bs) and bs >= 16):
+        return f"block_size={bs} (the kernels take a power of two >= 16)"
+    if rank is not None:
+        g, qa = int(attrs.get("gather_axis", 0)), int(attrs.get("quantize_axis", 1))
+        if rank < 2 or g % rank != 0 or qa % rank != rank - 1:
+            return (f"gather_axis={g}, quantize_axis={qa} for rank-{rank} data (the kernels take gather_axis 0 and "
+                    f"quantize_axis the last of rank >= 2 data)")
+    return None
+
+
+def _gbq_check(attrs, dtypes, shapes, values):
+    data = shapes[0] if shapes else None
+    why = _gbq_attr_reason(attrs, None if data is None else len(data))
+    if why:
+        return why
+    d = _dtype_at(dtypes, 0)
+    if d and d != "uint8":
+        return f"data of element type {d} (the kernels take uint8 data)"
+    i = _dtype_at(dtypes, 1)
+    if i and i not in ("int32", "int64"):
+        return f"indices of element type {i}"
+    s = _dtype_at(dtypes, 2)
+    if s not in _FLOATS:
+        return f"scales of element type {s or '?'} (the kernels take {', '.join(_FLOATS)})"
+    z = _dtype_at(dtypes, 3)
+    if z and z != "uint8":
+        return f"zero_points of element type {z} (uint8 expected)"
+    return None
+
+
+@_binding(GBQ, check=_gbq_check, modules=("gather_block_quantized",))
+def _gbq_bind(ins, outs, attrs, target):
+    op = "GatherBlockQuantized"
+    data, idx, scales = ins[0], ins[1], ins[2]
+    zp = ins[3] if len(ins) > 3 else None
+    y = outs[0]
+    why = _gbq_attr_reason(attrs, data.ndim)
+    if why:
+        raise NoKernel(f"{op}: {why}")
+    if data.dtype != np.uint8:
+        raise NoKernel(f"{op}: data of element type {data.dtype.name}")
+    it = {"int32": "i32", "int64": "i64"}.get(idx.dtype.name)
+    if it is None:
+        raise NoKernel(f"{op}: indices of element type {idx.dtype.name}")
+    dt = _dt(scales.dtype, op)
+    if dt not in ("f32", "f16", "bf16"):
+        raise NoKernel(f"{op}: scales of element type {scales.dtype.name}")
+    bits, bs = int(attrs.get("bits", 4)), int(attrs.get("block_size", 128))
+    per_byte = 8 // bits
+    n_axis, dp = int(data.shape[0]), int(data.shape[-1])
+    r = _prod(data.shape[1:-1])
+    nb = _cdiv(dp * per_byte, bs)
+    want = tuple(int(d) for d in data.shape[:-1]) + (nb,)
+    if tuple(int(d) for d in scales.shape) != want:
+        raise HipepError(f"{op}: scales must have shape {list(want)} for data {list(data.shape)} (bits={bits}, "
+                         f"block_size={bs}), got {list(scales.shape)}")
+    zp_row = 0
+    if zp is not None:
+        zp_row = _cdiv(nb, per_byte)
+        want_z = want[:-1] + (zp_row,)
+        if zp.dtype != np.uint8 or tuple(int(d) for d in zp.shape) != want_z:
+            raise HipepError(f"{op}: zero_points must be uint8 of shape {list(want_z)}, got {zp.dtype.name} "
+                             f"{list(zp.shape)}")
+    rows = idx.size * r
+    if y.size != rows * dp * per_byte or y.dtype != scales.dtype:
+        raise HipepError(f"{op}: output {y.dtype.name} {list(y.shape)} for {idx.size} indices of rows of "
+                         f"{r} x {dp * per_byte} values")
+    if y.size == 0:
+        return []
+    wb = 4 if dp % 4 == 0 and data.ptr % 4 == 0 else 1
+    words = dp // wb
+    bx = min(256, _cdiv(words, 32) * 32)
+    by = max(1, 256 // bx)
+    grid = (max(1, min(_cdiv(words, bx), 65535)), max(1, min(_cdiv(rows, by), 65535)), 1)
+    args = GatherBlockQuantizedArgs(rows, r, dp, n_axis, nb, zp_row, bs.bit_length() - 1)
+    entry = f"hipep_gbq_{dt}_b{bits}_{it}" + ("_w4" if wb == 4 else "")
+    return [KernelOp(entry, grid, (bx, by, 1), [ptr(data), ptr(idx), ptr(scales), ptr(zp), ptr(y), args],
+                     module="gather_block_quantized")]

@@ -1,0 +1,335 @@
+// com.microsoft::MatMulNBits: Y[m, n] = sum_k A[m, k] * W[n, k] (+ bias[n]), W dequantized from
+// blockwise `BITS`-bit weights: B is [N, n_blocks, blob] bytes (row n holds K_pad = n_blocks *
+// block_size values, least significant bits first), scales [N, n_blocks] of A's type T, zero
+// points packed like B (uint8, `BITS` per value, rows of zp_row bytes), floats of T, or absent
+// (2^(BITS-1)). W[n, k] = (q - zp) * scale of k's block. Math in f32; the output rounds once.
+//
+// Two kernels, picked by the runtime from M = the rows of A:
+//
+// * GEMV (M <= 8, decode; memory-bound). Each warp owns MNB_COLS output columns and streams their
+//   rows of B with 16-byte loads (one "chunk" per lane: 32 4-bit or 16 8-bit values), MNB_UNROLL
+//   chunks per column in flight per lane. A, converted to f32, sits in shared memory in tiles of
+//   `k_tile` values, laid out chunk by chunk with 4 floats of padding after each chunk so that the
+//   lanes' 16-byte reads (lane l reads chunk l) fall in distinct banks. Each 8-byte half of a chunk
+//   lies inside one quantization block (block_size >= 16), so its scale and zero point are read
+//   once: dq_j = q_j - zp (exact in f32: q is put into a float's mantissa with one byte permute
+//   and the bias 2^23 + zp subtracted), p_m = sum_j A[m, j] * dq_j, acc[m] += scale * p_m.
+//   Lanes then reduce by shuffles; lane 0 adds the bias and writes. M_T (1, 2, 4, 8) is M rounded
+//   up: the rows past M are zeros in shared memory and are not written.
+//   Rows of B whose length is not a multiple of 16 bytes (4 bits, block_size 16, odd n_blocks) are
+//   read as two 8-byte halves; the last half of a row past K_pad is not read.
+//
+// * GEMM (M > 8, prefill): 64 x 64 output tiles, 256 threads each computing 4 x 4; per K step of
+//   32 values an A tile is loaded (to f32) and a B tile dequantized into shared memory, then the
+//   outer-product loop runs from there. No tensor cores.
+//
+// Float zero points (FZ): dq = q - zp in f32 (one rounding), as the dequantize-then-multiply the
+// reference does up to the order of roundings.
+#include "hipep_device.h"
+
+struct hipep_mnb_args {
+  hipep_i64 m;          // rows of A (product of A's leading dims)
+  hipep_i64 n;          // N
+  hipep_i64 k;          // K: A's row length
+  hipep_i64 k_pad;      // n_blocks * block_size: B's row length in values
+  hipep_i64 row_bytes;  // n_blocks * blob
+  hipep_i64 nb;         // n_blocks
+  hipep_i64 zp_row;     // bytes per row of packed zero points
+  int log2_bs;          // log2(block_size)
+  int k_tile;           // GEMV: values of K per shared-memory tile (a multiple of a chunk's values)
+  int zp_mode;          // 0: none (2^(BITS-1)), 1: packed uint8, 2: floats of T
+  int aligned16;        // GEMV: every row of B starts 16-byte aligned (one 16-byte load per chunk)
+};
+
+#define MNB_WARPS 8
+#define MNB_COLS 2
+#define MNB_UNROLL 2
+#define MNB_PAD 4
+
+// The float 2^23 + v for the byte `b` (0..3) of w: its bits 0x4B0000vv.
+HIPEP_DEVICE float hipep_mnb_byte_float(unsigned int w, int b) {
+  return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | (unsigned)b));
+}
+
+// q - bias for the values of one 32-bit word of B (8 4-bit values or 4 8-bit values, in order).
+template <int BITS> HIPEP_DEVICE void hipep_mnb_word(unsigned int w, float bias, float* out);
+
+template <> HIPEP_DEVICE void hipep_mnb_word<4>(unsigned int w, float bias, float* out) {
+  const unsigned int lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    out[2 * b] = hipep_mnb_byte_float(lo, b) - bias;
+    out[2 * b + 1] = hipep_mnb_byte_float(hi, b) - bias;
+  }
+}
+
+template <> HIPEP_DEVICE void hipep_mnb_word<8>(unsigned int w, float bias, float* out) {
+#pragma unroll
+  for (int b = 0; b < 4; ++b) out[b] = hipep_mnb_byte_float(w, b) - bias;
+}
+
+// The zero point of block `blk` of row n as a float.
+template <typename T, int BITS>
+HIPEP_DEVICE float hipep_mnb_zero_point(const void* zp, hipep_i64 n, hipep_i64 blk, const hipep_mnb_args& a) {
+  if (a.zp_mode == 0) return (float)(1 << (BITS - 1));
+  if (a.zp_mode == 2) return hipep_to_float(static_cast<const T*>(zp)[n * a.nb + blk]);
+  const unsigned char* z = static_cast<const unsigned char*>(zp) + n * a.zp_row;
+  if (BITS == 8) return (float)z[blk];
+  return (float)((z[blk >> 1] >> ((blk & 1) * 4)) & 0xF);
+}
+
+// ---- GEMV ---------------------------------------------------------------------------------------
+
+template <typename T, int BITS, int M_T, bool FZ>
+HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
+                                 const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
+                                 const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
+  constexpr int VPL = 128 / BITS;  // values per 16-byte chunk
+  constexpr int VPH = VPL / 2;     // values per 8-byte half
+  constexpr int STRIDE = VPL + MNB_PAD;
+  extern __shared__ float4 hipep_mnb_smem4[];
+  float* As = reinterpret_cast<float*>(hipep_mnb_smem4);
+
+  const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
+  const hipep_i64 col0 = ((hipep_i64)blockIdx.x * MNB_WARPS + warp) * MNB_COLS;
+  const int tile_chunks_max = a.k_tile / VPL;
+
+  float acc[M_T][MNB_COLS];
+#pragma unroll
+  for (int m = 0; m < M_T; ++m)
+#pragma unroll
+    for (int c = 0; c < MNB_COLS; ++c) acc[m][c] = 0.0f;
+
+  for (hipep_i64 kt = 0; kt < a.k_pad; kt += a.k_tile) {
+    const int tile_vals = (int)((a.k_pad - kt) < a.k_tile ? (a.k_pad - kt) : a.k_tile);
+    const int tile_chunks = (tile_vals + VPL - 1) / VPL;
+    __syncthreads();  // the previous tile's readers are done
+    for (int i = threadIdx.x; i < M_T * tile_chunks * VPL; i += blockDim.x) {
+      const int m = i / (tile_chunks * VPL), j = i - m * (tile_chunks * VPL);
+      const hipep_i64 k = kt + j;
+      float v = 0.0f;
+      if (m < a.m && k < a.k) v = hipep_to_float(A[(hipep_i64)m * a.k + k]);
+      As[m * tile_chunks_max * STRIDE + (j / VPL) * STRIDE + (j % VPL)] = v;
+    }
+    __syncthreads();
+
+    for (int c0 = lane; c0 < tile_chunks; c0 += HIPEP_WARP_SIZE * MNB_UNROLL) {
+      // Issue every load of this step first: MNB_COLS * MNB_UNROLL chunks in flight per lane.
+      uint4 q[MNB_UNROLL][MNB_COLS];
+#pragma unroll
+      for (int u = 0; u < MNB_UNROLL; ++u) {
+        const int ch = c0 + u * HIPEP_WARP_SIZE;
+        const hipep_i64 kv = kt + (hipep_i64)ch * VPL;  // first value of the chunk
+#pragma unroll
+        for (int c = 0; c < MNB_COLS; ++c) {
+          const hipep_i64 n = col0 + c;
+          q[u][c] = make_uint4(0u, 0u, 0u, 0u);
+          if (ch < tile_chunks && n < a.n) {
+            const unsigned char* row = B + n * a.row_bytes + kv * BITS / 8;
+            if (a.aligned16) {
+              q[u][c] = *reinterpret_cast<const uint4*>(row);
+            } else {
+              const uint2 h0 = *reinterpret_cast<const uint2*>(row);
+              uint2 h1 = make_uint2(0u, 0u);
+              if (kv + VPH < a.k_pad) h1 = *reinterpret_cast<const uint2*>(row + 8);
+              q[u][c] = make_uint4(h0.x, h0.y, h1.x, h1.y);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < MNB_UNROLL; ++u) {
+        const int ch = c0 + u * HIPEP_WARP_SIZE;
+        if (ch >= tile_chunks) break;
+        const hipep_i64 kv = kt + (hipep_i64)ch * VPL;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const hipep_i64 kh = kv + h * VPH;
+          if (kh >= a.k_pad) break;  // the short last chunk of a row that is not 16-byte aligned
+          const hipep_i64 blk = kh >> a.log2_bs;
+          float dq[MNB_COLS][VPH];
+          float s[MNB_COLS];
+#pragma unroll
+          for (int c = 0; c < MNB_COLS; ++c) {
+            const hipep_i64 n = col0 + c < a.n ? col0 + c : a.n - 1;  // a column past N computes, unwritten
+            s[c] = hipep_to_float(scales[n * a.nb + blk]);
+            const float z = hipep_mnb_zero_point<T, BITS>(zp, n, blk, a);
+            const unsigned int w0 = h == 0 ? q[u][c].x : q[u][c].z, w1 = h == 0 ? q[u][c].y : q[u][c].w;
+            if (FZ) {
+              hipep_mnb_word<BITS>(w0, 8388608.0f, dq[c]);
+              hipep_mnb_word<BITS>(w1, 8388608.0f, dq[c] + VPH / 2);
+#pragma unroll
+              for (int j = 0; j < VPH; ++j) dq[c][j] -= z;
+            } else {
+              hipep_mnb_word<BITS>(w0, 8388608.0f + z, dq[c]);  // 2^23 + zp: exact
+              hipep_mnb_word<BITS>(w1, 8388608.0f + z, dq[c] + VPH / 2);
+            }
+          }
+          const float* arow = As + ch * STRIDE + h * VPH;
+#pragma unroll
+          for (int m = 0; m < M_T; ++m) {
+            const float4* av = reinterpret_cast<const float4*>(arow + m * tile_chunks_max * STRIDE);
+            float p[MNB_COLS];
+#pragma unroll
+            for (int c = 0; c < MNB_COLS; ++c) p[c] = 0.0f;
+#pragma unroll
+            for (int j4 = 0; j4 < VPH / 4; ++j4) {
+              const float4 x = av[j4];
+#pragma unroll
+              for (int c = 0; c < MNB_COLS; ++c) {
+                p[c] = fmaf(x.x, dq[c][4 * j4], p[c]);
+                p[c] = fmaf(x.y, dq[c][4 * j4 + 1], p[c]);
+                p[c] = fmaf(x.z, dq[c][4 * j4 + 2], p[c]);
+                p[c] = fmaf(x.w, dq[c][4 * j4 + 3], p[c]);
+              }
+            }
+#pragma unroll
+            for (int c = 0; c < MNB_COLS; ++c) acc[m][c] = fmaf(s[c], p[c], acc[m][c]);
+          }
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int m = 0; m < M_T; ++m)
+#pragma unroll
+    for (int c = 0; c < MNB_COLS; ++c) acc[m][c] = hipep_warp_sum(acc[m][c]);
+  if (lane == 0) {
+#pragma unroll
+    for (int c = 0; c < MNB_COLS; ++c) {
+      const hipep_i64 n = col0 + c;
+      if (n >= a.n) break;
+      const float b = bias != 0 ? hipep_to_float(bias[n]) : 0.0f;
+#pragma unroll
+      for (int m = 0; m < M_T; ++m)
+        if (m < a.m) Y[(hipep_i64)m * a.n + n] = hipep_from_float<T>(acc[m][c] + b);
+    }
+  }
+}
+
+// ---- GEMM ---------------------------------------------------------------------------------------
+
+#define MNB_BM 64
+#define MNB_BN 64
+#define MNB_BK 32
+
+template <typename T, int BITS, bool FZ>
+HIPEP_DEVICE void hipep_mnb_gemm(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
+                                 const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
+                                 const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
+  constexpr int VPW = 32 / BITS;                 // values per 32-bit word of B
+  constexpr int WORDS_PER_ROW = MNB_BK / VPW;    // words of one B row in a K step
+  __shared__ float4 As4[MNB_BK][MNB_BM / 4 + 1];  // As[k][m]; one float4 of padding per row
+  __shared__ float4 Bs4[MNB_BK][MNB_BN / 4 + 1];  // Bs[k][n]
+  float* As = reinterpret_cast<float*>(As4);
+  float* Bs = reinterpret_cast<float*>(Bs4);
+  constexpr int AST = MNB_BM + 4, BST = MNB_BN + 4;
+
+  const int tid = threadIdx.x;
+  const int tx = tid % 16, ty = tid / 16;
+  const hipep_i64 m0 = (hipep_i64)blockIdx.y * MNB_BM, n0 = (hipep_i64)blockIdx.x * MNB_BN;
+  float acc[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+
+  for (hipep_i64 k0 = 0; k0 < a.k_pad; k0 += MNB_BK) {
+    // A tile: 64 x 32 values, consecutive threads along K (coalesced reads).
+#pragma unroll
+    for (int r = 0; r < MNB_BM * MNB_BK / 256; ++r) {
+      const int i = tid + r * 256;
+      const int mm = i / MNB_BK, kk = i % MNB_BK;
+      const hipep_i64 gm = m0 + mm, gk = k0 + kk;
+      As[kk * AST + mm] = (gm < a.m && gk < a.k) ? hipep_to_float(A[gm * a.k + gk]) : 0.0f;
+    }
+    // B tile: 64 rows x WORDS_PER_ROW words, each word dequantized to VPW values.
+    for (int i = tid; i < MNB_BN * WORDS_PER_ROW; i += 256) {
+      const int nn = i / WORDS_PER_ROW, wi = i % WORDS_PER_ROW;
+      const hipep_i64 gn = n0 + nn, gk = k0 + (hipep_i64)wi * VPW;
+      float v[VPW];
+      if (gn < a.n && gk < a.k_pad) {
+        const unsigned int w = *reinterpret_cast<const unsigned int*>(B + gn * a.row_bytes + gk * BITS / 8);
+        const hipep_i64 blk = gk >> a.log2_bs;
+        const float s = hipep_to_float(scales[gn * a.nb + blk]);
+        const float z = hipep_mnb_zero_point<T, BITS>(zp, gn, blk, a);
+        if (FZ) {
+          hipep_mnb_word<BITS>(w, 8388608.0f, v);
+#pragma unroll
+          for (int j = 0; j < VPW; ++j) v[j] = (v[j] - z) * s;
+        } else {
+          hipep_mnb_word<BITS>(w, 8388608.0f + z, v);
+#pragma unroll
+          for (int j = 0; j < VPW; ++j) v[j] *= s;
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < VPW; ++j) v[j] = 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < VPW; ++j) Bs[(wi * VPW + j) * BST + nn] = v[j];
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int kk = 0; kk < MNB_BK; ++kk) {
+      const float4 av = As4[kk][ty];
+      const float4 bv = Bs4[kk][tx];
+      const float ar[4] = {av.x, av.y, av.z, av.w}, br[4] = {bv.x, bv.y, bv.z, bv.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const hipep_i64 gn = n0 + tx * 4 + j;
+    if (gn >= a.n) break;
+    const float b = bias != 0 ? hipep_to_float(bias[gn]) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const hipep_i64 gm = m0 + ty * 4 + i;
+      if (gm < a.m) Y[gm * a.n + gn] = hipep_from_float<T>(acc[i][j] + b);
+    }
+  }
+}
+
+// ---- entry points ---------------------------------------------------------------------------------
+
+#define HIPEP_MNB_PARAMS(T)                                                                           \
+  const T *HIPEP_RESTRICT A, const unsigned char *HIPEP_RESTRICT B, const T *HIPEP_RESTRICT scales,  \
+      const void *HIPEP_RESTRICT zp, const T *HIPEP_RESTRICT bias, T *HIPEP_RESTRICT Y, const hipep_mnb_args a
+
+// Register caps keep three blocks of 8 warps per SM resident for one row (two for more rows), so
+// enough loads of B are in flight to cover memory latency.
+#define HIPEP_MNB_GEMV(NAME, T, BITS, M_T)                                                            \
+  HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, (M_T == 1 ? 3 : 2))               \
+      hipep_mnb_gemv_##NAME##_b##BITS##_m##M_T(HIPEP_MNB_PARAMS(T)) {                                 \
+    hipep_mnb_gemv<T, BITS, M_T, false>(A, B, scales, zp, bias, Y, a);                                \
+  }                                                                                                   \
+  HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, (M_T == 1 ? 3 : 2))               \
+      hipep_mnb_gemv_##NAME##_b##BITS##_m##M_T##_fz(HIPEP_MNB_PARAMS(T)) {                            \
+    hipep_mnb_gemv<T, BITS, M_T, true>(A, B, scales, zp, bias, Y, a);                                 \
+  }
+
+#define HIPEP_MNB_TYPE(NAME, T, BITS)                                                                 \
+  HIPEP_MNB_GEMV(NAME, T, BITS, 1)                                                                    \
+  HIPEP_MNB_GEMV(NAME, T, BITS, 2)                                                                    \
+  HIPEP_MNB_GEMV(NAME, T, BITS, 4)                                                                    \
+  HIPEP_MNB_GEMV(NAME, T, BITS, 8)                                                                    \
+  HIPEP_KERNEL void hipep_mnb_gemm_##NAME##_b##BITS(HIPEP_MNB_PARAMS(T)) {                           \
+    hipep_mnb_gemm<T, BITS, false>(A, B, scales, zp, bias, Y, a);                                     \
+  }                                                                                                   \
+  HIPEP_KERNEL void hipep_mnb_gemm_##NAME##_b##BITS##_fz(HIPEP_MNB_PARAMS(T)) {                      \
+    hipep_mnb_gemm<T, BITS, true>(A, B, scales, zp, bias, Y, a);                                      \
+  }
+
+HIPEP_MNB_TYPE(f32, float, 4)
+HIPEP_MNB_TYPE(f32, float, 8)
+HIPEP_MNB_TYPE(f16, hipep_half, 4)
+HIPEP_MNB_TYPE(f16, hipep_half, 8)
+HIPEP_MNB_TYPE(bf16, hipep_bf16, 4)
+HIPEP_MNB_TYPE(bf16, hipep_bf16, 8)
