@@ -44,6 +44,13 @@ ORT_INCLUDE_DIR="$include" "$py" -m pip install --no-build-isolation --no-deps -
   || { step "FAILED: build (see build.log)"; tail -30 "$logs/build.log"; exit 1; }
 step "built in $(( $(date +%s) - start )) s"
 
+# Test models made on a connected machine (the builder decoders, ORT's conformance probe cache) may
+# come in wheelhouse/hipep-cache, laid out like ~/.cache/hipep; else they are built here.
+if [ -d "$repo/wheelhouse/hipep-cache" ] && [ -z "${HIPEP_CACHE_DIR:-}" ]; then
+  export HIPEP_CACHE_DIR="$repo/wheelhouse/hipep-cache"
+  step "test model cache: $HIPEP_CACHE_DIR"
+fi
+
 cd /tmp
 step "hipep demo"
 "$py" -P -m hipep demo >"$logs/demo.log" 2>&1 || { step "FAILED: demo (see demo.log)"; status=1; }
@@ -57,6 +64,17 @@ step "pytest tests/gpu -m gpu"
 rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || status=$rc
 step "tests/gpu: pytest exit code $rc"
+
+if [ "${HIPEP_GPU_CONFORMANCE:-1}" = "1" ]; then
+  step "ONNX conformance on the GPU (tests/conformance, HIPEP_CONFORMANCE_DEVICE=CUDA)"
+  HIPEP_CONFORMANCE_DEVICE=CUDA HIPEP_CONFORMANCE_JSON="$logs/conformance-cuda.json" \
+    "$py" -P -m pytest "$repo/tests/conformance/test_onnx_backend.py" -p no:cacheprovider -q -rfE \
+    2>&1 | tail -60 >"$logs/conformance-cuda.log"
+  rc=${PIPESTATUS[0]}
+  tail -5 "$logs/conformance-cuda.log" | tee -a "$logs/summary.txt"
+  [ "$rc" -eq 0 ] || status=$rc
+  step "conformance on the GPU: pytest exit code $rc"
+fi
 
 step "pytest tests/unit/test_kernels_compile.py (NVRTC compile check)"
 "$py" -P -m pytest "$repo/tests/unit/test_kernels_compile.py" -p no:cacheprovider -q -rfEs 2>&1 \

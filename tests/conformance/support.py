@@ -33,7 +33,11 @@ LIGHT_URL_PREFIX = "onnx/backend/test/data/light/"
 # BackendTest's category (the unittest class is f"OnnxBackend{category}Test") per loader kind.
 CATEGORIES = {"node": "NodeModel", "real": "RealModel", "simple": "SimpleModel",
               "pytorch-converted": "PyTorchConvertedModel", "pytorch-operator": "PyTorchOperatorModel"}
-DEVICE = "CPU"
+# The device the suite runs on: hipep's CPU reference device, or HIPEP_CONFORMANCE_DEVICE=CUDA on a
+# machine with an NVIDIA GPU (the other device's cases are excluded, not run).
+DEVICE = os.environ.get("HIPEP_CONFORMANCE_DEVICE", "CPU").upper()
+if DEVICE not in ("CPU", "CUDA"):
+    raise ValueError(f"HIPEP_CONFORMANCE_DEVICE must be CPU or CUDA, not {DEVICE!r}")
 SUFFIX = "_" + DEVICE.lower()
 
 
@@ -462,6 +466,7 @@ def summarize(wall_s: float, collection_s: float) -> dict:
         "versions": {"hipep": hipep.__version__, "onnx": onnx.__version__, "onnxruntime": ort.__version__,
                      "python": platform.python_version()},
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "device": DEVICE,
         "registry_ops": len(_registry_ops()),
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
         "wall_s": round(wall_s, 1),

@@ -62,6 +62,9 @@ def _compare_sequences_elementwise() -> None:
 _compare_sequences_elementwise()
 backend_test = onnx.backend.test.BackendTest(backend, __name__, _test_kwargs)
 
+# One device per run (support.DEVICE): the other device's copies of the cases are not run.
+backend_test.exclude(r"_cuda$" if support.DEVICE == "CPU" else r"_cpu$")
+
 # Real models fetched from the network are not part of this suite (the light ones are local).
 for _name in sorted(info.name for info in _catalog.values() if info.needs_download):
     backend_test.exclude(rf"^{re.escape(_name)}_(cpu|cuda)$")
