@@ -7,10 +7,15 @@ sliding-window attention, GQA's windowed cache) and `phi` (partial rotary, Layer
 are random but not tiny (initializer range 0.3), so greedy decoding gives varied tokens and a
 wrong kernel shows. Building needs the `models` extra (torch, transformers, onnxruntime-genai).
 
-Two sizes: `tiny` (the default: hidden 64, 2 layers; fast enough for every test) and `medium`
+Three sizes: `tiny` (the default: hidden 64, 2 layers; fast enough for every test), `medium`
 (hidden 512, intermediate 1408, 4 layers, 8 heads of 64; llama and gemma2 over 4 KV heads): big
 enough that a decode step's kernels take longer than the host's work around them, for benchmarks
-of runtime overhead. A size's models are cached apart; the tiny ones keep their original keys.
+of runtime overhead, and `1b` (llama only: the ~1.1B shape of TinyLlama, hidden 2048, FFN 8192,
+16 layers, 32 heads of 64 over 8 KV heads, vocab 32000, untied lm_head, context 2048), for the GPU
+decode benchmark (benchmarks/decode.py), with HF's default initializer range (0.02: a trained
+model's scale of weights; the final norm gives the logits the spread larger weights would). Its
+int4 build is 0.9 GB and takes the builder ~30 s on 16 cores, ~1 min on 2. A size's models are
+cached apart; the tiny ones keep their original keys.
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ import tempfile
 
 ARCHITECTURES = ("llama", "gemma2", "phi")
 PRECISIONS = ("fp32", "int4")
-SIZES = ("tiny", "medium")
+SIZES = ("tiny", "medium", "1b")
 _VERSION = 2  # bump when the configs below change: the cache key includes it
 VOCAB = 256
 
@@ -34,7 +39,23 @@ def cache_dir() -> str:
     return os.path.join(base, "models")
 
 
+# The ~1.1B llama (TinyLlama's shape), random weights: what benchmarks/decode.py measures on a GPU.
+ONE_B = dict(vocab_size=32000, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+             num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=2048,
+             initializer_range=0.02, tie_word_embeddings=False)
+
+
+def vocab_size(size: str = "tiny") -> int:
+    return ONE_B["vocab_size"] if size == "1b" else VOCAB
+
+
 def _config(arch: str, size: str = "tiny"):
+    if size == "1b":
+        if arch != "llama":
+            raise ValueError(f"size '1b' is built for llama only, not {arch!r}")
+        from transformers import LlamaConfig
+
+        return LlamaConfig(bos_token_id=1, eos_token_id=2, pad_token_id=0, **ONE_B)
     common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, max_position_embeddings=256, initializer_range=0.3,
                   bos_token_id=1, eos_token_id=2, pad_token_id=0)
@@ -66,12 +87,12 @@ def _config(arch: str, size: str = "tiny"):
     raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(ARCHITECTURES)}")
 
 
-def _save_tokenizer(folder: str) -> None:
+def _save_tokenizer(folder: str, vocab: int = VOCAB) -> None:
     """A character-level tokenizer: ids 10.. are 'a'..'z' and ' ', the rest are <id> tokens."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    names = {i: f"<{i}>" for i in range(VOCAB)}
+    names = {i: f"<{i}>" for i in range(vocab)}
     names.update({i: c for i, c in enumerate("abcdefghijklmnopqrstuvwxyz ", start=10)})
     tok = Tokenizer(models.WordLevel({name: i for i, name in names.items()}, unk_token="<0>"))
     tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
@@ -99,7 +120,8 @@ def decoder(arch: str, precision: str = "fp32", rebuild: bool = False, size: str
         hf = os.path.join(work, "hf")
         model = AutoModelForCausalLM.from_config(_config(arch, size))
         model.save_pretrained(hf)
-        _save_tokenizer(hf)
+        del model  # the 1b model's fp32 weights are 4.4 GB: free them before the builder loads its copy
+        _save_tokenizer(hf, vocab_size(size))
         staging = os.path.join(work, "onnx")
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         done = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", hf, "-o", staging,
