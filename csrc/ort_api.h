@@ -11,7 +11,13 @@
 namespace hipep {
 
 constexpr uint32_t kOrtApiVersion = 23;
-constexpr const char* kEpName = "HipExecutionProvider";
+constexpr const char* kEpName = "HipExecutionProvider";  // hipep's best device: a GPU when there is one
+// The CPU reference device, in host memory, beside a GPU EP: ORT requires every EP device one EP
+// is selected with to agree on memory, so the host-memory device has a name of its own.
+constexpr const char* kCpuEpName = "HipCpuExecutionProvider";
+// Names of the memory infos of a GPU's device memory and of its pinned host memory.
+constexpr const char* kDeviceMemoryName = "HipepGpu";
+constexpr const char* kPinnedMemoryName = "HipepGpuPinned";
 constexpr const char* kVendor = "hipep";
 constexpr const char* kVersion = "0.1.0";
 

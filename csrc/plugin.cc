@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "device_memory.h"
+#include "gpu_runtime.h"
 #include "graph_view.h"
 #include "ort_api.h"
 
@@ -124,6 +126,28 @@ void log_records(const OrtLogger* logger, const py::handle& records) {
   }
 }
 
+// ---- device memory -----------------------------------------------------------------------------
+
+// Whether a tensor lives in GPU memory the host cannot read (with the emulation, "GPU" memory is
+// host memory, handed to Python as arrays like any other).
+bool in_device_memory(const OrtValue* value) {
+  GpuRuntime* rt = gpu_runtime();
+  if (rt == nullptr || rt->device_memory_is_host()) return false;
+  const OrtMemoryDevice* md = g_ep_api->Value_GetMemoryDevice(value);
+  return md != nullptr && g_ep_api->MemoryDevice_GetDeviceType(md) == OrtMemoryInfoDeviceType_GPU &&
+         g_ep_api->MemoryDevice_GetMemoryType(md) == OrtDeviceMemoryType_DEFAULT;
+}
+
+int device_ordinal(const OrtValue* value) {
+  return static_cast<int>(g_ep_api->MemoryDevice_GetDeviceId(g_ep_api->Value_GetMemoryDevice(value)));
+}
+
+// What Python receives for a tensor in device memory: (address, shape, dtype). hipep.bridge
+// turns it into the device's array at that address (no copy).
+py::tuple device_tensor(const void* data, const py::dtype& dtype, const std::vector<py::ssize_t>& shape) {
+  return py::make_tuple(py::int_(reinterpret_cast<uintptr_t>(data)), py::tuple(py::cast(shape)), dtype);
+}
+
 // ---- outputs ---------------------------------------------------------------------------------
 
 // What one Compute call shares with the allocate_outputs callable it hands Python. Python may keep
@@ -136,6 +160,8 @@ struct OutputBinding {
   bool active = true;
   bool allocated = false;
   std::vector<void*> data;                  // per output, ORT's buffer (after allocation)
+  std::vector<bool> on_device;              // per output, whether that buffer is device memory
+  int ordinal = 0;                          // the GPU of the device buffers
   std::vector<std::vector<int64_t>> shapes;  // per output, the shape it was obtained with
 };
 
@@ -178,6 +204,12 @@ py::list allocate_outputs(OutputBinding& b, const py::sequence& shapes) {
     b.data[i] = data;
     b.shapes[i] = dims[i];
     std::vector<py::ssize_t> shape(dims[i].begin(), dims[i].end());
+    b.on_device[i] = in_device_memory(value);
+    if (b.on_device[i]) {
+      b.ordinal = device_ordinal(value);
+      out.append(device_tensor(data, dtype, shape));
+      continue;
+    }
     // An empty output may have no buffer: numpy then makes its own (there is nothing to write).
     out.append(data ? py::array(dtype, shape, {}, data, no_owner) : py::array(dtype, shape));
   }
@@ -234,6 +266,10 @@ struct ComputeInfo : OrtNodeComputeInfo {
       TensorLayout layout = tensor_layout(value);
       const void* data = nullptr;
       HIPEP_ORT(g_ort->GetTensorData(value, &data));
+      if (in_device_memory(value)) {
+        inputs.append(device_tensor(data, numpy_dtype(layout.elem), layout.shape));
+        continue;
+      }
       py::array arr(numpy_dtype(layout.elem), layout.shape, {}, data, no_owner);
       py::detail::array_proxy(arr.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
       inputs.append(arr);
@@ -249,6 +285,7 @@ struct ComputeInfo : OrtNodeComputeInfo {
     binding->name = name;
     binding->types = output_types;
     binding->data.assign(num_outputs, nullptr);
+    binding->on_device.assign(num_outputs, false);
     binding->shapes.assign(num_outputs, {});
     py::cpp_function allocate([binding](py::sequence shapes) { return allocate_outputs(*binding, shapes); },
                               py::arg("shapes"));
@@ -270,6 +307,10 @@ struct ComputeInfo : OrtNodeComputeInfo {
       throw std::runtime_error(name + " produced " + std::to_string(outputs.size()) + " outputs, ORT expects " +
                                std::to_string(num_outputs));
     for (size_t i = 0; i < num_outputs; ++i) {
+      if (binding->allocated && binding->on_device[i]) {
+        store_device_output(*binding, i, outputs[i]);
+        continue;
+      }
       py::dtype want = numpy_dtype(output_types[i]);
       auto arr = py::array::ensure(outputs[i], py::array::c_style);
       if (!arr) throw std::runtime_error(name + ": output " + std::to_string(i) + " is not an array");
@@ -291,10 +332,44 @@ struct ComputeInfo : OrtNodeComputeInfo {
         OrtValue* out = nullptr;
         HIPEP_ORT(g_ort->KernelContext_GetOutput(context, i, shape.data(), shape.size(), &out));
         HIPEP_ORT(g_ort->GetTensorMutableData(out, &dst));
+        if (in_device_memory(out)) {  // a host array for a device output: uploaded
+          copy_or_throw(device_ordinal(out), dst, arr.data(), arr.nbytes(), CopyKind::HostToDevice, i);
+          continue;
+        }
       }
       // memmove: an array returned as a view into ORT's own output buffer may overlap it.
       if (arr.nbytes()) std::memmove(dst, arr.data(), arr.nbytes());
     }
+  }
+
+  void copy_or_throw(int ordinal, void* dst, const void* src, size_t nbytes, CopyKind kind, size_t i) {
+    std::string error = gpu_runtime()->copy(ordinal, dst, src, nbytes, kind);
+    if (!error.empty()) throw std::runtime_error(name + ": output " + std::to_string(i) + ": " + error);
+  }
+
+  // An output ORT keeps in device memory: the device's arrays are written in place (the common
+  // case); one computed elsewhere on the device is copied in, a host array uploaded.
+  void store_device_output(OutputBinding& b, size_t i, const py::handle& result) {
+    const std::vector<int64_t>& shape = b.shapes[i];
+    size_t nbytes = numpy_dtype(b.types[i]).itemsize();
+    for (int64_t d : shape) nbytes *= static_cast<size_t>(d);
+    if (py::isinstance<py::array>(result)) {
+      auto arr = py::array::ensure(result, py::array::c_style);
+      if (static_cast<size_t>(arr.nbytes()) != nbytes)
+        throw std::runtime_error(name + ": output " + std::to_string(i) + " came out with " +
+                                 std::to_string(arr.nbytes()) + " bytes, ORT's buffer has " + std::to_string(nbytes));
+      copy_or_throw(b.ordinal, b.data[i], arr.data(), nbytes, CopyKind::HostToDevice, i);
+      return;
+    }
+    if (!py::hasattr(result, "ptr") || !py::hasattr(result, "nbytes"))
+      throw std::runtime_error(name + ": output " + std::to_string(i) + " is neither an array nor device memory");
+    auto ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(result.attr("ptr").cast<uint64_t>()));
+    if (ptr == b.data[i]) return;  // written in place
+    if (result.attr("nbytes").cast<size_t>() != nbytes)
+      throw std::runtime_error(name + ": output " + std::to_string(i) + " came out with " +
+                               std::to_string(result.attr("nbytes").cast<size_t>()) + " bytes, ORT's buffer has " +
+                               std::to_string(nbytes));
+    copy_or_throw(b.ordinal, b.data[i], ptr, nbytes, CopyKind::DeviceToDevice, i);
   }
 };
 
@@ -304,10 +379,13 @@ struct HipEp : OrtEp {
   const OrtLogger* logger;
   std::unique_ptr<PyRef> state;  // hipep.bridge.EpState
 
-  HipEp(const OrtLogger* l, py::object s) : logger(l), state(new PyRef(std::move(s))) {
+  const char* ep_name;
+
+  HipEp(const OrtLogger* l, py::object s, const char* name)
+      : logger(l), state(new PyRef(std::move(s))), ep_name(name) {
     std::memset(static_cast<OrtEp*>(this), 0, sizeof(OrtEp));
     ort_version_supported = kOrtApiVersion;
-    GetName = [](const OrtEp*) noexcept -> const char* { return kEpName; };
+    GetName = [](const OrtEp* self) noexcept -> const char* { return static_cast<const HipEp*>(self)->ep_name; };
     GetCapability = GetCapabilityImpl;
     Compile = CompileImpl;
     ReleaseNodeComputeInfos = ReleaseNodeComputeInfosImpl;
@@ -379,47 +457,140 @@ struct HipEp : OrtEp {
   }
 };
 
-// ---- the factory -----------------------------------------------------------------------------
+// ---- the factories ---------------------------------------------------------------------------
 
+// Two factories, one EP name each. HipExecutionProvider is hipep's best device: with a GPU
+// runtime, one EP device per GPU carrying that GPU's memory infos (ORT then allocates the EP's
+// inputs and outputs in device memory and copies through hipep's data transfer); without one,
+// the CPU reference device in host memory. HipCpuExecutionProvider is always the CPU reference
+// device in host memory: ORT requires the EP devices one EP is selected with to agree on memory,
+// so on a GPU machine the host-memory device needs a name of its own.
 struct HipEpFactory : OrtEpFactory {
-  HipEpFactory() {
+  const char* ep_name;
+  bool gpu;  // offers GPU memory (HipExecutionProvider with a GPU runtime loaded)
+  std::unique_ptr<GpuDataTransfer> transfer;
+
+  HipEpFactory(const char* name, bool offers_gpu) : ep_name(name), gpu(offers_gpu) {
     std::memset(static_cast<OrtEpFactory*>(this), 0, sizeof(OrtEpFactory));
     ort_version_supported = kOrtApiVersion;
-    GetName = [](const OrtEpFactory*) noexcept -> const char* { return kEpName; };
+    GetName = [](const OrtEpFactory* self) noexcept -> const char* {
+      return static_cast<const HipEpFactory*>(self)->ep_name;
+    };
     GetVendor = [](const OrtEpFactory*) noexcept -> const char* { return kVendor; };
     GetVendorId = [](const OrtEpFactory*) noexcept -> uint32_t { return 0; };
     GetVersion = [](const OrtEpFactory*) noexcept -> const char* { return kVersion; };
     GetSupportedDevices = GetSupportedDevicesImpl;
     CreateEp = CreateEpImpl;
     ReleaseEp = [](OrtEpFactory*, OrtEp* ep) noexcept { delete static_cast<HipEp*>(ep); };
-    CreateDataTransfer = [](OrtEpFactory*, OrtDataTransferImpl** out) noexcept -> OrtStatus* {
-      *out = nullptr;  // host memory only: ORT's own CPU copies suffice
+    CreateAllocator = CreateAllocatorImpl;
+    ReleaseAllocator = [](OrtEpFactory*, OrtAllocator* allocator) noexcept {
+      delete static_cast<CachingAllocator*>(allocator);
+    };
+    CreateDataTransfer = [](OrtEpFactory* self, OrtDataTransferImpl** out) noexcept -> OrtStatus* {
+      // Host memory only: ORT's own CPU copies suffice.
+      *out = static_cast<HipEpFactory*>(self)->transfer.get();
       return nullptr;
     };
+    if (gpu) transfer = std::make_unique<GpuDataTransfer>();
   }
 
-  // hipep's buffers are host memory (the CPU reference device), so it offers itself for the CPU.
-  static OrtStatus* ORT_API_CALL GetSupportedDevicesImpl(OrtEpFactory* self, const OrtHardwareDevice* const* devices,
+  static OrtStatus* add_device(HipEpFactory* self, const OrtHardwareDevice* hw, int ordinal, OrtEpDevice** out) {
+    OrtKeyValuePairs* metadata = nullptr;
+    g_ort->CreateKeyValuePairs(&metadata);
+    g_ort->AddKeyValuePair(metadata, "memory", self->gpu ? "gpu" : "host");
+    if (self->gpu) {
+      g_ort->AddKeyValuePair(metadata, "gpu_runtime", gpu_runtime()->name());
+      g_ort->AddKeyValuePair(metadata, "gpu_ordinal", std::to_string(ordinal).c_str());
+    }
+    OrtEpDevice* dev = nullptr;
+    OrtStatus* st = g_ep_api->CreateEpDevice(self, hw, metadata, nullptr, &dev);  // copies the metadata
+    g_ort->ReleaseKeyValuePairs(metadata);
+    if (st) return st;
+    if (self->gpu) {
+      try {
+        const GpuMemoryInfos& infos = gpu_memory_infos(ordinal);
+        st = g_ep_api->EpDevice_AddAllocatorInfo(dev, infos.device);
+        if (!st) st = g_ep_api->EpDevice_AddAllocatorInfo(dev, infos.pinned);
+      } catch (const OrtError& e) {
+        st = make_status(e.code, std::string("hipep: memory info of GPU ") + std::to_string(ordinal) + ": " + e.what());
+      }
+      if (st) {
+        g_ep_api->ReleaseEpDevice(dev);
+        return st;
+      }
+    }
+    *out = dev;
+    return nullptr;
+  }
+
+  // With GPU memory: one EP device per GPU hardware device of the runtime's vendor that ORT
+  // reports (GPU ordinals in ORT's order), or, where ORT reports none (a machine without
+  // /sys/class/drm), one on the CPU hardware device for GPU 0. Host memory: the CPU device.
+  static OrtStatus* ORT_API_CALL GetSupportedDevicesImpl(OrtEpFactory* self_base, const OrtHardwareDevice* const* devices,
                                                          size_t num_devices, OrtEpDevice** ep_devices,
                                                          size_t max_ep_devices, size_t* num_ep_devices) noexcept {
+    auto* self = static_cast<HipEpFactory*>(self_base);
     *num_ep_devices = 0;
+    if (self->gpu) {
+      GpuRuntime* rt = gpu_runtime();
+      int ordinal = 0;
+      for (size_t i = 0; i < num_devices && *num_ep_devices < max_ep_devices && ordinal < rt->device_count(); ++i) {
+        if (g_ort->HardwareDevice_Type(devices[i]) != OrtHardwareDeviceType_GPU ||
+            g_ort->HardwareDevice_VendorId(devices[i]) != rt->vendor_id())
+          continue;
+        if (OrtStatus* st = add_device(self, devices[i], ordinal++, &ep_devices[*num_ep_devices])) return st;
+        ++*num_ep_devices;
+      }
+      if (*num_ep_devices > 0) return nullptr;
+    }
     for (size_t i = 0; i < num_devices && *num_ep_devices < max_ep_devices; ++i) {
       if (g_ort->HardwareDevice_Type(devices[i]) != OrtHardwareDeviceType_CPU) continue;
-      OrtEpDevice* dev = nullptr;
-      OrtStatus* st = g_ep_api->CreateEpDevice(self, devices[i], nullptr, nullptr, &dev);
-      if (st) return st;
-      ep_devices[(*num_ep_devices)++] = dev;
+      if (OrtStatus* st = add_device(self, devices[i], 0, &ep_devices[*num_ep_devices])) return st;
+      ++*num_ep_devices;
       break;
     }
     return nullptr;
   }
 
-  static OrtStatus* ORT_API_CALL CreateEpImpl(OrtEpFactory*, const OrtHardwareDevice* const*,
-                                              const OrtKeyValuePairs* const*, size_t,
+  static OrtStatus* ORT_API_CALL CreateAllocatorImpl(OrtEpFactory* self_base, const OrtMemoryInfo* memory_info,
+                                                     const OrtKeyValuePairs*, OrtAllocator** allocator) noexcept {
+    auto* self = static_cast<HipEpFactory*>(self_base);
+    *allocator = nullptr;
+    if (!self->gpu || memory_info == nullptr) return nullptr;  // host memory: ORT's CPU allocator
+    const OrtMemoryDevice* md = g_ep_api->MemoryInfo_GetMemoryDevice(memory_info);
+    int ordinal = static_cast<int>(g_ep_api->MemoryDevice_GetDeviceId(md));
+    if (g_ep_api->MemoryDevice_GetDeviceType(md) != OrtMemoryInfoDeviceType_GPU || ordinal < 0 ||
+        ordinal >= gpu_runtime()->device_count())
+      return make_status(ORT_INVALID_ARGUMENT, std::string("hipep: ") + self->ep_name +
+                                                   " was asked for an allocator of memory it does not offer");
+    bool pinned = g_ep_api->MemoryDevice_GetMemoryType(md) == OrtDeviceMemoryType_HOST_ACCESSIBLE;
+    try {
+      const GpuMemoryInfos& infos = gpu_memory_infos(ordinal);
+      *allocator = new CachingAllocator(pinned ? infos.pinned : infos.device, ordinal, pinned);
+    } catch (const std::exception& e) {
+      return make_status(ORT_FAIL, std::string("hipep: creating an allocator failed: ") + e.what());
+    }
+    return nullptr;
+  }
+
+  static OrtStatus* ORT_API_CALL CreateEpImpl(OrtEpFactory* self_base, const OrtHardwareDevice* const*,
+                                              const OrtKeyValuePairs* const* ep_metadata, size_t num_devices,
                                               const OrtSessionOptions* session_options, const OrtLogger* logger,
                                               OrtEp** ep) noexcept {
+    auto* self = static_cast<HipEpFactory*>(self_base);
     *ep = nullptr;
     return guarded("creating the execution provider", [&] {
+      // The GPU whose memory ORT gives this EP (one per session: the selected devices agree).
+      int ordinal = -1;
+      for (size_t i = 0; self->gpu && i < num_devices; ++i) {
+        const char* v = ep_metadata && ep_metadata[i] ? g_ort->GetKeyValue(ep_metadata[i], "gpu_ordinal") : nullptr;
+        int o = v ? std::atoi(v) : 0;
+        if (ordinal >= 0 && o != ordinal)
+          throw std::runtime_error(std::string(self->ep_name) + " was selected with the EP devices of GPUs " +
+                                   std::to_string(ordinal) + " and " + std::to_string(o) +
+                                   "; a session runs on one GPU: select one EP device");
+        ordinal = o;
+      }
       OrtKeyValuePairs* kvps = nullptr;
       HIPEP_ORT(g_ort->GetSessionOptionsConfigEntries(session_options, &kvps));
       const char* const* keys = nullptr;
@@ -431,8 +602,11 @@ struct HipEpFactory : OrtEpFactory {
       g_ort->ReleaseKeyValuePairs(kvps);
       OrtLoggingLevel level = ORT_LOGGING_LEVEL_WARNING;
       HIPEP_ORT(g_ort->Logger_GetLoggingSeverityLevel(logger, &level));
-      py::object state = bridge().attr("create_ep")(config, static_cast<int>(level));
-      *ep = new HipEp(logger, state);
+      std::string memory = "host";
+      if (self->gpu) memory = gpu_runtime()->device_memory_is_host() ? "emulated" : "gpu";
+      py::object state = bridge().attr("create_ep")(config, static_cast<int>(level), self->ep_name, memory,
+                                                    ordinal < 0 ? 0 : ordinal);
+      *ep = new HipEp(logger, state, self->ep_name);
     });
   }
 };
@@ -457,9 +631,15 @@ HIPEP_EXPORT OrtStatus* CreateEpFactories(const char* /*registration_name*/, con
   if (api == nullptr) return nullptr;  // cannot even build a status; ORT logs the failed GetApi
   g_ort = api;
   g_ep_api = api->GetEpApi();
-  if (max_factories < 1) return make_status(ORT_INVALID_ARGUMENT, "hipep: no room for its EP factory");
-  factories[0] = new HipEpFactory();
-  *num_factories = 1;
+  if (max_factories < 2) return make_status(ORT_INVALID_ARGUMENT, "hipep: no room for its two EP factories");
+  if (gpu_runtime() == nullptr) {
+    std::string why;
+    std::unique_ptr<GpuRuntime> runtime = load_gpu_runtime(why);
+    set_gpu_runtime(std::move(runtime), why);
+  }
+  factories[0] = new HipEpFactory(kEpName, gpu_runtime() != nullptr);
+  factories[1] = new HipEpFactory(kCpuEpName, false);
+  *num_factories = 2;
   return nullptr;
 }
 

@@ -14,11 +14,19 @@ obtains ORT's outputs with those shapes and returns writable arrays over them (o
 valid during that call only); the executor calls it as soon as it knows the output shapes and
 writes the results there. `run` returns the output arrays: those C++ finds outside ORT's
 outputs (a plan that computed them elsewhere) it copies.
+
+Device memory: when HipExecutionProvider offers a GPU's memory (csrc/device_memory.cc), ORT
+keeps the EP's inputs and outputs there, and Compute hands a tensor in device memory over as a
+tuple (address, shape, dtype) instead of an array, for inputs and from allocate_outputs alike;
+`run` turns each into the device's own array at that address (`wrap_device_memory`), so kernels
+read and write ORT's tensors with no copy. Tensors ORT keeps in host memory still come as arrays
+(the device stages them).
 """
 from __future__ import annotations
 
 import collections
 import logging
+from dataclasses import replace
 import threading
 import time
 
@@ -26,7 +34,7 @@ from . import counters
 from .compiler import compile_subgraph
 from .errors import HipepError, OptionError
 from .graph import GraphView, elem_type_of
-from .options import EP_NAME, ProviderOptions
+from .options import CONFIG_PREFIX, EP_NAME, ProviderOptions
 from .ops.registry import check_node, lookup
 from .partition import PartitionReport, partition
 from .plan import walk
@@ -103,10 +111,44 @@ def check_options(options: ProviderOptions) -> str:
     return resolve_device(options)
 
 
+CPU_EP_NAME = "HipCpuExecutionProvider"  # the CPU reference device in host memory (csrc/ort_api.h)
+
+
+def _device_for_memory(options: ProviderOptions, ep_name: str, memory: str, gpu_ordinal: int) -> str:
+    """The device kind of an EP whose EP device has `memory` ("gpu": a GPU's device memory,
+    "emulated": host memory ORT is told is a GPU's (tests), "host")."""
+    if ep_name == CPU_EP_NAME:
+        if options.device not in ("auto", "cpu"):
+            raise OptionError(f"{CPU_EP_NAME} is hipep's CPU reference device: option 'device' = "
+                              f"'{options.device}' belongs to {EP_NAME}")
+        return check_options(replace(options, device="cpu"))
+    if memory != "gpu":
+        return check_options(options)
+    # ORT keeps this EP's tensors in the GPU's memory: only the GPU device can run them.
+    if options.device == "cpu":
+        raise OptionError(f"{EP_NAME} runs on the GPU on this machine (ORT gives it GPU memory), so option "
+                          f"'device' = 'cpu' cannot apply; the CPU reference device is {CPU_EP_NAME} "
+                          f"(hipep.InferenceSession(..., device='cpu') picks it)")
+    if options.device == "hip":
+        raise OptionError("device 'hip' is not available: hipep's HIP backend is not implemented yet; "
+                          "use device=cuda or device=auto")
+    if options.device_id != gpu_ordinal:
+        raise OptionError(f"option 'device_id' = {options.device_id} names another GPU than the EP device "
+                          f"ORT selected (GPU {gpu_ordinal}); select that GPU's EP device instead")
+    return check_options(replace(options, device="cuda"))
+
+
 class EpState:
-    def __init__(self, config: dict[str, str], ort_severity: int):
+    def __init__(self, config: dict[str, str], ort_severity: int, ep_name: str = EP_NAME, memory: str = "host",
+                 gpu_ordinal: int = 0):
+        if ep_name != EP_NAME:  # provider options arrive under the EP's own name
+            prefix = f"ep.{ep_name.lower()}."
+            config = {**{k: v for k, v in config.items() if not k.startswith(CONFIG_PREFIX)},
+                      **{CONFIG_PREFIX + k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix)}}
+        self.ep_name = ep_name
+        self.memory = memory
         self.options = ProviderOptions.from_session_config(config)
-        self.device_kind = check_options(self.options)
+        self.device_kind = _device_for_memory(self.options, ep_name, memory, gpu_ordinal)
         self.device = open_device(self.device_kind, self.options.device_id,
                                   cpu_schedule=self.options.cpu_schedule, seed=self.options.seed)
         self.fallback_disabled = config.get(FALLBACK_KEY, "0").strip() == "1"
@@ -185,23 +227,46 @@ class EpState:
                              f"{len(inputs)} inputs, {len(outputs)} outputs, {len(weights)} weights "
                              f"({weights.nbytes / 2**20:.1f} MiB) on device {self.device.name}")]
         elem_types = [elem_type_of(plan.values[v].dtype) for v in plan.outputs]
-        return CompiledSubgraph(executor, weights), elem_types, self._records(records)
+        return CompiledSubgraph(executor, weights, self.device), elem_types, self._records(records)
 
 
 class CompiledSubgraph:
     """One fused node's executable and the weights it owns. `run` is re-entrant: ORT may call it
     from several threads."""
 
-    def __init__(self, executor: Executor, weights: WeightStore | None = None):
+    def __init__(self, executor: Executor, weights: WeightStore | None = None, device=None):
         self.executor = executor
         self.weights = weights if weights is not None else WeightStore({})
+        self.device = device if device is not None else executor.device
 
     def run(self, inputs, allocate_outputs=None):
         """The outputs of one run. `allocate_outputs`, when given (Compute gives it), obtains
-        ORT's output buffers; the executor calls it once it knows the shapes and writes there."""
+        ORT's output buffers; the executor calls it once it knows the shapes and writes there.
+        Tensors in device memory arrive as (address, shape, dtype) tuples (see the module doc)."""
         counters.bump("runs")
+        if any(type(a) is tuple for a in inputs):
+            inputs = [self._device_tensor(a, f"input {pos}") if type(a) is tuple else a
+                      for pos, a in enumerate(inputs)]
+        if allocate_outputs is not None:
+            ort_allocate = allocate_outputs
+
+            def allocate_outputs(shapes):
+                return [self._device_tensor(a, f"output {j}") if type(a) is tuple else a
+                        for j, a in enumerate(ort_allocate(shapes))]
         return self.executor.run(inputs, allocate_outputs=allocate_outputs)
 
+    def _device_tensor(self, desc: tuple, what: str):
+        ptr, shape, dtype = desc
+        wrap = getattr(self.device, "wrap_device_memory", None)
+        if wrap is None:
+            raise HipepError(f"{what} is in GPU memory, but this subgraph runs on the {self.device.name} device, "
+                             f"which cannot address it")
+        return wrap(ptr, shape, dtype)
 
-def create_ep(config: dict[str, str], ort_severity: int) -> EpState:
-    return EpState(dict(config), ort_severity)
+
+def create_ep(config: dict[str, str], ort_severity: int, ep_name: str = EP_NAME, memory: str = "host",
+              gpu_ordinal: int = 0) -> EpState:
+    """`ep_name`: HipExecutionProvider or HipCpuExecutionProvider; `memory`: where ORT keeps the
+    EP's tensors ("gpu", "host", or "emulated": host memory ORT is told is a GPU's, for tests);
+    `gpu_ordinal`: the GPU of the EP device ORT selected."""
+    return EpState(dict(config), ort_severity, ep_name, memory, gpu_ordinal)
