@@ -29,6 +29,7 @@ sync, naming the launches issued since the last one.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 import os
 import threading
@@ -260,6 +261,7 @@ class CudaStream(Stream):
         self._event_pool: list = []
         self.staging: dict[tuple[str, int], CudaMemory] = {}
         self.staged_inputs: list[tuple[int, int, DeviceArray]] = []  # (host address, bytes, device copy)
+        self.workspace: list[CudaMemory] = []  # Target.workspace buffers, newest last (CudaDevice._workspace)
 
     # -- the Stream interface
 
@@ -364,7 +366,7 @@ class CudaStream(Stream):
                 d.cuEventDestroy(s)
                 d.cuEventDestroy(e)
             d.cuStreamDestroy(self.handle)
-            for mem in self.staging.values():
+            for mem in [*self.staging.values(), *self.workspace]:
                 self.device.free(mem)
         except Exception:  # noqa: BLE001 - at interpreter exit the driver may be gone
             pass
@@ -425,13 +427,15 @@ class CudaProgram:
         self.arity = kernel.arity
         self._host = None
 
-    def bind(self, args: list) -> list:
-        """The launch's ops, ready to issue, for these arguments (DeviceArrays, numpy constants)."""
+    def bind(self, args: list, stream: CudaStream | None = None) -> list:
+        """The launch's ops, ready to issue on `stream`, for these arguments (DeviceArrays, numpy
+        constants)."""
         if self.binding is None:
             raise table.NoKernel(f"no kernel for cuda: {self.kernel.name.lstrip(':')}")
         dev = self.device
         converted = [dev._arg(a) for a in args]
-        ops = self.binding.bind(converted[:self.arity], converted[self.arity:], self.attrs, dev.target)
+        target = dev.target if stream is None else dev.stream_target(stream)
+        ops = self.binding.bind(converted[:self.arity], converted[self.arity:], self.attrs, target)
         return [dev._ready(op) for op in ops]
 
     def run(self, args: list) -> None:
@@ -491,10 +495,10 @@ class _NodeState:
         self.version = 0
         self.reads_values = program.binding is not None and program.binding.reads_values
 
-    def prepare(self, args: list) -> list:
+    def prepare(self, args: list, stream: CudaStream | None = None) -> list:
         sig = tuple(_arg_signature(a, self.reads_values) for a in args)
         if sig != self.sig:
-            ops = self.program.bind(args)
+            ops = self.program.bind(args, stream)
             if [o.key for o in ops] != [o.key for o in self.ops]:
                 self.version += 1
             self.ops, self.sig = ops, sig
@@ -804,6 +808,19 @@ class CudaDevice(Device):
                 self._scratch_mem.append(self.alloc("device", max(nbytes, 1 << 16)))
             return self._scratch_mem[-1].ptr
 
+    def stream_target(self, stream: CudaStream) -> table.Target:
+        """The device's Target with a workspace private to `stream`."""
+        return dataclasses.replace(self.target, workspace=lambda nbytes: self._workspace(stream, nbytes))
+
+    def _workspace(self, stream: CudaStream, nbytes: int) -> int:
+        """Device memory for a launch's intermediate results (split-KV partials, rotated queries),
+        private to `stream`, so runs in flight on other streams never share it; launches on one
+        stream run in order and share it. Grown, never freed while the stream lives: captured
+        launches and CUDA graphs keep the address of every buffer handed out."""
+        if not stream.workspace or stream.workspace[-1].nbytes < nbytes:
+            stream.workspace.append(self.alloc("device", max(nbytes, 1 << 16)))
+        return stream.workspace[-1].ptr
+
     def _arg(self, a):
         if a is None:
             return None
@@ -920,7 +937,7 @@ class CudaDevice(Device):
         label = label or program.label
         self._current()
         try:
-            ops = program.bind(list(args))
+            ops = program.bind(list(args), stream)
         except HipepError as e:
             raise named_error(label, e) from None
         self._issue(stream, ops, label)
@@ -988,7 +1005,7 @@ class CudaDevice(Device):
                 work.append((node.label, st.ops))
                 continue
             try:
-                ops = st.prepare(node.args)
+                ops = st.prepare(node.args, stream)
             except HipepError as e:
                 raise named_error(node.label, e) from None
             except Exception as e:  # noqa: BLE001 - a binding's bug still names its node

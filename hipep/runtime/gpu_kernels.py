@@ -90,11 +90,14 @@ class CopyOp:
 
 @dataclass
 class Target:
-    """What a binding may ask of the device: its shape, and scratch memory for an output the
-    plan drops (a kernel still writes it)."""
+    """What a binding may ask of the device: its shape, scratch memory for an output the plan
+    drops (a kernel still writes it), and `workspace(nbytes) -> pointer`: device memory for a
+    launch's intermediate results, private to the stream the launch runs on (grown when a launch
+    needs more, never freed while the stream lives: captured CUDA graphs keep its address)."""
     sm_count: int = 132
     warp_size: int = 32
     scratch: Callable[[int], int] | None = None
+    workspace: Callable[[int], int] | None = None
 
 
 def ptr(a: Arg | None) -> ctypes.c_uint64:
