@@ -16,7 +16,8 @@ from .explain import explain  # noqa: F401
 from .options import EP_NAME, ProviderOptions
 
 __version__ = "0.1.0"
-__all__ = ["register", "get_library_path", "get_ep_name", "explain", "InferenceSession", "stats",
+__all__ = ["register", "get_library_path", "get_ep_name", "explain", "InferenceSession", "stats", "memory_stats",
+           "provider_for", "CPU_EP_NAME",
            "HipepError", "ModelError", "OptionError", "RuntimeShapeError", "FallbackError"]
 
 
@@ -28,8 +29,29 @@ _register_lock = threading.Lock()
 _registered = False
 
 
+# The CPU reference device in host memory, for machines where HipExecutionProvider runs on a GPU
+# (its EP devices carry GPU memory there, and ORT requires one EP's devices to agree on memory).
+CPU_EP_NAME = "HipCpuExecutionProvider"
+
+
 def get_ep_name() -> str:
     return EP_NAME
+
+
+def gpu_memory_offered() -> bool:
+    """Whether HipExecutionProvider's EP devices carry GPU memory in this process (a GPU runtime
+    loaded when ORT loaded the plugin): then it runs on the GPU and device=cpu is CPU_EP_NAME."""
+    register()
+    from . import _native
+
+    return _native.gpu_memory()["runtime"] is not None
+
+
+def provider_for(device: str = "auto") -> str:
+    """The EP name that runs `device` (a `device` option value) in this process:
+    HipCpuExecutionProvider for "cpu" where HipExecutionProvider runs on a GPU, else
+    HipExecutionProvider. For onnxruntime-genai's append_provider and ORT's providers list."""
+    return CPU_EP_NAME if device == "cpu" and gpu_memory_offered() else EP_NAME
 
 
 def get_library_path() -> str:
@@ -61,10 +83,32 @@ def stats() -> dict[str, int]:
     specializations (new layout signatures laid out and captured), specialization_hits (runs
     that replayed one), host_reads (values the host read back to size or steer a run) and
     kernel_us (time inside device programs; run time minus it is the runtime's overhead).
-    Counters that never moved are absent: read them with `.get(name, 0)`."""
+    With GPU memory (HipExecutionProvider on a GPU): transfer_bytes and transfers, the bytes and
+    tensors copied through hipep's data transfer (feeds and fetches in host memory, IOBinding,
+    OrtValue.numpy()). Counters that never moved are absent: read them with `.get(name, 0)`."""
     from . import counters
 
-    return counters.snapshot()
+    out = counters.snapshot()
+    native = _native_memory_stats()
+    for name in ("transfer_bytes", "transfers"):
+        if native.get(name):
+            out[name] = native[name]
+    return out
+
+
+def _native_memory_stats() -> dict[str, int]:
+    try:
+        from . import _native
+    except ImportError:  # the runtime without the plugin library
+        return {}
+    return _native.memory_stats()
+
+
+def memory_stats() -> dict[str, int]:
+    """hipep's GPU memory as ORT uses it (process-wide): device_in_use (bytes ORT holds from
+    hipep's allocators), device_cached (freed blocks kept for reuse), device_reserved (bytes held
+    from the driver), host_in_use (pinned), allocators (live ones), transfer_bytes, transfers."""
+    return _native_memory_stats()
 
 
 def _session_class():
@@ -100,22 +144,23 @@ def InferenceSession(model, sess_options=None, disable_cpu_ep_fallback: bool = T
         model = model.SerializeToString()
     provider_options = {k: str(v) for k, v in options.items()}
     from .bridge import check_options
-    from .options import CONFIG_PREFIX
 
+    # device=cpu where HipExecutionProvider runs on a GPU: the CPU reference device's own EP name
+    ep_name = provider_for(provider_options.get("device", "auto"))
     check_options(ProviderOptions.from_strings(provider_options))  # bad options fail here, plainly
     # The options go in as the session config entries ORT would make of them: as provider options,
     # ORT's Python layer would also read `device_id` to pick an EP device and fail on any id but
     # the one device hipep offers it, before hipep could say which ids exist.
     for key, value in provider_options.items():
-        so.add_session_config_entry(CONFIG_PREFIX + key, value)
+        so.add_session_config_entry(f"ep.{ep_name.lower()}.{key}", value)
     try:
-        return _session_class()(model, sess_options=so, providers=[EP_NAME])
+        return _session_class()(model, sess_options=so, providers=[ep_name])
     except Exception as e:
         from .bridge import last_report
 
         report = last_report()
         if disable_cpu_ep_fallback and report is not None and report.rejections and "fallback" in str(e).lower():
             lines = "\n".join("  " + line for line in report.rejection_lines())
-            raise FallbackError(f"{EP_NAME} cannot run {len(report.rejections)} node(s) and CPU fallback is "
+            raise FallbackError(f"{ep_name} cannot run {len(report.rejections)} node(s) and CPU fallback is "
                                 f"disabled:\n{lines}\n(onnxruntime said: {e})") from e
         raise

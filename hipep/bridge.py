@@ -122,13 +122,15 @@ def _device_for_memory(options: ProviderOptions, ep_name: str, memory: str, gpu_
             raise OptionError(f"{CPU_EP_NAME} is hipep's CPU reference device: option 'device' = "
                               f"'{options.device}' belongs to {EP_NAME}")
         return check_options(replace(options, device="cpu"))
-    if memory != "gpu":
+    if memory == "host":
         return check_options(options)
     # ORT keeps this EP's tensors in the GPU's memory: only the GPU device can run them.
     if options.device == "cpu":
         raise OptionError(f"{EP_NAME} runs on the GPU on this machine (ORT gives it GPU memory), so option "
                           f"'device' = 'cpu' cannot apply; the CPU reference device is {CPU_EP_NAME} "
                           f"(hipep.InferenceSession(..., device='cpu') picks it)")
+    if memory == "emulated":  # host memory in disguise: the CPU device computes (device=auto)
+        return check_options(options)
     if options.device == "hip":
         raise OptionError("device 'hip' is not available: hipep's HIP backend is not implemented yet; "
                           "use device=cuda or device=auto")
@@ -244,16 +246,23 @@ class CompiledSubgraph:
         ORT's output buffers; the executor calls it once it knows the shapes and writes there.
         Tensors in device memory arrive as (address, shape, dtype) tuples (see the module doc)."""
         counters.bump("runs")
-        if any(type(a) is tuple for a in inputs):
+        if tuple in map(type, inputs):  # (a scan in C: most runs have no device tensor)
             inputs = [self._device_tensor(a, f"input {pos}") if type(a) is tuple else a
                       for pos, a in enumerate(inputs)]
-        if allocate_outputs is not None:
-            ort_allocate = allocate_outputs
+        if allocate_outputs is None:
+            return self.executor.run(inputs)
+        ort_allocate = allocate_outputs
 
-            def allocate_outputs(shapes):
-                return [self._device_tensor(a, f"output {j}") if type(a) is tuple else a
-                        for j, a in enumerate(ort_allocate(shapes))]
-        return self.executor.run(inputs, allocate_outputs=allocate_outputs)
+        def allocate_outputs(shapes):
+            arrays = ort_allocate(shapes)
+            if tuple in map(type, arrays):
+                arrays = [self._device_tensor(a, f"output {j}") if type(a) is tuple else a
+                          for j, a in enumerate(arrays)]
+            return arrays
+        self.executor.run(inputs, allocate_outputs=allocate_outputs)
+        # Given allocate_outputs, the executor obtains ORT's outputs through it and writes them
+        # there (or raises): None tells Compute that nothing is left to check or copy.
+        return None
 
     def _device_tensor(self, desc: tuple, what: str):
         ptr, shape, dtype = desc

@@ -7,10 +7,13 @@ host reads the small values a plan puts there (shapes, sequence lengths) without
 is a `DeviceArray` (pointer, shape, dtype). Plan constants and hipep-held weights reach the
 device as numpy arrays; each is copied to device memory once, when a launch first uses it.
 
-ORT hands Compute host memory today: inputs are copied into stable per-position device buffers
-of the run's stream (`stage_input`), kernels write outputs into the stream's output buffers
-(`stage_output`, the input's buffer for an in-place pair), and `finish_outputs` copies them back
-and syncs. Stable buffers keep a signature's pointers fixed from run to run, which is what lets a
+ORT's memory: when hipep's EP device offers this GPU's memory (csrc/device_memory.cc), ORT keeps
+the EP's inputs and outputs in device memory and Compute hands over their addresses:
+`wrap_device_memory` makes them `OrtDeviceArray`s that kernels read and write in place (no
+copy; `finish_outputs` only syncs). Tensors in host memory (an EP device without GPU memory) are
+copied into stable per-position device buffers of the run's stream (`stage_input`), kernels write
+outputs into the stream's output buffers (`stage_output`, the input's buffer for an in-place
+pair), and `finish_outputs` copies them back and syncs. Stable buffers keep a signature's pointers fixed from run to run, which is what lets a
 replay reuse its bound launches and its CUDA graphs.
 
 Launch: every plan launch has a GPU program from the kernel table (hipep.runtime.gpu_kernels); a
@@ -215,6 +218,38 @@ class DeviceArray:
     def __repr__(self) -> str:
         where = "host_visible" if self.host_visible else "device"
         return f"DeviceArray({list(self.shape)}:{self.dtype}, {where} at {self.ptr:#x})"
+
+
+class OrtDeviceArray(DeviceArray):
+    """A tensor ORT keeps in this GPU's device memory (hipep's EP device offers it; IOBinding and
+    device OrtValues put the caller's tensors there), used in place as a kernel argument. The
+    host may read single elements of a 1-D view: a shape program reading an input's values
+    (Reshape's shape as a graph input), counted among the run's host reads."""
+    __slots__ = ("device",)
+
+    def __init__(self, device: "CudaDevice", ptr: int, shape, dtype):
+        super().__init__(None, ptr, shape, dtype)
+        self.device = device
+
+    def reshape(self, *shape) -> "OrtDeviceArray":
+        view = super().reshape(*shape)
+        return OrtDeviceArray(self.device, view.ptr, view.shape, view.dtype)
+
+    def __getitem__(self, k):
+        if self.ndim != 1 or not isinstance(k, (int, np.integer)):
+            raise HipepError(f"a device tensor of shape {list(self.shape)} is read by the host one element of a "
+                             f"1-D view at a time, not with [{k!r}]")
+        n = self.size
+        if not -n <= k < n:
+            raise IndexError(f"index {k} is out of bounds for a device tensor of {n} elements")
+        k = int(k) % n
+        out = np.empty(1, self.dtype)
+        self.device._current()
+        # Synchronous: ORT's copies into its tensors are complete (hipep's data transfer waits for
+        # them) and hipep's own runs end with a sync.
+        _check(_driver().cuMemcpyDtoH(out.ctypes.data, self.ptr + k * self.dtype.itemsize, self.dtype.itemsize),
+               "cuMemcpyDtoH")
+        return out[0]
 
 
 # ---- streams and events -------------------------------------------------------------------------
@@ -842,6 +877,11 @@ class CudaDevice(Device):
                 self.free(mem)
             mem = stream.staging[key] = self.alloc("device", max(nbytes, 256))
         return mem
+
+    def wrap_device_memory(self, ptr: int, shape, dtype) -> OrtDeviceArray:
+        """ORT's tensor at `ptr` in this GPU's device memory (Compute hands those over when the
+        EP device offers device memory): a kernel argument as it is, no copy."""
+        return OrtDeviceArray(self, ptr, shape, dtype)
 
     def stage_input(self, stream: CudaStream, position: int, array: Any) -> Any:
         if isinstance(array, DeviceArray) or array is None:

@@ -159,7 +159,9 @@ class Executor:
         for pos, (a, dtype) in enumerate(zip(inputs, self._in_dtypes)):
             if a is None:
                 continue
-            if type(a) is not np.ndarray or not a.flags.c_contiguous:
+            if not isinstance(a, np.ndarray) and hasattr(a, "ptr"):
+                pass  # a device array (ORT's tensor in device memory), used in place
+            elif type(a) is not np.ndarray or not a.flags.c_contiguous:
                 a = out[pos] = np.ascontiguousarray(a)
             if a.dtype != dtype:
                 spec = self.plan.values[self.plan.inputs[pos]]

@@ -5,6 +5,9 @@
     config.clear_providers()
     config.append_provider("HipExecutionProvider")
     config.set_provider_option("HipExecutionProvider", "device", "cpu")
+
+Where HipExecutionProvider runs on a GPU, the CPU reference device is HipCpuExecutionProvider
+(hipep.provider_for("cpu") names the right one).
 """
 from __future__ import annotations
 
@@ -43,13 +46,17 @@ def greedy(folder: str, prompts: list[list[int]], steps: int = 32, ep: str = "hi
     with `pad_token_id`, which OGA masks out). `ep` is "hipep" or "cpu"."""
     import onnxruntime_genai as og
 
+    from .. import provider_for
+
     config = og.Config(folder)
     config.clear_providers()
     if ep == "hipep":
         register_with_genai()
-        config.append_provider(EP_NAME)
-        for k, v in (provider_options or {"device": "cpu"}).items():
-            config.set_provider_option(EP_NAME, k, str(v))
+        options = provider_options or {"device": "cpu"}
+        name = provider_for(str(options.get("device", "auto")))  # HipCpuExecutionProvider beside a GPU
+        config.append_provider(name)
+        for k, v in options.items():
+            config.set_provider_option(name, k, str(v))
     elif ep != "cpu":
         raise ValueError(f"ep must be 'hipep' or 'cpu', got {ep!r}")
     model = og.Model(config)
