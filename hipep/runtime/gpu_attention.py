@@ -1,4 +1,464 @@
 """GPU bindings: GroupQueryAttention (decode split over the KV length, prefill tiled and causal) and RotaryEmbedding.
 
-Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported."""
+Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported.
+
+GroupQueryAttention (kernels/attention.hip) runs as a short sequence of launches whose grids depend
+on shapes only -- the batch, the new tokens, the head counts and the KV buffers' capacities -- never
+on seqlens_k or total_sequence_length, which the kernels read from device memory. So a decode
+step binds to the same launches every step, replays as one CUDA graph and reads nothing back:
+
+  copy_past     when present is not past's buffer: past's rows into present (zeros after the new
+                rows); with the sliding-window cache: past's resident rows into the window cache
+  prepare       rotary on Q (into workspace) and on the new K; K/V written at each row's position
+  decode        one query token: the KV range split over `splits` blocks per KV head (flash-decoding)
+  + combine     the splits' partials (max, sum, unnormalised output, in workspace) merged
+  or prefill    several query tokens: query tiles against KV tiles, online softmax
+  window_store  sliding-window cache: the kept rows back into present
+
+`gqa_layout` computes every launch's shape from the argument shapes alone (no pointers), so the
+unit tests can check it and emulate the kernels' index arithmetic in numpy (`gqa_rows` mirrors
+`hipep_gqa_geometry`).
+"""
 from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import HipepError
+from ..ops.registry import OUTPUT_COUNT
+from .gpu_kernels import KernelOp, NoKernel, _binding, _cdiv, _dt, flat_config, ptr
+
+GQA = "GroupQueryAttention"
+DEC_THREADS = 128  # kernels/attention.hip HIPEP_DEC_THREADS (one key per thread per tile)
+DEC_TILE = 128  # HIPEP_DEC_TILE
+DEC_HEADS = 8  # HIPEP_DEC_HEADS: query heads of one KV head per decode block
+MAX_HEAD = 256  # HIPEP_GQA_MAX_HEAD
+MAX_SPLITS = 64
+ALIGN = 256
+# prefill variants: head-size bucket -> (threads, columns per thread); BM = threads / 4 query rows,
+# BN = 8 * columns keys per tile (shared memory stays below 48 KiB in f32)
+PREFILL = {64: (128, 4), 128: (128, 4), 256: (64, 2)}
+
+_INTS = ("batch", "seq", "heads", "kv_heads", "head_size", "group", "rotary_half", "do_rotary", "interleaved",
+         "has_pos_ids", "max_pos", "has_past", "past_rows", "cache_rows", "present_rows", "windowed", "window",
+         "window_from_raw", "splits", "head_groups", "heads_per_block", "bias_len", "has_sink")
+_LONGS = ("bias_sb", "bias_sh", "bias_ss", "qin_sb", "qin_ss", "kin_sb", "kin_ss", "q_sb", "q_ss", "q_sh")
+
+
+class GqaArgs(ctypes.Structure):
+    """kernels/attention.hip's hipep_gqa_args."""
+    _fields_ = ([(n, ctypes.c_int) for n in _INTS] + [(n, ctypes.c_longlong) for n in _LONGS]
+                + [("scale", ctypes.c_float), ("softcap", ctypes.c_float)])
+
+
+def _round(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+# ---- geometry (pure: shapes and attributes in, launch shapes and workspace offsets out) -----------
+
+@dataclass
+class GqaLayout:
+    args: GqaArgs
+    decode: bool
+    packed: bool
+    cache_in_workspace: bool  # the cache attention reads is the workspace's (window cache, or no present)
+    workspace: dict  # region -> (offset, bytes)
+    workspace_bytes: int
+    prefill_bucket: int
+
+
+def gqa_head_size(attrs, q_shape, packed: bool) -> int:
+    n, nkv = int(attrs["num_heads"]), int(attrs["kv_num_heads"])
+    width = n + 2 * nkv if packed else n
+    if len(q_shape) != 3 or int(q_shape[2]) % width:
+        raise HipepError(f"{GQA}: query {list(q_shape)} is not [batch, sequence, {width} * head_size]")
+    return int(q_shape[2]) // width
+
+
+def _head_size_reason(h: int) -> str | None:
+    if h % 8 or not 8 <= h <= MAX_HEAD:
+        return f"head size {h}: the GPU kernels need a multiple of 8 up to {MAX_HEAD}"
+    return None
+
+
+def gqa_layout(attrs: dict, dtype, q_shape, k_shape, past_shape, present_rows, cos_shape, pos_ids: bool,
+               bias_shape, sink: bool, sm_count: int = 132, dropped_present: bool = False) -> GqaLayout:
+    """Every launch's shape for one GroupQueryAttention launch. `present_rows`: present's sequence
+    extent (None where the plan keeps no present output); `dropped_present`: the plan keeps only
+    one of present_key / present_value (the window cache still writes both)."""
+    dtype = np.dtype(dtype)
+    n, nkv = int(attrs["num_heads"]), int(attrs["kv_num_heads"])
+    packed = k_shape is None
+    h = gqa_head_size(attrs, q_shape, packed)
+    why = _head_size_reason(h)
+    if why:
+        raise NoKernel(f"{GQA}: {why}")
+    b, s = int(q_shape[0]), int(q_shape[1])
+    if not packed and tuple(k_shape) != (b, s, nkv * h):
+        raise HipepError(f"{GQA}: key must be [batch, sequence, kv_num_heads * head_size] = {[b, s, nkv * h]}, "
+                         f"got {list(k_shape)}")
+    cap = 0
+    if past_shape is not None:
+        if len(past_shape) != 4 or tuple(past_shape[:2]) != (b, nkv) or int(past_shape[3]) != h:
+            raise HipepError(f"{GQA}: past_key must be [batch, kv_num_heads, past, head_size] = "
+                             f"{[b, nkv, 'past', h]}, got {list(past_shape)}")
+        cap = int(past_shape[2])
+    windowed = int(attrs.get("sliding_window_cache", 0)) == 1
+    window = int(attrs.get("local_window_size", -1))
+    if windowed and cap < max(window, 1):
+        raise HipepError(f"{GQA}: sliding_window_cache: the KV cache capacity (past_key's sequence extent, {cap}) "
+                         f"must be at least local_window_size ({window})")
+    a = GqaArgs()
+    a.batch, a.seq, a.heads, a.kv_heads, a.head_size, a.group = b, s, n, nkv, h, n // nkv
+    a.do_rotary = int(attrs.get("do_rotary", 0))
+    a.interleaved = int(attrs.get("rotary_interleaved", 0))
+    if a.do_rotary:
+        if cos_shape is None or len(cos_shape) != 2:
+            raise HipepError(f"{GQA}: do_rotary=1 needs 2-D cos_cache/sin_cache, got {cos_shape}")
+        a.rotary_half, a.max_pos = int(cos_shape[1]), int(cos_shape[0])
+        if not 0 < 2 * a.rotary_half <= h:
+            raise HipepError(f"{GQA}: cos_cache width {a.rotary_half} does not fit head size {h}")
+    a.has_pos_ids = int(pos_ids and bool(a.do_rotary))
+    a.has_past, a.past_rows = int(past_shape is not None), cap
+    a.windowed, a.window = int(windowed), window
+    softcap = float(attrs.get("softcap", 0.0))
+    smooth = int(attrs.get("smooth_softmax", 0)) == 1
+    a.window_from_raw = int(dtype == np.float32 and softcap <= 0 and not sink and not smooth
+                            and int(attrs.get(OUTPUT_COUNT, 3)) >= 3)
+    a.has_sink = int(sink or smooth)
+    a.softcap = softcap
+    scale = float(attrs.get("scale", 0.0))
+    a.scale = float(np.float32(scale) or np.float32(1) / np.sqrt(np.float32(h)))
+    if bias_shape is not None:
+        bs = [int(d) for d in bias_shape]
+        if len(bs) != 4 or bs[0] not in (1, b) or bs[1] not in (1, n) or bs[2] != s:
+            raise HipepError(f"{GQA}: attention_bias must be [batch or 1, num_heads or 1, {s}, total], got {bs}")
+        a.bias_len, a.bias_ss = bs[3], bs[3]
+        a.bias_sh = 0 if bs[1] == 1 else s * bs[3]
+        a.bias_sb = 0 if bs[0] == 1 else bs[1] * s * bs[3]
+    # Where the query, key and value of the new tokens are (element strides).
+    row = (n + 2 * nkv) * h if packed else n * h
+    a.qin_ss, a.qin_sb = row, s * row
+    krow = row if packed else nkv * h
+    a.kin_ss, a.kin_sb = krow, s * krow
+    if a.do_rotary:  # attention reads the rotated copy, [B, N, S, H]
+        a.q_sb, a.q_ss, a.q_sh = n * s * h, h, s * h
+    else:
+        a.q_sb, a.q_ss, a.q_sh = s * row, row, h
+    # The cache attention reads.
+    if windowed:
+        a.cache_rows, a.present_rows = cap + s, cap
+        cache_in_ws = True
+    else:
+        a.present_rows = int(present_rows) if present_rows is not None else (cap + s if cap else s)
+        a.cache_rows = a.present_rows
+        cache_in_ws = present_rows is None
+    e = dtype.itemsize
+    regions: dict[str, tuple[int, int]] = {}
+    offset = 0
+
+    def region(name, nbytes):
+        nonlocal offset
+        regions[name] = (offset, nbytes)
+        offset += _round(max(nbytes, 1))
+
+    if a.do_rotary:
+        region("q", b * n * s * h * e)
+    if cache_in_ws:
+        region("cache_k", b * nkv * a.cache_rows * h * e)
+        region("cache_v", b * nkv * a.cache_rows * h * e)
+    if windowed and (present_rows is None or dropped_present):  # a dropped present output is still written
+        region("present_k", b * nkv * cap * h * e)
+        region("present_v", b * nkv * cap * h * e)
+    decode = s == 1
+    a.heads_per_block = min(a.group, DEC_HEADS)
+    a.head_groups = _cdiv(a.group, a.heads_per_block)
+    a.splits = 1
+    if decode:
+        blocks = b * nkv * a.head_groups
+        a.splits = max(1, min(_cdiv(max(a.cache_rows, 1), DEC_TILE), _cdiv(2 * sm_count, blocks), MAX_SPLITS))
+        if a.splits > 1:
+            region("part_acc", b * n * a.splits * h * 4)
+            region("part_ml", b * n * a.splits * 2 * 4)
+    bucket = 64 if h <= 64 else (128 if h <= 128 else 256)
+    return GqaLayout(a, decode, packed, cache_in_ws, regions, offset, bucket)
+
+
+def gqa_rows(a: GqaArgs, seqlens, total: int) -> list[dict]:
+    """hipep_gqa_geometry in numpy terms: per batch row, where its tokens and keys are in the cache
+    (t, first, past, len, seed, src_off, store_first, store_count)."""
+    s = a.seq
+    first = int(total) == s
+    out = []
+    if not a.windowed:
+        for sl in seqlens:
+            t = int(sl) + 1
+            p = 0 if (first or not a.has_past) else max(t - s, 0)
+            out.append(dict(t=t, first=first, past=p, len=t, seed=p, src_off=0, store_first=0, store_count=0))
+        return out
+    cap, w = a.past_rows, a.window
+    gap = cap - w + 1
+
+    def end(p):
+        return p if p <= cap else p - gap * ((p - cap + gap - 1) // gap)
+
+    staging = any(end(max(int(sl) + 1 - s, 0) + s) - s < min(max(int(sl) + 1 - s, 0), w - 1) for sl in seqlens)
+    for sl in seqlens:
+        t = int(sl) + 1
+        p = max(t - s, 0)
+        before, kept = end(p), end(p + s) - s
+        seed = before if staging else kept
+        out.append(dict(t=t, first=first, past=seed, len=seed + s, seed=seed, src_off=0 if staging else before - kept,
+                        store_first=before - kept if staging else 0, store_count=kept + s if staging else seed + s))
+    return out
+
+
+def gqa_bounds(a: GqaArgs, row: dict, s: int) -> tuple[int, int]:
+    """hipep_gqa_bounds: the keys [lo, hi) query row s attends."""
+    raw = row["past"] + s + 1
+    f = min(raw, row["len"])
+    hi = min(f, a.cache_rows)
+    lo = max((raw if a.window_from_raw else f) - a.window, 0) if a.window >= 0 else 0
+    return lo, hi
+
+
+# ---- GroupQueryAttention --------------------------------------------------------------------------
+
+def _gqa_check(attrs, dtypes, shapes, values):
+    if not dtypes or dtypes[0] not in ("float32", "float16"):
+        return f"element type {dtypes[0] if dtypes else '?'}"
+    q = shapes[0] if shapes else None
+    packed = len(dtypes) < 2 or not dtypes[1]
+    h = None
+    if q is not None and len(q) == 3 and q[2] is not None:
+        n, nkv = int(attrs["num_heads"]), int(attrs["kv_num_heads"])
+        width = n + 2 * nkv if packed else n
+        if q[2] % width == 0:
+            h = q[2] // width
+    past = shapes[3] if len(shapes) > 3 else None
+    if h is None and past is not None and len(past) == 4 and past[3] is not None:
+        h = past[3]
+    if h is not None:
+        why = _head_size_reason(int(h))
+        if why:
+            return why
+    bias = shapes[10] if len(shapes) > 10 else None
+    if bias is not None and len(bias) != 4:
+        return f"attention_bias of rank {len(bias)} (4-D only)"
+    return None
+
+
+def _aligned(*pointers) -> bool:
+    return all(p % 16 == 0 for p in pointers if p)
+
+
+@_binding(f"com.microsoft::{GQA}", check=_gqa_check, modules=("attention",))
+def _gqa_bind(ins, outs, attrs, target):
+    ins = list(ins) + [None] * (12 - len(ins))
+    q, k, v, pk, pv, seqlens, total, cos, sin, pos_ids, bias, sink = ins[:12]
+    outs = list(outs) + [None] * (3 - len(outs))
+    out, pres_k, pres_v = outs[:3]
+    dt = _dt(q.dtype, GQA)
+    if dt not in ("f32", "f16"):
+        raise NoKernel(f"{GQA} on {q.dtype.name}")
+    if seqlens is None or total is None:
+        raise HipepError(f"{GQA}: seqlens_k and total_sequence_length are required")
+    if seqlens.dtype != np.int32 or total.dtype != np.int32:
+        raise HipepError(f"{GQA}: seqlens_k and total_sequence_length must be int32, got {seqlens.dtype.name} and "
+                         f"{total.dtype.name}")
+    present_rows = next((int(p.shape[2]) for p in (pres_k, pres_v) if p is not None), None)
+    lay = gqa_layout(attrs, q.dtype, q.shape, None if k is None else k.shape, None if pk is None else pk.shape,
+                     present_rows, None if cos is None else cos.shape, pos_ids is not None,
+                     None if bias is None else bias.shape, sink is not None, target.sm_count,
+                     (pres_k is None) != (pres_v is None))
+    a = lay.args
+    if seqlens.size != a.batch:
+        raise HipepError(f"{GQA}: seqlens_k must have batch_size={a.batch} elements, got shape {list(seqlens.shape)}")
+    if sink is not None and sink.size != a.heads:
+        raise HipepError(f"{GQA}: head_sink must be [num_heads] = [{a.heads}], got {list(sink.shape)}")
+    if pos_ids is not None and a.has_pos_ids and (pos_ids.ndim != 2 or pos_ids.shape[0] != a.batch
+                                                  or pos_ids.shape[1] < a.seq):
+        raise HipepError(f"{GQA}: position_ids must be [batch, >= sequence] = [{a.batch}, >= {a.seq}], "
+                         f"got {list(pos_ids.shape)}")
+    if a.batch * a.seq == 0 or out is None:
+        return []
+    e = q.dtype.itemsize
+    ws = 0
+    if lay.workspace_bytes:
+        if target.workspace is None:
+            raise NoKernel(f"{GQA}: the device offers no workspace")
+        ws = target.workspace(lay.workspace_bytes)
+
+    def region(name):
+        return ws + lay.workspace[name][0] if name in lay.workspace else 0
+
+    qp = q.ptr
+    kp = q.ptr + a.heads * a.head_size * e if lay.packed else k.ptr
+    vp = q.ptr + (a.heads + a.kv_heads) * a.head_size * e if lay.packed else v.ptr
+    if lay.cache_in_workspace:
+        cache_k, cache_v = region("cache_k"), region("cache_v")
+    else:
+        cache_k = pres_k.ptr if pres_k is not None else region("cache_k")
+        cache_v = pres_v.ptr if pres_v is not None else region("cache_v")
+    if not lay.cache_in_workspace and (pres_k is None or pres_v is None):
+        raise NoKernel(f"{GQA}: a present output the plan drops")  # layout gave the workspace no room for it
+    if not _aligned(qp, kp, vp, cache_k, cache_v, 0 if pk is None else pk.ptr, 0 if pv is None else pv.ptr):
+        raise NoKernel(f"{GQA}: the query, key, value or KV cache buffers are not 16-byte aligned")
+    sl, tot = ptr(seqlens), ptr(total)
+    words = a.head_size * e // 16
+    ops = []
+    # 1. rows taken from past
+    if a.has_past and (lay.args.windowed or cache_k != pk.ptr or cache_v != pv.ptr):
+        rows = a.cache_rows
+        grid, block = flat_config(a.batch * a.kv_heads * rows * words, target)
+        ops.append(KernelOp("hipep_gqa_copy_past", (grid[0], 2, 1), block,
+                            [ptr(pk), ptr(pv), sl, tot, ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v),
+                             ctypes.c_int(rows), ctypes.c_int(words), a], module="attention"))
+    # 2. rotary and the new rows
+    q_rot = region("q")
+    items = a.batch * a.seq * (a.heads + 2 * a.kv_heads) * (a.head_size // 2)
+    grid, block = flat_config(items, target)
+    ops.append(KernelOp(f"hipep_gqa_prepare_{dt}", grid, block,
+                        [ctypes.c_uint64(qp), ctypes.c_uint64(kp), ctypes.c_uint64(vp), sl, tot, ptr(pos_ids),
+                         ptr(cos), ptr(sin), ctypes.c_uint64(q_rot), ctypes.c_uint64(cache_k),
+                         ctypes.c_uint64(cache_v), a], module="attention"))
+    q_att = q_rot if a.do_rotary else qp
+    # 3. attention
+    if lay.decode:
+        ops.append(KernelOp(f"hipep_gqa_decode_{dt}", (a.splits, a.kv_heads * a.head_groups, a.batch),
+                            (DEC_THREADS, 1, 1),
+                            [ctypes.c_uint64(q_att), ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v), sl, tot,
+                             ptr(bias), ptr(sink), ptr(out), ctypes.c_uint64(region("part_acc")),
+                             ctypes.c_uint64(region("part_ml")), a], module="attention"))
+        if a.splits > 1:
+            ops.append(KernelOp(f"hipep_gqa_combine_{dt}", (a.heads, a.batch, 1), (128, 1, 1),
+                                [ctypes.c_uint64(region("part_acc")), ctypes.c_uint64(region("part_ml")),
+                                 ptr(sink), ptr(out), a], module="attention"))
+    else:
+        threads, _ = PREFILL[lay.prefill_bucket]
+        ops.append(KernelOp(f"hipep_gqa_prefill_{dt}_h{lay.prefill_bucket}", (_cdiv(a.seq, threads // 4), a.heads,
+                                                                              a.batch), (threads, 1, 1),
+                            [ctypes.c_uint64(q_att), ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v), sl, tot,
+                             ptr(bias), ptr(sink), ptr(out), a], module="attention"))
+    # 4. the sliding-window cache's kept rows into present
+    if a.windowed:
+        dst_k = pres_k.ptr if pres_k is not None else region("present_k")
+        dst_v = pres_v.ptr if pres_v is not None else region("present_v")
+        if not _aligned(dst_k, dst_v):
+            raise NoKernel(f"{GQA}: present_key/present_value are not 16-byte aligned")
+        grid, block = flat_config(a.batch * a.kv_heads * a.past_rows * words, target)
+        ops.append(KernelOp("hipep_gqa_window_store", (grid[0], 2, 1), block,
+                            [ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v), sl, tot, ctypes.c_uint64(dst_k),
+                             ctypes.c_uint64(dst_v), ctypes.c_int(words), a], module="attention"))
+    return ops
+
+
+# ---- RotaryEmbedding (com.microsoft and ai.onnx-23) -------------------------------------------------
+
+class RopeArgs(ctypes.Structure):
+    """kernels/rotary.hip's hipep_rope_args."""
+    _fields_ = ([(n, ctypes.c_int) for n in ("batch", "seq", "heads", "head_size", "rotary_half", "interleaved",
+                                             "pos_mode", "max_pos")]
+                + [(n, ctypes.c_longlong) for n in ("sb", "ss", "sh")])
+
+
+def rope_layout(op: str, x_shape, heads: int, head_size: int, rotary_dim: int, cos_shape, pos_mode: int,
+                interleaved: int) -> RopeArgs:
+    """The rotary kernel's arguments for an input of `x_shape` (3-D [B, S, N*H] or 4-D [B, N, S, H])."""
+    a = RopeArgs()
+    if len(x_shape) == 3:
+        b, s, hidden = (int(d) for d in x_shape)
+        if head_size <= 0 or heads <= 0 or heads * head_size != hidden:
+            raise HipepError(f"{op}: input hidden size {hidden} is not num_heads ({heads}) * head_size ({head_size})")
+        a.sb, a.ss, a.sh = s * hidden, hidden, head_size
+    elif len(x_shape) == 4:
+        b, heads, s, head_size = (int(d) for d in x_shape)
+        a.sb, a.ss, a.sh = heads * s * head_size, head_size, s * head_size
+    else:
+        raise HipepError(f"{op}: input must be 3-D or 4-D, got {list(x_shape)}")
+    r = rotary_dim or head_size
+    if r <= 0 or r > head_size or r % 2 or head_size % 2:
+        raise HipepError(f"{op}: rotary dimension {r} must be even and at most the (even) head size {head_size}")
+    if int(cos_shape[-1]) != r // 2:
+        raise HipepError(f"{op}: cos_cache/sin_cache last dim must be rotary_dim / 2 = {r // 2}, got {cos_shape[-1]}")
+    a.batch, a.seq, a.heads, a.head_size, a.rotary_half = b, s, heads, head_size, r // 2
+    a.interleaved, a.pos_mode, a.max_pos = int(interleaved), pos_mode, int(cos_shape[0])
+    return a
+
+
+def _rope_check(attrs, dtypes, shapes, values):
+    if not dtypes or dtypes[0] not in ("float32", "float16"):
+        return f"element type {dtypes[0] if dtypes else '?'}"
+    return None
+
+
+def _rope_ops(a: RopeArgs, x, pos_ids, cos, sin, y, target):
+    if a.batch * a.seq * a.heads == 0:
+        return []
+    grid, block = flat_config(a.batch * a.seq * a.heads * (a.head_size // 2), target)
+    return [KernelOp(f"hipep_rotary_{_dt(x.dtype, 'RotaryEmbedding')}", grid, block,
+                     [ptr(x), ptr(pos_ids), ptr(cos), ptr(sin), ptr(y), a], module="rotary")]
+
+
+@_binding("com.microsoft::RotaryEmbedding", check=_rope_check, modules=("rotary",))
+def _ms_rope_bind(ins, outs, attrs, target):
+    x, pos_ids, cos, sin = ins[:4]
+    op = "RotaryEmbedding"
+    n, rd = int(attrs.get("num_heads", 0)), int(attrs.get("rotary_embedding_dim", 0))
+    if cos.ndim != 2 or tuple(sin.shape) != tuple(cos.shape):
+        raise HipepError(f"{op}: cos_cache and sin_cache must both be 2-D [max_position, rotary_dim / 2], "
+                         f"got {list(cos.shape)} and {list(sin.shape)}")
+    if x.ndim not in (3, 4):
+        raise HipepError(f"{op}: input must be 3-D or 4-D, got {list(x.shape)}")
+    hidden = x.shape[2] if x.ndim == 3 else x.shape[1] * x.shape[3]
+    h = 2 * int(cos.shape[1]) if rd == 0 else (hidden // n if n else 0)
+    if x.ndim == 4 and (h != x.shape[3] or (n and n != x.shape[1])):
+        raise HipepError(f"{op}: head size {h} / num_heads {n} differ from the input's {list(x.shape)}")
+    heads = (n or (hidden // h if h else 0)) if x.ndim == 3 else x.shape[1]
+    b, s = (x.shape[0], x.shape[1]) if x.ndim == 3 else (x.shape[0], x.shape[2])
+    if s > cos.shape[0]:
+        raise HipepError(f"{op}: sequence length {s} exceeds the caches' {cos.shape[0]} positions")
+    if pos_ids.size == 1 and pos_ids.ndim <= 1:
+        mode = 0
+    elif tuple(pos_ids.shape) == (b, s):
+        mode = 1
+    else:
+        raise HipepError(f"{op}: position_ids must be one element or [batch, sequence] = {[b, s]}, "
+                         f"got {list(pos_ids.shape)}")
+    a = rope_layout(op, x.shape, heads, h, rd or h, cos.shape, mode, int(attrs.get("interleaved", 0)))
+    return _rope_ops(a, x, pos_ids, cos, sin, outs[0], target)
+
+
+@_binding("::RotaryEmbedding", check=_rope_check, modules=("rotary",))
+def _onnx_rope_bind(ins, outs, attrs, target):
+    x, cos, sin = ins[:3]
+    pos_ids = ins[3] if len(ins) > 3 else None
+    op = "RotaryEmbedding"
+    n, rd = int(attrs.get("num_heads", 0)), int(attrs.get("rotary_embedding_dim", 0))
+    if x.ndim == 3 and n <= 0:
+        raise HipepError(f"{op}: a 3-D input needs the num_heads attribute")
+    if x.ndim not in (3, 4):
+        raise HipepError(f"{op}: input must be 3-D or 4-D, got {list(x.shape)}")
+    h = x.shape[2] // n if x.ndim == 3 else x.shape[3]
+    b, s = (x.shape[0], x.shape[1]) if x.ndim == 3 else (x.shape[0], x.shape[2])
+    if tuple(sin.shape) != tuple(cos.shape):
+        raise HipepError(f"{op}: cos_cache {list(cos.shape)} and sin_cache {list(sin.shape)} differ")
+    if pos_ids is None:
+        if cos.ndim != 3 or tuple(cos.shape[:2]) != (b, s):
+            raise HipepError(f"{op}: without position_ids, cos_cache must be [batch, sequence, rotary_dim / 2] with "
+                             f"batch, sequence = {b}, {s}, got {list(cos.shape)}")
+        mode = 2
+    else:
+        if cos.ndim != 2:
+            raise HipepError(f"{op}: with position_ids, cos_cache must be 2-D [max_position, rotary_dim / 2], "
+                             f"got {list(cos.shape)}")
+        if tuple(pos_ids.shape) != (b, s):
+            raise HipepError(f"{op}: position_ids must be [batch, sequence] = {[b, s]}, got {list(pos_ids.shape)}")
+        mode = 1
+    a = rope_layout(op, x.shape, n if x.ndim == 3 else x.shape[1], h, rd or h, cos.shape, mode,
+                    int(attrs.get("interleaved", 0)))
+    return _rope_ops(a, x, pos_ids, cos, sin, outs[0], target)
+
