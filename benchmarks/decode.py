@@ -1,0 +1,418 @@
+"""Decode throughput of the ~1.1B int4 llama (hipep.tools.model_zoo size '1b') on hipep's CUDA
+device, through ONNX Runtime with IOBinding and through onnxruntime-genai.
+
+1. ORT with IOBinding: a prompt of 128 random tokens, then greedy decoding to 128 new tokens.
+   Every past_key_values.i and its present.i are bound to one [1, kv, max_length, head] value (the
+   builder's GroupQueryAttention models share past and present, as onnxruntime-genai runs them),
+   held in hipep's device memory when ORT can allocate it there ("cuda" OrtValues), else in host
+   memory that hipep stages (the results say which). Logits are bound to a value of the same kind
+   and only the last position's row is read back; the argmax is taken on the host. tok/s over the
+   decode steps only (the prompt's step excluded), median of 3 runs after a warm-up run; per step,
+   the host time (step − kernel_us) and the launches from hipep.stats().
+2. onnxruntime-genai with hipep (device=cuda): the same prompt and length. For a plugin EP it does
+   not know, onnxruntime-genai keeps inputs, logits and the KV cache in host memory, so hipep copies
+   every cache buffer in and out on each step; that cost is estimated from the buffers' bytes and
+   the pageable host↔device copy bandwidth measured in the same run.
+3. ORT's CPU EP on the same model and prompt: the first 16 greedy tokens and the prompt's last
+   logits row, against hipep's.
+
+Writes benchmarks/results/<date>-decode-<gpu>.md and .png (the plot needs matplotlib). Building
+the model (once, cached) needs the `models` extra and takes ~30 s on 16 cores.
+
+    python benchmarks/decode.py [--quick] [--model DIR] [--no-genai] [--host-io] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # machine.py, gpu_harness.py
+import gpu_harness as gh  # noqa: E402
+from machine import machine_info  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+PROMPT, NEW, RUNS, COMPARE = 128, 128, 3, 16
+
+# Batch 1, 128 new tokens after a 128-token prompt, same model shape, measured on the H200 machine
+# (2026-12-01): the context these numbers are read in.
+PEERS = (("HF transformers eager, fp16", 15.4), ("PyTorch, whole step in one CUDA graph (fp16 or int4)", 450),
+         ("torch.compile + CUDA graph, fp16", 755), ("torch.compile + int4 tinygemm", 995),
+         ("ORT CPU EP through onnxruntime-genai, 16 cores", 71))
+
+
+def _counters() -> dict:
+    import hipep
+
+    s = hipep.stats()
+    return {k: s.get(k, 0) for k in ("launches", "kernel_us", "host_reads", "specializations")}
+
+
+class Decoder:
+    """Greedy decoding of a builder decoder with one IOBinding: past and present share one
+    max_length value per cache, logits go to a value per sequence length, both where `place`
+    puts them; input ids and the mask are small host inputs bound per step."""
+
+    def __init__(self, sess, head_size: int, max_len: int, place: gh.Placement):
+        self.sess, self.place, self.max_len = sess, place, max_len
+        self.binding = sess.io_binding()
+        self.inputs = {i.name for i in sess.get_inputs()}
+        logits = next(o for o in sess.get_outputs() if o.name == "logits")
+        self.vocab = logits.shape[-1]
+        self.logits_dtype = np.float16 if "float16" in logits.type else np.float32
+        self.cache_bytes, self.caches = 0, {}
+        for i in sess.get_inputs():
+            if i.name.startswith("past_key_values."):
+                dtype = np.float16 if "float16" in i.type else np.float32
+                value = place.value(np.zeros((1, i.shape[1], max_len, head_size), dtype))
+                self.caches[i.name] = value
+                self.cache_bytes += value.tensor_size_in_bytes()
+                self.binding.bind_ortvalue_input(i.name, value)
+                self.binding.bind_ortvalue_output(i.name.replace("past_key_values.", "present."), value)
+        self.logits: dict[int, object] = {}
+
+    def step(self, ids: np.ndarray, total: int) -> np.ndarray:
+        """Runs `ids` (1 × n) with `total` tokens in the cache afterwards; the last logits row."""
+        n = ids.shape[1]
+        if total > self.max_len:
+            raise ValueError(f"{total} tokens do not fit the {self.max_len}-token cache")
+        b = self.binding
+        b.bind_cpu_input("input_ids", ids)
+        b.bind_cpu_input("attention_mask", np.ones((1, total), np.int64))
+        if "position_ids" in self.inputs:
+            b.bind_cpu_input("position_ids", np.arange(total - n, total, dtype=np.int64)[None])
+        out = self.logits.get(n)
+        if out is None:
+            out = self.logits[n] = self.place.empty((1, n, self.vocab), self.logits_dtype)
+        b.bind_ortvalue_output("logits", out)
+        self.sess.run_with_iobinding(b)
+        return gh.to_host(out)[0, -1]
+
+    def generate(self, prompt: np.ndarray, new: int, timed: bool = False) -> dict:
+        """Greedy tokens after `prompt`: the prompt's step gives the first, each decode step one
+        more. With `timed`, per decode step its wall time and hipep.stats() deltas."""
+        row = self.step(prompt[None], prompt.size)
+        tokens, first_row = [int(np.argmax(row))], row
+        wall, stats = [], []
+        clock = time.perf_counter_ns
+        for k in range(1, new):
+            ids = np.array([[tokens[-1]]], np.int64)
+            c0 = _counters() if timed else None
+            t0 = clock()
+            row = self.step(ids, prompt.size + k)
+            tokens.append(int(np.argmax(row)))
+            t1 = clock()
+            if timed:
+                c1 = _counters()
+                wall.append(t1 - t0)
+                stats.append({k: c1[k] - c0[k] for k in c0})
+        return {"tokens": tokens, "first_row": first_row, "wall_ns": np.asarray(wall, np.int64), "stats": stats}
+
+
+def model_facts(folder: str) -> dict:
+    import onnx
+    from collections import Counter
+
+    m = onnx.load(os.path.join(folder, "model.onnx"), load_external_data=False)
+    ops = Counter(n.op_type for n in m.graph.node)
+    data = os.path.join(folder, "model.onnx.data")
+    with open(os.path.join(folder, "genai_config.json")) as f:
+        cfg = json.load(f)
+    dec = cfg["model"]["decoder"]
+    # what a decode step must read: every MatMulNBits weight and scale (the embedding is one row)
+    names = {i for n in m.graph.node if n.op_type == "MatMulNBits" for i in n.input[1:] if i}
+    itemsize = {onnx.TensorProto.UINT8: 1, onnx.TensorProto.FLOAT16: 2, onnx.TensorProto.FLOAT: 4}
+    step_bytes = sum(int(np.prod(t.dims)) * itemsize.get(t.data_type, 4) for t in m.graph.initializer
+                     if t.name in names)
+    past = next(i for i in m.graph.input if i.name.startswith("past_key_values."))
+    logits = next(o for o in m.graph.output if o.name == "logits")
+    nbits = next((n for n in m.graph.node if n.op_type == "MatMulNBits"), None)
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in nbits.attribute} if nbits is not None else {}
+    return {"ops": dict(ops.most_common()), "bytes": os.path.getsize(data) if os.path.exists(data) else 0,
+            "weights_per_step": step_bytes, "layers": dec["num_hidden_layers"], "head_size": dec["head_size"],
+            "hidden": dec["hidden_size"], "heads": dec["num_attention_heads"], "kv_heads": dec["num_key_value_heads"],
+            "vocab": cfg["model"]["vocab_size"], "context": cfg["model"]["context_length"],
+            "cache_itemsize": itemsize.get(past.type.tensor_type.elem_type, 4),
+            "activations": onnx.helper.tensor_dtype_to_np_dtype(logits.type.tensor_type.elem_type).name,
+            "quantization": (f"MatMulNBits {attrs['bits']}-bit, block {attrs['block_size']}, accuracy level "
+                             f"{attrs.get('accuracy_level', 0)}") if attrs else "no MatMulNBits"}
+
+
+def summarize(runs: list[dict]) -> dict:
+    """tok/s per run over its decode steps; the median run's; per-step medians over all runs."""
+    tok_s = [len(r["wall_ns"]) / (r["wall_ns"].sum() / 1e9) for r in runs]
+    wall = np.concatenate([r["wall_ns"] for r in runs]) / 1e6
+    stat = {k: np.array([s[k] for r in runs for s in r["stats"]], np.float64) for k in runs[0]["stats"][0]}
+    kernel = stat["kernel_us"] / 1e3
+    return {"tok_s": float(np.median(tok_s)), "runs_tok_s": tok_s, "ms": float(np.median(wall)),
+            "kernel_ms": float(np.median(kernel)), "host_ms": float(np.median(wall - kernel)),
+            "launches": float(np.median(stat["launches"])), "host_reads": float(np.mean(stat["host_reads"])),
+            "specializations": int(stat["specializations"].sum()),
+            "series_ms": np.median(np.stack([r["wall_ns"] for r in runs]), axis=0) / 1e6,
+            "series_kernel_ms": np.median(np.stack([[s["kernel_us"] for s in r["stats"]] for r in runs]), axis=0) / 1e3}
+
+
+def run_hipep(path: str, facts: dict, prompt: np.ndarray, new: int, runs: int, place: gh.Placement,
+              device_id: int, device: str = "cuda") -> dict:
+    import hipep
+
+    sess = hipep.InferenceSession(path, device=device, device_id=device_id)
+    dec = Decoder(sess, facts["head_size"], prompt.size + new, place)
+    warm = dec.generate(prompt, new, timed=True)  # traces and captures each new layout
+    timed = [dec.generate(prompt, new, timed=True) for _ in range(runs)]
+    out = summarize(timed)
+    out.update(first_pass_tok_s=summarize([warm])["tok_s"], tokens=timed[0]["tokens"], first_row=timed[0]["first_row"],
+               cache_bytes=dec.cache_bytes, same_tokens=all(r["tokens"] == timed[0]["tokens"] for r in timed + [warm]))
+    return out
+
+
+def run_cpu_reference(path: str, facts: dict, prompt: np.ndarray, count: int) -> dict:
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    dec = Decoder(sess, facts["head_size"], prompt.size + count, gh.Placement(0, want_device=False))
+    return dec.generate(prompt, count)
+
+
+def run_genai(folder: str, prompt: np.ndarray, new: int, runs: int, device_id: int, device: str = "cuda") -> dict:
+    import onnxruntime_genai as og
+
+    from hipep.options import EP_NAME
+    from hipep.tools.generate import register_with_genai
+
+    register_with_genai()
+    config = og.Config(folder)
+    config.clear_providers()
+    config.append_provider(EP_NAME)
+    config.set_provider_option(EP_NAME, "device", device)
+    if device_id:
+        config.set_provider_option(EP_NAME, "device_id", str(device_id))
+    config.set_provider_option(EP_NAME, "strict", "1")
+    model = og.Model(config)
+    clock = time.perf_counter_ns
+    passes = []
+    for _ in range(runs + 1):  # the first is the warm-up
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=prompt.size + new, do_sample=False)
+        gen = og.Generator(model, params)
+        gen.append_tokens(prompt[None].astype(np.int32))  # the prompt's step
+        gen.generate_next_token()  # the first token, from the prompt's logits
+        wall, stats = [], []
+        for _ in range(1, new):  # each: one decode step, then the token from its logits
+            c0 = _counters()
+            t0 = clock()
+            gen.generate_next_token()
+            t1 = clock()
+            c1 = _counters()
+            wall.append(t1 - t0)
+            stats.append({k: c1[k] - c0[k] for k in c0})
+        tokens = [int(t) for t in gen.get_sequence(0)[prompt.size:]]
+        passes.append({"tokens": tokens, "wall_ns": np.asarray(wall, np.int64), "stats": stats})
+    out = summarize(passes[1:])
+    out.update(first_pass_tok_s=summarize(passes[:1])["tok_s"], tokens=passes[1]["tokens"])
+    return out
+
+
+# ---- results --------------------------------------------------------------------------------------
+
+def rel_l2(got, want) -> float:
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.linalg.norm(got - want) / (np.linalg.norm(want) or 1.0))
+
+
+def leading_equal(a: list[int], b: list[int], n: int) -> int:
+    k = 0
+    while k < min(n, len(a), len(b)) and a[k] == b[k]:
+        k += 1
+    return k
+
+
+def render(info: dict, facts: dict, folder: str, place: gh.Placement, copy: dict, hip: dict, cpu: dict | None,
+           genai: dict, staging: dict | None, args, command: str) -> str:
+    L = gh.header_lines(f"Decode of {os.path.basename(folder.rstrip(os.sep))} on {info['gpu']}", info, command)
+    ops = ", ".join(f"{n} {op}" for op, n in facts["ops"].items() if n >= facts["layers"])
+    L += [f"- model: `{folder}` (hidden {facts['hidden']}, {facts['layers']} layers, "
+          f"{facts['heads']}/{facts['kv_heads']} heads of {facts['head_size']}, vocab {facts['vocab']}; "
+          f"{facts['activations']} activations, "
+          f"{facts['quantization']}; {ops}); {gh.bytes_text(facts['bytes'])} of weights, "
+          f"{gh.bytes_text(facts['weights_per_step'])} read per step (MatMulNBits weights and scales)",
+          f"- prompt {args.prompt} random tokens, {args.new} new tokens, greedy; tok/s over the {args.new - 1} decode "
+          f"steps (the prompt's step gives the first token), median of {args.runs} runs after a warm-up run",
+          f"- device-to-device copy in this run: {copy['gbps']:.0f} GB/s (read and write counted)", ""]
+    L += ["## Throughput", "",
+          "| path | KV cache and logits | tok/s | runs | ms/step | kernel ms/step | host ms/step | "
+          "launches/step | host reads/step | specializations (timed steps) | warm-up run tok/s |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def line(name, where, r):
+        if "error" in r:
+            return f"| {name} | {where} | failed: {r['error'].replace('|', '/')} | | | | | | | | |"
+        return (f"| {name} | {where} | **{r['tok_s']:.1f}** | {', '.join(f'{t:.1f}' for t in r['runs_tok_s'])} | "
+                f"{r['ms']:.3f} | {r['kernel_ms']:.3f} | {r['host_ms']:.3f} | {r['launches']:.0f} | "
+                f"{r['host_reads']:.1f} | {r['specializations']} | {r['first_pass_tok_s']:.1f} |")
+
+    L.append(line("ORT + IOBinding, hipep", place.label, hip))
+    L.append(line("onnxruntime-genai, hipep", "host memory (genai's own buffers)", genai))
+    L += ["", "kernel ms/step: hipep.stats()['kernel_us'] (CUDA events around each run's replay); host ms/step: "
+              "the step's wall time (bind, run, read back the logits row, argmax) minus it."]
+    if "error" not in hip and hip["kernel_ms"] > 0:
+        L += ["", f"Weights read per step / kernel time: {facts['weights_per_step'] / hip['kernel_ms'] / 1e6:.0f} GB/s "
+                  f"({facts['weights_per_step'] / hip['kernel_ms'] / 1e6 / copy['gbps']:.0%} of the copy bandwidth); "
+                  f"per step wall time: {facts['weights_per_step'] / hip['ms'] / 1e6:.0f} GB/s."]
+    if staging:
+        L += ["", "## onnxruntime-genai: the cost of host-resident caches", "",
+              f"Its past/present buffers: {staging['tensors']} of {gh.bytes_text(staging['tensor_bytes'])} "
+              f"({gh.bytes_text(staging['bytes'])}), each copied to the device before and back after every step. "
+              f"Pageable copies of that size measured here: host→device {staging['h2d']:.1f} GB/s, device→host "
+              f"{staging['d2h']:.1f} GB/s, so about **{staging['estimate_ms']:.2f} ms per step** "
+              f"(+ the logits row)."]
+        if "error" not in hip and "error" not in genai:
+            L.append(f"Observed: genai {genai['ms']:.3f} ms/step against {hip['ms']:.3f} with IOBinding "
+                     f"({genai['ms'] - hip['ms']:+.3f} ms).")
+    L += ["", f"## Greedy tokens against ORT's CPU EP (first {args.compare})", ""]
+    if cpu is None or "error" in hip:
+        why = "hipep did not run" if "error" in hip else (cpu or {}).get("error", "no reference")
+        L.append(f"not compared: {why}")
+    elif "error" in cpu:
+        L.append(f"not compared: ORT's CPU EP failed: {cpu['error']}")
+    else:
+        n = leading_equal(hip["tokens"], cpu["tokens"], args.compare)
+        verdict = "equal" if n >= args.compare else f"**first {n} equal**"
+        L += [f"- ORT + IOBinding on hipep: {verdict} ({hip['tokens'][:args.compare]})",
+              f"- ORT's CPU EP: {cpu['tokens'][:args.compare]}",
+              f"- the prompt's last logits row, hipep against the CPU EP: relative L2 "
+              f"{rel_l2(hip['first_row'], cpu['first_row']):.2e}",
+              f"- the tokens were the same in every hipep run: {'yes' if hip['same_tokens'] else '**no**'}"]
+        if "error" not in genai:
+            g = leading_equal(genai["tokens"], cpu["tokens"], args.compare)
+            L.append(f"- onnxruntime-genai on hipep: {'equal' if g >= args.compare else f'**first {g} equal**'}")
+    L += ["", "## Peers (same model shape, batch 1, 128 new tokens after 128, measured on the H200 machine)", "",
+          "| system | tok/s |", "|---|---|"] + [f"| {name} | {t:g} |" for name, t in PEERS]
+    return "\n".join(L) + "\n"
+
+
+def plot(path: str, hip: dict, genai: dict) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install '.[bench]'): no plot", file=sys.stderr)
+        return False
+    series = [(name, r) for name, r in (("ORT + IOBinding", hip), ("onnxruntime-genai", genai)) if "series_ms" in r]
+    if not series:
+        return False
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for i, (name, r) in enumerate(series):
+        x = np.arange(1, len(r["series_ms"]) + 1)
+        ax.plot(x, r["series_ms"], "-", color=f"C{i}", label=f"{name}: step ({r['tok_s']:.0f} tok/s)")
+        ax.plot(x, r["series_kernel_ms"], ":", color=f"C{i}", label=f"{name}: kernel_us")
+    ax.set(xlabel="decode step", ylabel="ms (median over runs)", yscale="log",
+           title="hipep on the GPU: time per decode step")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="prompt 16, 16 new tokens, one run: a smoke test")
+    ap.add_argument("--model", help="a builder model folder (default: model_zoo's llama int4 '1b', built once)")
+    ap.add_argument("--prompt", type=int, default=PROMPT, help=f"prompt tokens (default {PROMPT})")
+    ap.add_argument("--new", type=int, default=NEW, help=f"new tokens (default {NEW})")
+    ap.add_argument("--runs", type=int, default=RUNS, help=f"timed runs (default {RUNS})")
+    ap.add_argument("--compare", type=int, default=COMPARE,
+                    help=f"greedy tokens compared with the CPU EP (default {COMPARE})")
+    ap.add_argument("--no-genai", action="store_true", help="skip onnxruntime-genai")
+    ap.add_argument("--host-io", action="store_true", help="bind host memory even if device OrtValues work")
+    ap.add_argument("--device-id", type=int, default=0)
+    ap.add_argument("--out", default=RESULTS, help="folder for <date>-decode-<gpu>.md and .png")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.prompt, args.new, args.runs, args.compare = 16, 16, 1, min(args.compare, 16)
+    for name in ("prompt", "new", "runs", "compare"):
+        if getattr(args, name) < (2 if name == "new" else 1):
+            ap.error(f"--{name} must be at least {2 if name == 'new' else 1}")
+    try:
+        device = gh.require_gpu(args.device_id)
+    except gh.Unavailable as e:
+        return gh.fail("decode.py", str(e))
+    folder = args.model
+    if folder is None:
+        try:
+            from hipep.tools import model_zoo
+
+            print("building or loading the ~1.1B int4 model (model_zoo size '1b') ...", flush=True)
+            folder = model_zoo.decoder("llama", "int4", size="1b")
+        except Exception as e:  # noqa: BLE001 - no builder, no torch: say so in one line
+            return gh.fail("decode.py", f"could not build the ~1.1B model: {gh.first_line(e)}")
+    path = os.path.join(folder, "model.onnx")
+    if not os.path.isfile(path):
+        return gh.fail("decode.py", f"no model.onnx in {folder}")
+    facts = model_facts(folder)
+    if args.prompt + args.new > facts["context"]:
+        ap.error(f"--prompt + --new must fit the model's {facts['context']}-token context")
+    info = {**machine_info(), **gh.gpu_info(device)}
+    print(f"{info['date']} {info['commit']} {info['gpu']}; model {folder}", flush=True)
+    copy = gh.copy_bandwidth(device)
+    place = gh.Placement(args.device_id, want_device=not args.host_io)
+    print(f"device-to-device copy {copy['gbps']:.0f} GB/s; KV cache and logits: {place.label} ({place.why})",
+          flush=True)
+    prompt = np.random.default_rng(0).integers(3, facts["vocab"], args.prompt).astype(np.int64)
+
+    try:
+        hip = run_hipep(path, facts, prompt, args.new, args.runs, place, args.device_id)
+        print(f"ORT + IOBinding on hipep: {hip['tok_s']:.1f} tok/s, {hip['ms']:.3f} ms/step "
+              f"(kernel {hip['kernel_ms']:.3f}, host {hip['host_ms']:.3f}), {hip['launches']:.0f} launches/step",
+              flush=True)
+    except Exception as e:  # noqa: BLE001 - a missing kernel or a failed step is the result
+        hip = {"error": gh.first_line(e)}
+        print(f"ORT + IOBinding on hipep FAILED: {hip['error']}", flush=True)
+
+    genai: dict = {"error": "skipped (--no-genai)"} if args.no_genai else {}
+    staging = None
+    if not args.no_genai:
+        try:
+            genai = run_genai(folder, prompt, args.new, args.runs, args.device_id)
+            print(f"onnxruntime-genai on hipep: {genai['tok_s']:.1f} tok/s, {genai['ms']:.3f} ms/step", flush=True)
+        except ImportError as e:
+            genai = {"error": f"onnxruntime-genai is not installed ({e})"}
+        except Exception as e:  # noqa: BLE001
+            genai = {"error": gh.first_line(e)}
+        if "error" in genai:
+            print(f"onnxruntime-genai on hipep FAILED: {genai['error']}", flush=True)
+        tensors = 2 * facts["layers"]
+        tensor_bytes = facts["kv_heads"] * (args.prompt + args.new) * facts["head_size"] * facts["cache_itemsize"]
+        bw = gh.host_copy_bandwidth(device, tensor_bytes)
+        staging = {"tensors": tensors, "tensor_bytes": tensor_bytes, "bytes": tensors * tensor_bytes, **bw,
+                   "estimate_ms": tensors * tensor_bytes * (1 / bw["h2d"] + 1 / bw["d2h"]) / 1e6}
+
+    try:
+        cpu = run_cpu_reference(path, facts, prompt, args.compare)
+    except Exception as e:  # noqa: BLE001
+        cpu = {"error": gh.first_line(e)}
+
+    command = "python benchmarks/decode.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
+    text = render(info, facts, folder, place, copy, hip, cpu, genai, staging, args, command)
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"{info['date']}-decode-{gh.device_slug(info['gpu'])}")
+    with open(stem + ".md", "w") as f:
+        f.write(text)
+    if plot(stem + ".png", hip, genai):
+        with open(stem + ".md", "a") as f:
+            f.write(f"\n![time per decode step]({os.path.basename(stem)}.png)\n")
+    print(f"\nwrote {stem}.md")
+    return 1 if "error" in hip else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,460 @@
+"""GPU kernel bandwidth: achieved GB/s of hipep's kernels on the CUDA device, next to the
+device-to-device copy bandwidth measured in the same run.
+
+Workloads (single-op ONNX models through hipep.InferenceSession(device="cuda")):
+
+* MatMulNBits int4 GEMV (M = 1, block 32, symmetric, as the model builder makes them): N = K =
+  4096, and the ~1.1B llama's shapes (qkv 2048→3072, o 2048→2048, gate and up 2048→8192, down
+  8192→2048, lm_head 2048→32000), with fp16 activations (accuracy level 0) and fp32 ones at
+  accuracy level 4 (what the builder's int4 CPU-target model, benchmarks/decode.py's, carries).
+* GroupQueryAttention decode at a 4k context: 32 query heads over 8 KV heads of 64, fp16, packed
+  QKV with rotary as the builder emits it, past and present bound to one shared buffer.
+* SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization and Softmax, fp16, a few sizes.
+
+Bytes that must move: every input read once and every output written once (the int4 weights and
+their scales; attention's K and V rows up to the total length, the new rows written back). A model
+holds R copies of the op, each with its own weights or buffers, so that their working set exceeds
+the GPU's L2 cache four times where 64 copies reach it: a decode step reads each weight once,
+cold. A row whose working set stays under twice the L2 size is marked L2-resident and has no gate.
+
+Timing: hipep.stats()["kernel_us"] deltas over repeated runs, which hipep's CUDA device takes
+from CUDA events recorded around each run's replay (the run's kernels from first launch to last
+end; the staging copies of host inputs are outside), divided by the runs and the R copies. Inputs
+and outputs are bound with IOBinding, on device OrtValues when ORT can allocate them through hipep,
+else on host memory (the results file says which). Every workload's outputs are compared with ORT's
+CPU EP once. Gates: int4 GEMV and the norms at ≥ 50 % of the copy bandwidth.
+
+Writes benchmarks/results/<date>-kernels-<gpu>.md and .png (the plot needs matplotlib).
+
+    python benchmarks/kernels.py [--quick] [--only gemv,gqa,norm,softmax] [--host-io] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # machine.py, gpu_harness.py
+import gpu_harness as gh  # noqa: E402
+from machine import machine_info  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+GATE = 0.5  # fraction of the copy bandwidth the gated rows must reach
+MAX_COPIES = 64
+BLOCK = 32  # MatMulNBits block size, as the builder quantizes
+FAMILIES = ("gemv", "gqa", "norm", "softmax")
+
+# (name, K, N): the ~1.1B llama's projections (model_zoo size '1b') and a square reference
+GEMV_SHAPES = (("4096x4096", 4096, 4096), ("qkv", 2048, 3072), ("o", 2048, 2048), ("gate/up", 2048, 8192),
+               ("down", 8192, 2048), ("lm_head", 2048, 32000))
+NORM_SHAPES = ((1, 2048), (128, 2048), (2048, 8192), (16384, 8192))
+SOFTMAX_SHAPES = ((1, 32000), (32, 4096), (4096, 4096), (16384, 8192))
+GQA = dict(heads=32, kv_heads=8, head=64)
+
+
+@dataclasses.dataclass
+class Workload:
+    family: str
+    label: str
+    model: bytes
+    feeds: dict  # input name → array
+    shared: dict  # output name → the input name it shares a buffer with
+    node_bytes: int  # bytes one copy of the op must move
+    copies: int
+    gated: bool  # whether the gate applies (by family)
+    limit: float  # outputs' relative L2 error against the CPU EP
+
+    @property
+    def working_set(self) -> int:
+        return self.node_bytes * self.copies
+
+
+def _copies(node_bytes: int, l2: int) -> int:
+    return max(1, min(MAX_COPIES, math.ceil(4 * l2 / node_bytes)))
+
+
+def _model(nodes, inputs, outputs, inits) -> bytes:
+    from onnx import helper
+
+    graph = helper.make_graph(nodes, "bench", inputs, outputs, inits)
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10).SerializeToString()
+
+
+def _elem(dtype):
+    from onnx import helper
+
+    return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+
+
+def gemv(name: str, k: int, n: int, dtype, l2: int, rng) -> Workload:
+    from onnx import helper, numpy_helper
+
+    level = 4 if dtype == np.float32 else 0
+    blocks = k // BLOCK
+    size = np.dtype(dtype).itemsize
+    node_bytes = n * blocks * (BLOCK // 2) + n * blocks * size + k * size + n * size
+    copies = _copies(node_bytes, l2)
+    nodes, inits, outs = [], [], []
+    for i in range(copies):
+        w = rng.integers(0, 256, (n, blocks, BLOCK // 2), dtype=np.uint8)
+        s = rng.uniform(0.005, 0.02, n * blocks).astype(dtype)
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(s, f"s{i}")]
+        nodes.append(helper.make_node("MatMulNBits", ["a", f"w{i}", f"s{i}"], [f"y{i}"], name=f"gemv{i}",
+                                      domain="com.microsoft", K=k, N=n, bits=4, block_size=BLOCK,
+                                      accuracy_level=level))
+        outs.append(helper.make_tensor_value_info(f"y{i}", _elem(dtype), [1, 1, n]))
+    a = rng.uniform(-1, 1, (1, 1, k)).astype(dtype)
+    model = _model(nodes, [helper.make_tensor_value_info("a", _elem(dtype), [1, 1, k])], outs, inits)
+    label = f"{name} {k}→{n} {np.dtype(dtype).name} (accuracy_level {level})"
+    return Workload("MatMulNBits int4 GEMV", label, model, {"a": a}, {}, node_bytes, copies, True,
+                    2e-2 if level or dtype == np.float16 else 1e-4)
+
+
+def gqa(context: int, l2: int, rng) -> Workload:
+    """One decode step at total length `context` on a shared [1, kv, context, head] buffer per copy."""
+    from onnx import helper, numpy_helper
+
+    h, kv, d = GQA["heads"], GQA["kv_heads"], GQA["head"]
+    f16 = np.float16
+    cache_row = kv * d * 2
+    node_bytes = 2 * context * cache_row + (h + 2 * kv) * d * 2 + 2 * cache_row + h * d * 2 + 2 * (d // 2) * 2
+    copies = _copies(node_bytes, l2)
+    half = d // 2
+    angles = np.arange(context)[:, None] / (10000.0 ** (np.arange(half)[None] / half))
+    inits = [numpy_helper.from_array(np.cos(angles).astype(f16), "cos_cache"),
+             numpy_helper.from_array(np.sin(angles).astype(f16), "sin_cache")]
+    T = helper.make_tensor_value_info
+    inputs = [T("qkv", _elem(f16), [1, 1, (h + 2 * kv) * d]), T("seqlens_k", _elem(np.int32), [1]),
+              T("total_sequence_length", _elem(np.int32), [])]
+    feeds = {"qkv": rng.uniform(-1, 1, (1, 1, (h + 2 * kv) * d)).astype(f16),
+             "seqlens_k": np.array([context - 1], np.int32), "total_sequence_length": np.array(context, np.int32)}
+    nodes, outputs, shared = [], [], {}
+    cache = [1, kv, context, d]
+    for i in range(copies):
+        for kind in ("key", "value"):
+            inputs.append(T(f"past_{kind}{i}", _elem(f16), cache))
+            outputs.append(T(f"present_{kind}{i}", _elem(f16), cache))
+            feeds[f"past_{kind}{i}"] = rng.uniform(-1, 1, cache).astype(f16)
+            shared[f"present_{kind}{i}"] = f"past_{kind}{i}"
+        outputs.insert(len(outputs) - 2, T(f"out{i}", _elem(f16), [1, 1, h * d]))
+        nodes.append(helper.make_node(
+            "GroupQueryAttention",
+            ["qkv", "", "", f"past_key{i}", f"past_value{i}", "seqlens_k", "total_sequence_length", "cos_cache",
+             "sin_cache"], [f"out{i}", f"present_key{i}", f"present_value{i}"], name=f"gqa{i}",
+            domain="com.microsoft", num_heads=h, kv_num_heads=kv, scale=1 / math.sqrt(d), do_rotary=1,
+            rotary_interleaved=0, local_window_size=-1, softcap=0.0))
+    model = _model(nodes, inputs, outputs, inits)
+    label = f"decode, total length {context}, {h}/{kv} heads of {d}, fp16"
+    return Workload("GroupQueryAttention", label, model, feeds, shared, node_bytes, copies, False, 2e-2)
+
+
+def norm(op: str, rows: int, cols: int, l2: int, rng) -> Workload:
+    from onnx import helper, numpy_helper
+
+    f16 = np.float16
+    skip = op == "SkipSimplifiedLayerNormalization"
+    tensor = rows * cols * 2
+    node_bytes = (4 if skip else 2) * tensor + cols * 2
+    copies = _copies(node_bytes, l2)
+    T = helper.make_tensor_value_info
+    inputs, outputs, nodes, feeds = [], [], [], {}
+    inits = [numpy_helper.from_array(rng.uniform(0.5, 1.5, cols).astype(f16), "gamma")]
+    for i in range(copies):
+        ins = [f"x{i}"] + ([f"skip{i}"] if skip else [])
+        for name in ins:
+            inputs.append(T(name, _elem(f16), [rows, cols]))
+            feeds[name] = rng.uniform(-2, 2, (rows, cols)).astype(f16)
+        if skip:
+            nodes.append(helper.make_node(op, ins + ["gamma"], [f"y{i}", "", "", f"sum{i}"], name=f"norm{i}",
+                                          domain="com.microsoft", epsilon=1e-6))
+            outputs += [T(f"y{i}", _elem(f16), [rows, cols]), T(f"sum{i}", _elem(f16), [rows, cols])]
+        else:
+            nodes.append(helper.make_node(op, ins + ["gamma"], [f"y{i}"], name=f"norm{i}", epsilon=1e-6, axis=-1,
+                                          stash_type=1))
+            outputs.append(T(f"y{i}", _elem(f16), [rows, cols]))
+    model = _model(nodes, inputs, outputs, inits)
+    return Workload(op, f"[{rows}, {cols}] fp16", model, feeds, {}, node_bytes, copies, True, 1e-2)
+
+
+def softmax(rows: int, cols: int, l2: int, rng) -> Workload:
+    from onnx import helper
+
+    f16 = np.float16
+    node_bytes = 2 * rows * cols * 2
+    copies = _copies(node_bytes, l2)
+    T = helper.make_tensor_value_info
+    inputs, outputs, nodes, feeds = [], [], [], {}
+    for i in range(copies):
+        inputs.append(T(f"x{i}", _elem(f16), [rows, cols]))
+        outputs.append(T(f"y{i}", _elem(f16), [rows, cols]))
+        feeds[f"x{i}"] = rng.uniform(-8, 8, (rows, cols)).astype(f16)
+        nodes.append(helper.make_node("Softmax", [f"x{i}"], [f"y{i}"], name=f"softmax{i}", axis=-1))
+    return Workload("Softmax", f"[{rows}, {cols}] fp16, last axis", _model(nodes, inputs, outputs, []), feeds, {},
+                    node_bytes, copies, False, 1e-2)
+
+
+def workloads(families, l2: int, quick: bool, context: int, seed: int = 0):
+    """The workloads, made one at a time (a model of 64 weight copies is a few hundred MB)."""
+    rng = np.random.default_rng(seed)
+    if "gemv" in families:
+        shapes = GEMV_SHAPES[:2] if quick else GEMV_SHAPES
+        for dtype in (np.float16, np.float32):
+            for name, k, n in shapes:
+                yield lambda name=name, k=k, n=n, dtype=dtype: gemv(name, k, n, dtype, l2, rng)
+    if "gqa" in families:
+        yield lambda: gqa(context, l2, rng)
+    if "norm" in families:
+        for op in ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization"):
+            for rows, cols in (NORM_SHAPES[:2] if quick else NORM_SHAPES):
+                yield lambda op=op, rows=rows, cols=cols: norm(op, rows, cols, l2, rng)
+    if "softmax" in families:
+        for rows, cols in (SOFTMAX_SHAPES[:2] if quick else SOFTMAX_SHAPES):
+            yield lambda rows=rows, cols=cols: softmax(rows, cols, l2, rng)
+
+
+# ---- running one ----------------------------------------------------------------------------------
+
+class Bound:
+    """A session with every input and output bound once (shared outputs to their input's value)."""
+
+    def __init__(self, sess, w: Workload, place: gh.Placement, output_shapes: dict | None):
+        self.sess, self.binding = sess, sess.io_binding()
+        self.values = {name: place.value(a) for name, a in w.feeds.items()}
+        for name, v in self.values.items():
+            self.binding.bind_ortvalue_input(name, v)
+        self.names = [o.name for o in sess.get_outputs()]
+        self.outputs = {}  # the output values bound here (kept alive with the binding)
+        for name in self.names:
+            if name in w.shared:
+                self.outputs[name] = self.values[w.shared[name]]
+            elif output_shapes is None:  # the CPU reference: ORT allocates
+                self.binding.bind_output(name)
+                continue
+            else:
+                shape, dtype = output_shapes[name]
+                self.outputs[name] = place.empty(shape, dtype)
+            self.binding.bind_ortvalue_output(name, self.outputs[name])
+
+    def run(self) -> None:
+        self.sess.run_with_iobinding(self.binding)
+
+    def results(self) -> dict:
+        # get_outputs lists the bound outputs in the order they were bound
+        return {name: gh.to_host(v) for name, v in zip(self.names, self.binding.get_outputs())}
+
+
+def reference(w: Workload) -> dict:
+    """The CPU EP's outputs, on copies of the inputs (a shared buffer is written by the run)."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(w.model, providers=["CPUExecutionProvider"])
+    own = dataclasses.replace(w, feeds={name: a.copy() for name, a in w.feeds.items()})
+    bound = Bound(sess, own, gh.Placement(0, want_device=False), None)
+    bound.run()
+    return bound.results()
+
+
+def rel_l2(got, want) -> float:
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    den = np.linalg.norm(want)
+    return float(np.linalg.norm(got - want) / den) if den else float(np.linalg.norm(got - want))
+
+
+def _stats() -> tuple[int, int, int]:
+    import hipep
+
+    s = hipep.stats()
+    return s.get("kernel_us", 0), s.get("launches", 0), s.get("specializations", 0)
+
+
+def measure(w: Workload, place: gh.Placement, device_id: int, seconds: float, device: str = "cuda") -> dict:
+    import hipep
+
+    row = {"family": w.family, "label": w.label, "copies": w.copies, "node_bytes": w.node_bytes,
+           "working_set": w.working_set, "gated": w.gated, "limit": w.limit}
+    try:
+        want = reference(w)
+    except Exception as e:  # noqa: BLE001
+        row["error"] = f"ORT's CPU EP (the reference) failed: {gh.first_line(e)}"
+        return row
+    shapes = {name: (a.shape, a.dtype) for name, a in want.items()}
+    try:
+        sess = hipep.InferenceSession(w.model, device=device, device_id=device_id)
+        bound = Bound(sess, w, place, shapes)
+        bound.run()
+        got = bound.results()
+    except Exception as e:  # noqa: BLE001 - a missing kernel or a failed run is this row's result
+        row["error"] = gh.first_line(e)
+        return row
+    row["rel_l2"] = max(rel_l2(got[name], want[name]) for name in want)
+    try:
+        for _ in range(3):  # the first runs trace, bind and capture
+            bound.run()
+        k0, _, _ = _stats()
+        t0 = time.perf_counter()
+        for _ in range(10):
+            bound.run()
+        per_run = max((time.perf_counter() - t0) / 10, 1e-6)
+        runs = int(min(2000, max(20, seconds / per_run)))
+        k0, l0, s0 = _stats()
+        t0 = time.perf_counter()
+        for _ in range(runs):
+            bound.run()
+        wall = time.perf_counter() - t0
+        k1, l1, s1 = _stats()
+    except Exception as e:  # noqa: BLE001
+        row["error"] = gh.first_line(e)
+        return row
+    kernel_s = (k1 - k0) / 1e6 / runs
+    row.update(runs=runs, wall_us=wall / runs * 1e6, run_kernel_us=kernel_s * 1e6,
+               node_us=kernel_s * 1e6 / w.copies, launches=(l1 - l0) / runs, specializations=s1 - s0)
+    row["gbps"] = w.working_set / kernel_s / 1e9 if kernel_s > 0 else float("nan")
+    return row
+
+
+# ---- results --------------------------------------------------------------------------------------
+
+def verdicts(rows: list[dict], copy_gbps: float, l2: int) -> None:
+    for r in rows:
+        r["l2_resident"] = r["working_set"] < 2 * l2
+        r["fraction"] = r["gbps"] / copy_gbps if "gbps" in r else None
+        if "error" in r:
+            r["met"] = False if r["gated"] else None
+        elif not r["gated"] or r["l2_resident"]:
+            r["met"] = None
+        else:
+            r["met"] = bool(r["fraction"] >= GATE and r["rel_l2"] <= r["limit"])
+
+
+def render(info: dict, rows: list[dict], copy: dict, place: gh.Placement, command: str) -> str:
+    L = gh.header_lines(f"GPU kernel bandwidth on {info['gpu']}", info, command)
+    L += [f"- inputs and outputs: {place.label} ({place.why})",
+          "- time per op: hipep.stats()['kernel_us'] deltas over repeated runs (CUDA events around each "
+          "run's replay: its kernels from the first launch to the last end, gaps between them included, "
+          "staging copies excluded), divided by runs and by the op's copies in the model",
+          "- GB/s: bytes the op must move (inputs read once, outputs written once) / time per op; the "
+          "copy: cuMemcpyDtoDAsync, read and write counted", "",
+          f"Device-to-device copy of {gh.bytes_text(copy['bytes'])}: **{copy['gbps']:.0f} GB/s**. "
+          f"Gate: int4 GEMV and the norms at ≥ {GATE:.0%} of it ({GATE * copy['gbps']:.0f} GB/s), outputs "
+          f"within the row's limit of ORT's CPU EP; rows whose working set stays under twice the L2 size "
+          f"have no gate (L2-resident).", "",
+          "| op | workload | copies | bytes/op | µs/op | GB/s | % of copy | gate | launches/run | "
+          "wall µs/run | rel L2 vs CPU EP (limit) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        gate = "—" if r["met"] is None else ("yes" if r["met"] else "**no**")
+        if r.get("l2_resident") and "error" not in r:
+            gate = "L2-resident"
+        if "error" in r:
+            L.append(f"| {r['family']} | {r['label']} | {r['copies']} | {gh.bytes_text(r['node_bytes'])} | "
+                     f"failed: {r['error'].replace('|', '/')} | | | {gate} | | | |")
+            continue
+        L.append(f"| {r['family']} | {r['label']} | {r['copies']} | {gh.bytes_text(r['node_bytes'])} | "
+                 f"{r['node_us']:.2f} | {r['gbps']:.0f} | {100 * r['fraction']:.0f} % | {gate} | "
+                 f"{r['launches']:.0f} | {r['wall_us']:.1f} | {r['rel_l2']:.1e} ({r['limit']:g}) |")
+    failed = [r for r in rows if "error" in r]
+    missed = [r for r in rows if r["met"] is False and "error" not in r]
+    L += ["", f"{len(rows) - len(failed)} of {len(rows)} workloads ran; gates missed: {len(missed)}"
+              + (f"; could not run: {len(failed)}" if failed else "") + "."]
+    if any(r.get("specializations") for r in rows):
+        L += ["", "Some rows specialized again during the timed runs (a new layout each run): "
+                  "their times include tracing."]
+    return "\n".join(L) + "\n"
+
+
+def plot(path: str, rows: list[dict], copy_gbps: float) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install '.[bench]'): no plot", file=sys.stderr)
+        return False
+    done = [r for r in rows if "gbps" in r]
+    if not done:
+        return False
+    fig, ax = plt.subplots(figsize=(10, 0.32 * len(done) + 1.5))
+    y = np.arange(len(done))[::-1]
+    colors = ["C2" if r["met"] else "C3" if r["met"] is False else "C7" for r in done]
+    ax.barh(y, [r["gbps"] for r in done], color=colors)
+    ax.set_yticks(y, [f"{r['family']}: {r['label']}" for r in done], fontsize=7)
+    ax.axvline(copy_gbps, color="k", lw=1, label=f"D2D copy {copy_gbps:.0f} GB/s")
+    ax.axvline(GATE * copy_gbps, color="k", lw=1, ls="--", label=f"gate {GATE:.0%} of copy")
+    ax.set_xlabel("achieved GB/s (bytes that must move / time per op)")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title("hipep kernels (green: gate met, red: missed, gray: no gate)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="few shapes and short timings: a smoke test")
+    ap.add_argument("--only", default=",".join(FAMILIES), help=f"comma-separated subset of {','.join(FAMILIES)}")
+    ap.add_argument("--context", type=int, default=4096, help="GroupQueryAttention's total length (default 4096)")
+    ap.add_argument("--seconds", type=float, default=0.5, help="timed seconds per workload (default 0.5)")
+    ap.add_argument("--host-io", action="store_true", help="bind host memory even if device OrtValues work")
+    ap.add_argument("--device-id", type=int, default=0)
+    ap.add_argument("--out", default=RESULTS, help="folder for <date>-kernels-<gpu>.md and .png")
+    args = ap.parse_args(argv)
+    families = [f.strip() for f in args.only.split(",") if f.strip()]
+    unknown = sorted(set(families) - set(FAMILIES))
+    if unknown:
+        ap.error(f"--only: unknown {', '.join(unknown)}; known: {', '.join(FAMILIES)}")
+    if args.context < 2:
+        ap.error("--context must be at least 2")
+    try:
+        device = gh.require_gpu(args.device_id)
+    except gh.Unavailable as e:
+        return gh.fail("kernels.py", str(e))
+    info = {**machine_info(), **gh.gpu_info(device)}
+    print(f"{info['date']} {info['commit']} {info['gpu']} ({info['arch']}, L2 {info['l2_bytes'] / 2**20:.0f} MiB)",
+          flush=True)
+    copy = gh.copy_bandwidth(device)
+    print(f"device-to-device copy: {copy['gbps']:.0f} GB/s", flush=True)
+    place = gh.Placement(args.device_id, want_device=not args.host_io)
+    print(f"inputs and outputs: {place.label} ({place.why})", flush=True)
+    rows = []
+    seconds = 0.05 if args.quick else args.seconds
+    for make in workloads(families, info["l2_bytes"], args.quick, args.context):
+        w = make()
+        r = measure(w, place, args.device_id, seconds)
+        rows.append(r)
+        if "error" in r:
+            print(f"{r['family']:<34} {r['label']:<44} FAILED: {r['error']}", flush=True)
+        else:
+            print(f"{r['family']:<34} {r['label']:<44} {r['node_us']:9.2f} us/op {r['gbps']:7.0f} GB/s "
+                  f"({100 * r['gbps'] / copy['gbps']:3.0f} % of copy)  rel L2 {r['rel_l2']:.1e}", flush=True)
+        del w
+    verdicts(rows, copy["gbps"], info["l2_bytes"])
+    command = "python benchmarks/kernels.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
+    text = render(info, rows, copy, place, command)
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"{info['date']}-kernels-{gh.device_slug(info['gpu'])}")
+    with open(stem + ".md", "w") as f:
+        f.write(text)
+    if plot(stem + ".png", rows, copy["gbps"]):
+        with open(stem + ".md", "a") as f:
+            f.write(f"\n![achieved bandwidth]({os.path.basename(stem)}.png)\n")
+    failed = [r for r in rows if "error" in r]
+    missed = [r for r in rows if r["met"] is False and "error" not in r]
+    print(f"\nwrote {stem}.md")
+    for r in failed:
+        print(f"could not run: {r['family']} {r['label']}: {r['error']}")
+    for r in missed:
+        print(f"gate missed: {r['family']} {r['label']}: {100 * r['fraction']:.0f} % of copy, rel L2 {r['rel_l2']:.1e}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
