@@ -1,4 +1,360 @@
 """GPU bindings: MatMul and Gemm, LayerNormalization and SkipLayerNormalization.
 
-Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported."""
+Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported.
+
+MatMul and Gemm become one `GemmProblem`: m, n, k, each operand's element strides (a transpose is
+a swap of strides), the broadcast batch axes and Gemm's alpha, beta and C. kernels/gemm.hip runs
+it: a GEMV for few rows (m <= 8, the decode case; B read 16 bytes at a time along whichever axis
+it is contiguous), else the shared-memory tiled GEMM. A batched MatMul whose B has no batch of
+its own folds A's batch into m (A [B, S, K] @ W [K, N] is one [B*S, K] @ [K, N] product).
+"""
 from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import HipepError
+from .gpu_kernels import (_VEC, Arg, KernelOp, NoKernel, Target, _binding, _cdiv, _dt, _prod, _vec_ok,
+                          contiguous_strides, merge_dims, ptr, row_config)
+
+GEMM_MAX_BATCH_RANK = 4
+GEMV_MAX_ROWS = 8
+GEMV_ROW_TILES = (1, 2, 4, 8)
+GEMV_THREADS = 256
+GEMV_MAX_COLS = 256  # kernels/gemm.hip's HIPEP_GEMV_MAX_COLS: columns one gemv_n block covers at most
+GEMM_THREADS = 256
+MAX_GRID_YZ = 65535
+_FLOAT_TYPES = ("float32", "float16", "bfloat16")
+
+
+class GemmArgs(ctypes.Structure):
+    _fields_ = [("m", ctypes.c_longlong), ("n", ctypes.c_longlong), ("k", ctypes.c_longlong),
+                ("a_sm", ctypes.c_longlong), ("a_sk", ctypes.c_longlong),
+                ("b_sk", ctypes.c_longlong), ("b_sn", ctypes.c_longlong),
+                ("c_sm", ctypes.c_longlong), ("c_sn", ctypes.c_longlong),
+                ("batch", ctypes.c_longlong),
+                ("batch_dims", ctypes.c_longlong * GEMM_MAX_BATCH_RANK),
+                ("a_batch", ctypes.c_longlong * GEMM_MAX_BATCH_RANK),
+                ("b_batch", ctypes.c_longlong * GEMM_MAX_BATCH_RANK),
+                ("batch_rank", ctypes.c_int), ("alpha", ctypes.c_float), ("beta", ctypes.c_float)]
+
+
+@dataclass
+class GemmProblem:
+    """Y[z] (m x n, contiguous) = alpha * A[z] @ B[z] (+ beta * C), every operand by element
+    strides: A(i, l) = A[a_off(z) + i * a_sm + l * a_sk], B(l, j) = B[b_off(z) + l * b_sk + j * b_sn],
+    C(i, j) = C[i * c_sm + j * c_sn]; a_off/b_off from z through `batch_dims` (row-major) and the
+    per-axis strides `a_batch`/`b_batch` (0 where that operand broadcasts)."""
+    m: int
+    n: int
+    k: int
+    a_sm: int
+    a_sk: int
+    b_sk: int
+    b_sn: int
+    batch_dims: list = field(default_factory=list)
+    a_batch: list = field(default_factory=list)
+    b_batch: list = field(default_factory=list)
+    c_sm: int = 0
+    c_sn: int = 0
+    has_c: bool = False
+    alpha: float = 1.0
+    beta: float = 0.0
+
+    @property
+    def batch(self) -> int:
+        return _prod(self.batch_dims)
+
+    def args(self) -> GemmArgs:
+        g = GemmArgs()
+        g.m, g.n, g.k = self.m, self.n, self.k
+        g.a_sm, g.a_sk, g.b_sk, g.b_sn = self.a_sm, self.a_sk, self.b_sk, self.b_sn
+        g.c_sm, g.c_sn = (self.c_sm, self.c_sn) if self.has_c else (0, 0)
+        g.batch = self.batch
+        g.batch_rank = len(self.batch_dims)
+        for d, (e, sa, sb) in enumerate(zip(self.batch_dims, self.a_batch, self.b_batch)):
+            g.batch_dims[d], g.a_batch[d], g.b_batch[d] = e, sa, sb
+        g.alpha, g.beta = self.alpha, self.beta
+        return g
+
+
+def matmul_problem(a_shape: Sequence[int], b_shape: Sequence[int]) -> GemmProblem:
+    """The product numpy's matmul computes for A and B of these (C-contiguous) shapes."""
+    a_shape, b_shape = [int(d) for d in a_shape], [int(d) for d in b_shape]
+    if not a_shape or not b_shape:
+        raise HipepError(f"MatMul: inputs must have rank >= 1: A is {a_shape}, B is {b_shape}")
+    a2 = [1] + a_shape if len(a_shape) == 1 else a_shape
+    b2 = b_shape + [1] if len(b_shape) == 1 else b_shape
+    m, k = a2[-2:]
+    k_b, n = b2[-2:]
+    if k != k_b:
+        raise HipepError(f"MatMul: inner dimensions disagree: A is {a_shape}, B is {b_shape}")
+    batch_a, batch_b = a2[:-2], b2[:-2]
+    try:
+        batch = [int(d) for d in np.broadcast_shapes(tuple(batch_a), tuple(batch_b))]
+    except ValueError:
+        raise HipepError(f"MatMul: batch dimensions cannot be broadcast: A is {a_shape}, B is {b_shape}") from None
+    if _prod(batch_b) == 1:
+        # B is one matrix: A's batch rows are rows of one product (A and Y are contiguous).
+        return GemmProblem(_prod(batch) * m, n, k, a_sm=k, a_sk=1, b_sk=n, b_sn=1)
+
+    def batch_strides(own: list, matrix: int) -> list:
+        pad = len(batch) - len(own)
+        st = contiguous_strides(own)
+        return [0] * pad + [0 if d == 1 else s * matrix for d, s in zip(own, st)]
+
+    out_strides = [s * m * n for s in contiguous_strides(batch)]
+    dims, (sa, sb, _) = merge_dims(batch, [batch_strides(batch_a, m * k), batch_strides(batch_b, k * n), out_strides])
+    if len(dims) > GEMM_MAX_BATCH_RANK:
+        raise NoKernel(f"MatMul over {len(dims)} batch axes that do not merge (at most {GEMM_MAX_BATCH_RANK})")
+    return GemmProblem(m, n, k, a_sm=k, a_sk=1, b_sk=n, b_sn=1, batch_dims=dims, a_batch=sa, b_batch=sb)
+
+
+def gemm_problem(attrs: dict, a_shape: Sequence[int], b_shape: Sequence[int],
+                 c_shape: Sequence[int] | None) -> GemmProblem:
+    """ONNX Gemm: op(A) @ op(B) with transA/transB as strides, alpha, and beta * C broadcast
+    to [M, N] (C is left out where beta is 0, as ONNX Runtime does)."""
+    a_shape, b_shape = [int(d) for d in a_shape], [int(d) for d in b_shape]
+    if len(a_shape) != 2 or len(b_shape) != 2:
+        raise HipepError(f"Gemm: A and B must be 2-D: A is {a_shape}, B is {b_shape}")
+    ta, tb = int(attrs.get("transA", 0)), int(attrs.get("transB", 0))
+    if ta:
+        k, m = a_shape
+        a_sm, a_sk = 1, m
+    else:
+        m, k = a_shape
+        a_sm, a_sk = k, 1
+    if tb:
+        n, k_b = b_shape
+        b_sk, b_sn = 1, k_b
+    else:
+        k_b, n = b_shape
+        b_sk, b_sn = n, 1
+    if k != k_b:
+        raise HipepError(f"Gemm: inner dimensions disagree: A is {a_shape} (transA={ta}), B is {b_shape} "
+                         f"(transB={tb}) (K from A is {k}, K from B is {k_b})")
+    p = GemmProblem(m, n, k, a_sm, a_sk, b_sk, b_sn, alpha=float(attrs.get("alpha", 1.0)),
+                    beta=float(attrs.get("beta", 1.0)))
+    if c_shape is not None and p.beta != 0.0:
+        c = [int(d) for d in c_shape]
+        if len(c) > 2:
+            raise HipepError(f"Gemm: C of shape {c} cannot be broadcast to the output shape {[m, n]}")
+        cm, cn = ([1] * (2 - len(c)) + c)
+        if cm not in (1, m) or cn not in (1, n):
+            raise HipepError(f"Gemm: C of shape {c} cannot be broadcast to the output shape {[m, n]}")
+        p.has_c = True
+        p.c_sm = 0 if cm == 1 else cn
+        p.c_sn = 0 if cn == 1 else 1
+    return p
+
+
+def _aligned(pointer: int, strides: Sequence[int], vec: int, itemsize: int) -> bool:
+    return pointer % (vec * itemsize) == 0 and all(int(s) % vec == 0 for s in strides)
+
+
+def gemm_ops(p: GemmProblem, a: Arg, b: Arg, c: Arg | None, y: Arg, target: Target) -> list:
+    """The launches computing `p` into y."""
+    dt = _dt(y.dtype, "MatMul/Gemm")
+    if dt not in ("f32", "f16", "bf16"):
+        raise NoKernel(f"MatMul/Gemm on {y.dtype.name}")
+    if p.m * p.n * p.batch == 0:
+        return []
+    if y.size != p.batch * p.m * p.n:
+        raise HipepError(f"output of {y.size} elements for a product of {p.batch} x {p.m} x {p.n}")
+    params = [ptr(a), ptr(b), ptr(c if p.has_c else None), ptr(y), p.args()]
+    e = y.dtype.itemsize
+    vec = _VEC[dt]
+    gz = min(p.batch, MAX_GRID_YZ)  # the kernels loop over batches past 65535
+    warp = target.warp_size
+    if p.m <= GEMV_MAX_ROWS and (p.b_sk == 1 or p.b_sn == 1):
+        rows = next(t for t in GEMV_ROW_TILES if t >= p.m)
+        if p.b_sk == 1:  # B contiguous along k: one warp per column
+            use_vec = (p.k % vec == 0 and p.a_sk == 1 and _aligned(b.ptr, [p.b_sn if p.n > 1 else 0, *p.b_batch], vec, e)
+                       and _aligned(a.ptr, [p.a_sm if p.m > 1 else 0, *p.a_batch], vec, e))
+            per_block = GEMV_THREADS // warp
+            grid = (_cdiv(p.n, per_block), 1, gz)
+            entry = f"hipep_gemv_t_{dt}_m{rows}" + ("_vec" if use_vec else "")
+            return [KernelOp(entry, grid, (warp, per_block, 1), params, module="gemm")]
+        use_vec = p.n % vec == 0 and _aligned(b.ptr, [p.b_sk if p.k > 1 else 0, *p.b_batch], vec, e)
+        v = vec if use_vec else 1
+        # Column lanes per block: the most (longer runs of B per k row) that still give every
+        # multiprocessor two blocks; at least 4 lanes (64 contiguous bytes of a row at VEC).
+        lanes = min(32, warp, GEMV_MAX_COLS // v)
+        while lanes > 4 and _cdiv(p.n, lanes * v) * p.batch < 2 * target.sm_count:
+            lanes //= 2
+        grid = (_cdiv(p.n, lanes * v), 1, gz)
+        entry = f"hipep_gemv_n_{dt}_m{rows}" + ("_vec" if use_vec else "")
+        return [KernelOp(entry, grid, (lanes, GEMV_THREADS // lanes, 1), params, module="gemm")]
+    tile = 128
+    if _cdiv(p.m, 128) * _cdiv(p.n, 128) * p.batch < target.sm_count:
+        tile = 64  # too few 128-wide tiles to fill the GPU
+    gy = _cdiv(p.m, tile)
+    if gy > MAX_GRID_YZ:
+        raise NoKernel(f"a product of {p.m} rows (at most {MAX_GRID_YZ * tile})")
+    return [KernelOp(f"hipep_gemm_{dt}_{tile}", (_cdiv(p.n, tile), gy, gz), (GEMM_THREADS, 1, 1), params,
+                     module="gemm")]
+
+
+def _float_type(dtypes) -> str | None:
+    if not dtypes or dtypes[0] not in _FLOAT_TYPES:
+        return f"element type {dtypes[0] if dtypes else '?'}"
+    return None
+
+
+def _matmul_check(attrs, dtypes, shapes, values):
+    why = _float_type(dtypes)
+    if why is not None:
+        return why
+    a = shapes[0] if shapes else None
+    b = shapes[1] if len(shapes) > 1 else None
+    if a is None or b is None or len(a) < 3 and len(b) < 3:
+        return None
+    # Unknown extents stand in as 2 (not 1: a broadcast axis would merge away).
+    fill = [[2 if d is None else int(d) for d in s] for s in (a, b)]
+    if any(len(s) < 1 for s in fill):
+        return None
+    try:
+        matmul_problem(*fill)
+    except NoKernel as e:
+        return str(e)
+    except HipepError:
+        return None  # a shape error: the shape rule reports it
+    return None
+
+
+@_binding("::MatMul", check=_matmul_check, modules=("gemm",))
+def _matmul_bind(ins, outs, attrs, target):
+    a, b, y = ins[0], ins[1], outs[0]
+    if y is None:
+        return []
+    return gemm_ops(matmul_problem(a.shape, b.shape), a, b, None, y, target)
+
+
+def _gemm_check(attrs, dtypes, shapes, values):
+    return _float_type(dtypes)
+
+
+@_binding("::Gemm", check=_gemm_check, modules=("gemm",))
+def _gemm_bind(ins, outs, attrs, target):
+    a, b, y = ins[0], ins[1], outs[0]
+    c = ins[2] if len(ins) > 2 else None
+    if y is None:
+        return []
+    p = gemm_problem(attrs, a.shape, b.shape, None if c is None else c.shape)
+    return gemm_ops(p, a, b, c, y, target)
+
+
+# ---- LayerNormalization, SkipLayerNormalization ------------------------------------------------
+
+class LayerNormArgs(ctypes.Structure):
+    _fields_ = [("rows", ctypes.c_longlong), ("n", ctypes.c_longlong), ("skip_rows", ctypes.c_longlong),
+                ("scale_step", ctypes.c_longlong), ("bias_step", ctypes.c_longlong), ("eps", ctypes.c_float)]
+
+
+def norm_step(what: str, shape: Sequence[int | None], x_shape: Sequence[int | None], axis: int) -> int | str:
+    """How LayerNormalization's scale or bias runs along a row of the normalized axes: 1 (one
+    value per element: its trailing extents are X's), 0 (one value for all), or why neither. Its
+    leading axes, if any, do not matter: the reference reads index 0 there."""
+    pad = [1] * (len(x_shape) - len(shape)) + list(shape)
+    tail, x_tail = pad[axis:], list(x_shape[axis:])
+    if all(d == 1 for d in tail):
+        return 0
+    if all(d == x or d is None or x is None for d, x in zip(tail, x_tail)) and all(d != 1 or x == 1 for d, x in
+                                                                                  zip(tail, x_tail)):
+        return 1
+    return f"{what} of shape {list(shape)} broadcasts within the normalized axes of X {list(x_shape)}"
+
+
+def _layer_norm_check(attrs, dtypes, shapes, values):
+    why = _float_type(dtypes)
+    if why is not None or not shapes or shapes[0] is None:
+        return why
+    x = shapes[0]
+    if len(x) == 0:
+        return None
+    axis = int(attrs.get("axis", -1))
+    axis = axis + len(x) if axis < 0 else axis
+    for i, what in ((1, "Scale"), (2, "B")):
+        s = shapes[i] if len(shapes) > i else None
+        if s is not None and len(s) <= len(x) and 0 <= axis < len(x):
+            step = norm_step(what, s, x, axis)
+            if isinstance(step, str):
+                return step
+    return None
+
+
+@_binding("::LayerNormalization", check=_layer_norm_check, modules=("layer_norm",))
+def _layer_norm_bind(ins, outs, attrs, target):
+    x, scale = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    y, mean, inv = (list(outs) + [None] * 3)[:3]
+    dt = _dt(x.dtype, "LayerNormalization")
+    if x.ndim == 0:
+        raise HipepError("LayerNormalization: X must have rank >= 1, got a scalar")
+    axis = int(attrs.get("axis", -1))
+    axis = axis + x.ndim if axis < 0 else axis
+    if not 0 <= axis < x.ndim:
+        raise HipepError(f"LayerNormalization: axis {attrs.get('axis')} is out of range for X of rank {x.ndim}")
+    rows, n = _prod(x.shape[:axis]), _prod(x.shape[axis:])
+    if n == 0:
+        raise HipepError(f"LayerNormalization: X.shape[axis:] must hold at least one element, got "
+                         f"{list(x.shape[axis:])} (X is {list(x.shape)}, axis {axis})")
+    steps = []
+    for what, t in (("Scale", scale), ("B", bias)):
+        if t is None:
+            steps.append(0)
+            continue
+        if t.ndim > x.ndim:
+            raise HipepError(f"LayerNormalization: {what} of shape {list(t.shape)} has a higher rank than X "
+                             f"{list(x.shape)}")
+        step = norm_step(what, t.shape, x.shape, axis)
+        if isinstance(step, str):
+            raise NoKernel(step)
+        steps.append(step)
+    if rows == 0 or y is None:
+        return []
+    vec = _VEC.get(dt, 1)
+    use_vec = all(s == 1 for s, t in zip(steps, (scale, bias)) if t is not None) and \
+        _vec_ok([x, scale, bias, y], n, vec, x.dtype.itemsize)
+    grid, block = row_config(rows, _cdiv(n, vec) if use_vec else n, target.warp_size)
+    params = [ptr(x), ptr(scale), ptr(bias), ptr(y), ptr(mean), ptr(inv),
+              LayerNormArgs(rows, n, 0, steps[0], steps[1], float(attrs.get("epsilon", 1e-5)))]
+    return [KernelOp(f"hipep_layer_norm_{dt}" + ("_vec" if use_vec else ""), grid, block, params, module="layer_norm")]
+
+
+def _skip_check(attrs, dtypes, shapes, values):
+    if not dtypes or dtypes[0] not in ("float32", "float16"):
+        return f"element type {dtypes[0] if dtypes else '?'}"
+    return None
+
+
+@_binding("com.microsoft::SkipLayerNormalization", check=_skip_check, modules=("layer_norm",))
+def _skip_layer_norm_bind(ins, outs, attrs, target):
+    x, skip, gamma = ins[0], ins[1], ins[2]
+    beta = ins[3] if len(ins) > 3 else None
+    bias = ins[4] if len(ins) > 4 else None
+    y, mean, inv, total = (list(outs) + [None] * 4)[:4]
+    dt = _dt(x.dtype, "SkipLayerNormalization")
+    if x.ndim == 0:
+        raise HipepError("SkipLayerNormalization: input must have rank 2 or 3, got a scalar")
+    h = int(x.shape[-1])
+    rows = x.size // h if h else 0
+    if rows * h == 0:
+        return []
+    skip_rows = skip.size // h
+    if skip_rows == 0 or skip.size % h or rows % skip_rows or gamma.size != h or \
+            any(t is not None and t.size != h for t in (beta, bias)):
+        raise HipepError(f"SkipLayerNormalization: skip {list(skip.shape)}, gamma {list(gamma.shape)}"
+                         + ("" if beta is None else f", beta {list(beta.shape)}")
+                         + ("" if bias is None else f", bias {list(bias.shape)}")
+                         + f" do not fit the input {list(x.shape)}")
+    vec = _VEC.get(dt, 1)
+    use_vec = _vec_ok([x, skip, gamma, beta, bias, y, total], h, vec, x.dtype.itemsize)
+    grid, block = row_config(rows, _cdiv(h, vec) if use_vec else h, target.warp_size)
+    params = [ptr(x), ptr(skip), ptr(gamma), ptr(beta), ptr(bias), ptr(y), ptr(mean), ptr(inv), ptr(total),
+              LayerNormArgs(rows, h, skip_rows, 1, 1, float(attrs.get("epsilon", 1e-12)))]
+    return [KernelOp(f"hipep_skip_layer_norm_{dt}" + ("_vec" if use_vec else ""), grid, block, params,
+                     module="layer_norm")]
