@@ -50,7 +50,7 @@ def _counters() -> dict:
     import hipep
 
     s = hipep.stats()
-    return {k: s.get(k, 0) for k in ("launches", "kernel_us", "host_reads", "specializations")}
+    return {k: s.get(k, 0) for k in ("launches", "kernel_us", "host_reads", "specializations", "transfer_bytes")}
 
 
 class Decoder:
@@ -152,6 +152,7 @@ def summarize(runs: list[dict]) -> dict:
     return {"tok_s": float(np.median(tok_s)), "runs_tok_s": tok_s, "ms": float(np.median(wall)),
             "kernel_ms": float(np.median(kernel)), "host_ms": float(np.median(wall - kernel)),
             "launches": float(np.median(stat["launches"])), "host_reads": float(np.mean(stat["host_reads"])),
+            "transfer_bytes": float(np.median(stat["transfer_bytes"])),
             "specializations": int(stat["specializations"].sum()),
             "series_ms": np.median(np.stack([r["wall_ns"] for r in runs]), axis=0) / 1e6,
             "series_kernel_ms": np.median(np.stack([[s["kernel_us"] for s in r["stats"]] for r in runs]), axis=0) / 1e3}
@@ -182,17 +183,18 @@ def run_cpu_reference(path: str, facts: dict, prompt: np.ndarray, count: int) ->
 def run_genai(folder: str, prompt: np.ndarray, new: int, runs: int, device_id: int, device: str = "cuda") -> dict:
     import onnxruntime_genai as og
 
-    from hipep.options import EP_NAME
+    import hipep
     from hipep.tools.generate import register_with_genai
 
     register_with_genai()
     config = og.Config(folder)
     config.clear_providers()
-    config.append_provider(EP_NAME)
-    config.set_provider_option(EP_NAME, "device", device)
+    ep = hipep.provider_for(device)
+    config.append_provider(ep)
+    config.set_provider_option(ep, "device", device)
     if device_id:
-        config.set_provider_option(EP_NAME, "device_id", str(device_id))
-    config.set_provider_option(EP_NAME, "strict", "1")
+        config.set_provider_option(ep, "device_id", str(device_id))
+    config.set_provider_option(ep, "strict", "1")
     model = og.Model(config)
     clock = time.perf_counter_ns
     passes = []
@@ -246,20 +248,23 @@ def render(info: dict, facts: dict, folder: str, place: gh.Placement, copy: dict
           f"- device-to-device copy in this run: {copy['gbps']:.0f} GB/s (read and write counted)", ""]
     L += ["## Throughput", "",
           "| path | KV cache and logits | tok/s | runs | ms/step | kernel ms/step | host ms/step | "
-          "launches/step | host reads/step | specializations (timed steps) | warm-up run tok/s |",
-          "|---|---|---|---|---|---|---|---|---|---|---|"]
+          "launches/step | host reads/step | copied host↔device/step | specializations (timed steps) | "
+          "warm-up run tok/s |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def line(name, where, r):
         if "error" in r:
-            return f"| {name} | {where} | failed: {r['error'].replace('|', '/')} | | | | | | | | |"
+            return f"| {name} | {where} | failed: {r['error'].replace('|', '/')} | | | | | | | | | |"
         return (f"| {name} | {where} | **{r['tok_s']:.1f}** | {', '.join(f'{t:.1f}' for t in r['runs_tok_s'])} | "
                 f"{r['ms']:.3f} | {r['kernel_ms']:.3f} | {r['host_ms']:.3f} | {r['launches']:.0f} | "
-                f"{r['host_reads']:.1f} | {r['specializations']} | {r['first_pass_tok_s']:.1f} |")
+                f"{r['host_reads']:.1f} | {gh.bytes_text(r['transfer_bytes'])} | {r['specializations']} | "
+                f"{r['first_pass_tok_s']:.1f} |")
 
     L.append(line("ORT + IOBinding, hipep", place.label, hip))
     L.append(line("onnxruntime-genai, hipep", "host memory (genai's own buffers)", genai))
     L += ["", "kernel ms/step: hipep.stats()['kernel_us'] (CUDA events around each run's replay); host ms/step: "
-              "the step's wall time (bind, run, read back the logits row, argmax) minus it."]
+              "the step's wall time (bind, run, read back the logits row, argmax) minus it; copied: "
+              "hipep.stats()['transfer_bytes'] (ORT's host memory staged in and out, values read back)."]
     if "error" not in hip and hip["kernel_ms"] > 0:
         L += ["", f"Weights read per step / kernel time: {facts['weights_per_step'] / hip['kernel_ms'] / 1e6:.0f} GB/s "
                   f"({facts['weights_per_step'] / hip['kernel_ms'] / 1e6 / copy['gbps']:.0%} of the copy bandwidth); "
@@ -271,6 +276,10 @@ def render(info: dict, facts: dict, folder: str, place: gh.Placement, copy: dict
               f"Pageable copies of that size measured here: host→device {staging['h2d']:.1f} GB/s, device→host "
               f"{staging['d2h']:.1f} GB/s, so about **{staging['estimate_ms']:.2f} ms per step** "
               f"(+ the logits row)."]
+        if "error" not in genai:
+            moved = genai["transfer_bytes"]
+            L.append(f"hipep counted {gh.bytes_text(moved)} copied per step: at those bandwidths (half each way) "
+                     f"{moved / 2 * (1 / staging['h2d'] + 1 / staging['d2h']) / 1e6:.2f} ms.")
         if "error" not in hip and "error" not in genai:
             L.append(f"Observed: genai {genai['ms']:.3f} ms/step against {hip['ms']:.3f} with IOBinding "
                      f"({genai['ms'] - hip['ms']:+.3f} ms).")

@@ -267,11 +267,11 @@ def rel_l2(got, want) -> float:
     return float(np.linalg.norm(got - want) / den) if den else float(np.linalg.norm(got - want))
 
 
-def _stats() -> tuple[int, int, int]:
+def _stats() -> tuple[int, int, int, int]:
     import hipep
 
     s = hipep.stats()
-    return s.get("kernel_us", 0), s.get("launches", 0), s.get("specializations", 0)
+    return s.get("kernel_us", 0), s.get("launches", 0), s.get("specializations", 0), s.get("transfer_bytes", 0)
 
 
 def measure(w: Workload, place: gh.Placement, device_id: int, seconds: float, device: str = "cuda") -> dict:
@@ -297,24 +297,24 @@ def measure(w: Workload, place: gh.Placement, device_id: int, seconds: float, de
     try:
         for _ in range(3):  # the first runs trace, bind and capture
             bound.run()
-        k0, _, _ = _stats()
         t0 = time.perf_counter()
         for _ in range(10):
             bound.run()
         per_run = max((time.perf_counter() - t0) / 10, 1e-6)
         runs = int(min(2000, max(20, seconds / per_run)))
-        k0, l0, s0 = _stats()
+        k0, l0, s0, b0 = _stats()
         t0 = time.perf_counter()
         for _ in range(runs):
             bound.run()
         wall = time.perf_counter() - t0
-        k1, l1, s1 = _stats()
+        k1, l1, s1, b1 = _stats()
     except Exception as e:  # noqa: BLE001
         row["error"] = gh.first_line(e)
         return row
     kernel_s = (k1 - k0) / 1e6 / runs
     row.update(runs=runs, wall_us=wall / runs * 1e6, run_kernel_us=kernel_s * 1e6,
-               node_us=kernel_s * 1e6 / w.copies, launches=(l1 - l0) / runs, specializations=s1 - s0)
+               node_us=kernel_s * 1e6 / w.copies, launches=(l1 - l0) / runs, specializations=s1 - s0,
+               transfer_bytes=(b1 - b0) / runs)
     row["gbps"] = w.working_set / kernel_s / 1e9 if kernel_s > 0 else float("nan")
     return row
 
@@ -346,19 +346,20 @@ def render(info: dict, rows: list[dict], copy: dict, place: gh.Placement, comman
           f"within the row's limit of ORT's CPU EP; rows whose working set stays under twice the L2 size "
           f"have no gate (L2-resident).", "",
           "| op | workload | copies | bytes/op | µs/op | GB/s | % of copy | gate | launches/run | "
-          "wall µs/run | rel L2 vs CPU EP (limit) |",
-          "|---|---|---|---|---|---|---|---|---|---|---|"]
+          "copied host↔device/run | wall µs/run | rel L2 vs CPU EP (limit) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         gate = "—" if r["met"] is None else ("yes" if r["met"] else "**no**")
         if r.get("l2_resident") and "error" not in r:
             gate = "L2-resident"
         if "error" in r:
             L.append(f"| {r['family']} | {r['label']} | {r['copies']} | {gh.bytes_text(r['node_bytes'])} | "
-                     f"failed: {r['error'].replace('|', '/')} | | | {gate} | | | |")
+                     f"failed: {r['error'].replace('|', '/')} | | | {gate} | | | | |")
             continue
         L.append(f"| {r['family']} | {r['label']} | {r['copies']} | {gh.bytes_text(r['node_bytes'])} | "
                  f"{r['node_us']:.2f} | {r['gbps']:.0f} | {100 * r['fraction']:.0f} % | {gate} | "
-                 f"{r['launches']:.0f} | {r['wall_us']:.1f} | {r['rel_l2']:.1e} ({r['limit']:g}) |")
+                 f"{r['launches']:.0f} | {gh.bytes_text(r['transfer_bytes'])} | {r['wall_us']:.1f} | "
+                 f"{r['rel_l2']:.1e} ({r['limit']:g}) |")
     failed = [r for r in rows if "error" in r]
     missed = [r for r in rows if r["met"] is False and "error" not in r]
     L += ["", f"{len(rows) - len(failed)} of {len(rows)} workloads ran; gates missed: {len(missed)}"

@@ -12,8 +12,11 @@ py="${PYTHON:-python3}"
 mkdir -p "$dest"
 
 # xdsl is hipep's IR library; immutabledict (< 4.3.2) and ordered-set (4.1) are xdsl's needs;
-# lit and filecheck run tests/lit.
-packages=("xdsl==0.74.0" "immutabledict<4.3.2" "ordered-set==4.1.0" "lit" "filecheck")
+# lit and filecheck run tests/lit. onnxruntime-genai and onnx-ir (its model builder's IR library)
+# build and run the decoders of tools/gpu_bench.sh: 0.17.1 is the newest onnxruntime-genai whose
+# onnxruntime requirement (>= 1.30) the GPU machine's onnxruntime 1.30 meets (0.18 asks for 1.31).
+packages=("xdsl==0.74.0" "immutabledict<4.3.2" "ordered-set==4.1.0" "lit" "filecheck"
+          "onnxruntime-genai==0.17.1" "onnx-ir")
 "$py" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   -d "$dest" "${packages[@]}"
