@@ -23,8 +23,8 @@
 //   32 values an A tile is loaded (to f32) and a B tile dequantized into shared memory, then the
 //   outer-product loop runs from there. No tensor cores.
 //
-// Float zero points (FZ): dq = q - zp in f32 (one rounding), as the dequantize-then-multiply the
-// reference does up to the order of roundings.
+// Float zero points (zp_mode 2): dq = q - zp in f32 (one rounding), as the dequantize-then-multiply
+// the reference does up to the order of roundings; a branch uniform over the launch picks it.
 #include "hipep_device.h"
 
 struct hipep_mnb_args {
@@ -80,7 +80,7 @@ HIPEP_DEVICE float hipep_mnb_zero_point(const void* zp, hipep_i64 n, hipep_i64 b
 
 // ---- GEMV ---------------------------------------------------------------------------------------
 
-template <typename T, int BITS, int M_T, bool FZ>
+template <typename T, int BITS, int M_T>
 HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
                                  const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
                                  const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
@@ -155,7 +155,7 @@ HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char*
             s[c] = hipep_to_float(scales[n * a.nb + blk]);
             const float z = hipep_mnb_zero_point<T, BITS>(zp, n, blk, a);
             const unsigned int w0 = h == 0 ? q[u][c].x : q[u][c].z, w1 = h == 0 ? q[u][c].y : q[u][c].w;
-            if (FZ) {
+            if (a.zp_mode == 2) {
               hipep_mnb_word<BITS>(w0, 8388608.0f, dq[c]);
               hipep_mnb_word<BITS>(w1, 8388608.0f, dq[c] + VPH / 2);
 #pragma unroll
@@ -214,7 +214,7 @@ HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char*
 #define MNB_BN 64
 #define MNB_BK 32
 
-template <typename T, int BITS, bool FZ>
+template <typename T, int BITS>
 HIPEP_DEVICE void hipep_mnb_gemm(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
                                  const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
                                  const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
@@ -254,7 +254,7 @@ HIPEP_DEVICE void hipep_mnb_gemm(const T* HIPEP_RESTRICT A, const unsigned char*
         const hipep_i64 blk = gk >> a.log2_bs;
         const float s = hipep_to_float(scales[gn * a.nb + blk]);
         const float z = hipep_mnb_zero_point<T, BITS>(zp, gn, blk, a);
-        if (FZ) {
+        if (a.zp_mode == 2) {
           hipep_mnb_word<BITS>(w, 8388608.0f, v);
 #pragma unroll
           for (int j = 0; j < VPW; ++j) v[j] = (v[j] - z) * s;
@@ -308,11 +308,7 @@ HIPEP_DEVICE void hipep_mnb_gemm(const T* HIPEP_RESTRICT A, const unsigned char*
 #define HIPEP_MNB_GEMV(NAME, T, BITS, M_T)                                                            \
   HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, (M_T == 1 ? 3 : 2))               \
       hipep_mnb_gemv_##NAME##_b##BITS##_m##M_T(HIPEP_MNB_PARAMS(T)) {                                 \
-    hipep_mnb_gemv<T, BITS, M_T, false>(A, B, scales, zp, bias, Y, a);                                \
-  }                                                                                                   \
-  HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, (M_T == 1 ? 3 : 2))               \
-      hipep_mnb_gemv_##NAME##_b##BITS##_m##M_T##_fz(HIPEP_MNB_PARAMS(T)) {                            \
-    hipep_mnb_gemv<T, BITS, M_T, true>(A, B, scales, zp, bias, Y, a);                                 \
+    hipep_mnb_gemv<T, BITS, M_T>(A, B, scales, zp, bias, Y, a);                                       \
   }
 
 #define HIPEP_MNB_TYPE(NAME, T, BITS)                                                                 \
@@ -321,10 +317,7 @@ HIPEP_DEVICE void hipep_mnb_gemm(const T* HIPEP_RESTRICT A, const unsigned char*
   HIPEP_MNB_GEMV(NAME, T, BITS, 4)                                                                    \
   HIPEP_MNB_GEMV(NAME, T, BITS, 8)                                                                    \
   HIPEP_KERNEL void hipep_mnb_gemm_##NAME##_b##BITS(HIPEP_MNB_PARAMS(T)) {                           \
-    hipep_mnb_gemm<T, BITS, false>(A, B, scales, zp, bias, Y, a);                                     \
-  }                                                                                                   \
-  HIPEP_KERNEL void hipep_mnb_gemm_##NAME##_b##BITS##_fz(HIPEP_MNB_PARAMS(T)) {                      \
-    hipep_mnb_gemm<T, BITS, true>(A, B, scales, zp, bias, Y, a);                                      \
+    hipep_mnb_gemm<T, BITS>(A, B, scales, zp, bias, Y, a);                                            \
   }
 
 HIPEP_MNB_TYPE(f32, float, 4)

@@ -175,7 +175,6 @@ def _mnb_bind(ins, outs, attrs, target):
         raise NoKernel(f"{op}: B at an address not 8-byte aligned")
     k_pad = nb * bs
     log2_bs = bs.bit_length() - 1
-    fz = "_fz" if zp_mode == 2 else ""
     params = [ptr(A), ptr(B), ptr(scales), ptr(zp), ptr(bias), ptr(y)]
     if m <= GEMV_MAX_ROWS:
         m_t = gemv_rows(m)
@@ -186,13 +185,13 @@ def _mnb_bind(ins, outs, attrs, target):
         smem = m_t * (k_tile // vpl) * (vpl + GEMV_PAD) * 4
         warp = target.warp_size
         grid = (_cdiv(n, GEMV_WARPS * GEMV_COLS), 1, 1)
-        return [KernelOp(f"hipep_mnb_gemv_{dt}_b{bits}_m{m_t}{fz}", grid, (GEMV_WARPS * warp, 1, 1),
+        return [KernelOp(f"hipep_mnb_gemv_{dt}_b{bits}_m{m_t}", grid, (GEMV_WARPS * warp, 1, 1),
                          params + [args], module="matmul_nbits", smem=smem)]
     args = MatMulNBitsArgs(m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, 0, zp_mode, 0)
     grid = (_cdiv(n, GEMM_TILE), _cdiv(m, GEMM_TILE), 1)
     if grid[1] > 65535:
         raise NoKernel(f"{op}: {m} rows of A (at most {65535 * GEMM_TILE})")
-    return [KernelOp(f"hipep_mnb_gemm_{dt}_b{bits}{fz}", grid, (GEMM_THREADS, 1, 1), params + [args],
+    return [KernelOp(f"hipep_mnb_gemm_{dt}_b{bits}", grid, (GEMM_THREADS, 1, 1), params + [args],
                      module="matmul_nbits")]
 
 

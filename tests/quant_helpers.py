@@ -1,0 +1,116 @@
+"""Blockwise quantization for MatMulNBits and GatherBlockQuantized tests: weights quantized the
+way ONNX Runtime's quantizers and the onnxruntime-genai builder do (per block of `block_size`
+values along K: asymmetric min/max with a uint8 zero point, symmetric around 2^(bits-1) without
+one, or a float zero point), packed least significant bits first."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+
+from helpers import make_model, tensor
+
+MS = ("com.microsoft", 1)
+
+
+def pack_bits(q: np.ndarray, bits: int) -> np.ndarray:
+    """uint values [..., n] (n a multiple of 8 / bits) -> uint8 [..., n * bits / 8], low bits first."""
+    q = np.asarray(q, np.uint8)
+    if bits == 8:
+        return q.copy()
+    per = 8 // bits
+    q = q.reshape(q.shape[:-1] + (q.shape[-1] // per, per))
+    out = np.zeros(q.shape[:-1], np.uint8)
+    for i in range(per):
+        out |= (q[..., i] << np.uint8(bits * i)).astype(np.uint8)
+    return out
+
+
+def quantize_blockwise(w: np.ndarray, bits: int, block_size: int, zp_kind: str, rng=None):
+    """w f32 [N, K] -> (B uint8 [N, nb, blob], scales f32 [N, nb], zero points or None).
+    zp_kind: "none" (symmetric, zero point 2^(bits-1) implied), "uint8" (packed
+    [N, ceil(nb * bits / 8)]) or "float" (f32 [N, nb], fractional)."""
+    n, k = w.shape
+    nb = -(-k // block_size)
+    padded = np.zeros((n, nb * block_size), np.float32)
+    padded[:, :k] = w
+    blocks = padded.reshape(n, nb, block_size)
+    top = (1 << bits) - 1
+    mid = 1 << (bits - 1)
+    if zp_kind == "none":
+        amax = np.abs(blocks).max(axis=-1)
+        scale = np.where(amax > 0, amax / mid, 1.0).astype(np.float32)
+        q = np.clip(np.rint(blocks / scale[..., None]) + mid, 0, top)
+        zp = None
+    else:
+        lo = np.minimum(blocks.min(axis=-1), 0.0)
+        hi = np.maximum(blocks.max(axis=-1), 0.0)
+        scale = np.where(hi > lo, (hi - lo) / top, 1.0).astype(np.float32)
+        z = np.clip(np.rint(-lo / scale), 0, top)
+        if zp_kind == "float":
+            rng = rng or np.random.default_rng(0)
+            zf = (z + rng.uniform(-0.4, 0.4, z.shape)).astype(np.float32)
+            q = np.clip(np.rint(blocks / scale[..., None] + zf[..., None]), 0, top)
+            zp = zf
+        else:
+            q = np.clip(np.rint(blocks / scale[..., None]) + z[..., None], 0, top)
+            zrow = -(-nb * bits // 8)
+            zq = np.zeros((n, zrow * (8 // bits)), np.uint8)
+            zq[:, :nb] = z.astype(np.uint8)
+            zp = pack_bits(zq, bits)
+    B = pack_bits(q.astype(np.uint8).reshape(n, nb * block_size), bits).reshape(n, nb, block_size * bits // 8)
+    return B, scale, zp
+
+
+def matmul_nbits_model(m_shape, k, n, bits, block_size, elem=TP.FLOAT, zp_kind="none", bias=False,
+                       accuracy_level=0, seed=0, fed_weights=False):
+    """A single MatMulNBits node with random weights quantized blockwise, and its feeds.
+    m_shape: A's leading dims. Returns (model, feeds, (B, scales, zp, bias))."""
+    rng = np.random.default_rng(seed)
+    npt = {TP.FLOAT: np.float32, TP.FLOAT16: np.float16}[elem]
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    B, scales, zp = quantize_blockwise(w, bits, block_size, zp_kind, rng)
+    scales = scales.astype(npt)
+    if zp is not None and zp.dtype != np.uint8:
+        zp = zp.astype(npt)
+    b = rng.standard_normal(n).astype(npt) if bias else None
+    inputs = ["A", "B", "scales", "zp" if zp is not None else ""] + (["", "bias"] if bias else [])
+    while inputs and inputs[-1] == "":
+        inputs.pop()
+    inits = [numpy_helper.from_array(B, "B"), numpy_helper.from_array(scales.reshape(-1), "scales")]
+    if zp is not None:
+        inits.append(numpy_helper.from_array(zp.reshape(-1), "zp"))
+    if b is not None:
+        inits.append(numpy_helper.from_array(b, "bias"))
+    node = helper.make_node("MatMulNBits", inputs, ["Y"], domain="com.microsoft", name="mnb", K=k, N=n, bits=bits,
+                            block_size=block_size, accuracy_level=accuracy_level)
+    a = (rng.standard_normal(tuple(m_shape) + (k,)) * 0.5).astype(npt)
+    model = make_model([node], [tensor("A", elem, list(m_shape) + [k])], [tensor("Y", elem, None)],
+                       inits, opset=21, extra_opsets=[MS])
+    return model, {"A": a}, (B, scales, zp, b)
+
+
+def gather_block_quantized_model(vocab, hidden, bits, block_size, idx_shape, elem=TP.FLOAT, zp=True,
+                                 idx_elem=TP.INT64, seed=0, middle=()):
+    """A single GatherBlockQuantized node as the builder emits it for the embedding table: uint8
+    data [vocab, *middle, hidden * bits / 8], gather_axis 0, quantize_axis last."""
+    rng = np.random.default_rng(seed)
+    npt = {TP.FLOAT: np.float32, TP.FLOAT16: np.float16}[elem]
+    rows = vocab * int(np.prod(middle, dtype=np.int64))
+    w = rng.standard_normal((rows, hidden)).astype(np.float32)
+    B, scales, z = quantize_blockwise(w, bits, block_size, "uint8" if zp else "none", rng)
+    nb = scales.shape[1]
+    data = B.reshape((vocab, *middle, -1))[..., :hidden * bits // 8]
+    inits = [numpy_helper.from_array(np.ascontiguousarray(data), "data"),
+             numpy_helper.from_array(scales.astype(npt).reshape((vocab, *middle, nb)), "scales")]
+    inputs = ["data", "ids", "scales"]
+    if zp:
+        inits.append(numpy_helper.from_array(z.reshape((vocab, *middle, -1)), "zp"))
+        inputs.append("zp")
+    rank = 2 + len(middle)
+    node = helper.make_node("GatherBlockQuantized", inputs, ["Y"], domain="com.microsoft", name="gbq", bits=bits,
+                            block_size=block_size, gather_axis=0, quantize_axis=rank - 1)
+    ids = rng.integers(-vocab, vocab, idx_shape).astype({TP.INT64: np.int64, TP.INT32: np.int32}[idx_elem])
+    model = make_model([node], [tensor("ids", idx_elem, list(idx_shape))], [tensor("Y", elem, None)], inits,
+                       opset=21, extra_opsets=[MS])
+    return model, {"ids": ids}
