@@ -1,0 +1,502 @@
+"""The GroupQueryAttention and RotaryEmbedding GPU bindings without a GPU (hipep/runtime/gpu_attention.py,
+kernels/attention.hip, kernels/rotary.hip).
+
+NVRTC compiles both modules for sm_90 and every entry point the bindings name exists. Then the
+launches a binding gives are run by a numpy emulation of each kernel over a flat byte "device
+memory" (pointers are offsets into it), driven by the very parameter structs the binding built:
+the kernels' index arithmetic (hipep_gqa_geometry's rows, the causal and window bounds, the
+split-KV chunks and their combine, the window cache's staging and write-back, the workspace
+regions) must give the registry reference's outputs."""
+from __future__ import annotations
+
+import ctypes
+import zlib
+
+import numpy as np
+import pytest
+
+from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, lookup
+from hipep.runtime import gpu_kernels as gk
+from hipep.runtime.gpu_attention import GqaArgs, RopeArgs, gqa_bounds, gqa_rows
+
+ARCH, DEFINES = "sm_90", {"HIPEP_WARP_SIZE": 32}
+F32, F16 = np.float32, np.float16
+GQA = "com.microsoft::GroupQueryAttention"
+
+
+# ---- a flat device memory -------------------------------------------------------------------------
+
+class Memory:
+    def __init__(self):
+        self.bytes = np.zeros(1 << 12, np.uint8)
+        self.top = 1 << 12  # pointer 0 stays null
+
+    def alloc(self, nbytes: int) -> int:
+        p = self.top
+        self.top += -(-max(nbytes, 1) // 256) * 256
+        if self.top > self.bytes.size:
+            grown = np.zeros(max(self.top, 2 * self.bytes.size), np.uint8)
+            grown[:self.bytes.size] = self.bytes
+            self.bytes = grown
+        return p
+
+    def put(self, a: np.ndarray) -> int:
+        a = np.ascontiguousarray(a)
+        p = self.alloc(a.nbytes)
+        self.bytes[p:p + a.nbytes] = a.reshape(-1).view(np.uint8)
+        return p
+
+    def arg(self, a, poison=False):
+        if a is None:
+            return None
+        a = np.asarray(a)
+        p = self.put(np.full(a.shape, np.nan, a.dtype) if poison else a)
+        return gk.Arg(p, a.shape, a.dtype)
+
+    def view(self, p: int, dtype, count: int) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        return self.bytes[p:p + count * dtype.itemsize].view(dtype)
+
+    def get(self, a: gk.Arg) -> np.ndarray:
+        return self.view(a.ptr, a.dtype, a.size).reshape(a.shape).copy()
+
+
+def _u64(v) -> int:
+    return int(v.value) if isinstance(v, ctypes.c_uint64) else int(v)
+
+
+# ---- the kernels in numpy -------------------------------------------------------------------------
+
+def emulate(mem: Memory, ops, dtype):
+    for op in ops:
+        if isinstance(op, gk.CopyOp):
+            mem.bytes[op.dst:op.dst + op.nbytes] = mem.bytes[op.src:op.src + op.nbytes].copy()
+            continue
+        name = op.entry
+        p = op.params
+        if name == "hipep_gqa_copy_past":
+            _copy_past(mem, [_u64(x) for x in p[:6]], int(p[6].value), int(p[7].value), p[8], dtype)
+        elif name == "hipep_gqa_window_store":
+            _window_store(mem, [_u64(x) for x in p[:6]], int(p[6].value), p[7], dtype)
+        elif name.startswith("hipep_gqa_prepare"):
+            _prepare(mem, [_u64(x) for x in p[:11]], p[11], dtype)
+        elif name.startswith("hipep_gqa_decode"):
+            _attend(mem, [_u64(x) for x in p[:10]], p[10], dtype, decode=True)
+        elif name.startswith("hipep_gqa_combine"):
+            _combine(mem, [_u64(x) for x in p[:4]], p[4], dtype)
+        elif name.startswith("hipep_gqa_prefill"):
+            _attend(mem, [_u64(x) for x in p[:8]] + [0, 0], p[8], dtype, decode=False)
+        elif name.startswith("hipep_rotary"):
+            _rotary(mem, [_u64(x) for x in p[:5]], p[5], dtype)
+        else:
+            raise AssertionError(f"no emulation for {name}")
+
+
+def _host(mem, a: GqaArgs, seqlens_p, total_p):
+    seqlens = mem.view(seqlens_p, np.int32, a.batch)
+    total = int(mem.view(total_p, np.int32, 1)[0])
+    return gqa_rows(a, seqlens, total), total
+
+
+def _cache(mem, p, a: GqaArgs, rows, dtype):
+    return mem.view(p, dtype, a.batch * a.kv_heads * rows * a.head_size).reshape(a.batch, a.kv_heads, rows,
+                                                                               a.head_size)
+
+
+def _copy_past(mem, ptrs, dst_rows, words, a, dtype):
+    pk, pv, sl, tot, dk, dv = ptrs
+    assert words * 16 == a.head_size * np.dtype(dtype).itemsize
+    rows, _ = _host(mem, a, sl, tot)
+    for src_p, dst_p in ((pk, dk), (pv, dv)):
+        src, dst = _cache(mem, src_p, a, a.past_rows, dtype), _cache(mem, dst_p, a, dst_rows, dtype)
+        for b, g in enumerate(rows):
+            for r in range(dst_rows):
+                if r < g["seed"]:
+                    if g["src_off"] + r < a.past_rows:
+                        dst[b, :, r] = src[b, :, g["src_off"] + r]
+                elif not a.windowed and r >= g["seed"] + a.seq:
+                    dst[b, :, r] = 0
+
+
+def _window_store(mem, ptrs, words, a, dtype):
+    ck, cv, sl, tot, dk, dv = ptrs
+    rows, _ = _host(mem, a, sl, tot)
+    for src_p, dst_p in ((ck, dk), (cv, dv)):
+        src, dst = _cache(mem, src_p, a, a.cache_rows, dtype), _cache(mem, dst_p, a, a.past_rows, dtype)
+        for b, g in enumerate(rows):
+            for r in range(a.past_rows):
+                sr = g["store_first"] + r
+                dst[b, :, r] = src[b, :, sr] if r < g["store_count"] and sr < a.cache_rows else 0
+
+
+def _rope(x1, x2, c, s, dtype):
+    f32 = np.float32
+    if dtype == F32:  # fma in f64 then rounded: exact for f32 operands
+        y1 = (x1.astype(np.float64) * c - (x2 * s).astype(f32)).astype(f32)
+        y2 = (x1.astype(np.float64) * s + (x2 * c).astype(f32)).astype(f32)
+    else:
+        y1 = ((x1 * c).astype(f32) - (x2 * s).astype(f32)).astype(f32)
+        y2 = ((x2 * c).astype(f32) + (x1 * s).astype(f32)).astype(f32)
+    return y1, y2
+
+
+def _pairs(h, half, interleaved):
+    out = []
+    for j in range(h // 2):
+        if j < half:
+            out.append((2 * j, 2 * j + 1) if interleaved else (j, j + half))
+        else:
+            e1 = 2 * half + 2 * (j - half)
+            out.append((e1, e1 + 1))
+    return out
+
+
+def _prepare(mem, ptrs, a, dtype):
+    q_p, k_p, v_p, sl, tot, pos_p, cos_p, sin_p, qo_p, ck_p, cv_p = ptrs
+    rows, total = _host(mem, a, sl, tot)
+    S, H, n, nkv = a.seq, a.head_size, a.heads, a.kv_heads
+    half = a.rotary_half if a.do_rotary else 0
+    e = np.dtype(dtype).itemsize
+    cos = mem.view(cos_p, dtype, a.max_pos * a.rotary_half).reshape(a.max_pos, -1) if a.do_rotary else None
+    sin = mem.view(sin_p, dtype, a.max_pos * a.rotary_half).reshape(a.max_pos, -1) if a.do_rotary else None
+    ck, cv = _cache(mem, ck_p, a, a.cache_rows, dtype), _cache(mem, cv_p, a, a.cache_rows, dtype)
+    for b, g in enumerate(rows):
+        for s in range(S):
+            for slot in range(n + 2 * nkv):
+                is_q, is_k = slot < n, n <= slot < n + nkv
+                if is_q and not a.do_rotary:
+                    continue
+                if is_q:
+                    src = q_p + (b * a.qin_sb + s * a.qin_ss + slot * H) * e
+                elif is_k:
+                    src = k_p + (b * a.kin_sb + s * a.kin_ss + (slot - n) * H) * e
+                else:
+                    src = v_p + (b * a.kin_sb + s * a.kin_ss + (slot - n - nkv) * H) * e
+                x = mem.view(src, dtype, H).astype(np.float32)
+                y = x.copy()
+                if not (slot >= n + nkv) and half:
+                    if a.has_pos_ids:
+                        ids = mem.view(pos_p, np.int64, a.batch * S)
+                        pos = int(ids[0]) + s if g["first"] else int(ids[b * S + s])
+                    else:
+                        pos = s if g["first"] else g["t"] - S + s
+                    pos = min(max(pos, 0), a.max_pos - 1)
+                    for j, (e1, e2) in enumerate(_pairs(H, half, a.interleaved)[:half]):
+                        c, sn = np.float32(cos[pos, j]), np.float32(sin[pos, j])
+                        y[e1], y[e2] = _rope(np.float32(x[e1]), np.float32(x[e2]), c, sn, dtype)
+                if is_q:
+                    mem.view(qo_p + (((b * n + slot) * S + s) * H) * e, dtype, H)[:] = y.astype(dtype)
+                else:
+                    row = g["seed"] + s
+                    if 0 <= row < a.cache_rows:
+                        (ck if is_k else cv)[b, slot - n if is_k else slot - n - nkv, row] = y.astype(dtype)
+
+
+def _score(a, x, bias, b, head, s, j):
+    x = np.float32(x) * np.float32(a.scale)
+    if a.softcap > 0:
+        x = np.float32(a.softcap) * np.float32(np.tanh(x / np.float32(a.softcap)))
+    if bias is not None and j < a.bias_len:
+        x += np.float32(bias[b * a.bias_sb + head * a.bias_sh + s * a.bias_ss + j])
+    return np.float32(x)
+
+
+def _partial(a, q, keys, vals, bias, b, head, s, lo, hi):
+    """(m, l, acc) over keys [lo, hi) (m = -inf and zeros when empty)."""
+    if hi <= lo:
+        return -np.inf, 0.0, np.zeros(a.head_size, np.float64)
+    sc = np.array([_score(a, np.dot(q, keys[j]), bias, b, head, s, j) for j in range(lo, hi)], np.float64)
+    m = sc.max()
+    p = np.exp(sc - m)
+    return m, p.sum(), p @ vals[lo:hi].astype(np.float64)
+
+
+def _finish(acc, m, l, has_sink, sink):
+    if has_sink:
+        m2 = max(m, sink)
+        f = 0.0 if m == -np.inf else np.exp(m - m2)
+        l, acc = l * f + np.exp(sink - m2), acc * f
+    return acc / l if l > 0 else acc * 0
+
+
+def _attend(mem, ptrs, a, dtype, decode):
+    q_p, ck_p, cv_p, sl, tot, bias_p, sink_p, out_p, pacc_p, pml_p = ptrs
+    rows, total = _host(mem, a, sl, tot)
+    S, H, n = a.seq, a.head_size, a.heads
+    e = np.dtype(dtype).itemsize
+    ck, cv = _cache(mem, ck_p, a, a.cache_rows, dtype), _cache(mem, cv_p, a, a.cache_rows, dtype)
+    bias = mem.view(bias_p, dtype, (mem.bytes.size - bias_p) // e).astype(np.float32) if bias_p else None
+    sinks = mem.view(sink_p, dtype, n).astype(np.float64) if sink_p else np.zeros(n)
+    out = mem.view(out_p, dtype, a.batch * S * n * H).reshape(a.batch, S, n, H)
+    for b, g in enumerate(rows):
+        for head in range(n):
+            kvh = head // a.group
+            for s in range(S):
+                q = mem.view(q_p + (b * a.q_sb + s * a.q_ss + head * a.q_sh) * e, dtype, H).astype(np.float32)
+                lo, hi = gqa_bounds(a, g, s)
+                if not decode:
+                    m, l, acc = _partial(a, q, ck[b, kvh], cv[b, kvh], bias, b, head, s, lo, hi)
+                    out[b, s, head] = _finish(acc, m, l, a.has_sink, sinks[head]).astype(dtype)
+                    continue
+                span = max(hi - lo, 0)
+                chunk = -(-(-(-span // a.splits)) // 128) * 128
+                parts = [_partial(a, q, ck[b, kvh], cv[b, kvh], bias, b, head, s, lo + k * chunk,
+                                  min(hi, lo + (k + 1) * chunk)) for k in range(a.splits)]
+                if a.splits == 1:
+                    m, l, acc = parts[0]
+                    out[b, s, head] = _finish(acc, m, l, a.has_sink, sinks[head]).astype(dtype)
+                    continue
+                p0 = (b * n + head) * a.splits
+                pacc = mem.view(pacc_p, np.float32, a.batch * n * a.splits * H).reshape(-1, H)
+                pml = mem.view(pml_p, np.float32, a.batch * n * a.splits * 2).reshape(-1, 2)
+                for k, (m, l, acc) in enumerate(parts):
+                    pacc[p0 + k], pml[p0 + k] = acc, (m, l)
+
+
+def _combine(mem, ptrs, a, dtype):
+    pacc_p, pml_p, sink_p, out_p = ptrs
+    H, n = a.head_size, a.heads
+    pacc = mem.view(pacc_p, np.float32, a.batch * n * a.splits * H).reshape(a.batch, n, a.splits, H)
+    pml = mem.view(pml_p, np.float32, a.batch * n * a.splits * 2).reshape(a.batch, n, a.splits, 2)
+    sinks = mem.view(sink_p, dtype, n).astype(np.float64) if sink_p else np.zeros(n)
+    out = mem.view(out_p, dtype, a.batch * n * H).reshape(a.batch, n, H)
+    for b in range(a.batch):
+        for head in range(n):
+            ms = pml[b, head, :, 0].astype(np.float64)
+            live = ms != -np.inf
+            m = ms.max()
+            w = np.where(live, np.exp(np.where(live, ms - m, 0)), 0)
+            l = float((pml[b, head, :, 1] * w).sum())
+            acc = (pacc[b, head] * np.where(live, w, 0)[:, None]).sum(axis=0) if live.any() else np.zeros(H)
+            out[b, head] = _finish(acc, m, l, a.has_sink, sinks[head]).astype(dtype)
+
+
+def _rotary(mem, ptrs, a: RopeArgs, dtype):
+    x_p, pos_p, cos_p, sin_p, y_p = ptrs
+    e = np.dtype(dtype).itemsize
+    half = a.rotary_half
+    for b in range(a.batch):
+        for s in range(a.seq):
+            if a.pos_mode == 2:
+                row = b * a.seq + s
+            else:
+                row = int(mem.view(pos_p, np.int64, 1)[0]) + s if a.pos_mode == 0 else \
+                    int(mem.view(pos_p, np.int64, a.batch * a.seq)[b * a.seq + s])
+            cos = mem.view(cos_p + row * half * e, dtype, half).astype(np.float32)
+            sin = mem.view(sin_p + row * half * e, dtype, half).astype(np.float32)
+            for head in range(a.heads):
+                base = b * a.sb + s * a.ss + head * a.sh
+                x = mem.view(x_p + base * e, dtype, a.head_size).astype(np.float32)
+                y = x.copy()
+                for j, (e1, e2) in enumerate(_pairs(a.head_size, half, a.interleaved)[:half]):
+                    y[e1], y[e2] = _rope(np.float32(x[e1]), np.float32(x[e2]), cos[j], sin[j], dtype)
+                mem.view(y_p + base * e, dtype, a.head_size)[:] = y.astype(dtype)
+
+
+# ---- driving a binding ----------------------------------------------------------------------------
+
+def _attrs(op_key, attrs, n_out):
+    domain, op_type = op_key.split("::")
+    op = lookup(domain, op_type)
+    out = {k: v for k, v in op.attributes.items() if v is not REQUIRED}
+    out.update(attrs)
+    out[OUTPUT_COUNT] = n_out
+    return op, out
+
+
+def run_binding(op_key, inputs, attrs, out_shapes, dtype, sm_count=132, in_place=False):
+    """(binding outputs, reference outputs): the binding's launches emulated over fresh memory."""
+    op, full = _attrs(op_key, attrs, len(out_shapes))
+    want = op.reference([None if a is None else a.copy() for a in inputs], dict(full))
+    mem = Memory()
+    ins = [mem.arg(a) for a in inputs]
+    outs = [mem.arg(np.empty(s, dtype), poison=True) for s in out_shapes]
+    if in_place:  # present is past's buffer (the shared KV cache)
+        outs[1], outs[2] = ins[3], ins[4]
+    target = gk.Target(sm_count=sm_count, workspace=lambda nbytes: mem.alloc(nbytes))
+    ops = gk.BINDINGS[op_key].bind(ins, outs, full, target)
+    emulate(mem, ops, dtype)
+    return [mem.get(o) for o in outs], want, ops
+
+
+def gqa_case(rng, batch=1, seq=4, past=0, capacity=None, lens=None, total=None, heads=4, kv_heads=2, head=16,
+             packed=False, rotary=None, dtype=F32, position_ids=False, bias=False, sink=False, no_past=False):
+    total = total if total is not None else past + seq
+    capacity = capacity if capacity is not None else past
+    lens = lens if lens is not None else [total] * batch
+
+    def u(*shape):
+        return rng.uniform(-1, 1, shape).astype(dtype)
+
+    if packed:
+        q, k, v = u(batch, seq, (heads + 2 * kv_heads) * head), None, None
+    else:
+        q, k, v = u(batch, seq, heads * head), u(batch, seq, kv_heads * head), u(batch, seq, kv_heads * head)
+    pk = None if no_past else u(batch, kv_heads, capacity, head)
+    pv = None if no_past else u(batch, kv_heads, capacity, head)
+    cos = sin = None
+    if rotary:
+        ang = rng.uniform(0, 6, (max(64, total + 4), rotary // 2))
+        cos, sin = np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
+    ins = [q, k, v, pk, pv, np.array([x - 1 for x in lens], np.int32), np.array(total, np.int32), cos, sin,
+           rng.integers(0, 60, (batch, seq)).astype(np.int64) if position_ids else None,
+           u(batch, heads, seq, total) if bias else None, u(heads) if sink else None]
+    present = max(total, capacity) if not no_past else total
+    return ins, [(batch, seq, heads * head), (batch, kv_heads, present, head), (batch, kv_heads, present, head)]
+
+
+CASES = {
+    "prompt": dict(seq=5),
+    "prompt-no-past": dict(seq=5, no_past=True, rotary=16),
+    "prompt-padded-rotary": dict(batch=2, seq=5, lens=[5, 3], rotary=16),
+    "prompt-packed-interleaved": dict(seq=6, packed=True, rotary=16, attrs=dict(rotary_interleaved=1)),
+    "prompt-window-padded": dict(batch=2, seq=6, lens=[3, 6], attrs=dict(local_window_size=2)),
+    "prompt-window-padded-softcap": dict(batch=2, seq=6, lens=[3, 6], attrs=dict(local_window_size=2, softcap=3.0)),
+    "prompt-smooth": dict(seq=4, attrs=dict(smooth_softmax=1)),
+    "prompt-sink-bias": dict(batch=2, seq=3, sink=True, bias=True),
+    "subsequent-prompt": dict(seq=3, past=5, rotary=16, position_ids=True),
+    "decode": dict(seq=1, past=6, rotary=16),
+    "decode-ragged-split": dict(batch=2, seq=1, past=300, lens=[301, 140], rotary=8, sm=4),
+    "decode-shared": dict(batch=2, seq=1, total=11, capacity=16, lens=[11, 6], rotary=16),
+    "decode-growing": dict(batch=2, seq=1, total=17, capacity=16, lens=[17, 12]),
+    "decode-window-split": dict(batch=2, seq=1, past=290, lens=[291, 200], sm=4, attrs=dict(local_window_size=150)),
+    "decode-sink-split": dict(batch=2, seq=1, past=260, lens=[261, 3], sink=True, sm=8),
+    "decode-bias-packed": dict(batch=2, seq=1, past=5, lens=[6, 4], bias=True, packed=True, rotary=16),
+    "decode-position-ids": dict(batch=2, seq=1, past=9, lens=[10, 6], rotary=16, position_ids=True),
+    "decode-mqa-many-heads": dict(seq=1, past=20, heads=12, kv_heads=1, attrs=dict(softcap=2.0)),
+    "f16-decode": dict(batch=2, seq=1, past=9, lens=[10, 6], rotary=16, dtype=F16),
+    "f16-prompt-packed": dict(seq=6, packed=True, rotary=16, dtype=F16, attrs=dict(rotary_interleaved=1)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gqa_launches_compute_the_reference(name):
+    spec = dict(CASES[name])
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    attrs = dict(num_heads=spec.get("heads", 4), kv_num_heads=spec.get("kv_heads", 2), **spec.pop("attrs", {}))
+    sm = spec.pop("sm", 132)
+    if spec.get("rotary"):
+        attrs["do_rotary"] = 1
+    dtype = spec.get("dtype", F32)
+    ins, shapes = gqa_case(rng, **spec)
+    got, want, ops = run_binding(GQA, ins, attrs, shapes, dtype, sm_count=sm)
+    if "split" in name:
+        assert any(o.entry.startswith("hipep_gqa_combine") for o in ops)
+    t = dict(rtol=1e-5, atol=1e-5) if dtype == F32 else dict(rtol=2e-3, atol=2e-3)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape, k
+        np.testing.assert_allclose(g.astype(F32), w.astype(F32), err_msg=f"output {k}", **t)
+
+
+def test_gqa_shared_buffer_decode_launches_are_the_same_every_step():
+    """present is past's buffer: no copy of past, and the launches (grids, parameters) do not
+    depend on seqlens_k or total_sequence_length, so consecutive steps bind identically."""
+    rng = np.random.default_rng(5)
+    attrs = dict(num_heads=4, kv_num_heads=2, do_rotary=1)
+    keys = []
+    for total, lens in ((11, [11, 6]), (12, [12, 7])):
+        ins, shapes = gqa_case(rng, batch=2, seq=1, total=total, capacity=300, lens=lens, rotary=16)
+        got, want, ops = run_binding(GQA, ins, attrs, shapes, F32, in_place=True)
+        assert [o.entry for o in ops] == ["hipep_gqa_prepare_f32", "hipep_gqa_decode_f32", "hipep_gqa_combine_f32"]
+        keys.append([(o.entry, o.grid, o.block, bytes(o.params[-1])) for o in ops])
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+        for b, n in enumerate(lens):
+            np.testing.assert_allclose(got[1][b, :, :n], want[1][b, :, :n], rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(got[2][b, :, :n], want[2][b, :, :n], rtol=1e-6, atol=1e-6)
+    assert keys[0] == keys[1]
+
+
+def _window_end(p, capacity, window):
+    gap = capacity - window + 1
+    return p if p <= capacity else p - gap * ((p - capacity + gap - 1) // gap)
+
+
+@pytest.mark.parametrize("window,capacity,prompt,extra", [
+    (4, 6, 3, {}), (4, 6, 9, dict(softcap=50.0)), (3, 3, 5, dict(do_rotary=1)), (2, 6, 4, dict(smooth_softmax=1)),
+])
+def test_gqa_sliding_window_cache_steps(window, capacity, prompt, extra):
+    rng = np.random.default_rng(15)
+    attrs = dict(num_heads=4, kv_num_heads=2, local_window_size=window, sliding_window_cache=1, **extra)
+    batch, seq, total = 2, prompt, prompt
+    past = [rng.uniform(-1, 1, (batch, 2, capacity, 16)).astype(F32) for _ in range(2)]
+    for step in range(8):
+        ins, _ = gqa_case(rng, batch=batch, seq=seq, total=total, capacity=capacity, lens=[total] * batch,
+                          rotary=16 if extra.get("do_rotary") else None)
+        ins[3], ins[4] = past
+        shapes = [(batch, seq, 64), (batch, 2, capacity, 16), (batch, 2, capacity, 16)]
+        got, want, _ = run_binding(GQA, ins, attrs, shapes, F32)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5, err_msg=f"step {step}")
+        rows = _window_end(total, capacity, window)
+        for k in (1, 2):
+            np.testing.assert_allclose(got[k][:, :, :rows], want[k][:, :, :rows], rtol=1e-6, atol=1e-6)
+        past = [want[1], want[2]]
+        seq, total = 1, total + 1
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("form", ["3d", "3d-offset", "3d-partial", "4d-partial"])
+def test_ms_rotary_launch_computes_the_reference(form, dtype):
+    rng = np.random.default_rng(7)
+    ids = rng.integers(0, 24, (2, 5)).astype(np.int64)
+    attrs = dict(interleaved=1 if "partial" in form else 0)
+    width = 8 if "partial" in form else 16
+    ang = rng.uniform(0, 6, (24, width))
+    cos, sin = np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
+    x = rng.uniform(-1, 1, (2, 4, 5, 32) if form.startswith("4d") else (2, 5, 128)).astype(dtype)
+    pos = np.array([3], np.int64) if form == "3d-offset" else ids
+    if "partial" in form:
+        attrs.update(num_heads=4, rotary_embedding_dim=16)
+    got, want, _ = run_binding("com.microsoft::RotaryEmbedding", [x, pos, cos, sin], attrs, [x.shape], dtype)
+    np.testing.assert_allclose(got[0].astype(F32), want[0].astype(F32), rtol=1e-6, atol=1e-6)
+
+
+def test_gqa_check_names_what_it_cannot_do():
+    b = gk.BINDINGS[GQA]
+    attrs = dict(num_heads=4, kv_num_heads=2)
+    assert b.check(attrs, ["float32", "", ""], [(1, 3, 8 * 16)], []) is None
+    assert "head size 12" in b.check(attrs, ["float32", "", ""], [(1, 3, 8 * 12)], [])
+    why = gk.kernel_reason(GQA, attrs, ["float32", "float32", "float32"], [(1, 3, 4 * 12), (1, 3, 2 * 12)])
+    assert why and "head size 12" in why and why.startswith("no kernel for cuda")
+    why = gk.kernel_reason(GQA, attrs, ["float32", "float32", "float32"], [(1, 3, 4 * 512)])
+    assert why and "head size 512" in why
+    assert "element type" in gk.kernel_reason(GQA, attrs, ["bfloat16"], [])
+    assert gk.kernel_reason(GQA, attrs, ["float16", "", ""], [(2, None, None)]) is None
+
+
+# ---- NVRTC --------------------------------------------------------------------------------------
+
+def _nvrtc_available() -> bool:
+    try:
+        from hipep.runtime import kernel_cache
+
+        kernel_cache.nvrtc_version()
+        kernel_cache.cuda_include_dir()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@pytest.mark.skipif(not _nvrtc_available(), reason="nvidia-cuda-nvrtc (cuda-bindings) is not installed")
+def test_modules_compile_and_hold_every_entry_point_the_bindings_name():
+    from hipep.runtime import kernel_cache
+
+    cubins = {m: kernel_cache.compile_cubin(kernel_cache.module_source(m), m, ARCH, DEFINES, use_cache=False)[0]
+              for m in ("attention", "rotary")}
+    names = set()
+    rng = np.random.default_rng(1)
+    for dtype in (F32, F16):
+        for head in (16, 64, 128, 256):
+            for spec in (dict(seq=1, past=300, sm=2), dict(seq=7, past=3), dict(seq=1, past=2, no_past=False)):
+                spec = dict(spec)
+                sm = spec.pop("sm", 132)
+                ins, shapes = gqa_case(rng, head=head, dtype=dtype, rotary=16, **spec)
+                mem = Memory()
+                _, full = _attrs(GQA, dict(num_heads=4, kv_num_heads=2, do_rotary=1), 3)
+                ops = gk.BINDINGS[GQA].bind([mem.arg(a) for a in ins], [mem.arg(np.empty(s, dtype)) for s in shapes],
+                                            full, gk.Target(sm_count=sm, workspace=mem.alloc))
+                names |= {(o.module, o.entry) for o in ops}
+        names.add(("rotary", f"hipep_rotary_{gk._dt(np.dtype(dtype), 'x')}"))
+    names |= {("attention", "hipep_gqa_window_store"), ("attention", "hipep_gqa_copy_past")}
+    assert len(names) >= 14
+    for module, entry in sorted(names):
+        assert entry.encode() + b"\0" in cubins[module], f"{module}: {entry}"
