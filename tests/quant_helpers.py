@@ -65,7 +65,8 @@ def quantize_blockwise(w: np.ndarray, bits: int, block_size: int, zp_kind: str, 
 def matmul_nbits_model(m_shape, k, n, bits, block_size, elem=TP.FLOAT, zp_kind="none", bias=False,
                        accuracy_level=0, seed=0, fed_weights=False):
     """A single MatMulNBits node with random weights quantized blockwise, and its feeds.
-    m_shape: A's leading dims. Returns (model, feeds, (B, scales, zp, bias))."""
+    m_shape: A's leading dims (ints, or names for symbolic ones). Returns (model, feeds,
+    (B, scales, zp, bias))."""
     rng = np.random.default_rng(seed)
     npt = {TP.FLOAT: np.float32, TP.FLOAT16: np.float16}[elem]
     w = rng.standard_normal((n, k)).astype(np.float32)
@@ -84,7 +85,8 @@ def matmul_nbits_model(m_shape, k, n, bits, block_size, elem=TP.FLOAT, zp_kind="
         inits.append(numpy_helper.from_array(b, "bias"))
     node = helper.make_node("MatMulNBits", inputs, ["Y"], domain="com.microsoft", name="mnb", K=k, N=n, bits=bits,
                             block_size=block_size, accuracy_level=accuracy_level)
-    a = (rng.standard_normal(tuple(m_shape) + (k,)) * 0.5).astype(npt)
+    feed_dims = tuple(d if isinstance(d, int) else 1 for d in m_shape)  # a named dim is fed as 1
+    a = (rng.standard_normal(feed_dims + (k,)) * 0.5).astype(npt)
     model = make_model([node], [tensor("A", elem, list(m_shape) + [k])], [tensor("Y", elem, None)],
                        inits, opset=21, extra_opsets=[MS])
     return model, {"A": a}, (B, scales, zp, b)

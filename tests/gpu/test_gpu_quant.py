@@ -1,0 +1,152 @@
+"""MatMulNBits and GatherBlockQuantized on the CUDA device: single-node models with random weights
+quantized blockwise (tests/quant_helpers.py) through hipep.InferenceSession(device="cuda"), run
+three times (first run, bound replay, CUDA graph replay).
+
+MatMulNBits is compared with ORT's CPU EP by relative L2 error: 1e-2 at accuracy_level 4 (ORT
+then quantizes A to int8, the GPU keeps it in f32), 2e-5 (f32) / 2e-3 (f16) at level 0 (ORT's
+dequantize-then-f32-GEMM); and always with hipep's numpy dequantization (_mnb_unpack /
+_mnb_dequant) and a float64 matmul. GatherBlockQuantized computes (q - zp) * scale in f32 rounded
+once, as ORT does: the outputs are equal."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+
+import hipep
+
+from hipep.runtime.cuda import cuda_status
+from helpers import cpu_session, make_model, tensor
+from quant_helpers import MS, gather_block_quantized_model, matmul_nbits_model, quantize_blockwise
+
+pytestmark = pytest.mark.gpu
+_ok, _why = cuda_status(0)
+if not _ok:
+    pytest.skip(f"no CUDA device: {_why}", allow_module_level=True)
+
+F32, F16 = TP.FLOAT, TP.FLOAT16
+RUNS = 3
+
+
+def rel_l2(got, want) -> float:
+    g, w = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.linalg.norm(g - w) / max(np.linalg.norm(w), 1e-30))
+
+
+def reference(feeds, weights, attrs) -> np.ndarray:
+    """hipep's numpy dequantization of B and a float64 matmul (+ bias)."""
+    from hipep.ops.contrib_quant import _mnb_dequant, _mnb_unpack
+
+    B, scales, zp, bias = weights
+    k = attrs["K"]
+    w = _mnb_dequant(*_mnb_unpack(B, scales, zp, attrs))[:, :k].astype(np.float64)
+    a = feeds["A"].astype(np.float64)
+    y = a.reshape(-1, k) @ w.T
+    if bias is not None:
+        y = y + bias.astype(np.float64)
+    return y.reshape(a.shape[:-1] + (attrs["N"],))
+
+
+def run_gpu(model, feeds, runs=RUNS):
+    sess = hipep.InferenceSession(model, device="cuda")
+    outs = [sess.run(None, feeds)[0] for _ in range(runs)]
+    for o in outs[1:]:
+        np.testing.assert_array_equal(o, outs[0])  # replays give the first run's bits
+    return outs[0]
+
+
+# (K, N, bits, block_size, zero points, bias, element type, accuracy_level)
+CONFIGS = [
+    (512, 160, 4, 32, "none", False, F32, 4),      # the model builder's form (symmetric, level 4)
+    (200, 72, 4, 16, "uint8", True, F32, 0),       # K not a multiple of the block; odd n_blocks
+    (320, 64, 8, 32, "uint8", False, F16, 0),      # 8 bits
+    (384, 48, 4, 128, "float", True, F16, 0),      # float zero points
+    (1100, 40, 4, 32, "uint8", False, F32, 4),     # K past one shared-memory tile of the 8-row GEMV
+    (256, 100, 8, 16, "none", True, F32, 0),       # 8 bits, block 16, N not a multiple of 16
+    (96, 24, 4, 32, "uint8", False, F16, 4),       # f16 at level 4
+]
+
+
+@pytest.mark.parametrize("m", [1, 3, 8, 17, 64])
+@pytest.mark.parametrize("config", CONFIGS, ids=[f"K{c[0]}-N{c[1]}-b{c[2]}-bs{c[3]}-{c[4]}{'-bias' if c[5] else ''}-"
+                                                f"{'f32' if c[6] == F32 else 'f16'}-lvl{c[7]}" for c in CONFIGS])
+def test_matmul_nbits(m, config):
+    k, n, bits, bs, zp_kind, bias, elem, level = config
+    m_shape = (m,) if m % 2 else (1, m)  # 2-D and 3-D A
+    model, feeds, weights = matmul_nbits_model(m_shape, k, n, bits, bs, elem, zp_kind, bias, level, seed=m)
+    got = run_gpu(model, feeds)
+    want = cpu_session(model).run(None, feeds)[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    cpu_tol = 1e-2 if level == 4 else (2e-5 if elem == F32 else 2e-3)
+    assert rel_l2(got, want) < cpu_tol
+    attrs = {"K": k, "N": n, "bits": bits, "block_size": bs}
+    assert rel_l2(got, reference(feeds, weights, attrs)) < (1e-5 if elem == F32 else 2e-3)
+
+
+@pytest.mark.parametrize("elem", [F32, F16])
+def test_matmul_nbits_square_4096_decode(elem):
+    """N = K = 4096, int4, block 32: the GEMV's shape of reference (several K tiles at M = 8)."""
+    for m in (1, 8):
+        model, feeds, weights = matmul_nbits_model((1, m), 4096, 4096, 4, 32, elem, "none", False, 0, seed=m)
+        got = run_gpu(model, feeds, runs=2)
+        want = reference(feeds, weights, {"K": 4096, "N": 4096, "bits": 4, "block_size": 32})
+        assert rel_l2(got, want) < (1e-5 if elem == F32 else 2e-3)
+        assert rel_l2(got, cpu_session(model).run(None, feeds)[0]) < (2e-5 if elem == F32 else 2e-3)
+
+
+def test_matmul_nbits_rows_change_between_runs():
+    """One session, A's rows changing run to run: the GEMV (1, 3, 8 rows) and the GEMM (9, 40)."""
+    k, n = 256, 96
+    model, _, weights = matmul_nbits_model(("m",), k, n, 4, 32, F32, "uint8", True, 0)
+    sess = hipep.InferenceSession(model, device="cuda")
+    cpu = cpu_session(model)
+    rng = np.random.default_rng(5)
+    for m in (1, 3, 8, 9, 40, 1, 8):
+        feeds = {"A": rng.standard_normal((m, k)).astype(np.float32)}
+        got = sess.run(None, feeds)[0]
+        assert got.shape == (m, n)
+        assert rel_l2(got, cpu.run(None, feeds)[0]) < 2e-5
+
+
+# ---- GatherBlockQuantized ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("vocab,hidden,bits,bs,idx_shape,elem,zp,idx_elem,middle", [
+    (256, 128, 4, 32, (2, 5), F32, True, TP.INT64, ()),    # the builder's embedding table
+    (256, 128, 4, 32, (1, 1), F16, True, TP.INT64, ()),    # decode: one token
+    (100, 96, 4, 16, (7,), F16, False, TP.INT32, ()),
+    (64, 80, 8, 16, (3, 4), F32, True, TP.INT64, ()),      # 8 bits
+    (40, 64, 4, 64, (2, 3), F32, True, TP.INT64, (3,)),    # rank-3 data
+    (50, 36, 4, 32, (4,), F16, True, TP.INT64, ()),        # 18-byte rows: byte by byte
+])
+def test_gather_block_quantized(vocab, hidden, bits, bs, idx_shape, elem, zp, idx_elem, middle):
+    model, feeds = gather_block_quantized_model(vocab, hidden, bits, bs, idx_shape, elem, zp, idx_elem, middle=middle)
+    got = run_gpu(model, feeds)
+    want = cpu_session(model).run(None, feeds)[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def test_tied_embedding_and_lm_head():
+    """The builder's tied int4 embedding: GatherBlockQuantized over a Reshape of the lm_head's
+    MatMulNBits weights (sharing their scales), then that MatMulNBits as the head."""
+    vocab, hidden, bs = 300, 128, 32
+    rng = np.random.default_rng(11)
+    B, scales, _ = quantize_blockwise(rng.standard_normal((vocab, hidden)).astype(np.float32), 4, bs, "none")
+    nb = scales.shape[1]
+    n = helper.make_node
+    nodes = [n("Reshape", ["W", "shape"], ["table"], name="reshape"),
+             n("GatherBlockQuantized", ["table", "ids", "scales"], ["emb"], domain="com.microsoft", name="embed",
+               bits=4, block_size=bs, gather_axis=0, quantize_axis=1),
+             n("MatMulNBits", ["emb", "W", "scales"], ["logits"], domain="com.microsoft", name="lm_head", K=hidden,
+               N=vocab, bits=4, block_size=bs, accuracy_level=4)]
+    inits = [numpy_helper.from_array(B, "W"), numpy_helper.from_array(scales.reshape(vocab, nb), "scales"),
+             numpy_helper.from_array(np.array([vocab, hidden // 2], np.int64), "shape")]
+    model = make_model(nodes, [tensor("ids", TP.INT64, ["batch", "seq"])], [tensor("logits", F32, None)], inits,
+                       opset=21, extra_opsets=[MS])
+    sess = hipep.InferenceSession(model, device="cuda")
+    cpu = cpu_session(model)
+    for shape in ((1, 9), (1, 1), (2, 1), (1, 1)):  # prefill, then decode steps
+        feeds = {"ids": rng.integers(0, vocab, shape).astype(np.int64)}
+        got = sess.run(None, feeds)[0]
+        assert rel_l2(got, cpu.run(None, feeds)[0]) < 1e-2
