@@ -425,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device-to-device copy: {copy['gbps']:.0f} GB/s", flush=True)
     place = gh.Placement(args.device_id, want_device=not args.host_io)
     print(f"inputs and outputs: {place.label} ({place.why})", flush=True)
+    command = "python benchmarks/kernels.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"{info['date']}-kernels-{gh.device_slug(info['gpu'])}")
     rows = []
     seconds = 0.05 if args.quick else args.seconds
     for make in workloads(families, info["l2_bytes"], args.quick, args.context):
@@ -437,13 +440,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['family']:<34} {r['label']:<44} {r['node_us']:9.2f} us/op {r['gbps']:7.0f} GB/s "
                   f"({100 * r['gbps'] / copy['gbps']:3.0f} % of copy)  rel L2 {r['rel_l2']:.1e}", flush=True)
         del w
-    verdicts(rows, copy["gbps"], info["l2_bytes"])
-    command = "python benchmarks/kernels.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
-    text = render(info, rows, copy, place, command)
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"{info['date']}-kernels-{gh.device_slug(info['gpu'])}")
-    with open(stem + ".md", "w") as f:
-        f.write(text)
+        # written after every row: a run stopped early keeps what it measured
+        verdicts(rows, copy["gbps"], info["l2_bytes"])
+        with open(stem + ".md", "w") as f:
+            f.write(render(info, rows, copy, place, command))
     if plot(stem + ".png", rows, copy["gbps"]):
         with open(stem + ".md", "a") as f:
             f.write(f"\n![achieved bandwidth]({os.path.basename(stem)}.png)\n")

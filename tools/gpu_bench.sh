@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Builds hipep and runs the GPU benchmarks on a machine with an NVIDIA GPU and no package index:
+# benchmarks/kernels.py (achieved bandwidth of the int4 GEMV, GQA decode, norms and Softmax against
+# the device-to-device copy) and benchmarks/decode.py (the ~1.1B int4 llama through ORT with
+# IOBinding and through onnxruntime-genai, greedy tokens against the CPU EP).
+#
+# The machine needs what tools/gpu_check.sh needs, plus torch and transformers for the model
+# builder; wheelhouse/ (tools/gpu_wheelhouse.sh) brings the rest, onnxruntime-genai and onnx-ir
+# included. The ~1.1B model (0.9 GB) is built here, offline, from a local transformers config
+# (~30 s on 16 cores) and cached under ~/.cache/hipep/models (HIPEP_CACHE_DIR moves it).
+#
+# Steps as in tools/gpu_check.sh: install the wheels (no index), build and install hipep (no build
+# isolation), then, from outside the checkout so the installed hipep is imported: precompile the
+# kernels, build the model, run both benchmarks. Logs and the results files (<date>-kernels-<gpu>
+# and <date>-decode-<gpu>, .md and .png) go to $OUT when set (else gpu-bench-logs/); the results
+# are also copied into benchmarks/results/. Each benchmark runs under a time limit
+# (HIPEP_BENCH_TIMEOUT seconds, default 240): kernels.py rewrites its results file after every
+# workload, so a run cut short still leaves the rows measured so far.
+#
+# usage: tools/gpu_bench.sh [--quick]
+set -uo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$repo"
+py="${PYTHON:-python3}"
+logs="${OUT:-$repo/gpu-bench-logs}"
+limit="${HIPEP_BENCH_TIMEOUT:-240}"
+quick=()
+case "${1:-}" in
+  --quick) quick=(--quick) ;;
+  "") ;;
+  -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "gpu_bench: unknown argument '$1' (usage: tools/gpu_bench.sh [--quick])" >&2; exit 2 ;;
+esac
+mkdir -p "$logs/results"
+status=0
+step() { echo "== gpu_bench: $*" | tee -a "$logs/summary.txt"; }
+
+step "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); $("$py" --version)"
+
+shopt -s nullglob
+wheels=(wheelhouse/*.whl)
+if [ ${#wheels[@]} -gt 0 ]; then
+  step "installing ${#wheels[@]} wheel(s) from wheelhouse/"
+  "$py" -m pip install --quiet --no-index --no-deps --no-compile "${wheels[@]}" >"$logs/pip-wheels.log" 2>&1 \
+    || { step "FAILED: wheel install (see pip-wheels.log)"; exit 1; }
+fi
+
+include="${ORT_INCLUDE_DIR:-}"
+if [ -z "$include" ]; then
+  header=$(find wheelhouse/ort-headers "${HOME}/.cache/hipep/ort-headers" -name onnxruntime_ep_c_api.h -print -quit 2>/dev/null)
+  [ -n "$header" ] || { step "FAILED: no ONNX Runtime headers (run tools/gpu_wheelhouse.sh, or set ORT_INCLUDE_DIR)"; exit 1; }
+  include=$(dirname "$header")
+fi
+step "building hipep against $include"
+start=$(date +%s)
+ORT_INCLUDE_DIR="$include" "$py" -m pip install --no-build-isolation --no-deps --no-index . >"$logs/build.log" 2>&1 \
+  || { step "FAILED: build (see build.log)"; tail -30 "$logs/build.log"; exit 1; }
+step "built in $(( $(date +%s) - start )) s"
+
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1  # the model comes from a local config, never a download
+
+cd /tmp
+step "precompile (kernel cache: ${HIPEP_KERNEL_CACHE:-~/.cache/hipep/kernels})"
+"$py" -P -m hipep precompile >"$logs/precompile.log" 2>&1 || { step "FAILED: precompile (see precompile.log)"; status=1; }
+
+step "the ~1.1B int4 model (hipep.tools.model_zoo size '1b')"
+start=$(date +%s)
+if "$py" -P -c "from hipep.tools import model_zoo; print(model_zoo.decoder('llama', 'int4', size='1b'))" \
+     >"$logs/model.log" 2>&1; then
+  step "model ready in $(( $(date +%s) - start )) s: $(tail -1 "$logs/model.log")"
+else
+  step "FAILED: model build (see model.log): $(tail -1 "$logs/model.log")"
+  status=1
+fi
+
+run_bench() {  # name, script arguments...
+  local name=$1
+  shift
+  step "benchmarks/$name.py $* (limit ${limit} s)"
+  timeout --kill-after=10 "$limit" "$py" -P "$repo/benchmarks/$name.py" --out "$logs/results" "$@" 2>&1 \
+    | tee "$logs/$name.log"
+  local rc=${PIPESTATUS[0]}
+  case $rc in
+    0) ;;
+    124|137) step "FAILED: $name.py ran past ${limit} s (HIPEP_BENCH_TIMEOUT)"; status=1 ;;
+    *) step "FAILED: $name.py exit code $rc (see $name.log)"; status=1 ;;
+  esac
+  grep -E "^(wrote|could not run|gate missed|ORT \+ IOBinding|onnxruntime-genai|$name\.py:)" "$logs/$name.log" \
+    >>"$logs/summary.txt"
+}
+
+run_bench kernels "${quick[@]}"
+run_bench decode "${quick[@]}"
+
+results=("$logs/results"/*)
+if [ ${#results[@]} -gt 0 ]; then
+  cp "${results[@]}" "$repo/benchmarks/results/"
+  step "results: $(cd "$logs/results" && ls | tr '\n' ' ')(also in benchmarks/results/)"
+else
+  step "FAILED: no results files"
+  status=1
+fi
+exit $status
