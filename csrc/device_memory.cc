@@ -91,8 +91,8 @@ void* CachingAllocator::allocate(size_t size) {
   void* p = nullptr;
   auto it = free_.find(cls);
   if (it != free_.end() && !it->second.empty()) {
-    p = it->second.back();
-    it->second.pop_back();
+    p = *it->second.begin();
+    it->second.erase(it->second.begin());
     c.device_cached -= pinned_ ? 0 : static_cast<int64_t>(cls);
   } else {
     std::string error;
@@ -119,7 +119,7 @@ void CachingAllocator::release(void* p) {
   live_.erase(it);
   auto& c = memory_counters();
   (pinned_ ? c.host_in_use : c.device_in_use) -= static_cast<int64_t>(cls);
-  free_[cls].push_back(p);
+  free_[cls].insert(p);
   if (!pinned_) c.device_cached += static_cast<int64_t>(cls);
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "gpu_runtime.h"
@@ -53,7 +54,9 @@ class CachingAllocator : public OrtAllocator {
   int ordinal_;
   bool pinned_;
   std::mutex mutex_;
-  std::map<size_t, std::vector<void*>> free_;  // size class -> cached blocks
+  // size class -> cached blocks. A run takes the lowest free addresses of a class whatever order
+  // the last run freed them in, so a replay finds the same output pointers (no rebinding).
+  std::map<size_t, std::set<void*>> free_;
   std::map<void*, size_t> live_;               // block -> its size class
 };
 

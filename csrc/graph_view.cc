@@ -19,6 +19,34 @@ namespace {
 
 constexpr size_t kSmallConstantElements = size_t{1} << 16;  // keep in step with hipep/graph.py
 
+// ---- names that are not valid UTF-8 -------------------------------------------------------------
+// ONNX requires UTF-8 but ORT does not check. Python's str cannot hold such bytes as they are, so:
+
+py::str decode(const std::string& s, const char* errors) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), errors);
+  if (o == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(o);
+}
+
+bool valid_utf8(const std::string& s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "strict");
+  if (o == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  Py_DECREF(o);
+  return true;
+}
+
+// Text (node names, op types, attribute strings, symbolic dims): invalid bytes become \xNN escapes,
+// printable in every message.
+py::str text(const std::string& s) { return decode(s, "backslashreplace"); }
+
+// A value name, which wires nodes together: invalid bytes become lone surrogates, which no valid
+// name decodes to, so no two different names meet. Nodes touching such a value are not claimed
+// (hipep.bridge rejects them by the node's "invalid_utf8" list), so these never reach a message.
+py::str value_key(const std::string& s) { return decode(s, "surrogateescape"); }
+
 std::string value_name(const OrtValueInfo* info) {
   if (info == nullptr) return "";
   const char* name = nullptr;
@@ -57,7 +85,7 @@ py::tuple describe_type(const OrtValueInfo* info) {
   py::list shape;
   for (size_t i = 0; i < rank; ++i) {
     if (dims[i] >= 0) shape.append(dims[i]);
-    else if (symbols[i] && symbols[i][0]) shape.append(py::str(symbols[i]));
+    else if (symbols[i] && symbols[i][0]) shape.append(text(symbols[i]));
     else shape.append(py::none());
   }
   return py::make_tuple("tensor", static_cast<int>(elem), py::tuple(shape));
@@ -66,8 +94,10 @@ py::tuple describe_type(const OrtValueInfo* info) {
 void add_type(py::dict& types, const OrtValueInfo* info) {
   if (info == nullptr) return;
   std::string name = value_name(info);
-  if (name.empty() || types.contains(name)) return;
-  types[py::str(name)] = describe_type(info);
+  if (name.empty()) return;
+  py::str key = value_key(name);
+  if (types.contains(key)) return;
+  types[key] = describe_type(info);
 }
 
 std::vector<const OrtValueInfo*> node_values(const OrtNode* node, int which) {
@@ -129,7 +159,7 @@ py::object read_attribute(const OrtOpAttr* attr) {
       size_t n = byte_size(type);
       std::string s(n, '\0');
       if (n) HIPEP_ORT(g_ort->ReadOpAttr(attr, type, s.data(), n, &size));
-      return py::str(std::string(s.c_str()));
+      return text(std::string(s.c_str()));
     }
     case ORT_OP_ATTR_STRINGS: {
       // ORT writes the strings one after another, each terminated by '\0'.
@@ -140,7 +170,7 @@ py::object read_attribute(const OrtOpAttr* attr) {
       size_t start = 0;
       for (size_t i = 0; i < s.size(); ++i) {
         if (s[i] == '\0') {
-          out.append(py::str(s.substr(start, i - start)));
+          out.append(text(s.substr(start, i - start)));
           start = i + 1;
         }
       }
@@ -168,13 +198,22 @@ py::object read_attribute(const OrtOpAttr* attr) {
 py::dict describe_node(const OrtNode* node, py::dict& types) {
   const char* s = nullptr;
   py::dict d;
+  py::list invalid;  // what of this node is not valid UTF-8, for its rejection
+  auto checked = [&](const char* what, const std::string& v) {
+    if (!valid_utf8(v)) invalid.append(py::str(std::string(what) + " '") + text(v) + py::str("'"));
+  };
   HIPEP_ORT(g_ort->Node_GetName(node, &s));
-  d["name"] = s ? s : "";
+  std::string name = s ? s : "";
+  checked("node name", name);
+  d["name"] = text(name);
   HIPEP_ORT(g_ort->Node_GetOperatorType(node, &s));
-  d["op_type"] = s ? s : "";
+  std::string op_type = s ? s : "";
+  checked("op type", op_type);
+  d["op_type"] = text(op_type);
   HIPEP_ORT(g_ort->Node_GetDomain(node, &s));
   std::string domain = s ? s : "";
-  d["domain"] = domain == "ai.onnx" ? std::string() : domain;
+  checked("domain", domain);
+  d["domain"] = domain == "ai.onnx" ? py::str("") : text(domain);
   int since = 0;
   HIPEP_ORT(g_ort->Node_GetSinceVersion(node, &since));
   d["since_version"] = since;
@@ -183,7 +222,9 @@ py::dict describe_node(const OrtNode* node, py::dict& types) {
   for (int which = 0; which < 3; ++which) {
     py::list names;
     for (const OrtValueInfo* info : node_values(node, which)) {
-      names.append(value_name(info));
+      std::string vname = value_name(info);
+      checked("value name", vname);
+      names.append(value_key(vname));
       add_type(types, info);
     }
     d[labels[which]] = names;
@@ -197,7 +238,9 @@ py::dict describe_node(const OrtNode* node, py::dict& types) {
   for (const OrtOpAttr* attr : attrs) {
     const char* name = nullptr;
     HIPEP_ORT(g_ort->OpAttr_GetName(attr, &name));
-    attributes[py::str(name)] = read_attribute(attr);
+    std::string aname = name ? name : "";
+    checked("attribute name", aname);
+    attributes[text(aname)] = read_attribute(attr);
   }
   d["attributes"] = attributes;
 
@@ -209,9 +252,10 @@ py::dict describe_node(const OrtNode* node, py::dict& types) {
     std::vector<const char*> names(num_subgraphs);
     HIPEP_ORT(g_ort->Node_GetSubgraphs(node, graphs.data(), num_subgraphs, names.data()));
     for (size_t i = 0; i < num_subgraphs; ++i)
-      subgraphs[py::str(names[i] ? names[i] : "")] = describe_graph(graphs[i], nullptr);
+      subgraphs[text(names[i] ? names[i] : "")] = describe_graph(graphs[i], nullptr);
   }
   d["subgraphs"] = subgraphs;
+  if (!invalid.empty()) d["invalid_utf8"] = invalid;
   return d;
 }
 
@@ -312,7 +356,7 @@ py::dict describe_graph(const OrtGraph* graph, std::vector<const OrtNode*>* node
   py::dict types;
   const char* name = nullptr;
   HIPEP_ORT(g_ort->Graph_GetName(graph, &name));
-  d["name"] = name ? name : "";
+  d["name"] = text(name ? name : "");
 
   size_t num_opsets = 0;
   HIPEP_ORT(g_ort->Graph_GetNumOperatorSets(graph, &num_opsets));
@@ -323,7 +367,7 @@ py::dict describe_graph(const OrtGraph* graph, std::vector<const OrtNode*>* node
     HIPEP_ORT(g_ort->Graph_GetOperatorSets(graph, domains.data(), versions.data(), num_opsets));
     for (size_t i = 0; i < num_opsets; ++i) {
       std::string dom = domains[i] ? domains[i] : "";
-      opsets[py::str(dom == "ai.onnx" ? "" : dom)] = versions[i];
+      opsets[text(dom == "ai.onnx" ? "" : dom)] = versions[i];
     }
   }
   d["opsets"] = opsets;
@@ -378,15 +422,15 @@ py::dict describe_graph(const OrtGraph* graph, std::vector<const OrtNode*>* node
     if (value != nullptr && count <= kSmallConstantElements) {
       py::object small = copy_to_numpy_if_possible(value);
       if (!small.is_none()) {
-        constants[py::str(vname)] = small;
+        constants[value_key(vname)] = small;
         continue;
       }
       // An element type numpy lacks: keep it as a weight; claim predicates see its type.
     }
-    weights.append(vname);
+    weights.append(value_key(vname));
     if (copy_weights && value != nullptr && count > kSmallConstantElements) {
       py::object arr = copy_to_numpy_if_possible(value);
-      if (!arr.is_none()) weight_data[py::str(vname)] = arr;  // else no plan can read it anyway
+      if (!arr.is_none()) weight_data[value_key(vname)] = arr;  // else no plan can read it anyway
     }
   }
   d["constants"] = constants;
@@ -407,7 +451,7 @@ py::dict describe_graph(const OrtGraph* graph, std::vector<const OrtNode*>* node
     }
     py::list names;
     for (const OrtValueInfo* info : v) {
-      std::string vname = value_name(info);
+      py::str vname = value_key(value_name(info));
       add_type(types, info);
       if (!outputs && constants.contains(vname)) continue;
       names.append(vname);

@@ -56,6 +56,12 @@ bool python_usable() {
 #endif
 }
 
+// A Python string as UTF-8, whatever it holds (a lone surrogate from a name that is not valid
+// UTF-8 becomes a \x escape instead of failing the call).
+std::string utf8(const py::handle& text) {
+  return py::str(text).attr("encode")("utf-8", "backslashreplace").cast<std::string>();
+}
+
 // Runs `fn` with the GIL held and converts any exception into an OrtStatus.
 template <typename Fn>
 OrtStatus* guarded(const char* what, Fn&& fn) noexcept {
@@ -74,8 +80,7 @@ OrtStatus* guarded(const char* what, Fn&& fn) noexcept {
       std::string detail = e.what();
       try {
         if (e.matches(py::module_::import("hipep.errors").attr("HipepError")))
-          detail = py::str(e.type().attr("__name__")).cast<std::string>() + ": " +
-                   py::str(e.value()).cast<std::string>();
+          detail = utf8(e.type().attr("__name__")) + ": " + utf8(e.value());
       } catch (py::error_already_set&) {
       }
       std::string message = std::string("hipep: ") + what + " failed: " + detail;
@@ -122,7 +127,7 @@ void log(const OrtLogger* logger, OrtLoggingLevel level, const std::string& mess
 void log_records(const OrtLogger* logger, const py::handle& records) {
   for (auto rec : records) {
     auto t = rec.cast<py::tuple>();
-    log(logger, static_cast<OrtLoggingLevel>(t[0].cast<int>()), t[1].cast<std::string>());
+    log(logger, static_cast<OrtLoggingLevel>(t[0].cast<int>()), utf8(t[1]));
   }
 }
 

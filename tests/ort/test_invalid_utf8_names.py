@@ -1,0 +1,60 @@
+"""Names that are not valid UTF-8 (ONNX requires UTF-8; ORT does not check): the nodes they touch
+are not claimed, each with a reason naming the bad name, and the rest of the model still runs on
+hipep. The models are made by patching bytes of a serialized model (onnx's Python API refuses
+such names)."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import hipep
+
+
+def _model(patches) -> bytes:
+    f = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])  # noqa: E731
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["QQt"], name="NODEZZ"),
+                           helper.make_node("Neg", ["QQt"], ["u"], name="neg"),
+                           helper.make_node("Abs", ["u"], ["y"], name="abs")], "g", [f("x")], [f("y")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    data = m.SerializeToString()
+    for old, new in patches:
+        assert data.count(old) >= 1 and len(old) == len(new)
+        data = data.replace(old, new)
+    return data
+
+
+X = np.array([1.5, -2.0], np.float32)
+WANT = np.abs(-np.maximum(X, 0))
+
+
+def test_a_node_name_that_is_not_utf8_is_a_rejection_naming_it():
+    data = _model([(b"NODEZZ", b"NODE\xff\xfe")])
+    with pytest.raises(hipep.FallbackError) as info:
+        hipep.InferenceSession(data, device="cpu")
+    msg = str(info.value)
+    assert "1 node(s)" in msg and r"node name 'NODE\xff\xfe' is not valid UTF-8" in msg
+    sess = hipep.InferenceSession(data, device="cpu", disable_cpu_ep_fallback=False)
+    assert np.array_equal(sess.run(None, {"x": X})[0], WANT)
+    assert sess.get_providers()[0].startswith("Hip")
+
+
+def test_a_value_name_that_is_not_utf8_rejects_every_node_touching_it():
+    data = _model([(b"QQt", b"Q\xc3t")])
+    with pytest.raises(hipep.FallbackError) as info:
+        hipep.InferenceSession(data, device="cpu")
+    msg = str(info.value)
+    assert "2 node(s)" in msg and msg.count(r"value name 'Q\xc3t' is not valid UTF-8") == 2
+    assert "node 'abs'" not in msg  # Abs reads only valid names: hipep runs it
+    before = hipep.stats().get("runs", 0)
+    sess = hipep.InferenceSession(data, device="cpu", disable_cpu_ep_fallback=False)
+    assert np.array_equal(sess.run(None, {"x": X})[0], WANT)
+    assert hipep.stats()["runs"] > before
+
+
+def test_plain_ort_session_with_fallback_runs():
+    data = _model([(b"NODEZZ", b"NODE\xff\xfe"), (b"QQt", b"Q\xc3t")])
+    sess = ort.InferenceSession(data, providers=["HipExecutionProvider"])
+    assert np.array_equal(sess.run(None, {"x": X})[0], WANT)
