@@ -69,9 +69,10 @@ class Decoder:
         for i in sess.get_inputs():
             if i.name.startswith("past_key_values."):
                 dtype = np.float16 if "float16" in i.type else np.float32
-                value = place.value(np.zeros((1, i.shape[1], max_len, head_size), dtype))
+                zeros = np.zeros((1, i.shape[1], max_len, head_size), dtype)
+                value = place.value(zeros)
                 self.caches[i.name] = value
-                self.cache_bytes += value.tensor_size_in_bytes()
+                self.cache_bytes += zeros.nbytes
                 self.binding.bind_ortvalue_input(i.name, value)
                 self.binding.bind_ortvalue_output(i.name.replace("past_key_values.", "present."), value)
         self.logits: dict[int, object] = {}

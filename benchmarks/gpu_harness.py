@@ -98,6 +98,9 @@ class Placement:
 
     def _probe(self) -> tuple[bool, str]:
         """Device memory counts as available when a value written through ORT reads back the same."""
+        import hipep
+
+        hipep.register()  # ORT allocates device memory through the EP devices of registered libraries
         probe = np.arange(16, dtype=np.float32)
         try:
             value = self.ort.OrtValue.ortvalue_from_numpy(probe, "cuda", self.device_id)
