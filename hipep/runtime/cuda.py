@@ -23,7 +23,8 @@ Replay issues a captured graph's launches segment by segment (runs of launches b
 and syncs); a segment whose launches come out the same on two replays is captured into a CUDA
 graph (stream capture) and later replayed with one cuGraphLaunch. `HIPEP_CUDA_GRAPHS=0` turns
 that off; `HIPEP_CUDA_SYNC=1` syncs after every launch, so an asynchronous kernel fault names the
-node that caused it.
+node that caused it. `HIPEP_DEBUG_SPIN_BEFORE=<op type>:<microseconds>` (tests only, read when the
+device is made) queues a spin kernel (kernels/debug.hip) before every launch of that op type.
 
 Errors: a launch the driver refuses is recorded on its stream with the node's label and raised at
 the next sync (later work on that stream is not issued); a fault while kernels run surfaces at the
@@ -59,6 +60,23 @@ _GRAPH_MAX_CAPTURES = 8  # a segment re-captured this often runs launch by launc
 def _env_flag(name: str, default: bool) -> bool:
     v = os.environ.get(name)
     return default if v is None else v.strip().lower() not in ("0", "false", "no", "off", "")
+
+
+def _debug_spin_setting() -> tuple[str, float] | None:
+    """HIPEP_DEBUG_SPIN_BEFORE=<op type>:<microseconds>, FOR TESTS ONLY: (op type, microseconds)
+    or None. A spin kernel queued before that op's launches makes later device work run late, so
+    host work that fails to wait for it overtakes it every time (tests/gpu/test_gpu_hazard.py)."""
+    value = os.environ.get("HIPEP_DEBUG_SPIN_BEFORE", "").strip()
+    if not value:
+        return None
+    op_type, _, us = value.rpartition(":")
+    try:
+        micros = float(us)
+    except ValueError:
+        micros = 0.0
+    if not op_type or not micros > 0:
+        raise HipepError(f"HIPEP_DEBUG_SPIN_BEFORE={value!r}: expected <op type>:<microseconds>, e.g. ReduceSum:200")
+    return op_type, micros
 
 
 # ---- the driver ---------------------------------------------------------------------------------
@@ -471,6 +489,9 @@ class CudaProgram:
         converted = [dev._arg(a) for a in args]
         target = dev.target if stream is None else dev.stream_target(stream)
         ops = self.binding.bind(converted[:self.arity], converted[self.arity:], self.attrs, target)
+        if dev.debug_spin is not None and self.kernel.name.rsplit("::", 1)[-1] == dev.debug_spin[0]:
+            ops = [table.KernelOp("hipep_debug_spin", (1,), (1,), [ctypes.c_longlong(dev.debug_spin[1])],
+                                  module="debug")] + list(ops)
         return [dev._ready(op) for op in ops]
 
     def run(self, args: list) -> None:
@@ -644,6 +665,9 @@ class CudaDevice(Device):
         self.target = table.Target(sm_count=self.sm_count, warp_size=self.warp_size, scratch=self._scratch)
         self.sync_launches = _env_flag("HIPEP_CUDA_SYNC", False)
         self.use_graphs = _env_flag("HIPEP_CUDA_GRAPHS", True)
+        spin = _debug_spin_setting()  # (op type, clock cycles): microseconds at the reported clock (kHz)
+        self.debug_spin = None if spin is None else (
+            spin[0], int(spin[1] * attr(A.CU_DEVICE_ATTRIBUTE_CLOCK_RATE) / 1000))
         self._lock = threading.RLock()
         self._modules: dict[str, Any] = {}
         self._functions: dict[tuple[str, str], Any] = {}

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Runs hipep's GPU tests (tests/gpu) under NVIDIA's compute-sanitizer, one pass per tool:
+#   memcheck   out-of-bounds and misaligned global/shared accesses, device faults, bad API calls;
+#   racecheck  shared-memory hazards between threads of a block (the reduction and norm kernels);
+#   synccheck  invalid __syncthreads/__syncwarp use (divergent barriers, bad shuffle masks).
+# Writes under $OUT (else gpu-sanitizer-logs/): <tool>.<pid>.log (the sanitizer's report, one per
+# process: the tests start child processes, all are tracked), <tool>-pytest.log (the tests' own
+# output) and summary.txt with one line per tool: errors found, pytest's and the tool's exit code.
+#
+# hipep must already be installed for the machine's python3 (tools/gpu_check.sh builds and
+# installs it); like gpu_check.sh this runs from outside the checkout (python -P), so the
+# installed hipep, which has the native module, is the one imported.
+#
+# Settings under the sanitizer:
+#   * CUDA graphs stay on (compute-sanitizer checks kernels replayed through cuGraphLaunch too);
+#     SANITIZER_GRAPHS=0 sets HIPEP_CUDA_GRAPHS=0 so that every kernel is a plain launch.
+#   * HIPEP_CUDA_SYNC stays off (it would also turn CUDA graphs off); the sanitizer names the kernel,
+#     block and thread of every error itself.
+#   * The kernel disk cache is a fresh folder per run ($OUT/kernel-cache): every module is compiled
+#     by NVRTC in the sanitized process and loaded from that CUBIN, and no cached CUBIN built by
+#     another NVRTC or another set of defines is picked up.
+#   * Kernels run 10-100x slower (racecheck the most): SANITIZER_TIMEOUT (seconds per tool, default
+#     1800) bounds each pass; a pass that runs out reports "timed out" in the summary.
+#
+# usage: tools/gpu_sanitizer.sh [extra pytest arguments, e.g. -k norm]
+#   SANITIZER_TOOLS="memcheck racecheck synccheck" (default), COMPUTE_SANITIZER (default
+#   /usr/local/cuda/bin/compute-sanitizer, else the one on PATH), PYTHON (default python3)
+set -uo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+py="${PYTHON:-python3}"
+logs="${OUT:-$repo/gpu-sanitizer-logs}"
+mkdir -p "$logs"
+logs="$(cd "$logs" && pwd)"
+tools="${SANITIZER_TOOLS:-memcheck racecheck synccheck}"
+timeout_s="${SANITIZER_TIMEOUT:-1800}"
+sanitizer="${COMPUTE_SANITIZER:-/usr/local/cuda/bin/compute-sanitizer}"
+[ -x "$sanitizer" ] || sanitizer="$(command -v compute-sanitizer || true)"
+say() { echo "== gpu_sanitizer: $*" | tee -a "$logs/summary.txt"; }
+
+[ -n "$sanitizer" ] || { say "FAILED: compute-sanitizer not found (set COMPUTE_SANITIZER)"; exit 1; }
+say "$("$sanitizer" --version 2>/dev/null | grep -i version | head -1); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+cd /tmp
+"$py" -P -c "import hipep._native" 2>/dev/null \
+  || { say "FAILED: hipep is not installed for $py (run tools/gpu_check.sh first)"; exit 1; }
+
+export HIPEP_KERNEL_CACHE="$logs/kernel-cache"
+rm -rf "$HIPEP_KERNEL_CACHE"
+if [ "${SANITIZER_GRAPHS:-1}" = "0" ]; then export HIPEP_CUDA_GRAPHS=0; fi
+
+# Errors in the sanitizer's logs of one tool, summed over processes: memcheck and synccheck end
+# with "ERROR SUMMARY: N errors", racecheck with "RACECHECK SUMMARY: N hazards displayed (E errors,
+# W warnings)" (hazards that are only warnings are counted apart). Plain grep/awk: no gawk there.
+count_errors() {
+  local tool=$1 errors warnings
+  errors=$(cat "$logs/$tool".*.log 2>/dev/null | grep -oE "ERROR SUMMARY: [0-9]+" | awk '{n += $3} END {print n + 0}')
+  local race
+  race=$(cat "$logs/$tool".*.log 2>/dev/null | grep "RACECHECK SUMMARY" | grep -oE "\([0-9]+ errors?, [0-9]+ warnings?\)" \
+    | tr -d '(),' | awk '{e += $1; w += $3} END {print e + 0, w + 0}')
+  warnings=${race#* }
+  # racecheck may print an ERROR SUMMARY as well: its own summary, where there is one, counts
+  if grep -qs "RACECHECK SUMMARY" "$logs/$tool".*.log; then errors=${race% *}; fi
+  echo "$errors errors, $warnings warnings"
+}
+
+status=0
+for tool in $tools; do
+  rm -f "$logs/$tool".*.log
+  say "$tool: pytest tests/gpu -m gpu (timeout ${timeout_s} s)"
+  start=$(date +%s)
+  timeout --signal=TERM --kill-after=60 "$timeout_s" \
+    "$sanitizer" --tool "$tool" --target-processes all --print-limit 200 --error-exitcode 86 \
+      --log-file "$logs/$tool.%p.log" \
+      "$py" -P -m pytest "$repo/tests/gpu" -m gpu -p no:cacheprovider -q -rfEs "$@" \
+    >"$logs/$tool-pytest.log" 2>&1
+  rc=$?
+  took=$(( $(date +%s) - start ))
+  tests=$(grep -E "^[0-9]+ (passed|failed)|(passed|failed|skipped|error).* in [0-9.]+s" "$logs/$tool-pytest.log" | tail -1)
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    say "$tool: timed out after ${took} s; $(count_errors "$tool") so far; pytest: ${tests:-no summary}"
+    status=1
+    continue
+  fi
+  # rc 86: the sanitizer found errors; any other nonzero code is pytest's (a failed test)
+  say "$tool: $(count_errors "$tool") in ${took} s; exit code $rc; pytest: ${tests:-no summary (see $tool-pytest.log)}"
+  [ "$rc" -eq 0 ] || status=1
+done
+say "logs in $logs"
+exit $status
