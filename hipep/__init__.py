@@ -163,4 +163,10 @@ def InferenceSession(model, sess_options=None, disable_cpu_ep_fallback: bool = T
             lines = "\n".join("  " + line for line in report.rejection_lines())
             raise FallbackError(f"{ep_name} cannot run {len(report.rejections)} node(s) and CPU fallback is "
                                 f"disabled:\n{lines}\n(onnxruntime said: {e})") from e
+        if disable_cpu_ep_fallback and "fallback" in str(e).lower():
+            # ORT only logs a failing GetCapability (such as external data it cannot read in full)
+            # and then reports the fallback: say what is wrong with the model's external data.
+            from .explain import check_external_data
+
+            check_external_data(model, failure=e)
         raise

@@ -17,10 +17,13 @@ def explain(model_or_path) -> PartitionReport:
 
     `model_or_path` is an onnx.ModelProto, a path to a .onnx file, or the serialized bytes of
     one. External data is located relative to the model's folder (for a ModelProto or bytes,
-    relative to the working directory, as ORT does for a model loaded from memory). The contents
-    of large external tensors are never read, only their types; small external initializers (the
-    constants claim predicates may read, such as shape operands) are read, as the ORT bridge
-    copies them too.
+    relative to the working directory, as ORT does for a model loaded from memory), under ORT's
+    rules: a relative location whose resolved path (symbolic links followed) stays inside that
+    folder and names an existing file holding the bytes it claims; anything else is a ModelError
+    naming the initializer and the location, and nothing outside the folder is opened. The
+    contents of large external tensors are never read, only their types; small external
+    initializers (the constants claim predicates may read, such as shape operands) are read, as
+    the ORT bridge copies them too.
 
     The report equals what a session decides under
     ``GraphOptimizationLevel.ORT_DISABLE_ALL``: ORT runs its own graph optimizations (constant
@@ -51,8 +54,9 @@ def explain(model_or_path) -> PartitionReport:
         raise TypeError(f"explain() takes an onnx.ModelProto, a path or bytes, "
                         f"not {type(model_or_path).__name__}")
 
-    # By path, the checker resolves external data against the model's folder (it checks the
-    # files exist, without reading them); in memory, against the working directory.
+    # External data first, under ORT's rules (the checker's differ: it refuses every symbolic
+    # link, where ORT follows one that stays inside the folder).
+    _check_external_data(model, folder, where)
     _check(checked, where)
     model = _load_small_external_tensors(model, folder, where)
     try:
@@ -115,6 +119,10 @@ def _check(model_or_path, where: str) -> None:
         # Nor are graph outputs declared without a shape, which ORT takes.
         if "No Op registered for" in str(e) or "Field 'shape' of 'type' is required" in str(e):
             return
+        # A symbolic link to external data inside the model's folder: ORT takes it, and
+        # _check_external_data has already refused any that leads outside.
+        if "but it is a symbolic link" in str(e):
+            return
         raise ModelError(f"cannot read ONNX model {_quote(where)}: invalid model: {e}") from e
     except ValueError as e:
         if "too large" in str(e):  # an in-memory proto over 2 GiB: the checker only takes
@@ -124,29 +132,122 @@ def _check(model_or_path, where: str) -> None:
         raise ModelError(f"cannot read ONNX model {_quote(where)}: invalid model: {e}") from e
 
 
+def _external_tensors(model):
+    from onnx import external_data_helper as edh
+
+    return (t for t in edh._get_all_tensors(model) if edh.uses_external_data(t))
+
+
+def _external_location(tensor) -> tuple[str, int, int | None]:
+    """(location, offset, length or None) of an external tensor's data."""
+    info = {e.key: e.value for e in tensor.external_data}
+    try:
+        offset = int(info.get("offset") or 0)
+        length = int(info["length"]) if info.get("length") else None
+    except ValueError as e:
+        raise ValueError(f"offset/length are not integers ({info.get('offset')!r}, {info.get('length')!r})") from e
+    if offset < 0 or (length is not None and length < 0):
+        raise ValueError(f"negative offset or length ({offset}, {length})")
+    return info.get("location", ""), offset, length
+
+
+def _external_data_file(tensor, folder: str, where: str, check_size: bool = True) -> tuple[str, int, int]:
+    """(real path, offset, length) of `tensor`'s external data, checked as ORT checks it
+    (tensorprotoutils.cc, ValidateExternalDataPathFromDir): a relative location, whose path with
+    symbolic links resolved lies inside `folder`, naming a regular file that holds offset +
+    length bytes (with `check_size`). Raises ModelError naming the initializer and the location
+    otherwise."""
+    def refuse(why: str):
+        return ModelError(f"cannot read ONNX model {_quote(where)}: external data of initializer "
+                          f"'{tensor.name}': {why}")
+
+    # a model in memory reads its external data from the working directory, as ORT's does
+    base = os.path.realpath(folder or os.getcwd())
+    inside = f"the model's folder '{base}'" if folder else f"the working directory '{base}' (a model in memory)"
+
+    try:
+        location, offset, length = _external_location(tensor)
+    except ValueError as e:
+        raise refuse(str(e)) from None
+    if not location:
+        raise refuse("no location given")
+    if os.path.isabs(location) or os.path.splitdrive(location)[0]:
+        raise refuse(f"location '{location}' is an absolute path; it must be relative to {inside}")
+    real = os.path.realpath(os.path.join(base, location))
+    if os.path.commonpath([base, real]) != base:
+        raise refuse(f"location '{location}' resolves to '{real}', outside {inside}")
+    if not os.path.exists(real):
+        raise refuse(f"location '{location}': no such file '{real}'")
+    if not os.path.isfile(real):
+        raise refuse(f"location '{location}': '{real}' is not a regular file")
+    size = os.path.getsize(real)
+    if length is None:
+        length = max(0, size - offset)
+    if check_size and offset + length > size:
+        raise refuse(f"location '{location}': offset {offset} + length {length} is past the end of "
+                     f"the file ({size} bytes)")
+    return real, offset, length
+
+
+def _check_external_data(model, folder: str, where: str, sizes: bool = False) -> None:
+    """Every external location under ORT's rules; file sizes too with `sizes` (explain checks
+    only the sizes of what it reads, _load_small_external_tensors)."""
+    for t in _external_tensors(model):
+        _external_data_file(t, folder, where, check_size=sizes)
+
+
+def check_external_data(model: str | bytes, failure: Exception | None = None) -> None:
+    """Raises ModelError naming the first initializer whose external data breaks ORT's rules
+    (see explain), with `failure` (what ORT said) appended; returns when they all hold or the
+    model cannot be parsed (the caller's own error then stands). `model` is a path or bytes."""
+    import onnx
+
+    try:
+        if isinstance(model, str):
+            where, folder = model, os.path.dirname(os.path.abspath(model))
+            parsed = onnx.load(model, load_external_data=False)
+        else:
+            where, folder = "<bytes>", ""
+            parsed = onnx.load_model_from_string(bytes(model))
+    except Exception:  # noqa: BLE001 - not this check's concern
+        return
+    try:
+        _check_external_data(parsed, folder, where, sizes=True)
+    except ModelError as e:
+        if failure is None:
+            raise
+        raise ModelError(f"{e}\n(onnxruntime said: {failure})") from failure
+
+
 def _load_small_external_tensors(model, folder: str, where: str):
     """Read the data of small external initializers (GraphView copies small constants); leave
     large ones external, as GraphView only reads their type. Never mutates the caller's proto."""
     import onnx
-    from onnx import external_data_helper as edh
+    from onnx import TensorProto
 
     def small_external(m):
-        for t in edh._get_all_tensors(m):
-            if edh.uses_external_data(t):
-                count = 1
-                for d in t.dims:
-                    count *= int(d)
-                if count <= SMALL_CONSTANT_ELEMENTS:
-                    yield t
+        for t in _external_tensors(m):
+            count = 1
+            for d in t.dims:
+                count *= int(d)
+            if count <= SMALL_CONSTANT_ELEMENTS:
+                yield t
 
     if next(small_external(model), None) is None:
         return model
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     for t in small_external(copy):
+        # read from the checked real path only (onnx's own reader refuses every symbolic link)
+        real, offset, length = _external_data_file(t, folder, where)
         try:
-            edh.load_external_data_for_tensor(t, folder)
-        except Exception as e:  # noqa: BLE001
-            raise ModelError(f"cannot read ONNX model {_quote(where)}: external data of "
-                             f"initializer '{t.name}': {e}") from e
+            with open(real, "rb") as f:
+                f.seek(offset)
+                data = f.read(length)
+        except OSError as e:
+            raise ModelError(f"cannot read ONNX model {_quote(where)}: external data of initializer "
+                             f"'{t.name}': cannot read '{real}': {e.strerror or e}") from e
+        t.raw_data = data
+        t.data_location = TensorProto.DEFAULT
+        del t.external_data[:]
     return copy
