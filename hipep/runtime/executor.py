@@ -32,6 +32,7 @@ import numpy as np
 from .. import counters
 from ..errors import HipepError, RuntimeShapeError
 from ..plan import MEMORY_SPACES, HostStep, If, Launch, Loop, Plan, Sync, walk
+from ..symbolic import _code as expr_code
 from ..symbolic import compile_exprs, compile_guards, evaluate, format_guard, symbols_of
 from .device import Device, GraphNode
 from .interpreter import Interpreter, _check_plan, bound_weight
@@ -84,6 +85,10 @@ class Executor:
         self._alias_pairs = [(plan.outputs.index(out), plan.values[src].index,
                               f"output '{plan.values[out].name}' and input '{plan.values[src].name}'")
                              for out, src in plan.aliases if out in plan.outputs]
+        # Generated once, called every run: see _plain_inputs_function and _alias_function.
+        self._inputs_plain = _plain_inputs_function(self._in_dtypes)
+        self._aliases_of = _alias_function(plan.name, self._alias_pairs) if self._alias_pairs else None
+        self._recent: _Program | None = None  # the shape program the latest run used: tried first
 
     @property
     def runs(self) -> int:
@@ -110,13 +115,24 @@ class Executor:
             raise HipepError(f"{plan.name}: got {len(inputs)} inputs, the plan expects {len(plan.inputs)}")
         if self._interpreter is not None:
             return self._interpreter.run(inputs, allocate_outputs)
-        inputs = self._check_inputs(inputs)
-        try:
-            program, env, layout = self._program(inputs)
-        except _Retry:
-            return self._interpreter.run(inputs, allocate_outputs)
-        outputs = self._outputs(program.output_shapes(env), allocate_outputs, program)
-        alias = self._alias_state(inputs, outputs) if self._alias_pairs and allocate_outputs is not None else ()
+        if not self._inputs_plain(inputs):
+            inputs = self._check_inputs(inputs)
+        # The common run: the latest shape program holds for these inputs and knows their layout
+        # signature; one generated call gives the symbols, the guards' verdict and the output shapes.
+        program = self._recent
+        found = None if program is None else program.probe(inputs)
+        if found is not None and found[1] in program.layouts:
+            env, layout, shapes = found
+        else:
+            try:
+                program, env, layout = self._program(inputs)
+            except _Retry:
+                return self._interpreter.run(inputs, allocate_outputs)
+            shapes = program.output_shapes(env)
+            self._check_output_bytes(shapes)
+            self._recent = program
+        outputs = self._outputs(shapes, allocate_outputs)
+        alias = () if self._aliases_of is None or allocate_outputs is None else self._aliases_of(inputs, outputs)
         spec, hit = self._specialization((id(program), layout, alias), program, env)
         with self._lock:
             index = self._runs
@@ -169,22 +185,27 @@ class Executor:
                                  f"the plan expects {spec.dtype}")
         return out
 
-    def _outputs(self, shapes, allocate_outputs, program: "_Program"):
-        if shapes != program.checked_output_shapes:  # value-only extents may change every run
-            for s, v in zip(shapes, self.plan.outputs):
-                check_bytes(f"plan '{self.plan.name}' output", self.plan.values[v], s)
-            program.checked_output_shapes = shapes
+    def _check_output_bytes(self, shapes) -> None:
+        for s, v in zip(shapes, self.plan.outputs):
+            check_bytes(f"plan '{self.plan.name}' output", self.plan.values[v], s)
+
+    def _outputs(self, shapes, allocate_outputs):
         try:
             if allocate_outputs is None:
                 return [np.empty(s, dtype=dtype) for s, dtype in zip(shapes, self._out_dtypes)]
-            arrays = list(allocate_outputs(shapes))
+            arrays = allocate_outputs(shapes)
         except (MemoryError, ValueError, RuntimeError) as e:  # numpy's or ORT's allocator said no
             names = [self.plan.values[v].name for v in self.plan.outputs]
             wanted = ", ".join(f"'{n}' {list(s)}:{d}" for n, s, d in zip(names, shapes, self._out_dtypes))
             raise HipepError(f"{self.plan.name}: could not allocate the outputs ({wanted}): "
                              f"{type(e).__name__}: {e}") from None
+        if type(arrays) is not list:
+            arrays = list(arrays)
+        if len(arrays) != len(shapes):
+            raise HipepError(f"{self.plan.name}: allocate_outputs returned {len(arrays)} arrays for "
+                             f"{len(shapes)} outputs")
         for j, (a, s, dtype) in enumerate(zip(arrays, shapes, self._out_dtypes)):
-            if a.shape != s or a.dtype != dtype:
+            if a.shape != s or (a.dtype is not dtype and a.dtype != dtype):
                 raise HipepError(f"{self.plan.name}: output {j} was allocated as {list(a.shape)}:{a.dtype}, "
                                  f"expected {list(s)}:{dtype}")
         return arrays
@@ -231,24 +252,6 @@ class Executor:
                 return spec, True
         return self._new_specialization(key, program, env), False
 
-    def _alias_state(self, inputs, outputs) -> tuple:
-        """Per declared in-place pair, whether ORT handed out the output in the input's memory.
-        Memory that overlaps without being the same tensor is an error: no kernel is written for it."""
-        state = []
-        pairs = self._alias_pairs
-        pointers = _data_pointers([outputs[j] for j, _, _ in pairs] + [inputs[pos] for _, pos, _ in pairs])
-        for k, (j, pos, what) in enumerate(pairs):
-            out, src = outputs[j], inputs[pos]
-            if src is None:
-                state.append(False)
-                continue
-            o, i = pointers[k], pointers[len(pairs) + k]
-            same = o == i and out.nbytes == src.nbytes
-            if not same and o < i + src.nbytes and i < o + out.nbytes:
-                raise HipepError(f"{self.plan.name}: {what} overlap in memory without being the same buffer")
-            state.append(same)
-        return tuple(state)
-
     def _new_specialization(self, key, program: "_Program", env) -> "_Specialization":
         spec = _Specialization(self, program, env)
         with self._lock:
@@ -268,21 +271,16 @@ class Executor:
     def _bind(self, spec: "_Specialization", context: "_Context", inputs, outputs, env):
         """The specialization's captured graph for this context (capturing it the first time, or
         after the context's arena moved), and this run's patches."""
-        context.reserve(spec.arena_bytes)
         bound = spec.graphs.get(id(context))
+        # A graph captured at the context's current generation was captured after reserving this
+        # specialization's bytes, and the arena has not moved since: nothing to reserve.
         if bound is None or bound[0] != context.generation:
-            bound = (context.generation, self._capture(spec, context, inputs, outputs, env))
+            context.reserve(spec.arena_bytes)
+            graph, sites = self._capture(spec, context, inputs, outputs, env)
+            bound = (context.generation, graph, _patch_function(sites))
             spec.graphs[id(context)] = bound
-        graph, patch_sites = bound[1]
         ext_shapes = spec.program.external_shapes(env) if spec.program.external else ()
-        patches = []
-        for node, k, source in patch_sites:
-            kind, index, view = source
-            a = inputs[index] if kind == "in" else outputs[index]
-            if view >= 0:
-                a = a.reshape(ext_shapes[view])
-            patches.append((node, k, a))
-        return graph, patches
+        return bound[1], bound[2](inputs, outputs, ext_shapes)
 
     def _capture(self, spec: "_Specialization", context: "_Context", inputs, outputs, env):
         plan, values, layout = self.plan, self.plan.values, self._layout
@@ -389,7 +387,6 @@ class _Program:
             (layout_guards if names <= layout_names else value_guards)[g] = r
         self.guards = shape.guards
         self.layouts: set = set()  # layout signatures whose guards were checked
-        self.checked_output_shapes = None  # the last output shapes whose byte counts were checked
         self.layout_guards = compile_guards(layout_guards, symbols, "layout_guards")
         self.value_guards = compile_guards(value_guards, symbols, "value_guards")
         self.symbols = symbols
@@ -401,6 +398,7 @@ class _Program:
         ext = [shape.shapes[v] for v in self.external]
         self._ext_ranks = [len(s) for s in ext]
         self._ext = compile_exprs([e for s in ext for e in s], symbols, "external_shapes")
+        self.probe = _probe_function(plan, shape, value_guards, [idx[s] for s in self.layout_symbols], outs)
 
     def output_shapes(self, env):
         return _split(self._outputs(env), self._out_ranks)
@@ -538,10 +536,11 @@ def _picker(indices):
     return scope["pick"]
 
 
-def _signature_function(plan: Plan, shape: ShapeProgram):
-    """f(inputs) → the symbol values of this run (in `shape.symbols` order), or None when the
-    inputs' presence or ranks differ from the traced ones."""
-    lines = ["def signature(ins):"]
+def _signature_lines(plan: Plan, shape: ShapeProgram) -> list[str]:
+    """Source lines that bind x<pos> (the input) and s<pos> (its shape) for every traced input and
+    return None when an input's presence or rank differs from the trace, or an input read by
+    element has fewer elements than the trace read."""
+    lines = []
     for pos, r in enumerate(shape.ranks):
         if plan.values[plan.inputs[pos]].kind == "weight":
             continue
@@ -552,16 +551,111 @@ def _signature_function(plan: Plan, shape: ShapeProgram):
             lines.append(f"    if x{pos} is None: return None")
             lines.append(f"    s{pos} = x{pos}.shape")
             lines.append(f"    if len(s{pos}) != {r}: return None")
-    terms = []
     read_sizes: dict[int, int] = {}
     for name in shape.symbols:
-        kind, pos, k = name[0], *map(int, name[1:].split("."))
-        terms.append(f"s{pos}[{k}]" if kind == "i" else f"int(x{pos}.reshape(-1)[{k}])")
-        if kind == "d":
+        if name[0] == "d":
+            pos, k = map(int, name[1:].split("."))
             read_sizes[pos] = max(read_sizes.get(pos, 0), k + 1)
     for pos, n in read_sizes.items():  # an input read by element may have shrunk: trace again
         lines.append(f"    if x{pos}.size < {n}: return None")
+    return lines
+
+
+def _signature_function(plan: Plan, shape: ShapeProgram):
+    """f(inputs) → the symbol values of this run (in `shape.symbols` order), or None when the
+    inputs' presence or ranks differ from the traced ones."""
+    lines = ["def signature(ins):"] + _signature_lines(plan, shape)
+    terms = []
+    for name in shape.symbols:
+        kind, pos, k = name[0], *map(int, name[1:].split("."))
+        terms.append(f"s{pos}[{k}]" if kind == "i" else f"int(x{pos}.reshape(-1)[{k}])")
     lines.append("    return (" + ", ".join(terms) + ("," if terms else "") + ")")
     scope: dict = {}
     exec("\n".join(lines) + "\n", scope)
     return scope["signature"]
+
+def _plain_inputs_function(dtypes):
+    """f(inputs) → True when every input is None or a C-contiguous numpy array of exactly the
+    plan's dtype (what ORT hands Compute), so Executor._check_inputs has nothing to do."""
+    lines = ["def inputs_plain(ins):"]
+    scope: dict = {"ndarray": np.ndarray}
+    for pos, dtype in enumerate(dtypes):
+        scope[f"D{pos}"] = dtype
+        lines += [f"    x = ins[{pos}]",
+                  f"    if x is not None and (x.__class__ is not ndarray or x.dtype is not D{pos} "
+                  f"or not x.flags.c_contiguous):",
+                  "        return False"]
+    lines.append("    return True")
+    exec(compile("\n".join(lines) + "\n", "<hipep inputs_plain>", "exec"), scope)
+    return scope["inputs_plain"]
+
+
+def _alias_function(name: str, pairs):
+    """f(inputs, outputs) → per declared in-place pair (output position, input position, what),
+    whether ORT handed out the output in the input's memory. Memory that overlaps without being
+    the same tensor is an error: no kernel is written for it."""
+    lines = ["def aliases(ins, outs):"]
+    arrays = []
+    for j, pos, _what in pairs:
+        arrays += [f"outs[{j}]", f"ins[{pos}]"]
+    lines.append(f"    p = data_pointers(({', '.join(arrays)},))")
+    for k, (j, pos, _what) in enumerate(pairs):
+        lines += [f"    src = ins[{pos}]",
+                  "    if src is None:",
+                  f"        a{k} = False",
+                  "    else:",
+                  f"        o, i, on, sn = p[{2 * k}], p[{2 * k + 1}], outs[{j}].nbytes, src.nbytes",
+                  f"        a{k} = o == i and on == sn",
+                  f"        if not a{k} and o < i + sn and i < o + on:",
+                  f"            overlap({k})"]
+    lines.append("    return (" + ", ".join(f"a{k}" for k in range(len(pairs))) + ",)")
+
+    def overlap(k):
+        raise HipepError(f"{name}: {pairs[k][2]} overlap in memory without being the same buffer")
+
+    scope: dict = {"data_pointers": _data_pointers, "overlap": overlap}
+    exec(compile("\n".join(lines) + "\n", "<hipep aliases>", "exec"), scope)
+    return scope["aliases"]
+
+
+def _patch_function(sites):
+    """f(inputs, outputs, external view shapes) → a run's replay patches: (node, argument, array)
+    for every captured argument that is ORT's memory, in the order of `sites`."""
+    scope: dict = {}
+    items = []
+    for m, (node, k, (kind, index, view)) in enumerate(sites):
+        scope[f"n{m}"] = node
+        a = f"{'ins' if kind == 'in' else 'outs'}[{index}]"
+        items.append(f"(n{m}, {k}, {a if view < 0 else f'{a}.reshape(ext[{view}])'})")
+    src = "def patches(ins, outs, ext):\n    return [" + ", ".join(items) + "]\n"
+    exec(compile(src, "<hipep patches>", "exec"), scope)
+    return scope["patches"]
+
+
+def _probe_function(plan: Plan, shape: ShapeProgram, value_guards: dict, layout_indices, outs):
+    """f(inputs) → (symbol values, layout signature, output shapes), or None when the inputs'
+    presence or ranks differ from the traced ones, a value guard breaks, or an output would be too
+    large to allocate (the caller's slow path then says which). One call per run: the signature,
+    the value guards, the layout key and the output shapes of _Program in one function."""
+    names = {s: f"v{i}" for i, s in enumerate(shape.symbols)}
+    lines = ["def probe(ins):"] + _signature_lines(plan, shape)
+    for i, name in enumerate(shape.symbols):
+        kind, pos, k = name[0], *map(int, name[1:].split("."))
+        lines.append(f"    v{i} = " + (f"s{pos}[{k}]" if kind == "i" else f"int(x{pos}.reshape(-1)[{k}])"))
+    terms = []
+    for (op, a, b), result in value_guards.items():
+        t = f"({expr_code(a, names)} {op} {expr_code(b, names)})"
+        terms.append(t if result else f"not {t}")
+    if terms:
+        lines.append(f"    if not ({' and '.join(terms)}): return None")
+    for j, (vid, exprs) in enumerate(zip(plan.outputs, outs)):
+        lines.append(f"    o{j} = (" + "".join(f"{expr_code(e, names)}, " for e in exprs) + ")")
+        if any(not isinstance(e, int) for e in exprs):  # static shapes were checked when traced
+            limit = MAX_BYTES // np.dtype(plan.values[vid].dtype).itemsize
+            lines.append(f"    if {' * '.join(f'o{j}[{k}]' for k in range(len(exprs)))} > {limit}: return None")
+    env = "".join(f"v{i}, " for i in range(len(shape.symbols)))
+    layout = "".join(f"v{i}, " for i in layout_indices)
+    lines.append(f"    return ({env}), ({layout}), (" + "".join(f"o{j}, " for j in range(len(outs))) + ")")
+    scope: dict = {}
+    exec(compile("\n".join(lines) + "\n", "<hipep probe>", "exec"), scope)
+    return scope["probe"]
