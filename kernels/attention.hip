@@ -2,7 +2,8 @@
 // _gqa: BNSH KV cache, causal, left/right padding through seqlens_k, local window, softcap,
 // attention_bias, head_sink / smooth_softmax, and the sliding-window cache of gemma2's layers).
 //
-// Every kernel reads seqlens_k and total_sequence_length from device memory, never the host: a
+// Every kernel reads seqlens_k and total_sequence_length from device memory, never the host (for a
+// prompt the binding first copies total into workspace; one token's kernels never read it): a
 // launch's grid is sized by the buffer capacities and head counts, and blocks past a row's valid
 // length exit early, so a decode step's launches are identical from step to step and replay as
 // one CUDA graph. `hipep_gqa_geometry` is the one place that turns those values into cache rows
@@ -65,7 +66,14 @@ HIPEP_DEVICE hipep_gqa_row hipep_gqa_geometry(const hipep_gqa_args& a, const int
   hipep_gqa_row g;
   const int S = a.seq;
   g.t = seqlens[b] + 1;
-  g.first = total[0] == S;
+  if (S > 1) {
+    g.first = total[0] == S;  // the binding staged total into device memory for prompts
+  } else {
+    // One token: a first prompt means total == 1, so every row is one token long; only the
+    // rotary position_ids rule still tells the two apart (rows and positions coincide).
+    g.first = a.has_pos_ids;
+    for (int i = 0; i < a.batch && g.first; ++i) g.first = seqlens[i] == 0;
+  }
   g.store_first = 0;
   g.src_off = 0;
   if (!a.windowed) {
@@ -284,7 +292,8 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
                                    const T* HIPEP_RESTRICT bias, const T* HIPEP_RESTRICT sink, T* HIPEP_RESTRICT out,
                                    float* HIPEP_RESTRICT part_acc, float* HIPEP_RESTRICT part_ml,
                                    const hipep_gqa_args a) {
-  __shared__ float q_s[HIPEP_DEC_HEADS][HIPEP_GQA_MAX_HEAD];
+  __shared__ float4 q_s4[HIPEP_DEC_HEADS][HIPEP_GQA_MAX_HEAD / 4];  // the block's queries, 4 dims a word
+  float (*q_s)[HIPEP_GQA_MAX_HEAD] = reinterpret_cast<float (*)[HIPEP_GQA_MAX_HEAD]>(q_s4);
   __shared__ float sc[HIPEP_DEC_HEADS][HIPEP_DEC_TILE];
   __shared__ float o_s[HIPEP_DEC_HEADS][HIPEP_GQA_MAX_HEAD];
   __shared__ float m_s[HIPEP_DEC_HEADS], l_s[HIPEP_DEC_HEADS], al_s[HIPEP_DEC_HEADS];
@@ -335,8 +344,9 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
 #pragma unroll
         for (int h = 0; h < HIPEP_DEC_HEADS; ++h) {
           if (h < gn) {
-#pragma unroll
-            for (int e = 0; e < 8; ++e) dot[h] = fmaf(q_s[h][d + e], kf[e], dot[h]);
+            const float4 x = q_s4[h][d / 4], y = q_s4[h][d / 4 + 1];
+            dot[h] = fmaf(x.x, kf[0], fmaf(x.y, kf[1], fmaf(x.z, kf[2], fmaf(x.w, kf[3], dot[h]))));
+            dot[h] = fmaf(y.x, kf[4], fmaf(y.y, kf[5], fmaf(y.z, kf[6], fmaf(y.w, kf[7], dot[h]))));
           }
         }
       }
@@ -448,6 +458,20 @@ HIPEP_DEVICE void hipep_gqa_combine(const float* HIPEP_RESTRICT part_acc, const 
 // t % 8 + 8 * i and head dims t % 8 + 8 * k: a row's scores live in 8 neighbouring lanes, reduced by
 // shuffles. Q and each K (then V) tile are staged in shared memory as f32 (rows padded by one word).
 
+// Cache rows [j0, j0 + BN) (zeros from `end` on) into shared memory as f32, 16 bytes a load.
+template <int BN, int LD, typename T>
+HIPEP_DEVICE void hipep_gqa_load_tile(const T* HIPEP_RESTRICT cache, hipep_i64 base, int j0, int end, int H,
+                                      float* tile, int t, int threads) {
+  const int H8 = H / 8;
+  for (int i = t; i < BN * H8; i += threads) {
+    const int c = i / H8, d = (i % H8) * 8;
+    float f[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (j0 + c < end) hipep_load8(cache + (base + j0 + c) * H + d, f);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) tile[c * LD + d + e] = f[e];
+  }
+}
+
 template <typename T, int THREADS, int CPT, int HB>
 HIPEP_DEVICE void hipep_gqa_prefill(const T* HIPEP_RESTRICT q, const T* HIPEP_RESTRICT cache_k,
                                     const T* HIPEP_RESTRICT cache_v, const int* seqlens, const int* total,
@@ -462,9 +486,13 @@ HIPEP_DEVICE void hipep_gqa_prefill(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
   const hipep_gqa_row g = hipep_gqa_geometry(a, seqlens, total, b);
   const int r0 = 2 * (t / 8), cl = t % 8;
 
-  for (int i = t; i < BM * H; i += THREADS) {
-    const int r = i / H, d = i % H, s = q0 + r;
-    q_s[r * LD + d] = s < S ? hipep_to_float(q[b * a.q_sb + s * a.q_ss + (hipep_i64)head * a.q_sh + d]) : 0.0f;
+  const int H8 = H / 8;
+  for (int i = t; i < BM * H8; i += THREADS) {
+    const int r = i / H8, d = (i % H8) * 8, s = q0 + r;
+    float f[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (s < S) hipep_load8(q + b * a.q_sb + s * a.q_ss + (hipep_i64)head * a.q_sh + d, f);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) q_s[r * LD + d + e] = f[e];
   }
   int lo[2], hi[2];
 #pragma unroll
@@ -487,10 +515,7 @@ HIPEP_DEVICE void hipep_gqa_prefill(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
 
   for (int j0 = tile_lo; j0 < tile_hi; j0 += BN) {
     __syncthreads();  // the previous tile's V is no longer read
-    for (int i = t; i < BN * H; i += THREADS) {
-      const int c = i / H, d = i % H, j = j0 + c;
-      kv_s[c * LD + d] = j < tile_hi ? hipep_to_float(cache_k[(kv_base + j) * H + d]) : 0.0f;
-    }
+    hipep_gqa_load_tile<BN, LD>(cache_k, kv_base, j0, tile_hi, H, kv_s, t, THREADS);
     __syncthreads();
     float sc[2][CPT];
 #pragma unroll
@@ -538,10 +563,7 @@ HIPEP_DEVICE void hipep_gqa_prefill(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
       for (int k = 0; k < DK; ++k) acc[i][k] *= alpha;
     }
     __syncthreads();  // scores done with K; P written
-    for (int i = t; i < BN * H; i += THREADS) {
-      const int c = i / H, d = i % H, j = j0 + c;
-      kv_s[c * LD + d] = j < tile_hi ? hipep_to_float(cache_v[(kv_base + j) * H + d]) : 0.0f;
-    }
+    hipep_gqa_load_tile<BN, LD>(cache_v, kv_base, j0, tile_hi, H, kv_s, t, THREADS);
     __syncthreads();
     for (int c = 0; c < BN; ++c) {
       const float pa = p_s[r0][c], pb = p_s[r0 + 1][c];

@@ -4,8 +4,10 @@ Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported
 
 GroupQueryAttention (kernels/attention.hip) runs as a short sequence of launches whose grids depend
 on shapes only -- the batch, the new tokens, the head counts and the KV buffers' capacities -- never
-on seqlens_k or total_sequence_length, which the kernels read from device memory. So a decode
-step binds to the same launches every step, replays as one CUDA graph and reads nothing back:
+on seqlens_k or total_sequence_length, which the kernels read from device memory (a prompt's
+launches first copy total_sequence_length's 4 bytes into workspace, wherever the plan keeps it; one
+token's launches do not need it). So a decode step binds to the same launches every step, replays
+as one CUDA graph and reads nothing back:
 
   copy_past     when present is not past's buffer: past's rows into present (zeros after the new
                 rows); with the sliding-window cache: past's resident rows into the window cache
@@ -28,7 +30,7 @@ import numpy as np
 
 from ..errors import HipepError
 from ..ops.registry import OUTPUT_COUNT
-from .gpu_kernels import KernelOp, NoKernel, _binding, _cdiv, _dt, flat_config, ptr
+from .gpu_kernels import CopyOp, KernelOp, NoKernel, _binding, _cdiv, _dt, flat_config, ptr
 
 GQA = "GroupQueryAttention"
 DEC_THREADS = 128  # kernels/attention.hip HIPEP_DEC_THREADS (one key per thread per tile)
@@ -165,6 +167,8 @@ def gqa_layout(attrs: dict, dtype, q_shape, k_shape, past_shape, present_rows, c
         regions[name] = (offset, nbytes)
         offset += _round(max(nbytes, 1))
 
+    if s > 1:  # total_sequence_length, read by every thread of a prompt's kernels, staged in device memory
+        region("total", 4)
     if a.do_rotary:
         region("q", b * n * s * h * e)
     if cache_in_ws:
@@ -191,7 +195,7 @@ def gqa_rows(a: GqaArgs, seqlens, total: int) -> list[dict]:
     """hipep_gqa_geometry in numpy terms: per batch row, where its tokens and keys are in the cache
     (t, first, past, len, seed, src_off, store_first, store_count)."""
     s = a.seq
-    first = int(total) == s
+    first = int(total) == s if s > 1 else bool(a.has_pos_ids) and all(int(x) == 0 for x in seqlens)
     out = []
     if not a.windowed:
         for sl in seqlens:
@@ -310,6 +314,9 @@ def _gqa_bind(ins, outs, attrs, target):
     sl, tot = ptr(seqlens), ptr(total)
     words = a.head_size * e // 16
     ops = []
+    if "total" in lay.workspace:  # wherever the plan keeps it (host-visible memory, say): 4 bytes to the device
+        ops.append(CopyOp(region("total"), total.ptr, 4))
+        tot = ctypes.c_uint64(region("total"))
     # 1. rows taken from past
     if a.has_past and (lay.args.windowed or cache_k != pk.ptr or cache_v != pv.ptr):
         rows = a.cache_rows
