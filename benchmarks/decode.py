@@ -333,6 +333,24 @@ def plot(path: str, hip: dict, genai: dict) -> bool:
     return True
 
 
+def build_model() -> tuple[str | None, str]:
+    """model_zoo's llama int4 '1b' folder (built once, then cached), or None and why not."""
+    import importlib.util
+
+    from hipep.tools import model_zoo
+
+    needed = ("torch", "transformers", "onnxruntime_genai", "onnx_ir")
+    missing = [m for m in needed if importlib.util.find_spec(m) is None]
+    if missing:
+        return None, f"{', '.join(missing)} not installed (the 'models' extra; on the GPU machine wheelhouse/)"
+    print("building or loading the ~1.1B int4 model (model_zoo size '1b') ...", flush=True)
+    try:
+        return model_zoo.decoder("llama", "int4", size="1b"), ""
+    except Exception as e:  # noqa: BLE001 - the builder's own last line says most
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        return None, lines[0] + (f" ... {lines[-1]}" if len(lines) > 1 else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="prompt 16, 16 new tokens, one run: a smoke test")
@@ -358,13 +376,9 @@ def main(argv: list[str] | None = None) -> int:
         return gh.fail("decode.py", str(e))
     folder = args.model
     if folder is None:
-        try:
-            from hipep.tools import model_zoo
-
-            print("building or loading the ~1.1B int4 model (model_zoo size '1b') ...", flush=True)
-            folder = model_zoo.decoder("llama", "int4", size="1b")
-        except Exception as e:  # noqa: BLE001 - no builder, no torch: say so in one line
-            return gh.fail("decode.py", f"could not build the ~1.1B model: {gh.first_line(e)}")
+        folder, why = build_model()
+        if folder is None:
+            return gh.fail("decode.py", f"could not build the ~1.1B model: {why}")
     path = os.path.join(folder, "model.onnx")
     if not os.path.isfile(path):
         return gh.fail("decode.py", f"no model.onnx in {folder}")
