@@ -8,9 +8,12 @@
 //
 // * GEMV (M <= 8, decode; memory-bound). Each warp owns MNB_COLS output columns and streams their
 //   rows of B with 16-byte loads (one "chunk" per lane: 32 4-bit or 16 8-bit values), MNB_UNROLL
-//   chunks per column in flight per lane. A, converted to f32, sits in shared memory in tiles of
-//   `k_tile` values, laid out chunk by chunk with 4 floats of padding after each chunk so that the
-//   lanes' 16-byte reads (lane l reads chunk l) fall in distinct banks. Each 8-byte half of a chunk
+//   chunks per column in flight per lane. Where N alone gives too few blocks to fill the GPU, the
+//   8 warps of a block split K `k_split` ways (adding their sums through shared memory at the
+//   end). A, converted to f32, sits in shared memory in tiles of `k_tile` values (the first
+//   step's loads of B are issued before A is staged, so the two overlap), laid out chunk by
+//   chunk with 4 floats of padding after each chunk so that the lanes' 16-byte reads (lane l
+//   reads chunk l) fall in distinct banks. Each 8-byte half of a chunk
 //   lies inside one quantization block (block_size >= 16), so its scale and zero point are read
 //   once: dq_j = q_j - zp (exact in f32: q is put into a float's mantissa with one byte permute
 //   and the bias 2^23 + zp subtracted), p_m = sum_j A[m, j] * dq_j, acc[m] += scale * p_m.
@@ -39,6 +42,8 @@ struct hipep_mnb_args {
   int k_tile;           // GEMV: values of K per shared-memory tile (a multiple of a chunk's values)
   int zp_mode;          // 0: none (2^(BITS-1)), 1: packed uint8, 2: floats of T
   int aligned16;        // GEMV: every row of B starts 16-byte aligned (one 16-byte load per chunk)
+  int k_split;          // GEMV: warps sharing a column group, each on every k_split-th run of chunks
+  int a_vec;            // GEMV: K % 4 == 0 and A aligned to 4 elements (A staged 4 values at a time)
 };
 
 #define MNB_WARPS 8
@@ -80,6 +85,38 @@ HIPEP_DEVICE float hipep_mnb_zero_point(const void* zp, hipep_i64 n, hipep_i64 b
 
 // ---- GEMV ---------------------------------------------------------------------------------------
 
+template <typename T> struct alignas(4 * sizeof(T)) hipep_mnb_vec4 { T v[4]; };
+
+// Loads of one step of a lane: chunks ch0 + u * step (u < MNB_UNROLL) of the tile at kt, for the
+// warp's columns; zeros past the tile or past N.
+template <int BITS>
+HIPEP_DEVICE void hipep_mnb_load_step(uint4 (&q)[MNB_UNROLL][MNB_COLS], const unsigned char* HIPEP_RESTRICT B,
+                                      int ch0, int step, hipep_i64 kt, int tile_chunks, hipep_i64 col0,
+                                      const hipep_mnb_args& a) {
+  constexpr int VPL = 128 / BITS, VPH = VPL / 2;
+#pragma unroll
+  for (int u = 0; u < MNB_UNROLL; ++u) {
+    const int ch = ch0 + u * step;
+    const hipep_i64 kv = kt + (hipep_i64)ch * VPL;  // first value of the chunk
+#pragma unroll
+    for (int c = 0; c < MNB_COLS; ++c) {
+      const hipep_i64 n = col0 + c;
+      q[u][c] = make_uint4(0u, 0u, 0u, 0u);
+      if (ch < tile_chunks && n < a.n) {
+        const unsigned char* row = B + n * a.row_bytes + kv * BITS / 8;
+        if (a.aligned16) {
+          q[u][c] = *reinterpret_cast<const uint4*>(row);
+        } else {
+          const uint2 h0 = *reinterpret_cast<const uint2*>(row);
+          uint2 h1 = make_uint2(0u, 0u);
+          if (kv + VPH < a.k_pad) h1 = *reinterpret_cast<const uint2*>(row + 8);
+          q[u][c] = make_uint4(h0.x, h0.y, h1.x, h1.y);
+        }
+      }
+    }
+  }
+}
+
 template <typename T, int BITS, int M_T>
 HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
                                  const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
@@ -89,9 +126,15 @@ HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char*
   constexpr int STRIDE = VPL + MNB_PAD;
   extern __shared__ float4 hipep_mnb_smem4[];
   float* As = reinterpret_cast<float*>(hipep_mnb_smem4);
+  __shared__ float partial[MNB_WARPS][M_T][MNB_COLS];
 
+  // Warp w works on column group w % groups and on every k_split-th lane-width of chunks from
+  // w / groups: a block covers groups * MNB_COLS columns, its warps splitting K k_split ways.
   const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
-  const hipep_i64 col0 = ((hipep_i64)blockIdx.x * MNB_WARPS + warp) * MNB_COLS;
+  const int groups = MNB_WARPS / a.k_split, group = warp % groups, split = warp / groups;
+  const hipep_i64 col0 = ((hipep_i64)blockIdx.x * groups + group) * MNB_COLS;
+  const int first = split * HIPEP_WARP_SIZE + lane;  // the lane's first chunk of a tile
+  const int step = HIPEP_WARP_SIZE * a.k_split;      // chunks between the lane's consecutive chunks
   const int tile_chunks_max = a.k_tile / VPL;
 
   float acc[M_T][MNB_COLS];
@@ -100,46 +143,42 @@ HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char*
 #pragma unroll
     for (int c = 0; c < MNB_COLS; ++c) acc[m][c] = 0.0f;
 
+  uint4 q[MNB_UNROLL][MNB_COLS];
   for (hipep_i64 kt = 0; kt < a.k_pad; kt += a.k_tile) {
     const int tile_vals = (int)((a.k_pad - kt) < a.k_tile ? (a.k_pad - kt) : a.k_tile);
     const int tile_chunks = (tile_vals + VPL - 1) / VPL;
+    const int fill_vals = tile_chunks * VPL;
+    // The first step's loads of B do not depend on A: they are in flight while A is staged.
+    hipep_mnb_load_step<BITS>(q, B, first, step, kt, tile_chunks, col0, a);
     __syncthreads();  // the previous tile's readers are done
-    for (int i = threadIdx.x; i < M_T * tile_chunks * VPL; i += blockDim.x) {
-      const int m = i / (tile_chunks * VPL), j = i - m * (tile_chunks * VPL);
-      const hipep_i64 k = kt + j;
-      float v = 0.0f;
-      if (m < a.m && k < a.k) v = hipep_to_float(A[(hipep_i64)m * a.k + k]);
-      As[m * tile_chunks_max * STRIDE + (j / VPL) * STRIDE + (j % VPL)] = v;
+    if (a.a_vec) {  // K % 4 == 0 and A 4-element aligned: 4 values per load and per 16-byte store
+      for (int i = threadIdx.x; i < M_T * fill_vals / 4; i += blockDim.x) {
+        const int m = i / (fill_vals / 4), j = (i - m * (fill_vals / 4)) * 4;
+        const hipep_i64 k = kt + j;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (m < a.m && k < a.k) {
+          const hipep_mnb_vec4<T> x = *reinterpret_cast<const hipep_mnb_vec4<T>*>(A + (hipep_i64)m * a.k + k);
+          v = make_float4(hipep_to_float(x.v[0]), hipep_to_float(x.v[1]), hipep_to_float(x.v[2]),
+                          hipep_to_float(x.v[3]));
+        }
+        *reinterpret_cast<float4*>(As + m * tile_chunks_max * STRIDE + (j / VPL) * STRIDE + (j % VPL)) = v;
+      }
+    } else {
+      for (int i = threadIdx.x; i < M_T * fill_vals; i += blockDim.x) {
+        const int m = i / fill_vals, j = i - m * fill_vals;
+        const hipep_i64 k = kt + j;
+        float v = 0.0f;
+        if (m < a.m && k < a.k) v = hipep_to_float(A[(hipep_i64)m * a.k + k]);
+        As[m * tile_chunks_max * STRIDE + (j / VPL) * STRIDE + (j % VPL)] = v;
+      }
     }
     __syncthreads();
 
-    for (int c0 = lane; c0 < tile_chunks; c0 += HIPEP_WARP_SIZE * MNB_UNROLL) {
-      // Issue every load of this step first: MNB_COLS * MNB_UNROLL chunks in flight per lane.
-      uint4 q[MNB_UNROLL][MNB_COLS];
+    for (int c0 = first; c0 < tile_chunks; c0 += step * MNB_UNROLL) {
+      if (c0 != first) hipep_mnb_load_step<BITS>(q, B, c0, step, kt, tile_chunks, col0, a);
 #pragma unroll
       for (int u = 0; u < MNB_UNROLL; ++u) {
-        const int ch = c0 + u * HIPEP_WARP_SIZE;
-        const hipep_i64 kv = kt + (hipep_i64)ch * VPL;  // first value of the chunk
-#pragma unroll
-        for (int c = 0; c < MNB_COLS; ++c) {
-          const hipep_i64 n = col0 + c;
-          q[u][c] = make_uint4(0u, 0u, 0u, 0u);
-          if (ch < tile_chunks && n < a.n) {
-            const unsigned char* row = B + n * a.row_bytes + kv * BITS / 8;
-            if (a.aligned16) {
-              q[u][c] = *reinterpret_cast<const uint4*>(row);
-            } else {
-              const uint2 h0 = *reinterpret_cast<const uint2*>(row);
-              uint2 h1 = make_uint2(0u, 0u);
-              if (kv + VPH < a.k_pad) h1 = *reinterpret_cast<const uint2*>(row + 8);
-              q[u][c] = make_uint4(h0.x, h0.y, h1.x, h1.y);
-            }
-          }
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < MNB_UNROLL; ++u) {
-        const int ch = c0 + u * HIPEP_WARP_SIZE;
+        const int ch = c0 + u * step;
         if (ch >= tile_chunks) break;
         const hipep_i64 kv = kt + (hipep_i64)ch * VPL;
 #pragma unroll
@@ -195,6 +234,21 @@ HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char*
   for (int m = 0; m < M_T; ++m)
 #pragma unroll
     for (int c = 0; c < MNB_COLS; ++c) acc[m][c] = hipep_warp_sum(acc[m][c]);
+  if (a.k_split > 1) {  // the warps of a column group add their parts of K
+    if (lane == 0) {
+#pragma unroll
+      for (int m = 0; m < M_T; ++m)
+#pragma unroll
+        for (int c = 0; c < MNB_COLS; ++c) partial[warp][m][c] = acc[m][c];
+    }
+    __syncthreads();
+    if (split != 0) return;
+#pragma unroll
+    for (int m = 0; m < M_T; ++m)
+#pragma unroll
+      for (int c = 0; c < MNB_COLS; ++c)
+        for (int s = 1; s < a.k_split; ++s) acc[m][c] += partial[s * groups + group][m][c];
+  }
   if (lane == 0) {
 #pragma unroll
     for (int c = 0; c < MNB_COLS; ++c) {

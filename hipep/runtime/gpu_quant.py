@@ -5,7 +5,8 @@ Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported
 MatMulNBits (kernels/matmul_nbits.hip) reads B in ONNX Runtime's layout as it is ([N, n_blocks,
 blob] bytes: one contiguous row of K_pad values per output column), so the weights need no
 repacking. Up to GEMV_MAX_ROWS rows of A (decode) run the GEMV: warps of 8 per block, 2 output
-columns per warp, A in shared memory in K tiles sized to the rows; more rows run the tiled GEMM.
+columns per warp, A in shared memory in K tiles sized to the rows, and where N alone makes fewer
+than two blocks per SM the block's warps split K (`gemv_k_split`); more rows run the tiled GEMM.
 GatherBlockQuantized (kernels/gather_block_quantized.hip) gathers and dequantizes rows of uint8
 data with gather_axis 0 and quantize_axis last, the only form the op registry claims.
 """
@@ -35,7 +36,8 @@ class MatMulNBitsArgs(ctypes.Structure):
     _fields_ = [("m", ctypes.c_longlong), ("n", ctypes.c_longlong), ("k", ctypes.c_longlong),
                 ("k_pad", ctypes.c_longlong), ("row_bytes", ctypes.c_longlong), ("nb", ctypes.c_longlong),
                 ("zp_row", ctypes.c_longlong), ("log2_bs", ctypes.c_int), ("k_tile", ctypes.c_int),
-                ("zp_mode", ctypes.c_int), ("aligned16", ctypes.c_int)]
+                ("zp_mode", ctypes.c_int), ("aligned16", ctypes.c_int), ("k_split", ctypes.c_int),
+                ("a_vec", ctypes.c_int)]
 
 
 class GatherBlockQuantizedArgs(ctypes.Structure):
@@ -117,6 +119,16 @@ def _gemv_k_tile(m_t: int, vpl: int, k_pad: int) -> int:
     return max(1, min(chunks, _cdiv(k_pad, vpl))) * vpl
 
 
+def gemv_k_split(n: int, tile_chunks: int, sm_count: int) -> int:
+    """Ways the GEMV block's warps split K: doubled (fewer columns per block, more blocks) while
+    the grid has fewer than two blocks per SM and each split keeps a warp-width of chunks per tile."""
+    k_split = 1
+    while (k_split < GEMV_WARPS and _cdiv(n, GEMV_WARPS // k_split * GEMV_COLS) < 2 * sm_count
+           and tile_chunks >= 32 * 2 * k_split):
+        k_split *= 2
+    return k_split
+
+
 def gemv_rows(m: int) -> int:
     """The GEMV's row count M_T for m rows of A: m rounded up to 1, 2, 4 or 8."""
     for m_t in (1, 2, 4, 8):
@@ -181,13 +193,16 @@ def _mnb_bind(ins, outs, attrs, target):
         vpl = 128 // bits
         k_tile = _gemv_k_tile(m_t, vpl, k_pad)
         aligned16 = int(row_bytes % 16 == 0 and B.ptr % 16 == 0)
-        args = MatMulNBitsArgs(m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, k_tile, zp_mode, aligned16)
+        k_split = gemv_k_split(n, k_tile // vpl, target.sm_count)
+        a_vec = int(k % 4 == 0 and A.ptr % (4 * A.dtype.itemsize) == 0)
+        args = MatMulNBitsArgs(m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, k_tile, zp_mode, aligned16, k_split,
+                               a_vec)
         smem = m_t * (k_tile // vpl) * (vpl + GEMV_PAD) * 4
         warp = target.warp_size
-        grid = (_cdiv(n, GEMV_WARPS * GEMV_COLS), 1, 1)
+        grid = (_cdiv(n, GEMV_WARPS // k_split * GEMV_COLS), 1, 1)
         return [KernelOp(f"hipep_mnb_gemv_{dt}_b{bits}_m{m_t}", grid, (GEMV_WARPS * warp, 1, 1),
                          params + [args], module="matmul_nbits", smem=smem)]
-    args = MatMulNBitsArgs(m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, 0, zp_mode, 0)
+    args = MatMulNBitsArgs(m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, 0, zp_mode, 0, 1, 0)
     grid = (_cdiv(n, GEMM_TILE), _cdiv(m, GEMM_TILE), 1)
     if grid[1] > 65535:
         raise NoKernel(f"{op}: {m} rows of A (at most {65535 * GEMM_TILE})")

@@ -586,24 +586,30 @@ def _emulate_mnb_gemv(rd, op, a, m_t, bits, dt, A, B, S, Z, bias, Y):
     vpl, stride = 128 // bits, 128 // bits + gq.GEMV_PAD
     vph = vpl // 2
     warps = op.block[0] // 32
-    assert op.block == (gq.GEMV_WARPS * 32, 1, 1) and a.m <= m_t
+    assert op.block == (gq.GEMV_WARPS * 32, 1, 1) and a.m <= m_t and a.k_split in (1, 2, 4, 8)
     tcm = a.k_tile // vpl
     assert a.k_tile % vpl == 0 and op.smem == m_t * tcm * stride * 4 <= 48 * 1024
-    assert op.grid[0] * warps * gq.GEMV_COLS >= a.n
+    groups = warps // a.k_split
+    assert op.grid[0] * groups * gq.GEMV_COLS >= a.n
+    e = np.dtype(dt).itemsize
     for bx in range(op.grid[0]):
-        for warp in range(warps):
-            col0 = (bx * warps + warp) * gq.GEMV_COLS
-            acc = np.zeros((32, m_t, gq.GEMV_COLS))
-            for kt in range(0, a.k_pad, a.k_tile):
-                tile_chunks = -(-min(a.k_pad - kt, a.k_tile) // vpl)
-                smem = np.full(m_t * tcm * stride, np.nan)  # unwritten shared memory reads as NaN
-                for mm in range(m_t):
-                    for j in range(tile_chunks * vpl):
-                        k = kt + j
-                        v = rd.elem(A, mm * a.k + k, dt) if mm < a.m and k < a.k else 0.0
-                        smem[mm * tcm * stride + (j // vpl) * stride + j % vpl] = v
+        acc = np.zeros((warps, 32, m_t, gq.GEMV_COLS))
+        for kt in range(0, a.k_pad, a.k_tile):
+            tile_chunks = -(-min(a.k_pad - kt, a.k_tile) // vpl)
+            smem = np.full(m_t * tcm * stride, np.nan)  # unwritten shared memory reads as NaN
+            for mm in range(m_t):
+                for j in range(tile_chunks * vpl):
+                    k = kt + j
+                    if a.a_vec and j % 4 == 0 and mm < a.m and k < a.k:
+                        rd.raw(A + (mm * a.k + k) * e, 4 * e, 4 * e)  # one aligned 4-element load
+                        assert k + 3 < a.k
+                    v = rd.elem(A, mm * a.k + k, dt) if mm < a.m and k < a.k else 0.0
+                    smem[mm * tcm * stride + (j // vpl) * stride + j % vpl] = v
+            for warp in range(warps):
+                group, split = warp % groups, warp // groups
+                col0 = (bx * groups + group) * gq.GEMV_COLS
                 for lane in range(32):
-                    for ch in range(lane, tile_chunks, 32):
+                    for ch in range(split * 32 + lane, tile_chunks, 32 * a.k_split):
                         kv = kt + ch * vpl
                         for c in range(gq.GEMV_COLS):
                             n = col0 + c
@@ -628,8 +634,10 @@ def _emulate_mnb_gemv(rd, op, a, m_t, bits, dt, A, B, S, Z, bias, Y):
                                 for mm in range(m_t):
                                     at = mm * tcm * stride + ch * stride + h * vph
                                     p = float(np.dot(smem[at:at + vph], dq))
-                                    acc[lane, mm, c] += s * p
-            total = acc.sum(axis=0)
+                                    acc[warp, lane, mm, c] += s * p
+        for group in range(groups):  # the warps of a group add their parts of K
+            col0 = (bx * groups + group) * gq.GEMV_COLS
+            total = acc[group::groups].sum(axis=(0, 1))
             for c in range(gq.GEMV_COLS):
                 n = col0 + c
                 if n >= a.n:
@@ -723,6 +731,8 @@ def _mnb_case(m_shape, k, n, bits, bs, dtype, zp_kind, with_bias, b_offset=0, se
     ((5,), 80, 17, 4, 16, ml_dtypes.bfloat16, "uint8", True),  # odd n_blocks: rows 8-byte aligned only
     ((2,), 96, 9, 4, 32, np.float16, "float", True),           # float zero points
     ((8,), 1100, 5, 4, 128, np.float32, "uint8", False),       # K past one shared-memory tile (1024 at M=8)
+    ((1,), 4096, 6, 4, 32, np.float16, "none", True),          # K split 4 ways among a block's warps
+    ((2,), 1030, 7, 8, 64, np.float32, "uint8", True),         # K split 2 ways, K % 4 != 0: A staged one by one
     ((17,), 72, 70, 4, 16, np.float32, "uint8", True),         # GEMM: edge tiles, odd n_blocks
     ((3, 23), 40, 9, 8, 32, np.float16, "float", False),       # GEMM, 8 bits, float zero points
 ])
@@ -738,8 +748,13 @@ def test_matmul_nbits_binding_emulated(m_shape, k, n, bits, bs, dtype, zp_kind, 
 def test_matmul_nbits_gemv_picks_rows_tiles_and_loads():
     ops, _, _ = _mnb_case((3,), 4096, 16, 4, 32, np.float16, "none", False)
     op, a = ops[0], ops[0].params[6]
-    assert op.entry == "hipep_mnb_gemv_f16_b4_m4" and a.aligned16 == 1
-    assert a.k_tile == 2048 and op.smem == 4 * (2048 // 32) * 36 * 4 and op.grid == (1, 1, 1)
+    assert op.entry == "hipep_mnb_gemv_f16_b4_m4" and a.aligned16 == 1 and a.a_vec == 1
+    assert a.k_tile == 2048 and op.smem == 4 * (2048 // 32) * 36 * 4
+    assert a.k_split == 2 and op.grid == (2, 1, 1)  # 64 chunks a tile: two warp-widths each for 2 splits
+    # K split until two blocks per SM (TARGET has 4 SMs), each split keeping 32 chunks a tile
+    assert gq.gemv_k_split(4096, 128, 132) == 2 and gq.gemv_k_split(2048, 256, 132) == 4
+    assert gq.gemv_k_split(32000, 64, 132) == 1 and gq.gemv_k_split(16, 32, 132) == 1
+    assert gq.gemv_k_split(16, 1024, 132) == 8
     ops, _, _ = _mnb_case((1,), 80, 16, 4, 16, np.float32, "uint8", False)
     assert ops[0].params[6].aligned16 == 0  # 40-byte rows: 8-byte halves
     ops, _, _ = _mnb_case((1,), 64, 8, 4, 32, np.float32, "none", False, b_offset=8)
