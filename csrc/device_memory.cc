@@ -1,6 +1,8 @@
 // hipep's GPU memory as ORT sees it: memory infos, the caching allocator, the data transfer.
 #include "device_memory.h"
 
+#include <pybind11/pybind11.h>
+
 #include <cstring>
 #include <memory>
 #include <string>
@@ -40,6 +42,56 @@ const GpuMemoryInfos& gpu_memory_infos(int ordinal) {
 
 // ---- the allocator -----------------------------------------------------------------------------
 
+namespace {
+
+namespace py = pybind11;
+
+// Keeps a driver call that may synchronize the device (allocating, freeing) out of CUDA graph
+// captures: while a stream of the context captures, such a call fails and spoils the capture.
+// hipep.runtime.cuda holds its device's `_capture_lock` while it captures and around its own
+// allocations; the allocator takes the same lock, when that device exists in this process.
+class OutsideCaptures {
+ public:
+  explicit OutsideCaptures(int ordinal) {
+    if (gpu_runtime() == nullptr || gpu_runtime()->device_memory_is_host() || !python_alive()) return;
+    py::gil_scoped_acquire gil;
+    try {
+      py::object module = py::module_::import("sys").attr("modules").attr("get")("hipep.runtime.cuda");
+      if (module.is_none()) return;  // no CUDA device in Python: nothing captures
+      py::object device = module.attr("_DEVICES").attr("get")(ordinal);
+      if (device.is_none()) return;
+      py::object lock = device.attr("_capture_lock");
+      lock.attr("acquire")();  // waits with the GIL released
+      lock_ = std::move(lock);
+    } catch (py::error_already_set&) {
+      // a half-torn-down interpreter: allocate without the lock
+    }
+  }
+  ~OutsideCaptures() {
+    if (!lock_ || !python_alive()) return;
+    py::gil_scoped_acquire gil;
+    try {
+      lock_.attr("release")();
+    } catch (py::error_already_set&) {
+    }
+    lock_ = py::object();
+  }
+  OutsideCaptures(const OutsideCaptures&) = delete;
+  OutsideCaptures& operator=(const OutsideCaptures&) = delete;
+
+ private:
+  static bool python_alive() {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+    return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+  }
+  py::object lock_;
+};
+
+}  // namespace
+
 CachingAllocator::CachingAllocator(const OrtMemoryInfo* info, int ordinal, bool pinned)
     : info_(info), ordinal_(ordinal), pinned_(pinned) {
   std::memset(static_cast<OrtAllocator*>(this), 0, sizeof(OrtAllocator));
@@ -56,17 +108,13 @@ CachingAllocator::CachingAllocator(const OrtMemoryInfo* info, int ordinal, bool 
 }
 
 CachingAllocator::~CachingAllocator() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  trim();
   // Blocks ORT never freed are returned too: nothing may use an allocator's memory after its release.
-  GpuRuntime* rt = gpu_runtime();
+  std::vector<std::pair<void*, size_t>> blocks = take_cached();
+  for (auto& [p, cls] : live_) blocks.emplace_back(p, cls);
   auto& c = memory_counters();
-  for (auto& [p, cls] : live_) {
-    if (rt) pinned_ ? rt->free_host(ordinal_, p) : rt->free(ordinal_, p);
-    (pinned_ ? c.host_in_use : c.device_in_use) -= static_cast<int64_t>(cls);
-    if (!pinned_) c.device_reserved -= static_cast<int64_t>(cls);
-  }
+  for (auto& [p, cls] : live_) (pinned_ ? c.host_in_use : c.device_in_use) -= static_cast<int64_t>(cls);
   live_.clear();
+  give_back(blocks);
   c.allocators--;
 }
 
@@ -81,30 +129,43 @@ size_t CachingAllocator::size_class(size_t size) {
   return (size + step - 1) / step * step;
 }
 
+// The allocator's mutex is never held across a driver call: those may wait for the GIL (see
+// OutsideCaptures), and a thread holding the GIL may be waiting for the mutex.
 void* CachingAllocator::allocate(size_t size) {
   if (size == 0) return nullptr;
   GpuRuntime* rt = gpu_runtime();
   if (rt == nullptr) return nullptr;
   size_t cls = size_class(size);
   auto& c = memory_counters();
-  std::lock_guard<std::mutex> lock(mutex_);
   void* p = nullptr;
-  auto it = free_.find(cls);
-  if (it != free_.end() && !it->second.empty()) {
-    p = *it->second.begin();
-    it->second.erase(it->second.begin());
-    c.device_cached -= pinned_ ? 0 : static_cast<int64_t>(cls);
-  } else {
-    std::string error;
-    p = pinned_ ? rt->alloc_host(ordinal_, cls, error) : rt->alloc(ordinal_, cls, error);
-    if (p == nullptr && !free_.empty()) {  // out of memory: give the cache back and try once more
-      trim();
-      error.clear();
-      p = pinned_ ? rt->alloc_host(ordinal_, cls, error) : rt->alloc(ordinal_, cls, error);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = free_.find(cls);
+    if (it != free_.end() && !it->second.empty()) {
+      p = *it->second.begin();
+      it->second.erase(it->second.begin());
+      if (!pinned_) c.device_cached -= static_cast<int64_t>(cls);
+      live_[p] = cls;
+      (pinned_ ? c.host_in_use : c.device_in_use) += static_cast<int64_t>(cls);
+      return p;
     }
-    if (p == nullptr) return nullptr;  // ORT reports the failed allocation with its size
-    if (!pinned_) c.device_reserved += static_cast<int64_t>(cls);
   }
+  std::string error;
+  {
+    OutsideCaptures guard(ordinal_);
+    p = pinned_ ? rt->alloc_host(ordinal_, cls, error) : rt->alloc(ordinal_, cls, error);
+  }
+  if (p == nullptr) {  // out of memory: give the cache back and try once more
+    std::vector<std::pair<void*, size_t>> cached = take_cached();
+    if (cached.empty()) return nullptr;  // ORT reports the failed allocation with its size
+    give_back(cached);
+    error.clear();
+    OutsideCaptures guard(ordinal_);
+    p = pinned_ ? rt->alloc_host(ordinal_, cls, error) : rt->alloc(ordinal_, cls, error);
+    if (p == nullptr) return nullptr;
+  }
+  if (!pinned_) c.device_reserved += static_cast<int64_t>(cls);
+  std::lock_guard<std::mutex> lock(mutex_);
   live_[p] = cls;
   (pinned_ ? c.host_in_use : c.device_in_use) += static_cast<int64_t>(cls);
   return p;
@@ -123,19 +184,29 @@ void CachingAllocator::release(void* p) {
   if (!pinned_) c.device_cached += static_cast<int64_t>(cls);
 }
 
-void CachingAllocator::trim() {
-  GpuRuntime* rt = gpu_runtime();
+std::vector<std::pair<void*, size_t>> CachingAllocator::take_cached() {
+  std::vector<std::pair<void*, size_t>> blocks;
+  std::lock_guard<std::mutex> lock(mutex_);
   auto& c = memory_counters();
-  for (auto& [cls, blocks] : free_) {
-    for (void* p : blocks) {
-      if (rt) pinned_ ? rt->free_host(ordinal_, p) : rt->free(ordinal_, p);
-      if (!pinned_) {
-        c.device_cached -= static_cast<int64_t>(cls);
-        c.device_reserved -= static_cast<int64_t>(cls);
-      }
+  for (auto& [cls, set] : free_) {
+    for (void* p : set) {
+      blocks.emplace_back(p, cls);
+      if (!pinned_) c.device_cached -= static_cast<int64_t>(cls);
     }
   }
   free_.clear();
+  return blocks;
+}
+
+void CachingAllocator::give_back(const std::vector<std::pair<void*, size_t>>& blocks) {
+  if (blocks.empty()) return;
+  GpuRuntime* rt = gpu_runtime();
+  auto& c = memory_counters();
+  OutsideCaptures guard(ordinal_);
+  for (auto& [p, cls] : blocks) {
+    if (rt) pinned_ ? rt->free_host(ordinal_, p) : rt->free(ordinal_, p);
+    if (!pinned_) c.device_reserved -= static_cast<int64_t>(cls);
+  }
 }
 
 // ---- the data transfer -------------------------------------------------------------------------

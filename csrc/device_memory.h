@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "gpu_runtime.h"
@@ -47,7 +48,8 @@ class CachingAllocator : public OrtAllocator {
  private:
   void* allocate(size_t size);
   void release(void* p);
-  void trim();  // returns every cached block to the driver (lock held)
+  std::vector<std::pair<void*, size_t>> take_cached();  // empties the cache: (block, size class)
+  void give_back(const std::vector<std::pair<void*, size_t>>& blocks);  // to the driver
   static size_t size_class(size_t size);
 
   const OrtMemoryInfo* info_;

@@ -262,11 +262,15 @@ class OrtDeviceArray(DeviceArray):
             raise IndexError(f"index {k} is out of bounds for a device tensor of {n} elements")
         k = int(k) % n
         out = np.empty(1, self.dtype)
-        self.device._current()
-        # Synchronous: ORT's copies into its tensors are complete (hipep's data transfer waits for
-        # them) and hipep's own runs end with a sync.
-        _check(_driver().cuMemcpyDtoH(out.ctypes.data, self.ptr + k * self.dtype.itemsize, self.dtype.itemsize),
-               "cuMemcpyDtoH")
+        dev = self.device
+        dev._current()
+        # On the device's own stream, waited for (the legacy stream's implicit syncs are not
+        # wanted beside other threads' captures). ORT's copies into its tensors are complete
+        # (hipep's data transfer waits for them) and hipep's own runs end with a sync.
+        d, aux = _driver(), dev._aux()
+        _check(d.cuMemcpyDtoHAsync(out.ctypes.data, self.ptr + k * self.dtype.itemsize, self.dtype.itemsize, aux),
+               "cuMemcpyDtoHAsync")
+        _check(d.cuStreamSynchronize(aux), "cuStreamSynchronize")
         return out[0]
 
 
