@@ -393,6 +393,16 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     prompt = np.random.default_rng(0).integers(3, facts["vocab"], args.prompt).astype(np.int64)
 
+    command = "python benchmarks/decode.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"{info['date']}-decode-{gh.device_slug(info['gpu'])}")
+    pending = {"error": "not reached (the run stopped before)"}
+    hip, cpu, genai, staging = pending, pending, pending, None
+
+    def write() -> None:  # after every stage: a run stopped early keeps what it measured
+        with open(stem + ".md", "w") as f:
+            f.write(render(info, facts, folder, place, copy, hip, cpu, genai, staging, args, command))
+
     try:
         hip = run_hipep(path, facts, prompt, args.new, args.runs, place, args.device_id)
         print(f"ORT + IOBinding on hipep: {hip['tok_s']:.1f} tok/s, {hip['ms']:.3f} ms/step "
@@ -401,10 +411,25 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - a missing kernel or a failed step is the result
         hip = {"error": gh.first_line(e)}
         print(f"ORT + IOBinding on hipep FAILED: {hip['error']}", flush=True)
+    write()
 
-    genai: dict = {"error": "skipped (--no-genai)"} if args.no_genai else {}
-    staging = None
-    if not args.no_genai:
+    try:
+        cpu = run_cpu_reference(path, facts, prompt, args.compare)
+    except Exception as e:  # noqa: BLE001
+        cpu = {"error": gh.first_line(e)}
+    if "error" not in hip and "error" not in cpu:
+        print(f"greedy tokens equal to the CPU EP's: {leading_equal(hip['tokens'], cpu['tokens'], args.compare)} "
+              f"of the first {args.compare}", flush=True)
+    write()
+
+    if args.no_genai:
+        genai = {"error": "skipped (--no-genai)"}
+    else:
+        tensors = 2 * facts["layers"]
+        tensor_bytes = facts["kv_heads"] * (args.prompt + args.new) * facts["head_size"] * facts["cache_itemsize"]
+        bw = gh.host_copy_bandwidth(device, tensor_bytes)
+        staging = {"tensors": tensors, "tensor_bytes": tensor_bytes, "bytes": tensors * tensor_bytes, **bw,
+                   "estimate_ms": tensors * tensor_bytes * (1 / bw["h2d"] + 1 / bw["d2h"]) / 1e6}
         try:
             genai = run_genai(folder, prompt, args.new, args.runs, args.device_id)
             print(f"onnxruntime-genai on hipep: {genai['tok_s']:.1f} tok/s, {genai['ms']:.3f} ms/step", flush=True)
@@ -414,23 +439,7 @@ def main(argv: list[str] | None = None) -> int:
             genai = {"error": gh.first_line(e)}
         if "error" in genai:
             print(f"onnxruntime-genai on hipep FAILED: {genai['error']}", flush=True)
-        tensors = 2 * facts["layers"]
-        tensor_bytes = facts["kv_heads"] * (args.prompt + args.new) * facts["head_size"] * facts["cache_itemsize"]
-        bw = gh.host_copy_bandwidth(device, tensor_bytes)
-        staging = {"tensors": tensors, "tensor_bytes": tensor_bytes, "bytes": tensors * tensor_bytes, **bw,
-                   "estimate_ms": tensors * tensor_bytes * (1 / bw["h2d"] + 1 / bw["d2h"]) / 1e6}
-
-    try:
-        cpu = run_cpu_reference(path, facts, prompt, args.compare)
-    except Exception as e:  # noqa: BLE001
-        cpu = {"error": gh.first_line(e)}
-
-    command = "python benchmarks/decode.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
-    text = render(info, facts, folder, place, copy, hip, cpu, genai, staging, args, command)
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"{info['date']}-decode-{gh.device_slug(info['gpu'])}")
-    with open(stem + ".md", "w") as f:
-        f.write(text)
+    write()
     if plot(stem + ".png", hip, genai):
         with open(stem + ".md", "a") as f:
             f.write(f"\n![time per decode step]({os.path.basename(stem)}.png)\n")
