@@ -119,12 +119,12 @@ def _gemv_k_tile(m_t: int, vpl: int, k_pad: int) -> int:
     return max(1, min(chunks, _cdiv(k_pad, vpl))) * vpl
 
 
-def gemv_k_split(n: int, tile_chunks: int, sm_count: int) -> int:
+def gemv_k_split(n: int, tile_chunks: int, sm_count: int, warp: int = 32) -> int:
     """Ways the GEMV block's warps split K: doubled (fewer columns per block, more blocks) while
     the grid has fewer than two blocks per SM and each split keeps a warp-width of chunks per tile."""
     k_split = 1
     while (k_split < GEMV_WARPS and _cdiv(n, GEMV_WARPS // k_split * GEMV_COLS) < 2 * sm_count
-           and tile_chunks >= 32 * 2 * k_split):
+           and tile_chunks >= warp * 2 * k_split):
         k_split *= 2
     return k_split
 
@@ -193,7 +193,7 @@ def _mnb_bind(ins, outs, attrs, target):
         vpl = 128 // bits
         k_tile = _gemv_k_tile(m_t, vpl, k_pad)
         aligned16 = int(row_bytes % 16 == 0 and B.ptr % 16 == 0)
-        k_split = gemv_k_split(n, k_tile // vpl, target.sm_count)
+        k_split = gemv_k_split(n, k_tile // vpl, target.sm_count, target.warp_size)
         a_vec = int(k % 4 == 0 and A.ptr % (4 * A.dtype.itemsize) == 0)
         args = MatMulNBitsArgs(m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, k_tile, zp_mode, aligned16, k_split,
                                a_vec)
