@@ -1,8 +1,10 @@
-"""Op families. Each module registers its OpDefs with `registry.register` when imported."""
+"""Op families. Each module registers its OpDefs with `registry.register` when imported; mlas.py
+registers nothing: it holds the replays of ORT's MLAS arithmetic that several families' references
+call."""
 from .registry import OpDef, all_ops, check_node, lookup, resolve_attributes  # noqa: F401
 
-FAMILIES = ("elementwise", "linalg", "normalization", "shape", "reduce", "control_flow", "contrib_attention",
-            "contrib_quant", "contrib_norm", "vision", "indexing", "quantize")
+FAMILIES = ("elementwise", "linalg", "normalization", "shape", "dims", "reduce", "control_flow", "contrib_attention",
+            "rotary", "attention", "contrib_quant", "contrib_norm", "vision", "resize", "indexing", "quantize")
 
 
 def _import_families():

@@ -5,7 +5,7 @@ its arithmetic is known:
     RMSNormalization (opset 23): ORT runs both through LayerNormImpl, which for rows of 16 or more
     elements calls MLAS's AVX2 LayerNorm kernel (8 lanes, FMA sum of squares, a fixed horizontal
     reduction, y = x * inv * scale) and for shorter rows a sequential f32 loop
-    (y = x / rms * scale). Both are emulated exactly (`_rms_rows`).
+    (y = x / rms * scale). Both are emulated exactly (`mlas._rms_rows`).
   * SkipSimplifiedLayerNormalization / SkipLayerNormalization (com.microsoft): a sequential f32
     loop per row; the simplified form sums squares, the full form uses Welford's running mean and
     M2 (`_skip_rows`). mean is 0 for the simplified form, as ORT writes it.
@@ -27,6 +27,7 @@ from ..errors import RuntimeShapeError
 from ._common import (at, elem_of, input_rank, kernel, normalize_axis, product, pshape_str, result, shape_of,
                       shape_rule, shape_str, tensor_type)
 from .elementwise import erf
+from .mlas import _rms_rows, _seq_sum
 from .registry import F32, FLOATS, OpDef, register
 
 MS = "com.microsoft"
@@ -40,59 +41,8 @@ F32S = frozenset({F32})
 # same for all of them, so every opset ORT 1.31 loads is accepted.
 _SLN_SINCE = tuple(range(1, 27))
 
-# Rows shorter than this run ORT's scalar loop; longer ones MLAS's AVX2 kernel (layernorm.cpp).
-_MLAS_LAYERNORM_MIN = 16
-
 
 # ---- shared row arithmetic -------------------------------------------------------------------
-
-def _fma(a, b, c):
-    """f32 fused multiply-add: the f64 product of two f32 values is exact, one rounding after."""
-    return (a.astype(f64) * b + c).astype(f32)
-
-
-def _seq_sum(v: np.ndarray) -> np.ndarray:
-    """Sequential f32 sum along the last axis (a scalar C loop; np.add.accumulate is sequential)."""
-    if v.shape[-1] == 0:
-        return np.zeros(v.shape[:-1], f32)
-    return np.add.accumulate(v, axis=-1, dtype=f32)[..., -1]
-
-
-def _hsum8(v: np.ndarray) -> np.ndarray:
-    """MLAS's horizontal sum of 8 lanes: (lo4 + hi4), then (0+2, 1+3), then lane 0 + lane 1."""
-    r = (v[:, :4] + v[:, 4:]).astype(f32)
-    r = (r[:, :2] + r[:, 2:]).astype(f32)
-    return (r[:, 0] + r[:, 1]).astype(f32)
-
-
-def _rms_rows(x: np.ndarray, scale: np.ndarray, eps: float):
-    """RMS-normalize the rows of f32 `x` [rows, n] as ORT's LayerNormImpl(simplified) does.
-    Returns (y f32 [rows, n], inv_std_var f32 [rows])."""
-    rows, n = x.shape
-    eps = f32(eps)
-    if n < _MLAS_LAYERNORM_MIN:
-        ms = _seq_sum((x * x).astype(f32))
-        rms = np.sqrt((ms / f32(n) + eps).astype(f32)).astype(f32)
-        y = ((x / rms[:, None]).astype(f32) * scale).astype(f32)
-        return y, (f32(1) / rms).astype(f32)
-    full = n // 8 * 8
-    acc = np.zeros((rows, 8), f32)
-    for i in range(0, full, 8):
-        c = x[:, i:i + 8]
-        acc = _fma(c, c, acc)
-    sq = _hsum8(acc)
-    # The scalar tail as ORT's x86 build compiles it: with 4 or more left, the first 4 squares
-    # are one SSE multiply (rounded, then added in order), the rest fused multiply-adds.
-    first = 4 if n - full >= 4 else 0
-    for i in range(full, full + first):
-        sq = (sq + (x[:, i] * x[:, i]).astype(f32)).astype(f32)
-    for i in range(full + first, n):
-        sq = _fma(x[:, i], x[:, i], sq)
-    denom = np.sqrt((sq / f32(n) + eps).astype(f32)).astype(f32)
-    inv = (f32(1) / denom).astype(f32)
-    y = ((x * inv[:, None]).astype(f32) * scale).astype(f32)
-    return y, inv
-
 
 def _skip_rows(v: np.ndarray, gamma, beta, eps: float, simplified: bool):
     """ORT's SkipLayerNorm ComputeJob on f32 rows `v` [rows, h] (input + skip + bias already

@@ -15,8 +15,8 @@ uint8 packed like B (default 2^(bits-1)) or floats of A's type. ORT computes one
     amax = 0), exactly as MLAS's QuantizeARow_CompInt8; then Y = sum over blocks of
     scale_a * scale_b * dot(q_a, q_b - zp) (+ bias). For bits=4, block_size=32 (what the
     onnxruntime-genai model builder emits) the reference replays MLAS's AVX512-VNNI kernel
-    operation by operation (_mnb_int8_blk32: its lane layout, fma order, horizontal sums and the
-    separate block-sum GEMM for the zero points) and is bit-identical to ORT 1.31 on x86-64 with
+    operation by operation (`mlas._mnb_int8_blk32`: its lane layout, fma order, horizontal sums
+    and the separate block-sum GEMM for the zero points) and is bit-identical to ORT 1.31 on x86-64 with
     AVX512-VNNI -- so the int8 codes of the next MatMulNBits cannot flip. Other block sizes and
     bits=8 evaluate the sum in f64 (exact integer dot products and scale products), rounded once
     to f32: within f32 rounding of MLAS (~2e-7 of max|Y| measured on AVX512-VNNI).
@@ -34,9 +34,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import RuntimeShapeError
-from ._common import (at, elem_of, has_input, input_rank, input_type, kernel, normalize_axis, product,
-                      pshape_str, result, shape_of, shape_rule, shape_str, tensor_type, type_name)
-from .elementwise import fma_f32
+from ._common import (at, elem_of, has_input, input_rank, input_type, kernel, normalize_axis, product, pshape_str,
+                      result, shape_of, shape_rule, shape_str, tensor_type, type_name)
+from .mlas import _mnb_int8_blk32, quantize_rows_int8
 from .registry import F32, FLOATS, I32, INTS, REQUIRED, U8, OpDef, register
 
 MS = "com.microsoft"
@@ -108,82 +108,7 @@ def _mnb_dequant(q, s, z):
     return w.astype(f32).reshape(n, nb * bs)
 
 
-def quantize_rows_int8(a: np.ndarray, block_size: int):
-    """MLAS's QuantizeARow_CompInt8 on f32 rows `a` [M, K]: (q int8-valued int32 [M, nb, bs],
-    scale f32 [M, nb]); K is padded with zeros to whole blocks."""
-    m, k = a.shape
-    nb = (k + block_size - 1) // block_size
-    padded = np.zeros((m, nb * block_size), f32)
-    padded[:, :k] = a
-    blocks = padded.reshape(m, nb, block_size)
-    amax = np.max(np.abs(blocks), axis=-1)
-    scale = (amax / f32(127)).astype(f32)
-    nz = amax != 0
-    inv = np.where(nz, f32(127) / np.where(nz, amax, f32(1)), f32(0)).astype(f32)
-    q = np.rint((blocks * inv[:, :, None]).astype(f32)).astype(np.int32)
-    return q, scale
-
-
 _N_CHUNK = 2048  # rows of B dequantized at a time (bounds the reference's f64 working set)
-
-# MLAS's AVX512-VNNI CompInt8 kernel for 4-bit B with block_size 32, lane by lane. The 4-bit
-# weights stay unsigned (0..15); the zero point is applied separately through block sums.
-# Per output (m, n):
-#   * a group of 4 blocks (128 values of K) at a time: 16 f32 lanes, lane L = 4c + r holding the
-#     int32 dot product of 8 values of one block -- block 2 * (r >= 2) + c // 2 of the group,
-#     values 16 * (c % 2) + 4 * (r % 2) + {0..3, 8..11} -- then lane = fma(dot, sa * sb, lane);
-#   * the 16 lanes fold to 8 (lane l + lane l + 8); each remaining block adds 8 lanes of 4-value
-#     dot products the same way;
-#   * the 8 lanes sum ((l0 + l1) + l2) + l3 + (((l4 + l5) + l6) + l7) for columns in groups of
-#     4, ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) for the last N % 4 columns; + bias;
-#   * then C += sum over blocks of (sa * sum(q_a)) * (-sb * zp), an f32 fma chain in block order
-#     (MLAS's sgemm kernel over the block sums).
-# (sa * sb and the block sums are f32 products.) Bit-identical to ORT 1.31 on AVX512-VNNI x86-64.
-_G_BLK = np.array([2 * (r >= 2) + c // 2 for c in range(4) for r in range(4)])
-_G_J0 = np.array([4 * (c % 2) + (r % 2) for c in range(4) for r in range(4)])  # 4-value dot index
-_MLAS_CHUNK = 1 << 23  # elements of the f64 dot-product block [nb, 8, M, N-chunk] held at a time
-
-
-def _mnb_int8_blk32(a2: np.ndarray, q, s, z, bias) -> np.ndarray:
-    """f32 [M, N]: MLAS's CompInt8 result for f32 rows a2 [M, K], 4-bit q [N, nb, 32] (uint
-    values), scales s [N, nb], integer zero points z [N, nb] and optional f32 bias [N]."""
-    m, k = a2.shape
-    n, nb, bs = q.shape
-    qa, sa = quantize_rows_int8(a2, bs)
-    ablk = (sa * qa.sum(axis=-1).astype(f32)).astype(f32)                    # [M, nb]
-    bblk = (-s * z.astype(f32)).astype(f32)                                   # [N, nb]
-    # 4-value integer dot products, exact in f64: [nb, 8, M, 4] @ [nb, 8, 4, N] -> [nb, 8, M, N]
-    qa4 = qa.reshape(m, nb, 8, 4).transpose(1, 2, 0, 3).astype(f64)
-    out = np.empty((m, n), f32)
-    step = max(1, _MLAS_CHUNK // max(1, 8 * nb * m))
-    groups = nb // 4
-    for lo in range(0, n, step):
-        hi = min(n, lo + step)
-        qb4 = q[lo:hi].reshape(hi - lo, nb, 8, 4).transpose(1, 2, 3, 0).astype(f64)
-        d = np.matmul(qa4, qb4)                                              # [nb, 8, M, Nc]
-        comb = (sa.T[:, :, None] * s[lo:hi].T[:, None, :]).astype(f32)       # [nb, M, Nc]
-        acc = np.zeros((16, m, hi - lo), f32)
-        for g in range(groups):
-            blk = 4 * g + _G_BLK
-            dots = (d[blk, _G_J0] + d[blk, _G_J0 + 2]).astype(f32)
-            acc = fma_f32(dots, comb[blk], acc)
-        acc8 = (acc[:8] + acc[8:]).astype(f32)
-        for b in range(4 * groups, nb):
-            acc8 = fma_f32(d[b].astype(f32), comb[b][None], acc8)
-        c = ((((acc8[0] + acc8[1]) + acc8[2]) + acc8[3]).astype(f32)
-             + (((acc8[4] + acc8[5]) + acc8[6]) + acc8[7]).astype(f32)).astype(f32)
-        tail = max(lo, n - n % 4) - lo  # the last N % 4 columns sum as hsum_float_8
-        if tail < hi - lo:
-            t = acc8[:, :, tail:]
-            c[:, tail:] = (((t[0] + t[4]) + (t[2] + t[6])) + ((t[1] + t[5]) + (t[3] + t[7]))).astype(f32)
-        if bias is not None:
-            c = (c + bias[lo:hi][None, :]).astype(f32)
-        zsum = np.zeros((m, hi - lo), f32)
-        for b in range(nb):
-            zsum = fma_f32(ablk[:, b, None], bblk[None, lo:hi, b], zsum)
-        out[:, lo:hi] = (c + zsum).astype(f32)
-    return out
-
 
 def _mnb_matmul(a2: np.ndarray, q, s, z, int8_a: bool, block_size: int) -> np.ndarray:
     """f64 [M, N] products for f32 rows a2 [M, K]."""

@@ -2,101 +2,17 @@
 GroupNormalization, BatchNormalization (inference), LpNormalization, MeanVarianceNormalization and
 LRN. Math in f32 (f16 upcast), rounded once, unless ONNX Runtime rounds in between (noted).
 f32 Softmax, LogSoftmax and LayerNormalization replay ORT 1.31's MLAS kernels and are bit-identical
-to its CPU EP on x86-64 with AVX512 (mlas_exp_shifted / mlas_sum16, _layer_norm_rows).
+to its CPU EP on x86-64 with AVX512 (mlas.py: mlas_exp_shifted / mlas_sum16, _layer_norm_rows).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import RuntimeShapeError
-from ._common import (NP_DTYPES, at, elem_of, input_rank, kernel, normalize_axes, normalize_axis, pshape_str,
-                      result, shape_of, shape_rule, shape_str, tensor_type, unidirectional_ok,
-                      upcast)
-from .elementwise import fma_f32, libm_f32
-from .registry import BF16, SINCE_VERSION, F16, F32, FLOATS, REQUIRED, OpDef, register
-
-
-# ---- MLAS's f32 softmax (bit-exact on x86-64 AVX512) --------------------------------------------
-# ORT's f32 Softmax (and the softmax inside GroupQueryAttention) is MlasComputeSoftmax: per row the
-# max, then MlasComputeSumExpF32KernelAvx512F -- exp(x - max) by fma range reduction, a degree-6
-# polynomial and vscalef, summed in 16 lanes -- then each term times (1 / sum).
-_EXP_LOWER = np.float32(-103.9720840454)
-_EXP_BIAS = np.float32(12582912.0)  # 1.5 * 2^23: adding it rounds to an integer
-_EXP_LOG2E = np.float32(1.44269504088896341)
-_EXP_LN2_HI = np.float32(-6.93145752e-1)
-_EXP_LN2_LO = np.float32(-1.42860677e-6)
-_EXP_POLY = tuple(np.float32(float.fromhex(v)) for v in ("0x1.694000p-10", "0x1.125edcp-7", "0x1.555b5ap-5",
-                                                          "0x1.555450p-3", "0x1.fffff6p-2", "0x1.000000p+0"))
-
-
-def mlas_exp_shifted(x, negmax):
-    """exp(x + negmax) elementwise, as MLAS's AVX512F sum-of-exp kernel computes each term."""
-    f32 = np.float32
-    v = np.maximum(_EXP_LOWER, (np.asarray(x, f32) + np.asarray(negmax, f32)).astype(f32))
-    m = (fma_f32(_EXP_LOG2E, v, _EXP_BIAS) - _EXP_BIAS).astype(f32)
-    v = fma_f32(m, _EXP_LN2_LO, fma_f32(m, _EXP_LN2_HI, v))
-    p = fma_f32(_EXP_POLY[0], v, _EXP_POLY[1])
-    for c in _EXP_POLY[2:] + _EXP_POLY[5:]:
-        p = fma_f32(p, v, c)
-    with np.errstate(all="ignore"):
-        return np.ldexp(p, m.astype(np.int32)).astype(f32)
-
-
-def mlas_sum16(e):
-    """Sum over the last axis in the AVX512 kernel's order: 16 lane accumulators fed in order,
-    folded 16 -> 8 (lane l + lane l + 8), then ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))."""
-    f32 = np.float32
-    n = e.shape[-1]
-    pad = (-n) % 16
-    if pad:
-        e = np.concatenate([e, np.zeros(e.shape[:-1] + (pad,), f32)], axis=-1)
-    e = e.reshape(e.shape[:-1] + (-1, 16))
-    acc = np.zeros(e.shape[:-2] + (16,), f32)
-    for j in range(e.shape[-2]):
-        acc = (acc + e[..., j, :]).astype(f32)
-    a = (acc[..., :8] + acc[..., 8:]).astype(f32)
-    h = [(a[..., i] + a[..., i + 1]).astype(f32) for i in (0, 2, 4, 6)]
-    return ((h[0] + h[1]).astype(f32) + (h[2] + h[3]).astype(f32)).astype(f32)
-
-
-def mlas_softmax_windows(x, lo, hi):
-    """MlasComputeSoftmax of x[r, lo[r]:hi[r]] for every row r of x [R, T]; zeros elsewhere
-    (and in rows whose window is empty)."""
-    f32 = np.float32
-    r_count, t = x.shape
-    out = np.zeros((r_count, t), f32)
-    width = int((hi - lo).max()) if r_count else 0
-    if width <= 0:
-        return out
-    idx = lo[:, None] + np.arange(width)[None, :]
-    valid = idx < hi[:, None]
-    rows = np.arange(r_count)[:, None]
-    g = np.where(valid, x[rows, np.minimum(idx, t - 1)], -np.inf).astype(f32)
-    m = g.max(axis=-1, keepdims=True)
-    m = np.where(np.isfinite(m), m, f32(0)).astype(f32)
-    e = np.where(valid, mlas_exp_shifted(g, -m), f32(0)).astype(f32)
-    with np.errstate(all="ignore"):
-        inv = (f32(1.0) / mlas_sum16(e)).astype(f32)
-    p = (e * inv[:, None]).astype(f32)
-    rr, cc = np.nonzero(valid)
-    out[rr, idx[rr, cc]] = p[rr, cc]
-    return out
-
-
-def _mlas_softmax_f32(xs, axis, log=False):
-    """MlasComputeSoftmax over `axis` of f32 xs: softmax = e * (1 / sum); log-softmax =
-    (x - max) - logf(sum) (MLAS's LogSoftmax output kernel, libm's logf)."""
-    f32 = np.float32
-    xa = np.moveaxis(xs, axis, -1)
-    negmax = (-np.max(xa, axis=-1, keepdims=True)).astype(f32)
-    e = mlas_exp_shifted(xa, negmax)
-    total = mlas_sum16(e)[..., None]
-    with np.errstate(all="ignore"):
-        if log:
-            y = ((xa + negmax).astype(f32) - libm_f32("logf")(total)).astype(f32)
-        else:
-            y = (e * (f32(1.0) / total).astype(f32)).astype(f32)
-    return np.moveaxis(y, -1, axis)
+from ._common import (NP_DTYPES, at, elem_of, input_rank, kernel, normalize_axes, normalize_axis, pshape_str, result,
+                      shape_of, shape_rule, shape_str, tensor_type, unidirectional_ok, upcast)
+from .mlas import _layer_norm_rows, _mlas_softmax_f32
+from .registry import BF16, F16, F32, FLOATS, REQUIRED, SINCE_VERSION, OpDef, register
 
 
 BF16_DT = NP_DTYPES[BF16]
@@ -180,65 +96,6 @@ def _unidirectional(op_type, what, t, shape):
     if not ok:
         raise RuntimeShapeError(f"{op_type}: {what} of shape {shape_str(t.shape)} cannot be "
                                 f"broadcast to X's shape {shape_str(shape)}")
-
-
-def _hsum8(v):
-    """MLAS's horizontal sum of 8 f32 lanes: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))."""
-    f32 = np.float32
-    r = (v[:, :4] + v[:, 4:]).astype(f32)
-    r = (r[:, :2] + r[:, 2:]).astype(f32)
-    return (r[:, 0] + r[:, 1]).astype(f32)
-
-
-def _layer_norm_rows(x, scale, bias, eps):
-    """ORT 1.31's f32 LayerNormalization on rows x [R, n] (bit-exact on x86-64 with AVX2):
-      * n < 8: the scalar ComputeJob -- Welford's running mean and M2 in f32, std =
-        sqrt(M2 / n + eps), y = (x - mean) / std * scale (+ bias);
-      * n >= 8: MLAS's AVX2 kernel, centered two-pass -- mean = (f32)(double sum in 4 lanes,
-        (l0 + l2) + (l1 + l3), tail added in order / n); var = 8-lane fma sum of (x - mean)^2
-        folded by _hsum8, then the tail (the first 4 tail squares rounded before adding when 4 or
-        more remain, as GCC vectorizes that loop; the rest fused); inv = 1 / sqrt(var / n + eps);
-        y = fma((x - mean) * inv, scale, bias) or ((x - mean) * inv) * scale.
-    Returns (y, mean, inv_std_dev), f32."""
-    f32, f64 = np.float32, np.float64
-    rows, n = x.shape
-    eps = f32(eps)
-    if n < 8:
-        mean = np.zeros(rows, f32)
-        m2 = np.zeros(rows, f32)
-        for k in range(n):
-            val = x[:, k]
-            d = (val - mean).astype(f32)
-            mean = (mean + (d / f32(k + 1)).astype(f32)).astype(f32)
-            m2 = (m2 + (d * (val - mean).astype(f32)).astype(f32)).astype(f32)
-        std = np.sqrt((m2 / f32(n) + eps).astype(f32)).astype(f32)
-        y = (((x - mean[:, None]).astype(f32) / std[:, None]).astype(f32) * scale).astype(f32)
-        if bias is not None:
-            y = (y + bias).astype(f32)
-        return y, mean, (f32(1) / std).astype(f32)
-    full4 = n // 4 * 4
-    lanes = x[:, :full4].astype(f64).reshape(rows, -1, 4)
-    acc = np.zeros((rows, 4), f64)
-    for j in range(lanes.shape[1]):
-        acc = acc + lanes[:, j]
-    dsum = (acc[:, 0] + acc[:, 2]) + (acc[:, 1] + acc[:, 3])
-    for i in range(full4, n):
-        dsum = dsum + x[:, i].astype(f64)
-    mean = (dsum / f64(n)).astype(f32)
-    full = n // 8 * 8
-    v = np.zeros((rows, 8), f32)
-    for i in range(0, full, 8):
-        d = (x[:, i:i + 8] - mean[:, None]).astype(f32)
-        v = fma_f32(d, d, v)
-    var = _hsum8(v)
-    first = full + (4 if n - full >= 4 else 0)
-    for i in range(full, n):
-        d = (x[:, i] - mean).astype(f32)
-        var = (var + (d * d).astype(f32)).astype(f32) if i < first else fma_f32(d, d, var)
-    inv = (f32(1) / np.sqrt((var / f32(n) + eps).astype(f32)).astype(f32)).astype(f32)
-    y = ((x - mean[:, None]).astype(f32) * inv[:, None]).astype(f32)
-    y = fma_f32(y, scale, bias) if bias is not None else (y * scale).astype(f32)
-    return y, mean, inv
 
 
 @kernel("LayerNormalization")

@@ -1,0 +1,163 @@
+"""Rotary embeddings: com.microsoft RotaryEmbedding and ai.onnx RotaryEmbedding-23, as ONNX Runtime's
+CPU EP computes them (MLAS's fused f32 kernel, `_rope(..., fused=True)`: bit-exact in f32). The
+rotation itself (`_rope`, `_rotate_heads`) is shared with GroupQueryAttention's do_rotary and lives
+in contrib_attention.py."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import RuntimeShapeError
+from ._common import at, elem_of, input_type, kernel, pshape_str, result, shape_of, shape_rule, shape_str, tensor_type
+from .contrib_attention import _f32, _rotate_heads
+from .registry import F16, F32, I64, OpDef, register
+
+FLOATS = frozenset({F32, F16})
+I64S = frozenset({I64})
+
+
+# ---- RotaryEmbedding (com.microsoft and ai.onnx-23) ------------------------------------------
+
+def _rope_layout(op, x, num_heads, head_size_of):
+    """x as f32 [B, S, N, H] plus a function mapping such an array back to x's layout.
+    3-D inputs are [B, S, N*H]; 4-D inputs are [B, N, S, H]."""
+    if x.ndim == 3:
+        b, s, hidden = x.shape
+        h = head_size_of(hidden)
+        n = num_heads or (hidden // h if h else 0)
+        if h <= 0 or n <= 0 or n * h != hidden:
+            raise RuntimeShapeError(f"{op}: input hidden size {hidden} is not num_heads ({n}) * head_size ({h})")
+        return _f32(x).reshape(b, s, n, h), lambda y: y.reshape(b, s, hidden)
+    if x.ndim == 4:
+        b, n, s, h = x.shape
+        return _f32(x).transpose(0, 2, 1, 3), lambda y: y.transpose(0, 2, 1, 3)
+    raise RuntimeShapeError(f"{op}: input must be 3-D [batch, sequence, hidden] or 4-D [batch, heads, sequence, "
+                            f"head_size], got {shape_str(x.shape)}")
+
+
+def _rope_apply(op, x4, cos, sin, rotary_dim, interleaved, fused=False):
+    """x4 [B, S, N, H] f32; cos/sin [B, S, R/2] f32 (R = rotary_dim). fused: MLAS's f32 kernel."""
+    h = x4.shape[-1]
+    if rotary_dim <= 0 or rotary_dim > h or rotary_dim % 2:
+        raise RuntimeShapeError(f"{op}: rotary_embedding_dim {rotary_dim} must be even and at most the head "
+                                f"size {h}")
+    if cos.shape[-1] != rotary_dim // 2:
+        raise RuntimeShapeError(f"{op}: cos_cache/sin_cache last dim must be rotary_embedding_dim / 2 = "
+                                f"{rotary_dim // 2}, got {cos.shape[-1]}")
+    return _rotate_heads(x4, cos[:, :, None], sin[:, :, None], rotary_dim, interleaved, fused)
+
+
+def _gather_cache(op, cache, pos):
+    if pos.size and (pos.min() < 0 or pos.max() >= cache.shape[0]):
+        bad = int(pos.max()) if pos.max() >= cache.shape[0] else int(pos.min())
+        raise RuntimeShapeError(f"{op}: position id {bad} "
+                                f"is out of range for a cache of {cache.shape[0]} positions")
+    return _f32(cache)[pos]
+
+
+MS_ROPE = "RotaryEmbedding"
+
+
+@kernel(MS_ROPE)
+def _ms_rope(inputs, attrs):
+    x, pos_ids, cos, sin = inputs[:4]
+    op = MS_ROPE
+    n, rd = int(attrs["num_heads"]), int(attrs["rotary_embedding_dim"])
+    if cos.ndim != 2 or sin.shape != cos.shape:
+        raise RuntimeShapeError(f"{op}: cos_cache and sin_cache must both be 2-D [max_position, rotary_dim / 2], "
+                                f"got {shape_str(cos.shape)} and {shape_str(sin.shape)}")
+    if x.ndim not in (3, 4):
+        raise RuntimeShapeError(f"{op}: input must be 3-D or 4-D, got {shape_str(x.shape)}")
+    hidden = x.shape[2] if x.ndim == 3 else x.shape[1] * x.shape[3]
+    h = 2 * cos.shape[1] if rd == 0 else (hidden // n if n else 0)
+    if x.ndim == 4 and n and n != x.shape[1]:
+        raise RuntimeShapeError(f"{op}: num_heads={n} differs from the input's {x.shape[1]} heads")
+    if x.ndim == 4 and h != x.shape[3]:
+        raise RuntimeShapeError(f"{op}: head size {h} (from the caches / attributes) differs from the input's "
+                                f"{x.shape[3]}")
+    x4, back = _rope_layout(op, x, n, lambda hidden: h)
+    b, s = x4.shape[:2]
+    if s > cos.shape[0]:
+        raise RuntimeShapeError(f"{op}: sequence length {s} exceeds the caches' {cos.shape[0]} positions")
+    if pos_ids.size == 1 and pos_ids.ndim <= 1:
+        pos = int(pos_ids.reshape(-1)[0]) + np.arange(s)[None, :].repeat(b, 0)
+    elif pos_ids.shape == (b, s):
+        pos = pos_ids.astype(np.int64)
+    else:
+        raise RuntimeShapeError(f"{op}: position_ids must be one element or [batch, sequence] = {shape_str((b, s))}, "
+                                f"got {shape_str(pos_ids.shape)}")
+    out = _rope_apply(op, x4, _gather_cache(op, cos, pos), _gather_cache(op, sin, pos), rd or h,
+                      bool(int(attrs["interleaved"])), x.dtype == np.float32)
+    return [result(back(out), x.dtype)]
+
+
+def _same_shape_rule(op):
+    @shape_rule(op, symbolic=True)
+    def rule(types, values, attrs, num_outputs):
+        x = shape_of(types[0])
+        if x is not None and len(x) not in (3, 4):
+            raise RuntimeShapeError(f"{op}: input must be 3-D or 4-D, got {pshape_str(x)}")
+        return [tensor_type(elem_of(types[0]), x)]
+    return rule
+
+
+def _claim_ms_rope(node, graph, attrs):
+    if int(attrs["is_packed_batching"]):
+        return "attribute is_packed_batching=1 is not implemented"
+    if int(attrs["rotary_embedding_dim"]) > 0 and int(attrs["num_heads"]) <= 0:
+        return "rotary_embedding_dim needs num_heads"
+    t = input_type(node, graph, 0)
+    if t is not None and t.rank is not None and t.rank not in (3, 4):
+        return f"input rank {t.rank} is not supported (3-D or 4-D only)"
+    return None
+
+
+register(OpDef(MS_ROPE, (1,), ("T", "M", "T", "T"), ("T",), {"T": FLOATS, "M": I64S}, _ms_rope,
+               domain="com.microsoft",
+               attributes={"num_heads": 0, "rotary_embedding_dim": 0, "interleaved": 0, "scale": 1.0,
+                           "is_packed_batching": 0},
+               claim=_claim_ms_rope, shape_rule=_same_shape_rule("RotaryEmbedding")))
+
+
+@kernel("RotaryEmbedding")
+def _onnx_rope(inputs, attrs):
+    x, cos, sin = inputs[:3]
+    pos_ids = at(inputs, 3)
+    op = "RotaryEmbedding"
+    n, rd = int(attrs["num_heads"]), int(attrs["rotary_embedding_dim"])
+    if x.ndim == 3 and n <= 0:
+        raise RuntimeShapeError(f"{op}: a 3-D input needs the num_heads attribute")
+    x4, back = _rope_layout(op, x, n if x.ndim == 3 else 0, lambda hidden: hidden // n)
+    b, s = x4.shape[:2]
+    if sin.shape != cos.shape:
+        raise RuntimeShapeError(f"{op}: cos_cache {shape_str(cos.shape)} and sin_cache {shape_str(sin.shape)} differ")
+    if pos_ids is None:
+        if cos.ndim != 3 or cos.shape[:2] != (b, s):
+            raise RuntimeShapeError(f"{op}: without position_ids, cos_cache must be [batch, sequence, rotary_dim / 2] "
+                                    f"with batch, sequence = {b}, {s}, got {shape_str(cos.shape)}")
+        c, sn = _f32(cos), _f32(sin)
+    else:
+        if cos.ndim != 2:
+            raise RuntimeShapeError(f"{op}: with position_ids, cos_cache must be 2-D [max_position, rotary_dim / 2], "
+                                    f"got {shape_str(cos.shape)}")
+        if pos_ids.shape != (b, s):
+            raise RuntimeShapeError(f"{op}: position_ids must be [batch, sequence] = {shape_str((b, s))}, got "
+                                    f"{shape_str(pos_ids.shape)}")
+        pos = pos_ids.astype(np.int64)
+        c, sn = _gather_cache(op, cos, pos), _gather_cache(op, sin, pos)
+    out = _rope_apply(op, x4, c, sn, rd or x4.shape[-1], bool(int(attrs["interleaved"])), x.dtype == np.float32)
+    return [result(back(out), x.dtype)]
+
+
+def _claim_onnx_rope(node, graph, attrs):
+    t = input_type(node, graph, 0)
+    if t is not None and t.rank is not None:
+        if t.rank not in (3, 4):
+            return f"input rank {t.rank} is not supported (3-D or 4-D only)"
+        if t.rank == 3 and int(attrs["num_heads"]) <= 0:
+            return "a 3-D input needs the num_heads attribute"
+    return None
+
+
+register(OpDef("RotaryEmbedding", (23,), ("T", "T", "T", "M"), ("T",), {"T": FLOATS, "M": I64S}, _onnx_rope,
+               attributes={"num_heads": 0, "rotary_embedding_dim": 0, "interleaved": 0},
+               claim=_claim_onnx_rope, min_inputs=3, shape_rule=_same_shape_rule("RotaryEmbedding")))
