@@ -340,7 +340,9 @@ def render(info: dict, rows: list[dict], copy: dict, place: gh.Placement, comman
           "run's replay: its kernels from the first launch to the last end, gaps between them included, "
           "staging copies excluded), divided by runs and by the op's copies in the model",
           "- GB/s: bytes the op must move (inputs read once, outputs written once) / time per op; the "
-          "copy: cuMemcpyDtoDAsync, read and write counted", "",
+          "copy: cuMemcpyDtoDAsync, read and write counted",
+          "- copied host↔device/run: hipep.stats()['transfer_bytes'] (host memory staged in and out; none "
+          "with device OrtValues); wall µs/run: the whole run_with_iobinding call", "",
           f"Device-to-device copy of {gh.bytes_text(copy['bytes'])}: **{copy['gbps']:.0f} GB/s**. "
           f"Gate: int4 GEMV and the norms at ≥ {GATE:.0%} of it ({GATE * copy['gbps']:.0f} GB/s), outputs "
           f"within the row's limit of ORT's CPU EP; rows whose working set stays under twice the L2 size "
