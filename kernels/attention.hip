@@ -309,6 +309,14 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
   int chunk = (span + a.splits - 1) / a.splits;
   chunk = (chunk + HIPEP_DEC_TILE - 1) / HIPEP_DEC_TILE * HIPEP_DEC_TILE;
   const int k0 = lo + split * chunk, k1 = min(hi, k0 + chunk);
+  if (k0 >= k1 && a.splits > 1) {  // a split past the row's keys (the grid is sized by the capacity)
+    if (t < gn) {
+      const hipep_i64 p = ((hipep_i64)b * a.heads + g0 + t) * a.splits + split;
+      part_ml[2 * p] = -HIPEP_INF_F;
+      part_ml[2 * p + 1] = 0.0f;
+    }
+    return;
+  }
 
   for (int i = t; i < HIPEP_DEC_HEADS * H; i += blockDim.x) {
     const int h = i / H, d = i % H;
