@@ -49,7 +49,12 @@ from helpers import cpu_session, gqa_preamble_model
 runs, rule = int(sys.argv[1]), sys.argv[2] == "on"
 options = {} if rule else {"pass_options": "hip-assign-memory-spaces{host_rule=false}"}
 model = gqa_preamble_model()
-sess = hipep.InferenceSession(model, device="cuda", **options)
+try:
+    sess = hipep.InferenceSession(model, device="cuda", **options)
+except Exception as e:  # a clear refusal at session creation counts for every run
+    print(json.dumps({"right": 0, "wrong": 0, "refused": runs, "refusals": [str(e)[:600]], "kernel_us": 0,
+                      "host_spaces": [], "at_creation": True}))
+    sys.exit(0)
 plan = bridge.compiled_plans()[-1]
 host_spaces = sorted({plan.values[plan.storage_of(o)].space for s in plan.steps if isinstance(s, HostStep)
                       for o in s.outputs if o >= 0})
@@ -98,7 +103,7 @@ def test_host_buffer_rule_holds_against_a_late_device_stream():
 
 def test_without_the_rule_the_late_stream_shows_the_hazard():
     got = _run("off")
-    assert got["host_spaces"] != ["host_visible"], got
+    assert got.get("at_creation") or got["host_spaces"] != ["host_visible"], got
     assert got["right"] + got["wrong"] + got["refused"] == RUNS, got
     assert got["right"] < RUNS, f"with the rule off every run came out right: a broken rule would pass {got}"
     for message in got["refusals"]:
