@@ -22,6 +22,7 @@ kernel's result) or that end without a Sync run through the step-by-step interpr
 """
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import OrderedDict
 from typing import Sequence
@@ -53,8 +54,8 @@ class Executor:
         self.device = device
         self.weights = weights
         self.cache_size = cache_size
-        self._lock = threading.Lock()
-        self._runs = 0
+        self._lock = threading.Lock()  # for what changes rarely: programs, specializations, new contexts
+        self._run_index = itertools.count()  # next() is atomic: no lock per run
         self._interpreter: Interpreter | None = None
         self.replays = not any(isinstance(s, (Loop, If)) for s in walk(plan.steps)) and \
             bool(plan.steps) and isinstance(plan.steps[-1], Sync)
@@ -78,7 +79,8 @@ class Executor:
                 raise HipepError(f"plan '{plan.name}': malformed shape program: {type(e).__name__}: {e}") from None
             self._programs.setdefault(program.shape.ranks, []).append(program)
         self._specs: OrderedDict = OrderedDict()
-        self._contexts: list[_Context] = []
+        self._contexts: list[_Context] = []  # idle ones (list.pop and append are atomic)
+        self._all_contexts: list[_Context] = []
         self._kernels: dict[int, object] = {}  # step index → device program
         self._in_dtypes = [np.dtype(plan.values[v].dtype) for v in plan.inputs]
         self._out_dtypes = [np.dtype(plan.values[v].dtype) for v in plan.outputs]
@@ -92,7 +94,10 @@ class Executor:
 
     @property
     def runs(self) -> int:
-        return self._runs if self._interpreter is None else self._interpreter.runs
+        if self._interpreter is not None:
+            return self._interpreter.runs
+        with self._lock:
+            return sum(c.runs for c in self._all_contexts)
 
     def pool_sets(self):
         """The interpreter's idle pool sets (tests look at their pools)."""
@@ -134,12 +139,14 @@ class Executor:
         outputs = self._outputs(shapes, allocate_outputs)
         alias = () if self._aliases_of is None or allocate_outputs is None else self._aliases_of(inputs, outputs)
         spec, hit = self._specialization((id(program), layout, alias), program, env)
-        with self._lock:
-            index = self._runs
-            self._runs += 1
-            context = self._contexts.pop() if self._contexts else None
-        if context is None:
+        index = next(self._run_index)
+        try:
+            context = self._contexts.pop()
+        except IndexError:  # every context is in flight (or none was made yet)
             context = _Context(self.device)
+            with self._lock:
+                self._all_contexts.append(context)
+        context.runs += 1
         ok = False
         device, stream = self.device, context.stream
         try:
@@ -167,8 +174,7 @@ class Executor:
             tally[1 if not hit else 2] += 1
             tally[3] += spec.reads
             tally[4] += device.kernel_ns(stream)
-            with self._lock:
-                self._contexts.append(context)
+            self._contexts.append(context)
 
     def _check_inputs(self, inputs):
         out = list(inputs)
@@ -245,11 +251,15 @@ class Executor:
         return program, env, layout
 
     def _specialization(self, key, program, env):
-        with self._lock:
-            spec = self._specs.get(key)
-            if spec is not None:
+        # OrderedDict's get and move_to_end are single atomic calls; insertion and eviction take
+        # the lock. A key evicted between the two calls only loses its place in the LRU order.
+        spec = self._specs.get(key)
+        if spec is not None:
+            try:
                 self._specs.move_to_end(key)
-                return spec, True
+            except KeyError:
+                pass
+            return spec, True
         return self._new_specialization(key, program, env), False
 
     def _new_specialization(self, key, program: "_Program", env) -> "_Specialization":
@@ -458,6 +468,7 @@ class _Context:
         self.device = device
         self.stream = device.new_stream()
         self.tally = counters.Tally()  # this run's counts: one run at a time holds a context
+        self.runs = 0  # runs that held this context
         self.arenas = {space: device.alloc(space, 0) for space in MEMORY_SPACES}
         self.sizes = {space: 0 for space in MEMORY_SPACES}
         self.generation = 0
