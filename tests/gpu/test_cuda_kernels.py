@@ -311,11 +311,12 @@ def test_concurrent_runs(rng):
 # ---- claiming and errors --------------------------------------------------------------------------
 
 def test_nodes_without_a_gpu_program_are_left_to_the_cpu_ep(rng):
-    model = make_model([n("Softmax", ["x"], ["s"], axis=-1, name="sm"), n("MatMul", ["s", "w"], ["y"], name="mm"),
+    model = make_model([n("Softmax", ["x"], ["s"], axis=-1, name="sm"),
+                        n("Einsum", ["s", "w"], ["y"], equation="ij,jk->ik", name="es"),
                         n("Relu", ["y"], ["z"], name="relu")],
                        [tensor("x", F32, [2, 8])], [tensor("z", F32, None)], [init("w", rand(rng, (8, 3), F32))],
                        opset=17)
-    with pytest.raises(hipep.FallbackError, match=r"node 'mm' \(ai.onnx::MatMul, opset 13\): no kernel for cuda"):
+    with pytest.raises(hipep.FallbackError, match=r"node 'es' \(ai.onnx::Einsum, opset 12\): no kernel for cuda"):
         hipep.InferenceSession(model, device="cuda")
     sess = hipep.InferenceSession(model, device="cuda", disable_cpu_ep_fallback=False)
     x = rand(rng, (2, 8), F32)
