@@ -500,3 +500,31 @@ def test_modules_compile_and_hold_every_entry_point_the_bindings_name():
     assert len(names) >= 14
     for module, entry in sorted(names):
         assert entry.encode() + b"\0" in cubins[module], f"{module}: {entry}"
+
+
+# ---- the builder decoders ------------------------------------------------------------------------
+
+def test_builder_decoders_attention_has_gpu_kernels():
+    """Every GroupQueryAttention of the cached model-builder decoders (llama; gemma2 with softcap, a
+    local window and the sliding-window cache; phi with partial rotary) has a GPU program."""
+    import glob
+    import importlib
+    import os
+
+    onnx = pytest.importorskip("onnx")
+    explain = importlib.import_module("hipep.explain")  # the module (hipep.explain is also the function)
+    from hipep.graph import GraphView
+    from hipep.partition import partition
+
+    folders = [d for name in ("llama-fp32-v2", "gemma2-fp32-v2", "phi-fp32-v2")
+               for d in glob.glob(os.path.expanduser(f"~/.cache/hipep/models/{name}"))]
+    if not folders:
+        pytest.skip("no cached builder decoders (hipep.tools.model_zoo builds them)")
+    for folder in folders:
+        path = os.path.join(folder, "model.onnx")
+        model = explain._load_small_external_tensors(onnx.load(path, load_external_data=False), folder, path)
+        graph = GraphView.from_onnx(model)
+        assert any(n.op_type == "GroupQueryAttention" for n in graph.nodes)
+        report = partition(graph, device="cuda")
+        bad = [r.line() for r in report.rejections if r.node.op_type in ("GroupQueryAttention", "RotaryEmbedding")]
+        assert not bad, (folder, bad)
