@@ -471,6 +471,20 @@ class _Copy:
             stream.record_failure(CudaError(f"{label}: device copy of {self.nbytes} bytes failed: {_error_text(err)}"))
 
 
+class _Blas:
+    """A library call (table.BlasOp: cuBLASLt's matmul) queued on the stream; it launches kernels
+    only, so a CUDA graph captures it like a launch."""
+    __slots__ = ("call", "key")
+
+    def __init__(self, op: table.BlasOp):
+        self.call, self.key = op.call, op.key
+
+    def issue(self, stream: CudaStream, label: str) -> None:
+        why = self.call(int(stream.handle))
+        if why is not None:
+            stream.record_failure(CudaError(f"{label}: {why}"))
+
+
 class CudaProgram:
     """The device's program for a Kernel: its binding in the kernel table (None: the op has no
     GPU program and may only run as host work, on host-visible memory)."""
@@ -997,6 +1011,8 @@ class CudaDevice(Device):
     def _ready(self, op):
         if isinstance(op, table.CopyOp):
             return _Copy(op)
+        if isinstance(op, table.BlasOp):
+            return _Blas(op)
         return _Launch(self._function(op), op)
 
     def launch(self, stream: CudaStream, program: CudaProgram, grid, block, smem, args, label: str = "") -> None:
@@ -1138,6 +1154,9 @@ class CudaDevice(Device):
                         g, b = op.grid, op.block
                         (err,) = d.cuLaunchKernel(op.func, g[0], g[1], g[2], b[0], b[1], b[2], op.smem, stream.handle,
                                                   op.argv_addr, 0)
+                    elif isinstance(op, _Blas):
+                        why = op.call(int(stream.handle))
+                        err = d.CUresult.CUDA_SUCCESS if why is None else why  # _error_text shows a text as it is
                     else:
                         (err,) = d.cuMemcpyAsync(op.dst, op.src, op.nbytes, stream.handle)
                     if err != d.CUresult.CUDA_SUCCESS and failed is None:

@@ -89,6 +89,16 @@ class CopyOp:
 
 
 @dataclass
+class BlasOp:
+    """A vendor library call (cuBLASLt's matmul) the device issues on the launch's stream:
+    `call(stream_handle)` queues it and returns None or what went wrong; it must be capturable
+    into a CUDA graph (kernels only, fixed workspace). `key` tells two bound calls apart."""
+    call: Callable[[int], str | None]
+    key: tuple
+    name: str = "blas"
+
+
+@dataclass
 class Target:
     """What a binding may ask of the device: its shape, scratch memory for an output the plan
     drops (a kernel still writes it), and `workspace(nbytes) -> pointer`: device memory for a

@@ -11,14 +11,18 @@ its own folds A's batch into m (A [B, S, K] @ W [K, N] is one [B*S, K] @ [K, N] 
 from __future__ import annotations
 
 import ctypes
+import logging
+import os
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
 from ..errors import HipepError
-from .gpu_kernels import (_VEC, Arg, KernelOp, NoKernel, Target, _binding, _cdiv, _dt, _prod, _vec_ok,
+from .gpu_kernels import (_VEC, Arg, BlasOp, KernelOp, NoKernel, Target, _binding, _cdiv, _dt, _prod, _vec_ok,
                           contiguous_strides, merge_dims, ptr, row_config)
+
+log = logging.getLogger("hipep")
 
 GEMM_MAX_BATCH_RANK = 4
 GEMV_MAX_ROWS = 8
@@ -164,6 +168,9 @@ def gemm_ops(p: GemmProblem, a: Arg, b: Arg, c: Arg | None, y: Arg, target: Targ
         return []
     if y.size != p.batch * p.m * p.n:
         raise HipepError(f"output of {y.size} elements for a product of {p.batch} x {p.m} x {p.n}")
+    blas = _blas_ops(p, a, b, c, y, dt, target)
+    if blas is not None:
+        return blas
     params = [ptr(a), ptr(b), ptr(c if p.has_c else None), ptr(y), p.args()]
     e = y.dtype.itemsize
     vec = _VEC[dt]
@@ -196,6 +203,76 @@ def gemm_ops(p: GemmProblem, a: Arg, b: Arg, c: Arg | None, y: Arg, target: Targ
         raise NoKernel(f"a product of {p.m} rows (at most {MAX_GRID_YZ * tile})")
     return [KernelOp(f"hipep_gemm_{dt}_{tile}", (_cdiv(p.n, tile), gy, gz), (GEMM_THREADS, 1, 1), params,
                      module="gemm")]
+
+
+# ---- cuBLASLt on NVIDIA --------------------------------------------------------------------------
+
+GEMM_ENV = "HIPEP_GEMM"
+_GEMM_MODES = ("auto", "own", "blas")
+_blas_warned: set[str] = set()
+
+
+def gemm_mode() -> str:
+    """HIPEP_GEMM: `own` (hipep's kernels only), `blas` (cuBLASLt for every product it can take,
+    its failures raised), `auto` (the default: cuBLASLt for products of more than GEMV_MAX_ROWS
+    rows where it loads, hipep's kernels otherwise). Read at each bind, so a new session sees
+    a change."""
+    mode = os.environ.get(GEMM_ENV, "auto").strip().lower() or "auto"
+    if mode not in _GEMM_MODES:
+        raise HipepError(f"{GEMM_ENV}={mode!r}: expected one of {', '.join(_GEMM_MODES)}")
+    return mode
+
+
+def _blas_ops(p: GemmProblem, a: Arg, b: Arg, c: Arg | None, y: Arg, dt: str, target: Target) -> list | None:
+    """The product as one cuBLASLt matmul on the launch's stream, or None where hipep's own
+    kernels run it: mode `own`, no stream workspace (a target without a CUDA stream), cuBLASLt
+    missing, few rows in mode `auto`, or a product cuBLASLt's strided batches cannot express
+    (more than one batch axis, a C that broadcasts, K = 0)."""
+    mode = gemm_mode()
+    if mode == "own" or target.workspace is None or p.k == 0:
+        return None
+    if mode == "auto" and p.m <= GEMV_MAX_ROWS:
+        return None
+    full_c = p.c_sm == p.n and p.c_sn == 1 and p.m * p.n == (c.size if c is not None else 0)
+    if len(p.batch_dims) > 1 or (p.has_c and (not full_c or p.batch > 1)):
+        return None
+    from . import cublaslt
+
+    ok, why = cublaslt.status()
+    if not ok:
+        if mode == "blas":
+            raise HipepError(f"{GEMM_ENV}=blas: {why}")
+        return None
+    try:
+        from cuda.bindings import driver
+
+        err, device = driver.cuCtxGetDevice()  # one cuBLASLt handle per device
+        device_key = int(device) if err == driver.CUresult.CUDA_SUCCESS else 0
+    except Exception:  # noqa: BLE001 - no current context: the handle of device 0
+        device_key = 0
+    c_ptr = c.ptr if p.has_c else y.ptr
+    try:
+        plan = cublaslt.matmul_plan(device_key, dt, p.m, p.n, p.k, p.a_sm, p.a_sk, p.b_sk, p.b_sn, p.batch,
+                                    p.a_batch[0] if p.a_batch else 0, p.b_batch[0] if p.b_batch else 0,
+                                    (a.ptr, b.ptr, y.ptr | c_ptr))
+    except cublaslt.CublasLtError as e:
+        if mode == "blas":
+            raise HipepError(f"{GEMM_ENV}=blas: {e}") from None
+        if str(e) not in _blas_warned:
+            _blas_warned.add(str(e))
+            log.warning("hipep: cuBLASLt cannot run a %s product of %d x %d x %d (%s); hipep's own kernel runs it",
+                        dt, p.m, p.n, p.k, e)
+        return None
+    workspace = target.workspace(plan.workspace_size) if plan.workspace_size else 0
+    alpha, beta = ctypes.c_float(p.alpha), ctypes.c_float(p.beta if p.has_c else 0.0)
+    # cuBLASLt's A is B, its B is A (column-major Y^T = B^T A^T); C is Y itself when there is none.
+    lt_a, lt_b, d = b.ptr, a.ptr, y.ptr
+
+    def call(stream: int, plan=plan, alpha=alpha, beta=beta) -> str | None:
+        return plan.run(stream, alpha, beta, lt_a, lt_b, c_ptr, d, workspace)
+
+    key = ("cublasLt", id(plan), lt_a, lt_b, c_ptr, d, workspace, p.alpha, p.beta if p.has_c else 0.0)
+    return [BlasOp(call, key, name=f"cublasLt matmul {p.m}x{p.n}x{p.k}")]
 
 
 def _float_type(dtypes) -> str | None:

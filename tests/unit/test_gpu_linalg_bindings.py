@@ -356,3 +356,68 @@ def test_every_entry_point_these_bindings_name_exists_in_the_compiled_modules():
               for m in ("gemm", "layer_norm")}
     for module, entry in sorted(named):
         assert entry.encode() + b"\0" in cubins[module], f"{module}: {entry}"
+
+
+def _column_major_product(op_a, op_b, lt_a, lt_b, a_flat, b_flat, a_off, b_off):
+    """cuBLASLt's D = op(A) @ op(B) on column-major stored matrices (rows, cols, ld)."""
+    from hipep.runtime import cublaslt
+
+    def stored(flat, off, rows, cols, ld):
+        idx = off + np.arange(rows)[:, None] + np.arange(cols)[None, :] * ld
+        return flat[idx].astype(np.float64)
+
+    a = stored(a_flat, a_off, *lt_a)
+    b = stored(b_flat, b_off, *lt_b)
+    a = a.T if op_a == cublaslt.CUBLAS_OP_T else a
+    b = b.T if op_b == cublaslt.CUBLAS_OP_T else b
+    return a @ b
+
+
+@pytest.mark.parametrize("case", ["matmul", "batched", "broadcast", "gemm_ta", "gemm_tb", "gemm_tab", "one_row",
+                                  "one_col"])
+def test_cublaslt_operands_compute_the_row_major_product(case):
+    """The column-major operands and batch strides hipep hands cuBLASLt give Y = A @ B row-major."""
+    from hipep.runtime import cublaslt
+
+    rng = np.random.default_rng(5)
+    if case.startswith("gemm"):
+        ta, tb = case in ("gemm_ta", "gemm_tab"), case in ("gemm_tb", "gemm_tab")
+        m, k, n = 5, 7, 3
+        a = rng.uniform(-1, 1, (k, m) if ta else (m, k)).astype(np.float32)
+        b = rng.uniform(-1, 1, (n, k) if tb else (k, n)).astype(np.float32)
+        p = gl.gemm_problem({"transA": int(ta), "transB": int(tb), "alpha": 1.0, "beta": 0.0}, a.shape, b.shape, None)
+        want = (a.T if ta else a) @ (b.T if tb else b)
+    else:
+        shapes = {"matmul": ((6, 4), (4, 9)), "batched": ((3, 6, 4), (3, 4, 9)), "broadcast": ((6, 4), (3, 4, 9)),
+                  "one_row": ((4,), (4, 9)), "one_col": ((6, 4), (4,))}[case]
+        a = rng.uniform(-1, 1, shapes[0]).astype(np.float32)
+        b = rng.uniform(-1, 1, shapes[1]).astype(np.float32)
+        p = gl.matmul_problem(a.shape, b.shape)
+        want = np.matmul(a, b)
+    assert len(p.batch_dims) <= 1
+    lt_a, op_a, lt_b, op_b = cublaslt.column_major_operands(p.m, p.n, p.k, p.a_sm, p.a_sk, p.b_sk, p.b_sn)
+    out = []
+    for z in range(p.batch):
+        sa = p.a_batch[0] * z if p.a_batch else 0
+        sb = p.b_batch[0] * z if p.b_batch else 0
+        d = _column_major_product(op_a, op_b, lt_a, lt_b, b.reshape(-1), a.reshape(-1), sb, sa)  # n x m
+        assert d.shape == (p.n, p.m)
+        out.append(d.T)  # column-major n x m with ld n is row-major m x n
+    got = np.stack(out).reshape(want.shape)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    for rows, cols, ld in (lt_a, lt_b):
+        assert ld >= rows >= 1 or rows == 0
+
+
+def test_gemm_mode_is_read_from_the_environment(monkeypatch):
+    monkeypatch.setenv("HIPEP_GEMM", "own")
+    assert gl.gemm_mode() == "own"
+    monkeypatch.delenv("HIPEP_GEMM")
+    assert gl.gemm_mode() == "auto"
+    monkeypatch.setenv("HIPEP_GEMM", "fast")
+    with pytest.raises(Exception, match="HIPEP_GEMM='fast'"):
+        gl.gemm_mode()
+    # without a stream workspace (no CUDA stream) the own kernels run whatever the mode
+    monkeypatch.setenv("HIPEP_GEMM", "blas")
+    _, _, ops = run("::MatMul", [np.zeros((33, 64), np.float32), np.zeros((64, 64), np.float32)], {})
+    assert ops[0].entry == "hipep_gemm_f32_64"
