@@ -23,8 +23,9 @@
 //   read as two 8-byte halves; the last half of a row past K_pad is not read.
 //
 // * GEMM (M > 8, prefill): 64 x 64 output tiles, 256 threads each computing 4 x 4; per K step of
-//   32 values an A tile is loaded (to f32) and a B tile dequantized into shared memory, then the
-//   outer-product loop runs from there. No tensor cores.
+//   32 values an A tile (to f32) and a dequantized B tile go to shared memory, then the
+//   outer-product loop runs from there while the next step's operands load into registers. No
+//   tensor cores.
 //
 // Float zero points (zp_mode 2): dq = q - zp in f32 (one rounding), as the dequantize-then-multiply
 // the reference does up to the order of roundings; a branch uniform over the launch picks it.
@@ -267,13 +268,16 @@ HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char*
 #define MNB_BM 64
 #define MNB_BN 64
 #define MNB_BK 32
+#define MNB_GEMM_THREADS 256
 
 template <typename T, int BITS>
 HIPEP_DEVICE void hipep_mnb_gemm(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
                                  const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
                                  const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
-  constexpr int VPW = 32 / BITS;                 // values per 32-bit word of B
-  constexpr int WORDS_PER_ROW = MNB_BK / VPW;    // words of one B row in a K step
+  constexpr int VPW = 32 / BITS;                                        // values per 32-bit word of B
+  constexpr int WORDS_PER_ROW = MNB_BK / VPW;                           // words of one B row in a K step
+  constexpr int A_PER_THREAD = MNB_BM * MNB_BK / MNB_GEMM_THREADS;      // 8
+  constexpr int B_PER_THREAD = MNB_BN * WORDS_PER_ROW / MNB_GEMM_THREADS;  // 1 (4 bits) or 2 (8 bits)
   __shared__ float4 As4[MNB_BK][MNB_BM / 4 + 1];  // As[k][m]; one float4 of padding per row
   __shared__ float4 Bs4[MNB_BK][MNB_BN / 4 + 1];  // Bs[k][n]
   float* As = reinterpret_cast<float*>(As4);
@@ -289,42 +293,60 @@ HIPEP_DEVICE void hipep_mnb_gemm(const T* HIPEP_RESTRICT A, const unsigned char*
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
 
-  for (hipep_i64 k0 = 0; k0 < a.k_pad; k0 += MNB_BK) {
-    // A tile: 64 x 32 values, consecutive threads along K (coalesced reads).
+  // The next K step's operands, loaded into registers while the current step computes: A values
+  // (consecutive threads along K: coalesced), and per word of B its bits, scale and zero point.
+  float a_reg[A_PER_THREAD];
+  unsigned int b_reg[B_PER_THREAD];
+  float s_reg[B_PER_THREAD], z_reg[B_PER_THREAD];
+  auto load = [&](hipep_i64 k0) {
 #pragma unroll
-    for (int r = 0; r < MNB_BM * MNB_BK / 256; ++r) {
-      const int i = tid + r * 256;
-      const int mm = i / MNB_BK, kk = i % MNB_BK;
-      const hipep_i64 gm = m0 + mm, gk = k0 + kk;
-      As[kk * AST + mm] = (gm < a.m && gk < a.k) ? hipep_to_float(A[gm * a.k + gk]) : 0.0f;
+    for (int r = 0; r < A_PER_THREAD; ++r) {
+      const int i = tid + r * MNB_GEMM_THREADS;
+      const hipep_i64 gm = m0 + i / MNB_BK, gk = k0 + i % MNB_BK;
+      a_reg[r] = (gm < a.m && gk < a.k) ? hipep_to_float(A[gm * a.k + gk]) : 0.0f;
     }
-    // B tile: 64 rows x WORDS_PER_ROW words, each word dequantized to VPW values.
-    for (int i = tid; i < MNB_BN * WORDS_PER_ROW; i += 256) {
-      const int nn = i / WORDS_PER_ROW, wi = i % WORDS_PER_ROW;
-      const hipep_i64 gn = n0 + nn, gk = k0 + (hipep_i64)wi * VPW;
-      float v[VPW];
+#pragma unroll
+    for (int r = 0; r < B_PER_THREAD; ++r) {
+      const int i = tid + r * MNB_GEMM_THREADS;
+      const hipep_i64 gn = n0 + i / WORDS_PER_ROW, gk = k0 + (hipep_i64)(i % WORDS_PER_ROW) * VPW;
+      b_reg[r] = 0u;
+      s_reg[r] = 0.0f;
+      z_reg[r] = 0.0f;
       if (gn < a.n && gk < a.k_pad) {
-        const unsigned int w = *reinterpret_cast<const unsigned int*>(B + gn * a.row_bytes + gk * BITS / 8);
         const hipep_i64 blk = gk >> a.log2_bs;
-        const float s = hipep_to_float(scales[gn * a.nb + blk]);
-        const float z = hipep_mnb_zero_point<T, BITS>(zp, gn, blk, a);
-        if (a.zp_mode == 2) {
-          hipep_mnb_word<BITS>(w, 8388608.0f, v);
+        b_reg[r] = *reinterpret_cast<const unsigned int*>(B + gn * a.row_bytes + gk * BITS / 8);
+        s_reg[r] = hipep_to_float(scales[gn * a.nb + blk]);
+        z_reg[r] = hipep_mnb_zero_point<T, BITS>(zp, gn, blk, a);
+      }
+    }
+  };
+
+  load(0);
+  for (hipep_i64 k0 = 0; k0 < a.k_pad; k0 += MNB_BK) {
 #pragma unroll
-          for (int j = 0; j < VPW; ++j) v[j] = (v[j] - z) * s;
-        } else {
-          hipep_mnb_word<BITS>(w, 8388608.0f + z, v);
+    for (int r = 0; r < A_PER_THREAD; ++r) {
+      const int i = tid + r * MNB_GEMM_THREADS;
+      As[(i % MNB_BK) * AST + i / MNB_BK] = a_reg[r];
+    }
 #pragma unroll
-          for (int j = 0; j < VPW; ++j) v[j] *= s;
-        }
+    for (int r = 0; r < B_PER_THREAD; ++r) {
+      const int i = tid + r * MNB_GEMM_THREADS;
+      const int nn = i / WORDS_PER_ROW, wi = i % WORDS_PER_ROW;
+      float v[VPW];
+      if (a.zp_mode == 2) {
+        hipep_mnb_word<BITS>(b_reg[r], 8388608.0f, v);
+#pragma unroll
+        for (int j = 0; j < VPW; ++j) v[j] = (v[j] - z_reg[r]) * s_reg[r];
       } else {
+        hipep_mnb_word<BITS>(b_reg[r], 8388608.0f + z_reg[r], v);
 #pragma unroll
-        for (int j = 0; j < VPW; ++j) v[j] = 0.0f;
+        for (int j = 0; j < VPW; ++j) v[j] *= s_reg[r];  // zero past N or K_pad: the scale is 0
       }
 #pragma unroll
       for (int j = 0; j < VPW; ++j) Bs[(wi * VPW + j) * BST + nn] = v[j];
     }
     __syncthreads();
+    if (k0 + MNB_BK < a.k_pad) load(k0 + MNB_BK);  // in flight during the outer products below
 #pragma unroll 8
     for (int kk = 0; kk < MNB_BK; ++kk) {
       const float4 av = As4[kk][ty];
