@@ -325,6 +325,7 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
   if (t < HIPEP_DEC_HEADS) {
     m_s[t] = -HIPEP_INF_F;
     l_s[t] = 0.0f;
+    al_s[t] = 1.0f;
   }
   __syncthreads();
 
