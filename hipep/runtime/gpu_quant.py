@@ -6,7 +6,9 @@ MatMulNBits (kernels/matmul_nbits.hip) reads B in ONNX Runtime's layout as it is
 blob] bytes: one contiguous row of K_pad values per output column), so the weights need no
 repacking. Up to GEMV_MAX_ROWS rows of A (decode) run the GEMV: warps of 8 per block, 2 output
 columns per warp, A in shared memory in K tiles sized to the rows, and where N alone makes fewer
-than two blocks per SM the block's warps split K (`gemv_k_split`); more rows run the tiled GEMM.
+than two blocks per SM the block's warps split K (`gemv_k_split`); more rows run the tiled GEMM,
+except up to GEMV_CHAIN_MAX_ROWS rows where the GEMM's grid would not cover the SMs: the GEMV then
+runs once per 8 rows.
 GatherBlockQuantized (kernels/gather_block_quantized.hip) gathers and dequantizes rows of uint8
 data with gather_axis 0 and quantize_axis last, the only form the op registry claims.
 """
@@ -24,6 +26,7 @@ GBQ = "com.microsoft::GatherBlockQuantized"
 _FLOATS = ("float32", "float16", "bfloat16")
 
 GEMV_MAX_ROWS = 8
+GEMV_CHAIN_MAX_ROWS = 32  # up to this many rows, the GEMV per 8 rows where the GEMM's grid is under one block per SM
 GEMV_WARPS = 8          # MNB_WARPS in the kernel
 GEMV_COLS = 2           # MNB_COLS: output columns per warp
 GEMV_PAD = 4            # MNB_PAD: floats of padding after each chunk of A in shared memory
@@ -187,27 +190,35 @@ def _mnb_bind(ins, outs, attrs, target):
         raise NoKernel(f"{op}: B at an address not 8-byte aligned")
     k_pad = nb * bs
     log2_bs = bs.bit_length() - 1
-    params = [ptr(A), ptr(B), ptr(scales), ptr(zp), ptr(bias), ptr(y)]
-    if m <= GEMV_MAX_ROWS:
-        m_t = gemv_rows(m)
+    gemm_grid = (_cdiv(n, GEMM_TILE), _cdiv(m, GEMM_TILE), 1)
+    if m <= GEMV_MAX_ROWS or (m <= GEMV_CHAIN_MAX_ROWS and gemm_grid[0] * gemm_grid[1] < target.sm_count):
+        # The GEMV per slice of up to 8 rows: for a few slices over a small grid it streams B
+        # faster than the GEMM's few blocks would step through K.
         vpl = 128 // bits
-        k_tile = _gemv_k_tile(m_t, vpl, k_pad)
         aligned16 = int(row_bytes % 16 == 0 and B.ptr % 16 == 0)
-        k_split = gemv_k_split(n, k_tile // vpl, target.sm_count, target.warp_size)
-        a_vec = int(k % 4 == 0 and A.ptr % (4 * A.dtype.itemsize) == 0)
-        args = MatMulNBitsArgs(m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, k_tile, zp_mode, aligned16, k_split,
-                               a_vec)
-        smem = m_t * (k_tile // vpl) * (vpl + GEMV_PAD) * 4
-        warp = target.warp_size
-        grid = (_cdiv(n, GEMV_WARPS // k_split * GEMV_COLS), 1, 1)
-        return [KernelOp(f"hipep_mnb_gemv_{dt}_b{bits}_m{m_t}", grid, (GEMV_WARPS * warp, 1, 1),
-                         params + [args], module="matmul_nbits", smem=smem)]
-    args = MatMulNBitsArgs(m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, 0, zp_mode, 0, 1, 0)
-    grid = (_cdiv(n, GEMM_TILE), _cdiv(m, GEMM_TILE), 1)
-    if grid[1] > 65535:
+        e = A.dtype.itemsize
+        ops = []
+        for r0 in range(0, m, GEMV_MAX_ROWS):
+            rows = min(GEMV_MAX_ROWS, m - r0)
+            m_t = gemv_rows(rows)
+            k_tile = _gemv_k_tile(m_t, vpl, k_pad)
+            k_split = gemv_k_split(n, k_tile // vpl, target.sm_count, target.warp_size)
+            a_ptr = A.ptr + r0 * k * e
+            a_vec = int(k % 4 == 0 and a_ptr % (4 * e) == 0)
+            args = MatMulNBitsArgs(rows, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, k_tile, zp_mode, aligned16,
+                                   k_split, a_vec)
+            smem = m_t * (k_tile // vpl) * (vpl + GEMV_PAD) * 4
+            grid = (_cdiv(n, GEMV_WARPS // k_split * GEMV_COLS), 1, 1)
+            params = [ctypes.c_uint64(a_ptr), ptr(B), ptr(scales), ptr(zp), ptr(bias),
+                      ctypes.c_uint64(y.ptr + r0 * n * e), args]
+            ops.append(KernelOp(f"hipep_mnb_gemv_{dt}_b{bits}_m{m_t}", grid, (GEMV_WARPS * target.warp_size, 1, 1),
+                                params, module="matmul_nbits", smem=smem))
+        return ops
+    if gemm_grid[1] > 65535:
         raise NoKernel(f"{op}: {m} rows of A (at most {65535 * GEMM_TILE})")
-    return [KernelOp(f"hipep_mnb_gemm_{dt}_b{bits}", grid, (GEMM_THREADS, 1, 1), params + [args],
-                     module="matmul_nbits")]
+    args = MatMulNBitsArgs(m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, 0, zp_mode, 0, 1, 0)
+    return [KernelOp(f"hipep_mnb_gemm_{dt}_b{bits}", gemm_grid, (GEMM_THREADS, 1, 1),
+                     [ptr(A), ptr(B), ptr(scales), ptr(zp), ptr(bias), ptr(y), args], module="matmul_nbits")]
 
 
 # ---- GatherBlockQuantized ------------------------------------------------------------------------

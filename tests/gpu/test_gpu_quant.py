@@ -95,14 +95,25 @@ def test_matmul_nbits_square_4096_decode(elem):
         assert rel_l2(got, cpu_session(model).run(None, feeds)[0]) < (2e-5 if elem == F32 else 2e-3)
 
 
+@pytest.mark.parametrize("m", [20, 32])
+def test_matmul_nbits_gemm_for_few_rows_over_a_wide_n(m):
+    """Up to 32 rows run the GEMV per 8 rows unless the GEMM's grid covers the SMs (here N = 8500:
+    133 column tiles), as for a large vocabulary's head at a short prompt."""
+    model, feeds, weights = matmul_nbits_model((m,), 64, 8500, 4, 32, F16, "uint8", True, 0, seed=m)
+    got = run_gpu(model, feeds)
+    assert rel_l2(got, cpu_session(model).run(None, feeds)[0]) < 2e-3
+    assert rel_l2(got, reference(feeds, weights, {"K": 64, "N": 8500, "bits": 4, "block_size": 32})) < 2e-3
+
+
 def test_matmul_nbits_rows_change_between_runs():
-    """One session, A's rows changing run to run: the GEMV (1, 3, 8 rows) and the GEMM (9, 40)."""
+    """One session, A's rows changing run to run: the GEMV (1, 3, 8 rows; 9 and 20 as 8-row slices)
+    and the GEMM (40)."""
     k, n = 256, 96
     model, _, weights = matmul_nbits_model(("m",), k, n, 4, 32, F32, "uint8", True, 0)
     sess = hipep.InferenceSession(model, device="cuda")
     cpu = cpu_session(model)
     rng = np.random.default_rng(5)
-    for m in (1, 3, 8, 9, 40, 1, 8):
+    for m in (1, 3, 8, 9, 20, 40, 1, 8):
         feeds = {"A": rng.standard_normal((m, k)).astype(np.float32)}
         got = sess.run(None, feeds)[0]
         assert got.shape == (m, n)

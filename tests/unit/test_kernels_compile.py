@@ -733,13 +733,19 @@ def _mnb_case(m_shape, k, n, bits, bs, dtype, zp_kind, with_bias, b_offset=0, se
     ((8,), 1100, 5, 4, 128, np.float32, "uint8", False),       # K past one shared-memory tile (1024 at M=8)
     ((1,), 4096, 6, 4, 32, np.float16, "none", True),          # K split 4 ways among a block's warps
     ((2,), 1030, 7, 8, 64, np.float32, "uint8", True),         # K split 2 ways, K % 4 != 0: A staged one by one
-    ((17,), 72, 70, 4, 16, np.float32, "uint8", True),         # GEMM: edge tiles, odd n_blocks
+    ((17,), 72, 70, 4, 16, np.float32, "uint8", True),         # 3 GEMVs of 8, 8 and 1 rows (a small GEMM grid)
+    ((20,), 64, 300, 4, 32, np.float32, "none", False),        # GEMM: edge tiles (its grid covers the 4 SMs)
     ((3, 23), 40, 9, 8, 32, np.float16, "float", False),       # GEMM, 8 bits, float zero points
 ])
 def test_matmul_nbits_binding_emulated(m_shape, k, n, bits, bs, dtype, zp_kind, with_bias):
     ops, got, want = _mnb_case(m_shape, k, n, bits, bs, dtype, zp_kind, with_bias)
     m = int(np.prod(m_shape))
-    assert len(ops) == 1 and ops[0].entry.startswith("hipep_mnb_gemv" if m <= 8 else "hipep_mnb_gemm")
+    gemm_blocks = -(-n // gq.GEMM_TILE) * -(-m // gq.GEMM_TILE)
+    if m <= 8 or (m <= gq.GEMV_CHAIN_MAX_ROWS and gemm_blocks < TARGET.sm_count):
+        assert [op.entry[:14] for op in ops] == ["hipep_mnb_gemv"] * -(-m // 8)
+        assert [op.params[6].m for op in ops] == [min(8, m - r) for r in range(0, m, 8)]
+    else:
+        assert len(ops) == 1 and ops[0].entry.startswith("hipep_mnb_gemm")
     tol = 1e-5 if dtype == np.float32 else (1e-2 if dtype == np.float16 else 2e-2)
     err = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)
     assert err < tol, (ops[0].entry, err)
