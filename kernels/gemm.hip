@@ -25,6 +25,7 @@
 #define HIPEP_GEMM_MAX_BATCH_RANK 4
 #define HIPEP_GEMV_THREADS 256
 #define HIPEP_GEMV_MAX_COLS 256  // blockDim.x * VEC of gemv_n never exceeds this
+#define HIPEP_GEMV_LOADS 8
 #define HIPEP_GEMM_THREADS 256
 
 struct hipep_gemm_args {
@@ -87,13 +88,14 @@ HIPEP_DEVICE void hipep_gemv_n(const T* HIPEP_RESTRICT A, const T* HIPEP_RESTRIC
       for (int v = 0; v < VEC; ++v) acc[m][v] = 0.0f;
     if (cols) {
       hipep_i64 k = threadIdx.y;
-      // Four loads of B in flight per thread: the loop is bound by memory latency otherwise.
-      for (; k + 3 * kg < a.k; k += 4 * kg) {
-        V b[4];
+      // HIPEP_GEMV_LOADS loads of B in flight per thread: the loop is bound by memory latency,
+      // and one block per multiprocessor must keep enough bytes in flight.
+      for (; k + (HIPEP_GEMV_LOADS - 1) * kg < a.k; k += HIPEP_GEMV_LOADS * kg) {
+        V b[HIPEP_GEMV_LOADS];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) b[u] = *reinterpret_cast<const V*>(pb + (k + u * kg) * a.b_sk);
+        for (int u = 0; u < HIPEP_GEMV_LOADS; ++u) b[u] = *reinterpret_cast<const V*>(pb + (k + u * kg) * a.b_sk);
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
+        for (int u = 0; u < HIPEP_GEMV_LOADS; ++u) {
 #pragma unroll
           for (int m = 0; m < MT; ++m) {
             if (m < a.m) {
