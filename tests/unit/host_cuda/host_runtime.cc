@@ -1,0 +1,36 @@
+// The block-level runtime of the host stand-in (cuda_fp16.h here): block and warp barriers and the
+// thread and block indices. The test's launcher calls hipep_host_begin_block once per block, then
+// runs the block's threads, each calling hipep_host_set_thread before the kernel entry point.
+#include "cuda_fp16.h"
+
+thread_local hipep_host_dim3 threadIdx, blockIdx;
+hipep_host_dim3 blockDim, gridDim;
+uint64_t hipep_host_exchange[1024];
+
+static pthread_barrier_t block_barrier;
+static pthread_barrier_t warp_barriers[32];
+static bool barriers_made = false;
+
+extern "C" __attribute__((visibility("default"))) void hipep_host_begin_block(unsigned bx, unsigned by, unsigned bz,
+                                                                              unsigned gx, unsigned gy, unsigned gz) {
+  if (barriers_made) {
+    pthread_barrier_destroy(&block_barrier);
+    for (auto& b : warp_barriers) pthread_barrier_destroy(&b);
+  }
+  barriers_made = true;
+  blockDim = {bx, by, bz};
+  gridDim = {gx, gy, gz};
+  const unsigned n = bx * by * bz;
+  pthread_barrier_init(&block_barrier, nullptr, n);
+  for (unsigned w = 0; w < 32; ++w)
+    pthread_barrier_init(&warp_barriers[w], nullptr, n > w * 32 ? std::min(32u, n - w * 32) : 1u);
+}
+
+extern "C" __attribute__((visibility("default"))) void hipep_host_set_thread(unsigned tx, unsigned ty, unsigned tz,
+                                                                             unsigned bx, unsigned by, unsigned bz) {
+  threadIdx = {tx, ty, tz};
+  blockIdx = {bx, by, bz};
+}
+
+void hipep_host_syncthreads() { pthread_barrier_wait(&block_barrier); }
+void hipep_host_warp_barrier() { pthread_barrier_wait(&warp_barriers[hipep_host_tid() / 32]); }
