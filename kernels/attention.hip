@@ -15,10 +15,11 @@
 //                            not launched when present is past's buffer (the shared KV cache);
 //   hipep_gqa_prepare_*      rotary on Q (into workspace) and on the new K, K/V written into the
 //                            cache at each row's position;
-//   hipep_gqa_decode_*       one query token: flash-decoding, the KV range split over blocks
-//                            (grid.x), the query heads sharing a KV head in one block so K/V are
-//                            read once per KV head; partial max/sum/acc per split to workspace, or
-//                            the output directly when there is one split;
+//   hipep_gqa_decode_*       one query token (or a few): flash-decoding, the KV range split over
+//                            blocks (grid.x), the query rows sharing a KV head -- its query heads,
+//                            times the tokens -- in one block so K/V are read once per KV head;
+//                            partial max/sum/acc per split to workspace, or the output directly
+//                            when there is one split;
 //   hipep_gqa_combine_*      merges the splits' partials (and the head sink) into the output;
 //   hipep_gqa_prefill_*      several query tokens: one block per (query tile, head, batch), a loop
 //                            over KV tiles with an online softmax, causal tiles skipped;
@@ -37,7 +38,7 @@ struct hipep_gqa_args {
   int cache_rows;           // rows per (batch, kv head) of the cache attention reads
   int present_rows;         // rows per (batch, kv head) of present
   int windowed, window, window_from_raw;
-  int splits, head_groups, heads_per_block;
+  int splits, row_groups, rows_per_block;  // split-KV kernel: query rows (token, head) per block
   int bias_len, has_sink;
   hipep_i64 bias_sb, bias_sh, bias_ss;
   hipep_i64 qin_sb, qin_ss;  // query input: batch and sequence strides (elements)
@@ -274,12 +275,16 @@ HIPEP_DEVICE void hipep_gqa_prepare(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
   }
 }
 
-// ---- decode: one query token, the KV range split over blocks ------------------------------------------
-// grid (splits, kv_heads * head_groups, batch), DEC_THREADS threads. Per KV tile of DEC_TILE keys:
-// each thread scores one key against the block's heads (K row read once, Q from shared memory),
-// one warp per head updates the running max/sum, then threads own 8-wide slices of the head
-// (and every KL-th key of the tile) to accumulate P @ V. The slices' partial sums are added in
-// a fixed order at the end, so results do not depend on scheduling.
+// ---- decode: a few query tokens, the KV range split over blocks ---------------------------------------
+// grid (splits, kv_heads * row_groups, batch), DEC_THREADS threads. The query rows of a KV head are
+// its group's (token, head) pairs, row r = token * group + head in group; a block takes up to
+// HIPEP_DEC_HEADS of them and the keys any of them sees, [lo of its first row, hi of its last),
+// split into `splits` chunks. Per KV tile of DEC_TILE keys: each thread scores one key against the
+// block's rows (K row read once, Q from shared memory; keys outside a row's bounds masked), one warp
+// per row updates the running max/sum, then threads own 8-wide slices of the head (and every KL-th
+// key of the tile) to accumulate P @ V. The slices' partial sums are added in a fixed order at the
+// end, so results do not depend on scheduling. Partials and outputs are indexed by the flat
+// (batch * S + token) * heads + head.
 
 #define HIPEP_DEC_THREADS 128
 #define HIPEP_DEC_TILE 128
@@ -299,28 +304,46 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
   __shared__ float m_s[HIPEP_DEC_HEADS], l_s[HIPEP_DEC_HEADS], al_s[HIPEP_DEC_HEADS];
   const int H = a.head_size, t = threadIdx.x;
   const int split = blockIdx.x, b = blockIdx.z;
-  const int kvh = blockIdx.y / a.head_groups, hg = blockIdx.y % a.head_groups;
-  const int g0 = kvh * a.group + hg * a.heads_per_block;  // first query head of the block
-  const int gn = min(a.heads_per_block, a.group - hg * a.heads_per_block);
+  const int kvh = blockIdx.y / a.row_groups, rg = blockIdx.y % a.row_groups;
+  const int first_row = rg * a.rows_per_block;
+  const int gn = min(a.rows_per_block, a.group * a.seq - first_row);  // the block's rows
   const hipep_gqa_row g = hipep_gqa_geometry(a, seqlens, total, b);
-  int lo, hi;
-  hipep_gqa_bounds(a, g, 0, lo, hi);
+  int row_head[HIPEP_DEC_HEADS], row_s[HIPEP_DEC_HEADS], row_lo[HIPEP_DEC_HEADS], row_hi[HIPEP_DEC_HEADS];
+  hipep_i64 row_out[HIPEP_DEC_HEADS];  // (batch * S + token) * heads + head
+  int lo = 0x7fffffff, hi = 0;
+#pragma unroll
+  for (int h = 0; h < HIPEP_DEC_HEADS; ++h) {
+    const int r = first_row + min(h, gn - 1);
+    row_s[h] = r / a.group;
+    row_head[h] = kvh * a.group + r % a.group;
+    row_out[h] = ((hipep_i64)b * a.seq + row_s[h]) * a.heads + row_head[h];
+    hipep_gqa_bounds(a, g, row_s[h], row_lo[h], row_hi[h]);
+    if (h < gn && row_hi[h] > row_lo[h]) {
+      lo = min(lo, row_lo[h]);
+      hi = max(hi, row_hi[h]);
+    }
+  }
+  if (hi == 0) lo = 0;
   const int span = max(hi - lo, 0);
   int chunk = (span + a.splits - 1) / a.splits;
   chunk = (chunk + HIPEP_DEC_TILE - 1) / HIPEP_DEC_TILE * HIPEP_DEC_TILE;
   const int k0 = lo + split * chunk, k1 = min(hi, k0 + chunk);
   if (k0 >= k1 && a.splits > 1) {  // a split past the row's keys (the grid is sized by the capacity)
-    if (t < gn) {
-      const hipep_i64 p = ((hipep_i64)b * a.heads + g0 + t) * a.splits + split;
-      part_ml[2 * p] = -HIPEP_INF_F;
-      part_ml[2 * p + 1] = 0.0f;
+#pragma unroll
+    for (int h = 0; h < HIPEP_DEC_HEADS; ++h) {
+      if (t == h && h < gn) {
+        const hipep_i64 p = row_out[h] * a.splits + split;
+        part_ml[2 * p] = -HIPEP_INF_F;
+        part_ml[2 * p + 1] = 0.0f;
+      }
     }
     return;
   }
 
-  for (int i = t; i < HIPEP_DEC_HEADS * H; i += blockDim.x) {
-    const int h = i / H, d = i % H;
-    q_s[h][d] = h < gn ? hipep_to_float(q[b * a.q_sb + (hipep_i64)(g0 + h) * a.q_sh + d]) : 0.0f;
+#pragma unroll
+  for (int h = 0; h < HIPEP_DEC_HEADS; ++h) {
+    const T* qr = q + b * a.q_sb + (hipep_i64)row_s[h] * a.q_ss + (hipep_i64)row_head[h] * a.q_sh;
+    for (int d = t; d < H; d += blockDim.x) q_s[h][d] = h < gn ? hipep_to_float(qr[d]) : 0.0f;
   }
   if (t < HIPEP_DEC_HEADS) {
     m_s[t] = -HIPEP_INF_F;
@@ -362,7 +385,9 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
     }
 #pragma unroll
     for (int h = 0; h < HIPEP_DEC_HEADS; ++h)
-      if (h < gn) sc[h][t] = j < k1 ? hipep_gqa_score<T>(a, dot[h], bias, b, g0 + h, 0, j) : -HIPEP_INF_F;
+      if (h < gn)
+        sc[h][t] = (j < k1 && j >= row_lo[h] && j < row_hi[h])
+                       ? hipep_gqa_score<T>(a, dot[h], bias, b, row_head[h], row_s[h], j) : -HIPEP_INF_F;
     __syncthreads();
     for (int h = warp; h < gn; h += warps) {
       float mt = -HIPEP_INF_F;
@@ -420,16 +445,17 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
     }
     __syncthreads();
   }
-  for (int i = t; i < gn * H; i += blockDim.x) {
-    const int h = i / H, d = i % H, head = g0 + h;
+#pragma unroll
+  for (int h = 0; h < HIPEP_DEC_HEADS; ++h) {
+    if (h >= gn) continue;
     if (a.splits == 1) {
-      const float sk = a.has_sink ? (sink != 0 ? hipep_to_float(sink[head]) : 0.0f) : 0.0f;
-      out[((hipep_i64)b * a.heads + head) * H + d] = hipep_from_float<T>(
-          hipep_gqa_finish(o_s[h][d], m_s[h], l_s[h], a.has_sink, sk));
+      const float sk = a.has_sink ? (sink != 0 ? hipep_to_float(sink[row_head[h]]) : 0.0f) : 0.0f;
+      for (int d = t; d < H; d += blockDim.x)
+        out[row_out[h] * H + d] = hipep_from_float<T>(hipep_gqa_finish(o_s[h][d], m_s[h], l_s[h], a.has_sink, sk));
     } else {
-      const hipep_i64 p = ((hipep_i64)b * a.heads + head) * a.splits + split;
-      part_acc[p * H + d] = o_s[h][d];
-      if (d == 0) {
+      const hipep_i64 p = row_out[h] * a.splits + split;
+      for (int d = t; d < H; d += blockDim.x) part_acc[p * H + d] = o_s[h][d];
+      if (t == 0) {
         part_ml[2 * p] = m_s[h];
         part_ml[2 * p + 1] = l_s[h];
       }
@@ -437,11 +463,11 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
   }
 }
 
-// grid (heads, batch): the splits of one (batch, head) merged.
+// grid (heads, batch * S): the splits of one (batch, token, head) merged.
 template <typename T>
 HIPEP_DEVICE void hipep_gqa_combine(const float* HIPEP_RESTRICT part_acc, const float* HIPEP_RESTRICT part_ml,
                                     const T* HIPEP_RESTRICT sink, T* HIPEP_RESTRICT out, const hipep_gqa_args a) {
-  const int head = blockIdx.x, b = blockIdx.y, H = a.head_size;
+  const int head = blockIdx.x, b = blockIdx.y, H = a.head_size;  // b: batch * S + token
   const hipep_i64 p0 = ((hipep_i64)b * a.heads + head) * a.splits;
   float m = -HIPEP_INF_F;
   for (int i = 0; i < a.splits; ++i) m = fmaxf(m, part_ml[2 * (p0 + i)]);

@@ -12,7 +12,8 @@ as one CUDA graph and reads nothing back:
   copy_past     when present is not past's buffer: past's rows into present (zeros after the new
                 rows); with the sliding-window cache: past's resident rows into the window cache
   prepare       rotary on Q (into workspace) and on the new K; K/V written at each row's position
-  decode        one query token: the KV range split over `splits` blocks per KV head (flash-decoding)
+  decode        up to DEC_MAX_SEQ new tokens: the KV range split over `splits` blocks per KV head
+                (flash-decoding)
   + combine     the splits' partials (max, sum, unnormalised output, in workspace) merged
   or prefill    several query tokens: query tiles against KV tiles, online softmax
   window_store  sliding-window cache: the kept rows back into present
@@ -35,7 +36,8 @@ from .gpu_kernels import CopyOp, KernelOp, NoKernel, _binding, _cdiv, _dt, flat_
 GQA = "GroupQueryAttention"
 DEC_THREADS = 128  # kernels/attention.hip HIPEP_DEC_THREADS (one key per thread per tile)
 DEC_TILE = 128  # HIPEP_DEC_TILE
-DEC_HEADS = 8  # HIPEP_DEC_HEADS: query heads of one KV head per decode block
+DEC_HEADS = 8  # HIPEP_DEC_HEADS: query rows (token, head) of one KV head per decode block
+DEC_MAX_SEQ = 8  # up to this many new tokens take the split-KV kernel (decode, speculative steps, small chunks)
 MAX_HEAD = 256  # HIPEP_GQA_MAX_HEAD
 MAX_SPLITS = 64
 ALIGN = 256
@@ -45,7 +47,7 @@ PREFILL = {64: (128, 4), 128: (128, 4), 256: (64, 2)}
 
 _INTS = ("batch", "seq", "heads", "kv_heads", "head_size", "group", "rotary_half", "do_rotary", "interleaved",
          "has_pos_ids", "max_pos", "has_past", "past_rows", "cache_rows", "present_rows", "windowed", "window",
-         "window_from_raw", "splits", "head_groups", "heads_per_block", "bias_len", "has_sink")
+         "window_from_raw", "splits", "row_groups", "rows_per_block", "bias_len", "has_sink")
 _LONGS = ("bias_sb", "bias_sh", "bias_ss", "qin_sb", "qin_ss", "kin_sb", "kin_ss", "q_sb", "q_ss", "q_sh")
 
 
@@ -177,16 +179,17 @@ def gqa_layout(attrs: dict, dtype, q_shape, k_shape, past_shape, present_rows, c
     if windowed and (present_rows is None or dropped_present):  # a dropped present output is still written
         region("present_k", b * nkv * cap * h * e)
         region("present_v", b * nkv * cap * h * e)
-    decode = s == 1
-    a.heads_per_block = min(a.group, DEC_HEADS)
-    a.head_groups = _cdiv(a.group, a.heads_per_block)
+    decode = s <= DEC_MAX_SEQ
+    rows = a.group * s  # query rows (token, head) sharing a KV head
+    a.rows_per_block = min(rows, DEC_HEADS)
+    a.row_groups = _cdiv(rows, a.rows_per_block)
     a.splits = 1
     if decode:
-        blocks = b * nkv * a.head_groups
+        blocks = b * nkv * a.row_groups
         a.splits = max(1, min(_cdiv(max(a.cache_rows, 1), DEC_TILE), _cdiv(2 * sm_count, blocks), MAX_SPLITS))
         if a.splits > 1:
-            region("part_acc", b * n * a.splits * h * 4)
-            region("part_ml", b * n * a.splits * 2 * 4)
+            region("part_acc", b * s * n * a.splits * h * 4)
+            region("part_ml", b * s * n * a.splits * 2 * 4)
     bucket = 64 if h <= 64 else (128 if h <= 128 else 256)
     return GqaLayout(a, decode, packed, cache_in_ws, regions, offset, bucket)
 
@@ -335,13 +338,13 @@ def _gqa_bind(ins, outs, attrs, target):
     q_att = q_rot if a.do_rotary else qp
     # 3. attention
     if lay.decode:
-        ops.append(KernelOp(f"hipep_gqa_decode_{dt}", (a.splits, a.kv_heads * a.head_groups, a.batch),
+        ops.append(KernelOp(f"hipep_gqa_decode_{dt}", (a.splits, a.kv_heads * a.row_groups, a.batch),
                             (DEC_THREADS, 1, 1),
                             [ctypes.c_uint64(q_att), ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v), sl, tot,
                              ptr(bias), ptr(sink), ptr(out), ctypes.c_uint64(region("part_acc")),
                              ctypes.c_uint64(region("part_ml")), a], module="attention"))
         if a.splits > 1:
-            ops.append(KernelOp(f"hipep_gqa_combine_{dt}", (a.heads, a.batch, 1), (128, 1, 1),
+            ops.append(KernelOp(f"hipep_gqa_combine_{dt}", (a.heads, a.batch * a.seq, 1), (128, 1, 1),
                                 [ctypes.c_uint64(region("part_acc")), ctypes.c_uint64(region("part_ml")),
                                  ptr(sink), ptr(out), a], module="attention"))
     else:

@@ -145,6 +145,14 @@ def test_subsequent_prompt():
     run_gqa("subsequent", dict(seq=5, past=11, rotary=64))
 
 
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("seq", [2, 8, 9])
+def test_few_tokens_after_a_long_past(dtype, seq):
+    """Up to 8 new tokens take the split-KV kernel (rows = token x head), 9 the tiled one."""
+    run_gqa(f"few{seq}", dict(seq=seq, past=300, rotary=64, heads=8, kv_heads=2, dtype=dtype), local_window_size=200)
+    run_gqa(f"few-sink{seq}", dict(seq=seq, past=150, dtype=dtype, head_sink=True, attention_bias=True))
+
+
 # ---- decode ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [F32, F16])
