@@ -49,7 +49,10 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 
+from . import CPU_EP_NAME, provider_for
 from .options import EP_NAME
+
+HIPEP_EPS = (EP_NAME, CPU_EP_NAME)
 
 __all__ = ["HipepBackend", "HipepRep", "SessionClaim", "prepare", "run_model", "run_node",
            "supports_device", "is_compatible", "ort_limits", "loadable_model", "as_feed", "recording",
@@ -83,8 +86,8 @@ class SessionClaim:
         for sub in session.get_provider_graph_assignment_info():
             names = by_ep.setdefault(sub.ep_name, [])
             names += [n.name or n.op_type for n in sub.get_nodes()]
-            subgraphs += sub.ep_name == EP_NAME
-        hipep_nodes = len(by_ep.get(EP_NAME, []))
+            subgraphs += sub.ep_name in HIPEP_EPS
+        hipep_nodes = sum(len(by_ep.get(name, [])) for name in HIPEP_EPS)
         total = sum(len(v) for v in by_ep.values())
         kind = "none" if hipep_nodes == 0 else "all" if hipep_nodes == total else "some"
         return SessionClaim(kind, hipep_nodes, total, subgraphs, by_ep, explained, fallback_disabled)
@@ -313,9 +316,10 @@ class HipepBackend(Backend):
             so.add_session_config_entry(FALLBACK_KEY, "1")
         options = {"device": _hipep_device(device)}
         options.update({k: str(v) for k, v in (provider_options or {}).items()})
+        ep_name = provider_for(options["device"])  # the CPU reference device beside a GPU has its own name
         try:
             session = ort.InferenceSession(proto.SerializeToString(), sess_options=so,
-                                           providers=[(EP_NAME, options)], enable_fallback=0)
+                                           providers=[(ep_name, options)], enable_fallback=0)
         except Exception as e:
             explained_error = _explained_failure(e, fallback_disabled)
             if explained_error is e:

@@ -166,7 +166,9 @@ def test_cpu_reference_device_beside_a_gpu(emulated):
 def test_without_a_gpu_runtime_both_eps_are_host_memory():
     from hipep import _native
 
-    assert _native.gpu_memory()["runtime"] is None and _native.gpu_memory()["why_not"]
+    if _native.gpu_memory()["runtime"] is not None:
+        pytest.skip("this process offers GPU memory")
+    assert _native.gpu_memory()["why_not"]
     names = {d.ep_name: d for d in ort.get_ep_devices()}
     for name in ("HipExecutionProvider", "HipCpuExecutionProvider"):
         assert names[name].memory_info(ort.OrtDeviceMemoryType.DEFAULT) is None
