@@ -89,10 +89,13 @@ HIPEP_DEVICE float hipep_mnb_zero_point(const void* zp, hipep_i64 n, hipep_i64 b
 template <typename T> struct alignas(4 * sizeof(T)) hipep_mnb_vec4 { T v[4]; };
 
 // Loads of one step of a lane: chunks ch0 + u * step (u < MNB_UNROLL) of the tile at kt, for the
-// warp's columns; zeros past the tile or past N.
-template <int BITS>
-HIPEP_DEVICE void hipep_mnb_load_step(uint4 (&q)[MNB_UNROLL][MNB_COLS], const unsigned char* HIPEP_RESTRICT B,
-                                      int ch0, int step, hipep_i64 kt, int tile_chunks, hipep_i64 col0,
+// warp's columns (zeros past the tile or past N), with the scale and zero point of each chunk's
+// first half, so that none of them waits for another.
+template <typename T, int BITS>
+HIPEP_DEVICE void hipep_mnb_load_step(uint4 (&q)[MNB_UNROLL][MNB_COLS], float (&s)[MNB_UNROLL][MNB_COLS],
+                                      float (&z)[MNB_UNROLL][MNB_COLS], const unsigned char* HIPEP_RESTRICT B,
+                                      const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp, int ch0,
+                                      int step, hipep_i64 kt, int tile_chunks, hipep_i64 col0,
                                       const hipep_mnb_args& a) {
   constexpr int VPL = 128 / BITS, VPH = VPL / 2;
 #pragma unroll
@@ -103,7 +106,12 @@ HIPEP_DEVICE void hipep_mnb_load_step(uint4 (&q)[MNB_UNROLL][MNB_COLS], const un
     for (int c = 0; c < MNB_COLS; ++c) {
       const hipep_i64 n = col0 + c;
       q[u][c] = make_uint4(0u, 0u, 0u, 0u);
+      s[u][c] = 0.0f;
+      z[u][c] = 0.0f;
       if (ch < tile_chunks && n < a.n) {
+        const hipep_i64 blk = kv >> a.log2_bs;
+        s[u][c] = hipep_to_float(scales[n * a.nb + blk]);
+        z[u][c] = hipep_mnb_zero_point<T, BITS>(zp, n, blk, a);
         const unsigned char* row = B + n * a.row_bytes + kv * BITS / 8;
         if (a.aligned16) {
           q[u][c] = *reinterpret_cast<const uint4*>(row);
@@ -145,12 +153,13 @@ HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char*
     for (int c = 0; c < MNB_COLS; ++c) acc[m][c] = 0.0f;
 
   uint4 q[MNB_UNROLL][MNB_COLS];
+  float qs[MNB_UNROLL][MNB_COLS], qz[MNB_UNROLL][MNB_COLS];
   for (hipep_i64 kt = 0; kt < a.k_pad; kt += a.k_tile) {
     const int tile_vals = (int)((a.k_pad - kt) < a.k_tile ? (a.k_pad - kt) : a.k_tile);
     const int tile_chunks = (tile_vals + VPL - 1) / VPL;
     const int fill_vals = tile_chunks * VPL;
     // The first step's loads of B do not depend on A: they are in flight while A is staged.
-    hipep_mnb_load_step<BITS>(q, B, first, step, kt, tile_chunks, col0, a);
+    hipep_mnb_load_step<T, BITS>(q, qs, qz, B, scales, zp, first, step, kt, tile_chunks, col0, a);
     __syncthreads();  // the previous tile's readers are done
     if (a.a_vec) {  // K % 4 == 0 and A 4-element aligned: 4 values per load and per 16-byte store
       for (int i = threadIdx.x; i < M_T * fill_vals / 4; i += blockDim.x) {
@@ -176,7 +185,7 @@ HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char*
     __syncthreads();
 
     for (int c0 = first; c0 < tile_chunks; c0 += step * MNB_UNROLL) {
-      if (c0 != first) hipep_mnb_load_step<BITS>(q, B, c0, step, kt, tile_chunks, col0, a);
+      if (c0 != first) hipep_mnb_load_step<T, BITS>(q, qs, qz, B, scales, zp, c0, step, kt, tile_chunks, col0, a);
 #pragma unroll
       for (int u = 0; u < MNB_UNROLL; ++u) {
         const int ch = c0 + u * step;
@@ -187,13 +196,20 @@ HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char*
           const hipep_i64 kh = kv + h * VPH;
           if (kh >= a.k_pad) break;  // the short last chunk of a row that is not 16-byte aligned
           const hipep_i64 blk = kh >> a.log2_bs;
+          // The second half is in the first's block unless blocks are shorter than a chunk (4 bits,
+          // block_size 16); a column past N has a zero scale and computes zeros, unwritten.
+          const bool same_block = h == 0 || blk == (kv >> a.log2_bs);
           float dq[MNB_COLS][VPH];
           float s[MNB_COLS];
 #pragma unroll
           for (int c = 0; c < MNB_COLS; ++c) {
-            const hipep_i64 n = col0 + c < a.n ? col0 + c : a.n - 1;  // a column past N computes, unwritten
-            s[c] = hipep_to_float(scales[n * a.nb + blk]);
-            const float z = hipep_mnb_zero_point<T, BITS>(zp, n, blk, a);
+            const hipep_i64 n = col0 + c;
+            float z = qz[u][c];
+            s[c] = qs[u][c];
+            if (!same_block && n < a.n) {
+              s[c] = hipep_to_float(scales[n * a.nb + blk]);
+              z = hipep_mnb_zero_point<T, BITS>(zp, n, blk, a);
+            }
             const unsigned int w0 = h == 0 ? q[u][c].x : q[u][c].z, w1 = h == 0 ? q[u][c].y : q[u][c].w;
             if (a.zp_mode == 2) {
               hipep_mnb_word<BITS>(w0, 8388608.0f, dq[c]);
