@@ -190,6 +190,26 @@ class CpuDevice(Device):
             else:
                 stream.sync()
 
+    def bind_replay(self, graph: Graph, sites, patches):
+        """f(stream, inputs, outputs, view shapes) that replays `graph` with a run's ORT memory, or
+        None where the generic replay must run. `sites` are (node, argument position, (kind,
+        index, view)) with kind "in"/"out", `patches(inputs, outputs, view shapes)` the patches
+        replay would take. Under the inline schedule the programs are called with ORT's arrays
+        directly; the captured argument lists keep the arrays of the capturing run. The patch
+        check replay does per run holds by construction here: the executor checks every run's
+        inputs against the plan's dtypes and ranks and allocates outputs of the plan's dtypes and
+        the traced ranks, so each patched argument's dtype and rank are the captured one's."""
+        if self.schedule != "inline":
+            return None
+        inline = _InlineReplay(graph, sites)
+
+        def replay_bound(stream: CpuStream, ins, outs, ext) -> None:
+            if stream._queue or stream._error is not None:  # (not at a run's start: kept for safety)
+                self.replay(stream, graph, patches(ins, outs, ext))
+            else:
+                inline(stream, ins, outs, ext)
+        return replay_bound
+
     def finish_outputs(self, stream: CpuStream, staged: list, arrays: list) -> None:
         # outputs are the arrays kernels wrote; only queued work (deferred or random schedules)
         # or a recorded failure needs the sync
@@ -205,18 +225,40 @@ class _InlineReplay:
     """A captured graph's programs called one after another in straight-line generated code: no
     loop, no per-launch lookups, each program timed on its own by two clock reads kept in locals
     and summed at the end into the stream's kernel time. A failing program is named from the line
-    it failed on."""
+    it failed on.
+
+    With `sites` (see CpuDevice.bind_replay) the function takes the run's ORT memory itself:
+    f(inputs, outputs, view shapes), and a launch that reads or writes ORT's memory gets a fresh
+    argument list built before its clock read; without, f() and replay's patches have already
+    changed the captured argument lists."""
 
     CHUNK = 64  # launches per partial sum (a sum of thousands of terms nests too deep to compile)
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, sites=None):
         self.nodes = [n for n in graph.nodes if n.kind != "sync"]
+        ort_args: dict[int, dict[int, str]] = {}  # id(node) → argument position → source code
+        for node, k, (kind, index, view) in sites or ():
+            a = f"{'ins' if kind == 'in' else 'outs'}[{index}]"
+            ort_args.setdefault(id(node), {})[k] = a if view < 0 else f"{a}.reshape(ext[{view}])"
         scope: dict = {"clock": time.perf_counter_ns}
-        lines = ["def run_all():"]
-        self.first_line = 2  # the line of the first launch's start-of-call clock read
+        lines = ["def run_all(ins, outs, ext):" if sites is not None else "def run_all():"]
+        self.line_of: dict[int, int] = {}  # the line of each launch's call → its index
         for i, node in enumerate(self.nodes):
-            scope[f"r{i}"], scope[f"a{i}"] = node.program.run, node.args
+            scope[f"r{i}"] = node.program.run
+            given = ort_args.get(id(node))
+            if given:
+                items = []
+                for k, arg in enumerate(node.args):
+                    if k in given:
+                        items.append(given[k])
+                    else:
+                        scope[f"c{i}_{k}"] = arg
+                        items.append(f"c{i}_{k}")
+                lines.append(f"    a{i} = [{', '.join(items)}]")
+            else:
+                scope[f"a{i}"] = node.args
             lines += [f"    s{i} = clock()", f"    r{i}(a{i})", f"    e{i} = clock()"]
+            self.line_of[len(lines) - 1] = i  # (line numbers count from 1: the def is line 1)
         n = len(self.nodes)
         lines.append("    ns = 0")
         for start in range(0, n, self.CHUNK):
@@ -225,12 +267,14 @@ class _InlineReplay:
         exec(compile("\n".join(lines) + "\n", "<hipep cpu replay>", "exec"), scope)
         self._run = scope["run_all"]
 
-    def __call__(self, stream: CpuStream) -> None:
+    def __call__(self, stream: CpuStream, *ort_memory) -> None:
         try:
-            stream.kernel_ns += self._run()
+            stream.kernel_ns += self._run(*ort_memory)
         except Exception as e:
             tb = e.__traceback__.tb_next  # the generated function's frame
-            i = (tb.tb_lineno - self.first_line) // 3
+            i = self.line_of.get(tb.tb_lineno)
+            if i is None:  # building an argument list failed: a bug, not a program's error
+                raise
             times = tb.tb_frame.f_locals  # the launches before the failing one still count
             stream.kernel_ns += sum(times[f"e{j}"] - times[f"s{j}"] for j in range(i))
             label = self.nodes[i].label

@@ -158,8 +158,7 @@ class Executor:
             else:
                 staged_in = [a if a is None else device.stage_input(stream, pos, a) for pos, a in enumerate(inputs)]
                 staged_out = [device.stage_output(stream, j, a) for j, a in enumerate(outputs)]
-            graph, patches = self._bind(spec, context, staged_in, staged_out, env)
-            device.replay(stream, graph, patches)
+            self._replay(spec, context, staged_in, staged_out, env)
             for j, src in spec.copied_outputs:  # outputs that are not kernels' own results
                 device.copy_async(stream, staged_out[j],
                                   self._value_array(src, context, staged_in, staged_out, env, spec), "output copy")
@@ -278,19 +277,25 @@ class Executor:
             program = self._kernels[index] = self.device.compile(kernel_of(self.plan, step, label))
         return program
 
-    def _bind(self, spec: "_Specialization", context: "_Context", inputs, outputs, env):
-        """The specialization's captured graph for this context (capturing it the first time, or
-        after the context's arena moved), and this run's patches."""
+    def _replay(self, spec: "_Specialization", context: "_Context", inputs, outputs, env) -> None:
+        """Replays the specialization's captured graph for this context (capturing it the first
+        time, or after the context's arena moved) with this run's ORT memory."""
         bound = spec.graphs.get(id(context))
         # A graph captured at the context's current generation was captured after reserving this
         # specialization's bytes, and the arena has not moved since: nothing to reserve.
         if bound is None or bound[0] != context.generation:
             context.reserve(spec.arena_bytes)
             graph, sites = self._capture(spec, context, inputs, outputs, env)
-            bound = (context.generation, graph, _patch_function(sites))
+            patches = _patch_function(sites)
+            # a device may take ORT's memory straight into the launches (CpuDevice.bind_replay)
+            bind = getattr(self.device, "bind_replay", None)
+            bound = (context.generation, graph, patches, None if bind is None else bind(graph, sites, patches))
             spec.graphs[id(context)] = bound
         ext_shapes = spec.program.external_shapes(env) if spec.program.external else ()
-        return bound[1], bound[2](inputs, outputs, ext_shapes)
+        if bound[3] is not None:
+            bound[3](context.stream, inputs, outputs, ext_shapes)
+        else:
+            self.device.replay(context.stream, bound[1], bound[2](inputs, outputs, ext_shapes))
 
     def _capture(self, spec: "_Specialization", context: "_Context", inputs, outputs, env):
         plan, values, layout = self.plan, self.plan.values, self._layout

@@ -491,6 +491,57 @@ def test_failing_op_names_its_node_and_the_next_run_works(rng, schedule, where):
     np.testing.assert_allclose(ex.run([x])[0], 2 * x * x, rtol=1e-6)
 
 
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_replays_read_and_write_each_runs_own_memory(rng, schedule):
+    """A replayed specialization takes every run's input arrays and the outputs its allocator hands
+    out, never the memory of the run that captured it (the inline schedule passes them straight
+    into the launches, the others patch the captured arguments)."""
+    ex = executor(scale_plan(), schedule, seed=2)
+    given = []
+
+    def allocate(shapes):
+        given.append([np.full(s, np.nan, np.float32) for s in shapes])
+        return given[-1]
+    for i in range(4):
+        x = rng_x(rng, 7)
+        (y,) = ex.run([x], allocate_outputs=allocate)
+        assert y is given[-1][0]
+        np.testing.assert_allclose(y, scale_expected(x), rtol=1e-5)
+    assert sum(1 for _ in ex.specializations()) == 1
+    assert all(np.all(np.isfinite(g[0])) for g in given)  # each run wrote its own output
+
+
+def test_a_failing_launch_keeps_the_kernel_time_of_those_before_it(rng):
+    import time
+
+    from hipep import counters
+
+    b = Builder()
+    x = b.input()
+    a, c = b.buf(), b.buf()
+    plan = b.plan([launch("Add", [x, x], [a]), launch("CheckPositive", [a], [c], node="check"), Sync("outputs")],
+                  [c])
+    slow = [0]
+    add = registry.lookup(D, "Add")
+    saved = add.reference
+
+    def slow_add(inputs, attrs):
+        time.sleep(0.002)
+        slow[0] += 1
+        return saved(inputs, attrs)
+    object.__setattr__(add, "reference", slow_add)
+    try:
+        ex2 = executor(plan)
+        ex2.run([np.ones(3, np.float32)])
+        before = counters.snapshot().get("kernel_us", 0)
+        with pytest.raises(RuntimeShapeError, match=r"node 'check' \(CheckPositive\)"):
+            ex2.run([-np.ones(3, np.float32)])
+        assert slow[0] == 2
+        assert counters.snapshot().get("kernel_us", 0) - before >= 2000  # the Add's 2 ms still counted
+    finally:
+        object.__setattr__(add, "reference", saved)
+
+
 def test_wrong_shape_rule_is_caught(rng):
     b = Builder()
     x = b.input()
