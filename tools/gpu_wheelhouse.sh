@@ -29,5 +29,18 @@ fi
 rm -rf "$dest/ort-headers"
 mkdir -p "$dest/ort-headers/include"
 cp -r "$include" "$dest/ort-headers/include/onnxruntime"
+# The tiny builder decoders and ORT's conformance probe cache, where this machine has them
+# (tests/models and tests/conformance made them): tools/gpu_check.sh points HIPEP_CACHE_DIR at
+# them, so the GPU machine builds nothing for tests/gpu. A few MB; the larger sizes stay behind.
+cache="${HIPEP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hipep}"
+rm -rf "$dest/hipep-cache"
+for arch in llama gemma2 phi; do
+  for precision in fp32 int4; do
+    src=$(ls -d "$cache/models/$arch-$precision-v"* 2>/dev/null | tail -1)
+    [ -n "$src" ] && mkdir -p "$dest/hipep-cache/models" && cp -r "$src" "$dest/hipep-cache/models/"
+  done
+done
+[ -d "$cache/conformance" ] && mkdir -p "$dest/hipep-cache" && cp -r "$cache/conformance" "$dest/hipep-cache/"
+
 echo "gpu_wheelhouse: $(ls "$dest"/*.whl | wc -l) wheel(s) and ONNX Runtime headers in $dest:"
 ls -1 "$dest"
