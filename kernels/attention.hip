@@ -307,18 +307,19 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
   const int kvh = blockIdx.y / a.row_groups, rg = blockIdx.y % a.row_groups;
   const int first_row = rg * a.rows_per_block;
   const int gn = min(a.rows_per_block, a.group * a.seq - first_row);  // the block's rows
-  const hipep_gqa_row g = hipep_gqa_geometry(a, seqlens, total, b);
-  int row_head[HIPEP_DEC_HEADS], row_s[HIPEP_DEC_HEADS], row_lo[HIPEP_DEC_HEADS], row_hi[HIPEP_DEC_HEADS];
-  hipep_i64 row_out[HIPEP_DEC_HEADS];  // (batch * S + token) * heads + head
+  // The block's rows: token, head, keys [lo, hi) (shared memory keeps registers for the tiles).
+  __shared__ int row_s[HIPEP_DEC_HEADS], row_head[HIPEP_DEC_HEADS], row_lo[HIPEP_DEC_HEADS], row_hi[HIPEP_DEC_HEADS];
+  if (t < HIPEP_DEC_HEADS) {
+    const hipep_gqa_row g = hipep_gqa_geometry(a, seqlens, total, b);
+    const int r = first_row + min(t, gn - 1);
+    row_s[t] = r / a.group;
+    row_head[t] = kvh * a.group + r % a.group;
+    hipep_gqa_bounds(a, g, row_s[t], row_lo[t], row_hi[t]);
+  }
+  __syncthreads();
   int lo = 0x7fffffff, hi = 0;
-#pragma unroll
-  for (int h = 0; h < HIPEP_DEC_HEADS; ++h) {
-    const int r = first_row + min(h, gn - 1);
-    row_s[h] = r / a.group;
-    row_head[h] = kvh * a.group + r % a.group;
-    row_out[h] = ((hipep_i64)b * a.seq + row_s[h]) * a.heads + row_head[h];
-    hipep_gqa_bounds(a, g, row_s[h], row_lo[h], row_hi[h]);
-    if (h < gn && row_hi[h] > row_lo[h]) {
+  for (int h = 0; h < gn; ++h) {
+    if (row_hi[h] > row_lo[h]) {
       lo = min(lo, row_lo[h]);
       hi = max(hi, row_hi[h]);
     }
@@ -329,21 +330,18 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
   chunk = (chunk + HIPEP_DEC_TILE - 1) / HIPEP_DEC_TILE * HIPEP_DEC_TILE;
   const int k0 = lo + split * chunk, k1 = min(hi, k0 + chunk);
   if (k0 >= k1 && a.splits > 1) {  // a split past the row's keys (the grid is sized by the capacity)
-#pragma unroll
-    for (int h = 0; h < HIPEP_DEC_HEADS; ++h) {
-      if (t == h && h < gn) {
-        const hipep_i64 p = row_out[h] * a.splits + split;
-        part_ml[2 * p] = -HIPEP_INF_F;
-        part_ml[2 * p + 1] = 0.0f;
-      }
+    if (t < gn) {
+      const hipep_i64 p = (((hipep_i64)b * a.seq + row_s[t]) * a.heads + row_head[t]) * a.splits + split;
+      part_ml[2 * p] = -HIPEP_INF_F;
+      part_ml[2 * p + 1] = 0.0f;
     }
     return;
   }
 
-#pragma unroll
-  for (int h = 0; h < HIPEP_DEC_HEADS; ++h) {
-    const T* qr = q + b * a.q_sb + (hipep_i64)row_s[h] * a.q_ss + (hipep_i64)row_head[h] * a.q_sh;
-    for (int d = t; d < H; d += blockDim.x) q_s[h][d] = h < gn ? hipep_to_float(qr[d]) : 0.0f;
+  for (int i = t; i < HIPEP_DEC_HEADS * H; i += blockDim.x) {
+    const int h = i / H, d = i % H;
+    q_s[h][d] = h < gn ? hipep_to_float(q[b * a.q_sb + (hipep_i64)row_s[h] * a.q_ss +
+                                         (hipep_i64)row_head[h] * a.q_sh + d]) : 0.0f;
   }
   if (t < HIPEP_DEC_HEADS) {
     m_s[t] = -HIPEP_INF_F;
@@ -445,17 +443,16 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
     }
     __syncthreads();
   }
-#pragma unroll
-  for (int h = 0; h < HIPEP_DEC_HEADS; ++h) {
-    if (h >= gn) continue;
+  for (int i = t; i < gn * H; i += blockDim.x) {
+    const int h = i / H, d = i % H;
+    const hipep_i64 row = ((hipep_i64)b * a.seq + row_s[h]) * a.heads + row_head[h];  // output row
     if (a.splits == 1) {
       const float sk = a.has_sink ? (sink != 0 ? hipep_to_float(sink[row_head[h]]) : 0.0f) : 0.0f;
-      for (int d = t; d < H; d += blockDim.x)
-        out[row_out[h] * H + d] = hipep_from_float<T>(hipep_gqa_finish(o_s[h][d], m_s[h], l_s[h], a.has_sink, sk));
+      out[row * H + d] = hipep_from_float<T>(hipep_gqa_finish(o_s[h][d], m_s[h], l_s[h], a.has_sink, sk));
     } else {
-      const hipep_i64 p = row_out[h] * a.splits + split;
-      for (int d = t; d < H; d += blockDim.x) part_acc[p * H + d] = o_s[h][d];
-      if (t == 0) {
+      const hipep_i64 p = row * a.splits + split;
+      part_acc[p * H + d] = o_s[h][d];
+      if (d == 0) {
         part_ml[2 * p] = m_s[h];
         part_ml[2 * p + 1] = l_s[h];
       }
