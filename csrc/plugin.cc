@@ -617,6 +617,28 @@ struct HipEpFactory : OrtEpFactory {
 };
 
 }  // namespace
+
+// Whether Python can run the GPU device (cuda-bindings imports, GPU 0 exists); else `why` not.
+bool gpu_device_usable(std::string& why) {
+  if (!python_usable()) {
+    why = "no usable Python interpreter in this process";
+    return false;
+  }
+  try {
+    py::gil_scoped_acquire gil;
+    try {
+      py::tuple status = py::module_::import("hipep.runtime.cuda").attr("cuda_status")(0);
+      if (status[0].cast<bool>()) return true;
+      why = "the NVIDIA driver loads, but hipep's CUDA device cannot run: " + utf8(status[1]);
+    } catch (py::error_already_set& e) {
+      why = std::string("the NVIDIA driver loads, but hipep.runtime.cuda does not import: ") + e.what();
+    }
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  return false;
+}
+
 }  // namespace hipep
 
 extern "C" {
@@ -640,6 +662,11 @@ HIPEP_EXPORT OrtStatus* CreateEpFactories(const char* /*registration_name*/, con
   if (gpu_runtime() == nullptr) {
     std::string why;
     std::unique_ptr<GpuRuntime> runtime = load_gpu_runtime(why);
+    if (runtime && !runtime->device_memory_is_host()) {
+      // GPU memory only where hipep's GPU device can run: an EP whose tensors live on a GPU it
+      // cannot compute on would fail every session instead of taking the CPU reference device.
+      if (!gpu_device_usable(why)) runtime.reset();
+    }
     set_gpu_runtime(std::move(runtime), why);
   }
   factories[0] = new HipEpFactory(kEpName, gpu_runtime() != nullptr);
