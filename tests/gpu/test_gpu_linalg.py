@@ -249,3 +249,55 @@ def test_gemv_reaches_half_the_copy_bandwidth(rng, elem, monkeypatch):
     copy_gbs = 2 * half / copy_ms / 1e6
     print(f"gemv {elem}: {gemv_gbs:.0f} GB/s, copy {copy_gbs:.0f} GB/s")
     assert gemv_gbs >= 0.5 * copy_gbs
+
+
+def test_auto_mode_takes_cublaslt_for_large_products_and_it_is_faster(rng, monkeypatch):
+    """HIPEP_GEMM=auto binds a 1024 x 4096 x 4096 f16 product to cuBLASLt (when it loads) and a
+    decode row to hipep's GEMV; cuBLASLt is faster than the own tiled kernel there."""
+    from hipep.runtime import cublaslt
+    from hipep.runtime import cuda as cu
+    from hipep.runtime import gpu_kernels as gk
+
+    ok, why = cublaslt.status()
+    if not ok:
+        pytest.skip(f"cuBLASLt is not available: {why}")
+    dev = cu.get_device(0)
+    d = cu._driver()
+    stream = dev.new_stream()
+    m, k, nn = 1024, 4096, 4096
+    mem = [dev.alloc("device", s * 2) for s in (m * k, k * nn, m * nn)]
+    x, w, y = (cu.DeviceArray(mm, mm.ptr, s, np.float16) for mm, s in zip(mem, [(m, k), (k, nn), (m, nn)]))
+    dev.copy_async(stream, x, np.zeros((m, k), np.float16))  # finite values (fresh memory is poisoned to NaN)
+    dev.copy_async(stream, w, np.zeros((k, nn), np.float16))
+    target = dev.stream_target(stream)
+
+    def bound(mode, rows=m):
+        monkeypatch.setenv("HIPEP_GEMM", mode)
+        xs = cu.DeviceArray(x.memory, x.ptr, (rows, k), np.float16)
+        ys = cu.DeviceArray(y.memory, y.ptr, (rows, nn), np.float16)
+        ops = gk.binding_for("::MatMul").bind([dev._arg(xs), dev._arg(w)], [dev._arg(ys)], {}, target)
+        return ops, [dev._ready(o) for o in ops]
+
+    ops, _ = bound("auto", rows=1)
+    assert isinstance(ops[0], gk.KernelOp) and ops[0].entry.startswith("hipep_gemv")
+    ops, blas = bound("auto")
+    assert isinstance(ops[0], gk.BlasOp)
+    _, own = bound("own")
+    start, end = stream.timing_events()
+
+    def timed(launches, reps=20):
+        for _ in range(2):
+            for op in launches:
+                op.issue(stream, "matmul")
+        d.cuEventRecord(start, stream.handle)
+        for _ in range(reps):
+            for op in launches:
+                op.issue(stream, "matmul")
+        d.cuEventRecord(end, stream.handle)
+        stream.sync()
+        return cu._check(d.cuEventElapsedTime(start, end), "cuEventElapsedTime") / reps
+
+    blas_ms, own_ms = timed(blas), timed(own)
+    flops = 2.0 * m * k * nn
+    print(f"f16 {m}x{k}x{nn}: cuBLASLt {flops / blas_ms / 1e9:.1f} TFLOP/s, own {flops / own_ms / 1e9:.1f} TFLOP/s")
+    assert blas_ms < own_ms
