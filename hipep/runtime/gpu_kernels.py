@@ -13,8 +13,9 @@ Three kinds of program:
     Identity) copy bytes only where the plan gave the output storage of its own.
 
 A binding turns the launch's arguments (`Arg`: pointer, shape, dtype and, where the host can
-read it, the value) into a list of `KernelOp`/`CopyOp` the device issues in order. Launch
-configurations from the plan are not used: the binding knows its kernel's shape.
+read it, the value) into a list of `KernelOp`/`CopyOp`/`BlasOp` (a vendor library call, cuBLASLt's
+matmul) the device issues in order. Launch configurations from the plan are not used: the binding
+knows its kernel's shape.
 """
 from __future__ import annotations
 
