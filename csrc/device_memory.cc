@@ -231,9 +231,11 @@ bool is_host(const OrtMemoryDevice* md) {
 }
 
 bool can_copy(const OrtDataTransferImpl*, const OrtMemoryDevice* src, const OrtMemoryDevice* dst) noexcept {
+  // Copies that involve this GPU's memory or its pinned host memory (ORT's CPU copy takes only
+  // memory of the CPU device type); plain host to host is ORT's own.
+  if (!is_ours(src) && !is_ours(dst)) return false;
   bool src_gpu = is_ours(src) && is_gpu_memory(src);
   bool dst_gpu = is_ours(dst) && is_gpu_memory(dst);
-  if (!src_gpu && !dst_gpu) return false;  // host to host: ORT's own copy
   return (src_gpu || is_host(src)) && (dst_gpu || is_host(dst));
 }
 
