@@ -487,8 +487,10 @@ HIPEP_DEVICE void hipep_gqa_combine(const float* HIPEP_RESTRICT part_acc, const 
 // ---- prefill: query tiles against KV tiles -------------------------------------------------------------
 // grid (ceil(S / BM), heads, batch), THREADS threads; BM = THREADS / 4 query rows, BN = 8 * CPT keys
 // per tile, head size at most HB. Thread t owns query rows 2 * (t / 8) and the next, score columns
-// t % 8 + 8 * i and head dims t % 8 + 8 * k: a row's scores live in 8 neighbouring lanes, reduced by
-// shuffles. Q and each K (then V) tile are staged in shared memory as f32 (rows padded by one word).
+// t % 8 + 8 * i and the head dims 4 * (t % 8) + 32 * k + [0, 4): a row's scores live in 8
+// neighbouring lanes, reduced by shuffles. Q and each K (then V) tile are staged in shared memory as
+// f32, rows padded by four words so that the 16-byte reads of 8 different rows (scores) or of 8
+// neighbouring slices of one row (P @ V) hit distinct banks.
 
 // Cache rows [j0, j0 + BN) (zeros from `end` on) into shared memory as f32, 16 bytes a load.
 template <int BN, int LD, typename T>
@@ -509,10 +511,12 @@ HIPEP_DEVICE void hipep_gqa_prefill(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
                                     const T* HIPEP_RESTRICT cache_v, const int* seqlens, const int* total,
                                     const T* HIPEP_RESTRICT bias, const T* HIPEP_RESTRICT sink, T* HIPEP_RESTRICT out,
                                     const hipep_gqa_args a) {
-  constexpr int BM = THREADS / 4, BN = 8 * CPT, DK = HB / 8, LD = HB + 1;
-  __shared__ float q_s[BM * LD];
-  __shared__ float kv_s[BN * LD];
+  constexpr int BM = THREADS / 4, BN = 8 * CPT, DK = HB / 32, LD = HB + 4;
+  __shared__ float4 q_s4[BM * LD / 4];
+  __shared__ float4 kv_s4[BN * LD / 4];
   __shared__ float p_s[BM][BN + 1];
+  float* q_s = reinterpret_cast<float*>(q_s4);
+  float* kv_s = reinterpret_cast<float*>(kv_s4);
   const int H = a.head_size, S = a.seq, t = threadIdx.x;
   const int q0 = blockIdx.x * BM, head = blockIdx.y, b = blockIdx.z, kvh = head / a.group;
   const hipep_gqa_row g = hipep_gqa_geometry(a, seqlens, total, b);
@@ -538,11 +542,11 @@ HIPEP_DEVICE void hipep_gqa_prefill(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
   hipep_gqa_bounds(a, g, min(q0 + BM, S) - 1, unused, tile_hi);
 
   float m[2] = {-HIPEP_INF_F, -HIPEP_INF_F}, l[2] = {0.0f, 0.0f};
-  float acc[2][DK];
+  float4 acc[2][DK];  // dims 4 * cl + 32 * k + [0, 4)
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
-    for (int k = 0; k < DK; ++k) acc[i][k] = 0.0f;
+    for (int k = 0; k < DK; ++k) acc[i][k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   const hipep_i64 kv_base = ((hipep_i64)b * a.kv_heads + kvh) * a.cache_rows;
 
   for (int j0 = tile_lo; j0 < tile_hi; j0 += BN) {
@@ -554,13 +558,13 @@ HIPEP_DEVICE void hipep_gqa_prefill(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
     for (int i = 0; i < 2; ++i)
 #pragma unroll
       for (int c = 0; c < CPT; ++c) sc[i][c] = 0.0f;
-    for (int d = 0; d < H; ++d) {
-      const float qa = q_s[r0 * LD + d], qb = q_s[(r0 + 1) * LD + d];
+    for (int d4 = 0; d4 < H / 4; ++d4) {
+      const float4 qa = q_s4[r0 * (LD / 4) + d4], qb = q_s4[(r0 + 1) * (LD / 4) + d4];
 #pragma unroll
       for (int c = 0; c < CPT; ++c) {
-        const float kv = kv_s[(cl + 8 * c) * LD + d];
-        sc[0][c] = fmaf(qa, kv, sc[0][c]);
-        sc[1][c] = fmaf(qb, kv, sc[1][c]);
+        const float4 kv = kv_s4[(cl + 8 * c) * (LD / 4) + d4];
+        sc[0][c] = fmaf(qa.w, kv.w, fmaf(qa.z, kv.z, fmaf(qa.y, kv.y, fmaf(qa.x, kv.x, sc[0][c]))));
+        sc[1][c] = fmaf(qb.w, kv.w, fmaf(qb.z, kv.z, fmaf(qb.y, kv.y, fmaf(qb.x, kv.x, sc[1][c]))));
       }
     }
 #pragma unroll
@@ -592,20 +596,31 @@ HIPEP_DEVICE void hipep_gqa_prefill(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
       l[i] = l[i] * alpha + sum;
       m[i] = m_new;
 #pragma unroll
-      for (int k = 0; k < DK; ++k) acc[i][k] *= alpha;
+      for (int k = 0; k < DK; ++k) {
+        acc[i][k].x *= alpha;
+        acc[i][k].y *= alpha;
+        acc[i][k].z *= alpha;
+        acc[i][k].w *= alpha;
+      }
     }
     __syncthreads();  // scores done with K; P written
     hipep_gqa_load_tile<BN, LD>(cache_v, kv_base, j0, tile_hi, H, kv_s, t, THREADS);
     __syncthreads();
-    for (int c = 0; c < BN; ++c) {
+    const int n_keys = min(BN, tile_hi - j0);
+    for (int c = 0; c < n_keys; ++c) {
       const float pa = p_s[r0][c], pb = p_s[r0 + 1][c];
 #pragma unroll
       for (int k = 0; k < DK; ++k) {
-        const int d = cl + 8 * k;
-        if (d < H) {
-          const float vv = kv_s[c * LD + d];
-          acc[0][k] = fmaf(pa, vv, acc[0][k]);
-          acc[1][k] = fmaf(pb, vv, acc[1][k]);
+        if (4 * cl + 32 * k < H) {
+          const float4 vv = kv_s4[c * (LD / 4) + cl + 8 * k];
+          acc[0][k].x = fmaf(pa, vv.x, acc[0][k].x);
+          acc[0][k].y = fmaf(pa, vv.y, acc[0][k].y);
+          acc[0][k].z = fmaf(pa, vv.z, acc[0][k].z);
+          acc[0][k].w = fmaf(pa, vv.w, acc[0][k].w);
+          acc[1][k].x = fmaf(pb, vv.x, acc[1][k].x);
+          acc[1][k].y = fmaf(pb, vv.y, acc[1][k].y);
+          acc[1][k].z = fmaf(pb, vv.z, acc[1][k].z);
+          acc[1][k].w = fmaf(pb, vv.w, acc[1][k].w);
         }
       }
     }
@@ -618,8 +633,13 @@ HIPEP_DEVICE void hipep_gqa_prefill(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
     T* o = out + (((hipep_i64)b * S + s) * a.heads + head) * H;
 #pragma unroll
     for (int k = 0; k < DK; ++k) {
-      const int d = cl + 8 * k;
-      if (d < H) o[d] = hipep_from_float<T>(hipep_gqa_finish(acc[i][k], m[i], l[i], a.has_sink, sk));
+      const int d = 4 * cl + 32 * k;
+      if (d < H) {  // H is a multiple of 8, so a slice is all in or all out
+        o[d] = hipep_from_float<T>(hipep_gqa_finish(acc[i][k].x, m[i], l[i], a.has_sink, sk));
+        o[d + 1] = hipep_from_float<T>(hipep_gqa_finish(acc[i][k].y, m[i], l[i], a.has_sink, sk));
+        o[d + 2] = hipep_from_float<T>(hipep_gqa_finish(acc[i][k].z, m[i], l[i], a.has_sink, sk));
+        o[d + 3] = hipep_from_float<T>(hipep_gqa_finish(acc[i][k].w, m[i], l[i], a.has_sink, sk));
+      }
     }
   }
 }
