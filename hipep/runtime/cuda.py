@@ -692,6 +692,7 @@ class CudaDevice(Device):
         self._programs: dict[tuple, CudaProgram] = {}
         self._uploads: dict[int, tuple[Any, DeviceArray]] = {}
         self._released: list[CudaMemory] = []
+        self._finalizers: dict[int, weakref.finalize] = {}  # id(allocation) -> its release when it dies
         self._scratch_mem: list[CudaMemory] = []
         self._aux_stream = None
         # Held while a stream captures a CUDA graph, and by the calls that may synchronize the
@@ -720,7 +721,21 @@ class CudaDevice(Device):
         self._current()
         self._release_pending()
         with self._capture_lock:
-            return self._alloc(space, nbytes)
+            mem = self._alloc(space, nbytes)
+        # Memory nobody frees explicitly (a run's arenas, when their executor goes with its
+        # session) goes back to the driver once its last view dies: queued, and freed at the next
+        # allocation (a finalizer may run on any thread, inside another thread's capture).
+        key = id(mem)
+        fin = weakref.finalize(mem, self._collect, key, CudaMemory(mem.ptr, mem.nbytes, space, mem.host_ptr))
+        fin.atexit = False  # the process frees everything anyway
+        with self._lock:
+            self._finalizers[key] = fin
+        return mem
+
+    def _collect(self, key: int, detached: CudaMemory) -> None:
+        with self._lock:
+            self._finalizers.pop(key, None)
+            self._released.append(detached)
 
     def _alloc(self, space: str, nbytes: int) -> CudaMemory:
         d = _driver()
@@ -758,6 +773,10 @@ class CudaDevice(Device):
         d = _driver()
         self._current()
         memory.freed = True
+        with self._lock:
+            fin = self._finalizers.pop(id(memory), None)
+        if fin is not None:
+            fin.detach()
         with self._capture_lock:
             if memory.host_visible:
                 _check(d.cuMemFreeHost(memory.host_ptr), "cuMemFreeHost")
@@ -765,8 +784,8 @@ class CudaDevice(Device):
                 _check(d.cuMemFree(memory.ptr), "cuMemFree")
 
     def _release_pending(self) -> None:
-        """Frees uploads whose numpy arrays died (their finalizers only queue them: a finalizer
-        may run on any thread, at any time)."""
+        """Frees uploads whose numpy arrays died and allocations nothing views any more (their
+        finalizers only queue them: a finalizer may run on any thread, at any time)."""
         with self._lock:
             released, self._released = self._released, []
         for m in released:

@@ -15,13 +15,14 @@ from onnx import helper, numpy_helper
 
 import hipep
 from hipep import _native
-from hipep.runtime.cuda import cuda_status
+from hipep.runtime.cuda import _driver, cuda_status, get_device
 from helpers import cpu_session, make_model, tensor
 
 pytestmark = pytest.mark.gpu
 _ok, _why = cuda_status(0)
 if not _ok:
     pytest.skip(f"no CUDA device: {_why}", allow_module_level=True)
+driver = _driver()
 
 n = helper.make_node
 TOL = dict(rtol=1e-5, atol=1e-6)
@@ -134,14 +135,24 @@ def test_device_memory_returns_after_100_sessions(mlp, x):
         del binding, sess
         gc.collect()
 
-    cycle()  # one-time allocations (shared allocators, modules) happen here
-    start = _native.memory_stats()
+    def driver_free():
+        gc.collect()
+        device._release_pending()  # what finalizers queued goes back to the driver now
+        err, free, _ = driver.cuMemGetInfo()
+        assert err == driver.CUresult.CUDA_SUCCESS
+        return int(free)
+
+    device = get_device(0)
+    cycle()  # one-time allocations (shared allocators, modules, kernels) happen here
+    start, free_before = _native.memory_stats(), driver_free()
     for _ in range(100):
         cycle()
-    end = _native.memory_stats()
+    end, free_after = _native.memory_stats(), driver_free()
     assert end["device_in_use"] == start["device_in_use"], (start, end)
     assert end["allocators"] == start["allocators"], (start, end)
     assert end["device_reserved"] <= start["device_reserved"] + (4 << 20), (start, end)
+    # everything a session took from the driver (ORT's tensors, hipep's arenas, weights) came back
+    assert free_before - free_after < (16 << 20), (free_before, free_after)
 
 
 def test_cpu_reference_device_is_still_selectable(mlp, x):
