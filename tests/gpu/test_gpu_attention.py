@@ -178,6 +178,38 @@ def test_decode_growing_past_the_capacity():
     run_gqa("growing", dict(batch=2, seq=1, total=161, capacity=160, lens=[161, 90], rotary=64))
 
 
+def test_concurrent_decode_runs_keep_their_partials():
+    """Runs in flight on several threads (each on its own stream) use their own split-KV workspace:
+    every thread's results match the CPU EP's for its own feeds."""
+    import threading
+
+    rng = np.random.default_rng(31)
+    spec = dict(batch=1, seq=1, past=600, rotary=64, heads=8, kv_heads=2)
+    feeds = [gqa_feeds(rng, **spec) for _ in range(4)]
+    model = single_node("GroupQueryAttention", feeds[0], 3, num_heads=8, kv_num_heads=2, do_rotary=1)
+    named = [{n: a for n, a in f if a is not None} for f in feeds]
+    cpu = cpu_session(model)
+    want = [cpu.run(None, f) for f in named]
+    sess = hipep.InferenceSession(model, device="cuda")
+    errors = []
+
+    def worker(k):
+        try:
+            for _ in range(12):
+                got = sess.run(None, named[k])
+                for g, w in zip(got, want[k]):
+                    np.testing.assert_allclose(g, w, **tol(F32))
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[0]
+
+
 # ---- options --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("seq,past,lens", [(12, 0, None), (1, 150, [151, 60])])
