@@ -14,6 +14,10 @@
 //     blockDim.x * VEC columns with blockDim.y groups splitting K; each thread reads VEC columns
 //     of B per 16-byte load, several loads in flight. The k groups are combined by warp shuffles,
 //     then warp by warp in shared memory, in a fixed order (results do not depend on timing).
+//     Where those blocks would leave multiprocessors idle (narrow B), K is split among grid.y
+//     blocks ("_split" entries): each writes its f32 partial sums to a workspace
+//     [k_splits, batch, m, n], and gemm_split_reduce adds them in split order and applies the
+//     epilogue.
 //   * gemv_t (few rows, B contiguous along k: Gemm's transB, or a 1-column B): one warp per
 //     output column reads that column of B along k, 16 bytes per lane, and reduces by shuffles.
 //   * gemm (everything else): BM x BN output tiles, BK-deep slices of A and B staged through
@@ -37,6 +41,8 @@ struct hipep_gemm_args {
   hipep_i64 batch_dims[HIPEP_GEMM_MAX_BATCH_RANK];
   hipep_i64 a_batch[HIPEP_GEMM_MAX_BATCH_RANK];  // A's element stride per batch axis
   hipep_i64 b_batch[HIPEP_GEMM_MAX_BATCH_RANK];
+  hipep_i64 k_chunk;   // split gemv_n: the k extent of one split (grid.y splits)
+  hipep_i64 k_splits;  // split gemv_n and its reduction: how many
   int batch_rank;
   float alpha, beta;
 };
@@ -65,9 +71,9 @@ HIPEP_DEVICE T hipep_gemm_epilogue(const hipep_gemm_args& a, const T* HIPEP_REST
 
 // ---- gemv_n: B contiguous along n ---------------------------------------------------------------
 
-template <typename T, int MT, int VEC>
+template <typename T, int MT, int VEC, bool SPLIT>
 HIPEP_DEVICE void hipep_gemv_n(const T* HIPEP_RESTRICT A, const T* HIPEP_RESTRICT B, const T* HIPEP_RESTRICT C,
-                               T* HIPEP_RESTRICT Y, const hipep_gemm_args a) {
+                               T* HIPEP_RESTRICT Y, float* HIPEP_RESTRICT partial, const hipep_gemm_args a) {
   __shared__ float red[MT * HIPEP_GEMV_MAX_COLS];
   typedef hipep_gemm_vec<T, VEC> V;
   const int cl = blockDim.x, kg = blockDim.y;
@@ -86,11 +92,13 @@ HIPEP_DEVICE void hipep_gemv_n(const T* HIPEP_RESTRICT A, const T* HIPEP_RESTRIC
     for (int m = 0; m < MT; ++m)
 #pragma unroll
       for (int v = 0; v < VEC; ++v) acc[m][v] = 0.0f;
+    const hipep_i64 split_end = ((hipep_i64)blockIdx.y + 1) * a.k_chunk;
+    const hipep_i64 k_end = SPLIT && split_end < a.k ? split_end : a.k;
     if (cols) {
-      hipep_i64 k = threadIdx.y;
+      hipep_i64 k = (SPLIT ? (hipep_i64)blockIdx.y * a.k_chunk : 0) + threadIdx.y;
       // HIPEP_GEMV_LOADS loads of B in flight per thread: the loop is bound by memory latency,
       // and one block per multiprocessor must keep enough bytes in flight.
-      for (; k + (HIPEP_GEMV_LOADS - 1) * kg < a.k; k += HIPEP_GEMV_LOADS * kg) {
+      for (; k + (HIPEP_GEMV_LOADS - 1) * kg < k_end; k += HIPEP_GEMV_LOADS * kg) {
         V b[HIPEP_GEMV_LOADS];
 #pragma unroll
         for (int u = 0; u < HIPEP_GEMV_LOADS; ++u) b[u] = *reinterpret_cast<const V*>(pb + (k + u * kg) * a.b_sk);
@@ -106,7 +114,7 @@ HIPEP_DEVICE void hipep_gemv_n(const T* HIPEP_RESTRICT A, const T* HIPEP_RESTRIC
           }
         }
       }
-      for (; k < a.k; k += kg) {
+      for (; k < k_end; k += kg) {
         const V b = *reinterpret_cast<const V*>(pb + k * a.b_sk);
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
@@ -141,14 +149,18 @@ HIPEP_DEVICE void hipep_gemv_n(const T* HIPEP_RESTRICT A, const T* HIPEP_RESTRIC
     if (tid < cl) {
       const hipep_i64 col = ((hipep_i64)blockIdx.x * cl + tid) * VEC;
       T* py = Y + z * a.m * a.n;
+      float* pp = partial + ((hipep_i64)blockIdx.y * a.batch + z) * a.m * a.n;
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         if (m < a.m) {
 #pragma unroll
           for (int v = 0; v < VEC; ++v) {
-            if (col + v < a.n)
-              py[m * a.n + col + v] = hipep_gemm_epilogue<T>(a, C, red[m * HIPEP_GEMV_MAX_COLS + tid * VEC + v], m,
-                                                             col + v);
+            const float sum = red[m * HIPEP_GEMV_MAX_COLS + tid * VEC + v];
+            if (col + v >= a.n) continue;
+            if (SPLIT)
+              pp[m * a.n + col + v] = sum;
+            else
+              py[m * a.n + col + v] = hipep_gemm_epilogue<T>(a, C, sum, m, col + v);
           }
         }
       }
@@ -328,13 +340,48 @@ HIPEP_DEVICE void hipep_gemm_tiled(const T* HIPEP_RESTRICT A, const T* HIPEP_RES
   }
 }
 
+// ---- the split gemv's reduction -------------------------------------------------------------------
+
+// Y[i] = epilogue(sum over s of partial[s][i]) for the batch * m * n outputs, splits added in order.
+template <typename T>
+HIPEP_DEVICE void hipep_gemm_split_reduce(const float* HIPEP_RESTRICT partial, const T* HIPEP_RESTRICT C,
+                                          T* HIPEP_RESTRICT Y, const hipep_gemm_args a) {
+  const hipep_i64 total = a.batch * a.m * a.n;
+  for (hipep_i64 i = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (hipep_i64)gridDim.x * blockDim.x) {
+    float sum = 0.0f;
+    for (hipep_i64 s = 0; s < a.k_splits; ++s) sum += partial[s * total + i];
+    const hipep_i64 mn = i % (a.m * a.n);
+    Y[i] = hipep_gemm_epilogue<T>(a, C, sum, mn / a.n, mn % a.n);
+  }
+}
+
 // ---- entry points -------------------------------------------------------------------------------
 
 #define HIPEP_GEMV_ENTRY(KIND, NAME, T, MT, SUFFIX, VEC)                                                  \
   HIPEP_KERNEL void __launch_bounds__(HIPEP_GEMV_THREADS) hipep_gemv_##KIND##_##NAME##_m##MT##SUFFIX(     \
       const T* HIPEP_RESTRICT A, const T* HIPEP_RESTRICT B, const T* HIPEP_RESTRICT C, T* HIPEP_RESTRICT Y, \
       const hipep_gemm_args a) {                                                                           \
-    hipep_gemv_##KIND<T, MT, VEC>(A, B, C, Y, a);                                                         \
+    HIPEP_GEMV_CALL_##KIND(T, MT, VEC);                                                                   \
+  }
+#define HIPEP_GEMV_CALL_n(T, MT, VEC) hipep_gemv_n<T, MT, VEC, false>(A, B, C, Y, 0, a)
+#define HIPEP_GEMV_CALL_t(T, MT, VEC) hipep_gemv_t<T, MT, VEC>(A, B, C, Y, a)
+
+// The split gemv_n (vectorized only: the decode case) writes partial sums; the reduction finishes.
+#define HIPEP_GEMV_SPLIT_ENTRY(NAME, T, MT, VEC)                                                          \
+  HIPEP_KERNEL void __launch_bounds__(HIPEP_GEMV_THREADS) hipep_gemv_n_##NAME##_m##MT##_vec_split(        \
+      const T* HIPEP_RESTRICT A, const T* HIPEP_RESTRICT B, float* HIPEP_RESTRICT partial,                \
+      const hipep_gemm_args a) {                                                                           \
+    hipep_gemv_n<T, MT, VEC, true>(A, B, 0, 0, partial, a);                                               \
+  }
+#define HIPEP_GEMV_SPLIT_ALL(NAME, T, VEC)                                                                \
+  HIPEP_GEMV_SPLIT_ENTRY(NAME, T, 1, VEC)                                                                 \
+  HIPEP_GEMV_SPLIT_ENTRY(NAME, T, 2, VEC)                                                                 \
+  HIPEP_GEMV_SPLIT_ENTRY(NAME, T, 4, VEC)                                                                 \
+  HIPEP_GEMV_SPLIT_ENTRY(NAME, T, 8, VEC)                                                                 \
+  HIPEP_KERNEL void hipep_gemm_split_reduce_##NAME(const float* HIPEP_RESTRICT partial, const T* HIPEP_RESTRICT C, \
+                                                   T* HIPEP_RESTRICT Y, const hipep_gemm_args a) {         \
+    hipep_gemm_split_reduce<T>(partial, C, Y, a);                                                         \
   }
 
 #define HIPEP_GEMV_ALL(NAME, T, VEC)        \
@@ -368,6 +415,9 @@ HIPEP_DEVICE void hipep_gemm_tiled(const T* HIPEP_RESTRICT A, const T* HIPEP_RES
 HIPEP_GEMV_ALL(f32, float, 4)
 HIPEP_GEMV_ALL(f16, hipep_half, 8)
 HIPEP_GEMV_ALL(bf16, hipep_bf16, 8)
+HIPEP_GEMV_SPLIT_ALL(f32, float, 4)
+HIPEP_GEMV_SPLIT_ALL(f16, hipep_half, 8)
+HIPEP_GEMV_SPLIT_ALL(bf16, hipep_bf16, 8)
 
 HIPEP_GEMM_ENTRY(f32, float, 128, 8, 8, 1)
 HIPEP_GEMM_ENTRY(f32, float, 64, 16, 4, 2)

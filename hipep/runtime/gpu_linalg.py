@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import HipepError
 from .gpu_kernels import (_VEC, Arg, BlasOp, KernelOp, NoKernel, Target, _binding, _cdiv, _dt, _prod, _vec_ok,
-                          contiguous_strides, merge_dims, ptr, row_config)
+                          contiguous_strides, flat_config, merge_dims, ptr, row_config)
 
 log = logging.getLogger("hipep")
 
@@ -29,6 +29,8 @@ GEMV_MAX_ROWS = 8
 GEMV_ROW_TILES = (1, 2, 4, 8)
 GEMV_THREADS = 256
 GEMV_MAX_COLS = 256  # kernels/gemm.hip's HIPEP_GEMV_MAX_COLS: columns one gemv_n block covers at most
+GEMV_LOADS = 8  # kernels/gemm.hip's HIPEP_GEMV_LOADS: loads of B in flight per thread
+GEMV_MAX_SPLITS = 32
 GEMM_THREADS = 256
 MAX_GRID_YZ = 65535
 _FLOAT_TYPES = ("float32", "float16", "bfloat16")
@@ -43,6 +45,7 @@ class GemmArgs(ctypes.Structure):
                 ("batch_dims", ctypes.c_longlong * GEMM_MAX_BATCH_RANK),
                 ("a_batch", ctypes.c_longlong * GEMM_MAX_BATCH_RANK),
                 ("b_batch", ctypes.c_longlong * GEMM_MAX_BATCH_RANK),
+                ("k_chunk", ctypes.c_longlong), ("k_splits", ctypes.c_longlong),
                 ("batch_rank", ctypes.c_int), ("alpha", ctypes.c_float), ("beta", ctypes.c_float)]
 
 
@@ -78,6 +81,7 @@ class GemmProblem:
         g.a_sm, g.a_sk, g.b_sk, g.b_sn = self.a_sm, self.a_sk, self.b_sk, self.b_sn
         g.c_sm, g.c_sn = (self.c_sm, self.c_sn) if self.has_c else (0, 0)
         g.batch = self.batch
+        g.k_chunk, g.k_splits = self.k, 1
         g.batch_rank = len(self.batch_dims)
         for d, (e, sa, sb) in enumerate(zip(self.batch_dims, self.a_batch, self.b_batch)):
             g.batch_dims[d], g.a_batch[d], g.b_batch[d] = e, sa, sb
@@ -192,9 +196,16 @@ def gemm_ops(p: GemmProblem, a: Arg, b: Arg, c: Arg | None, y: Arg, target: Targ
         lanes = min(32, warp, GEMV_MAX_COLS // v)
         while lanes > 4 and _cdiv(p.n, lanes * v) * p.batch < 2 * target.sm_count:
             lanes //= 2
-        grid = (_cdiv(p.n, lanes * v), 1, gz)
+        gx, groups = _cdiv(p.n, lanes * v), GEMV_THREADS // lanes
+        splits = 1
+        if use_vec and target.workspace is not None and gx * p.batch < target.sm_count:
+            # Too few column blocks to fill the GPU (a narrow B): K is split among blocks too,
+            # each split at least one round of loads per thread.
+            splits = min(GEMV_MAX_SPLITS, _cdiv(2 * target.sm_count, gx * p.batch), p.k // (groups * GEMV_LOADS))
+        if splits > 1:
+            return _split_gemv_ops(p, a, b, c, y, dt, rows, splits, (gx, gz), (lanes, groups), target)
         entry = f"hipep_gemv_n_{dt}_m{rows}" + ("_vec" if use_vec else "")
-        return [KernelOp(entry, grid, (lanes, GEMV_THREADS // lanes, 1), params, module="gemm")]
+        return [KernelOp(entry, (gx, 1, gz), (lanes, groups, 1), params, module="gemm")]
     tile = 128
     if _cdiv(p.m, 128) * _cdiv(p.n, 128) * p.batch < target.sm_count:
         tile = 64  # too few 128-wide tiles to fill the GPU
@@ -273,6 +284,25 @@ def _blas_ops(p: GemmProblem, a: Arg, b: Arg, c: Arg | None, y: Arg, dt: str, ta
 
     key = ("cublasLt", id(plan), lt_a, lt_b, c_ptr, d, workspace, p.alpha, p.beta if p.has_c else 0.0)
     return [BlasOp(call, key, name=f"cublasLt matmul {p.m}x{p.n}x{p.k}")]
+
+
+def _split_gemv_ops(p: GemmProblem, a: Arg, b: Arg, c: Arg | None, y: Arg, dt: str, rows: int, splits: int,
+                    grid_xz: tuple, block_xy: tuple, target: Target) -> list:
+    """gemv_n over `splits` chunks of K (grid.y), f32 partial sums in the stream's workspace,
+    then the reduction that adds them and applies the epilogue."""
+    groups = block_xy[1]
+    k_chunk = _cdiv(_cdiv(p.k, splits), groups) * groups
+    splits = _cdiv(p.k, k_chunk)
+    args = p.args()
+    args.k_chunk, args.k_splits = k_chunk, splits
+    total = p.batch * p.m * p.n
+    partial = ctypes.c_uint64(target.workspace(splits * total * 4))
+    gx, gz = grid_xz
+    grid, block = flat_config(total, target)
+    return [KernelOp(f"hipep_gemv_n_{dt}_m{rows}_vec_split", (gx, splits, gz), (*block_xy, 1),
+                     [ptr(a), ptr(b), partial, args], module="gemm"),
+            KernelOp(f"hipep_gemm_split_reduce_{dt}", grid, block, [partial, ptr(c if p.has_c else None), ptr(y), args],
+                     module="gemm")]
 
 
 def _float_type(dtypes) -> str | None:

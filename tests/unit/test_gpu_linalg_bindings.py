@@ -52,9 +52,27 @@ def emulate_gemm(mem: Memory, op: gk.KernelOp) -> None:
     """One launch of kernels/gemm.hip: Y[z, m, n] = alpha * sum_k A(m, k) B(k, n) + beta * C(m, n),
     with the operands addressed through the struct's strides, over exactly the outputs the grid's
     blocks cover."""
-    A, B, C, Y = (mem.flat(p) for p in op.params[:4])
-    g: gl.GemmArgs = op.params[4]
     assert op.module == "gemm"
+    g: gl.GemmArgs = op.params[-1]
+    if op.entry.startswith("hipep_gemm_split_reduce"):
+        P, C, Y = (mem.flat(p) for p in op.params[:3])
+        P = P.view(np.float32)  # the workspace's bytes
+        total = g.batch * g.m * g.n
+        assert g.k_splits >= 2 and P.size >= g.k_splits * total
+        v = P[:g.k_splits * total].reshape(g.k_splits, total).sum(axis=0, dtype=np.float32)
+        v = (np.float32(g.alpha) * v).reshape(g.batch, g.m, g.n)
+        if C is not None:
+            mi, ni = np.arange(g.m), np.arange(g.n)
+            v = v + np.float32(g.beta) * _f32(C)[mi[:, None] * g.c_sm + ni[None, :] * g.c_sn]
+        assert op.grid[0] * op.block[0] >= 1
+        Y[:total] = v.reshape(-1).astype(Y.dtype)
+        return
+    split = op.entry.endswith("_split")
+    if split:
+        A, B, P = (mem.flat(p) for p in op.params[:3])
+        P, C, Y = P.view(np.float32), None, None
+    else:
+        A, B, C, Y = (mem.flat(p) for p in op.params[:4])
     dims = list(g.batch_dims[:g.batch_rank])
     assert int(np.prod(dims, dtype=np.int64)) == g.batch
     z = np.arange(g.batch)
@@ -69,10 +87,19 @@ def emulate_gemm(mem: Memory, op: gk.KernelOp) -> None:
     b_idx = b_off[:, None, None] + ki[None, :, None] * g.b_sk + ni[None, None, :] * g.b_sn
     for idx, arr in ((a_idx, A), (b_idx, B)):
         assert idx.size == 0 or (idx.min() >= 0 and idx.max() < arr.size), "read outside the operand"
-    entry = op.entry
+    entry = op.entry.removesuffix("_split")
     vec = 1
     if entry.endswith("_vec"):
         vec = 4 if "_f32_" in entry else 8
+    if split:  # partial sums per chunk of K, the chunks covering K once
+        assert op.grid[1] == g.k_splits and g.k_chunk * g.k_splits >= g.k > g.k_chunk * (g.k_splits - 1)
+        assert g.k_chunk % op.block[1] == 0
+        parts = []
+        for s_ in range(g.k_splits):
+            ks = slice(s_ * g.k_chunk, min(g.k, (s_ + 1) * g.k_chunk))
+            parts.append(np.matmul(_f32(A)[a_idx[:, :, ks]].astype(np.float64),
+                                   _f32(B)[b_idx[:, ks, :]].astype(np.float64)).astype(np.float32))
+        P[:g.k_splits * g.batch * g.m * g.n] = np.stack(parts).reshape(-1)
     acc = np.matmul(_f32(A)[a_idx].astype(np.float64), _f32(B)[b_idx].astype(np.float64)).astype(np.float32)
     v = np.float32(g.alpha) * acc
     if C is not None:
@@ -104,7 +131,8 @@ def emulate_gemm(mem: Memory, op: gk.KernelOp) -> None:
         assert op.block == (gl.GEMM_THREADS, 1, 1)
         covered[:min(g.m, gy * tile), :min(g.n, gx * tile)] = True
     assert covered.all(), f"{entry}: the grid {op.grid} leaves outputs out"
-    Y[:g.batch * g.m * g.n] = v.reshape(-1).astype(Y.dtype)
+    if not split:
+        Y[:g.batch * g.m * g.n] = v.reshape(-1).astype(Y.dtype)
 
 
 def _addr(p) -> int:
@@ -152,7 +180,7 @@ def emulate_layer_norm(mem: Memory, op: gk.KernelOp) -> None:
         total[:rows * n] = v.reshape(-1).astype(total.dtype)
 
 
-def run(op_key, inputs, attrs, n_out=1, offsets=None, omit_outputs=()):
+def run(op_key, inputs, attrs, n_out=1, offsets=None, omit_outputs=(), target=None):
     """Binds op_key for these inputs (None: omitted), emulates the launches and returns the
     outputs (None where omitted) and the ops."""
     domain, op_type = op_key.split("::")
@@ -164,7 +192,12 @@ def run(op_key, inputs, attrs, n_out=1, offsets=None, omit_outputs=()):
     offsets = offsets or {}
     ins = [None if x is None else mem.put(x, offsets.get(k, 0), constant=k > 0) for k, x in enumerate(inputs)]
     outs = [None if j in omit_outputs else mem.out(w.shape, w.dtype) for j, w in enumerate(want[:n_out])]
-    ops = gk.binding_for(op_key).bind(ins, outs, attrs, TARGET)
+    if target == "workspace":  # a stream's workspace, as the CUDA device gives
+        def workspace(nbytes):
+            return mem.put(np.zeros(nbytes, np.uint8)).ptr
+
+        target = gk.Target(sm_count=TARGET.sm_count, warp_size=32, scratch=TARGET.scratch, workspace=workspace)
+    ops = gk.binding_for(op_key).bind(ins, outs, attrs, target or TARGET)
     for o in ops:
         (emulate_gemm if o.module == "gemm" else emulate_layer_norm)(mem, o)
     return [None if o is None else mem.get(o) for o in outs], want[:n_out], ops
@@ -343,6 +376,12 @@ def test_every_entry_point_these_bindings_name_exists_in_the_compiled_modules():
                 ops = gk.binding_for("::MatMul").bind([mem.put(a), mem.put(b, off)], [mem.out(shape, dtype)], {},
                                                       TARGET)
                 named |= {(o.module, o.entry) for o in ops}
+            split_target = gk.Target(sm_count=132, warp_size=32, scratch=TARGET.scratch, workspace=lambda n: 0x7000000)
+            for rows in (1, 2, 4, 8):
+                a, b = np.zeros((rows, 4096), dtype), np.zeros((4096, 64), dtype)
+                ops = gk.binding_for("::MatMul").bind([mem.put(a), mem.put(b)], [mem.out((rows, 64), dtype)], {},
+                                                      split_target)
+                named |= {(o.module, o.entry) for o in ops}
             x = np.zeros((4, 64), dtype)
             ops = gk.binding_for("::LayerNormalization").bind(
                 [mem.put(x, off), mem.put(np.zeros(64, dtype)), mem.put(np.zeros(64, dtype))],
@@ -421,3 +460,24 @@ def test_gemm_mode_is_read_from_the_environment(monkeypatch):
     monkeypatch.setenv("HIPEP_GEMM", "blas")
     _, _, ops = run("::MatMul", [np.zeros((33, 64), np.float32), np.zeros((64, 64), np.float32)], {})
     assert ops[0].entry == "hipep_gemm_f32_64"
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((1, 4096), (4096, 256)), ((3, 2048), (2048, 64)), ((8, 3000), (3000, 96)),
+                                             ((2, 1, 1024), (2, 1024, 32))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_a_narrow_gemv_splits_k_among_blocks(a_shape, b_shape, dtype):
+    rng = np.random.default_rng(6)
+    a = rng.uniform(-1, 1, a_shape).astype(dtype)
+    b = rng.uniform(-1, 1, b_shape).astype(dtype)
+    (got,), (want,), ops = run("::MatMul", [a, b], {}, target="workspace")
+    assert [o.entry.split("_m")[0] for o in ops] == [f"hipep_gemv_n_{gk._DT[np.dtype(dtype).name]}",
+                                                     f"hipep_gemm_split_reduce_{gk._DT[np.dtype(dtype).name]}"]
+    assert ops[0].grid[1] > 1
+    tol = (1e-5, 1e-4) if dtype == np.float32 else (2e-3, 2e-3)  # sums of thousands of terms in another order
+    close(got, want, *tol)
+    # Gemm's C goes into the reduction's epilogue
+    c = rng.uniform(-1, 1, (b_shape[-1],)).astype(dtype)
+    if len(a_shape) == 2:
+        (got,), (want,), ops = run("::Gemm", [a, b, c], {"alpha": 0.5, "beta": 2.0}, target="workspace")
+        assert ops[-1].entry.startswith("hipep_gemm_split_reduce")
+        close(got, want, *tol)

@@ -80,7 +80,7 @@ class HostMemory:
         return gk.Arg(view.ctypes.data, a.shape, a.dtype, a, True), view
 
 
-def run(libs, op_key, inputs, attrs, n_out=1, offsets=None, sm_count=132):
+def run(libs, op_key, inputs, attrs, n_out=1, offsets=None, sm_count=132, workspace=False):
     domain, op_type = op_key.split("::")
     op = lookup(domain, op_type)
     attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, **attrs, OUTPUT_COUNT: n_out,
@@ -94,7 +94,8 @@ def run(libs, op_key, inputs, attrs, n_out=1, offsets=None, sm_count=132):
         a, v = mem.put(np.full(w.shape, np.nan, w.dtype))
         outs.append(gk.Arg(a.ptr, a.shape, a.dtype))
         views.append(v)
-    target = gk.Target(sm_count=sm_count, warp_size=32, scratch=lambda n: 0)
+    target = gk.Target(sm_count=sm_count, warp_size=32, scratch=lambda n: 0,
+                       workspace=(lambda n: mem.put(np.zeros(n, np.uint8))[0].ptr) if workspace else None)
     ops = gk.binding_for(op_key).bind(ins, outs, attrs, target)
     for o in ops:
         launch(libs, o)
@@ -184,3 +185,18 @@ def test_skip_layer_norm_kernels(libraries, dtype, x_shape, skip_shape, beta, bi
     got, want, _ = run(libraries, "com.microsoft::SkipLayerNormalization", ins, {"epsilon": 1e-5}, n_out=4)
     for g, w in zip(got, want):
         close(g, w, 1e-5 if dtype == np.float32 else 2e-2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("a_shape,b_shape,c", [((2, 1024), (1024, 32), False), ((3, 2048), (2048, 64), True),
+                                               ((1, 1500), (1500, 16), True)])
+def test_split_gemv_kernels(libraries, dtype, a_shape, b_shape, c):
+    """A narrow B on a GPU of 8 multiprocessors: K split among blocks, partial sums reduced."""
+    rng = np.random.default_rng(5)
+    ins = [rng.uniform(-1, 1, a_shape).astype(dtype), rng.uniform(-1, 1, b_shape).astype(dtype)]
+    if c:
+        ins.append(rng.uniform(-1, 1, b_shape[-1]).astype(dtype))
+    (got,), (want,), ops = run(libraries, "::Gemm" if c else "::MatMul", ins, {"beta": 0.5} if c else {},
+                               sm_count=8, workspace=True)
+    assert ops[0].entry.endswith("_split") and ops[0].grid[1] > 1 and ops[1].entry.startswith("hipep_gemm_split_reduce")
+    close(got, want, 1e-4 if dtype == np.float32 else 3e-3)
