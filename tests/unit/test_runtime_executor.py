@@ -511,6 +511,20 @@ def test_replays_read_and_write_each_runs_own_memory(rng, schedule):
     assert all(np.all(np.isfinite(g[0])) for g in given)  # each run wrote its own output
 
 
+@pytest.mark.parametrize("allocate, message", [
+    (lambda shapes: [np.empty(shapes[0], np.float64)], r"output 0 was allocated as \[7\]:float64, expected \[7\]:float32"),
+    (lambda shapes: [np.empty((5,), np.float32)], r"output 0 was allocated as \[5\]:float32, expected \[7\]:float32"),
+    (lambda shapes: [], r"allocate_outputs returned 0 arrays for 1 outputs"),
+])
+def test_outputs_an_allocator_gets_wrong_are_named(rng, allocate, message):
+    ex = executor(scale_plan())
+    x = rng_x(rng, 7)
+    ex.run([x])  # the replayed path checks them too, not only the first run
+    with pytest.raises(HipepError, match=message):
+        ex.run([x], allocate_outputs=allocate)
+    np.testing.assert_allclose(ex.run([x])[0], scale_expected(x), rtol=1e-5)
+
+
 def test_a_failing_launch_keeps_the_kernel_time_of_those_before_it(rng):
     import time
 
