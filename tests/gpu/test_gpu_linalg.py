@@ -216,7 +216,7 @@ def test_skip_layer_norm_long_rows_output_only(rng, elem):
 def test_gemv_reaches_half_the_copy_bandwidth(rng, elem, monkeypatch):
     """Decode's linear layer (M = 1, W [4096, 4096] read once) on hipep's own GEMV: at least half
     the device-to-device copy's bandwidth (read + write counted), timed with CUDA events around
-    repeated launches of the bound kernel."""
+    repeated launches of the bound kernels."""
     monkeypatch.setenv("HIPEP_GEMM", "own")
     from hipep.runtime import cuda as cu
     from hipep.runtime import gpu_kernels as gk
@@ -227,10 +227,11 @@ def test_gemv_reaches_half_the_copy_bandwidth(rng, elem, monkeypatch):
     dt = NP[elem]
     mem = [dev.alloc("device", s) for s in (k * 4, k * nn * 4, nn * 4, 2 * k * nn * 4)]
     x, w, y = (cu.DeviceArray(m, m.ptr, s, dt) for m, s in zip(mem, [(1, k), (k, nn), (1, nn)]))
-    ops = gk.binding_for("::MatMul").bind([dev._arg(x), dev._arg(w)], [dev._arg(y)], {}, dev.target)
+    stream = dev.new_stream()
+    # bound as a session binds it: with the stream's workspace (the GEMV may split K)
+    ops = gk.binding_for("::MatMul").bind([dev._arg(x), dev._arg(w)], [dev._arg(y)], {}, dev.stream_target(stream))
     launches = [dev._ready(o) for o in ops]
     assert launches[0].entry.startswith("hipep_gemv_n")
-    stream = dev.new_stream()
     start, end = stream.timing_events()
 
     def timed(work, reps=50):
