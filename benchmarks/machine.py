@@ -32,7 +32,8 @@ def machine_info() -> dict:
             mem = f"{int(f.readline().split()[1]) / 2**20:.0f} GiB"
     except (OSError, ValueError, IndexError):
         pass
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    # A copy of the tree without .git (an offline GPU machine) names its commit in HIPEP_COMMIT.
+    commit = git("rev-parse", "--short", "HEAD") or os.environ.get("HIPEP_COMMIT") or "unknown"
     if git("status", "--porcelain", "--untracked-files=no"):
         commit += "+dirty"
     return {"date": datetime.date.today().isoformat(), "commit": commit, "cpu": cpu, "cores": os.cpu_count(),
