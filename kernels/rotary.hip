@@ -1,5 +1,5 @@
 // Rotary embeddings: com.microsoft::RotaryEmbedding and ai.onnx RotaryEmbedding-23 (the semantics are
-// hipep/ops/contrib_attention.py's _ms_rope / _onnx_rope).
+// hipep/ops/rotary.py's _ms_rope / _onnx_rope).
 //
 // The input is 3-D [B, S, N * H] or 4-D [B, N, S, H]; the runtime passes its element strides per
 // batch, token and head, the output has the input's layout. One thread per (batch, token, head,
