@@ -24,14 +24,12 @@ KERNELS = HERE.parent.parent / "kernels"
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 
 
-@pytest.fixture(scope="module")
-def libraries(tmp_path_factory):
-    out = tmp_path_factory.mktemp("host_kernels")
-    libs = {}
+def _build(out: Path, warp: int) -> dict:
+    libs = {"warp": warp}
     for module in ("gemm", "layer_norm"):
-        so = out / f"{module}.so"
+        so = out / f"{module}_w{warp}.so"
         cmd = ["g++", "-std=c++17", "-O1", "-fPIC", "-shared", f"-I{HERE / 'host_cuda'}", f"-I{KERNELS}",
-               "-DHIPEP_WARP_SIZE=32", "-x", "c++", str(KERNELS / f"{module}.hip"), "-x", "none",
+               f"-DHIPEP_WARP_SIZE={warp}", "-x", "c++", str(KERNELS / f"{module}.hip"), "-x", "none",
                str(HERE / "host_cuda" / "host_runtime.cc"), "-o", str(so), "-lpthread"]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0 and "_Float16" in r.stderr:
@@ -39,6 +37,17 @@ def libraries(tmp_path_factory):
         assert r.returncode == 0, r.stderr[-3000:]
         libs[module] = ctypes.CDLL(str(so))
     return libs
+
+
+@pytest.fixture(scope="module")
+def libraries(tmp_path_factory):
+    return _build(tmp_path_factory.mktemp("host_kernels"), 32)
+
+
+@pytest.fixture(scope="module")
+def libraries64(tmp_path_factory):
+    """The kernels as AMD's CDNA GPUs run them: 64-lane warps (HIPEP_WARP_SIZE=64)."""
+    return _build(tmp_path_factory.mktemp("host_kernels64"), 64)
 
 
 def launch(libs, op: gk.KernelOp) -> None:
@@ -94,7 +103,7 @@ def run(libs, op_key, inputs, attrs, n_out=1, offsets=None, sm_count=132, worksp
         a, v = mem.put(np.full(w.shape, np.nan, w.dtype))
         outs.append(gk.Arg(a.ptr, a.shape, a.dtype))
         views.append(v)
-    target = gk.Target(sm_count=sm_count, warp_size=32, scratch=lambda n: 0,
+    target = gk.Target(sm_count=sm_count, warp_size=libs["warp"], scratch=lambda n: 0,
                        workspace=(lambda n: mem.put(np.zeros(n, np.uint8))[0].ptr) if workspace else None)
     ops = gk.binding_for(op_key).bind(ins, outs, attrs, target)
     for o in ops:
@@ -200,3 +209,34 @@ def test_split_gemv_kernels(libraries, dtype, a_shape, b_shape, c):
                                sm_count=8, workspace=True)
     assert ops[0].entry.endswith("_split") and ops[0].grid[1] > 1 and ops[1].entry.startswith("hipep_gemm_split_reduce")
     close(got, want, 1e-4 if dtype == np.float32 else 3e-3)
+
+
+def test_kernels_with_64_lane_warps(libraries64):
+    """gemv_n's k groups within a warp, gemv_t's warp per column, the split GEMV and the norms'
+    warp and block sums with AMD's warp size."""
+    rng = np.random.default_rng(6)
+    for dtype in (np.float32, np.float16):
+        tol = 1e-5 if dtype == np.float32 else 3e-3
+        for a_shape, b_shape, sm_count, workspace in (((3, 1000), (1000, 24), 132, False), ((5, 300), (300, 1), 132, False),
+                                                      ((2, 64), (64, 128), 1, False), ((33, 17), (17, 65), 132, False),
+                                                      ((2, 1024), (1024, 32), 8, True)):
+            a = rng.uniform(-1, 1, a_shape).astype(dtype)
+            b = rng.uniform(-1, 1, b_shape).astype(dtype)
+            (got,), _, ops = run(libraries64, "::MatMul", [a, b], {}, sm_count=sm_count, workspace=workspace)
+            want = np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(dtype)
+            close(got, want, 1e-4 if workspace and dtype == np.float32 else tol)
+        ins = [rng.uniform(-1, 1, (8, 16)).astype(dtype), rng.uniform(-1, 1, (12, 16)).astype(dtype),
+               rng.uniform(-1, 1, (8, 1)).astype(dtype)]
+        (got,), (want,), _ = run(libraries64, "::Gemm", ins, {"transB": 1, "alpha": 0.5, "beta": 2.0})
+        close(got, want, tol)
+        for x_shape in ((2, 8, 64), (1, 9, 300), (2, 3, 2048)):
+            h = x_shape[-1]
+            ins = [rng.uniform(-2, 3, x_shape).astype(dtype), rng.uniform(0.5, 1.5, h).astype(dtype),
+                   rng.uniform(-1, 1, h).astype(dtype)]
+            got, want, _ = run(libraries64, "::LayerNormalization", ins, {"axis": -1, "epsilon": 1e-5}, n_out=3)
+            for g, w in zip(got, want):
+                close(g, w, 1e-5 if dtype == np.float32 else 2e-2)
+            ins = [ins[0], rng.uniform(-2, 2, x_shape).astype(dtype), ins[1], ins[2]]
+            got, want, _ = run(libraries64, "com.microsoft::SkipLayerNormalization", ins, {"epsilon": 1e-5}, n_out=4)
+            for g, w in zip(got, want):
+                close(g, w, 1e-5 if dtype == np.float32 else 2e-2)

@@ -28,6 +28,10 @@ typedef _Float16 __half;
 inline float __half2float(__half v) { return (float)v; }
 inline __half __float2half_rn(float v) { return (__half)v; }
 
+#ifndef HIPEP_WARP_SIZE
+#define HIPEP_WARP_SIZE 32
+#endif
+
 void hipep_host_syncthreads();
 void hipep_host_warp_barrier();
 extern uint64_t hipep_host_exchange[1024];
@@ -37,7 +41,7 @@ inline int hipep_host_tid() { return (threadIdx.z * blockDim.y + threadIdx.y) * 
 
 template <class T> T __shfl_xor_sync(unsigned, T v, int lane_mask) {
   static_assert(sizeof(T) <= sizeof(uint64_t), "one exchange word per thread");
-  const int tid = hipep_host_tid(), lane = tid % 32;
+  const int tid = hipep_host_tid(), lane = tid % HIPEP_WARP_SIZE;
   std::memcpy(&hipep_host_exchange[tid], &v, sizeof(T));
   hipep_host_warp_barrier();
   T r;

@@ -8,7 +8,7 @@ hipep_host_dim3 blockDim, gridDim;
 uint64_t hipep_host_exchange[1024];
 
 static pthread_barrier_t block_barrier;
-static pthread_barrier_t warp_barriers[32];
+static pthread_barrier_t warp_barriers[1024 / HIPEP_WARP_SIZE];
 static bool barriers_made = false;
 
 extern "C" __attribute__((visibility("default"))) void hipep_host_begin_block(unsigned bx, unsigned by, unsigned bz,
@@ -22,8 +22,9 @@ extern "C" __attribute__((visibility("default"))) void hipep_host_begin_block(un
   gridDim = {gx, gy, gz};
   const unsigned n = bx * by * bz;
   pthread_barrier_init(&block_barrier, nullptr, n);
-  for (unsigned w = 0; w < 32; ++w)
-    pthread_barrier_init(&warp_barriers[w], nullptr, n > w * 32 ? std::min(32u, n - w * 32) : 1u);
+  const unsigned warp = HIPEP_WARP_SIZE;
+  for (unsigned w = 0; w < 1024 / warp; ++w)
+    pthread_barrier_init(&warp_barriers[w], nullptr, n > w * warp ? std::min(warp, n - w * warp) : 1u);
 }
 
 extern "C" __attribute__((visibility("default"))) void hipep_host_set_thread(unsigned tx, unsigned ty, unsigned tz,
@@ -33,4 +34,4 @@ extern "C" __attribute__((visibility("default"))) void hipep_host_set_thread(uns
 }
 
 void hipep_host_syncthreads() { pthread_barrier_wait(&block_barrier); }
-void hipep_host_warp_barrier() { pthread_barrier_wait(&warp_barriers[hipep_host_tid() / 32]); }
+void hipep_host_warp_barrier() { pthread_barrier_wait(&warp_barriers[hipep_host_tid() / HIPEP_WARP_SIZE]); }
