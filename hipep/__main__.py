@@ -29,6 +29,9 @@ def _explain_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="path to an .onnx model (external data is not read)")
     p.add_argument("--all", action="store_true", help="name every claimed node (default: the first few "
                    "of each subgraph and a count)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="the device the session would run on: on cuda, nodes without a GPU kernel are left "
+                        "to other EPs (default: cpu); no GPU is needed to ask")
 
 
 @_command("explain", "show which nodes hipep claims and why it leaves the others "
@@ -36,7 +39,7 @@ def _explain_arguments(p: argparse.ArgumentParser) -> None:
 def _explain(args: argparse.Namespace) -> int:
     from .explain import explain
 
-    report = explain(args.model)
+    report = explain(args.model, device=args.device)
     print(report.format(all_nodes=args.all))
     return EXIT_OK if report.all_claimed else EXIT_NOT_ALL
 

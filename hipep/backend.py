@@ -228,12 +228,15 @@ def _as_model(model) -> onnx.ModelProto:
     return onnx.load(model)
 
 
-def _explain_kind(model: onnx.ModelProto) -> str:
-    """explain's verdict on `model`: "all" | "some" | "none", or "error: <why>"."""
+def _explain_kind(model: onnx.ModelProto, device: str = "cpu") -> str:
+    """explain's verdict on `model` for hipep's `device` (an option value: cpu, cuda, auto): "all" |
+    "some" | "none", or "error: <why>"."""
+    from .bridge import resolve_device
     from .explain import explain
+    from .options import ProviderOptions
 
     try:
-        report = explain(model)
+        report = explain(model, device=resolve_device(ProviderOptions(device=device)))
     except Exception as e:  # noqa: BLE001 - the session decides then
         return f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
@@ -275,7 +278,7 @@ class HipepBackend(Backend):
         explain cannot read the model, leaving the verdict to a session."""
         if not cls.supports_device(device):
             return False
-        return _explain_kind(loadable_model(_as_model(model))) != "none"
+        return _explain_kind(loadable_model(_as_model(model)), _hipep_device(device)) != "none"
 
     @classmethod
     def prepare(cls, model, device: str = "CPU", provider_options: dict | None = None,
@@ -308,14 +311,14 @@ class HipepBackend(Backend):
             so.graph_optimization_level = _optimization_level(graph_optimization_level)
         so.add_session_config_entry(RECORD_KEY, "1")
 
+        options = {"device": _hipep_device(device)}
+        options.update({k: str(v) for k, v in (provider_options or {}).items()})
         t0 = time.perf_counter()
-        explained = _explain_kind(proto)
+        explained = _explain_kind(proto, options["device"])
         t1 = time.perf_counter()
         fallback_disabled = (explained == "all") if allow_fallback is None else not allow_fallback
         if fallback_disabled:
             so.add_session_config_entry(FALLBACK_KEY, "1")
-        options = {"device": _hipep_device(device)}
-        options.update({k: str(v) for k, v in (provider_options or {}).items()})
         ep_name = provider_for(options["device"])  # the CPU reference device beside a GPU has its own name
         try:
             session = ort.InferenceSession(proto.SerializeToString(), sess_options=so,

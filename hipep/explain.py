@@ -12,8 +12,9 @@ from .graph import SMALL_CONSTANT_ELEMENTS, GraphView
 from .partition import PartitionReport, partition
 
 
-def explain(model_or_path) -> PartitionReport:
-    """Partition a model as a hipep session would and return the report.
+def explain(model_or_path, device: str = "cpu") -> PartitionReport:
+    """Partition a model as a hipep session on `device` ("cpu", or "cuda": nodes without a GPU
+    kernel are left to other EPs) would, and return the report.
 
     `model_or_path` is an onnx.ModelProto, a path to a .onnx file, or the serialized bytes of
     one. External data is located relative to the model's folder (for a ModelProto or bytes,
@@ -63,7 +64,9 @@ def explain(model_or_path) -> PartitionReport:
         graph = GraphView.from_onnx(model)
     except Exception as e:  # a model onnx accepted but hipep cannot read
         raise ModelError(f"cannot read ONNX model {_quote(where)}: {type(e).__name__}: {e}") from e
-    return partition(graph)
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"explain: device must be 'cpu' or 'cuda', not {device!r}")
+    return partition(graph, device=device)
 
 
 def _quote(where: str) -> str:

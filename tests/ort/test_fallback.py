@@ -133,3 +133,16 @@ def test_strict_option_fails_the_first_run_when_nothing_is_claimed(rng):
     sess = ort.InferenceSession(model.SerializeToString(), providers=[(EP, {"strict": "1"})])
     with pytest.raises(Exception, match="node 'only_det'"):
         sess.run(None, {"x": rng.standard_normal((2, 3, 3)).astype(np.float32)})
+
+
+def test_explain_for_the_gpu_leaves_nodes_without_a_gpu_kernel():
+    """No GPU is needed to ask what a session on one would claim: Einsum has no GPU kernel."""
+    model = make_model([h.make_node("Relu", ["x"], ["r"], name="relu"),
+                        h.make_node("Einsum", ["r", "r"], ["y"], equation="ij,jk->ik", name="es")],
+                       [tensor("x", T.FLOAT, [3, 3])], [tensor("y", T.FLOAT, [3, 3])])
+    assert hipep.explain(model).all_claimed
+    report = hipep.explain(model, device="cuda")
+    assert [r.node.name for r in report.rejections] == ["es"]
+    assert "no kernel for cuda: Einsum" in report.rejections[0].line()
+    with pytest.raises(ValueError, match="device must be 'cpu' or 'cuda'"):
+        hipep.explain(model, device="tpu")
