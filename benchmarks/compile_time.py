@@ -22,7 +22,8 @@ def measure(path: str) -> dict:
     start = time.perf_counter()
     so = ort.SessionOptions()
     so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-    ort.InferenceSession(path, so, providers=[("HipExecutionProvider", {"device": "cpu"})])
+    # the CPU reference device (on a GPU machine it has an EP name of its own)
+    ort.InferenceSession(path, so, providers=[(hipep.provider_for("cpu"), {"device": "cpu"})])
     session_s = time.perf_counter() - start
     return {"compile_s": (hipep.stats().get("compile_us", 0) - before) / 1e6, "session_s": session_s}
 
