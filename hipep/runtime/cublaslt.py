@@ -23,7 +23,8 @@ CUBLAS_STATUS_SUCCESS = 0
 CUBLAS_COMPUTE_32F = 68
 CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF = 0, 2, 14
 CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
-DESC_TRANSA, DESC_TRANSB = 3, 4
+DESC_TRANSA, DESC_TRANSB, DESC_EPILOGUE, DESC_BIAS_POINTER = 3, 4, 7, 8
+EPILOGUE_BIAS = 4
 LAYOUT_BATCH_COUNT, LAYOUT_STRIDED_BATCH_OFFSET = 5, 6
 PREF_MAX_WORKSPACE_BYTES = 1
 PREF_MIN_ALIGNMENT_A, PREF_MIN_ALIGNMENT_B, PREF_MIN_ALIGNMENT_C, PREF_MIN_ALIGNMENT_D = 5, 6, 7, 8
@@ -142,7 +143,7 @@ class MatmulPlan:
 
     def __init__(self, lib, handle: int, dtype: int, rows: int, cols: int, depth: int,
                  a_layout: tuple, b_layout: tuple, trans_a: int, trans_b: int, batch: int,
-                 strides: tuple, alignments: tuple):
+                 strides: tuple, alignments: tuple, bias: int = 0):
         self.lib, self.handle = lib, handle
         self.desc = _void_p()
         self.layouts: list = []
@@ -154,6 +155,12 @@ class MatmulPlan:
                 v = ctypes.c_int32(value)
                 _check(lib.cublasLtMatmulDescSetAttribute(self.desc, attr, ctypes.addressof(v), ctypes.sizeof(v)),
                        "cublasLtMatmulDescSetAttribute")
+            if bias:  # D += bias[row] (a row of cuBLASLt's D is a column of hipep's Y)
+                epilogue, pointer = ctypes.c_uint32(EPILOGUE_BIAS), ctypes.c_uint64(bias)
+                _check(lib.cublasLtMatmulDescSetAttribute(self.desc, DESC_EPILOGUE, ctypes.addressof(epilogue), 4),
+                       "cublasLtMatmulDescSetAttribute(epilogue)")
+                _check(lib.cublasLtMatmulDescSetAttribute(self.desc, DESC_BIAS_POINTER, ctypes.addressof(pointer), 8),
+                       "cublasLtMatmulDescSetAttribute(bias pointer)")
             # A, B, C and D; C is D's layout (C, when given, is a full matrix like D).
             shapes = [a_layout, b_layout, (rows, cols, rows), (rows, cols, rows)]
             for (r, c, ld), stride in zip(shapes, strides):
@@ -239,24 +246,26 @@ def column_major_operands(m: int, n: int, k: int, a_sm: int, a_sk: int, b_sk: in
 
 
 def matmul_plan(device_key: int, dtype: str, m: int, n: int, k: int, a_sm: int, a_sk: int, b_sk: int, b_sn: int,
-                batch: int, a_batch: int, b_batch: int, pointers: tuple) -> MatmulPlan:
-    """The plan for Y[z] = A[z] @ B[z] (row-major Y [m, n], z < batch; A(i, l) at i * a_sm + l * a_sk
-    and B(l, j) at l * b_sk + j * b_sn, each one of them 1; batch strides a_batch/b_batch,
-    0: broadcast) with operands at `pointers` (A, B, Y: only their alignment matters).
-    Raises CublasLtError when cuBLASLt cannot run it."""
+                batch: int, a_batch: int, b_batch: int, pointers: tuple, bias: int = 0) -> MatmulPlan:
+    """The plan for Y[z] = A[z] @ B[z] (+ bias[j]) (row-major Y [m, n], z < batch; A(i, l) at
+    i * a_sm + l * a_sk and B(l, j) at l * b_sk + j * b_sn, each one of them 1; batch strides
+    a_batch/b_batch, 0: broadcast) with operands at `pointers` (A, B, Y: only their alignment
+    matters); `bias`: the address of n values added to every row (cuBLASLt's bias epilogue; the
+    descriptor holds it, so it is part of the plan). Raises CublasLtError when cuBLASLt cannot
+    run it."""
     lib = _library()
     handle = _handle(device_key)
     lt_a, trans_a, lt_b, trans_b = column_major_operands(m, n, k, a_sm, a_sk, b_sk, b_sn)
     alignments = (_alignment(pointers[1]), _alignment(pointers[0]), _alignment(pointers[2]), _alignment(pointers[2]))
     strides = (b_batch, a_batch, m * n, m * n)
-    key = (device_key, dtype, m, n, k, lt_a, lt_b, trans_a, trans_b, batch, strides, alignments)
+    key = (device_key, dtype, m, n, k, lt_a, lt_b, trans_a, trans_b, batch, strides, alignments, bias)
     with _LOCK:
         plan = _PLANS.get(key)
         if plan is not None:
             _PLANS.move_to_end(key)
             return plan
     plan = MatmulPlan(lib, handle, _DATA_TYPES[dtype], n, m, k, lt_a, lt_b, trans_a, trans_b, batch, strides,
-                      alignments)
+                      alignments, bias)
     with _LOCK:
         _PLANS[key] = plan
         while len(_PLANS) > _PLANS_KEPT:

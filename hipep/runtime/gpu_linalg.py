@@ -237,15 +237,17 @@ def gemm_mode() -> str:
 def _blas_ops(p: GemmProblem, a: Arg, b: Arg, c: Arg | None, y: Arg, dt: str, target: Target) -> list | None:
     """The product as one cuBLASLt matmul on the launch's stream, or None where hipep's own
     kernels run it: mode `own`, no stream workspace (a target without a CUDA stream), cuBLASLt
-    missing, few rows in mode `auto`, or a product cuBLASLt's strided batches cannot express
-    (more than one batch axis, a C that broadcasts, K = 0)."""
+    missing, few rows in mode `auto`, or a product cuBLASLt cannot express (more than one batch
+    axis, K = 0, a C that broadcasts other than one value per column with beta 1)."""
     mode = gemm_mode()
     if mode == "own" or target.workspace is None or p.k == 0:
         return None
     if mode == "auto" and p.m <= GEMV_MAX_ROWS:
         return None
     full_c = p.c_sm == p.n and p.c_sn == 1 and p.m * p.n == (c.size if c is not None else 0)
-    if len(p.batch_dims) > 1 or (p.has_c and (not full_c or p.batch > 1)):
+    # C of one value per column with beta 1 (a Linear layer's bias): cuBLASLt's bias epilogue.
+    bias_c = p.has_c and p.c_sm == 0 and p.c_sn == 1 and p.beta == 1.0 and c is not None and c.size == p.n
+    if len(p.batch_dims) > 1 or (p.has_c and (not (full_c or bias_c) or p.batch > 1)):
         return None
     from . import cublaslt
 
@@ -261,11 +263,12 @@ def _blas_ops(p: GemmProblem, a: Arg, b: Arg, c: Arg | None, y: Arg, dt: str, ta
         device_key = int(device) if err == driver.CUresult.CUDA_SUCCESS else 0
     except Exception:  # noqa: BLE001 - no current context: the handle of device 0
         device_key = 0
-    c_ptr = c.ptr if p.has_c else y.ptr
+    c_ptr = c.ptr if full_c and p.has_c else y.ptr
+    bias = c.ptr if bias_c else 0
     try:
         plan = cublaslt.matmul_plan(device_key, dt, p.m, p.n, p.k, p.a_sm, p.a_sk, p.b_sk, p.b_sn, p.batch,
                                     p.a_batch[0] if p.a_batch else 0, p.b_batch[0] if p.b_batch else 0,
-                                    (a.ptr, b.ptr, y.ptr | c_ptr))
+                                    (a.ptr, b.ptr, y.ptr | c_ptr), bias)
     except cublaslt.CublasLtError as e:
         if mode == "blas":
             raise HipepError(f"{GEMM_ENV}=blas: {e}") from None
@@ -275,14 +278,15 @@ def _blas_ops(p: GemmProblem, a: Arg, b: Arg, c: Arg | None, y: Arg, dt: str, ta
                         dt, p.m, p.n, p.k, e)
         return None
     workspace = target.workspace(plan.workspace_size) if plan.workspace_size else 0
-    alpha, beta = ctypes.c_float(p.alpha), ctypes.c_float(p.beta if p.has_c else 0.0)
+    beta_value = p.beta if full_c and p.has_c else 0.0
+    alpha, beta = ctypes.c_float(p.alpha), ctypes.c_float(beta_value)
     # cuBLASLt's A is B, its B is A (column-major Y^T = B^T A^T); C is Y itself when there is none.
     lt_a, lt_b, d = b.ptr, a.ptr, y.ptr
 
     def call(stream: int, plan=plan, alpha=alpha, beta=beta) -> str | None:
         return plan.run(stream, alpha, beta, lt_a, lt_b, c_ptr, d, workspace)
 
-    key = ("cublasLt", id(plan), lt_a, lt_b, c_ptr, d, workspace, p.alpha, p.beta if p.has_c else 0.0)
+    key = ("cublasLt", id(plan), lt_a, lt_b, c_ptr, d, workspace, p.alpha, beta_value)
     return [BlasOp(call, key, name=f"cublasLt matmul {p.m}x{p.n}x{p.k}")]
 
 

@@ -481,3 +481,57 @@ def test_a_narrow_gemv_splits_k_among_blocks(a_shape, b_shape, dtype):
         (got,), (want,), ops = run("::Gemm", [a, b, c], {"alpha": 0.5, "beta": 2.0}, target="workspace")
         assert ops[-1].entry.startswith("hipep_gemm_split_reduce")
         close(got, want, *tol)
+
+
+def test_which_products_go_to_cublaslt(monkeypatch):
+    """With cuBLASLt loaded (a stand-in records the plans asked for): auto takes products of more
+    than 8 rows, blas every one it can express; Gemm's C goes as a full matrix (beta), as the bias
+    epilogue (one value per column, beta 1) or not at all (the own kernels run it)."""
+    from hipep.runtime import cublaslt
+
+    asked = []
+
+    class Plan:
+        workspace_size = 1 << 20
+
+        def run(self, *args):
+            return None
+
+    def fake_plan(device, dt, m, n, k, a_sm, a_sk, b_sk, b_sn, batch, a_batch, b_batch, pointers, bias=0):
+        asked.append(dict(m=m, n=n, k=k, batch=batch, a_batch=a_batch, b_batch=b_batch, bias=bias))
+        return Plan()
+
+    monkeypatch.setattr(cublaslt, "status", lambda: (True, "stand-in"))
+    monkeypatch.setattr(cublaslt, "matmul_plan", fake_plan)
+    target = gk.Target(sm_count=132, warp_size=32, scratch=TARGET.scratch, workspace=lambda n: 0x7000000)
+    f16 = np.dtype(np.float16)
+
+    def bind(op_key, shapes, attrs, mode):
+        monkeypatch.setenv("HIPEP_GEMM", mode)
+        mem = Memory()
+        ins = [None if s is None else mem.put(np.zeros(s, f16)) for s in shapes]
+        if op_key == "::MatMul":
+            out = np.matmul(np.zeros(shapes[0], np.float32), np.zeros(shapes[1], np.float32)).shape
+        else:
+            out = (shapes[0][1] if attrs.get("transA") else shapes[0][0], shapes[1][0] if attrs.get("transB") else shapes[1][1])
+        asked.clear()
+        return gk.binding_for(op_key).bind(ins, [mem.out(out, f16)], attrs, target)
+
+    ops = bind("::MatMul", [(2, 16, 64), (64, 32)], {}, "auto")
+    assert isinstance(ops[0], gk.BlasOp) and asked == [dict(m=32, n=32, k=64, batch=1, a_batch=0, b_batch=0, bias=0)]
+    assert ops[0].call(0) is None
+    assert isinstance(bind("::MatMul", [(1, 4, 64), (64, 32)], {}, "auto")[0], gk.KernelOp)  # 4 rows: the GEMV
+    assert isinstance(bind("::MatMul", [(1, 4, 64), (64, 32)], {}, "blas")[0], gk.BlasOp)
+    assert isinstance(bind("::MatMul", [(2, 16, 64), (64, 32)], {}, "own")[0], gk.KernelOp)
+    ops = bind("::MatMul", [(6, 16, 64), (6, 64, 32)], {}, "auto")
+    assert isinstance(ops[0], gk.BlasOp) and asked[0]["batch"] == 6 and asked[0]["a_batch"] == 16 * 64
+    ops = bind("::MatMul", [(16, 64), (3, 64, 32)], {}, "auto")  # A broadcasts over the batch: stride 0
+    assert isinstance(ops[0], gk.BlasOp) and (asked[0]["a_batch"], asked[0]["b_batch"]) == (0, 64 * 32)
+    assert isinstance(bind("::MatMul", [(2, 3, 16, 64), (3, 64, 32)], {}, "blas")[0], gk.KernelOp)  # two batch axes
+    # Gemm: a Linear's bias through the epilogue; a full C with its beta; a column of C: own kernels
+    ops = bind("::Gemm", [(16, 64), (32, 64), (32,)], {"transB": 1}, "auto")
+    assert isinstance(ops[0], gk.BlasOp) and asked[0]["bias"] != 0
+    ops = bind("::Gemm", [(16, 64), (64, 32), (16, 32)], {"beta": 0.5}, "auto")
+    assert isinstance(ops[0], gk.BlasOp) and asked[0]["bias"] == 0 and 0.5 in ops[0].key
+    assert isinstance(bind("::Gemm", [(16, 64), (64, 32), (32,)], {"beta": 0.5}, "auto")[0], gk.KernelOp)
+    assert isinstance(bind("::Gemm", [(16, 64), (64, 32), (16, 1)], {}, "blas")[0], gk.KernelOp)
