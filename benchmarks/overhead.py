@@ -411,9 +411,9 @@ def profile_decode(folder: str, runs: int = 300, top: int = 25) -> dict:
             "plain_overhead_ms": np.median(wall - kernel) / 1e6, **host_profile(pstats.Stats(prof), runs, top)}
 
 
-# The CPU device's program entry points: kernel_us is the time inside them.
-KERNEL_ENTRIES = {("hipep/runtime/cpu.py", "_run_reference"), ("hipep/runtime/cpu.py", "_run_ufunc"),
-                  ("hipep/runtime/cpu.py", "__call__")}
+# The CPU device's program entry points: kernel_us is the time inside them. (Replays call a
+# program's `run`, one of these; cpu.py's `__call__`s are the inline replay's, which is host code.)
+KERNEL_ENTRIES = {("hipep/runtime/cpu.py", "_run_reference"), ("hipep/runtime/cpu.py", "_run_ufunc")}
 ROOT_FUNCTION = ("onnxruntime/capi/onnxruntime_inference_collection.py", "run")
 
 
