@@ -29,6 +29,14 @@
 //
 // Float zero points (zp_mode 2): dq = q - zp in f32 (one rounding), as the dequantize-then-multiply
 // the reference does up to the order of roundings; a branch uniform over the launch picks it.
+//
+// accuracy_level 4 with integer (or no) zero points (`int8_a`): the op computes with A quantized
+// to int8, as ONNX Runtime's CPU EP does (MLAS's QuantizeARow_CompInt8): each row of A is cut into
+// blocks of block_size values along K; per block amax = max |a|, scale = amax / 127,
+// q = rint(a * (127 / amax)) (0 for an all-zero block). The kernels use a' = q * scale in f32 in
+// place of a (one rounding of the exact product), so they agree with the CPU EP up to f32
+// summation order. The GEMV quantizes its tile of A while staging it (the tile holds whole
+// blocks); the GEMM reads each block's (scale, 127 / amax) from a small first kernel's output.
 #include "hipep_device.h"
 
 struct hipep_mnb_args {
@@ -45,6 +53,7 @@ struct hipep_mnb_args {
   int aligned16;        // GEMV: every row of B starts 16-byte aligned (one 16-byte load per chunk)
   int k_split;          // GEMV: warps sharing a column group, each on every k_split-th run of chunks
   int a_vec;            // GEMV: K % 4 == 0 and A aligned to 4 elements (A staged 4 values at a time)
+  int int8_a;           // accuracy_level 4, integer zero points: A quantized to int8 per block (above)
 };
 
 #define MNB_WARPS 8
@@ -82,6 +91,23 @@ HIPEP_DEVICE float hipep_mnb_zero_point(const void* zp, hipep_i64 n, hipep_i64 b
   const unsigned char* z = static_cast<const unsigned char*>(zp) + n * a.zp_row;
   if (BITS == 8) return (float)z[blk];
   return (float)((z[blk >> 1] >> ((blk & 1) * 4)) & 0xF);
+}
+
+// ---- int8 quantization of A (accuracy_level 4) --------------------------------------------------
+
+// (scale, inverse) of a block of A with max |a| = amax, as MLAS computes them (IEEE divisions).
+HIPEP_DEVICE float2 hipep_mnb_int8_params(float amax) {
+  return make_float2(amax / 127.0f, amax != 0.0f ? 127.0f / amax : 0.0f);
+}
+
+// a' = q * scale with q = rint(a * inverse): the value the int8 code stands for.
+HIPEP_DEVICE float hipep_mnb_int8_value(float v, float2 p) { return rintf(v * p.y) * p.x; }
+
+// The maximum over an aligned group of `lanes` lanes (a power of two up to the warp size); every
+// lane of the warp calls it with the same `lanes`.
+HIPEP_DEVICE float hipep_mnb_group_max(float v, int lanes) {
+  for (int o = lanes >> 1; o > 0; o >>= 1) v = fmaxf(v, HIPEP_SHFL_XOR(v, o));
+  return v;
 }
 
 // ---- GEMV ---------------------------------------------------------------------------------------
@@ -126,6 +152,69 @@ HIPEP_DEVICE void hipep_mnb_load_step(uint4 (&q)[MNB_UNROLL][MNB_COLS], float (&
   }
 }
 
+// 4 values of row m of A from column k as floats (zeros past M or K); a_vec: one aligned load.
+template <typename T>
+HIPEP_DEVICE float4 hipep_mnb_load_a4(const T* HIPEP_RESTRICT A, int m, hipep_i64 k, const hipep_mnb_args& a) {
+  float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (m >= a.m || k >= a.k) return v;
+  const T* p = A + (hipep_i64)m * a.k + k;
+  if (a.a_vec) {  // k % 4 == 0 and K % 4 == 0: all four are in the row
+    const hipep_mnb_vec4<T> x = *reinterpret_cast<const hipep_mnb_vec4<T>*>(p);
+    return make_float4(hipep_to_float(x.v[0]), hipep_to_float(x.v[1]), hipep_to_float(x.v[2]), hipep_to_float(x.v[3]));
+  }
+  v.x = hipep_to_float(p[0]);
+  if (k + 1 < a.k) v.y = hipep_to_float(p[1]);
+  if (k + 2 < a.k) v.z = hipep_to_float(p[2]);
+  if (k + 3 < a.k) v.w = hipep_to_float(p[3]);
+  return v;
+}
+
+// Loads of 4 values a lane needs for one block of A: block_size 256 with 32 lanes takes two.
+#define MNB_QA_LOADS ((256 / 4 + HIPEP_WARP_SIZE - 1) / HIPEP_WARP_SIZE)
+
+// The GEMV's staging of A's tile at kt for int8_a: the f32 staging's layout, holding a' (above).
+// A group of `lanes` lanes (block_size / 4, at most the warp) holds one block of one row in
+// registers, 4 values a lane per load, finds the block's amax by shuffles and writes a'. The tile
+// holds whole blocks (k_tile and fill_vals are multiples of block_size); every thread makes the
+// same trips (groups past the last block read zeros and write nothing), so the shuffles see the
+// whole warp.
+template <typename T, int M_T, int VPL>
+HIPEP_DEVICE void hipep_mnb_stage_a_int8(float* As, const T* HIPEP_RESTRICT A, hipep_i64 kt, int fill_vals,
+                                         int row_stride, const hipep_mnb_args& a) {
+  constexpr int STRIDE = VPL + MNB_PAD;
+  const int quarter = 1 << (a.log2_bs - 2);  // loads of 4 values per block
+  const int lanes = quarter < HIPEP_WARP_SIZE ? quarter : HIPEP_WARP_SIZE;
+  const int loads = quarter / lanes;
+  const int lane = threadIdx.x % lanes, groups = blockDim.x / lanes;
+  const int per_row = fill_vals >> a.log2_bs, total = M_T * per_row;
+  for (int g0 = 0; g0 < total; g0 += groups) {
+    const int g = g0 + threadIdx.x / lanes;
+    const int m = g / per_row, blk = g - m * per_row;  // m >= M_T >= a.m past the last block: zeros
+    float4 v[MNB_QA_LOADS];
+    float amax = 0.0f;
+#pragma unroll
+    for (int r = 0; r < MNB_QA_LOADS; ++r) {
+      v[r] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (r < loads) {
+        v[r] = hipep_mnb_load_a4(A, m, kt + (blk << a.log2_bs) + (lane + r * lanes) * 4, a);
+        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v[r].x), fabsf(v[r].y)), fmaxf(fabsf(v[r].z), fabsf(v[r].w))));
+      }
+    }
+    const float2 p = hipep_mnb_int8_params(hipep_mnb_group_max(amax, lanes));
+    if (g < total) {
+#pragma unroll
+      for (int r = 0; r < MNB_QA_LOADS; ++r) {
+        if (r < loads) {
+          const int j = (blk << a.log2_bs) + (lane + r * lanes) * 4;
+          const float4 q = make_float4(hipep_mnb_int8_value(v[r].x, p), hipep_mnb_int8_value(v[r].y, p),
+                                       hipep_mnb_int8_value(v[r].z, p), hipep_mnb_int8_value(v[r].w, p));
+          *reinterpret_cast<float4*>(As + m * row_stride + (j / VPL) * STRIDE + (j % VPL)) = q;
+        }
+      }
+    }
+  }
+}
+
 template <typename T, int BITS, int M_T>
 HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
                                  const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
@@ -161,7 +250,9 @@ HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char*
     // The first step's loads of B do not depend on A: they are in flight while A is staged.
     hipep_mnb_load_step<T, BITS>(q, qs, qz, B, scales, zp, first, step, kt, tile_chunks, col0, a);
     __syncthreads();  // the previous tile's readers are done
-    if (a.a_vec) {  // K % 4 == 0 and A 4-element aligned: 4 values per load and per 16-byte store
+    if (a.int8_a) {
+      hipep_mnb_stage_a_int8<T, M_T, VPL>(As, A, kt, fill_vals, tile_chunks_max * STRIDE, a);
+    } else if (a.a_vec) {  // K % 4 == 0 and A 4-element aligned: 4 values per load and per 16-byte store
       for (int i = threadIdx.x; i < M_T * fill_vals / 4; i += blockDim.x) {
         const int m = i / (fill_vals / 4), j = (i - m * (fill_vals / 4)) * 4;
         const hipep_i64 k = kt + j;
@@ -286,10 +377,28 @@ HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char*
 #define MNB_BK 32
 #define MNB_GEMM_THREADS 256
 
+// int8_a before the GEMM: each block of each row of A gets its (scale, inverse) in
+// qp[m * n_blocks + blk] (the stream's workspace); the GEMM quantizes A as it loads it. A group of
+// `lanes` lanes (block_size, at most the warp) per block, lane l on values l, l + lanes, ...
+template <typename T>
+HIPEP_DEVICE void hipep_mnb_a_int8_params(const T* HIPEP_RESTRICT A, float2* HIPEP_RESTRICT qp, const hipep_mnb_args a) {
+  const int bs = 1 << a.log2_bs;
+  const int lanes = bs < HIPEP_WARP_SIZE ? bs : HIPEP_WARP_SIZE;
+  const int lane = threadIdx.x % lanes;
+  const hipep_i64 g = (hipep_i64)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes;
+  const hipep_i64 m = g / a.nb, k0 = (g - m * a.nb) * bs;
+  float amax = 0.0f;
+  if (m < a.m)
+    for (int j = lane; j < bs && k0 + j < a.k; j += lanes) amax = fmaxf(amax, fabsf(hipep_to_float(A[m * a.k + k0 + j])));
+  amax = hipep_mnb_group_max(amax, lanes);  // every lane of the warp gets here
+  if (m < a.m && lane == 0) qp[g] = hipep_mnb_int8_params(amax);
+}
+
 template <typename T, int BITS>
 HIPEP_DEVICE void hipep_mnb_gemm(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
                                  const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
-                                 const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
+                                 const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y,
+                                 const float2* HIPEP_RESTRICT qp, const hipep_mnb_args a) {
   constexpr int VPW = 32 / BITS;                                        // values per 32-bit word of B
   constexpr int WORDS_PER_ROW = MNB_BK / VPW;                           // words of one B row in a K step
   constexpr int A_PER_THREAD = MNB_BM * MNB_BK / MNB_GEMM_THREADS;      // 8
@@ -319,7 +428,11 @@ HIPEP_DEVICE void hipep_mnb_gemm(const T* HIPEP_RESTRICT A, const unsigned char*
     for (int r = 0; r < A_PER_THREAD; ++r) {
       const int i = tid + r * MNB_GEMM_THREADS;
       const hipep_i64 gm = m0 + i / MNB_BK, gk = k0 + i % MNB_BK;
-      a_reg[r] = (gm < a.m && gk < a.k) ? hipep_to_float(A[gm * a.k + gk]) : 0.0f;
+      a_reg[r] = 0.0f;
+      if (gm < a.m && gk < a.k) {
+        a_reg[r] = hipep_to_float(A[gm * a.k + gk]);
+        if (a.int8_a) a_reg[r] = hipep_mnb_int8_value(a_reg[r], qp[gm * a.nb + (gk >> a.log2_bs)]);
+      }
     }
 #pragma unroll
     for (int r = 0; r < B_PER_THREAD; ++r) {
@@ -403,15 +516,25 @@ HIPEP_DEVICE void hipep_mnb_gemm(const T* HIPEP_RESTRICT A, const unsigned char*
     hipep_mnb_gemv<T, BITS, M_T>(A, B, scales, zp, bias, Y, a);                                       \
   }
 
+// The GEMM's qp: the blocks' (scale, inverse) for int8_a (hipep_mnb_a_int8_*), null otherwise.
 #define HIPEP_MNB_TYPE(NAME, T, BITS)                                                                 \
   HIPEP_MNB_GEMV(NAME, T, BITS, 1)                                                                    \
   HIPEP_MNB_GEMV(NAME, T, BITS, 2)                                                                    \
   HIPEP_MNB_GEMV(NAME, T, BITS, 4)                                                                    \
   HIPEP_MNB_GEMV(NAME, T, BITS, 8)                                                                    \
-  HIPEP_KERNEL void hipep_mnb_gemm_##NAME##_b##BITS(HIPEP_MNB_PARAMS(T)) {                           \
-    hipep_mnb_gemm<T, BITS>(A, B, scales, zp, bias, Y, a);                                            \
+  HIPEP_KERNEL void hipep_mnb_gemm_##NAME##_b##BITS(HIPEP_MNB_PARAMS(T), const float2* HIPEP_RESTRICT qp) { \
+    hipep_mnb_gemm<T, BITS>(A, B, scales, zp, bias, Y, qp, a);                                        \
   }
 
+#define HIPEP_MNB_A_INT8(NAME, T)                                                                     \
+  HIPEP_KERNEL void hipep_mnb_a_int8_##NAME(const T* HIPEP_RESTRICT A, float2* HIPEP_RESTRICT qp,     \
+                                            const hipep_mnb_args a) {                                 \
+    hipep_mnb_a_int8_params<T>(A, qp, a);                                                             \
+  }
+
+HIPEP_MNB_A_INT8(f32, float)
+HIPEP_MNB_A_INT8(f16, hipep_half)
+HIPEP_MNB_A_INT8(bf16, hipep_bf16)
 HIPEP_MNB_TYPE(f32, float, 4)
 HIPEP_MNB_TYPE(f32, float, 8)
 HIPEP_MNB_TYPE(f16, hipep_half, 4)

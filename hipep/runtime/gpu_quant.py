@@ -9,6 +9,10 @@ columns per warp, A in shared memory in K tiles sized to the rows, and where N a
 than two blocks per SM the block's warps split K (`gemv_k_split`); more rows run the tiled GEMM,
 except up to GEMV_CHAIN_MAX_ROWS rows where the GEMM's grid would not cover the SMs: the GEMV then
 runs once per 8 rows.
+At accuracy_level 4 with integer (or no) zero points the kernels quantize A to int8 per block of
+K as ONNX Runtime's CPU EP does (the registry reference's rule, hipep.ops.contrib_quant): the GEMV
+while staging A (its K tiles hold whole blocks), the GEMM after a small kernel has written each
+block's scale into the stream's workspace.
 GatherBlockQuantized (kernels/gather_block_quantized.hip) gathers and dequantizes rows of uint8
 data with gather_axis 0 and quantize_axis last, the only form the op registry claims.
 """
@@ -40,7 +44,7 @@ class MatMulNBitsArgs(ctypes.Structure):
                 ("k_pad", ctypes.c_longlong), ("row_bytes", ctypes.c_longlong), ("nb", ctypes.c_longlong),
                 ("zp_row", ctypes.c_longlong), ("log2_bs", ctypes.c_int), ("k_tile", ctypes.c_int),
                 ("zp_mode", ctypes.c_int), ("aligned16", ctypes.c_int), ("k_split", ctypes.c_int),
-                ("a_vec", ctypes.c_int)]
+                ("a_vec", ctypes.c_int), ("int8_a", ctypes.c_int)]
 
 
 class GatherBlockQuantizedArgs(ctypes.Structure):
@@ -113,13 +117,27 @@ def _mnb_check(attrs, dtypes, shapes, values):
     return None
 
 
-def _gemv_k_tile(m_t: int, vpl: int, k_pad: int) -> int:
+def _gemv_k_tile(m_t: int, vpl: int, k_pad: int, block_size: int) -> int:
     """Values of K per shared-memory tile of the GEMV for m_t rows: as many chunks as fit the
-    budget (a multiple of the warp's 32 lanes where possible), no more than K_pad needs."""
+    budget (a multiple of the warp's 32 lanes where possible), no more than K_pad needs. A tile
+    holds whole quantization blocks (int8 A finds each block's amax there): a multiple of
+    block_size, or all of K_pad (itself one)."""
     chunks = GEMV_SMEM_BUDGET // (m_t * (vpl + GEMV_PAD) * 4)
     if chunks >= 32:
         chunks -= chunks % 32
-    return max(1, min(chunks, _cdiv(k_pad, vpl))) * vpl
+    k_tile = max(1, min(chunks, _cdiv(k_pad, vpl))) * vpl
+    if k_tile < k_pad:
+        k_tile -= k_tile % block_size
+    if k_tile <= 0 or (k_tile < k_pad and k_tile % vpl):
+        raise ValueError(f"no GEMV tile of whole blocks of {block_size} for {m_t} rows")  # never with the budget
+    return k_tile
+
+
+def int8_a(attrs, zp_mode: int) -> bool:
+    """Whether A is quantized to int8 per block (accuracy_level 4 with integer or no zero points),
+    the rule of the registry reference (hipep.ops.contrib_quant._matmul_nbits): its claim takes
+    such a node only where ORT's CPU EP would (constant weights)."""
+    return int(attrs.get("accuracy_level", 0)) == 4 and zp_mode != 2
 
 
 def gemv_k_split(n: int, tile_chunks: int, sm_count: int, warp: int = 32) -> int:
@@ -190,6 +208,7 @@ def _mnb_bind(ins, outs, attrs, target):
         raise NoKernel(f"{op}: B at an address not 8-byte aligned")
     k_pad = nb * bs
     log2_bs = bs.bit_length() - 1
+    quant_a = int(int8_a(attrs, zp_mode))
     gemm_grid = (_cdiv(n, GEMM_TILE), _cdiv(m, GEMM_TILE), 1)
     if m <= GEMV_MAX_ROWS or (m <= GEMV_CHAIN_MAX_ROWS and gemm_grid[0] * gemm_grid[1] < target.sm_count):
         # The GEMV per slice of up to 8 rows: for a few slices over a small grid it streams B
@@ -201,12 +220,12 @@ def _mnb_bind(ins, outs, attrs, target):
         for r0 in range(0, m, GEMV_MAX_ROWS):
             rows = min(GEMV_MAX_ROWS, m - r0)
             m_t = gemv_rows(rows)
-            k_tile = _gemv_k_tile(m_t, vpl, k_pad)
+            k_tile = _gemv_k_tile(m_t, vpl, k_pad, bs)
             k_split = gemv_k_split(n, k_tile // vpl, target.sm_count, target.warp_size)
             a_ptr = A.ptr + r0 * k * e
             a_vec = int(k % 4 == 0 and a_ptr % (4 * e) == 0)
             args = MatMulNBitsArgs(rows, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, k_tile, zp_mode, aligned16,
-                                   k_split, a_vec)
+                                   k_split, a_vec, quant_a)
             smem = m_t * (k_tile // vpl) * (vpl + GEMV_PAD) * 4
             grid = (_cdiv(n, GEMV_WARPS // k_split * GEMV_COLS), 1, 1)
             params = [ctypes.c_uint64(a_ptr), ptr(B), ptr(scales), ptr(zp), ptr(bias),
@@ -216,9 +235,21 @@ def _mnb_bind(ins, outs, attrs, target):
         return ops
     if gemm_grid[1] > 65535:
         raise NoKernel(f"{op}: {m} rows of A (at most {65535 * GEMM_TILE})")
-    args = MatMulNBitsArgs(m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, 0, zp_mode, 0, 1, 0)
-    return [KernelOp(f"hipep_mnb_gemm_{dt}_b{bits}", gemm_grid, (GEMM_THREADS, 1, 1),
-                     [ptr(A), ptr(B), ptr(scales), ptr(zp), ptr(bias), ptr(y), args], module="matmul_nbits")]
+    args = MatMulNBitsArgs(m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, 0, zp_mode, 0, 1, 0, quant_a)
+    ops = []
+    qp = 0
+    if quant_a:
+        # Each block's (scale, inverse) as two floats in the stream's workspace, then the GEMM.
+        if target.workspace is None:
+            raise NoKernel(f"{op}: accuracy_level=4 needs the device's workspace")
+        qp = target.workspace(m * nb * 8)
+        lanes = min(bs, target.warp_size)
+        ops.append(KernelOp(f"hipep_mnb_a_int8_{dt}", (_cdiv(m * nb, GEMM_THREADS // lanes), 1, 1),
+                            (GEMM_THREADS, 1, 1), [ptr(A), ctypes.c_uint64(qp), args], module="matmul_nbits"))
+    ops.append(KernelOp(f"hipep_mnb_gemm_{dt}_b{bits}", gemm_grid, (GEMM_THREADS, 1, 1),
+                        [ptr(A), ptr(B), ptr(scales), ptr(zp), ptr(bias), ptr(y), args, ctypes.c_uint64(qp)],
+                        module="matmul_nbits"))
+    return ops
 
 
 # ---- GatherBlockQuantized ------------------------------------------------------------------------

@@ -513,12 +513,18 @@ def test_partition_for_a_gpu_leaves_nodes_without_a_program():
 # The kernels are emulated from the launch the binding gives: every address the kernel computes
 # (rows of B, 16- or 8-byte chunk loads, scales and packed zero points per half chunk, the
 # shared-memory tile of A, the GEMM's tiles and output mapping) is followed as the .hip source
-# does, and the result compared with hipep's numpy dequantization and a plain float matmul.
+# does, and the result compared with hipep's numpy dequantization and a plain float matmul, or at
+# accuracy_level 4 (A quantized to int8 per block: the lane groups of the GEMV's staging, the
+# GEMM's per-block scales in the workspace) with the registry reference, which follows ORT's CPU EP.
+
+import dataclasses  # noqa: E402
 
 from hipep.runtime import gpu_quant as gq  # noqa: E402
 
 _QT = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
 _QBASE, _QOUT = 0x10000000, 0x70000000  # fake addresses of the operands (1 << 28 apart) and the output
+_QWS = 0x7C000000  # the stream's workspace
+_QTARGET = dataclasses.replace(TARGET, workspace=lambda nbytes: _QWS)
 
 
 class _Bytes:
@@ -571,15 +577,78 @@ def _mnb_zero_point(rd: _Bytes, zp_ptr, n, blk, a, bits, dtype) -> float:
 
 def _emulate_mnb(mem: Memory, op: gk.KernelOp) -> None:
     rd = _Bytes(mem)
+    q = re.fullmatch(r"hipep_mnb_a_int8_(f32|f16|bf16)", op.entry)
+    if q:
+        _emulate_mnb_a_int8(rd, op, _QT[q.group(1)])
+        return
     m = re.fullmatch(r"hipep_mnb_(gemv|gemm)_(f32|f16|bf16)_b([48])(?:_m([1248]))?", op.entry)
     assert m, op.entry
     kind, dt, bits = m.group(1), _QT[m.group(2)], int(m.group(3))
     A, B, S, Z, bias, Y = [v.value for v in op.params[:6]]
     a = op.params[6]
     if kind == "gemv":
+        assert len(op.params) == 7
         _emulate_mnb_gemv(rd, op, a, int(m.group(4)), bits, dt, A, B, S, Z, bias, Y)
     else:
-        _emulate_mnb_gemm(rd, op, a, bits, dt, A, B, S, Z, bias, Y)
+        assert len(op.params) == 8 and (op.params[7].value != 0) == bool(a.int8_a)
+        _emulate_mnb_gemm(rd, op, a, bits, dt, A, B, S, Z, bias, Y, op.params[7].value)
+
+
+def _int8_params(amax: np.float32) -> tuple[np.float32, np.float32]:
+    """hipep_mnb_int8_params: (amax / 127, 127 / amax or 0), IEEE f32 divisions."""
+    amax = np.float32(amax)
+    return np.float32(amax / np.float32(127)), np.float32(np.float32(127) / amax) if amax != 0 else np.float32(0)
+
+
+def _int8_value(v, scale, inv) -> np.float32:
+    """hipep_mnb_int8_value: rint(v * inv) * scale in f32."""
+    return np.float32(np.rint(np.float32(np.float32(v) * inv)) * scale)
+
+
+def _emulate_mnb_a_int8(rd, op, dt):
+    """hipep_mnb_a_int8_*: a group of min(block_size, warp) lanes per (row, block), lane l on
+    values l, l + lanes, ...; (scale, inverse) as two floats at qp[g]."""
+    A, qp, a = op.params[0].value, op.params[1].value, op.params[2]
+    bs = 1 << a.log2_bs
+    lanes = min(bs, 32)
+    per_block = op.block[0] // lanes
+    assert op.block == (gq.GEMM_THREADS, 1, 1) and op.grid[0] * per_block >= a.m * a.nb
+    for g in range(op.grid[0] * per_block):
+        m, k0 = g // a.nb, (g % a.nb) * bs
+        if m >= a.m:
+            continue
+        vals = [abs(np.float32(rd.elem(A, m * a.k + k0 + j, dt))) for lane in range(lanes)
+                for j in range(lane, bs, lanes) if k0 + j < a.k]
+        scale, inv = _int8_params(max(vals, default=np.float32(0)))
+        rd.put(qp, 2 * g, np.float32, scale)
+        rd.put(qp, 2 * g + 1, np.float32, inv)
+
+
+def _stage_a_int8(rd, smem, a, m_t, kt, fill, tcm, stride, vpl, dt, A, e):
+    """hipep_mnb_stage_a_int8: groups of min(block_size / 4, warp) lanes, each group one block of
+    one row of the tile, 4 values a lane per load, a' = rint(a * inv) * scale written in place."""
+    bs = 1 << a.log2_bs
+    assert fill % bs == 0, "the tile does not hold whole blocks"
+    lanes = min(bs // 4, 32)
+    loads = bs // 4 // lanes
+    assert loads <= (256 // 4 + 31) // 32
+    per_row = fill // bs
+    for g in range(m_t * per_row):
+        mm, blk = divmod(g, per_row)
+        js = [blk * bs + (lane + r * lanes) * 4 for r in range(loads) for lane in range(lanes)]
+        assert sorted(j + t for j in js for t in range(4)) == list(range(blk * bs, (blk + 1) * bs))
+        vals = {}
+        for j in js:
+            k = kt + j
+            if mm < a.m and k < a.k and a.a_vec:
+                rd.raw(A + (mm * a.k + k) * e, 4 * e, 4 * e)  # one aligned 4-element load
+                assert k + 3 < a.k
+            for t in range(4):
+                ok = mm < a.m and k + t < a.k
+                vals[j + t] = np.float32(rd.elem(A, mm * a.k + k + t, dt)) if ok else np.float32(0)
+        scale, inv = _int8_params(max(abs(v) for v in vals.values()))
+        for j, v in vals.items():
+            smem[mm * tcm * stride + (j // vpl) * stride + j % vpl] = _int8_value(v, scale, inv)
 
 
 def _emulate_mnb_gemv(rd, op, a, m_t, bits, dt, A, B, S, Z, bias, Y):
@@ -597,7 +666,9 @@ def _emulate_mnb_gemv(rd, op, a, m_t, bits, dt, A, B, S, Z, bias, Y):
         for kt in range(0, a.k_pad, a.k_tile):
             tile_chunks = -(-min(a.k_pad - kt, a.k_tile) // vpl)
             smem = np.full(m_t * tcm * stride, np.nan)  # unwritten shared memory reads as NaN
-            for mm in range(m_t):
+            if a.int8_a:
+                _stage_a_int8(rd, smem, a, m_t, kt, tile_chunks * vpl, tcm, stride, vpl, dt, A, e)
+            for mm in range(m_t if not a.int8_a else 0):
                 for j in range(tile_chunks * vpl):
                     k = kt + j
                     if a.a_vec and j % 4 == 0 and mm < a.m and k < a.k:
@@ -647,7 +718,7 @@ def _emulate_mnb_gemv(rd, op, a, m_t, bits, dt, A, B, S, Z, bias, Y):
                     rd.put(Y, mm * a.n + n, dt, total[mm, c] + b)
 
 
-def _emulate_mnb_gemm(rd, op, a, bits, dt, A, B, S, Z, bias, Y):
+def _emulate_mnb_gemm(rd, op, a, bits, dt, A, B, S, Z, bias, Y, qp):
     t, bk = gq.GEMM_TILE, 32
     vpw = 32 // bits
     assert op.block == (gq.GEMM_THREADS, 1, 1) and op.grid[0] * t >= a.n and op.grid[1] * t >= a.m
@@ -662,6 +733,10 @@ def _emulate_mnb_gemm(rd, op, a, bits, dt, A, B, S, Z, bias, Y):
                         gm, gkk = m0 + mm, k0 + kk
                         if gm < a.m and gkk < a.k:
                             at[mm, kk] = rd.elem(A, gm * a.k + gkk, dt)
+                            if a.int8_a:
+                                g = gm * a.nb + (gkk >> a.log2_bs)
+                                scale, inv = rd.elem(qp, 2 * g, np.float32), rd.elem(qp, 2 * g + 1, np.float32)
+                                at[mm, kk] = _int8_value(at[mm, kk], np.float32(scale), np.float32(inv))
                 bt = np.zeros((bk, t))
                 for nn in range(t):
                     for wi in range(bk // vpw):
@@ -686,18 +761,21 @@ def _emulate_mnb_gemm(rd, op, a, bits, dt, A, B, S, Z, bias, Y):
                                 rd.put(Y, gm * a.n + gn, dt, acc[ty * 4 + i, tx * 4 + j] + b)
 
 
-def _mnb_case(m_shape, k, n, bits, bs, dtype, zp_kind, with_bias, b_offset=0, seed=0):
+def _mnb_case(m_shape, k, n, bits, bs, dtype, zp_kind, with_bias, b_offset=0, seed=0, level=4):
+    """Binds and emulates one MatMulNBits: (ops, got, want, the f32 path's product). `want` is the
+    registry reference at accuracy_level 4 with integer zero points (int8 A), else the f32 path's."""
     from quant_helpers import quantize_blockwise
 
     rng = np.random.default_rng(seed)
     w = rng.standard_normal((n, k)).astype(np.float32)
     B, scales, zp = quantize_blockwise(w, bits, bs, zp_kind, rng)
     A = rng.standard_normal(tuple(m_shape) + (k,)).astype(dtype)
+    A.reshape(-1, k)[0, :bs] = 0  # an all-zero block: scale 0, codes 0
     scales = scales.astype(dtype)
     if zp is not None and zp.dtype != np.uint8:
         zp = zp.astype(dtype)
     bias = rng.standard_normal(n).astype(dtype) if with_bias else None
-    attrs = {"K": k, "N": n, "bits": bits, "block_size": bs, "accuracy_level": 4, "weight_prepacked": 0}
+    attrs = {"K": k, "N": n, "bits": bits, "block_size": bs, "accuracy_level": level, "weight_prepacked": 0}
     mem = Memory()
     bases = [_QBASE, 2 * _QBASE + b_offset, 3 * _QBASE, 4 * _QBASE, 5 * _QBASE]
     ins = []
@@ -710,49 +788,64 @@ def _mnb_case(m_shape, k, n, bits, bs, dtype, zp_kind, with_bias, b_offset=0, se
     ins = ins[:4] + [None] + ins[4:]
     out_shape = tuple(m_shape) + (n,)
     mem.alloc(_QOUT, int(np.prod(out_shape)) * np.dtype(dtype).itemsize)
-    ops = gk.BINDINGS[gq.MNB].bind(ins, [out_arg(out_shape, dtype, _QOUT)], attrs, TARGET)
+    ops = gk.BINDINGS[gq.MNB].bind(ins, [out_arg(out_shape, dtype, _QOUT)], attrs, _QTARGET)
+    m = int(np.prod(m_shape))
+    mem.alloc(_QWS, max(16, m * -(-k // bs) * 8))
     for op in ops:
         _emulate_mnb(mem, op)
     got = mem.get(_QOUT, out_shape, dtype).astype(np.float64)
     # hipep's reference dequantization, then a plain float matmul
-    from hipep.ops.contrib_quant import _mnb_dequant, _mnb_unpack
+    from hipep.ops.contrib_quant import _matmul_nbits, _mnb_dequant, _mnb_unpack
 
     wd = _mnb_dequant(*_mnb_unpack(B, scales, zp, attrs))[:, :k].astype(np.float64)
-    want = A.astype(np.float64).reshape(-1, k) @ wd.T
+    f32_path = A.astype(np.float64).reshape(-1, k) @ wd.T
     if bias is not None:
-        want += bias.astype(np.float64)
-    return ops, got, want.reshape(out_shape)
+        f32_path += bias.astype(np.float64)
+    f32_path = f32_path.reshape(out_shape)
+    want = f32_path
+    if level == 4 and zp_kind != "float":
+        want = _matmul_nbits([A, B, scales.reshape(-1), zp, None, bias], attrs)[0].astype(np.float64)
+    return ops, got, want, f32_path
 
 
-@pytest.mark.parametrize("m_shape,k,n,bits,bs,dtype,zp_kind,with_bias", [
-    ((1,), 64, 37, 4, 32, np.float32, "none", False),          # the builder's form, N not a multiple of 16
-    ((1, 3), 100, 20, 4, 32, np.float16, "uint8", True),       # K not a multiple of the block
-    ((2, 4), 200, 18, 8, 16, np.float32, "uint8", False),      # 8 bits, M = 8
-    ((5,), 80, 17, 4, 16, ml_dtypes.bfloat16, "uint8", True),  # odd n_blocks: rows 8-byte aligned only
-    ((2,), 96, 9, 4, 32, np.float16, "float", True),           # float zero points
-    ((8,), 1100, 5, 4, 128, np.float32, "uint8", False),       # K past one shared-memory tile (1024 at M=8)
-    ((1,), 4096, 6, 4, 32, np.float16, "none", True),          # K split 4 ways among a block's warps
-    ((2,), 1030, 7, 8, 64, np.float32, "uint8", True),         # K split 2 ways, K % 4 != 0: A staged one by one
-    ((17,), 72, 70, 4, 16, np.float32, "uint8", True),         # 3 GEMVs of 8, 8 and 1 rows (a small GEMM grid)
-    ((20,), 64, 300, 4, 32, np.float32, "none", False),        # GEMM: edge tiles (its grid covers the 4 SMs)
-    ((3, 23), 40, 9, 8, 32, np.float16, "float", False),       # GEMM, 8 bits, float zero points
+@pytest.mark.parametrize("m_shape,k,n,bits,bs,dtype,zp_kind,with_bias,level", [
+    ((1,), 64, 37, 4, 32, np.float32, "none", False, 4),          # the builder's form, N not a multiple of 16
+    ((1, 3), 100, 20, 4, 32, np.float16, "uint8", True, 4),       # K not a multiple of the block
+    ((2, 4), 200, 18, 8, 16, np.float32, "uint8", False, 4),      # 8 bits, M = 8
+    ((2, 4), 200, 18, 8, 16, np.float32, "uint8", False, 0),      # the same at level 0: A in f32
+    ((5,), 80, 17, 4, 16, ml_dtypes.bfloat16, "uint8", True, 4),  # odd n_blocks: rows 8-byte aligned only
+    ((2,), 96, 9, 4, 32, np.float16, "float", True, 4),           # float zero points: A in f32 at level 4
+    ((8,), 1100, 5, 4, 128, np.float32, "uint8", False, 4),       # K past one shared-memory tile (1024 at M=8)
+    ((1,), 4096, 6, 4, 32, np.float16, "none", True, 4),          # K split 4 ways among a block's warps
+    ((2,), 1030, 7, 8, 64, np.float32, "uint8", True, 4),         # K split 2 ways, K % 4 != 0: A staged one by one
+    ((3,), 600, 10, 4, 256, np.float32, "uint8", False, 4),       # block 256: two loads a lane in the staging
+    ((17,), 72, 70, 4, 16, np.float32, "uint8", True, 4),         # 3 GEMVs of 8, 8 and 1 rows (a small GEMM grid)
+    ((20,), 64, 300, 4, 32, np.float32, "none", False, 4),        # GEMM: edge tiles (its grid covers the 4 SMs)
+    ((20,), 64, 300, 4, 32, np.float32, "uint8", True, 0),        # the GEMM at level 0
+    ((40,), 300, 20, 8, 256, np.float32, "none", True, 4),        # GEMM, block 256, the last block partial
+    ((3, 23), 40, 9, 8, 32, np.float16, "float", False, 4),       # GEMM, 8 bits, float zero points
 ])
-def test_matmul_nbits_binding_emulated(m_shape, k, n, bits, bs, dtype, zp_kind, with_bias):
-    ops, got, want = _mnb_case(m_shape, k, n, bits, bs, dtype, zp_kind, with_bias)
+def test_matmul_nbits_binding_emulated(m_shape, k, n, bits, bs, dtype, zp_kind, with_bias, level):
+    ops, got, want, f32_path = _mnb_case(m_shape, k, n, bits, bs, dtype, zp_kind, with_bias, level=level)
+    quantized = level == 4 and zp_kind != "float"
     m = int(np.prod(m_shape))
     gemm_blocks = -(-n // gq.GEMM_TILE) * -(-m // gq.GEMM_TILE)
     if m <= 8 or (m <= gq.GEMV_CHAIN_MAX_ROWS and gemm_blocks < TARGET.sm_count):
         assert [op.entry[:14] for op in ops] == ["hipep_mnb_gemv"] * -(-m // 8)
         assert [op.params[6].m for op in ops] == [min(8, m - r) for r in range(0, m, 8)]
     else:
-        assert len(ops) == 1 and ops[0].entry.startswith("hipep_mnb_gemm")
+        dt = {np.dtype(v): k for k, v in _QT.items()}[np.dtype(dtype)]
+        assert [op.entry for op in ops] == [f"hipep_mnb_a_int8_{dt}"] * quantized + [f"hipep_mnb_gemm_{dt}_b{bits}"]
+    assert all(p.int8_a == quantized for op in ops for p in op.params if isinstance(p, gq.MatMulNBitsArgs))
     tol = 1e-5 if dtype == np.float32 else (1e-2 if dtype == np.float16 else 2e-2)
     err = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)
     assert err < tol, (ops[0].entry, err)
+    if quantized and dtype == np.float32:  # int8 codes move the product well past the tolerance
+        assert np.abs(got - f32_path).max() / np.abs(f32_path).max() > 1e-3
 
 
 def test_matmul_nbits_gemv_picks_rows_tiles_and_loads():
-    ops, _, _ = _mnb_case((3,), 4096, 16, 4, 32, np.float16, "none", False)
+    ops, _, _, _ = _mnb_case((3,), 4096, 16, 4, 32, np.float16, "none", False)
     op, a = ops[0], ops[0].params[6]
     assert op.entry == "hipep_mnb_gemv_f16_b4_m4" and a.aligned16 == 1 and a.a_vec == 1
     assert a.k_tile == 2048 and op.smem == 4 * (2048 // 32) * 36 * 4
@@ -761,9 +854,9 @@ def test_matmul_nbits_gemv_picks_rows_tiles_and_loads():
     assert gq.gemv_k_split(4096, 128, 132) == 2 and gq.gemv_k_split(2048, 256, 132) == 4
     assert gq.gemv_k_split(32000, 64, 132) == 1 and gq.gemv_k_split(16, 32, 132) == 1
     assert gq.gemv_k_split(16, 1024, 132) == 8
-    ops, _, _ = _mnb_case((1,), 80, 16, 4, 16, np.float32, "uint8", False)
+    ops, _, _, _ = _mnb_case((1,), 80, 16, 4, 16, np.float32, "uint8", False)
     assert ops[0].params[6].aligned16 == 0  # 40-byte rows: 8-byte halves
-    ops, _, _ = _mnb_case((1,), 64, 8, 4, 32, np.float32, "none", False, b_offset=8)
+    ops, _, _, _ = _mnb_case((1,), 64, 8, 4, 32, np.float32, "none", False, b_offset=8)
     assert ops[0].params[6].aligned16 == 0  # B itself only 8-byte aligned
     assert gq.gemv_rows(1) == 1 and gq.gemv_rows(3) == 4 and gq.gemv_rows(5) == 8
 
