@@ -210,7 +210,8 @@ class MatmulPlan:
             name = f"status {status_code}"
         return f"cublasLtMatmul failed: {name}"
 
-    def release(self) -> None:
+    def release(self, _void_p=_void_p) -> None:
+        # (_void_p bound here: at interpreter exit the module's globals may already be None)
         lib = self.lib
         try:
             if self.pref:
