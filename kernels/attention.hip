@@ -39,6 +39,7 @@ struct hipep_gqa_args {
   int present_rows;         // rows per (batch, kv head) of present
   int windowed, window, window_from_raw;
   int splits, row_groups, rows_per_block;  // split-KV kernel: query rows (token, head) per block
+  int key_tile;  // split-KV kernel: a split's keys are a multiple of this (one pass of the block's warps)
   int bias_len, has_sink;
   hipep_i64 bias_sb, bias_sh, bias_ss;
   hipep_i64 qin_sb, qin_ss;  // query input: batch and sequence strides (elements)
@@ -277,48 +278,82 @@ HIPEP_DEVICE void hipep_gqa_prepare(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
 
 // ---- decode: a few query tokens, the KV range split over blocks ---------------------------------------
 // grid (splits, kv_heads * row_groups, batch), DEC_THREADS threads. The query rows of a KV head are
-// its group's (token, head) pairs, row r = token * group + head in group; a block takes up to
-// HIPEP_DEC_HEADS of them and the keys any of them sees, [lo of its first row, hi of its last),
-// split into `splits` chunks. Per KV tile of DEC_TILE keys: each thread scores one key against the
-// block's rows (K row read once, Q from shared memory; keys outside a row's bounds masked), one warp
-// per row updates the running max/sum, then threads own 8-wide slices of the head (and every KL-th
-// key of the tile) to accumulate P @ V. The slices' partial sums are added in a fixed order at the
-// end, so results do not depend on scheduling. Partials and outputs are indexed by the flat
+// its group's (token, head) pairs, row r = token * group + head in group; a block takes up to G of
+// them (the entry's variant: 1, 2, 4 or 8) and the keys any of them sees, [lo of its first row, hi of
+// its last), split into `splits` chunks of whole key tiles (a.key_tile keys: every warp's share of
+// one pass). Flash-decoding: a key is read by P = pow2 >= H / 8 neighbouring lanes, 8 elements (16 or
+// 32 bytes) each, so one load instruction of a warp reads W / P consecutive keys; every lane keeps
+// KPL keys' K and V in flight at once (loaded together, before they are needed). Dot products are
+// summed over the P lanes by shuffles; each warp keeps its own running max, sum and P @ V for every
+// row (no barrier per key tile), and at the end the warps' partials are merged in warp order, so
+// results do not depend on scheduling. Partials and outputs are indexed by the flat
 // (batch * S + token) * heads + head.
 
 #define HIPEP_DEC_THREADS 128
-#define HIPEP_DEC_TILE 128
-#define HIPEP_DEC_HEADS 8
+#define HIPEP_DEC_WARPS (HIPEP_DEC_THREADS / HIPEP_WARP_SIZE)
 #define HIPEP_GQA_MAX_HEAD 256
+#define HIPEP_GQA_MAX_SPLITS 64
 
-template <typename T>
+// Keys per lane per pass: K and V of these are in flight together (registers: 2 * KPL * 8 elements).
+template <typename T, int G> struct hipep_dec_keys { static constexpr int value = (sizeof(T) == 2 && G <= 4) ? 8 : 4; };
+
+// Eight elements of a row as loaded (16-byte words), converted to f32 when used.
+template <typename T> struct hipep_raw8;
+template <> struct hipep_raw8<hipep_half> { uint4 w; };
+template <> struct hipep_raw8<float> { float4 x, y; };
+
+HIPEP_DEVICE void hipep_raw_load(hipep_raw8<hipep_half>& r, const hipep_half* p) { r.w = *reinterpret_cast<const uint4*>(p); }
+HIPEP_DEVICE void hipep_raw_load(hipep_raw8<float>& r, const float* p) {
+  r.x = reinterpret_cast<const float4*>(p)[0];
+  r.y = reinterpret_cast<const float4*>(p)[1];
+}
+HIPEP_DEVICE void hipep_raw_zero(hipep_raw8<hipep_half>& r) { r.w = make_uint4(0u, 0u, 0u, 0u); }
+HIPEP_DEVICE void hipep_raw_zero(hipep_raw8<float>& r) { r.x = r.y = make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+HIPEP_DEVICE void hipep_raw_float(const hipep_raw8<hipep_half>& r, float* f) {
+  const hipep_half* h = reinterpret_cast<const hipep_half*>(&r.w);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) f[e] = __half2float(h[e]);
+}
+HIPEP_DEVICE void hipep_raw_float(const hipep_raw8<float>& r, float* f) {
+  f[0] = r.x.x; f[1] = r.x.y; f[2] = r.x.z; f[3] = r.x.w; f[4] = r.y.x; f[5] = r.y.y; f[6] = r.y.z; f[7] = r.y.w;
+}
+
+// Lanes that read one key: the power of two covering H / 8 (lanes past H / 8 idle).
+HIPEP_DEVICE int hipep_dec_lanes(int H) {
+  int p = 1;
+  while (8 * p < H) p <<= 1;
+  return p;
+}
+
+template <typename T, int G>
 HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RESTRICT cache_k,
                                    const T* HIPEP_RESTRICT cache_v, const int* seqlens, const int* total,
                                    const T* HIPEP_RESTRICT bias, const T* HIPEP_RESTRICT sink, T* HIPEP_RESTRICT out,
                                    float* HIPEP_RESTRICT part_acc, float* HIPEP_RESTRICT part_ml,
                                    const hipep_gqa_args a) {
-  __shared__ float4 q_s4[HIPEP_DEC_HEADS][HIPEP_GQA_MAX_HEAD / 4];  // the block's queries, 4 dims a word
+  constexpr int W = HIPEP_WARP_SIZE, NW = HIPEP_DEC_WARPS, KPL = hipep_dec_keys<T, G>::value;
+  __shared__ float4 q_s4[G][HIPEP_GQA_MAX_HEAD / 4];  // the block's queries, 4 dims a word
   float (*q_s)[HIPEP_GQA_MAX_HEAD] = reinterpret_cast<float (*)[HIPEP_GQA_MAX_HEAD]>(q_s4);
-  __shared__ float sc[HIPEP_DEC_HEADS][HIPEP_DEC_TILE];
-  __shared__ float o_s[HIPEP_DEC_HEADS][HIPEP_GQA_MAX_HEAD];
-  __shared__ float m_s[HIPEP_DEC_HEADS], l_s[HIPEP_DEC_HEADS], al_s[HIPEP_DEC_HEADS];
-  const int H = a.head_size, t = threadIdx.x;
+  __shared__ float o_s[NW][G][HIPEP_GQA_MAX_HEAD];  // each warp's P @ V
+  __shared__ float m_w[NW][G], l_w[NW][G];
+  __shared__ int row_s[G], row_head[G], row_lo[G], row_hi[G];
+  const int H = a.head_size, t = threadIdx.x, lane = t % W, warp = t / W;
   const int split = blockIdx.x, b = blockIdx.z;
   const int kvh = blockIdx.y / a.row_groups, rg = blockIdx.y % a.row_groups;
   const int first_row = rg * a.rows_per_block;
-  const int gn = min(a.rows_per_block, a.group * a.seq - first_row);  // the block's rows
-  // The block's rows: token, head, keys [lo, hi) (shared memory keeps registers for the tiles).
-  __shared__ int row_s[HIPEP_DEC_HEADS], row_head[HIPEP_DEC_HEADS], row_lo[HIPEP_DEC_HEADS], row_hi[HIPEP_DEC_HEADS];
-  if (t < HIPEP_DEC_HEADS) {
+  const int gn = min(a.rows_per_block, a.group * a.seq - first_row);  // the block's rows (<= G)
+  if (t < G) {
     const hipep_gqa_row g = hipep_gqa_geometry(a, seqlens, total, b);
     const int r = first_row + min(t, gn - 1);
     row_s[t] = r / a.group;
     row_head[t] = kvh * a.group + r % a.group;
     hipep_gqa_bounds(a, g, row_s[t], row_lo[t], row_hi[t]);
+    if (t >= gn) row_hi[t] = row_lo[t];  // a padding row sees no key
   }
   __syncthreads();
   int lo = 0x7fffffff, hi = 0;
-  for (int h = 0; h < gn; ++h) {
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
     if (row_hi[h] > row_lo[h]) {
       lo = min(lo, row_lo[h]);
       hi = max(hi, row_hi[h]);
@@ -327,9 +362,9 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
   if (hi == 0) lo = 0;
   const int span = max(hi - lo, 0);
   int chunk = (span + a.splits - 1) / a.splits;
-  chunk = (chunk + HIPEP_DEC_TILE - 1) / HIPEP_DEC_TILE * HIPEP_DEC_TILE;
+  chunk = (chunk + a.key_tile - 1) / a.key_tile * a.key_tile;
   const int k0 = lo + split * chunk, k1 = min(hi, k0 + chunk);
-  if (k0 >= k1 && a.splits > 1) {  // a split past the row's keys (the grid is sized by the capacity)
+  if (k0 >= k1 && a.splits > 1) {  // a split past the rows' keys (the grid is sized by the capacity)
     if (t < gn) {
       const hipep_i64 p = (((hipep_i64)b * a.seq + row_s[t]) * a.heads + row_head[t]) * a.splits + split;
       part_ml[2 * p] = -HIPEP_INF_F;
@@ -338,149 +373,218 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
     return;
   }
 
-  for (int i = t; i < HIPEP_DEC_HEADS * H; i += blockDim.x) {
-    const int h = i / H, d = i % H;
-    q_s[h][d] = h < gn ? hipep_to_float(q[b * a.q_sb + (hipep_i64)row_s[h] * a.q_ss +
-                                         (hipep_i64)row_head[h] * a.q_sh + d]) : 0.0f;
+  const int P = hipep_dec_lanes(H), KW = W / P;  // lanes per key, keys per load instruction
+  const int slice = lane % P, kl = lane / P;       // this lane's 8 dims and key within an instruction
+  const bool lane_on = slice * 8 < H;
+  const int WT = KPL * KW;  // keys per warp per pass; a pass of the block is a.key_tile = NW * WT keys
+  const hipep_i64 kv_base = ((hipep_i64)b * a.kv_heads + kvh) * a.cache_rows;
+  hipep_raw8<T> kr[KPL], vr[KPL];
+  int j0 = k0 + warp * WT;  // this warp's first key of the pass
+  // The first pass's K and V are requested before the queries are staged.
+#pragma unroll
+  for (int i = 0; i < KPL; ++i) {
+    const int j = j0 + i * KW + kl;
+    if (lane_on && j < k1) {
+      hipep_raw_load(kr[i], cache_k + (kv_base + j) * H + slice * 8);
+      hipep_raw_load(vr[i], cache_v + (kv_base + j) * H + slice * 8);
+    } else {
+      hipep_raw_zero(kr[i]);
+      hipep_raw_zero(vr[i]);
+    }
   }
-  if (t < HIPEP_DEC_HEADS) {
-    m_s[t] = -HIPEP_INF_F;
-    l_s[t] = 0.0f;
-    al_s[t] = 1.0f;
+  for (int i = t; i < G * 8 * P; i += blockDim.x) {  // zeros past H: the idle lanes' dims
+    const int h = i / (8 * P), d = i % (8 * P);
+    q_s[h][d] = h < gn && d < H ? hipep_to_float(q[b * a.q_sb + (hipep_i64)row_s[h] * a.q_ss +
+                                                   (hipep_i64)row_head[h] * a.q_sh + d]) : 0.0f;
   }
   __syncthreads();
 
-  const hipep_i64 kv_base = ((hipep_i64)b * a.kv_heads + kvh) * a.cache_rows;
-  const int slices = H / 8, key_lanes = blockDim.x / slices;
-  const int slice = t % slices, key_lane = t / slices;
-  const bool pv_active = key_lane < key_lanes;
-  float acc[HIPEP_DEC_HEADS][8];
+  float m_run[G], l_run[G], acc[G][8];
 #pragma unroll
-  for (int h = 0; h < HIPEP_DEC_HEADS; ++h)
+  for (int h = 0; h < G; ++h) {
+    m_run[h] = -HIPEP_INF_F;
+    l_run[h] = 0.0f;
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[h][e] = 0.0f;
-  const int lane = t % HIPEP_WARP_SIZE, warp = t / HIPEP_WARP_SIZE, warps = blockDim.x / HIPEP_WARP_SIZE;
-
-  for (int j0 = k0; j0 < k1; j0 += HIPEP_DEC_TILE) {
-    const int j = j0 + t;
-    float dot[HIPEP_DEC_HEADS];
+  }
+  for (; j0 < k1; j0 += NW * WT) {  // uniform over the warp: the shuffles below see every lane
+    float s[KPL][G];
 #pragma unroll
-    for (int h = 0; h < HIPEP_DEC_HEADS; ++h) dot[h] = 0.0f;
-    if (j < k1) {
-      const T* kr = cache_k + (kv_base + j) * H;
-      for (int d = 0; d < H; d += 8) {
-        float kf[8];
-        hipep_load8(kr + d, kf);
+    for (int i = 0; i < KPL; ++i) {
+      float kf[8];
+      hipep_raw_float(kr[i], kf);
 #pragma unroll
-        for (int h = 0; h < HIPEP_DEC_HEADS; ++h) {
-          if (h < gn) {
-            const float4 x = q_s4[h][d / 4], y = q_s4[h][d / 4 + 1];
-            dot[h] = fmaf(x.x, kf[0], fmaf(x.y, kf[1], fmaf(x.z, kf[2], fmaf(x.w, kf[3], dot[h]))));
-            dot[h] = fmaf(y.x, kf[4], fmaf(y.y, kf[5], fmaf(y.z, kf[6], fmaf(y.w, kf[7], dot[h]))));
-          }
-        }
+      for (int h = 0; h < G; ++h) {
+        const float4 x = q_s4[h][2 * slice], y = q_s4[h][2 * slice + 1];
+        float d = x.x * kf[0];
+        d = fmaf(x.y, kf[1], d);
+        d = fmaf(x.z, kf[2], d);
+        d = fmaf(x.w, kf[3], d);
+        d = fmaf(y.x, kf[4], d);
+        d = fmaf(y.y, kf[5], d);
+        d = fmaf(y.z, kf[6], d);
+        s[i][h] = fmaf(y.w, kf[7], d);
       }
     }
+    for (int m = 1; m < P; m <<= 1) {  // the key's P lanes: every one ends with the whole dot product
 #pragma unroll
-    for (int h = 0; h < HIPEP_DEC_HEADS; ++h)
-      if (h < gn)
-        sc[h][t] = (j < k1 && j >= row_lo[h] && j < row_hi[h])
-                       ? hipep_gqa_score<T>(a, dot[h], bias, b, row_head[h], row_s[h], j) : -HIPEP_INF_F;
-    __syncthreads();
-    for (int h = warp; h < gn; h += warps) {
+      for (int i = 0; i < KPL; ++i)
+#pragma unroll
+        for (int h = 0; h < G; ++h) s[i][h] += HIPEP_SHFL_XOR(s[i][h], m);
+    }
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+      const int rlo = row_lo[h], rhi = row_hi[h];
       float mt = -HIPEP_INF_F;
-      for (int c = lane; c < HIPEP_DEC_TILE; c += HIPEP_WARP_SIZE) mt = fmaxf(mt, sc[h][c]);
-      mt = hipep_warp_max(mt);
-      const float m_old = m_s[h], m_new = fmaxf(m_old, mt);
+#pragma unroll
+      for (int i = 0; i < KPL; ++i) {
+        const int j = j0 + i * KW + kl;
+        s[i][h] = (j < k1 && j >= rlo && j < rhi) ? hipep_gqa_score<T>(a, s[i][h], bias, b, row_head[h], row_s[h], j)
+                                                  : -HIPEP_INF_F;
+        mt = fmaxf(mt, s[i][h]);
+      }
+      for (int m = P; m < W; m <<= 1) mt = fmaxf(mt, HIPEP_SHFL_XOR(mt, m));  // over the warp's keys
+      const float m_new = fmaxf(m_run[h], mt);
       const bool dead = m_new == -HIPEP_INF_F;
       float sum = 0.0f;
-      for (int c = lane; c < HIPEP_DEC_TILE; c += HIPEP_WARP_SIZE) {
-        const float p = dead ? 0.0f : expf(sc[h][c] - m_new);
-        sc[h][c] = p;
-        sum += p;
+#pragma unroll
+      for (int i = 0; i < KPL; ++i) {
+        s[i][h] = dead ? 0.0f : expf(s[i][h] - m_new);
+        sum += s[i][h];
       }
-      sum = hipep_warp_sum(sum);
-      if (lane == 0) {
-        const float alpha = dead ? 1.0f : expf(m_old - m_new);
-        al_s[h] = alpha;
-        l_s[h] = l_s[h] * alpha + sum;
-        m_s[h] = m_new;
+      for (int m = P; m < W; m <<= 1) sum += HIPEP_SHFL_XOR(sum, m);
+      const float alpha = dead ? 1.0f : expf(m_run[h] - m_new);
+      l_run[h] = l_run[h] * alpha + sum;
+      m_run[h] = m_new;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[h][e] *= alpha;
+    }
+#pragma unroll
+    for (int i = 0; i < KPL; ++i) {
+      float vf[8];
+      hipep_raw_float(vr[i], vf);
+#pragma unroll
+      for (int h = 0; h < G; ++h)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[h][e] = fmaf(s[i][h], vf[e], acc[h][e]);
+    }
+    const int jn = j0 + NW * WT;  // the next pass's K and V
+#pragma unroll
+    for (int i = 0; i < KPL; ++i) {
+      const int j = jn + i * KW + kl;
+      if (lane_on && j < k1) {
+        hipep_raw_load(kr[i], cache_k + (kv_base + j) * H + slice * 8);
+        hipep_raw_load(vr[i], cache_v + (kv_base + j) * H + slice * 8);
       }
     }
-    __syncthreads();
-    if (pv_active) {
-      const int n_keys = min(HIPEP_DEC_TILE, k1 - j0);
-#pragma unroll
-      for (int h = 0; h < HIPEP_DEC_HEADS; ++h)
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[h][e] *= al_s[h];
-      for (int c = key_lane; c < n_keys; c += key_lanes) {
-        float vf[8];
-        hipep_load8(cache_v + (kv_base + j0 + c) * H + slice * 8, vf);
-#pragma unroll
-        for (int h = 0; h < HIPEP_DEC_HEADS; ++h) {
-          if (h < gn) {
-            const float p = sc[h][c];
-#pragma unroll
-            for (int e = 0; e < 8; ++e) acc[h][e] = fmaf(p, vf[e], acc[h][e]);
-          }
-        }
-      }
-    }
-    __syncthreads();
   }
-
-  // The key lanes' partial sums, added in key-lane order.
-  for (int i = t; i < HIPEP_DEC_HEADS * H; i += blockDim.x) o_s[i / H][i % H] = 0.0f;
+  // The warp's keys: each lane summed its own; the KW keys of an instruction are added by shuffles.
+#pragma unroll
+  for (int h = 0; h < G; ++h)
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      for (int m = P; m < W; m <<= 1) acc[h][e] += HIPEP_SHFL_XOR(acc[h][e], m);
+  if (kl == 0 && lane_on) {
+#pragma unroll
+    for (int h = 0; h < G; ++h)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) o_s[warp][h][slice * 8 + e] = acc[h][e];
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+      m_w[warp][h] = m_run[h];
+      l_w[warp][h] = l_run[h];
+    }
+  }
   __syncthreads();
-  for (int r = 0; r < key_lanes; ++r) {
-    if (key_lane == r) {
-#pragma unroll
-      for (int h = 0; h < HIPEP_DEC_HEADS; ++h)
-        if (h < gn)
-#pragma unroll
-          for (int e = 0; e < 8; ++e) o_s[h][slice * 8 + e] += acc[h][e];
-    }
-    __syncthreads();
-  }
+  // The warps' partials merged in warp order.
   for (int i = t; i < gn * H; i += blockDim.x) {
     const int h = i / H, d = i % H;
+    float m = -HIPEP_INF_F;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) m = fmaxf(m, m_w[w][h]);
+    float o = 0.0f, l = 0.0f;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+      if (m_w[w][h] != -HIPEP_INF_F) {
+        const float f = expf(m_w[w][h] - m);
+        o = fmaf(o_s[w][h][d], f, o);
+        l = fmaf(l_w[w][h], f, l);
+      }
+    }
     const hipep_i64 row = ((hipep_i64)b * a.seq + row_s[h]) * a.heads + row_head[h];  // output row
     if (a.splits == 1) {
       const float sk = a.has_sink ? (sink != 0 ? hipep_to_float(sink[row_head[h]]) : 0.0f) : 0.0f;
-      out[row * H + d] = hipep_from_float<T>(hipep_gqa_finish(o_s[h][d], m_s[h], l_s[h], a.has_sink, sk));
+      out[row * H + d] = hipep_from_float<T>(hipep_gqa_finish(o, m, l, a.has_sink, sk));
     } else {
       const hipep_i64 p = row * a.splits + split;
-      part_acc[p * H + d] = o_s[h][d];
+      part_acc[p * H + d] = o;
       if (d == 0) {
-        part_ml[2 * p] = m_s[h];
-        part_ml[2 * p + 1] = l_s[h];
+        part_ml[2 * p] = m;
+        part_ml[2 * p + 1] = l;
       }
     }
   }
 }
 
-// grid (heads, batch * S): the splits of one (batch, token, head) merged.
+// grid (heads, batch * S), HIPEP_COMBINE_THREADS threads: the splits of one (batch, token, head)
+// merged. Every warp weighs the splits (exp(m_i - m), zero for a split that saw no key); then the
+// threads split the weighted sum of the partial outputs by head dim and, where the head is narrow,
+// by splits too (parts added in order).
+#define HIPEP_COMBINE_THREADS 128
+
 template <typename T>
 HIPEP_DEVICE void hipep_gqa_combine(const float* HIPEP_RESTRICT part_acc, const float* HIPEP_RESTRICT part_ml,
                                     const T* HIPEP_RESTRICT sink, T* HIPEP_RESTRICT out, const hipep_gqa_args a) {
-  const int head = blockIdx.x, b = blockIdx.y, H = a.head_size;  // b: batch * S + token
-  const hipep_i64 p0 = ((hipep_i64)b * a.heads + head) * a.splits;
+  __shared__ float w_s[HIPEP_GQA_MAX_SPLITS];
+  __shared__ float o_s[HIPEP_COMBINE_THREADS];
+  const int head = blockIdx.x, b = blockIdx.y, H = a.head_size, n = a.splits;  // b: batch * S + token
+  const int t = threadIdx.x, lane = t % HIPEP_WARP_SIZE;
+  const hipep_i64 p0 = ((hipep_i64)b * a.heads + head) * n;
   float m = -HIPEP_INF_F;
-  for (int i = 0; i < a.splits; ++i) m = fmaxf(m, part_ml[2 * (p0 + i)]);
+  for (int i = lane; i < n; i += HIPEP_WARP_SIZE) m = fmaxf(m, part_ml[2 * (p0 + i)]);
+#pragma unroll
+  for (int k = HIPEP_WARP_SIZE / 2; k > 0; k >>= 1) m = fmaxf(m, HIPEP_SHFL_XOR(m, k));
   float l = 0.0f;
-  for (int i = 0; i < a.splits; ++i) {
+  for (int i = lane; i < n; i += HIPEP_WARP_SIZE) {
     const float mi = part_ml[2 * (p0 + i)];
-    if (mi != -HIPEP_INF_F) l += part_ml[2 * (p0 + i) + 1] * expf(mi - m);
+    const float w = mi == -HIPEP_INF_F ? 0.0f : expf(mi - m);
+    l = fmaf(part_ml[2 * (p0 + i) + 1], w, l);
+    if (t < HIPEP_WARP_SIZE) w_s[i] = w;
   }
+  l = hipep_warp_sum(l);
+  __syncthreads();
+  const int parts = (int)blockDim.x >= 2 * H ? (int)blockDim.x / H : 1;
   const float sk = a.has_sink ? (sink != 0 ? hipep_to_float(sink[head]) : 0.0f) : 0.0f;
-  for (int d = threadIdx.x; d < H; d += blockDim.x) {
-    float o = 0.0f;
-    for (int i = 0; i < a.splits; ++i) {
-      const float mi = part_ml[2 * (p0 + i)];
-      if (mi != -HIPEP_INF_F) o += part_acc[(p0 + i) * H + d] * expf(mi - m);
+  T* o_row = out + ((hipep_i64)b * a.heads + head) * H;
+  if (parts == 1) {
+    for (int d = t; d < H; d += blockDim.x) {
+      float o = 0.0f;
+#pragma unroll 8
+      for (int i = 0; i < n; ++i) {
+        const float w = w_s[i];
+        if (w != 0.0f) o = fmaf(part_acc[(p0 + i) * H + d], w, o);
+      }
+      o_row[d] = hipep_from_float<T>(hipep_gqa_finish(o, m, l, a.has_sink, sk));
     }
-    out[((hipep_i64)b * a.heads + head) * H + d] = hipep_from_float<T>(hipep_gqa_finish(o, m, l, a.has_sink, sk));
+    return;
+  }
+  const int part = t / H, d = t % H;
+  if (part < parts) {
+    float o = 0.0f;
+#pragma unroll 8
+    for (int i = part; i < n; i += parts) {
+      const float w = w_s[i];
+      if (w != 0.0f) o = fmaf(part_acc[(p0 + i) * H + d], w, o);
+    }
+    o_s[t] = o;
+  }
+  __syncthreads();
+  if (t < H) {
+    float o = 0.0f;
+    for (int k = 0; k < parts; ++k) o += o_s[k * H + t];
+    o_row[t] = hipep_from_float<T>(hipep_gqa_finish(o, m, l, a.has_sink, sk));
   }
 }
 
@@ -646,6 +750,14 @@ HIPEP_DEVICE void hipep_gqa_prefill(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
 
 // ---- entry points ----------------------------------------------------------------------------------------
 
+// The split-KV kernel for blocks of up to G query rows.
+#define HIPEP_GQA_DECODE(NAME, T, G)                                                                             \
+  HIPEP_KERNEL void __launch_bounds__(HIPEP_DEC_THREADS) hipep_gqa_decode_##NAME##_g##G(                         \
+      const T* q, const T* cache_k, const T* cache_v, const int* seqlens, const int* total, const T* bias,       \
+      const T* sink, T* out, float* part_acc, float* part_ml, const hipep_gqa_args a) {                          \
+    hipep_gqa_decode<T, G>(q, cache_k, cache_v, seqlens, total, bias, sink, out, part_acc, part_ml, a);         \
+  }
+
 #define HIPEP_GQA(NAME, T)                                                                                       \
   HIPEP_KERNEL void hipep_gqa_prepare_##NAME(const T* q, const T* k, const T* v, const int* seqlens,             \
                                              const int* total, const hipep_i64* pos_ids, const T* cos_cache,    \
@@ -653,13 +765,12 @@ HIPEP_DEVICE void hipep_gqa_prefill(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
                                              const hipep_gqa_args a) {                                          \
     hipep_gqa_prepare<T>(q, k, v, seqlens, total, pos_ids, cos_cache, sin_cache, q_out, cache_k, cache_v, a);   \
   }                                                                                                              \
-  HIPEP_KERNEL void __launch_bounds__(HIPEP_DEC_THREADS) hipep_gqa_decode_##NAME(                               \
-      const T* q, const T* cache_k, const T* cache_v, const int* seqlens, const int* total, const T* bias,       \
-      const T* sink, T* out, float* part_acc, float* part_ml, const hipep_gqa_args a) {                          \
-    hipep_gqa_decode<T>(q, cache_k, cache_v, seqlens, total, bias, sink, out, part_acc, part_ml, a);            \
-  }                                                                                                              \
-  HIPEP_KERNEL void hipep_gqa_combine_##NAME(const float* part_acc, const float* part_ml, const T* sink, T* out, \
-                                             const hipep_gqa_args a) {                                          \
+  HIPEP_GQA_DECODE(NAME, T, 1)                                                                                   \
+  HIPEP_GQA_DECODE(NAME, T, 2)                                                                                   \
+  HIPEP_GQA_DECODE(NAME, T, 4)                                                                                   \
+  HIPEP_GQA_DECODE(NAME, T, 8)                                                                                   \
+  HIPEP_KERNEL void __launch_bounds__(HIPEP_COMBINE_THREADS) hipep_gqa_combine_##NAME(                           \
+      const float* part_acc, const float* part_ml, const T* sink, T* out, const hipep_gqa_args a) {              \
     hipep_gqa_combine<T>(part_acc, part_ml, sink, out, a);                                                       \
   }                                                                                                              \
   HIPEP_KERNEL void __launch_bounds__(128) hipep_gqa_prefill_##NAME##_h64(                                      \

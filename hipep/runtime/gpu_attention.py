@@ -34,12 +34,13 @@ from ..ops.registry import OUTPUT_COUNT
 from .gpu_kernels import CopyOp, KernelOp, NoKernel, _binding, _cdiv, _dt, flat_config, ptr
 
 GQA = "GroupQueryAttention"
-DEC_THREADS = 128  # kernels/attention.hip HIPEP_DEC_THREADS (one key per thread per tile)
-DEC_TILE = 128  # HIPEP_DEC_TILE
-DEC_HEADS = 8  # HIPEP_DEC_HEADS: query rows (token, head) of one KV head per decode block
+DEC_THREADS = 128  # kernels/attention.hip HIPEP_DEC_THREADS
+DEC_HEADS = 8  # query rows (token, head) of one KV head per decode block: the largest variant (_g8)
+DEC_VARIANTS = (1, 2, 4, 8)  # hipep_gqa_decode_<dt>_g<G>: blocks of up to G query rows
+COMBINE_THREADS = 128  # HIPEP_COMBINE_THREADS
 DEC_MAX_SEQ = 8  # up to this many new tokens take the split-KV kernel (decode, speculative steps, small chunks)
 MAX_HEAD = 256  # HIPEP_GQA_MAX_HEAD
-MAX_SPLITS = 64
+MAX_SPLITS = 64  # HIPEP_GQA_MAX_SPLITS
 ALIGN = 256
 # prefill variants: head-size bucket -> (threads, columns per thread); BM = threads / 4 query rows,
 # BN = 8 * columns keys per tile (shared memory stays below 48 KiB in f32)
@@ -47,7 +48,7 @@ PREFILL = {64: (128, 4), 128: (128, 4), 256: (64, 2)}
 
 _INTS = ("batch", "seq", "heads", "kv_heads", "head_size", "group", "rotary_half", "do_rotary", "interleaved",
          "has_pos_ids", "max_pos", "has_past", "past_rows", "cache_rows", "present_rows", "windowed", "window",
-         "window_from_raw", "splits", "row_groups", "rows_per_block", "bias_len", "has_sink")
+         "window_from_raw", "splits", "row_groups", "rows_per_block", "key_tile", "bias_len", "has_sink")
 _LONGS = ("bias_sb", "bias_sh", "bias_ss", "qin_sb", "qin_ss", "kin_sb", "kin_ss", "q_sb", "q_ss", "q_sh")
 
 
@@ -86,6 +87,30 @@ def _head_size_reason(h: int) -> str | None:
     if h % 8 or not 8 <= h <= MAX_HEAD:
         return f"head size {h}: the GPU kernels need a multiple of 8 up to {MAX_HEAD}"
     return None
+
+
+def dec_variant(rows_per_block: int) -> int:
+    """The decode kernel variant G (rows per block it is compiled for) that holds `rows_per_block`."""
+    return next(g for g in DEC_VARIANTS if g >= rows_per_block)
+
+
+def dec_lanes(head_size: int) -> int:
+    """hipep_dec_lanes: lanes that read one key (8 elements each), the power of two covering H / 8."""
+    p = 1
+    while 8 * p < head_size:
+        p *= 2
+    return p
+
+
+def dec_keys_per_lane(itemsize: int, variant: int) -> int:
+    """hipep_dec_keys: keys whose K and V one lane holds in flight per pass."""
+    return 8 if itemsize == 2 and variant <= 4 else 4
+
+
+def dec_key_tile(itemsize: int, variant: int, head_size: int) -> int:
+    """Keys one pass of a decode block reads (its warps' share together), independent of the warp
+    size: DEC_THREADS / lanes-per-key keys per load instruction, times the keys per lane."""
+    return DEC_THREADS // dec_lanes(head_size) * dec_keys_per_lane(itemsize, variant)
 
 
 def gqa_layout(attrs: dict, dtype, q_shape, k_shape, past_shape, present_rows, cos_shape, pos_ids: bool,
@@ -185,8 +210,11 @@ def gqa_layout(attrs: dict, dtype, q_shape, k_shape, past_shape, present_rows, c
     a.row_groups = _cdiv(rows, a.rows_per_block)
     a.splits = 1
     if decode:
+        # Splits come from the capacity (never the current length), so a decode step's launches are
+        # the same every step; at least two blocks per multiprocessor where the cache is long enough.
+        a.key_tile = dec_key_tile(e, dec_variant(a.rows_per_block), h)
         blocks = b * nkv * a.row_groups
-        a.splits = max(1, min(_cdiv(max(a.cache_rows, 1), DEC_TILE), _cdiv(2 * sm_count, blocks), MAX_SPLITS))
+        a.splits = max(1, min(_cdiv(max(a.cache_rows, 1), a.key_tile), _cdiv(2 * sm_count, blocks), MAX_SPLITS))
         if a.splits > 1:
             region("part_acc", b * s * n * a.splits * h * 4)
             region("part_ml", b * s * n * a.splits * 2 * 4)
@@ -338,13 +366,14 @@ def _gqa_bind(ins, outs, attrs, target):
     q_att = q_rot if a.do_rotary else qp
     # 3. attention
     if lay.decode:
-        ops.append(KernelOp(f"hipep_gqa_decode_{dt}", (a.splits, a.kv_heads * a.row_groups, a.batch),
+        ops.append(KernelOp(f"hipep_gqa_decode_{dt}_g{dec_variant(a.rows_per_block)}",
+                            (a.splits, a.kv_heads * a.row_groups, a.batch),
                             (DEC_THREADS, 1, 1),
                             [ctypes.c_uint64(q_att), ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v), sl, tot,
                              ptr(bias), ptr(sink), ptr(out), ctypes.c_uint64(region("part_acc")),
                              ctypes.c_uint64(region("part_ml")), a], module="attention"))
         if a.splits > 1:
-            ops.append(KernelOp(f"hipep_gqa_combine_{dt}", (a.heads, a.batch * a.seq, 1), (128, 1, 1),
+            ops.append(KernelOp(f"hipep_gqa_combine_{dt}", (a.heads, a.batch * a.seq, 1), (COMBINE_THREADS, 1, 1),
                                 [ctypes.c_uint64(region("part_acc")), ctypes.c_uint64(region("part_ml")),
                                  ptr(sink), ptr(out), a], module="attention"))
     else:

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from hipep.runtime import gpu_kernels as gk
-from hipep.runtime.gpu_attention import PREFILL, gqa_bounds
+from hipep.runtime.gpu_attention import (COMBINE_THREADS, DEC_THREADS, PREFILL, dec_keys_per_lane, dec_lanes,
+                                         gqa_bounds)
 
-from unit.test_gpu_attention_bindings import (F16, F32, GQA, Memory, _attrs, _cache, _combine, _host, _u64, emulate,
-                                         gqa_case)
+from unit.test_gpu_attention_bindings import (F16, F32, GQA, Memory, _attrs, _cache, _host, _u64, emulate,
+                                              gqa_case)
 
-DEC_THREADS, DEC_TILE, DEC_HEADS, MAX_HEAD = 128, 128, 8, 256
 
 
 def _finish(acc, m, l, has_sink, sink):
@@ -66,27 +66,35 @@ class Kernel:
 
 # ---- hipep_gqa_decode ------------------------------------------------------------------------------
 
-def decode_block(k: Kernel, split, by, b):
+def _xor(v, m, lanes):
+    """HIPEP_SHFL_XOR over the last axis (the warp's lanes): each lane gets lane ^ m's value."""
+    return v[..., lanes ^ m]
+
+
+def decode_block(k: Kernel, split, by, b, G, W=32):
     a, H = k.a, k.a.head_size
-    t = np.arange(DEC_THREADS)
+    NW, KPL = DEC_THREADS // W, dec_keys_per_lane(k.dtype.itemsize, G)
     kvh, rg = by // a.row_groups, by % a.row_groups
     first_row = rg * a.rows_per_block
     gn = min(a.rows_per_block, a.group * a.seq - first_row)
+    assert 1 <= gn <= G
     g = k.rows[b]
-    row_s, row_head, row_lo, row_hi = [0] * DEC_HEADS, [0] * DEC_HEADS, [0] * DEC_HEADS, [0] * DEC_HEADS
-    for h in range(DEC_HEADS):  # threads t < HIPEP_DEC_HEADS
+    row_s, row_head, row_lo, row_hi = [0] * G, [0] * G, [0] * G, [0] * G
+    for h in range(G):  # threads t < G
         r = first_row + min(h, gn - 1)
         row_s[h], row_head[h] = r // a.group, kvh * a.group + r % a.group
         row_lo[h], row_hi[h] = gqa_bounds(a, g, row_s[h])
+        if h >= gn:
+            row_hi[h] = row_lo[h]
     lo, hi = 0x7fffffff, 0
-    for h in range(gn):
+    for h in range(G):
         if row_hi[h] > row_lo[h]:
             lo, hi = min(lo, row_lo[h]), max(hi, row_hi[h])
     if hi == 0:
         lo = 0
     span = max(hi - lo, 0)
     chunk = (span + a.splits - 1) // a.splits
-    chunk = (chunk + DEC_TILE - 1) // DEC_TILE * DEC_TILE
+    chunk = (chunk + a.key_tile - 1) // a.key_tile * a.key_tile
     k0, k1 = lo + split * chunk, min(hi, lo + split * chunk + chunk)
 
     def out_row(h):
@@ -96,54 +104,115 @@ def decode_block(k: Kernel, split, by, b):
         for h in range(gn):
             k.pml[out_row(h) * a.splits + split] = (-np.inf, 0.0)
         return
-    q_s = np.zeros((DEC_HEADS, MAX_HEAD), np.float32)
+    P = dec_lanes(H)
+    KW, lanes = W // P, np.arange(W)
+    slice_, kl = lanes % P, lanes // P
+    lane_on = slice_ * 8 < H
+    WT = KPL * KW
+    assert NW * WT == a.key_tile
+    q_s = np.zeros((G, 8 * P), np.float32)  # zeros past H: the idle lanes' dims
     for h in range(gn):
         q_s[h, :H] = k.q(b, row_s[h], row_head[h], 0, H)
-    m_s, l_s, al_s = np.full(DEC_HEADS, -np.inf), np.zeros(DEC_HEADS), np.ones(DEC_HEADS)
-    slices = H // 8
-    key_lanes = DEC_THREADS // slices
-    slice_, key_lane = t % slices, t // slices
-    pv_active = key_lane < key_lanes
-    acc = np.zeros((DEC_THREADS, DEC_HEADS, 8))
-    sc = np.full((DEC_HEADS, DEC_TILE), np.nan)
+    q_lane = q_s[:, slice_[:, None] * 8 + np.arange(8)]  # (G, W, 8): each lane's dims
     keys, vals = k.ck[b, kvh].astype(np.float32), k.cv[b, kvh].astype(np.float32)
-    for j0 in range(k0, k1, DEC_TILE):
-        for tt in t:  # each thread scores key j0 + t against the block's rows
-            j = j0 + tt
-            for h in range(gn):
-                if j < k1 and row_lo[h] <= j < row_hi[h]:
-                    dot = np.float32(0)
-                    for d in range(0, H, 8):
-                        dot = np.float32(dot + np.dot(q_s[h, d:d + 8].astype(np.float64), keys[j, d:d + 8]))
-                    sc[h, tt] = _score(a, dot, k.bias, b, row_head[h], row_s[h], j)
-                else:
-                    sc[h, tt] = -np.inf
-        for h in range(gn):  # warp h % warps
-            mt = sc[h].max()
-            m_new = max(m_s[h], mt)
-            dead = m_new == -np.inf
-            sc[h] = 0.0 if dead else np.exp(sc[h] - m_new)
-            alpha = 1.0 if dead else np.exp(m_s[h] - m_new)
-            al_s[h], l_s[h], m_s[h] = alpha, l_s[h] * alpha + sc[h].sum(), m_new
-        n_keys = min(DEC_TILE, k1 - j0)
-        for tt in t[pv_active]:
-            acc[tt] *= al_s[:, None]
-            for c in range(key_lane[tt], n_keys, key_lanes):
-                v = vals[j0 + c, slice_[tt] * 8:slice_[tt] * 8 + 8]
-                for h in range(gn):
-                    acc[tt, h] += sc[h, c] * v
-    o_s = np.zeros((DEC_HEADS, MAX_HEAD))
-    for r in range(key_lanes):  # key lanes added in order
-        for tt in t[pv_active & (key_lane == r)]:
-            for h in range(gn):
-                o_s[h, slice_[tt] * 8:slice_[tt] * 8 + 8] += acc[tt, h]
-    for h in range(gn):
+    m_w, l_w = np.full((NW, G), -np.inf, np.float32), np.zeros((NW, G), np.float32)
+    o_s = np.full((NW, G, 8 * P), np.nan, np.float32)
+    for warp in range(NW):
+        m_run, l_run = np.full(G, -np.inf, np.float32), np.zeros(G, np.float32)
+        acc = np.zeros((G, 8, W), np.float32)
+        j0 = k0 + warp * WT
+        while j0 < k1:  # uniform over the warp
+            j = j0 + np.arange(KPL)[:, None] * KW + kl[None, :]  # (KPL, W): each lane's keys
+            kf, vf = np.zeros((KPL, W, 8), np.float32), np.zeros((KPL, W, 8), np.float32)
+            for i, lane in zip(*np.nonzero(lane_on[None, :] & (j < k1))):
+                kf[i, lane] = keys[j[i, lane], slice_[lane] * 8:slice_[lane] * 8 + 8]
+                vf[i, lane] = vals[j[i, lane], slice_[lane] * 8:slice_[lane] * 8 + 8]
+            s = np.einsum("iwe,gwe->igw", kf.astype(np.float64), q_lane.astype(np.float64)).astype(np.float32)
+            m = 1
+            while m < P:  # the key's P lanes
+                s = s + _xor(s, m, lanes)
+                m <<= 1
+            for h in range(G):
+                sc = np.full((KPL, W), -np.inf, np.float32)
+                for i in range(KPL):
+                    for lane in range(W):
+                        jj = int(j[i, lane])
+                        if jj < k1 and row_lo[h] <= jj < row_hi[h]:
+                            sc[i, lane] = _score(a, s[i, h, lane], k.bias, b, row_head[h], row_s[h], jj)
+                mt = sc.max(axis=0)
+                m = P
+                while m < W:  # over the warp's keys
+                    mt = np.maximum(mt, _xor(mt, m, lanes))
+                    m <<= 1
+                assert (mt == mt[0]).all()
+                m_new = max(m_run[h], mt[0])
+                dead = m_new == -np.inf
+                with np.errstate(invalid="ignore"):
+                    p = np.zeros_like(sc) if dead else np.exp(sc - m_new).astype(np.float32)
+                tot = p.sum(axis=0, dtype=np.float32)
+                m = P
+                while m < W:
+                    tot = tot + _xor(tot, m, lanes)
+                    m <<= 1
+                alpha = np.float32(1.0 if dead else np.exp(m_run[h] - m_new))
+                l_run[h], m_run[h] = l_run[h] * alpha + tot[0], m_new
+                acc[h] *= alpha
+                s[:, h] = p
+            acc += np.einsum("igw,iwe->gew", s.astype(np.float64), vf.astype(np.float64)).astype(np.float32)
+            j0 += NW * WT
+        m = P
+        while m < W:  # the KW keys of an instruction
+            acc = acc + _xor(acc, m, lanes)
+            m <<= 1
+        for lane in np.nonzero((kl == 0) & lane_on)[0]:
+            o_s[warp, :, slice_[lane] * 8:slice_[lane] * 8 + 8] = acc[:, :, lane]
+        m_w[warp], l_w[warp] = m_run, l_run
+    for h in range(gn):  # the warps merged in order
+        m = m_w[:, h].max()
+        o, l = np.zeros(H, np.float64), 0.0
+        for w in range(NW):
+            if m_w[w, h] != -np.inf:
+                f = np.exp(np.float64(m_w[w, h]) - m)
+                o, l = o + o_s[w, h, :H] * f, l + l_w[w, h] * f
         row = out_row(h)
         if a.splits == 1:
-            k.out[row] = _finish(o_s[h, :H], m_s[h], l_s[h], a.has_sink, k.sinks[row_head[h]]).astype(k.dtype)
+            k.out[row] = _finish(o, m, l, a.has_sink, k.sinks[row_head[h]]).astype(k.dtype)
         else:
-            k.pacc[row * a.splits + split] = o_s[h, :H]
-            k.pml[row * a.splits + split] = (m_s[h], l_s[h])
+            k.pacc[row * a.splits + split] = o
+            k.pml[row * a.splits + split] = (m, l)
+
+
+def combine_block(mem, a, ptrs, dtype, head, b, W=32):
+    """hipep_gqa_combine: one (batch * S + token, head) row; warps weigh the splits, threads split
+    the weighted sum by head dim and (narrow heads) by splits."""
+    pacc_p, pml_p, sink_p, out_p = ptrs
+    H, n, threads = a.head_size, a.splits, COMBINE_THREADS
+    rows = a.batch * a.seq
+    pacc = mem.view(pacc_p, np.float32, rows * a.heads * n * H).reshape(rows, a.heads, n, H)[b, head]
+    pml = mem.view(pml_p, np.float32, rows * a.heads * n * 2).reshape(rows, a.heads, n, 2)[b, head]
+    sk = float(mem.view(sink_p, dtype, a.heads)[head]) if sink_p else 0.0
+    lanes = np.arange(W)
+    m = np.full(W, -np.inf, np.float32)
+    for i in range(n):
+        m[i % W] = max(m[i % W], pml[i, 0])
+    k = W // 2
+    while k:
+        m = np.maximum(m, _xor(m, k, lanes))
+        k //= 2
+    m = m[0]
+    w_s = np.array([0.0 if mi == -np.inf else np.exp(np.float64(mi) - m) for mi in pml[:, 0]])
+    l = np.zeros(W)
+    for i in range(n):
+        l[i % W] += pml[i, 1] * w_s[i]
+    l = l.sum()
+    parts = threads // H if threads >= 2 * H else 1
+    o = np.zeros(H)
+    for part in range(parts):  # parts added in order
+        for i in range(part, n, parts):
+            if w_s[i] != 0:  # a split that saw no key left its partial output unwritten
+                o = o + pacc[i] * w_s[i]
+    out = mem.view(out_p, dtype, rows * a.heads * H).reshape(rows, a.heads, H)
+    out[b, head] = _finish(o, m, l, a.has_sink, sk).astype(dtype)
 
 
 # ---- hipep_gqa_prefill -----------------------------------------------------------------------------
@@ -229,18 +298,20 @@ def prefill_block(k: Kernel, bx, head, b, threads, cpt, hb):
                                                   k.sinks[head]).astype(k.dtype)
 
 
-def emulate_threads(mem, ops, dtype):
-    """The launches with the attention kernels run block by block, thread by thread."""
+def emulate_threads(mem, ops, dtype, warp=32):
+    """The launches with the attention kernels run block by block, thread by thread (warps of `warp`
+    lanes: 32 on NVIDIA, 64 on CDNA)."""
     for op in ops:
         name = getattr(op, "entry", "")
         if name.startswith("hipep_gqa_decode"):
             k = Kernel(mem, op.params[10], [_u64(x) for x in op.params[:10]], dtype)
             gx, gy, gz = op.grid
-            assert op.block == (DEC_THREADS, 1, 1)
+            variant = int(name.rsplit("_g", 1)[1])
+            assert op.block == (DEC_THREADS, 1, 1) and k.a.rows_per_block <= variant
             for b in range(gz):
                 for by in range(gy):
                     for split in range(gx):
-                        decode_block(k, split, by, b)
+                        decode_block(k, split, by, b, variant, warp)
         elif name.startswith("hipep_gqa_prefill"):
             k = Kernel(mem, op.params[8], [_u64(x) for x in op.params[:8]] + [0, 0], dtype)
             bucket = int(name.rsplit("_h", 1)[1])
@@ -251,8 +322,11 @@ def emulate_threads(mem, ops, dtype):
                     for bx in range(op.grid[0]):
                         prefill_block(k, bx, head, b, threads, cpt, bucket)
         elif name.startswith("hipep_gqa_combine"):
-            assert op.grid == (op.params[4].heads, op.params[4].batch * op.params[4].seq, 1)
-            _combine(mem, [_u64(x) for x in op.params[:4]], op.params[4], dtype)
+            a = op.params[4]
+            assert op.grid == (a.heads, a.batch * a.seq, 1) and op.block == (COMBINE_THREADS, 1, 1)
+            for b in range(a.batch * a.seq):
+                for head in range(a.heads):
+                    combine_block(mem, a, [_u64(x) for x in op.params[:4]], dtype, head, b, warp)
         else:
             emulate(mem, [op], dtype)
 
@@ -263,6 +337,13 @@ CASES = {
                                    attrs=dict(local_window_size=70)),
     "decode-many-heads": dict(seq=1, past=30, heads=12, kv_heads=1, head=32, attrs=dict(softcap=2.0)),
     "few-tokens-split": dict(seq=3, past=200, head=32, rotary=16, sm=8, bias=True),
+    # the benchmark's shape (group 4, head 64, f16: 8 keys per lane in flight), a few splits dead
+    "decode-f16-g4-split": dict(batch=2, seq=1, past=700, lens=[701, 150], heads=8, kv_heads=2, head=64,
+                                rotary=16, dtype=F16, sm=8),
+    "decode-f16-g8-softcap": dict(seq=1, past=260, heads=16, kv_heads=2, head=64, dtype=F16, sm=4,
+                                  attrs=dict(softcap=3.0)),
+    "decode-f32-g8-h128-sink": dict(seq=1, past=150, heads=8, kv_heads=1, head=128, sink=True, sm=2),
+    "decode-h40-warp64": dict(batch=2, seq=1, past=200, lens=[201, 70], head=40, warp=64, sm=4),
     "prefill-h64-padded": dict(batch=2, seq=11, lens=[11, 6], head=64, rotary=16),
     "prefill-h80-window": dict(seq=36, head=80, attrs=dict(local_window_size=9)),
     "prefill-h256-past": dict(seq=10, past=21, head=256, sink=True, dtype=F16),
@@ -275,7 +356,7 @@ def test_attention_kernels_thread_by_thread(name):
     spec = dict(CASES[name])
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     attrs = dict(num_heads=spec.get("heads", 4), kv_num_heads=spec.get("kv_heads", 2), **spec.pop("attrs", {}))
-    sm = spec.pop("sm", 132)
+    sm, warp = spec.pop("sm", 132), spec.pop("warp", 32)
     if spec.get("rotary"):
         attrs["do_rotary"] = 1
     dtype = spec.get("dtype", F32)
@@ -284,9 +365,15 @@ def test_attention_kernels_thread_by_thread(name):
     want = op.reference([None if x is None else x.copy() for x in ins], dict(full))
     mem = Memory()
     outs = [mem.arg(np.empty(s, dtype), poison=True) for s in shapes]
+
+    def workspace(nbytes):  # poisoned: a partial the kernels leave unwritten must not be read
+        p = mem.alloc(nbytes)
+        mem.view(p, np.float32, nbytes // 4)[:] = np.nan
+        return p
+
     ops = gk.BINDINGS[GQA].bind([mem.arg(x) for x in ins], outs, full,
-                                gk.Target(sm_count=sm, workspace=mem.alloc))
-    emulate_threads(mem, ops, dtype)
+                                gk.Target(sm_count=sm, warp_size=warp, workspace=workspace))
+    emulate_threads(mem, ops, dtype, warp)
     t = dict(rtol=1e-5, atol=1e-5) if dtype == F32 else dict(rtol=2e-3, atol=2e-3)
     for j, (o, w) in enumerate(zip(outs, want)):
         np.testing.assert_allclose(mem.get(o).astype(F32), w.astype(F32), err_msg=f"output {j}", **t)
