@@ -302,7 +302,9 @@ template <typename T> struct hipep_raw8;
 template <> struct hipep_raw8<hipep_half> { uint4 w; };
 template <> struct hipep_raw8<float> { float4 x, y; };
 
-HIPEP_DEVICE void hipep_raw_load(hipep_raw8<hipep_half>& r, const hipep_half* p) { r.w = *reinterpret_cast<const uint4*>(p); }
+HIPEP_DEVICE void hipep_raw_load(hipep_raw8<hipep_half>& r, const hipep_half* p) {
+  r.w = *reinterpret_cast<const uint4*>(p);
+}
 HIPEP_DEVICE void hipep_raw_load(hipep_raw8<float>& r, const float* p) {
   r.x = reinterpret_cast<const float4*>(p)[0];
   r.y = reinterpret_cast<const float4*>(p)[1];

@@ -4,7 +4,7 @@ with ONNX Runtime's CPU EP. Tolerances: f32 relative 1e-5, absolute 2e-5 (the ke
 and values in another order than MLAS; the rotated keys in present are exact), f16 relative 1e-2,
 absolute 2e-3. Runs repeat, so the bound launches and the CUDA graphs are replayed too.
 
-Cases: prompts (S = 1..40) and decode steps (S = 1 with past 0..300), packed and separate QKV,
+Cases: prompts (S = 1..40) and decode steps (S = 1 with past 0..300, and 4095), packed and separate QKV,
 rotary on/off, interleaved and partial rotary, position_ids, GQA ratios 1/2/4 (and 8), head sizes
 64/80/128, softcap, local window, smooth softmax, head sink, attention_bias, batch 2 with different
 seqlens_k, the shared KV buffer (past and present bound to one host buffer of larger capacity through
@@ -167,6 +167,16 @@ def test_decode(dtype, past, packed):
 def test_decode_head_layouts(heads, kv_heads, head):
     run_gqa(f"dlayout{heads}{kv_heads}{head}", dict(batch=2, seq=1, past=200, lens=[201, 77], heads=heads,
                                                    kv_heads=kv_heads, head=head))
+
+
+@pytest.mark.parametrize("heads,kv_heads,head,dtype", [(32, 8, 64, F16), (32, 4, 64, F16), (32, 4, 64, F32),
+                                                    (8, 8, 128, F16), (4, 2, 256, F32), (6, 2, 80, F16)])
+def test_decode_long_context(heads, kv_heads, head, dtype):
+    """Decode at a 4k context: every decode variant (1, 2, 4 and 8 query rows per block, f16's 8 keys
+    per lane in flight), the splits' partials merged, a second row whose length leaves most splits empty."""
+    run_gqa(f"long{heads}{kv_heads}{head}", dict(batch=2, seq=1, past=4095, lens=[4096, 333], heads=heads,
+                                                kv_heads=kv_heads, head=head, packed=True, rotary=head,
+                                                dtype=dtype))
 
 
 @pytest.mark.parametrize("dtype", [F32, F16])
