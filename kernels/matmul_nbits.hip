@@ -187,9 +187,10 @@ HIPEP_DEVICE void hipep_mnb_stage_a_int8(float* As, const T* HIPEP_RESTRICT A, h
   const int loads = quarter / lanes;
   const int lane = threadIdx.x % lanes, groups = blockDim.x / lanes;
   const int per_row = fill_vals >> a.log2_bs, total = M_T * per_row;
+  // The group's block g = m * per_row + blk, stepped by `groups` without a division per trip.
+  int m = (threadIdx.x / lanes) / per_row, blk = (threadIdx.x / lanes) - m * per_row;
   for (int g0 = 0; g0 < total; g0 += groups) {
-    const int g = g0 + threadIdx.x / lanes;
-    const int m = g / per_row, blk = g - m * per_row;  // m >= M_T >= a.m past the last block: zeros
+    const int g = g0 + threadIdx.x / lanes;  // m >= M_T >= a.m past the last block: zeros
     float4 v[MNB_QA_LOADS];
     float amax = 0.0f;
 #pragma unroll
@@ -212,6 +213,7 @@ HIPEP_DEVICE void hipep_mnb_stage_a_int8(float* As, const T* HIPEP_RESTRICT A, h
         }
       }
     }
+    for (blk += groups; blk >= per_row; blk -= per_row) ++m;
   }
 }
 
