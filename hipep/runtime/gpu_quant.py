@@ -126,14 +126,12 @@ def _gemv_k_tile(m_t: int, vpl: int, k_pad: int, block_size: int) -> int:
     if chunks >= 32:
         chunks -= chunks % 32
     k_tile = max(1, min(chunks, _cdiv(k_pad, vpl))) * vpl
-    if k_tile < k_pad:
+    if k_tile < k_pad:  # several tiles: at least 32 chunks (512 values) each, so >= block_size <= 256
         k_tile -= k_tile % block_size
-    if k_tile <= 0 or (k_tile < k_pad and k_tile % vpl):
-        raise ValueError(f"no GEMV tile of whole blocks of {block_size} for {m_t} rows")  # never with the budget
     return k_tile
 
 
-def int8_a(attrs, zp_mode: int) -> bool:
+def quantizes_a_to_int8(attrs, zp_mode: int) -> bool:
     """Whether A is quantized to int8 per block (accuracy_level 4 with integer or no zero points),
     the rule of the registry reference (hipep.ops.contrib_quant._matmul_nbits): its claim takes
     such a node only where ORT's CPU EP would (constant weights)."""
@@ -208,7 +206,7 @@ def _mnb_bind(ins, outs, attrs, target):
         raise NoKernel(f"{op}: B at an address not 8-byte aligned")
     k_pad = nb * bs
     log2_bs = bs.bit_length() - 1
-    quant_a = int(int8_a(attrs, zp_mode))
+    quant_a = int(quantizes_a_to_int8(attrs, zp_mode))
     gemm_grid = (_cdiv(n, GEMM_TILE), _cdiv(m, GEMM_TILE), 1)
     if m <= GEMV_MAX_ROWS or (m <= GEMV_CHAIN_MAX_ROWS and gemm_grid[0] * gemm_grid[1] < target.sm_count):
         # The GEMV per slice of up to 8 rows: for a few slices over a small grid it streams B

@@ -861,6 +861,24 @@ def test_matmul_nbits_gemv_picks_rows_tiles_and_loads():
     assert gq.gemv_rows(1) == 1 and gq.gemv_rows(3) == 4 and gq.gemv_rows(5) == 8
 
 
+def test_matmul_nbits_gemv_tiles_hold_whole_blocks():
+    """int8 A finds each block's amax in the GEMV's shared-memory tile: every tile but the last
+    is a multiple of block_size, and the last ends at K_pad (a multiple too)."""
+    for m_t in (1, 2, 4, 8):
+        for bits in (4, 8):
+            vpl = 128 // bits
+            for bs in (16, 32, 64, 128, 256):
+                for nb in (1, 3, 17, 64, 200):
+                    k_pad = nb * bs
+                    k_tile = gq._gemv_k_tile(m_t, vpl, k_pad, bs)
+                    assert k_tile % vpl == 0 and m_t * (k_tile // vpl) * (vpl + gq.GEMV_PAD) * 4 <= 48 * 1024
+                    assert k_tile >= k_pad or k_tile % bs == 0, (m_t, bits, bs, nb, k_tile)
+    level0, _, _, _ = _mnb_case((1,), 4096, 16, 4, 32, np.float32, "none", False, level=0)
+    level4, _, _, _ = _mnb_case((1,), 4096, 16, 4, 32, np.float32, "none", False, level=4)
+    assert [op.params[6].int8_a for op in level0 + level4] == [0, 1]
+    assert level0[0].smem == level4[0].smem and level0[0].grid == level4[0].grid  # quantized in place
+
+
 def test_matmul_nbits_bind_names_a_bad_operand():
     with pytest.raises(HipepErrorT, match=r"scales must be float32 with N \* n_blocks = 8 \* 2"):
         A, B, s = np.zeros((1, 64), np.float32), np.zeros((8, 2, 16), np.uint8), np.zeros(15, np.float32)
