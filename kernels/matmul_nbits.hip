@@ -383,7 +383,8 @@ HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char*
 // qp[m * n_blocks + blk] (the stream's workspace); the GEMM quantizes A as it loads it. A group of
 // `lanes` lanes (block_size, at most the warp) per block, lane l on values l, l + lanes, ...
 template <typename T>
-HIPEP_DEVICE void hipep_mnb_a_int8_params(const T* HIPEP_RESTRICT A, float2* HIPEP_RESTRICT qp, const hipep_mnb_args a) {
+HIPEP_DEVICE void hipep_mnb_a_int8_params(const T* HIPEP_RESTRICT A, float2* HIPEP_RESTRICT qp,
+                                          const hipep_mnb_args a) {
   const int bs = 1 << a.log2_bs;
   const int lanes = bs < HIPEP_WARP_SIZE ? bs : HIPEP_WARP_SIZE;
   const int lane = threadIdx.x % lanes;
@@ -391,7 +392,8 @@ HIPEP_DEVICE void hipep_mnb_a_int8_params(const T* HIPEP_RESTRICT A, float2* HIP
   const hipep_i64 m = g / a.nb, k0 = (g - m * a.nb) * bs;
   float amax = 0.0f;
   if (m < a.m)
-    for (int j = lane; j < bs && k0 + j < a.k; j += lanes) amax = fmaxf(amax, fabsf(hipep_to_float(A[m * a.k + k0 + j])));
+    for (int j = lane; j < bs && k0 + j < a.k; j += lanes)
+      amax = fmaxf(amax, fabsf(hipep_to_float(A[m * a.k + k0 + j])));
   amax = hipep_mnb_group_max(amax, lanes);  // every lane of the warp gets here
   if (m < a.m && lane == 0) qp[g] = hipep_mnb_int8_params(amax);
 }
