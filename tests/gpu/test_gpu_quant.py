@@ -130,6 +130,26 @@ def test_matmul_nbits_square_4096_decode(elem, level):
         assert rel_l2(got, cpu_session(model).run(None, feeds)[0]) < cpu_tolerance(elem, level, None)
 
 
+@pytest.mark.parametrize("elem", [F32, F16])
+@pytest.mark.parametrize("m", [1, 8, 40])
+def test_matmul_nbits_level4_ties_round_half_to_even(m, elem):
+    """A on a grid (each block k * 0.25 for integers k in [-8, 7], one k = -8: amax 2, 127 / amax =
+    63.5) puts a * (127 / amax) exactly on x.5 for k = +-4: the int8 code is the even neighbour, as
+    MLAS rounds (a decoder whose norm weights are ones over a quantized embedding has such ties).
+    A tie broken the other way moves a product by ~1e-3: the GEMV (1, 8 rows) and the GEMM (40)
+    must agree with the CPU EP far closer."""
+    k, n, bs = 256, 64, 32
+    model, feeds, weights = matmul_nbits_model((m,), k, n, 4, bs, elem, "none", False, 4, seed=3)
+    rng = np.random.default_rng(m)
+    grid = rng.integers(-8, 8, (m, k // bs, bs))
+    grid[:, :, 0] = -8
+    feeds["A"] = (grid * 0.25).reshape(m, k).astype(feeds["A"].dtype)
+    got = run_gpu(model, feeds)
+    tol = 1e-5 if elem == F32 else 5e-4
+    assert rel_l2(got, cpu_session(model).run(None, feeds)[0]) < tol
+    assert rel_l2(got, int8_reference(feeds, weights, {"K": k, "N": n, "bits": 4, "block_size": bs})) < tol
+
+
 @pytest.mark.parametrize("m", [20, 32])
 def test_matmul_nbits_gemm_for_few_rows_over_a_wide_n(m):
     """Up to 32 rows run the GEMV per 8 rows unless the GEMM's grid covers the SMs (here N = 8500:
