@@ -14,13 +14,12 @@
 //                            fresh present the rows past the new tokens zeroed (as the reference);
 //                            not launched when present is past's buffer (the shared KV cache);
 //   hipep_gqa_prepare_*      rotary on Q (into workspace) and on the new K, K/V written into the
-//                            cache at each row's position;
+//                            cache at each row's position; the decode kernel's arrival counters zeroed;
 //   hipep_gqa_decode_*       one query token (or a few): flash-decoding, the KV range split over
 //                            blocks (grid.x), the query rows sharing a KV head -- its query heads,
 //                            times the tokens -- in one block so K/V are read once per KV head;
-//                            partial max/sum/acc per split to workspace, or the output directly
-//                            when there is one split;
-//   hipep_gqa_combine_*      merges the splits' partials (and the head sink) into the output;
+//                            partial max/sum/acc per split to workspace, and the last split block
+//                            of a KV head to finish merges them (and the head sink) into the output;
 //   hipep_gqa_prefill_*      several query tokens: one block per (query tile, head, batch), a loop
 //                            over KV tiles with an online softmax, causal tiles skipped;
 //   hipep_gqa_window_store   sliding-window cache: the window cache's kept rows back into present.
@@ -223,9 +222,13 @@ HIPEP_DEVICE void hipep_gqa_prepare(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
                                     const int* seqlens, const int* total, const hipep_i64* pos_ids,
                                     const T* HIPEP_RESTRICT cos_cache, const T* HIPEP_RESTRICT sin_cache,
                                     T* HIPEP_RESTRICT q_out, T* HIPEP_RESTRICT cache_k, T* HIPEP_RESTRICT cache_v,
-                                    const hipep_gqa_args a) {
+                                    unsigned int* HIPEP_RESTRICT counters, const hipep_gqa_args a) {
   const int S = a.seq, H = a.head_size, pairs = H / 2, slots = a.heads + 2 * a.kv_heads;
   const int half = a.do_rotary ? a.rotary_half : 0;
+  if (counters != 0) {  // the split-KV kernel's, one per (batch, KV head, row group): zero every run
+    const int nc = a.batch * a.kv_heads * a.row_groups;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < nc; i += gridDim.x * blockDim.x) counters[i] = 0u;
+  }
   const hipep_i64 n = (hipep_i64)a.batch * S * slots * pairs;
   for (hipep_i64 i = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (hipep_i64)gridDim.x * blockDim.x) {
     const int j = (int)(i % pairs);
@@ -327,54 +330,21 @@ HIPEP_DEVICE int hipep_dec_lanes(int H) {
   return p;
 }
 
+// One split's keys [k0, k1) against the block's rows: per-warp online softmax, then the warps merged
+// in order into the output (one split) or the split's partials.
 template <typename T, int G>
-HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RESTRICT cache_k,
-                                   const T* HIPEP_RESTRICT cache_v, const int* seqlens, const int* total,
-                                   const T* HIPEP_RESTRICT bias, const T* HIPEP_RESTRICT sink, T* HIPEP_RESTRICT out,
-                                   float* HIPEP_RESTRICT part_acc, float* HIPEP_RESTRICT part_ml,
-                                   const hipep_gqa_args a) {
+HIPEP_DEVICE void hipep_gqa_decode_split(const T* HIPEP_RESTRICT q, const T* HIPEP_RESTRICT cache_k,
+                                         const T* HIPEP_RESTRICT cache_v, const T* HIPEP_RESTRICT bias,
+                                         const T* HIPEP_RESTRICT sink, T* HIPEP_RESTRICT out,
+                                         float* part_acc, float* part_ml, const hipep_gqa_args& a, int k0, int k1,
+                                         int gn, const int* row_s, const int* row_head, const int* row_lo,
+                                         const int* row_hi,
+                                         float (*o_s)[G][HIPEP_GQA_MAX_HEAD], float4 (*q_s4)[HIPEP_GQA_MAX_HEAD / 4]) {
   constexpr int W = HIPEP_WARP_SIZE, NW = HIPEP_DEC_WARPS, KPL = hipep_dec_keys<T, G>::value;
-  __shared__ float4 q_s4[G][HIPEP_GQA_MAX_HEAD / 4];  // the block's queries, 4 dims a word
-  float (*q_s)[HIPEP_GQA_MAX_HEAD] = reinterpret_cast<float (*)[HIPEP_GQA_MAX_HEAD]>(q_s4);
-  __shared__ float o_s[NW][G][HIPEP_GQA_MAX_HEAD];  // each warp's P @ V
   __shared__ float m_w[NW][G], l_w[NW][G];
-  __shared__ int row_s[G], row_head[G], row_lo[G], row_hi[G];
+  float (*q_s)[HIPEP_GQA_MAX_HEAD] = reinterpret_cast<float (*)[HIPEP_GQA_MAX_HEAD]>(q_s4);
   const int H = a.head_size, t = threadIdx.x, lane = t % W, warp = t / W;
-  const int split = blockIdx.x, b = blockIdx.z;
-  const int kvh = blockIdx.y / a.row_groups, rg = blockIdx.y % a.row_groups;
-  const int first_row = rg * a.rows_per_block;
-  const int gn = min(a.rows_per_block, a.group * a.seq - first_row);  // the block's rows (<= G)
-  if (t < G) {
-    const hipep_gqa_row g = hipep_gqa_geometry(a, seqlens, total, b);
-    const int r = first_row + min(t, gn - 1);
-    row_s[t] = r / a.group;
-    row_head[t] = kvh * a.group + r % a.group;
-    hipep_gqa_bounds(a, g, row_s[t], row_lo[t], row_hi[t]);
-    if (t >= gn) row_hi[t] = row_lo[t];  // a padding row sees no key
-  }
-  __syncthreads();
-  int lo = 0x7fffffff, hi = 0;
-#pragma unroll
-  for (int h = 0; h < G; ++h) {
-    if (row_hi[h] > row_lo[h]) {
-      lo = min(lo, row_lo[h]);
-      hi = max(hi, row_hi[h]);
-    }
-  }
-  if (hi == 0) lo = 0;
-  const int span = max(hi - lo, 0);
-  int chunk = (span + a.splits - 1) / a.splits;
-  chunk = (chunk + a.key_tile - 1) / a.key_tile * a.key_tile;
-  const int k0 = lo + split * chunk, k1 = min(hi, k0 + chunk);
-  if (k0 >= k1 && a.splits > 1) {  // a split past the rows' keys (the grid is sized by the capacity)
-    if (t < gn) {
-      const hipep_i64 p = (((hipep_i64)b * a.seq + row_s[t]) * a.heads + row_head[t]) * a.splits + split;
-      part_ml[2 * p] = -HIPEP_INF_F;
-      part_ml[2 * p + 1] = 0.0f;
-    }
-    return;
-  }
-
+  const int split = blockIdx.x, b = blockIdx.z, kvh = blockIdx.y / a.row_groups;
   const int P = hipep_dec_lanes(H), KW = W / P;  // lanes per key, keys per load instruction
   const int slice = lane % P, kl = lane / P;       // this lane's 8 dims and key within an instruction
   const bool lane_on = slice * 8 < H;
@@ -530,64 +500,143 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
   }
 }
 
-// grid (heads, batch * S), HIPEP_COMBINE_THREADS threads: the splits of one (batch, token, head)
-// merged. Every warp weighs the splits (exp(m_i - m), zero for a split that saw no key); then the
-// threads split the weighted sum of the partial outputs by head dim and, where the head is narrow,
-// by splits too (parts added in order).
-#define HIPEP_COMBINE_THREADS 128
-
-template <typename T>
-HIPEP_DEVICE void hipep_gqa_combine(const float* HIPEP_RESTRICT part_acc, const float* HIPEP_RESTRICT part_ml,
-                                    const T* HIPEP_RESTRICT sink, T* HIPEP_RESTRICT out, const hipep_gqa_args a) {
-  __shared__ float w_s[HIPEP_GQA_MAX_SPLITS];
-  __shared__ float o_s[HIPEP_COMBINE_THREADS];
-  const int head = blockIdx.x, b = blockIdx.y, H = a.head_size, n = a.splits;  // b: batch * S + token
-  const int t = threadIdx.x, lane = t % HIPEP_WARP_SIZE;
-  const hipep_i64 p0 = ((hipep_i64)b * a.heads + head) * n;
-  float m = -HIPEP_INF_F;
-  for (int i = lane; i < n; i += HIPEP_WARP_SIZE) m = fmaxf(m, part_ml[2 * (p0 + i)]);
+// The last split block of a (batch, KV head, row group): its rows' partials of every split merged
+// (and the head sink) into the output. One warp per row weighs the splits (exp(m_i - m), zero for a
+// split that saw no key); the threads then split the weighted sum into 16-byte columns of the rows
+// and, where there are few columns, the splits into parts, added in order.
+template <typename T, int G>
+HIPEP_DEVICE void hipep_gqa_merge_splits(const float* part_acc, const float* part_ml, const T* HIPEP_RESTRICT sink,
+                                         T* HIPEP_RESTRICT out, const hipep_gqa_args& a, int gn, const int* row_s,
+                                         const int* row_head, float4* sum_s4) {
+  constexpr int W = HIPEP_WARP_SIZE, NW = HIPEP_DEC_WARPS;
+  __shared__ float w_s[G][HIPEP_GQA_MAX_SPLITS], mr_s[G], lr_s[G];
+  const int H = a.head_size, n = a.splits, t = threadIdx.x, lane = t % W, warp = t / W, b = blockIdx.z;
+  for (int h = warp; h < gn; h += NW) {
+    const hipep_i64 p0 = (((hipep_i64)b * a.seq + row_s[h]) * a.heads + row_head[h]) * n;
+    float m = -HIPEP_INF_F;
+    for (int i = lane; i < n; i += W) m = fmaxf(m, part_ml[2 * (p0 + i)]);
 #pragma unroll
-  for (int k = HIPEP_WARP_SIZE / 2; k > 0; k >>= 1) m = fmaxf(m, HIPEP_SHFL_XOR(m, k));
-  float l = 0.0f;
-  for (int i = lane; i < n; i += HIPEP_WARP_SIZE) {
-    const float mi = part_ml[2 * (p0 + i)];
-    const float w = mi == -HIPEP_INF_F ? 0.0f : expf(mi - m);
-    l = fmaf(part_ml[2 * (p0 + i) + 1], w, l);
-    if (t < HIPEP_WARP_SIZE) w_s[i] = w;
+    for (int k = W / 2; k > 0; k >>= 1) m = fmaxf(m, HIPEP_SHFL_XOR(m, k));
+    float l = 0.0f;
+    for (int i = lane; i < n; i += W) {
+      const float mi = part_ml[2 * (p0 + i)];
+      const float w = mi == -HIPEP_INF_F ? 0.0f : expf(mi - m);
+      l = fmaf(part_ml[2 * (p0 + i) + 1], w, l);
+      w_s[h][i] = w;
+    }
+    l = hipep_warp_sum(l);
+    if (lane == 0) {
+      mr_s[h] = m;
+      lr_s[h] = l;
+    }
   }
-  l = hipep_warp_sum(l);
   __syncthreads();
-  const int parts = (int)blockDim.x >= 2 * H ? (int)blockDim.x / H : 1;
-  const float sk = a.has_sink ? (sink != 0 ? hipep_to_float(sink[head]) : 0.0f) : 0.0f;
-  T* o_row = out + ((hipep_i64)b * a.heads + head) * H;
-  if (parts == 1) {
-    for (int d = t; d < H; d += blockDim.x) {
-      float o = 0.0f;
+  const int H4 = H / 4, cols = gn * H4;  // 4 head dims a column
+  const int parts = (int)blockDim.x >= 2 * cols ? (int)blockDim.x / cols : 1;
+  for (int c0 = 0; c0 < cols; c0 += blockDim.x) {  // one pass unless the rows are wide (parts == 1)
+    const int part = parts > 1 ? t / cols : 0, c = parts > 1 ? t % cols : c0 + t;
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const int h = c / H4, d = (c % H4) * 4;
+    const bool on = part < parts && c < cols;
+    if (on) {
+      const hipep_i64 p0 = (((hipep_i64)b * a.seq + row_s[h]) * a.heads + row_head[h]) * n;
 #pragma unroll 8
-      for (int i = 0; i < n; ++i) {
-        const float w = w_s[i];
-        if (w != 0.0f) o = fmaf(part_acc[(p0 + i) * H + d], w, o);
+      for (int i = part; i < n; i += parts) {
+        const float w = w_s[h][i];
+        if (w != 0.0f) {  // a split that saw no key left its partial output unwritten
+          const float4 x = *reinterpret_cast<const float4*>(part_acc + (p0 + i) * H + d);
+          o.x = fmaf(x.x, w, o.x);
+          o.y = fmaf(x.y, w, o.y);
+          o.z = fmaf(x.z, w, o.z);
+          o.w = fmaf(x.w, w, o.w);
+        }
       }
-      o_row[d] = hipep_from_float<T>(hipep_gqa_finish(o, m, l, a.has_sink, sk));
     }
-    return;
+    if (parts > 1) {
+      if (on) sum_s4[t] = o;
+      __syncthreads();
+      if (t >= cols) return;
+      o = sum_s4[t];
+      for (int k = 1; k < parts; ++k) {
+        const float4 x = sum_s4[k * cols + t];
+        o.x += x.x;
+        o.y += x.y;
+        o.z += x.z;
+        o.w += x.w;
+      }
+    } else if (!on) {
+      break;
+    }
+    const float m = mr_s[h], l = lr_s[h];
+    const float sk = a.has_sink ? (sink != 0 ? hipep_to_float(sink[row_head[h]]) : 0.0f) : 0.0f;
+    T* o_row = out + (((hipep_i64)b * a.seq + row_s[h]) * a.heads + row_head[h]) * H + d;
+    o_row[0] = hipep_from_float<T>(hipep_gqa_finish(o.x, m, l, a.has_sink, sk));
+    o_row[1] = hipep_from_float<T>(hipep_gqa_finish(o.y, m, l, a.has_sink, sk));
+    o_row[2] = hipep_from_float<T>(hipep_gqa_finish(o.z, m, l, a.has_sink, sk));
+    o_row[3] = hipep_from_float<T>(hipep_gqa_finish(o.w, m, l, a.has_sink, sk));
+    if (parts > 1) return;
   }
-  const int part = t / H, d = t % H;
-  if (part < parts) {
-    float o = 0.0f;
-#pragma unroll 8
-    for (int i = part; i < n; i += parts) {
-      const float w = w_s[i];
-      if (w != 0.0f) o = fmaf(part_acc[(p0 + i) * H + d], w, o);
-    }
-    o_s[t] = o;
+}
+
+template <typename T, int G>
+HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RESTRICT cache_k,
+                                   const T* HIPEP_RESTRICT cache_v, const int* seqlens, const int* total,
+                                   const T* HIPEP_RESTRICT bias, const T* HIPEP_RESTRICT sink, T* HIPEP_RESTRICT out,
+                                   float* part_acc, float* part_ml, unsigned int* counters, const hipep_gqa_args a) {
+  // part_acc / part_ml are written and, by the last block, read: no __restrict__ (no read-only loads)
+  __shared__ float4 q_s4[G][HIPEP_GQA_MAX_HEAD / 4];  // the block's queries, 4 dims a word
+  __shared__ float4 o_s4[HIPEP_DEC_WARPS * G * HIPEP_GQA_MAX_HEAD / 4];  // warps' P @ V; then the merge's parts
+  float (*o_s)[G][HIPEP_GQA_MAX_HEAD] = reinterpret_cast<float (*)[G][HIPEP_GQA_MAX_HEAD]>(o_s4);
+  __shared__ int row_s[G], row_head[G], row_lo[G], row_hi[G];
+  const int t = threadIdx.x, split = blockIdx.x, b = blockIdx.z;
+  const int kvh = blockIdx.y / a.row_groups, rg = blockIdx.y % a.row_groups;
+  const int first_row = rg * a.rows_per_block;
+  const int gn = min(a.rows_per_block, a.group * a.seq - first_row);  // the block's rows (<= G)
+  if (t < G) {
+    const hipep_gqa_row g = hipep_gqa_geometry(a, seqlens, total, b);
+    const int r = first_row + min(t, gn - 1);
+    row_s[t] = r / a.group;
+    row_head[t] = kvh * a.group + r % a.group;
+    hipep_gqa_bounds(a, g, row_s[t], row_lo[t], row_hi[t]);
+    if (t >= gn) row_hi[t] = row_lo[t];  // a padding row sees no key
   }
   __syncthreads();
-  if (t < H) {
-    float o = 0.0f;
-    for (int k = 0; k < parts; ++k) o += o_s[k * H + t];
-    o_row[t] = hipep_from_float<T>(hipep_gqa_finish(o, m, l, a.has_sink, sk));
+  int lo = 0x7fffffff, hi = 0;
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+    if (row_hi[h] > row_lo[h]) {
+      lo = min(lo, row_lo[h]);
+      hi = max(hi, row_hi[h]);
+    }
   }
+  if (hi == 0) lo = 0;
+  const int span = max(hi - lo, 0);
+  int chunk = (span + a.splits - 1) / a.splits;
+  chunk = (chunk + a.key_tile - 1) / a.key_tile * a.key_tile;
+  const int k0 = lo + split * chunk, k1 = min(hi, k0 + chunk);
+  if (k0 >= k1 && a.splits > 1) {  // a split past the rows' keys (the grid is sized by the capacity)
+    if (t < gn) {
+      const hipep_i64 p = (((hipep_i64)b * a.seq + row_s[t]) * a.heads + row_head[t]) * a.splits + split;
+      part_ml[2 * p] = -HIPEP_INF_F;
+      part_ml[2 * p + 1] = 0.0f;
+    }
+  } else {
+    hipep_gqa_decode_split<T, G>(q, cache_k, cache_v, bias, sink, out, part_acc, part_ml, a, k0, k1, gn, row_s,
+                                 row_head, row_lo, row_hi, o_s, q_s4);
+  }
+  if (a.splits == 1) return;
+  // Count this block's split in; the last of the (batch, KV head, row group) to arrive merges them all.
+  __shared__ unsigned int last_s;
+  __threadfence();  // the partials written above, visible device-wide before they are counted
+  __syncthreads();
+  if (t == 0) {
+    const unsigned int before = atomicAdd(&counters[blockIdx.z * gridDim.y + blockIdx.y], 1u);
+    last_s = before == (unsigned int)a.splits - 1u;
+  }
+  __syncthreads();
+  if (!last_s) return;
+  __threadfence();  // every other split's partials seen
+  hipep_gqa_merge_splits<T, G>(part_acc, part_ml, sink, out, a, gn, row_s, row_head, o_s4);
 }
 
 // ---- prefill: query tiles against KV tiles -------------------------------------------------------------
@@ -756,25 +805,22 @@ HIPEP_DEVICE void hipep_gqa_prefill(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
 #define HIPEP_GQA_DECODE(NAME, T, G)                                                                             \
   HIPEP_KERNEL void __launch_bounds__(HIPEP_DEC_THREADS) hipep_gqa_decode_##NAME##_g##G(                         \
       const T* q, const T* cache_k, const T* cache_v, const int* seqlens, const int* total, const T* bias,       \
-      const T* sink, T* out, float* part_acc, float* part_ml, const hipep_gqa_args a) {                          \
-    hipep_gqa_decode<T, G>(q, cache_k, cache_v, seqlens, total, bias, sink, out, part_acc, part_ml, a);         \
+      const T* sink, T* out, float* part_acc, float* part_ml, unsigned int* counters, const hipep_gqa_args a) {   \
+    hipep_gqa_decode<T, G>(q, cache_k, cache_v, seqlens, total, bias, sink, out, part_acc, part_ml, counters, a); \
   }
 
 #define HIPEP_GQA(NAME, T)                                                                                       \
   HIPEP_KERNEL void hipep_gqa_prepare_##NAME(const T* q, const T* k, const T* v, const int* seqlens,             \
                                              const int* total, const hipep_i64* pos_ids, const T* cos_cache,    \
                                              const T* sin_cache, T* q_out, T* cache_k, T* cache_v,               \
-                                             const hipep_gqa_args a) {                                          \
-    hipep_gqa_prepare<T>(q, k, v, seqlens, total, pos_ids, cos_cache, sin_cache, q_out, cache_k, cache_v, a);   \
+                                             unsigned int* counters, const hipep_gqa_args a) {                  \
+    hipep_gqa_prepare<T>(q, k, v, seqlens, total, pos_ids, cos_cache, sin_cache, q_out, cache_k, cache_v,       \
+                         counters, a);                                                                           \
   }                                                                                                              \
   HIPEP_GQA_DECODE(NAME, T, 1)                                                                                   \
   HIPEP_GQA_DECODE(NAME, T, 2)                                                                                   \
   HIPEP_GQA_DECODE(NAME, T, 4)                                                                                   \
   HIPEP_GQA_DECODE(NAME, T, 8)                                                                                   \
-  HIPEP_KERNEL void __launch_bounds__(HIPEP_COMBINE_THREADS) hipep_gqa_combine_##NAME(                           \
-      const float* part_acc, const float* part_ml, const T* sink, T* out, const hipep_gqa_args a) {              \
-    hipep_gqa_combine<T>(part_acc, part_ml, sink, out, a);                                                       \
-  }                                                                                                              \
   HIPEP_KERNEL void __launch_bounds__(128) hipep_gqa_prefill_##NAME##_h64(                                      \
       const T* q, const T* cache_k, const T* cache_v, const int* seqlens, const int* total, const T* bias,       \
       const T* sink, T* out, const hipep_gqa_args a) {                                                           \

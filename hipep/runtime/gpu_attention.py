@@ -11,10 +11,11 @@ as one CUDA graph and reads nothing back:
 
   copy_past     when present is not past's buffer: past's rows into present (zeros after the new
                 rows); with the sliding-window cache: past's resident rows into the window cache
-  prepare       rotary on Q (into workspace) and on the new K; K/V written at each row's position
+  prepare       rotary on Q (into workspace) and on the new K; K/V written at each row's position;
+                the decode kernel's arrival counters (workspace) zeroed
   decode        up to DEC_MAX_SEQ new tokens: the KV range split over `splits` blocks per KV head
-                (flash-decoding)
-  + combine     the splits' partials (max, sum, unnormalised output, in workspace) merged
+                (flash-decoding); the splits' partials (max, sum, unnormalised output, in workspace)
+                merged by the last split block of each KV head to finish (an arrival counter)
   or prefill    several query tokens: query tiles against KV tiles, online softmax
   window_store  sliding-window cache: the kept rows back into present
 
@@ -37,7 +38,6 @@ GQA = "GroupQueryAttention"
 DEC_THREADS = 128  # kernels/attention.hip HIPEP_DEC_THREADS
 DEC_HEADS = 8  # query rows (token, head) of one KV head per decode block: the largest variant (_g8)
 DEC_VARIANTS = (1, 2, 4, 8)  # hipep_gqa_decode_<dt>_g<G>: blocks of up to G query rows
-COMBINE_THREADS = 128  # HIPEP_COMBINE_THREADS
 DEC_MAX_SEQ = 8  # up to this many new tokens take the split-KV kernel (decode, speculative steps, small chunks)
 MAX_HEAD = 256  # HIPEP_GQA_MAX_HEAD
 MAX_SPLITS = 64  # HIPEP_GQA_MAX_SPLITS
@@ -218,6 +218,7 @@ def gqa_layout(attrs: dict, dtype, q_shape, k_shape, past_shape, present_rows, c
         if a.splits > 1:
             region("part_acc", b * s * n * a.splits * h * 4)
             region("part_ml", b * s * n * a.splits * 2 * 4)
+            region("counters", blocks * 4)  # per (batch, KV head, row group): split blocks done
     bucket = 64 if h <= 64 else (128 if h <= 128 else 256)
     return GqaLayout(a, decode, packed, cache_in_ws, regions, offset, bucket)
 
@@ -362,7 +363,7 @@ def _gqa_bind(ins, outs, attrs, target):
     ops.append(KernelOp(f"hipep_gqa_prepare_{dt}", grid, block,
                         [ctypes.c_uint64(qp), ctypes.c_uint64(kp), ctypes.c_uint64(vp), sl, tot, ptr(pos_ids),
                          ptr(cos), ptr(sin), ctypes.c_uint64(q_rot), ctypes.c_uint64(cache_k),
-                         ctypes.c_uint64(cache_v), a], module="attention"))
+                         ctypes.c_uint64(cache_v), ctypes.c_uint64(region("counters")), a], module="attention"))
     q_att = q_rot if a.do_rotary else qp
     # 3. attention
     if lay.decode:
@@ -371,11 +372,8 @@ def _gqa_bind(ins, outs, attrs, target):
                             (DEC_THREADS, 1, 1),
                             [ctypes.c_uint64(q_att), ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v), sl, tot,
                              ptr(bias), ptr(sink), ptr(out), ctypes.c_uint64(region("part_acc")),
-                             ctypes.c_uint64(region("part_ml")), a], module="attention"))
-        if a.splits > 1:
-            ops.append(KernelOp(f"hipep_gqa_combine_{dt}", (a.heads, a.batch * a.seq, 1), (COMBINE_THREADS, 1, 1),
-                                [ctypes.c_uint64(region("part_acc")), ctypes.c_uint64(region("part_ml")),
-                                 ptr(sink), ptr(out), a], module="attention"))
+                             ctypes.c_uint64(region("part_ml")), ctypes.c_uint64(region("counters")), a],
+                            module="attention"))
     else:
         threads, _ = PREFILL[lay.prefill_bucket]
         ops.append(KernelOp(f"hipep_gqa_prefill_{dt}_h{lay.prefill_bucket}", (_cdiv(a.seq, threads // 4), a.heads,

@@ -17,7 +17,7 @@ import pytest
 
 from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, lookup
 from hipep.runtime import gpu_kernels as gk
-from hipep.runtime.gpu_attention import GqaArgs, RopeArgs, gqa_bounds, gqa_rows
+from hipep.runtime.gpu_attention import DEC_VARIANTS, GqaArgs, RopeArgs, gqa_bounds, gqa_rows
 
 ARCH, DEFINES = "sm_90", {"HIPEP_WARP_SIZE": 32}
 F32, F16 = np.float32, np.float16
@@ -79,13 +79,11 @@ def emulate(mem: Memory, ops, dtype):
         elif name == "hipep_gqa_window_store":
             _window_store(mem, [_u64(x) for x in p[:6]], int(p[6].value), p[7], dtype)
         elif name.startswith("hipep_gqa_prepare"):
-            _prepare(mem, [_u64(x) for x in p[:11]], p[11], dtype)
+            _prepare(mem, [_u64(x) for x in p[:12]], p[12], dtype)
         elif name.startswith("hipep_gqa_decode"):
-            _attend(mem, [_u64(x) for x in p[:10]], p[10], dtype, decode=True)
-        elif name.startswith("hipep_gqa_combine"):
-            _combine(mem, [_u64(x) for x in p[:4]], p[4], dtype)
+            _attend(mem, [_u64(x) for x in p[:11]], p[11], dtype, decode=True)
         elif name.startswith("hipep_gqa_prefill"):
-            _attend(mem, [_u64(x) for x in p[:8]] + [0, 0], p[8], dtype, decode=False)
+            _attend(mem, [_u64(x) for x in p[:8]] + [0, 0, 0], p[8], dtype, decode=False)
         elif name.startswith("hipep_rotary"):
             _rotary(mem, [_u64(x) for x in p[:5]], p[5], dtype)
         else:
@@ -152,7 +150,9 @@ def _pairs(h, half, interleaved):
 
 
 def _prepare(mem, ptrs, a, dtype):
-    q_p, k_p, v_p, sl, tot, pos_p, cos_p, sin_p, qo_p, ck_p, cv_p = ptrs
+    q_p, k_p, v_p, sl, tot, pos_p, cos_p, sin_p, qo_p, ck_p, cv_p, cnt_p = ptrs
+    if cnt_p:  # the decode kernel's arrival counters
+        mem.view(cnt_p, np.uint32, a.batch * a.kv_heads * a.row_groups)[:] = 0
     rows, total = _host(mem, a, sl, tot)
     S, H, n, nkv = a.seq, a.head_size, a.heads, a.kv_heads
     half = a.rotary_half if a.do_rotary else 0
@@ -220,7 +220,9 @@ def _finish(acc, m, l, has_sink, sink):
 
 
 def _attend(mem, ptrs, a, dtype, decode):
-    q_p, ck_p, cv_p, sl, tot, bias_p, sink_p, out_p, pacc_p, pml_p = ptrs
+    q_p, ck_p, cv_p, sl, tot, bias_p, sink_p, out_p, pacc_p, pml_p, cnt_p = ptrs
+    if decode and a.splits > 1:  # zeroed by prepare: the last of a KV head's split blocks merges them
+        assert cnt_p and (mem.view(cnt_p, np.uint32, a.batch * a.kv_heads * a.row_groups) == 0).all()
     rows, total = _host(mem, a, sl, tot)
     S, H, n = a.seq, a.head_size, a.heads
     e = np.dtype(dtype).itemsize
@@ -264,9 +266,12 @@ def _attend(mem, ptrs, a, dtype, decode):
                         pacc = mem.view(pacc_p, np.float32, a.batch * S * n * a.splits * H).reshape(-1, H)
                         pml = mem.view(pml_p, np.float32, a.batch * S * n * a.splits * 2).reshape(-1, 2)
                         pacc[row * a.splits + split], pml[row * a.splits + split] = acc, (m, l)
+    if decode and a.splits > 1:
+        _combine(mem, [pacc_p, pml_p, sink_p, out_p], a, dtype)
 
 
 def _combine(mem, ptrs, a, dtype):
+    """The splits' partials merged (the decode kernel's last block per KV head)."""
     pacc_p, pml_p, sink_p, out_p = ptrs
     H, n = a.head_size, a.heads
     rows = a.batch * a.seq
@@ -327,7 +332,12 @@ def run_binding(op_key, inputs, attrs, out_shapes, dtype, sm_count=132, in_place
     outs = [mem.arg(np.empty(s, dtype), poison=True) for s in out_shapes]
     if in_place:  # present is past's buffer (the shared KV cache)
         outs[1], outs[2] = ins[3], ins[4]
-    target = gk.Target(sm_count=sm_count, workspace=lambda nbytes: mem.alloc(nbytes))
+    def workspace(nbytes):  # poisoned (NaN, all-ones counters): whatever a kernel reads, one wrote first
+        p = mem.alloc(nbytes)
+        mem.bytes[p:p + nbytes] = 0xFF
+        return p
+
+    target = gk.Target(sm_count=sm_count, workspace=workspace)
     ops = gk.BINDINGS[op_key].bind(ins, outs, full, target)
     emulate(mem, ops, dtype)
     return [mem.get(o) for o in outs], want, ops
@@ -400,7 +410,7 @@ def test_gqa_launches_compute_the_reference(name):
     ins, shapes = gqa_case(rng, **spec)
     got, want, ops = run_binding(GQA, ins, attrs, shapes, dtype, sm_count=sm)
     if "split" in name:
-        assert any(getattr(o, "entry", "").startswith("hipep_gqa_combine") for o in ops)
+        assert any(getattr(o, "entry", "").startswith("hipep_gqa_decode") and o.grid[0] > 1 for o in ops)
     t = dict(rtol=1e-5, atol=1e-5) if dtype == F32 else dict(rtol=2e-3, atol=2e-3)
     for k, (g, w) in enumerate(zip(got, want)):
         assert g.shape == w.shape, k
@@ -416,7 +426,7 @@ def test_gqa_shared_buffer_decode_launches_are_the_same_every_step():
     for total, lens in ((11, [11, 6]), (12, [12, 7])):
         ins, shapes = gqa_case(rng, batch=2, seq=1, total=total, capacity=300, lens=lens, rotary=16)
         got, want, ops = run_binding(GQA, ins, attrs, shapes, F32, in_place=True)
-        assert [o.entry for o in ops] == ["hipep_gqa_prepare_f32", "hipep_gqa_decode_f32_g2", "hipep_gqa_combine_f32"]
+        assert [o.entry for o in ops] == ["hipep_gqa_prepare_f32", "hipep_gqa_decode_f32_g2"] and ops[1].grid[0] > 1
         keys.append([(o.entry, o.grid, o.block, bytes(o.params[-1])) for o in ops])
         np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
         for b, n in enumerate(lens):
@@ -516,7 +526,8 @@ def test_modules_compile_and_hold_every_entry_point_the_bindings_name():
                 names |= {(o.module, o.entry) for o in ops if isinstance(o, gk.KernelOp)}
         names.add(("rotary", f"hipep_rotary_{gk._dt(np.dtype(dtype), 'x')}"))
     names |= {("attention", "hipep_gqa_window_store"), ("attention", "hipep_gqa_copy_past")}
-    assert len(names) >= 14
+    names |= {("attention", f"hipep_gqa_decode_{dt}_g{g}") for dt in ("f32", "f16") for g in DEC_VARIANTS}
+    assert len(names) >= 20
     for module, entry in sorted(names):
         assert entry.encode() + b"\0" in cubins[module], f"{module}: {entry}"
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from hipep.runtime import gpu_kernels as gk
-from hipep.runtime.gpu_attention import (COMBINE_THREADS, DEC_THREADS, PREFILL, dec_keys_per_lane, dec_lanes,
+from hipep.runtime.gpu_attention import (DEC_THREADS, PREFILL, dec_keys_per_lane, dec_lanes,
                                          gqa_bounds)
 
 from unit.test_gpu_attention_bindings import (F16, F32, GQA, Memory, _attrs, _cache, _host, _u64, emulate,
@@ -45,7 +45,7 @@ class Kernel:
     """What one attention launch reads: queries, the cache, bias, sinks, output and partials."""
 
     def __init__(self, mem, a, ptrs, dtype):
-        q_p, ck_p, cv_p, sl, tot, bias_p, sink_p, out_p, pacc_p, pml_p = ptrs
+        q_p, ck_p, cv_p, sl, tot, bias_p, sink_p, out_p, pacc_p, pml_p, self.cnt_p = ptrs
         self.a, self.mem, self.dtype = a, mem, np.dtype(dtype)
         self.rows, _ = _host(mem, a, sl, tot)
         self.ck, self.cv = _cache(mem, ck_p, a, a.cache_rows, dtype), _cache(mem, cv_p, a, a.cache_rows, dtype)
@@ -103,7 +103,7 @@ def decode_block(k: Kernel, split, by, b, G, W=32):
     if k0 >= k1 and a.splits > 1:
         for h in range(gn):
             k.pml[out_row(h) * a.splits + split] = (-np.inf, 0.0)
-        return
+        return gn, row_s, row_head
     P = dec_lanes(H)
     KW, lanes = W // P, np.arange(W)
     slice_, kl = lanes % P, lanes // P
@@ -180,39 +180,42 @@ def decode_block(k: Kernel, split, by, b, G, W=32):
         else:
             k.pacc[row * a.splits + split] = o
             k.pml[row * a.splits + split] = (m, l)
+    return gn, row_s, row_head
 
 
-def combine_block(mem, a, ptrs, dtype, head, b, W=32):
-    """hipep_gqa_combine: one (batch * S + token, head) row; warps weigh the splits, threads split
-    the weighted sum by head dim and (narrow heads) by splits."""
-    pacc_p, pml_p, sink_p, out_p = ptrs
-    H, n, threads = a.head_size, a.splits, COMBINE_THREADS
-    rows = a.batch * a.seq
-    pacc = mem.view(pacc_p, np.float32, rows * a.heads * n * H).reshape(rows, a.heads, n, H)[b, head]
-    pml = mem.view(pml_p, np.float32, rows * a.heads * n * 2).reshape(rows, a.heads, n, 2)[b, head]
-    sk = float(mem.view(sink_p, dtype, a.heads)[head]) if sink_p else 0.0
+def merge_block(k: Kernel, b, gn, row_s, row_head, W=32):
+    """hipep_gqa_merge_splits: the last split block of a (batch, KV head, row group) merges its rows'
+    partials; one warp per row weighs the splits, threads take 4-dim columns (and parts of the splits)."""
+    a, H, n = k.a, k.a.head_size, k.a.splits
     lanes = np.arange(W)
-    m = np.full(W, -np.inf, np.float32)
-    for i in range(n):
-        m[i % W] = max(m[i % W], pml[i, 0])
-    k = W // 2
-    while k:
-        m = np.maximum(m, _xor(m, k, lanes))
-        k //= 2
-    m = m[0]
-    w_s = np.array([0.0 if mi == -np.inf else np.exp(np.float64(mi) - m) for mi in pml[:, 0]])
-    l = np.zeros(W)
-    for i in range(n):
-        l[i % W] += pml[i, 1] * w_s[i]
-    l = l.sum()
-    parts = threads // H if threads >= 2 * H else 1
-    o = np.zeros(H)
-    for part in range(parts):  # parts added in order
-        for i in range(part, n, parts):
-            if w_s[i] != 0:  # a split that saw no key left its partial output unwritten
-                o = o + pacc[i] * w_s[i]
-    out = mem.view(out_p, dtype, rows * a.heads * H).reshape(rows, a.heads, H)
-    out[b, head] = _finish(o, m, l, a.has_sink, sk).astype(dtype)
+    w_s, m_r, l_r = np.zeros((gn, n)), np.zeros(gn), np.zeros(gn)
+    for h in range(gn):
+        p0 = ((b * a.seq + row_s[h]) * a.heads + row_head[h]) * n
+        ms = k.pml[p0:p0 + n, 0]
+        m = np.full(W, -np.inf, np.float32)
+        for i in range(n):
+            m[i % W] = max(m[i % W], ms[i])
+        s = W // 2
+        while s:
+            m = np.maximum(m, _xor(m, s, lanes))
+            s //= 2
+        m_r[h] = m[0]
+        w_s[h] = [0.0 if mi == -np.inf else np.exp(np.float64(mi) - m[0]) for mi in ms]
+        l_r[h] = float((k.pml[p0:p0 + n, 1] * w_s[h]).sum())
+    H4 = H // 4
+    cols = gn * H4
+    parts = DEC_THREADS // cols if DEC_THREADS >= 2 * cols else 1
+    for c in range(cols):
+        h, d = c // H4, (c % H4) * 4
+        p0 = ((b * a.seq + row_s[h]) * a.heads + row_head[h]) * n
+        o = np.zeros(4)
+        for part in range(parts):  # parts added in order
+            for i in range(part, n, parts):
+                if w_s[h, i] != 0:  # a split that saw no key left its partial output unwritten
+                    o = o + k.pacc[p0 + i, d:d + 4] * w_s[h, i]
+        row = (b * a.seq + row_s[h]) * a.heads + row_head[h]
+        sk = k.sinks[row_head[h]]
+        k.out[row, d:d + 4] = _finish(o, m_r[h], l_r[h], a.has_sink, sk).astype(k.dtype)
 
 
 # ---- hipep_gqa_prefill -----------------------------------------------------------------------------
@@ -300,20 +303,26 @@ def prefill_block(k: Kernel, bx, head, b, threads, cpt, hb):
 
 def emulate_threads(mem, ops, dtype, warp=32):
     """The launches with the attention kernels run block by block, thread by thread (warps of `warp`
-    lanes: 32 on NVIDIA, 64 on CDNA)."""
+    lanes: 32 on NVIDIA, 64 on CDNA; the split blocks of a KV head in a random order)."""
+    order = np.random.default_rng(len(ops))
     for op in ops:
         name = getattr(op, "entry", "")
         if name.startswith("hipep_gqa_decode"):
-            k = Kernel(mem, op.params[10], [_u64(x) for x in op.params[:10]], dtype)
+            k = Kernel(mem, op.params[11], [_u64(x) for x in op.params[:11]], dtype)
             gx, gy, gz = op.grid
             variant = int(name.rsplit("_g", 1)[1])
-            assert op.block == (DEC_THREADS, 1, 1) and k.a.rows_per_block <= variant
+            assert op.block == (DEC_THREADS, 1, 1) and k.a.rows_per_block <= variant and gx == k.a.splits
+            counters = mem.view(k.cnt_p, np.uint32, gy * gz) if gx > 1 else None
             for b in range(gz):
                 for by in range(gy):
-                    for split in range(gx):
-                        decode_block(k, split, by, b, variant, warp)
+                    for split in order.permutation(gx):  # blocks finish in any order
+                        rows = decode_block(k, split, by, b, variant, warp)
+                        if counters is not None:  # the last to arrive merges the splits
+                            counters[b * gy + by] += 1
+                            if counters[b * gy + by] == gx:
+                                merge_block(k, b, *rows, W=warp)
         elif name.startswith("hipep_gqa_prefill"):
-            k = Kernel(mem, op.params[8], [_u64(x) for x in op.params[:8]] + [0, 0], dtype)
+            k = Kernel(mem, op.params[8], [_u64(x) for x in op.params[:8]] + [0, 0, 0], dtype)
             bucket = int(name.rsplit("_h", 1)[1])
             threads, cpt = PREFILL[bucket]
             assert op.block == (threads, 1, 1) and op.grid[0] * threads // 4 >= k.a.seq
@@ -321,12 +330,6 @@ def emulate_threads(mem, ops, dtype, warp=32):
                 for head in range(op.grid[1]):
                     for bx in range(op.grid[0]):
                         prefill_block(k, bx, head, b, threads, cpt, bucket)
-        elif name.startswith("hipep_gqa_combine"):
-            a = op.params[4]
-            assert op.grid == (a.heads, a.batch * a.seq, 1) and op.block == (COMBINE_THREADS, 1, 1)
-            for b in range(a.batch * a.seq):
-                for head in range(a.heads):
-                    combine_block(mem, a, [_u64(x) for x in op.params[:4]], dtype, head, b, warp)
         else:
             emulate(mem, [op], dtype)
 
