@@ -253,6 +253,14 @@ class OrtDeviceArray(DeviceArray):
         view = super().reshape(*shape)
         return OrtDeviceArray(self.device, view.ptr, view.shape, view.dtype)
 
+    def __array__(self, dtype=None, copy=None):
+        # numpy would otherwise take this object for a 0-d array of dtype object. Whole device
+        # tensors reach the host only through a plan's copies; what reads them as arrays is the
+        # step-by-step interpreter, which this device does not run.
+        raise HipepError(f"a tensor of shape {list(self.shape)} ({self.dtype}) is in GPU memory, which the host "
+                         f"reads one element at a time only; plans that run step by step (Loop, If, or shapes "
+                         f"computed on the device) are not supported on the cuda device yet")
+
     def __getitem__(self, k):
         if self.ndim != 1 or not isinstance(k, (int, np.integer)):
             raise HipepError(f"a device tensor of shape {list(self.shape)} is read by the host one element of a "

@@ -18,9 +18,12 @@ trace when those dims change.
 
 Host steps that compute shape arithmetic (Shape → Gather → Cast → Concat ...) are evaluated
 symbolically too, so a value such as total_sequence_length = Shape(mask)[1] is the expression
-`i3.1`, not a number a guard must pin. Values the host would read from device memory (a rule
-reading what a kernel computed) cannot be known before the run: tracing stops with
-`DataDependent`, and the executor runs such plans step by step (hipep.runtime.interpreter).
+`i3.1`, not a number a guard must pin. Small integer results of device launches whose inputs
+the host knows (arithmetic on shapes and small integer inputs) are evaluated on the host when a
+rule reads them, their inputs pinned. Values the host would read from device memory (a rule
+reading what a kernel computed from other data) cannot be known before the run: tracing stops
+with `DataDependent`, and the executor runs such plans step by step (hipep.runtime.interpreter),
+which GPU devices do not run.
 """
 from __future__ import annotations
 
@@ -162,6 +165,7 @@ class _Tracer:
         self.shape: dict[int, tuple] = {}
         self.sval: dict[int, Any] = {}  # value id → its value as the host knows it (object array)
         self.reads: set = set()
+        self.pending: dict[int, tuple] = {}  # value id → the integer launch that computes it
         self.constants = constants
         self.where = f"plan '{plan.name}'"
 
@@ -195,6 +199,13 @@ class _Tracer:
         """The value of `vid` as the host knows it before any launch, or DataDependent."""
         if vid in self.sval:
             return self.sval[vid]
+        if vid in self.pending:
+            step, op, op_type, label = self.pending[vid]
+            for out in step.outputs:
+                self.pending.pop(out, None)
+            self.host_values(step, op, op_type, label, host=False)
+            if vid in self.sval:
+                return self.sval[vid]
         spec = self.values[vid]
         if spec.kind == "input":
             a = self.inputs[spec.index]
@@ -280,6 +291,26 @@ class _Tracer:
             # A launch that only moves or re-types known integers (the copy of an input's shape
             # operand into host-visible memory) has values the host knows without reading them.
             self.host_values(step, op, op_type, label, host)
+        elif self._small_integers(step):
+            # Other integer arithmetic on the device (CenterCropPad's Slice bounds from Shape(x)
+            # and a small integer input): its values follow on the host too, but only a rule
+            # that reads them asks (evaluating them pins their inputs with guards).
+            for vid in step.outputs:
+                if vid >= 0:
+                    self.pending[vid] = (step, op, op_type, label)
+
+    def _small_integers(self, step) -> bool:
+        """Whether every result of `step` is an integer tensor of at most MAX_READ_ELEMENTS."""
+        outs = [vid for vid in step.outputs if vid >= 0]
+        for vid in outs:
+            if np.dtype(self.values[vid].dtype).kind not in _INT_KINDS:
+                return False
+            n = 1
+            for d in self.shape[vid]:
+                n *= value(d)
+            if n > MAX_READ_ELEMENTS:
+                return False
+        return bool(outs)
 
     def host_values(self, step, op, op_type: str, label: str, host: bool = True) -> None:
         """The symbolic values of a host step's outputs (shape arithmetic), where they follow."""

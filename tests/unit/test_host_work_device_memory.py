@@ -169,3 +169,39 @@ def test_the_copied_result_is_a_device_copy_of_the_host_buffer():
     copy = [s for s in plan.steps if getattr(s, "outputs", ()) == (plan.outputs[0],)]
     assert len(copy) == 1 and copy[0].op == "::Identity"
     assert plan.values[copy[0].inputs[0]].space == "host_visible"
+
+
+@pytest.mark.parametrize("target", [[6, 5, 3], [10, 7, 1], [4, 3, 2]])
+def test_slice_bounds_from_a_small_integer_input_replay_without_the_interpreter(target):
+    # The bounds are device arithmetic on Shape(x) and `shape`; the shape program derives them on
+    # the host from `shape`'s elements (host reads of single elements), so the plan replays as
+    # captured launches: GPU devices cannot run the step-by-step interpreter.
+    model = center_crop_model()
+    x = np.arange(210, dtype=np.float32).reshape(10, 7, 3)
+    feeds = {"x": x, "shape": np.array(target, np.int64)}
+    got, _, executor = _run_on_device_memory(model, feeds)
+    np.testing.assert_array_equal(got[0], _expected(model, feeds)[0])
+    assert executor.specializations(), "the plan ran through the step-by-step interpreter"
+
+
+def test_a_new_target_shape_is_traced_again():
+    model = center_crop_model()
+    g = GraphView.from_onnx(model)
+    plan = compile_subgraph(g, "sub", list(g.inputs), list(g.outputs))
+    device = DeviceMemoryRules()
+    executor = Executor(plan, device)
+    x = np.arange(210, dtype=np.float32).reshape(10, 7, 3)
+    for target in ([6, 5, 3], [8, 7, 2], [6, 5, 3]):
+        feeds = {"x": x, "shape": np.array(target, np.int64)}
+        y = executor.run([x, feeds["shape"]])[0]
+        np.testing.assert_array_equal(y, _expected(model, feeds)[0])
+
+
+def test_a_cuda_device_tensor_is_no_numpy_array():
+    # numpy would take it for a 0-d object array ("input 1 ('shape') is object"): the error says
+    # what the host can do with device memory instead.
+    from hipep.runtime.cuda import OrtDeviceArray
+
+    a = OrtDeviceArray(None, 0x1000, (3,), np.int64)
+    with pytest.raises(HipepError, match=r"tensor of shape \[3\] \(int64\) is in GPU memory.*step by step"):
+        np.asarray(a)
