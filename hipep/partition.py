@@ -110,12 +110,24 @@ def _claim_safely(claim: Claim, node: Node, graph: GraphView) -> str | None:
     return str(reason) or "not claimed (no reason given)"
 
 
-def device_claim(claim: Claim, device: str) -> Claim:
+@dataclass
+class _DeviceFacts:
+    """What `device_claim` learned about the nodes it claimed on a GPU device, by Node.index:
+    whether the node has a GPU program, whether its outputs are all integers, and the inputs it
+    reads the data of that are not constant initializers."""
+    has_kernel: dict[int, bool] = field(default_factory=dict)
+    integer_outputs: dict[int, bool] = field(default_factory=dict)
+    data_inputs: dict[int, list[str]] = field(default_factory=dict)
+
+
+def device_claim(claim: Claim, device: str, refused: dict[int, str] | None = None,
+                 facts: _DeviceFacts | None = None) -> Claim:
     """`claim`, narrowed to the nodes device `device` can run: a node whose op has no GPU program
     is left to other EPs ("no kernel for cuda: ..."), unless it will run as host work there
     (integer shape arithmetic on host values, the rule hip-bufferize applies: every input it
     reads the data of is a small constant initializer or a result of such host work). Nodes must
-    be asked in topological order (partition does), so producers are known before consumers."""
+    be asked in topological order (partition does), so producers are known before consumers.
+    `refused`: nodes not to claim, with the reason (see `partition`); `facts` is filled in."""
     if device == "cpu":
         return claim
     from .ops.registry import lookup, resolve_attributes
@@ -123,11 +135,14 @@ def device_claim(claim: Claim, device: str) -> Claim:
     from .runtime.gpu_kernels import kernel_reason
 
     host_values: set[str] = set()
+    refused = refused or {}
 
     def claim_on_device(node: Node, graph: GraphView) -> str | None:
         reason = claim(node, graph)
         if reason is not None:
             return reason
+        if node.index in refused:
+            return refused[node.index]
         op = lookup(node.domain, node.op_type)
         if op is None:  # a custom claim function's op: nothing to check against
             return None
@@ -142,16 +157,47 @@ def device_claim(claim: Claim, device: str) -> Claim:
         data_inputs = [v for i, v in enumerate(node.inputs) if v and i not in extent_only]
         outputs_integer = all(_dtype_name(graph.type_of(o)) in _HOST_TYPES for o in node.outputs if o)
         host = outputs_integer and all(v in graph.constants or v in host_values for v in data_inputs)
-        if host:
-            host_values.update(o for o in node.outputs if o)
         if op.control_flow:
             return f"no kernel for {device}: {node.op_type} (control flow runs on the cpu device only)"
         why = kernel_reason(op_key(node.domain or "", node.op_type), attrs, dtypes, shapes, values)
-        if why is None or host:
-            return None
-        return why.replace("cuda", device, 1) if device != "cuda" else why
+        if why is not None and not host:
+            return why.replace("cuda", device, 1) if device != "cuda" else why
+        # Claimed: only now are its results host values for the nodes after it (a rejected
+        # node's results reach hipep from another EP, in device memory).
+        if host:
+            host_values.update(o for o in node.outputs if o)
+        if facts is not None:
+            facts.has_kernel[node.index] = why is None
+            facts.integer_outputs[node.index] = outputs_integer
+            facts.data_inputs[node.index] = [v for v in data_inputs if v not in graph.constants]
+        return None
 
     return claim_on_device
+
+
+def _host_work_without_host_inputs(graph: GraphView, clusters: list[list[int]], facts: _DeviceFacts,
+                                   device: str) -> dict[int, str]:
+    """Nodes claimed only as host work (no GPU program) that their subgraph cannot run on the
+    host: a value crossing from another subgraph arrives in device memory, so within each
+    subgraph host values are what hip-bufferize finds there (integer results of members whose
+    data inputs are constants or such host values)."""
+    nodes = graph.nodes
+    bad: dict[int, str] = {}
+    for members in clusters:
+        host_values: set[str] = set()
+        for pos in members:
+            node = nodes[pos]
+            if node.index not in facts.has_kernel:
+                continue  # claimed by a custom claim function: nothing known
+            ins = facts.data_inputs[node.index]
+            host = facts.integer_outputs[node.index] and all(v in host_values for v in ins)
+            if host:
+                host_values.update(o for o in node.outputs if o)
+            elif not facts.has_kernel[node.index]:
+                away = [v for v in ins if v not in host_values]
+                bad[node.index] = (f"no kernel for {device}: {node.op_type}, and it cannot run as host work: "
+                                   f"{', '.join(repr(v) for v in away)} would reach its subgraph in device memory")
+    return bad
 
 
 _HOST_TYPES = {"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"}
@@ -172,8 +218,26 @@ def _dtype_name(t) -> str:
 def partition(graph: GraphView, claim: Claim = check_node, device: str = "cpu") -> PartitionReport:
     """Claim or reject every node of `graph` and cluster the claimed ones (see module doc).
     `device`: the device kind the EP runs on; on a GPU, nodes without a GPU program are left to
-    other EPs (see `device_claim`)."""
-    base_claim, claim = claim, device_claim(claim, device)
+    other EPs (see `device_claim`), and so is host work whose host inputs end up in another
+    subgraph (they would arrive in device memory): such nodes are refused and the graph is
+    partitioned again, until every claimed node can run where its subgraph puts it."""
+    refused: dict[int, str] = {}
+    while True:
+        facts = _DeviceFacts()
+        report = _partition_once(graph, claim, device, refused, facts)
+        if device == "cpu":
+            return report
+        position = {n.index: pos for pos, n in enumerate(graph.nodes)}
+        clusters = [[position[i] for i in c] for c in report.clusters]
+        bad = _host_work_without_host_inputs(graph, clusters, facts, device)
+        if not bad:
+            return report
+        refused.update(bad)
+
+
+def _partition_once(graph: GraphView, claim: Claim, device: str, refused: dict[int, str],
+                    facts: _DeviceFacts) -> PartitionReport:
+    base_claim, claim = claim, device_claim(claim, device, refused, facts)
     nodes = graph.nodes
     order = topological_order(graph)
     _, preds = value_edges(graph)

@@ -1,0 +1,91 @@
+"""Partitioning for a GPU device: a node without a GPU program is claimed only where it runs as
+host work, and host work needs host values of its own subgraph (values crossing subgraphs arrive
+from ORT in device memory). Runs without a GPU: the claims read the kernel table only."""
+from __future__ import annotations
+
+from onnx import TensorProto as T, helper as h
+
+import hipep
+from hipep.graph import GraphView
+from hipep.partition import partition
+
+from helpers import make_model, tensor
+
+
+def _labels(report, graph):
+    by_index = {n.index: n for n in graph.nodes}
+    return [[by_index[i].op_type for i in c] for c in report.clusters]
+
+
+def _rejected(report) -> dict[str, str]:
+    return {r.node.op_type: r.reason for r in report.rejections}
+
+
+def if_outputs_feed_host_work_model():
+    """An If (not claimed on a GPU) yields integers that CumSum (no GPU program) reads: AffineGrid's
+    expanded form feeds Range from such an If. The If's results come from another EP."""
+    then = h.make_graph([h.make_node("Constant", [], ["a"], value=h.make_tensor("va", T.INT64, [2], [3, 4]))],
+                        "then", [], [tensor("a", T.INT64, [2])])
+    other = h.make_graph([h.make_node("Constant", [], ["b"], value=h.make_tensor("vb", T.INT64, [2], [5, 6]))],
+                         "else", [], [tensor("b", T.INT64, [2])])
+    nodes = [
+        h.make_node("Size", ["x"], ["n"]),
+        h.make_node("Equal", ["n", "four"], ["is_four"]),
+        h.make_node("If", ["is_four"], ["dims"], then_branch=then, else_branch=other),
+        h.make_node("CumSum", ["dims", "axis"], ["y"]),
+    ]
+    inits = [h.make_tensor("four", T.INT64, [], [4]), h.make_tensor("axis", T.INT64, [], [0])]
+    return make_model(nodes, [tensor("x", T.FLOAT, [2, 2])], [tensor("y", T.INT64, [2])], inits)
+
+
+def host_value_crossing_subgraphs_model():
+    """Shape(x) lands in one subgraph; the Concat reading it is pushed into a second one by a path
+    through an unclaimed Det; the CumSum (no GPU program) after the Concat reads a value that
+    reached the second subgraph in device memory."""
+    nodes = [
+        h.make_node("Shape", ["x"], ["xs"]),
+        h.make_node("Relu", ["x"], ["r"]),
+        h.make_node("Det", ["r"], ["d"]),  # no hipep implementation: another EP runs it
+        h.make_node("Shape", ["d"], ["ds"]),
+        h.make_node("Concat", ["xs", "ds"], ["cat"], axis=0),
+        h.make_node("CumSum", ["cat", "axis"], ["y"]),
+    ]
+    return make_model(nodes, [tensor("x", T.FLOAT, [3, 3])], [tensor("y", T.INT64, [2])],
+                      [h.make_tensor("axis", T.INT64, [], [0])])
+
+
+def test_results_of_a_rejected_node_are_no_host_values():
+    g = GraphView.from_onnx(if_outputs_feed_host_work_model())
+    report = partition(g, device="cuda")
+    rejected = _rejected(report)
+    assert rejected["If"].startswith("no kernel for cuda: If")
+    assert rejected["CumSum"].startswith("no kernel for cuda: CumSum")
+    # on the CPU device everything is claimed
+    assert not partition(g, device="cpu").rejections
+
+
+def test_host_work_whose_host_input_is_in_another_subgraph_is_not_claimed():
+    g = GraphView.from_onnx(host_value_crossing_subgraphs_model())
+    cpu = partition(g, device="cpu")
+    assert "CumSum" not in _rejected(cpu)
+    report = partition(g, device="cuda")
+    reason = _rejected(report).get("CumSum", "")
+    assert "cannot run as host work" in reason and "'cat'" in reason, report.format()
+    assert len(report.clusters) == 2, report.format()
+    # the rest stays claimed as before
+    assert set(_rejected(report)) == {"Det", "CumSum"}
+
+
+def test_host_work_within_its_subgraph_stays_claimed():
+    # Shape -> Gather -> Range (host work on a GPU) in one subgraph: nothing to refuse.
+    nodes = [
+        h.make_node("Shape", ["x"], ["s"]),
+        h.make_node("Gather", ["s", "one"], ["n"], axis=0),
+        h.make_node("CumSum", ["s", "zero"], ["c"]),
+        h.make_node("Add", ["c", "n"], ["y"]),
+    ]
+    model = make_model(nodes, [tensor("x", T.FLOAT, [2, 3])], [tensor("y", T.INT64, [2])],
+                       [h.make_tensor("one", T.INT64, [], [1]), h.make_tensor("zero", T.INT64, [], [0])])
+    report = hipep.explain(model, device="cuda")
+    assert report.all_claimed, report.format()
+    assert len(report.clusters) == 1
