@@ -779,6 +779,36 @@ def _pointwise_bind(op_key: str):
     return bind
 
 
+# Range ------------------------------------------------------------------------------------------
+
+_RANGE_TYPES = {"int16": "i16", "int32": "i32", "int64": "i64", "float32": "f32"}
+
+
+def _range_check(attrs, dtypes, shapes, values):
+    if dtypes and dtypes[0] and dtypes[0] not in _RANGE_TYPES:
+        return f"element type {dtypes[0]}"
+    return None
+
+
+@_binding("::Range", check=_range_check, modules=("range",))
+def _range_bind(ins, outs, attrs, target):
+    # The output's length is the shape program's (start, limit and delta are host values where
+    # Range is planned); the kernel reads start and delta from memory.
+    start, delta, out = ins[0], ins[2], outs[0]
+    t = _RANGE_TYPES.get(out.dtype.name)
+    if t is None:
+        raise NoKernel(f"Range of element type {out.dtype.name}")
+    n = out.size
+    if n == 0:
+        return []
+    if t == "f32":  # one thread: each step rounds, as ORT's running sum does (kernels/range.hip)
+        grid, block = (1, 1, 1), (1, 1, 1)
+    else:
+        grid, block = flat_config(n, target)
+    return [KernelOp(f"hipep_range_{t}", grid, block, [ptr(start), ptr(delta), ptr(out), ctypes.c_longlong(n)],
+                     module="range")]
+
+
 # ---- the table ---------------------------------------------------------------------------------
 
 def binding_for(op_key: str) -> Binding | None:
