@@ -5,8 +5,9 @@
 // Elements are moved as words W of 1 to 16 bytes: the runtime picks the widest word that divides
 // a row's bytes and the pointers' alignment, so an f16 row of 4096 moves as 512 16-byte words.
 // Threads along x walk a row's words, blockDim.y rows per block (one division per row, none per
-// word). Negative indices count from the end; an index still out of range yields zeros (ONNX
-// Runtime rejects it; a kernel cannot raise, and reading outside the table is worse).
+// word). Negative indices count from the end. An index still out of range (ONNX Runtime rejects
+// it) yields a row of zeros, never a read outside the table, and is reported in the stream's fault
+// record (hipep_device.h), which the host turns into an error naming the node at its next sync.
 #include "hipep_device.h"
 
 struct hipep_gather_args {
@@ -18,7 +19,7 @@ struct hipep_gather_args {
 
 template <typename W, typename I>
 HIPEP_DEVICE void hipep_gather(const W* HIPEP_RESTRICT data, const I* HIPEP_RESTRICT indices, W* HIPEP_RESTRICT out,
-                               const hipep_gather_args a) {
+                               const hipep_gather_args a, const hipep_fault_site fault) {
   const hipep_i64 row_step = (hipep_i64)gridDim.y * blockDim.y;
   const hipep_i64 col_step = (hipep_i64)gridDim.x * blockDim.x;
   for (hipep_i64 row = (hipep_i64)blockIdx.y * blockDim.y + threadIdx.y; row < a.rows; row += row_step) {
@@ -26,6 +27,8 @@ HIPEP_DEVICE void hipep_gather(const W* HIPEP_RESTRICT data, const I* HIPEP_REST
     hipep_i64 j = (hipep_i64)indices[i];
     if (j < 0) j += a.n_axis;
     const bool ok = j >= 0 && j < a.n_axis;
+    // One report per bad row (its first thread), and only where the row is bad: no cost otherwise.
+    if (!ok && blockIdx.x == 0 && threadIdx.x == 0) hipep_report_bad_index(fault, (hipep_i64)indices[i], a.n_axis);
     const W* src = data + (o * a.n_axis + j) * a.inner;
     W* dst = out + row * a.inner;
     for (hipep_i64 k = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; k < a.inner; k += col_step)
@@ -35,13 +38,15 @@ HIPEP_DEVICE void hipep_gather(const W* HIPEP_RESTRICT data, const I* HIPEP_REST
 
 #define HIPEP_GATHER(WNAME, W)                                                                        \
   HIPEP_KERNEL void hipep_gather_##WNAME##_i32(const W* HIPEP_RESTRICT data, const int* HIPEP_RESTRICT idx, \
-                                               W* HIPEP_RESTRICT out, const hipep_gather_args a) {   \
-    hipep_gather<W, int>(data, idx, out, a);                                                          \
+                                               W* HIPEP_RESTRICT out, const hipep_gather_args a,     \
+                                               const hipep_fault_site fault) {                        \
+    hipep_gather<W, int>(data, idx, out, a, fault);                                                   \
   }                                                                                                   \
   HIPEP_KERNEL void hipep_gather_##WNAME##_i64(const W* HIPEP_RESTRICT data,                         \
                                                const hipep_i64* HIPEP_RESTRICT idx,                   \
-                                               W* HIPEP_RESTRICT out, const hipep_gather_args a) {   \
-    hipep_gather<W, hipep_i64>(data, idx, out, a);                                                    \
+                                               W* HIPEP_RESTRICT out, const hipep_gather_args a,     \
+                                               const hipep_fault_site fault) {                        \
+    hipep_gather<W, hipep_i64>(data, idx, out, a, fault);                                             \
   }
 
 HIPEP_GATHER(w1, unsigned char)

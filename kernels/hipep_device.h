@@ -153,4 +153,44 @@ HIPEP_DEVICE float hipep_atomic_add(float* p, float v) { return atomicAdd(p, v);
 HIPEP_DEVICE int hipep_atomic_add(int* p, int v) { return atomicAdd(p, v); }
 HIPEP_DEVICE unsigned int hipep_atomic_inc(unsigned int* p) { return atomicAdd(p, 1u); }
 
+// ---- fault reports ------------------------------------------------------------------------------
+// A kernel cannot raise: where ONNX Runtime rejects a value only the kernel sees (an index out of
+// range), the kernel records it in its stream's fault record and goes on without leaving its
+// buffers. The record is host-mapped pinned memory (hipep/runtime/gpu_faults.py reads it after the
+// stream's work is done and raises an error naming the node); `site` tells the host which launch
+// and which input. First fault wins: later ones are dropped until the host clears the record.
+#define HIPEP_FAULT_INDEX 1u
+
+struct hipep_fault_record {
+  unsigned int code;  // 0: no fault; HIPEP_FAULT_*
+  int site;           // the reporting launch's site (the host's table: node label, input)
+  hipep_i64 value;    // the bad value
+  hipep_i64 bound;    // valid values are [-bound, bound - 1]
+};
+
+// The kernel parameter: where the launch reports (record null: it does not) and its site.
+struct hipep_fault_site {
+  hipep_fault_record* record;
+  int site;
+};
+
+HIPEP_DEVICE void hipep_report_fault(const hipep_fault_site f, unsigned int code, hipep_i64 value, hipep_i64 bound) {
+  hipep_fault_record* r = f.record;
+  if (r == nullptr) return;
+  // A plain read first: once a fault is recorded, further faulting threads do not each send an
+  // atomic over the bus to host memory.
+  if (*(volatile unsigned int*)&r->code != 0u) return;
+  if (atomicCAS(&r->code, 0u, code) != 0u) return;
+  // The host reads the record only after the stream's work has completed, so these plain stores
+  // are visible by then.
+  r->site = f.site;
+  r->value = value;
+  r->bound = bound;
+}
+
+// Reports an index outside [-bound, bound - 1] (the caller has found it so).
+HIPEP_DEVICE void hipep_report_bad_index(const hipep_fault_site f, hipep_i64 index, hipep_i64 bound) {
+  hipep_report_fault(f, HIPEP_FAULT_INDEX, index, bound);
+}
+
 #endif  // HIPEP_DEVICE_H

@@ -28,7 +28,12 @@ device is made) queues a spin kernel (kernels/debug.hip) before every launch of 
 
 Errors: a launch the driver refuses is recorded on its stream with the node's label and raised at
 the next sync (later work on that stream is not issued); a fault while kernels run surfaces at the
-sync, naming the launches issued since the last one.
+sync, naming the launches issued since the last one. Bad input only a kernel sees (a Gather index
+out of range) goes into the stream's fault record (hipep.runtime.gpu_faults: pinned host memory the
+kernels write, one per stream, at a fixed address that CUDA graphs keep); every sync reads it and
+raises an error naming the node, input, value and valid range, and clears it. Every run ends with
+a sync (device outputs too), so the run that faulted raises; a fault not yet seen by a sync is
+raised at the latest when the next run starts on that stream.
 """
 from __future__ import annotations
 
@@ -46,6 +51,7 @@ import numpy as np
 from ..errors import HipepError
 from . import gpu_kernels as table
 from . import kernel_cache
+from .gpu_faults import FAULT_RECORD_BYTES, FaultSite, FaultSites, take_fault
 from .device import Device, Event, Graph, Kernel, Stream, check_patch, freeze, named_error
 
 T = TypeVar("T")
@@ -327,11 +333,19 @@ class CudaStream(Stream):
         self.staging: dict[tuple[str, int], CudaMemory] = {}
         self.staged_inputs: list[tuple[int, int, DeviceArray]] = []  # (host address, bytes, device copy)
         self.workspace: list[CudaMemory] = []  # Target.workspace buffers, newest last (CudaDevice._workspace)
+        # Kernels that validate their input report here (gpu_faults); cleared, then read per sync.
+        self.fault_record = device.alloc("host_visible", FAULT_RECORD_BYTES)
+        ctypes.memset(self.fault_record.host_ptr, 0, FAULT_RECORD_BYTES)
 
     # -- the Stream interface
 
     def begin_run(self, run_index: int) -> None:
         self.staged_inputs = []
+        # A fault of earlier work that no sync has seen yet (its outputs stayed on the device).
+        fault = take_fault(self.fault_record.host_ptr, self.device.fault_sites)
+        if fault is not None:
+            raise type(fault)(f"{fault} (found when the next run started on the stream: an earlier run's "
+                              f"device outputs are not valid)")
 
     def enqueue(self, label: str, work: Callable[[], None]) -> None:
         """Host work in stream order: it runs once the work queued before it is done (a GPU stream
@@ -352,6 +366,12 @@ class CudaStream(Stream):
 
     def sync(self) -> None:
         self._wait_idle()
+        fault = take_fault(self.fault_record.host_ptr, self.device.fault_sites)
+        if fault is not None:
+            # The kernel's fault came before any failure recorded since: work after a refused
+            # launch is never issued. Both belong to this run, which fails with the first.
+            self._error = None
+            raise fault
         self._raise_recorded()
 
     def discard(self) -> None:
@@ -359,6 +379,7 @@ class CudaStream(Stream):
             self._wait_idle()
         except HipepError:
             pass
+        take_fault(self.fault_record.host_ptr, self.device.fault_sites)  # the failed run's, if any
         self._error = None
         self._recent.clear()
         self._since_sync = 0
@@ -431,7 +452,7 @@ class CudaStream(Stream):
                 d.cuEventDestroy(s)
                 d.cuEventDestroy(e)
             d.cuStreamDestroy(self.handle)
-            for mem in [*self.staging.values(), *self.workspace]:
+            for mem in [*self.staging.values(), *self.workspace, self.fault_record]:
                 self.device.free(mem)
         except Exception:  # noqa: BLE001 - at interpreter exit the driver may be gone
             pass
@@ -513,7 +534,7 @@ class CudaProgram:
             raise table.NoKernel(f"no kernel for cuda: {self.kernel.name.lstrip(':')}")
         dev = self.device
         converted = [dev._arg(a) for a in args]
-        target = dev.target if stream is None else dev.stream_target(stream)
+        target = dev.target if stream is None else dev.stream_target(stream, self.label)
         ops = self.binding.bind(converted[:self.arity], converted[self.arity:], self.attrs, target)
         if dev.debug_spin is not None and self.kernel.name.rsplit("::", 1)[-1] == dev.debug_spin[0]:
             ops = [table.KernelOp("hipep_debug_spin", (1,), (1,), [ctypes.c_longlong(dev.debug_spin[1])],
@@ -703,6 +724,7 @@ class CudaDevice(Device):
         self._finalizers: dict[int, weakref.finalize] = {}  # id(allocation) -> its release when it dies
         self._scratch_mem: list[CudaMemory] = []
         self._aux_stream = None
+        self.fault_sites = FaultSites()  # what a fault record's site means (gpu_faults)
         # Held while a stream captures a CUDA graph, and by the calls that may synchronize the
         # device (allocation, freeing, module loading): those fail, and can spoil the capture,
         # while any stream of the context is capturing (concurrent runs on other threads).
@@ -912,9 +934,13 @@ class CudaDevice(Device):
                 self._scratch_mem.append(self.alloc("device", max(nbytes, 1 << 16)))
             return self._scratch_mem[-1].ptr
 
-    def stream_target(self, stream: CudaStream) -> table.Target:
-        """The device's Target with a workspace private to `stream`."""
-        return dataclasses.replace(self.target, workspace=lambda nbytes: self._workspace(stream, nbytes))
+    def stream_target(self, stream: CudaStream, label: str = "") -> table.Target:
+        """The device's Target with a workspace private to `stream`, and fault reports into the
+        stream's fault record naming the launch `label`."""
+        def fault(what: str) -> FaultSite:
+            return FaultSite(stream.fault_record.ptr, self.fault_sites.site(label or "a launch", what))
+
+        return dataclasses.replace(self.target, workspace=lambda nbytes: self._workspace(stream, nbytes), fault=fault)
 
     def _workspace(self, stream: CudaStream, nbytes: int) -> int:
         """Device memory for a launch's intermediate results (split-KV partials, rotated queries),

@@ -32,6 +32,7 @@ import numpy as np
 from ..errors import HipepError
 from ..ops.registry import OUTPUT_COUNT, SINCE_VERSION, lookup
 from ..plan import split_op_key
+from .gpu_faults import fault_param
 
 FUSED = "hipep::FusedElementwise"
 MAX_BLOCK = 1024
@@ -104,11 +105,14 @@ class Target:
     """What a binding may ask of the device: its shape, scratch memory for an output the plan
     drops (a kernel still writes it), and `workspace(nbytes) -> pointer`: device memory for a
     launch's intermediate results, private to the stream the launch runs on (grown when a launch
-    needs more, never freed while the stream lives: captured CUDA graphs keep its address)."""
+    needs more, never freed while the stream lives: captured CUDA graphs keep its address).
+    `fault(what) -> FaultSite`: the kernel parameter through which a launch that validates its
+    input reports a bad value of `what` (hipep.runtime.gpu_faults; None: no report)."""
     sm_count: int = 132
     warp_size: int = 32
     scratch: Callable[[int], int] | None = None
     workspace: Callable[[int], int] | None = None
+    fault: Callable[[str], object] | None = None
 
 
 def ptr(a: Arg | None) -> ctypes.c_uint64:
@@ -545,8 +549,10 @@ def _gather_bind(ins, outs, attrs, target):
     it = {"int32": "i32", "int64": "i64"}.get(idx.dtype.name)
     if it is None:
         raise NoKernel(f"Gather with {idx.dtype.name} indices")
+    # An index out of range: zeros in the output, and the stream's fault record names it.
+    fault = fault_param(target, f"input 1 (indices) into data axis {axis}")
     return [KernelOp(f"hipep_gather_w{word}_{it}", grid, (bx, by, 1),
-                     [ptr(data), ptr(idx), ptr(out), GatherArgs(rows, words, n_idx, n_axis)], module="gather")]
+                     [ptr(data), ptr(idx), ptr(out), GatherArgs(rows, words, n_idx, n_axis), fault], module="gather")]
 
 
 # Transpose, Slice, Expand, Split, Concat --------------------------------------------------------

@@ -15,6 +15,7 @@ import pytest
 
 from hipep.ops.pointwise import Builder, Operand
 from hipep.ops.registry import OUTPUT_COUNT, SINCE_VERSION, lookup
+from hipep.runtime import gpu_faults as gf
 from hipep.runtime import gpu_kernels as gk
 
 ARCH = "sm_90"
@@ -229,6 +230,7 @@ def run_ops(mem: Memory, ops) -> None:
             data, out, a = mem.words(p[0], word), mem.words(p[2], word), p[3]
             it = np.int32 if op.entry.endswith("_i32") else np.int64
             idx = mem.words(p[1], 1).view(it)
+            fault = p[4]
             for row in range(a.rows):
                 o, i = divmod(row, a.n_idx)
                 j = int(idx[i])
@@ -237,6 +239,16 @@ def run_ops(mem: Memory, ops) -> None:
                     out[row * a.inner:(row + 1) * a.inner] = data[(o * a.n_axis + j) * a.inner:(o * a.n_axis + j + 1) * a.inner]
                 else:
                     out[row * a.inner:(row + 1) * a.inner] = np.zeros(a.inner, data.dtype)
+                    _emulate_fault_report(mem, fault, gf.FAULT_INDEX, int(idx[i]), a.n_axis)
+
+
+def _emulate_fault_report(mem: Memory, fault, code: int, value: int, bound: int) -> None:
+    """hipep_report_fault: the first report fills the record, later ones are dropped."""
+    if not fault.record:
+        return
+    record = gf.FaultRecord.from_buffer(mem.words(fault.record, 8)[:3])
+    if record.code == gf.FAULT_NONE:
+        record.code, record.site, record.value, record.bound = code, fault.site, value, bound
 
 
 def _run(op_key, inputs, out_shapes, attrs, out_dtypes=None, constants=()):
@@ -335,6 +347,58 @@ def test_gather_binding(itype):
     data = rng.random((3, 5, 7)).astype(np.float32)
     (y,), _ = _run("::Gather", [data, np.array([4, 0], itype)], [(3, 2, 7)], {"axis": 1})
     np.testing.assert_array_equal(y, np.take(data, [4, 0], axis=1))
+
+
+@pytest.mark.parametrize("itype", [np.int32, np.int64])
+def test_gather_reports_an_index_out_of_range(itype):
+    """The Gather kernel writes zeros for an index out of range and fills the stream's fault
+    record (the first bad index); the host's reading names the node, input, index and range,
+    and clears the record."""
+    record_at, sites = 0x700000, gf.FaultSites()
+    target = gk.Target(sm_count=4, warp_size=32,
+                       fault=lambda what: gf.FaultSite(record_at, sites.site("node 'take' (Gather)", what)))
+    mem = Memory()
+    mem.alloc(record_at, gf.FAULT_RECORD_BYTES)
+    data = np.arange(4 * 6, dtype=np.float32).reshape(4, 6)
+    for idx, bad in (([1, 4, -5], 4), ([-5, 0], -5), ([2, -1], None)):
+        ind = np.array(idx, itype)
+        mem.put(SRC, data)
+        mem.put(IDX, ind)
+        mem.alloc(DST, ind.size * 6 * 4)
+        ops = gk.binding_for("::Gather").bind([arg(data, SRC), arg(ind, IDX)], [out_arg((ind.size, 6), np.float32)],
+                                              {"axis": 0}, target)
+        assert ops[0].params[-1].record == record_at
+        run_ops(mem, ops)
+        ok = (ind >= -4) & (ind < 4)
+        want = np.where(ok[:, None], data[np.where(ok, ind, 0)], 0)
+        np.testing.assert_array_equal(mem.get(DST, (ind.size, 6), np.float32), want)
+        record_host = mem.buffers[record_at].ctypes.data
+        error = gf.take_fault(record_host, sites)
+        if bad is None:
+            assert error is None
+            continue
+        assert isinstance(error, gf.IndexFault)
+        assert str(error) == (f"node 'take' (Gather): input 1 (indices) into data axis 0: index {bad} is out of "
+                              f"data bounds: it must be within the inclusive range [-4, 3]")
+        assert gf.take_fault(record_host, sites) is None  # cleared: the next run starts clean
+    # A binding outside a stream (no fault record) reports nowhere.
+    ops = gk.binding_for("::Gather").bind([arg(data, SRC), arg(ind, IDX)], [out_arg((2, 6), np.float32)],
+                                          {"axis": 0}, TARGET)
+    assert ops[0].params[-1].record == 0
+
+
+def test_fault_record_layout_matches_the_device_header():
+    """FaultRecord and FaultSite mirror hipep_device.h's structs, field by field."""
+    from hipep.runtime import kernel_cache
+
+    header = (kernel_cache.kernels_dir() / "hipep_device.h").read_text()
+    record = re.search(r"struct hipep_fault_record \{(.*?)\};", header, re.S).group(1)
+    site = re.search(r"struct hipep_fault_site \{(.*?)\};", header, re.S).group(1)
+    fields = lambda body: re.findall(r"^\s*[\w ]+?\*?\s*(\w+);", body, re.M)  # noqa: E731
+    assert fields(record) == [f[0] for f in gf.FaultRecord._fields_] == ["code", "site", "value", "bound"]
+    assert fields(site) == [f[0] for f in gf.FaultSite._fields_] == ["record", "site"]
+    assert ctypes.sizeof(gf.FaultRecord) == 24 and ctypes.sizeof(gf.FaultSite) == 16
+    assert f"#define HIPEP_FAULT_INDEX {gf.FAULT_INDEX}u" in header
 
 
 def test_reduction_blocks_agree_with_numpy():

@@ -61,6 +61,10 @@ inline double __longlong_as_double(long long i) {
   return f;
 }
 template <class T> T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+template <class T> T atomicCAS(T* p, T compare, T value) {
+  __atomic_compare_exchange_n(p, &compare, value, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return compare;  // the old value, as CUDA's atomicCAS returns
+}
 inline float atomicAdd(float* p, float v) {
   float old = *p, want;
   do {

@@ -1,0 +1,114 @@
+"""Device-side fault reports: how a kernel tells the host that a run's input was bad.
+
+A kernel cannot raise. Where ONNX Runtime rejects a value only the kernel sees (a Gather index
+out of range), the kernel writes what it found into its stream's fault record and carries on
+without touching memory outside its buffers (it writes zeros there). The host reads the record
+whenever it synchronizes with the stream and raises a HipepError naming the node, the input, the
+bad value and the valid range, then clears the record, so the session stays usable.
+
+The record (`FaultRecord`, kernels/hipep_device.h's `hipep_fault_record`) lives in host-mapped
+pinned memory, one per stream for the stream's life: kernels write it through its device address,
+the host reads it in place, without a copy, and its address never changes, so launches bound once
+and CUDA graphs captured once report into it on every replay. The first fault wins (an atomicCAS
+on `code`); later ones, until the host clears it, are dropped. A launch learns where to report
+from its kernel parameter `FaultSite`: the record's address and the launch's site, a small integer
+the device maps back to the node's label and what the kernel checks (`FaultSites`). Nothing of
+this costs the host anything per launch: the parameter is part of the launch's bound arguments,
+and the host reads one word of pinned memory per synchronization.
+
+Plain Python (ctypes): bindings and the unit tests use it without a GPU.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Callable
+
+from ..errors import RuntimeShapeError
+
+# Fault codes (kernels/hipep_device.h's HIPEP_FAULT_*).
+FAULT_NONE = 0
+FAULT_INDEX = 1  # an index outside [-bound, bound - 1]
+
+
+class FaultRecord(ctypes.Structure):
+    """kernels/hipep_device.h's hipep_fault_record."""
+    _fields_ = [("code", ctypes.c_uint32), ("site", ctypes.c_int32), ("value", ctypes.c_int64),
+                ("bound", ctypes.c_int64)]
+
+
+class FaultSite(ctypes.Structure):
+    """kernels/hipep_device.h's hipep_fault_site, a kernel parameter: the stream's record (0: the
+    launch does not report) and the launch's site."""
+    _fields_ = [("record", ctypes.c_uint64), ("site", ctypes.c_int32)]
+
+
+FAULT_RECORD_BYTES = ctypes.sizeof(FaultRecord)
+NO_FAULT_SITE = FaultSite(0, 0)
+
+
+class IndexFault(RuntimeShapeError):
+    """A kernel found an index out of range in a run's input."""
+
+
+class FaultSites:
+    """The device's table of report sites: (launch label, what the kernel checks) <-> a small
+    integer a kernel writes into the record. One entry per distinct pair for the device's life
+    (a launch is bound again and again with the same site)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._ids: dict[tuple[str, str], int] = {}
+        self._entries: list[tuple[str, str]] = []
+
+    def site(self, label: str, what: str) -> int:
+        key = (label, what)
+        with self._lock:
+            found = self._ids.get(key)
+            if found is None:
+                found = self._ids[key] = len(self._entries)
+                self._entries.append(key)
+            return found
+
+    def describe(self, site: int) -> tuple[str, str]:
+        with self._lock:
+            if 0 <= site < len(self._entries):
+                return self._entries[site]
+        return "a launch", "an input"
+
+
+def fault_param(target, what: str) -> FaultSite:
+    """The FaultSite parameter for a launch bound for `target` (a gpu_kernels.Target) whose kernel
+    reports bad values of `what` (e.g. "input 1 (indices) into data axis 0"); one that reports
+    nowhere where the target has no fault record (a binding called outside a stream)."""
+    fault: Callable[[str], FaultSite] | None = getattr(target, "fault", None)
+    return NO_FAULT_SITE if fault is None else fault(what)
+
+
+def fault_error(record: FaultRecord, sites: FaultSites) -> IndexFault | None:
+    """The error a filled record reports (None for an empty one)."""
+    code = int(record.code)
+    if code == FAULT_NONE:
+        return None
+    label, what = sites.describe(int(record.site))
+    value, bound = int(record.value), int(record.bound)
+    if code == FAULT_INDEX:
+        if bound <= 0:
+            return IndexFault(f"{label}: {what}: index {value} is out of data bounds: the axis is empty, so no "
+                              f"index is valid")
+        return IndexFault(f"{label}: {what}: index {value} is out of data bounds: it must be within the "
+                          f"inclusive range [{-bound}, {bound - 1}]")
+    return IndexFault(f"{label}: {what}: the kernel reported fault code {code} (value {value}, bound {bound})")
+
+
+def take_fault(record_address: int, sites: FaultSites) -> IndexFault | None:
+    """Reads the record at host address `record_address` once the stream's work is done: the
+    error it holds, the record cleared for the next run; None (one word read) when it is empty."""
+    if not record_address:
+        return None
+    record = FaultRecord.from_address(record_address)
+    if record.code == FAULT_NONE:
+        return None
+    error = fault_error(record, sites)
+    ctypes.memset(record_address, 0, FAULT_RECORD_BYTES)
+    return error
