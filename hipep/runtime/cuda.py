@@ -722,6 +722,10 @@ class CudaDevice(Device):
         self._uploads: dict[int, tuple[Any, DeviceArray]] = {}
         self._released: list[CudaMemory] = []
         self._finalizers: dict[int, weakref.finalize] = {}  # id(allocation) -> its release when it dies
+        # The driver allocations not yet freed, by address: an allocation can be released twice
+        # (its finalizer queues it while an owner's __del__ frees it in the same collection), and
+        # freeing an address again would be an error, or free someone else's later allocation.
+        self._live: set[int] = set()
         self._scratch_mem: list[CudaMemory] = []
         self._aux_stream = None
         self.fault_sites = FaultSites()  # what a fault record's site means (gpu_faults)
@@ -752,6 +756,8 @@ class CudaDevice(Device):
         self._release_pending()
         with self._capture_lock:
             mem = self._alloc(space, nbytes)
+        with self._lock:
+            self._live.add(mem.host_ptr if mem.host_visible else mem.ptr)
         # Memory nobody frees explicitly (a run's arenas, when their executor goes with its
         # session) goes back to the driver once its last view dies: queued, and freed at the next
         # allocation (a finalizer may run on any thread, inside another thread's capture).
@@ -805,8 +811,13 @@ class CudaDevice(Device):
         memory.freed = True
         with self._lock:
             fin = self._finalizers.pop(id(memory), None)
+            address = memory.host_ptr if memory.host_visible else memory.ptr
+            live = address in self._live
+            self._live.discard(address)
         if fin is not None:
             fin.detach()
+        if not live:  # released already (see _live)
+            return
         with self._capture_lock:
             if memory.host_visible:
                 _check(d.cuMemFreeHost(memory.host_ptr), "cuMemFreeHost")
