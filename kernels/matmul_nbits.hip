@@ -58,7 +58,8 @@ struct hipep_mnb_args {
 
 #define MNB_WARPS 8
 #define MNB_COLS 2
-#define MNB_UNROLL 2
+// Chunks per column a lane loads before it uses any (see hipep_mnb_gemv_unroll).
+#define MNB_UNROLL_MAX 4
 #define MNB_PAD 4
 
 // The float 2^23 + v for the byte `b` (0..3) of w: its bits 0x4B0000vv.
@@ -114,18 +115,25 @@ HIPEP_DEVICE float hipep_mnb_group_max(float v, int lanes) {
 
 template <typename T> struct alignas(4 * sizeof(T)) hipep_mnb_vec4 { T v[4]; };
 
-// Loads of one step of a lane: chunks ch0 + u * step (u < MNB_UNROLL) of the tile at kt, for the
-// warp's columns (zeros past the tile or past N), with the scale and zero point of each chunk's
-// first half, so that none of them waits for another.
-template <typename T, int BITS>
-HIPEP_DEVICE void hipep_mnb_load_step(uint4 (&q)[MNB_UNROLL][MNB_COLS], float (&s)[MNB_UNROLL][MNB_COLS],
-                                      float (&z)[MNB_UNROLL][MNB_COLS], const unsigned char* HIPEP_RESTRICT B,
+// Chunks per column a lane has in flight at once: 4 for one row of A (decode: 8 16-byte loads of B
+// per lane, 4 KB per warp), where 128 registers hold them without spilling; 2 for more rows, whose
+// accumulators and A reads take the registers (4 spills at two rows).
+template <int M_T> struct hipep_mnb_gemv_unroll {
+  static constexpr int value = M_T == 1 ? MNB_UNROLL_MAX : 2;
+};
+
+// Loads of one step of a lane: chunks ch0 + u * step (u < U) of the tile at kt, for the warp's
+// columns (zeros past the tile or past N), with the scale and zero point of each chunk's first
+// half, all issued before any is used, so that none of them waits for another.
+template <typename T, int BITS, int U>
+HIPEP_DEVICE void hipep_mnb_load_step(uint4 (&q)[U][MNB_COLS], float (&s)[U][MNB_COLS],
+                                      float (&z)[U][MNB_COLS], const unsigned char* HIPEP_RESTRICT B,
                                       const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp, int ch0,
                                       int step, hipep_i64 kt, int tile_chunks, hipep_i64 col0,
                                       const hipep_mnb_args& a) {
   constexpr int VPL = 128 / BITS, VPH = VPL / 2;
 #pragma unroll
-  for (int u = 0; u < MNB_UNROLL; ++u) {
+  for (int u = 0; u < U; ++u) {
     const int ch = ch0 + u * step;
     const hipep_i64 kv = kt + (hipep_i64)ch * VPL;  // first value of the chunk
 #pragma unroll
@@ -224,6 +232,7 @@ HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char*
   constexpr int VPL = 128 / BITS;  // values per 16-byte chunk
   constexpr int VPH = VPL / 2;     // values per 8-byte half
   constexpr int STRIDE = VPL + MNB_PAD;
+  constexpr int U = hipep_mnb_gemv_unroll<M_T>::value;
   extern __shared__ float4 hipep_mnb_smem4[];
   float* As = reinterpret_cast<float*>(hipep_mnb_smem4);
   __shared__ float partial[MNB_WARPS][M_T][MNB_COLS];
@@ -243,14 +252,14 @@ HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char*
 #pragma unroll
     for (int c = 0; c < MNB_COLS; ++c) acc[m][c] = 0.0f;
 
-  uint4 q[MNB_UNROLL][MNB_COLS];
-  float qs[MNB_UNROLL][MNB_COLS], qz[MNB_UNROLL][MNB_COLS];
+  uint4 q[U][MNB_COLS];
+  float qs[U][MNB_COLS], qz[U][MNB_COLS];
   for (hipep_i64 kt = 0; kt < a.k_pad; kt += a.k_tile) {
     const int tile_vals = (int)((a.k_pad - kt) < a.k_tile ? (a.k_pad - kt) : a.k_tile);
     const int tile_chunks = (tile_vals + VPL - 1) / VPL;
     const int fill_vals = tile_chunks * VPL;
     // The first step's loads of B do not depend on A: they are in flight while A is staged.
-    hipep_mnb_load_step<T, BITS>(q, qs, qz, B, scales, zp, first, step, kt, tile_chunks, col0, a);
+    hipep_mnb_load_step<T, BITS, U>(q, qs, qz, B, scales, zp, first, step, kt, tile_chunks, col0, a);
     __syncthreads();  // the previous tile's readers are done
     if (a.int8_a) {
       hipep_mnb_stage_a_int8<T, M_T, VPL>(As, A, kt, fill_vals, tile_chunks_max * STRIDE, a);
@@ -277,10 +286,10 @@ HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char*
     }
     __syncthreads();
 
-    for (int c0 = first; c0 < tile_chunks; c0 += step * MNB_UNROLL) {
-      if (c0 != first) hipep_mnb_load_step<T, BITS>(q, qs, qz, B, scales, zp, c0, step, kt, tile_chunks, col0, a);
+    for (int c0 = first; c0 < tile_chunks; c0 += step * U) {
+      if (c0 != first) hipep_mnb_load_step<T, BITS, U>(q, qs, qz, B, scales, zp, c0, step, kt, tile_chunks, col0, a);
 #pragma unroll
-      for (int u = 0; u < MNB_UNROLL; ++u) {
+      for (int u = 0; u < U; ++u) {
         const int ch = c0 + u * step;
         if (ch >= tile_chunks) break;
         const hipep_i64 kv = kt + (hipep_i64)ch * VPL;
@@ -512,10 +521,11 @@ HIPEP_DEVICE void hipep_mnb_gemm(const T* HIPEP_RESTRICT A, const unsigned char*
   const T *HIPEP_RESTRICT A, const unsigned char *HIPEP_RESTRICT B, const T *HIPEP_RESTRICT scales,  \
       const void *HIPEP_RESTRICT zp, const T *HIPEP_RESTRICT bias, T *HIPEP_RESTRICT Y, const hipep_mnb_args a
 
-// Register caps keep three blocks of 8 warps per SM resident for one row (two for more rows), so
-// enough loads of B are in flight to cover memory latency.
+// Register caps keep two blocks of 8 warps per SM resident (128 registers a thread): with 4 chunks
+// per column in flight per lane (one or two rows) that is 32 KB of B per block, 64 KB per SM, enough
+// to cover memory latency; a cap of three blocks (80 registers) spilled the one-row GEMV.
 #define HIPEP_MNB_GEMV(NAME, T, BITS, M_T)                                                            \
-  HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, (M_T == 1 ? 3 : 2))               \
+  HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, 2)                                 \
       hipep_mnb_gemv_##NAME##_b##BITS##_m##M_T(HIPEP_MNB_PARAMS(T)) {                                 \
     hipep_mnb_gemv<T, BITS, M_T>(A, B, scales, zp, bias, Y, a);                                       \
   }

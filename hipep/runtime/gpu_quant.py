@@ -6,7 +6,7 @@ MatMulNBits (kernels/matmul_nbits.hip) reads B in ONNX Runtime's layout as it is
 blob] bytes: one contiguous row of K_pad values per output column), so the weights need no
 repacking. Up to GEMV_MAX_ROWS rows of A (decode) run the GEMV: warps of 8 per block, 2 output
 columns per warp, A in shared memory in K tiles sized to the rows, and where N alone makes fewer
-than two blocks per SM the block's warps split K (`gemv_k_split`); more rows run the tiled GEMM,
+blocks than SMs the block's warps split K (`gemv_k_split`); more rows run the tiled GEMM,
 except up to GEMV_CHAIN_MAX_ROWS rows where the GEMM's grid would not cover the SMs: the GEMV then
 runs once per 8 rows.
 At accuracy_level 4 with integer (or no) zero points the kernels quantize A to int8 per block of
@@ -19,6 +19,7 @@ data with gather_axis 0 and quantize_axis last, the only form the op registry cl
 from __future__ import annotations
 
 import ctypes
+import os
 
 import numpy as np
 
@@ -37,6 +38,34 @@ GEMV_PAD = 4            # MNB_PAD: floats of padding after each chunk of A in sh
 GEMV_SMEM_BUDGET = 40 * 1024  # bytes of A per block (below the 48 KiB a launch may use without opt-in)
 GEMM_TILE = 64          # MNB_BM = MNB_BN
 GEMM_THREADS = 256
+
+# Knobs of the GEMV's launch shape for tuning on a device, read once at import (unset: defaults).
+# HIPEP_MNB_GEMV_BLOCKS_PER_SM: K is split among a block's warps until the grid has this many
+# blocks per SM (default 1). The one-row GEMV keeps 4 chunks (8 16-byte loads of B) per lane in
+# flight and two blocks reside per SM (128 registers a thread), so one block per SM with whole rows
+# of K per warp streams B in one round of memory latency; splitting K further doubles the blocks
+# and halves each lane's loads, which pays only where a round of blocks cannot cover the SMs.
+# HIPEP_MNB_GEMV_K_SPLIT: force the split (1, 2, 4 or 8; still capped so each split keeps a
+# warp-width of chunks per tile).
+GEMV_BLOCKS_PER_SM_ENV = "HIPEP_MNB_GEMV_BLOCKS_PER_SM"
+GEMV_K_SPLIT_ENV = "HIPEP_MNB_GEMV_K_SPLIT"
+
+
+def _env_int(name: str, default: int, allowed) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        v = int(raw)
+    except ValueError:
+        v = None
+    if v not in allowed:
+        raise HipepError(f"{name}={raw!r}: expected one of {', '.join(str(a) for a in allowed)}")
+    return v
+
+
+GEMV_BLOCKS_PER_SM = _env_int(GEMV_BLOCKS_PER_SM_ENV, 1, range(1, 65))
+GEMV_K_SPLIT = _env_int(GEMV_K_SPLIT_ENV, 0, (0, 1, 2, 4, 8))  # 0: chosen by gemv_k_split
 
 
 class MatMulNBitsArgs(ctypes.Structure):
@@ -138,12 +167,22 @@ def quantizes_a_to_int8(attrs, zp_mode: int) -> bool:
     return int(attrs.get("accuracy_level", 0)) == 4 and zp_mode != 2
 
 
-def gemv_k_split(n: int, tile_chunks: int, sm_count: int, warp: int = 32) -> int:
+def gemv_k_split(n: int, tile_chunks: int, sm_count: int, warp: int = 32,
+                 blocks_per_sm: int | None = None, force: int | None = None) -> int:
     """Ways the GEMV block's warps split K: doubled (fewer columns per block, more blocks) while
-    the grid has fewer than two blocks per SM and each split keeps a warp-width of chunks per tile."""
+    the grid has fewer than `blocks_per_sm` (GEMV_BLOCKS_PER_SM) blocks per SM and each split keeps
+    a warp-width of chunks per tile. Not more: every split halves the loads of B a lane has in
+    flight, and past the blocks that reside at once (two per SM) the grid takes a second round of
+    memory latency (4096 x 4096 at block 32: 256 blocks of whole rows, not 512 of half rows).
+    `force` (GEMV_K_SPLIT) fixes it, within the same warp-width cap."""
+    per_sm = GEMV_BLOCKS_PER_SM if blocks_per_sm is None else blocks_per_sm
+    force = GEMV_K_SPLIT if force is None else force
     k_split = 1
-    while (k_split < GEMV_WARPS and _cdiv(n, GEMV_WARPS // k_split * GEMV_COLS) < 2 * sm_count
-           and tile_chunks >= warp * 2 * k_split):
+    while k_split < GEMV_WARPS and tile_chunks >= warp * 2 * k_split:
+        if force and k_split >= force:
+            break
+        if not force and _cdiv(n, GEMV_WARPS // k_split * GEMV_COLS) >= per_sm * sm_count:
+            break
         k_split *= 2
     return k_split
 

@@ -914,15 +914,31 @@ def test_matmul_nbits_gemv_picks_rows_tiles_and_loads():
     assert op.entry == "hipep_mnb_gemv_f16_b4_m4" and a.aligned16 == 1 and a.a_vec == 1
     assert a.k_tile == 2048 and op.smem == 4 * (2048 // 32) * 36 * 4
     assert a.k_split == 2 and op.grid == (2, 1, 1)  # 64 chunks a tile: two warp-widths each for 2 splits
-    # K split until two blocks per SM (TARGET has 4 SMs), each split keeping 32 chunks a tile
-    assert gq.gemv_k_split(4096, 128, 132) == 2 and gq.gemv_k_split(2048, 256, 132) == 4
+    # K split until a block per SM (TARGET has 4 SMs), each split keeping 32 chunks a tile: the
+    # H200's decode shapes (132 SMs) stay at one round of resident blocks (two per SM)
+    assert gq.gemv_k_split(4096, 128, 132) == 1 and gq.gemv_k_split(2048, 256, 132) == 2
+    assert gq.gemv_k_split(2048, 64, 132) == 2 and gq.gemv_k_split(3072, 64, 132) == 1
     assert gq.gemv_k_split(32000, 64, 132) == 1 and gq.gemv_k_split(16, 32, 132) == 1
     assert gq.gemv_k_split(16, 1024, 132) == 8
+    # the tuning knobs: more blocks per SM, or a forced split (still within the warp-width cap)
+    assert gq.gemv_k_split(4096, 128, 132, blocks_per_sm=2) == 2
+    assert gq.gemv_k_split(4096, 128, 132, force=4) == 4 and gq.gemv_k_split(4096, 64, 132, force=8) == 2
+    assert gq.gemv_k_split(16, 1024, 132, force=1) == 1
     ops, _, _, _ = _mnb_case((1,), 80, 16, 4, 16, np.float32, "uint8", False)
     assert ops[0].params[6].aligned16 == 0  # 40-byte rows: 8-byte halves
     ops, _, _, _ = _mnb_case((1,), 64, 8, 4, 32, np.float32, "none", False, b_offset=8)
     assert ops[0].params[6].aligned16 == 0  # B itself only 8-byte aligned
     assert gq.gemv_rows(1) == 1 and gq.gemv_rows(3) == 4 and gq.gemv_rows(5) == 8
+
+
+def test_matmul_nbits_gemv_knobs_reject_bad_values(monkeypatch):
+    monkeypatch.setenv(gq.GEMV_K_SPLIT_ENV, "3")
+    with pytest.raises(HipepErrorT, match=r"HIPEP_MNB_GEMV_K_SPLIT='3': expected one of 0, 1, 2, 4, 8"):
+        gq._env_int(gq.GEMV_K_SPLIT_ENV, 0, (0, 1, 2, 4, 8))
+    monkeypatch.setenv(gq.GEMV_K_SPLIT_ENV, " 4 ")
+    assert gq._env_int(gq.GEMV_K_SPLIT_ENV, 0, (0, 1, 2, 4, 8)) == 4
+    monkeypatch.delenv(gq.GEMV_K_SPLIT_ENV)
+    assert gq._env_int(gq.GEMV_K_SPLIT_ENV, 0, (0, 1, 2, 4, 8)) == 0
 
 
 def test_matmul_nbits_gemv_tiles_hold_whole_blocks():
