@@ -10,6 +10,11 @@ Workloads (single-op ONNX models through hipep.InferenceSession(device="cuda")):
 * GroupQueryAttention decode at a 4k context: 32 query heads over 8 KV heads of 64, fp16, packed
   QKV with rotary as the builder emits it, past and present bound to one shared buffer.
 * SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization and Softmax, fp16, a few sizes.
+* The harness's floor (family `copy`, no gate): per fp16 GEMV row, R Identity nodes that each copy
+  as many bytes (half read, half written) as that GEMV moves, each a device-to-device memcpy node in
+  the replayed CUDA graph, timed exactly as the GEMV rows. A node's time here includes the gap
+  between graph nodes and each node's ramp-up and tail, which no kernel can avoid; a GEMV row near
+  its copy row's percentage is at what this harness can show for one op of that size.
 
 Bytes that must move: every input read once and every output written once (the int4 weights and
 their scales; attention's K and V rows up to the total length, the new rows written back). A model
@@ -48,7 +53,7 @@ RESULTS = os.path.join(ROOT, "benchmarks", "results")
 GATE = 0.5  # fraction of the copy bandwidth the gated rows must reach
 MAX_COPIES = 64
 BLOCK = 32  # MatMulNBits block size, as the builder quantizes
-FAMILIES = ("gemv", "gqa", "norm", "softmax")
+FAMILIES = ("gemv", "copy", "gqa", "norm", "softmax")
 
 # (name, K, N): the ~1.1B llama's projections (model_zoo size '1b') and a square reference
 GEMV_SHAPES = (("4096x4096", 4096, 4096), ("qkv", 2048, 3072), ("o", 2048, 2048), ("gate/up", 2048, 8192),
@@ -98,8 +103,7 @@ def gemv(name: str, k: int, n: int, dtype, l2: int, rng) -> Workload:
 
     level = 4 if dtype == np.float32 else 0
     blocks = k // BLOCK
-    size = np.dtype(dtype).itemsize
-    node_bytes = n * blocks * (BLOCK // 2) + n * blocks * size + k * size + n * size
+    node_bytes = gemv_bytes(k, n, dtype)
     copies = _copies(node_bytes, l2)
     nodes, inits, outs = [], [], []
     for i in range(copies):
@@ -115,6 +119,34 @@ def gemv(name: str, k: int, n: int, dtype, l2: int, rng) -> Workload:
     label = f"{name} {k}→{n} {np.dtype(dtype).name} (accuracy_level {level})"
     return Workload("MatMulNBits int4 GEMV", label, model, {"a": a}, {}, node_bytes, copies, True,
                     2e-2 if level or dtype == np.float16 else 1e-4)
+
+
+def gemv_bytes(k: int, n: int, dtype) -> int:
+    """Bytes one M = 1 int4 GEMV moves: packed B, scales, A read once and Y written once."""
+    size = np.dtype(dtype).itemsize
+    blocks = k // BLOCK
+    return n * blocks * (BLOCK // 2) + n * blocks * size + k * size + n * size
+
+
+def copy_floor(name: str, k: int, n: int, l2: int, rng) -> Workload:
+    """R Identity nodes, each copying half the fp16 GEMV's bytes into an output of their own (a
+    memcpy node per copy in the replayed graph): the per-node floor of this harness at that size."""
+    from onnx import helper
+
+    f16 = np.float16
+    elems = gemv_bytes(k, n, f16) // 4  # read 2 bytes and write 2 bytes per element
+    node_bytes = 4 * elems
+    copies = _copies(node_bytes, l2)
+    T = helper.make_tensor_value_info
+    inputs, outputs, nodes, feeds = [], [], [], {}
+    for i in range(copies):
+        inputs.append(T(f"x{i}", _elem(f16), [elems]))
+        outputs.append(T(f"y{i}", _elem(f16), [elems]))
+        feeds[f"x{i}"] = rng.uniform(-1, 1, elems).astype(f16)
+        nodes.append(helper.make_node("Identity", [f"x{i}"], [f"y{i}"], name=f"copy{i}"))
+    label = f"Identity copy sized as {name} {k}→{n} float16"
+    return Workload("copy (harness floor)", label, _model(nodes, inputs, outputs, []), feeds, {}, node_bytes,
+                    copies, False, 0.0)
 
 
 def gqa(context: int, l2: int, rng) -> Workload:
@@ -208,6 +240,9 @@ def workloads(families, l2: int, quick: bool, context: int, seed: int = 0):
         for dtype in (np.float16, np.float32):
             for name, k, n in shapes:
                 yield lambda name=name, k=k, n=n, dtype=dtype: gemv(name, k, n, dtype, l2, rng)
+    if "copy" in families:
+        for name, k, n in (GEMV_SHAPES[:2] if quick else GEMV_SHAPES):
+            yield lambda name=name, k=k, n=n: copy_floor(name, k, n, l2, rng)
     if "gqa" in families:
         yield lambda: gqa(context, l2, rng)
     if "norm" in families:
@@ -348,7 +383,10 @@ def render(info: dict, rows: list[dict], copy: dict, place: gh.Placement, comman
           f"Device-to-device copy of {gh.bytes_text(copy['bytes'])}: **{copy['gbps']:.0f} GB/s**. "
           f"Gate: int4 GEMV and the norms at ≥ {GATE:.0%} of it ({GATE * copy['gbps']:.0f} GB/s), outputs "
           f"within the row's limit of ORT's CPU EP; rows whose working set stays under twice the L2 size "
-          f"have no gate (L2-resident).", "",
+          f"have no gate (L2-resident). The copy rows are this harness's floor: Identity nodes moving "
+          f"each fp16 GEMV's bytes as memcpy nodes of the same replayed graph, so their µs/op holds the gap "
+          f"between graph nodes and each node's ramp-up and tail as the GEMV rows do; a GEMV row near its "
+          f"copy row's % is at what one op of that size can show here.", "",
           "| op | workload | copies | bytes/op | µs/op | GB/s | % of copy | gate | launches/run | "
           "copied host↔device/run | wall µs/run | rel L2 vs CPU EP (limit) |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
