@@ -1,6 +1,9 @@
 // RMS normalization: SimplifiedLayerNormalization / RMSNormalization, and
 // com.microsoft::SkipSimplifiedLayerNormalization.
 //
+// f32 rows have kernels of their own, bit-identical to ONNX Runtime's CPU EP (the section at the
+// end of this file). What follows is the f16/bf16 kernel, which sums in the fastest order.
+//
 // The runtime views X as [rows, n] (n: the product of the normalized axes). One row per block of
 // blockDim.x threads, or for short rows one row per warp with blockDim.y rows per block. Pass 1
 // sums squares in f32 (warp shuffles, then across warps); pass 2 reads the row again (from L1/L2)
@@ -130,6 +133,252 @@ HIPEP_DEVICE void hipep_skip_rms_norm(const T* HIPEP_RESTRICT x, const T* HIPEP_
     hipep_skip_rms_norm<T, VEC>(x, skip, gamma, bias, y, mean, inv_std, sum_out, a);                  \
   }
 
-HIPEP_RMS(f32, float, 4)
 HIPEP_RMS(f16, hipep_half, 8)
 HIPEP_RMS(bf16, hipep_bf16, 8)
+
+// ---- f32: ONNX Runtime's CPU EP bit for bit --------------------------------------------------------
+// An int4 decoder quantizes the norm's output to int8 per block (MatMulNBits at accuracy_level 4),
+// where values sit on rounding ties: one ulp of difference flips a code. So f32 rows replay the CPU
+// EP's operations in its order (hipep/ops/mlas.py `_rms_rows`, hipep/ops/contrib_norm.py
+// `_skip_rows`):
+//   simplified, n >= 16 (MLAS's AVX2 kernel): lane l of 8 runs an FMA chain over x[8j + l] for the
+//     full groups of 8; the lanes fold as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)); then
+//     the tail in order: with 4 or more left the first 4 squares rounded before adding, the rest
+//     fused. inv = 1 / sqrt(sum / n + eps), y = (x * inv) * scale, inv_std_var = inv;
+//   simplified, n < 16 (ORT's scalar loop): the rounded squares added in order, rms =
+//     sqrt(sum / n + eps), y = (x / rms) * scale, inv_std_var = 1 / rms;
+//   skip: v = (x + skip) + bias, the rounded squares added in order, std = sqrt(sum / n + eps),
+//     y = (v / std) * gamma, mean = 0, inv_std_var = 1 / std, input_skip_bias_sum = v.
+// Every rounding step is a round-to-nearest intrinsic (compilers never contract those into an FMA),
+// fmaf where the CPU EP fuses; division and square root are IEEE's.
+//
+// Threads: blockDim = (8, R): a group of 8 threads per row (threadIdx.x is the lane), R rows per
+// block, 8 R a multiple of the warp size. Groups past the last row only take part in the shuffles
+// and barriers. A row's sum is sequential, so prefill runs its rows in parallel, one per group;
+// the output pass is shared by all threads of the block and reads VEC elements at a time.
+#define HIPEP_RMS_GROUP 8
+#define HIPEP_RMS_MAX_ROWS 16    // R at most: blocks of up to 128 threads
+#define HIPEP_RMS_CHAIN_LOADS 32  // loads in flight per lane of an FMA chain
+#define HIPEP_SKIP_CHUNK 256      // elements per row whose squares the skip kernel stages at once
+// The staged squares' row stride: float4-aligned, and the groups' summing threads (one per row,
+// reading the same column) land in different banks.
+#define HIPEP_SKIP_STRIDE (HIPEP_SKIP_CHUNK + 4)
+
+// Calls f(r, c) for every row r < rows_here of the block and vector c < nv of it, spread over all
+// the block's threads: by row for long rows, through one flat index for short ones (rows_here * nv
+// < 16 * 128 then, so 32-bit arithmetic holds it).
+template <typename F>
+HIPEP_DEVICE void hipep_rms_block_rows(const hipep_i64 rows_here, const hipep_i64 nv, F f) {
+  const unsigned tid = threadIdx.y * blockDim.x + threadIdx.x, threads = blockDim.x * blockDim.y;
+  if (nv >= (hipep_i64)threads) {
+    for (hipep_i64 r = 0; r < rows_here; ++r)
+      for (hipep_i64 c = tid; c < nv; c += threads) f(r, c);
+  } else {
+    const unsigned total = (unsigned)(rows_here * nv), width = (unsigned)nv;
+    for (unsigned i = tid; i < total; i += threads) f((hipep_i64)(i / width), (hipep_i64)(i % width));
+  }
+}
+
+template <int VEC>
+HIPEP_DEVICE void hipep_rms_exact_rows(const float* HIPEP_RESTRICT x, const float* HIPEP_RESTRICT scale,
+                                           float* HIPEP_RESTRICT y, float* HIPEP_RESTRICT inv_std,
+                                           const hipep_rms_args a) {
+  __shared__ float row_factor[HIPEP_RMS_MAX_ROWS];  // rms (n < 16: y divides) or inv (y multiplies)
+  const int lane = threadIdx.x;
+  const hipep_i64 first_row = (hipep_i64)blockIdx.x * blockDim.y, row = first_row + threadIdx.y;
+  const bool live = row < a.rows;
+  const hipep_i64 n = a.n;
+  const float* xr = x + (live ? row : 0) * n;
+  const bool scalar_loop = n < 16;
+  float sq = 0.0f;
+  if (scalar_loop) {
+    if (live)
+      for (hipep_i64 i = 0; i < n; ++i) sq = __fadd_rn(sq, __fmul_rn(xr[i], xr[i]));
+  } else {
+    const hipep_i64 groups = n / HIPEP_RMS_GROUP;
+    float acc = 0.0f;
+    if (live) {
+      const float* p = xr + lane;
+      hipep_i64 j = 0;
+      for (; j + HIPEP_RMS_CHAIN_LOADS <= groups; j += HIPEP_RMS_CHAIN_LOADS) {
+        float v[HIPEP_RMS_CHAIN_LOADS];
+#pragma unroll
+        for (int k = 0; k < HIPEP_RMS_CHAIN_LOADS; ++k) v[k] = p[(j + k) * HIPEP_RMS_GROUP];
+#pragma unroll
+        for (int k = 0; k < HIPEP_RMS_CHAIN_LOADS; ++k) acc = fmaf(v[k], v[k], acc);
+      }
+      for (; j < groups; ++j) {
+        const float f = p[j * HIPEP_RMS_GROUP];
+        acc = fmaf(f, f, acc);
+      }
+    }
+    // MLAS's horizontal sum as a butterfly: every lane ends with the same bits (a + b == b + a).
+    acc = __fadd_rn(acc, HIPEP_SHFL_XOR(acc, 4));
+    acc = __fadd_rn(acc, HIPEP_SHFL_XOR(acc, 2));
+    sq = __fadd_rn(acc, HIPEP_SHFL_XOR(acc, 1));
+    if (live) {
+      const hipep_i64 full = groups * HIPEP_RMS_GROUP;
+      const hipep_i64 rounded_end = full + (n - full >= 4 ? 4 : 0);
+      hipep_i64 i = full;
+      for (; i < rounded_end; ++i) sq = __fadd_rn(sq, __fmul_rn(xr[i], xr[i]));
+      for (; i < n; ++i) sq = fmaf(xr[i], xr[i], sq);
+    }
+  }
+  const float root = __fsqrt_rn(__fadd_rn(__fdiv_rn(sq, (float)n), a.eps));
+  const float inv = __fdiv_rn(1.0f, root);
+  if (live && lane == 0) {
+    row_factor[threadIdx.y] = scalar_loop ? root : inv;
+    if (inv_std != 0) inv_std[row] = inv;
+  }
+  __syncthreads();
+  typedef hipep_norm_vec<float, VEC> V;
+  const V* ps = reinterpret_cast<const V*>(scale);
+  const hipep_i64 rows_left = a.rows - first_row;
+  const hipep_i64 rows_here = rows_left < (hipep_i64)blockDim.y ? rows_left : (hipep_i64)blockDim.y;
+  const hipep_i64 nv = n / VEC;
+  hipep_rms_block_rows(rows_here, nv, [&](hipep_i64 r, hipep_i64 c) {
+    const V v = reinterpret_cast<const V*>(x + (first_row + r) * n)[c], s = ps[c];
+    const float f = row_factor[r];
+    V o;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k)
+      o.v[k] = __fmul_rn(scalar_loop ? __fdiv_rn(v.v[k], f) : __fmul_rn(v.v[k], f), s.v[k]);
+    reinterpret_cast<V*>(y + (first_row + r) * n)[c] = o;
+  });
+}
+
+// One chunk of a skip row as a lane of its group holds it: vectors u * 8 + lane of the chunk.
+template <int VEC>
+HIPEP_DEVICE void hipep_skip_chunk_load(hipep_norm_vec<float, VEC> (&xs)[HIPEP_SKIP_CHUNK / 8 / VEC],
+                                        hipep_norm_vec<float, VEC> (&ks)[HIPEP_SKIP_CHUNK / 8 / VEC],
+                                        hipep_norm_vec<float, VEC> (&bs)[HIPEP_SKIP_CHUNK / 8 / VEC],
+                                        const hipep_norm_vec<float, VEC>* px, const hipep_norm_vec<float, VEC>* pk,
+                                        const hipep_norm_vec<float, VEC>* pb, const hipep_i64 first, const hipep_i64 nv,
+                                        const bool live) {
+#pragma unroll
+  for (int u = 0; u < HIPEP_SKIP_CHUNK / 8 / VEC; ++u) {
+    const hipep_i64 i = first + u * HIPEP_RMS_GROUP + threadIdx.x;
+    if (live && i < nv) {
+      xs[u] = px[i];
+      ks[u] = pk[i];
+      if (pb != 0) bs[u] = pb[i];
+    }
+  }
+}
+
+template <int VEC>
+HIPEP_DEVICE void hipep_skip_rms_exact_rows(const float* HIPEP_RESTRICT x, const float* HIPEP_RESTRICT skip,
+                                                const float* HIPEP_RESTRICT gamma, const float* HIPEP_RESTRICT bias,
+                                                float* HIPEP_RESTRICT y, float* HIPEP_RESTRICT mean,
+                                                float* HIPEP_RESTRICT inv_std, float* HIPEP_RESTRICT sum_out,
+                                                const hipep_rms_args a) {
+  constexpr int U = HIPEP_SKIP_CHUNK / HIPEP_RMS_GROUP / VEC;  // vectors per lane and chunk
+  typedef hipep_norm_vec<float, VEC> V;
+  typedef hipep_norm_vec<float, 4> V4;
+  __shared__ V4 squares[HIPEP_RMS_MAX_ROWS * HIPEP_SKIP_STRIDE / 4];
+  __shared__ float row_root[HIPEP_RMS_MAX_ROWS];
+  __shared__ hipep_i64 skip_offset[HIPEP_RMS_MAX_ROWS];
+  const int lane = threadIdx.x;
+  const hipep_i64 first_row = (hipep_i64)blockIdx.x * blockDim.y, row = first_row + threadIdx.y;
+  const bool live = row < a.rows;
+  const hipep_i64 n = a.n, nv = n / VEC;
+  const hipep_i64 skip_at = (live ? row % a.skip_rows : 0) * n;
+  const V* px = reinterpret_cast<const V*>(x + (live ? row : 0) * n);
+  const V* pk = reinterpret_cast<const V*>(skip + skip_at);
+  const V* pb = reinterpret_cast<const V*>(bias);
+  float* staged = reinterpret_cast<float*>(squares + threadIdx.y * (HIPEP_SKIP_STRIDE / 4));
+  V xs[U], ks[U], bs[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) xs[u].v[k] = ks[u].v[k] = bs[u].v[k] = 0.0f;
+  hipep_skip_chunk_load<VEC>(xs, ks, bs, px, pk, pb, 0, nv, live);
+  float sum = 0.0f;
+  for (hipep_i64 first = 0; first < nv; first += U * HIPEP_RMS_GROUP) {
+    // The group's lanes stage the chunk's rounded squares; past the row's end they stage +0, which
+    // leaves the sum's bits alone (the sum is +0 or more, or NaN).
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const bool inside = live && first + u * HIPEP_RMS_GROUP + lane < nv;
+      V q;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        float v = __fadd_rn(xs[u].v[k], ks[u].v[k]);
+        if (pb != 0) v = __fadd_rn(v, bs[u].v[k]);
+        q.v[k] = inside ? __fmul_rn(v, v) : 0.0f;
+      }
+      *reinterpret_cast<V*>(staged + (u * HIPEP_RMS_GROUP + lane) * VEC) = q;
+    }
+    __syncthreads();
+    // The next chunk's loads are in flight while one thread per row adds this chunk in order.
+    if (first + U * HIPEP_RMS_GROUP < nv)
+      hipep_skip_chunk_load<VEC>(xs, ks, bs, px, pk, pb, first + U * HIPEP_RMS_GROUP, nv, live);
+    if (live && lane == 0) {
+      const hipep_i64 left = (nv - first) * VEC;
+      const int count = left < HIPEP_SKIP_CHUNK ? (int)((left + 3) / 4) : HIPEP_SKIP_CHUNK / 4;
+      const V4* q = reinterpret_cast<const V4*>(staged);
+#pragma unroll 8
+      for (int i = 0; i < count; ++i) {
+        const V4 s = q[i];
+        sum = __fadd_rn(sum, s.v[0]);
+        sum = __fadd_rn(sum, s.v[1]);
+        sum = __fadd_rn(sum, s.v[2]);
+        sum = __fadd_rn(sum, s.v[3]);
+      }
+    }
+    __syncthreads();
+  }
+  if (live && lane == 0) {
+    const float root = __fsqrt_rn(__fadd_rn(__fdiv_rn(sum, (float)n), a.eps));
+    row_root[threadIdx.y] = root;
+    skip_offset[threadIdx.y] = skip_at;
+    if (mean != 0) mean[row] = 0.0f;
+    if (inv_std != 0) inv_std[row] = __fdiv_rn(1.0f, root);
+  }
+  __syncthreads();
+  const V* pg = reinterpret_cast<const V*>(gamma);
+  const hipep_i64 rows_left = a.rows - first_row;
+  const hipep_i64 rows_here = rows_left < (hipep_i64)blockDim.y ? rows_left : (hipep_i64)blockDim.y;
+  hipep_rms_block_rows(rows_here, nv, [&](hipep_i64 r, hipep_i64 c) {
+    const hipep_i64 at = (first_row + r) * n;
+    const V u = reinterpret_cast<const V*>(x + at)[c], w = reinterpret_cast<const V*>(skip + skip_offset[r])[c];
+    const V g = pg[c];
+    V b, o, s;
+    if (pb != 0) b = pb[c];
+    const float root = row_root[r];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      float v = __fadd_rn(u.v[k], w.v[k]);
+      if (pb != 0) v = __fadd_rn(v, b.v[k]);
+      o.v[k] = __fmul_rn(__fdiv_rn(v, root), g.v[k]);
+      s.v[k] = v;
+    }
+    reinterpret_cast<V*>(y + at)[c] = o;
+    if (sum_out != 0) reinterpret_cast<V*>(sum_out + at)[c] = s;
+  });
+}
+
+HIPEP_KERNEL void hipep_rms_norm_f32_exact(const float* HIPEP_RESTRICT x, const float* HIPEP_RESTRICT scale,
+                                           float* HIPEP_RESTRICT y, float* HIPEP_RESTRICT inv_std,
+                                           const hipep_rms_args a) {
+  hipep_rms_exact_rows<1>(x, scale, y, inv_std, a);
+}
+HIPEP_KERNEL void hipep_rms_norm_f32_exact_vec(const float* HIPEP_RESTRICT x, const float* HIPEP_RESTRICT scale,
+                                               float* HIPEP_RESTRICT y, float* HIPEP_RESTRICT inv_std,
+                                               const hipep_rms_args a) {
+  hipep_rms_exact_rows<4>(x, scale, y, inv_std, a);
+}
+HIPEP_KERNEL void hipep_skip_rms_norm_f32_exact(const float* HIPEP_RESTRICT x, const float* HIPEP_RESTRICT skip,
+                                                const float* HIPEP_RESTRICT gamma, const float* HIPEP_RESTRICT bias,
+                                                float* HIPEP_RESTRICT y, float* HIPEP_RESTRICT mean,
+                                                float* HIPEP_RESTRICT inv_std, float* HIPEP_RESTRICT sum_out,
+                                                const hipep_rms_args a) {
+  hipep_skip_rms_exact_rows<1>(x, skip, gamma, bias, y, mean, inv_std, sum_out, a);
+}
+HIPEP_KERNEL void hipep_skip_rms_norm_f32_exact_vec(const float* HIPEP_RESTRICT x, const float* HIPEP_RESTRICT skip,
+                                                    const float* HIPEP_RESTRICT gamma, const float* HIPEP_RESTRICT bias,
+                                                    float* HIPEP_RESTRICT y, float* HIPEP_RESTRICT mean,
+                                                    float* HIPEP_RESTRICT inv_std, float* HIPEP_RESTRICT sum_out,
+                                                    const hipep_rms_args a) {
+  hipep_skip_rms_exact_rows<4>(x, skip, gamma, bias, y, mean, inv_std, sum_out, a);
+}

@@ -466,6 +466,22 @@ def _float_check(attrs, dtypes, shapes, values):
     return None
 
 
+# f32 rows run kernels bit-identical to ORT's CPU EP (kernels/rms_norm.hip, its f32 section): a
+# group of 8 threads per row (MLAS's 8 lanes), up to 16 rows per block; one block holds a decode's
+# few rows (all its threads share the output pass), prefill's rows spread over the multiprocessors.
+_RMS_EXACT_LANES = 8
+_RMS_EXACT_MAX_ROWS = 16  # HIPEP_RMS_MAX_ROWS
+
+
+def _rms_exact_config(rows: int, target: Target) -> tuple[tuple, tuple]:
+    if rows <= _RMS_EXACT_MAX_ROWS:
+        per_block = _RMS_EXACT_MAX_ROWS
+    else:
+        per_block = min(_RMS_EXACT_MAX_ROWS, max(_cdiv(target.warp_size, _RMS_EXACT_LANES),
+                                                 _pow2_at_least(_cdiv(rows, target.sm_count))))
+    return (_cdiv(rows, per_block), 1, 1), (_RMS_EXACT_LANES, per_block, 1)
+
+
 def _rms_bind(op_type: str):
     def bind(ins, outs, attrs, target):
         x, scale, y = ins[0], ins[1], outs[0]
@@ -482,9 +498,14 @@ def _rms_bind(op_type: str):
             return []
         vec = _VEC.get(dt, 1)
         use_vec = _vec_ok([x, scale, y], n, vec, x.dtype.itemsize)
-        grid, block = row_config(rows, _cdiv(n, vec) if use_vec else n, target.warp_size)
         params = [ptr(x), ptr(scale), ptr(y), ptr(inv), RmsArgs(rows, n, 0, float(attrs["epsilon"]))]
-        return [KernelOp(f"hipep_rms_norm_{dt}" + ("_vec" if use_vec else ""), grid, block, params, module="rms_norm")]
+        if dt == "f32":
+            grid, block = _rms_exact_config(rows, target)
+            entry = "hipep_rms_norm_f32_exact"
+        else:
+            grid, block = row_config(rows, _cdiv(n, vec) if use_vec else n, target.warp_size)
+            entry = f"hipep_rms_norm_{dt}"
+        return [KernelOp(entry + ("_vec" if use_vec else ""), grid, block, params, module="rms_norm")]
     return bind
 
 
@@ -508,10 +529,15 @@ def _skip_rms_bind(ins, outs, attrs, target):
                          f"do not fit the input {list(x.shape)}")
     vec = _VEC.get(dt, 1)
     use_vec = _vec_ok([x, skip, gamma, bias, y, total], h, vec, x.dtype.itemsize)
-    grid, block = row_config(rows, _cdiv(h, vec) if use_vec else h, target.warp_size)
     params = [ptr(x), ptr(skip), ptr(gamma), ptr(bias), ptr(y), ptr(mean), ptr(inv), ptr(total),
               RmsArgs(rows, h, skip_rows, float(attrs["epsilon"]))]
-    return [KernelOp(f"hipep_skip_rms_norm_{dt}" + ("_vec" if use_vec else ""), grid, block, params, module="rms_norm")]
+    if dt == "f32":
+        grid, block = _rms_exact_config(rows, target)
+        entry = "hipep_skip_rms_norm_f32_exact"
+    else:
+        grid, block = row_config(rows, _cdiv(h, vec) if use_vec else h, target.warp_size)
+        entry = f"hipep_skip_rms_norm_{dt}"
+    return [KernelOp(entry + ("_vec" if use_vec else ""), grid, block, params, module="rms_norm")]
 
 
 # Gather ---------------------------------------------------------------------------------------
