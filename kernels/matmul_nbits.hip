@@ -6,9 +6,9 @@
 //
 // Two kernels, picked by the runtime from M = the rows of A:
 //
-// * GEMV (M <= 8, decode; memory-bound). Each warp owns MNB_COLS output columns and streams their
-//   rows of B with 16-byte loads (one "chunk" per lane: 32 4-bit or 16 8-bit values), MNB_UNROLL
-//   chunks per column in flight per lane. Where N alone gives too few blocks to fill the GPU, the
+// * GEMV (M <= 8, decode; memory-bound). Each warp owns C output columns (2, or 4 for the "wide"
+//   one-row variant) and streams their rows of B with 16-byte loads (one "chunk" per lane: 32 4-bit
+//   or 16 8-bit values), U chunks per column in flight per lane (C * U = 8 loads for one row). Where N alone gives too few blocks to fill the GPU, the
 //   8 warps of a block split K `k_split` ways (adding their sums through shared memory at the
 //   end). A, converted to f32, sits in shared memory in tiles of `k_tile` values (the first
 //   step's loads of B are issued before A is staged, so the two overlap), laid out chunk by
@@ -57,9 +57,8 @@ struct hipep_mnb_args {
 };
 
 #define MNB_WARPS 8
-#define MNB_COLS 2
-// Chunks per column a lane loads before it uses any (see hipep_mnb_gemv_unroll).
-#define MNB_UNROLL_MAX 4
+#define MNB_COLS 2       // output columns per warp (MNB_COLS_WIDE: the wide one-row variant)
+#define MNB_COLS_WIDE 4
 #define MNB_PAD 4
 
 // The float 2^23 + v for the byte `b` (0..3) of w: its bits 0x4B0000vv.
@@ -115,19 +114,13 @@ HIPEP_DEVICE float hipep_mnb_group_max(float v, int lanes) {
 
 template <typename T> struct alignas(4 * sizeof(T)) hipep_mnb_vec4 { T v[4]; };
 
-// Chunks per column a lane has in flight at once: 4 for one row of A (decode: 8 16-byte loads of B
-// per lane, 4 KB per warp), where 128 registers hold them without spilling; 2 for more rows, whose
-// accumulators and A reads take the registers (4 spills at two rows).
-template <int M_T> struct hipep_mnb_gemv_unroll {
-  static constexpr int value = M_T == 1 ? MNB_UNROLL_MAX : 2;
-};
 
 // Loads of one step of a lane: chunks ch0 + u * step (u < U) of the tile at kt, for the warp's
 // columns (zeros past the tile or past N), with the scale and zero point of each chunk's first
 // half, all issued before any is used, so that none of them waits for another.
-template <typename T, int BITS, int U>
-HIPEP_DEVICE void hipep_mnb_load_step(uint4 (&q)[U][MNB_COLS], float (&s)[U][MNB_COLS],
-                                      float (&z)[U][MNB_COLS], const unsigned char* HIPEP_RESTRICT B,
+template <typename T, int BITS, int C, int U>
+HIPEP_DEVICE void hipep_mnb_load_step(uint4 (&q)[U][C], float (&s)[U][C],
+                                      float (&z)[U][C], const unsigned char* HIPEP_RESTRICT B,
                                       const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp, int ch0,
                                       int step, hipep_i64 kt, int tile_chunks, hipep_i64 col0,
                                       const hipep_mnb_args& a) {
@@ -137,7 +130,7 @@ HIPEP_DEVICE void hipep_mnb_load_step(uint4 (&q)[U][MNB_COLS], float (&s)[U][MNB
     const int ch = ch0 + u * step;
     const hipep_i64 kv = kt + (hipep_i64)ch * VPL;  // first value of the chunk
 #pragma unroll
-    for (int c = 0; c < MNB_COLS; ++c) {
+    for (int c = 0; c < C; ++c) {
       const hipep_i64 n = col0 + c;
       q[u][c] = make_uint4(0u, 0u, 0u, 0u);
       s[u][c] = 0.0f;
@@ -225,41 +218,41 @@ HIPEP_DEVICE void hipep_mnb_stage_a_int8(float* As, const T* HIPEP_RESTRICT A, h
   }
 }
 
-template <typename T, int BITS, int M_T>
+// C columns per warp, U chunks per column in flight per lane (the entry points below pick them).
+template <typename T, int BITS, int M_T, int C, int U>
 HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
                                  const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
                                  const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
   constexpr int VPL = 128 / BITS;  // values per 16-byte chunk
   constexpr int VPH = VPL / 2;     // values per 8-byte half
   constexpr int STRIDE = VPL + MNB_PAD;
-  constexpr int U = hipep_mnb_gemv_unroll<M_T>::value;
   extern __shared__ float4 hipep_mnb_smem4[];
   float* As = reinterpret_cast<float*>(hipep_mnb_smem4);
-  __shared__ float partial[MNB_WARPS][M_T][MNB_COLS];
+  __shared__ float partial[MNB_WARPS][M_T][C];
 
   // Warp w works on column group w % groups and on every k_split-th lane-width of chunks from
-  // w / groups: a block covers groups * MNB_COLS columns, its warps splitting K k_split ways.
+  // w / groups: a block covers groups * C columns, its warps splitting K k_split ways.
   const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
   const int groups = MNB_WARPS / a.k_split, group = warp % groups, split = warp / groups;
-  const hipep_i64 col0 = ((hipep_i64)blockIdx.x * groups + group) * MNB_COLS;
+  const hipep_i64 col0 = ((hipep_i64)blockIdx.x * groups + group) * C;
   const int first = split * HIPEP_WARP_SIZE + lane;  // the lane's first chunk of a tile
   const int step = HIPEP_WARP_SIZE * a.k_split;      // chunks between the lane's consecutive chunks
   const int tile_chunks_max = a.k_tile / VPL;
 
-  float acc[M_T][MNB_COLS];
+  float acc[M_T][C];
 #pragma unroll
   for (int m = 0; m < M_T; ++m)
 #pragma unroll
-    for (int c = 0; c < MNB_COLS; ++c) acc[m][c] = 0.0f;
+    for (int c = 0; c < C; ++c) acc[m][c] = 0.0f;
 
-  uint4 q[U][MNB_COLS];
-  float qs[U][MNB_COLS], qz[U][MNB_COLS];
+  uint4 q[U][C];
+  float qs[U][C], qz[U][C];
   for (hipep_i64 kt = 0; kt < a.k_pad; kt += a.k_tile) {
     const int tile_vals = (int)((a.k_pad - kt) < a.k_tile ? (a.k_pad - kt) : a.k_tile);
     const int tile_chunks = (tile_vals + VPL - 1) / VPL;
     const int fill_vals = tile_chunks * VPL;
     // The first step's loads of B do not depend on A: they are in flight while A is staged.
-    hipep_mnb_load_step<T, BITS, U>(q, qs, qz, B, scales, zp, first, step, kt, tile_chunks, col0, a);
+    hipep_mnb_load_step<T, BITS, C, U>(q, qs, qz, B, scales, zp, first, step, kt, tile_chunks, col0, a);
     __syncthreads();  // the previous tile's readers are done
     if (a.int8_a) {
       hipep_mnb_stage_a_int8<T, M_T, VPL>(As, A, kt, fill_vals, tile_chunks_max * STRIDE, a);
@@ -287,7 +280,7 @@ HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char*
     __syncthreads();
 
     for (int c0 = first; c0 < tile_chunks; c0 += step * U) {
-      if (c0 != first) hipep_mnb_load_step<T, BITS, U>(q, qs, qz, B, scales, zp, c0, step, kt, tile_chunks, col0, a);
+      if (c0 != first) hipep_mnb_load_step<T, BITS, C, U>(q, qs, qz, B, scales, zp, c0, step, kt, tile_chunks, col0, a);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int ch = c0 + u * step;
@@ -301,48 +294,74 @@ HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char*
           // The second half is in the first's block unless blocks are shorter than a chunk (4 bits,
           // block_size 16); a column past N has a zero scale and computes zeros, unwritten.
           const bool same_block = h == 0 || blk == (kv >> a.log2_bs);
-          float dq[MNB_COLS][VPH];
-          float s[MNB_COLS];
-#pragma unroll
-          for (int c = 0; c < MNB_COLS; ++c) {
+          // Column c's values q - zp of this half into dq, and its scale.
+          auto dequant = [&](int c, float* dq) -> float {
             const hipep_i64 n = col0 + c;
-            float z = qz[u][c];
-            s[c] = qs[u][c];
+            float z = qz[u][c], sc = qs[u][c];
             if (!same_block && n < a.n) {
-              s[c] = hipep_to_float(scales[n * a.nb + blk]);
+              sc = hipep_to_float(scales[n * a.nb + blk]);
               z = hipep_mnb_zero_point<T, BITS>(zp, n, blk, a);
             }
             const unsigned int w0 = h == 0 ? q[u][c].x : q[u][c].z, w1 = h == 0 ? q[u][c].y : q[u][c].w;
             if (a.zp_mode == 2) {
-              hipep_mnb_word<BITS>(w0, 8388608.0f, dq[c]);
-              hipep_mnb_word<BITS>(w1, 8388608.0f, dq[c] + VPH / 2);
+              hipep_mnb_word<BITS>(w0, 8388608.0f, dq);
+              hipep_mnb_word<BITS>(w1, 8388608.0f, dq + VPH / 2);
 #pragma unroll
-              for (int j = 0; j < VPH; ++j) dq[c][j] -= z;
+              for (int j = 0; j < VPH; ++j) dq[j] -= z;
             } else {
-              hipep_mnb_word<BITS>(w0, 8388608.0f + z, dq[c]);  // 2^23 + zp: exact
-              hipep_mnb_word<BITS>(w1, 8388608.0f + z, dq[c] + VPH / 2);
+              hipep_mnb_word<BITS>(w0, 8388608.0f + z, dq);  // 2^23 + zp: exact
+              hipep_mnb_word<BITS>(w1, 8388608.0f + z, dq + VPH / 2);
             }
-          }
+            return sc;
+          };
           const float* arow = As + ch * STRIDE + h * VPH;
-#pragma unroll
-          for (int m = 0; m < M_T; ++m) {
-            const float4* av = reinterpret_cast<const float4*>(arow + m * tile_chunks_max * STRIDE);
-            float p[MNB_COLS];
-#pragma unroll
-            for (int c = 0; c < MNB_COLS; ++c) p[c] = 0.0f;
+          if constexpr (M_T == 1) {
+            // One row: its half of A in registers, then column by column (only one column's
+            // values live at a time, which lets 4 columns of loads be in flight without spills).
+            float x[VPH];
 #pragma unroll
             for (int j4 = 0; j4 < VPH / 4; ++j4) {
-              const float4 x = av[j4];
-#pragma unroll
-              for (int c = 0; c < MNB_COLS; ++c) {
-                p[c] = fmaf(x.x, dq[c][4 * j4], p[c]);
-                p[c] = fmaf(x.y, dq[c][4 * j4 + 1], p[c]);
-                p[c] = fmaf(x.z, dq[c][4 * j4 + 2], p[c]);
-                p[c] = fmaf(x.w, dq[c][4 * j4 + 3], p[c]);
-              }
+              const float4 t = reinterpret_cast<const float4*>(arow)[j4];
+              x[4 * j4] = t.x;
+              x[4 * j4 + 1] = t.y;
+              x[4 * j4 + 2] = t.z;
+              x[4 * j4 + 3] = t.w;
             }
 #pragma unroll
-            for (int c = 0; c < MNB_COLS; ++c) acc[m][c] = fmaf(s[c], p[c], acc[m][c]);
+            for (int c = 0; c < C; ++c) {
+              float dq[VPH];
+              const float sc = dequant(c, dq);
+              float p = 0.0f;
+#pragma unroll
+              for (int j = 0; j < VPH; ++j) p = fmaf(x[j], dq[j], p);
+              acc[0][c] = fmaf(sc, p, acc[0][c]);
+            }
+          } else {
+            // Several rows: every column's values once, each row's A read once from shared memory.
+            float dq[C][VPH];
+            float s[C];
+#pragma unroll
+            for (int c = 0; c < C; ++c) s[c] = dequant(c, dq[c]);
+#pragma unroll
+            for (int m = 0; m < M_T; ++m) {
+              const float4* av = reinterpret_cast<const float4*>(arow + m * tile_chunks_max * STRIDE);
+              float p[C];
+#pragma unroll
+              for (int c = 0; c < C; ++c) p[c] = 0.0f;
+#pragma unroll
+              for (int j4 = 0; j4 < VPH / 4; ++j4) {
+                const float4 x = av[j4];
+#pragma unroll
+                for (int c = 0; c < C; ++c) {
+                  p[c] = fmaf(x.x, dq[c][4 * j4], p[c]);
+                  p[c] = fmaf(x.y, dq[c][4 * j4 + 1], p[c]);
+                  p[c] = fmaf(x.z, dq[c][4 * j4 + 2], p[c]);
+                  p[c] = fmaf(x.w, dq[c][4 * j4 + 3], p[c]);
+                }
+              }
+#pragma unroll
+              for (int c = 0; c < C; ++c) acc[m][c] = fmaf(s[c], p[c], acc[m][c]);
+            }
           }
         }
       }
@@ -352,25 +371,25 @@ HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char*
 #pragma unroll
   for (int m = 0; m < M_T; ++m)
 #pragma unroll
-    for (int c = 0; c < MNB_COLS; ++c) acc[m][c] = hipep_warp_sum(acc[m][c]);
+    for (int c = 0; c < C; ++c) acc[m][c] = hipep_warp_sum(acc[m][c]);
   if (a.k_split > 1) {  // the warps of a column group add their parts of K
     if (lane == 0) {
 #pragma unroll
       for (int m = 0; m < M_T; ++m)
 #pragma unroll
-        for (int c = 0; c < MNB_COLS; ++c) partial[warp][m][c] = acc[m][c];
+        for (int c = 0; c < C; ++c) partial[warp][m][c] = acc[m][c];
     }
     __syncthreads();
     if (split != 0) return;
 #pragma unroll
     for (int m = 0; m < M_T; ++m)
 #pragma unroll
-      for (int c = 0; c < MNB_COLS; ++c)
+      for (int c = 0; c < C; ++c)
         for (int s = 1; s < a.k_split; ++s) acc[m][c] += partial[s * groups + group][m][c];
   }
   if (lane == 0) {
 #pragma unroll
-    for (int c = 0; c < MNB_COLS; ++c) {
+    for (int c = 0; c < C; ++c) {
       const hipep_i64 n = col0 + c;
       if (n >= a.n) break;
       const float b = bias != 0 ? hipep_to_float(bias[n]) : 0.0f;
@@ -524,15 +543,22 @@ HIPEP_DEVICE void hipep_mnb_gemm(const T* HIPEP_RESTRICT A, const unsigned char*
 // Register caps keep two blocks of 8 warps per SM resident (128 registers a thread): with 4 chunks
 // per column in flight per lane (one or two rows) that is 32 KB of B per block, 64 KB per SM, enough
 // to cover memory latency; a cap of three blocks (80 registers) spilled the one-row GEMV.
-#define HIPEP_MNB_GEMV(NAME, T, BITS, M_T)                                                            \
+// Chunks per column in flight per lane: 4 for one row (decode: 8 16-byte loads of B per lane, 4 KB
+// per warp), which 128 registers hold without spilling; 2 for more rows, whose accumulators and A
+// reads take the registers (4 chunks spill at two rows). The wide one-row variant (suffix _c4)
+// holds the same 8 loads as 4 columns of 2 chunks: for rows of K a warp covers in 2 chunks a lane
+// (K <= 2048 at 4 bits), where the narrow one would leave half its loads empty.
+#define HIPEP_MNB_GEMV_ENTRY(SUFFIX, NAME, T, BITS, M_T, C, U)                                        \
   HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, 2)                                 \
-      hipep_mnb_gemv_##NAME##_b##BITS##_m##M_T(HIPEP_MNB_PARAMS(T)) {                                 \
-    hipep_mnb_gemv<T, BITS, M_T>(A, B, scales, zp, bias, Y, a);                                       \
+      hipep_mnb_gemv_##NAME##_b##BITS##_m##M_T##SUFFIX(HIPEP_MNB_PARAMS(T)) {                         \
+    hipep_mnb_gemv<T, BITS, M_T, C, U>(A, B, scales, zp, bias, Y, a);                                 \
   }
+#define HIPEP_MNB_GEMV(NAME, T, BITS, M_T) HIPEP_MNB_GEMV_ENTRY(, NAME, T, BITS, M_T, MNB_COLS, (M_T == 1 ? 4 : 2))
 
 // The GEMM's qp: the blocks' (scale, inverse) for int8_a (hipep_mnb_a_int8_*), null otherwise.
 #define HIPEP_MNB_TYPE(NAME, T, BITS)                                                                 \
   HIPEP_MNB_GEMV(NAME, T, BITS, 1)                                                                    \
+  HIPEP_MNB_GEMV_ENTRY(_c4, NAME, T, BITS, 1, MNB_COLS_WIDE, 2)                                       \
   HIPEP_MNB_GEMV(NAME, T, BITS, 2)                                                                    \
   HIPEP_MNB_GEMV(NAME, T, BITS, 4)                                                                    \
   HIPEP_MNB_GEMV(NAME, T, BITS, 8)                                                                    \

@@ -5,7 +5,7 @@ Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported
 MatMulNBits (kernels/matmul_nbits.hip) reads B in ONNX Runtime's layout as it is ([N, n_blocks,
 blob] bytes: one contiguous row of K_pad values per output column), so the weights need no
 repacking. Up to GEMV_MAX_ROWS rows of A (decode) run the GEMV: warps of 8 per block, 2 output
-columns per warp, A in shared memory in K tiles sized to the rows, and where N alone makes fewer
+columns per warp (4 for one row where K is short and N wide: `gemv_wide`), A in shared memory in K tiles sized to the rows, and where N alone makes fewer
 blocks than SMs the block's warps split K (`gemv_k_split`); more rows run the tiled GEMM,
 except up to GEMV_CHAIN_MAX_ROWS rows where the GEMM's grid would not cover the SMs: the GEMV then
 runs once per 8 rows.
@@ -34,6 +34,7 @@ GEMV_MAX_ROWS = 8
 GEMV_CHAIN_MAX_ROWS = 32  # up to this many rows, the GEMV per 8 rows where the GEMM's grid is under one block per SM
 GEMV_WARPS = 8          # MNB_WARPS in the kernel
 GEMV_COLS = 2           # MNB_COLS: output columns per warp
+GEMV_COLS_WIDE = 4      # MNB_COLS_WIDE: the wide one-row variant's (entry suffix _c4)
 GEMV_PAD = 4            # MNB_PAD: floats of padding after each chunk of A in shared memory
 GEMV_SMEM_BUDGET = 40 * 1024  # bytes of A per block (below the 48 KiB a launch may use without opt-in)
 GEMM_TILE = 64          # MNB_BM = MNB_BN
@@ -47,8 +48,10 @@ GEMM_THREADS = 256
 # and halves each lane's loads, which pays only where a round of blocks cannot cover the SMs.
 # HIPEP_MNB_GEMV_K_SPLIT: force the split (1, 2, 4 or 8; still capped so each split keeps a
 # warp-width of chunks per tile).
+# HIPEP_MNB_GEMV_WIDE: 0 turns off the wide one-row variant (4 columns a warp, see gemv_wide).
 GEMV_BLOCKS_PER_SM_ENV = "HIPEP_MNB_GEMV_BLOCKS_PER_SM"
 GEMV_K_SPLIT_ENV = "HIPEP_MNB_GEMV_K_SPLIT"
+GEMV_WIDE_ENV = "HIPEP_MNB_GEMV_WIDE"
 
 
 def _env_int(name: str, default: int, allowed) -> int:
@@ -66,6 +69,7 @@ def _env_int(name: str, default: int, allowed) -> int:
 
 GEMV_BLOCKS_PER_SM = _env_int(GEMV_BLOCKS_PER_SM_ENV, 1, range(1, 65))
 GEMV_K_SPLIT = _env_int(GEMV_K_SPLIT_ENV, 0, (0, 1, 2, 4, 8))  # 0: chosen by gemv_k_split
+GEMV_WIDE = _env_int(GEMV_WIDE_ENV, 1, (0, 1))
 
 
 class MatMulNBitsArgs(ctypes.Structure):
@@ -168,23 +172,36 @@ def quantizes_a_to_int8(attrs, zp_mode: int) -> bool:
 
 
 def gemv_k_split(n: int, tile_chunks: int, sm_count: int, warp: int = 32,
-                 blocks_per_sm: int | None = None, force: int | None = None) -> int:
+                 blocks_per_sm: int | None = None, force: int | None = None, cols: int = GEMV_COLS) -> int:
     """Ways the GEMV block's warps split K: doubled (fewer columns per block, more blocks) while
     the grid has fewer than `blocks_per_sm` (GEMV_BLOCKS_PER_SM) blocks per SM and each split keeps
     a warp-width of chunks per tile. Not more: every split halves the loads of B a lane has in
     flight, and past the blocks that reside at once (two per SM) the grid takes a second round of
     memory latency (4096 x 4096 at block 32: 256 blocks of whole rows, not 512 of half rows).
-    `force` (GEMV_K_SPLIT) fixes it, within the same warp-width cap."""
+    `force` (GEMV_K_SPLIT) fixes it, within the same warp-width cap. `cols`: columns per warp."""
     per_sm = GEMV_BLOCKS_PER_SM if blocks_per_sm is None else blocks_per_sm
     force = GEMV_K_SPLIT if force is None else force
     k_split = 1
     while k_split < GEMV_WARPS and tile_chunks >= warp * 2 * k_split:
         if force and k_split >= force:
             break
-        if not force and _cdiv(n, GEMV_WARPS // k_split * GEMV_COLS) >= per_sm * sm_count:
+        if not force and _cdiv(n, GEMV_WARPS // k_split * cols) >= per_sm * sm_count:
             break
         k_split *= 2
     return k_split
+
+
+def gemv_wide(m_t: int, n: int, tile_chunks: int, sm_count: int, warp: int = 32,
+              blocks_per_sm: int | None = None, enabled: bool | None = None) -> bool:
+    """Whether a one-row GEMV runs the wide variant: 4 columns a warp with 2 chunks each in flight
+    per lane, where a warp covers a tile's row in at most 2 chunks a lane (K <= 2048 at 4 bits, the
+    narrow variant's other 2 loads a column would stay empty) and N still gives every SM its
+    blocks unsplit (gate/up and lm_head of a 2048-wide model: half the blocks, each with twice the
+    loads of B in flight)."""
+    per_sm = GEMV_BLOCKS_PER_SM if blocks_per_sm is None else blocks_per_sm
+    on = GEMV_WIDE if enabled is None else enabled
+    return bool(on and m_t == 1 and tile_chunks <= 2 * warp
+                and _cdiv(n, GEMV_WARPS * GEMV_COLS_WIDE) >= per_sm * sm_count)
 
 
 def gemv_rows(m: int) -> int:
@@ -258,16 +275,18 @@ def _mnb_bind(ins, outs, attrs, target):
             rows = min(GEMV_MAX_ROWS, m - r0)
             m_t = gemv_rows(rows)
             k_tile = _gemv_k_tile(m_t, vpl, k_pad, bs)
-            k_split = gemv_k_split(n, k_tile // vpl, target.sm_count, target.warp_size)
+            wide = gemv_wide(m_t, n, k_tile // vpl, target.sm_count, target.warp_size)
+            cols = GEMV_COLS_WIDE if wide else GEMV_COLS
+            k_split = gemv_k_split(n, k_tile // vpl, target.sm_count, target.warp_size, cols=cols)
             a_ptr = A.ptr + r0 * k * e
             a_vec = int(k % 4 == 0 and a_ptr % (4 * e) == 0)
             args = MatMulNBitsArgs(rows, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, k_tile, zp_mode, aligned16,
                                    k_split, a_vec, quant_a)
             smem = m_t * (k_tile // vpl) * (vpl + GEMV_PAD) * 4
-            grid = (_cdiv(n, GEMV_WARPS // k_split * GEMV_COLS), 1, 1)
+            grid = (_cdiv(n, GEMV_WARPS // k_split * cols), 1, 1)
             params = [ctypes.c_uint64(a_ptr), ptr(B), ptr(scales), ptr(zp), ptr(bias),
                       ctypes.c_uint64(y.ptr + r0 * n * e), args]
-            ops.append(KernelOp(f"hipep_mnb_gemv_{dt}_b{bits}_m{m_t}", grid, (GEMV_WARPS * target.warp_size, 1, 1),
+            ops.append(KernelOp(f"hipep_mnb_gemv_{dt}_b{bits}_m{m_t}" + ("_c4" if wide else ""), grid, (GEMV_WARPS * target.warp_size, 1, 1),
                                 params, module="matmul_nbits", smem=smem))
         return ops
     if gemm_grid[1] > 65535:

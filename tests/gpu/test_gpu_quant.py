@@ -130,6 +130,37 @@ def test_matmul_nbits_square_4096_decode(elem, level):
         assert rel_l2(got, cpu_session(model).run(None, feeds)[0]) < cpu_tolerance(elem, level, None)
 
 
+# (K, N, zero points, element type, accuracy_level): one-row GEMV shapes of a 2048-wide decoder on
+# a GPU of ~132 SMs. K = 2048 with N of 8192 or more runs the wide variant (4 columns a warp, entry
+# suffix _c4); N = 4300 too, its last block partial (N % 32 != 0); N = 2048 splits K 2 ways; K = 8192
+# splits K 2 ways with 4 chunks a lane; K = 4096 runs whole rows a warp with 4 chunks a lane.
+DECODE_SHAPES = [
+    (2048, 8192, "none", F16, 0),
+    (2048, 8192, "none", F32, 4),
+    (2048, 4300, "uint8", F16, 0),
+    (2048, 4300, "uint8", F32, 4),
+    (2048, 2048, "none", F32, 4),
+    (8192, 2048, "none", F16, 0),
+    (8192, 2048, "none", F32, 4),
+    (4096, 4096, "float", F16, 0),
+]
+
+
+@pytest.mark.parametrize("shape", DECODE_SHAPES, ids=[f"K{s[0]}-N{s[1]}-{s[2]}-{'f32' if s[3] == F32 else 'f16'}-lvl{s[4]}"
+                                                     for s in DECODE_SHAPES])
+def test_matmul_nbits_decode_gemv_variants(shape):
+    k, n, zp_kind, elem, level = shape
+    model, feeds, weights = matmul_nbits_model((1, 1), k, n, 4, 32, elem, zp_kind, True, level, seed=k + n)
+    got = run_gpu(model, feeds, runs=2)
+    zp = weights[2]
+    assert rel_l2(got, cpu_session(model).run(None, feeds)[0]) < cpu_tolerance(elem, level, zp)
+    attrs = {"K": k, "N": n, "bits": 4, "block_size": 32}
+    if quantizes_a(level, zp):
+        assert rel_l2(got, int8_reference(feeds, weights, attrs)) < (1e-5 if elem == F32 else 5e-4)
+    else:
+        assert rel_l2(got, reference(feeds, weights, attrs)) < (1e-5 if elem == F32 else 2e-3)
+
+
 @pytest.mark.parametrize("elem", [F32, F16])
 @pytest.mark.parametrize("m", [1, 8, 40])
 def test_matmul_nbits_level4_ties_round_half_to_even(m, elem):

@@ -645,7 +645,7 @@ def _emulate_mnb(mem: Memory, op: gk.KernelOp) -> None:
     if q:
         _emulate_mnb_a_int8(rd, op, _QT[q.group(1)])
         return
-    m = re.fullmatch(r"hipep_mnb_(gemv|gemm)_(f32|f16|bf16)_b([48])(?:_m([1248]))?", op.entry)
+    m = re.fullmatch(r"hipep_mnb_(gemv|gemm)_(f32|f16|bf16)_b([48])(?:_m([1248])(?:_c4)?)?", op.entry)
     assert m, op.entry
     kind, dt, bits = m.group(1), _QT[m.group(2)], int(m.group(3))
     A, B, S, Z, bias, Y = [v.value for v in op.params[:6]]
@@ -723,10 +723,12 @@ def _emulate_mnb_gemv(rd, op, a, m_t, bits, dt, A, B, S, Z, bias, Y):
     tcm = a.k_tile // vpl
     assert a.k_tile % vpl == 0 and op.smem == m_t * tcm * stride * 4 <= 48 * 1024
     groups = warps // a.k_split
-    assert op.grid[0] * groups * gq.GEMV_COLS >= a.n
+    cols = gq.GEMV_COLS_WIDE if op.entry.endswith("_c4") else gq.GEMV_COLS  # the wide one-row variant
+    assert cols == gq.GEMV_COLS or m_t == 1
+    assert op.grid[0] * groups * cols >= a.n
     e = np.dtype(dt).itemsize
     for bx in range(op.grid[0]):
-        acc = np.zeros((warps, 32, m_t, gq.GEMV_COLS))
+        acc = np.zeros((warps, 32, m_t, cols))
         for kt in range(0, a.k_pad, a.k_tile):
             tile_chunks = -(-min(a.k_pad - kt, a.k_tile) // vpl)
             smem = np.full(m_t * tcm * stride, np.nan)  # unwritten shared memory reads as NaN
@@ -742,11 +744,11 @@ def _emulate_mnb_gemv(rd, op, a, m_t, bits, dt, A, B, S, Z, bias, Y):
                     smem[mm * tcm * stride + (j // vpl) * stride + j % vpl] = v
             for warp in range(warps):
                 group, split = warp % groups, warp // groups
-                col0 = (bx * groups + group) * gq.GEMV_COLS
+                col0 = (bx * groups + group) * cols
                 for lane in range(32):
                     for ch in range(split * 32 + lane, tile_chunks, 32 * a.k_split):
                         kv = kt + ch * vpl
-                        for c in range(gq.GEMV_COLS):
+                        for c in range(cols):
                             n = col0 + c
                             q = np.zeros(16, np.uint8)
                             if n < a.n:
@@ -771,9 +773,9 @@ def _emulate_mnb_gemv(rd, op, a, m_t, bits, dt, A, B, S, Z, bias, Y):
                                     p = float(np.dot(smem[at:at + vph], dq))
                                     acc[warp, lane, mm, c] += s * p
         for group in range(groups):  # the warps of a group add their parts of K
-            col0 = (bx * groups + group) * gq.GEMV_COLS
+            col0 = (bx * groups + group) * cols
             total = acc[group::groups].sum(axis=(0, 1))
-            for c in range(gq.GEMV_COLS):
+            for c in range(cols):
                 n = col0 + c
                 if n >= a.n:
                     break
@@ -883,6 +885,9 @@ def _mnb_case(m_shape, k, n, bits, bs, dtype, zp_kind, with_bias, b_offset=0, se
     ((1,), 4096, 6, 4, 32, np.float16, "none", True, 4),          # K split 4 ways among a block's warps
     ((2,), 1030, 7, 8, 64, np.float32, "uint8", True, 4),         # K split 2 ways, K % 4 != 0: A staged one by one
     ((3,), 600, 10, 4, 256, np.float32, "uint8", False, 4),       # block 256: two loads a lane in the staging
+    ((1,), 256, 130, 4, 32, np.float16, "uint8", True, 0),        # wide one-row GEMV (4 columns a warp), N % 4 != 0
+    ((1,), 160, 100, 4, 16, np.float32, "none", False, 4),        # wide, 8-byte rows, int8 A
+    ((1,), 512, 128, 8, 64, ml_dtypes.bfloat16, "float", True, 4),  # wide, 8 bits, float zero points
     ((17,), 72, 70, 4, 16, np.float32, "uint8", True, 4),         # 3 GEMVs of 8, 8 and 1 rows (a small GEMM grid)
     ((20,), 64, 300, 4, 32, np.float32, "none", False, 4),        # GEMM: edge tiles (its grid covers the 4 SMs)
     ((20,), 64, 300, 4, 32, np.float32, "uint8", True, 0),        # the GEMM at level 0
@@ -924,6 +929,13 @@ def test_matmul_nbits_gemv_picks_rows_tiles_and_loads():
     assert gq.gemv_k_split(4096, 128, 132, blocks_per_sm=2) == 2
     assert gq.gemv_k_split(4096, 128, 132, force=4) == 4 and gq.gemv_k_split(4096, 64, 132, force=8) == 2
     assert gq.gemv_k_split(16, 1024, 132, force=1) == 1
+    # the wide one-row variant: K within 2 chunks a lane and N filling the SMs with 32 columns a block
+    assert gq.gemv_wide(1, 8192, 64, 132) and gq.gemv_wide(1, 32000, 64, 132)
+    assert not gq.gemv_wide(1, 3072, 64, 132) and not gq.gemv_wide(1, 8192, 128, 132)
+    assert not gq.gemv_wide(2, 8192, 64, 132) and not gq.gemv_wide(1, 8192, 64, 132, enabled=False)
+    ops, _, _, _ = _mnb_case((1,), 256, 130, 4, 32, np.float16, "none", False)
+    assert ops[0].entry == "hipep_mnb_gemv_f16_b4_m1_c4" and ops[0].grid == (5, 1, 1)
+    assert ops[0].params[6].k_split == 1
     ops, _, _, _ = _mnb_case((1,), 80, 16, 4, 16, np.float32, "uint8", False)
     assert ops[0].params[6].aligned16 == 0  # 40-byte rows: 8-byte halves
     ops, _, _, _ = _mnb_case((1,), 64, 8, 4, 32, np.float32, "none", False, b_offset=8)
