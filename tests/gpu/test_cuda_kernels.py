@@ -432,3 +432,119 @@ def test_host_work_writes_an_output_and_reads_extents_of_device_memory(rng):
                        [init("one", np.array([1], np.int64))], opset=18)
     for t in (5, 5, 5, 9):
         check(model, {"mask": rng.integers(0, 2, (1, t)).astype(np.int64)}, I64, runs=2)
+
+
+# ---- f32 RMS norms bit for bit with the CPU EP ------------------------------------------------------
+# The f32 norm kernels replay the CPU EP's order of operations (kernels/rms_norm.hip, its f32
+# section), so their outputs must be equal, not merely close: an int4 decoder's MatMulNBits at
+# accuracy_level 4 quantizes the norm's output to int8, where one ulp flips a code on a rounding tie.
+# Row lengths: ORT's scalar loop (8, 15), MLAS's 8 lanes without a tail (16, 64, 2048) and with one
+# (2051); one row (decode: one block) and 74 (prefill: many blocks).
+
+EXACT_LENGTHS = [8, 15, 16, 64, 2048, 2051]
+EXACT_ROWS = [(1, 1), (2, 37)]
+
+
+def check_exact(model, feeds, runs=3):
+    """Every output of `runs` runs on the CUDA device equals ORT's CPU EP's, bit for bit."""
+    sess = hipep.InferenceSession(model, device="cuda")
+    want = cpu_session(model).run(None, feeds)
+    for _ in range(runs):
+        got = sess.run(None, feeds)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_array_equal(g, w)
+
+
+def norm_rows(rng, shape, ties):
+    """ties: a dequantized int4 embedding (codes -8..7 times a scale per block of 32, every third
+    a power of two), whose unit-weight norm puts many values on int8 rounding ties; otherwise
+    values spread over several octaves, where the order of the sum shows in the last bits."""
+    h = shape[-1]
+    lead = int(np.prod(shape[:-1]))
+    if ties:
+        codes = rng.integers(0, 16, (lead, h)).astype(np.float32) - 8
+        scales = rng.uniform(0.002, 0.05, (lead, -(-h // 32))).astype(np.float32)
+        scales[:, ::3] = 2.0 ** -6
+        x = codes * np.repeat(scales, 32, axis=1)[:, :h]
+    else:
+        x = rng.uniform(-1, 1, (lead, h)) * np.exp2(rng.integers(-6, 6, (lead, h)))
+    return x.astype(np.float32).reshape(shape)
+
+
+@pytest.mark.parametrize("ties", [True, False])
+@pytest.mark.parametrize("rows", EXACT_ROWS)
+@pytest.mark.parametrize("h", EXACT_LENGTHS)
+def test_f32_simplified_layer_norm_is_bit_exact(rng, h, rows, ties):
+    shape = list(rows) + [h]
+    w = np.ones(h, np.float32) if ties else rand(rng, (h,), F32, 0.5, 1.5)
+    model = make_model([n("SimplifiedLayerNormalization", ["x", "w"], ["y", "inv"], axis=-1, epsilon=1e-5,
+                          name="rms")],
+                       [tensor("x", F32, shape)], [tensor("y", F32, None), tensor("inv", F32, None)],
+                       [init("w", w)], opset=17)
+    check_exact(model, {"x": norm_rows(rng, shape, ties)})
+
+
+@pytest.mark.parametrize("h", EXACT_LENGTHS)
+def test_f32_rms_normalization_opset23_is_bit_exact(rng, h):
+    model = make_model([n("RMSNormalization", ["x", "w"], ["y"], axis=-1, epsilon=1e-6, name="rms")],
+                       [tensor("x", F32, [2, 9, h])], [tensor("y", F32, None)],
+                       [init("w", rand(rng, (h,), F32, 0.5, 1.5))], opset=23)
+    try:
+        cpu_session(model)
+    except Exception as e:  # noqa: BLE001 - this ORT build lacks opset 23
+        pytest.skip(f"ONNX Runtime cannot run RMSNormalization-23 here: {e}")
+    check_exact(model, {"x": norm_rows(rng, (2, 9, h), False)})
+
+
+@pytest.mark.parametrize("ties", [True, False])
+@pytest.mark.parametrize("rows", EXACT_ROWS)
+@pytest.mark.parametrize("h", EXACT_LENGTHS)
+def test_f32_skip_simplified_layer_norm_is_bit_exact(rng, h, rows, ties):
+    """input + skip (+ bias) as the CPU EP sums it, its squares added in order; outputs y,
+    inv_std_var and input_skip_bias_sum ('mean' the CPU EP leaves unwritten). Prefill's skip is
+    [S, H], broadcast over the batch; the bias is there when the rows are ties."""
+    shape = list(rows) + [h]
+    skip_shape = shape[1:] if rows[0] > 1 else shape
+    gamma = np.ones(h, np.float32) if ties else rand(rng, (h,), F32, 0.5, 1.5)
+    inputs = ["x", "skip", "gamma"] + (["bias"] if ties else [])
+    inits = [init("gamma", gamma)] + ([init("bias", norm_rows(rng, (h,), True))] if ties else [])
+    model = make_model([n("SkipSimplifiedLayerNormalization", inputs, ["y", "", "inv", "sum"], epsilon=1e-6,
+                          domain="com.microsoft", name="skip_norm")],
+                       [tensor("x", F32, shape), tensor("skip", F32, skip_shape)],
+                       [tensor("y", F32, None), tensor("inv", F32, None), tensor("sum", F32, None)],
+                       inits, opset=17, extra_opsets=[MS])
+    check_exact(model, {"x": norm_rows(rng, shape, ties), "skip": norm_rows(rng, skip_shape, ties)})
+
+
+def test_f32_norm_over_a_quantized_embedding_feeds_matmul_nbits_the_cpu_eps_int8(rng):
+    """The int4 builder decoder's first layer: GatherBlockQuantized (int4 embedding) ->
+    SimplifiedLayerNormalization (weights 1) -> MatMulNBits at accuracy_level 4. The norm's output
+    is equal to the CPU EP's, so A's int8 codes are too, and the projection agrees to f32
+    summation order (a tie broken the other way moves a product by ~1e-3)."""
+    from quant_helpers import quantize_blockwise
+
+    vocab, hidden, out, bs = 64, 2048, 256, 32
+    table, table_scales, table_zp = quantize_blockwise(rng.standard_normal((vocab, hidden)).astype(np.float32),
+                                                       4, bs, "uint8")
+    w, w_scales, _ = quantize_blockwise(rng.standard_normal((out, hidden)).astype(np.float32), 4, bs, "none")
+    nodes = [n("GatherBlockQuantized", ["table", "ids", "table_scales", "table_zp"], ["emb"], domain="com.microsoft",
+               name="embed", bits=4, block_size=bs, gather_axis=0, quantize_axis=1),
+             n("SimplifiedLayerNormalization", ["emb", "ones"], ["normed"], axis=-1, epsilon=1e-5, name="norm"),
+             n("MatMulNBits", ["normed", "w", "w_scales"], ["proj"], domain="com.microsoft", name="q_proj",
+               K=hidden, N=out, bits=4, block_size=bs, accuracy_level=4)]
+    inits = [init("table", table.reshape(vocab, -1)), init("table_scales", table_scales),
+             init("table_zp", table_zp), init("ones", np.ones(hidden, np.float32)), init("w", w),
+             init("w_scales", w_scales.reshape(-1))]
+    model = make_model(nodes, [tensor("ids", I64, [1, "s"])], [tensor("normed", F32, None), tensor("proj", F32, None)],
+                       inits, opset=21, extra_opsets=[MS])
+    sess = hipep.InferenceSession(model, device="cuda")
+    cpu = cpu_session(model)
+    for s in (9, 1, 1):  # prefill, then decode steps
+        feeds = {"ids": rng.integers(0, vocab, (1, s)).astype(np.int64)}
+        for _ in range(2):
+            (normed, proj), (want_normed, want_proj) = sess.run(None, feeds), cpu.run(None, feeds)
+            np.testing.assert_array_equal(normed, want_normed)
+            rel = np.linalg.norm((proj - want_proj).astype(np.float64)) / np.linalg.norm(want_proj.astype(np.float64))
+            assert rel < 1e-5, rel

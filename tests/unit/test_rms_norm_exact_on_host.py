@@ -271,7 +271,8 @@ def test_launch_shapes_of_the_f32_kernels():
             assert op.grid[0] * op.block[1] >= rows > (op.grid[0] - 1) * op.block[1]
 
 
-@pytest.mark.parametrize("op_key", ["::SimplifiedLayerNormalization", "com.microsoft::SkipSimplifiedLayerNormalization"])
+@pytest.mark.parametrize("op_key", ["::SimplifiedLayerNormalization",
+                                    "com.microsoft::SkipSimplifiedLayerNormalization"])
 def test_f16_rows_keep_the_fast_kernels(lib32, op_key):
     rng = np.random.default_rng(9)
     x = rng.uniform(-2, 2, (1, 3, 200)).astype(np.float16)
