@@ -547,8 +547,8 @@ HIPEP_DEVICE void hipep_mnb_gemm(const T* HIPEP_RESTRICT A, const unsigned char*
 // per warp), which 128 registers hold without spilling; 2 for more rows, whose accumulators and A
 // reads take the registers (4 chunks spill at two rows). The wide one-row variant (suffix _c4)
 // holds the same 8 loads as 4 columns of 2 chunks: for rows of K a warp covers in 2 chunks a lane
-// (K <= 2048 at 4 bits), where the narrow one would leave half its loads empty (ptxas spills 8
-// bytes of it at 4 bits, stored once and read twice).
+// (K <= 2048 at 4 bits), where the narrow one would leave half its loads empty (at 4 bits ptxas
+// reports 8 bytes of spill stores and 16 of spill loads for it).
 #define HIPEP_MNB_GEMV_ENTRY(SUFFIX, NAME, T, BITS, M_T, C, U)                                        \
   HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, 2)                                 \
       hipep_mnb_gemv_##NAME##_b##BITS##_m##M_T##SUFFIX(HIPEP_MNB_PARAMS(T)) {                         \
