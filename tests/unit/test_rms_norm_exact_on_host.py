@@ -256,6 +256,9 @@ def test_launch_shapes_of_the_f32_kernels():
         return gk.binding_for("::SimplifiedLayerNormalization").bind([x, s], [y], {"axis": -1, "epsilon": 1e-5},
                                                                       target)[0]
 
+    source = (KERNELS / "rms_norm.hip").read_text()
+    assert f"#define HIPEP_RMS_MAX_ROWS {gk._RMS_EXACT_MAX_ROWS}" in source  # the kernel's shared arrays
+    assert f"#define HIPEP_RMS_GROUP {gk._RMS_EXACT_LANES}" in source
     op = bind(1, 2048, 32)
     assert op.grid == (1, 1, 1) and op.block == (8, 16, 1)
     op = bind(512, 2048, 32)
