@@ -1,0 +1,222 @@
+"""GPU bindings that move data: Gather, Transpose, Slice, Expand, Split, Concat, the byte copy of
+view ops that got storage of their own (`COPY`), and Range (registered in
+hipep.runtime.gpu_kernels' table on import)."""
+from __future__ import annotations
+
+import ctypes
+
+import ml_dtypes  # noqa: F401  (registers numpy's 'bfloat16' dtype name)
+import numpy as np
+
+from ..errors import HipepError
+from ..ops.registry import lookup
+from .gpu_faults import fault_param
+from .gpu_binding_core import (Binding, CONCAT_MAX, CopyOp, KernelOp, NoKernel, _binding, _cdiv, _prod,
+                               _values_or_attr, _word, contiguous_strides, flat_config, ptr, strided_copy)
+
+
+# Gather ---------------------------------------------------------------------------------------
+
+class GatherArgs(ctypes.Structure):
+    _fields_ = [("rows", ctypes.c_longlong), ("inner", ctypes.c_longlong), ("n_idx", ctypes.c_longlong),
+                ("n_axis", ctypes.c_longlong)]
+
+
+def _gather_check(attrs, dtypes, shapes, values):
+    if len(dtypes) > 1 and dtypes[1] not in ("int32", "int64"):
+        return f"indices of type {dtypes[1]}"
+    return None
+
+
+@_binding("::Gather", check=_gather_check, modules=("gather",))
+def _gather_bind(ins, outs, attrs, target):
+    data, idx, out = ins[0], ins[1], outs[0]
+    if data.ndim == 0:
+        raise HipepError("Gather: data must have rank >= 1")
+    axis = int(attrs.get("axis", 0))
+    axis = axis + data.ndim if axis < 0 else axis
+    outer, n_axis = _prod(data.shape[:axis]), int(data.shape[axis])
+    inner = _prod(data.shape[axis + 1:])
+    n_idx = idx.size
+    if out.size == 0:
+        return []
+    e = data.dtype.itemsize
+    word = _word(e, [data.ptr, out.ptr], [inner * e])
+    words = inner * e // word
+    rows = outer * n_idx
+    bx = min(256, _cdiv(max(words, 1), 32) * 32)
+    by = max(1, 256 // bx)
+    grid = (max(1, min(_cdiv(words, bx), 65535)), max(1, min(_cdiv(rows, by), 65535)), 1)
+    it = {"int32": "i32", "int64": "i64"}.get(idx.dtype.name)
+    if it is None:
+        raise NoKernel(f"Gather with {idx.dtype.name} indices")
+    # An index out of range: zeros in the output, and the stream's fault record names it.
+    fault = fault_param(target, f"input 1 (indices) into data axis {axis}")
+    return [KernelOp(f"hipep_gather_w{word}_{it}", grid, (bx, by, 1),
+                     [ptr(data), ptr(idx), ptr(out), GatherArgs(rows, words, n_idx, n_axis), fault], module="gather")]
+
+
+# Transpose, Slice, Expand, Split, Concat --------------------------------------------------------
+
+@_binding("::Transpose", modules=("copy",))
+def _transpose_bind(ins, outs, attrs, target):
+    x, y = ins[0], outs[0]
+    perm = attrs.get("perm")
+    perm = list(range(x.ndim))[::-1] if perm is None else [int(p) for p in perm]
+    st = contiguous_strides(x.shape)
+    return strided_copy(x, y, [x.shape[p] for p in perm], [st[p] for p in perm], 0, target)
+
+
+def _slice_params(ins, attrs):
+    from ..ops.shape import _slice_for  # the reference's own bound rules
+
+    x = ins[0]
+    if len(ins) > 2 and ins[1] is not None:
+        starts = _values_or_attr(ins, 1, attrs, "starts")
+        ends = _values_or_attr(ins, 2, attrs, "ends")
+        axes = _values_or_attr(ins, 3, attrs, "axes") if len(ins) > 3 else None
+        steps = _values_or_attr(ins, 4, attrs, "steps") if len(ins) > 4 else None
+    else:
+        starts, ends, axes, steps = attrs.get("starts"), attrs.get("ends"), attrs.get("axes"), None
+    if axes is None:
+        axes = list(range(len(starts)))
+    if steps is None:
+        steps = [1] * len(starts)
+    begin = [0] * x.ndim
+    step = [1] * x.ndim
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        a = int(a) + x.ndim if int(a) < 0 else int(a)
+        lo, _, by = _slice_for(int(s), int(e), int(st), int(x.shape[a])).indices(int(x.shape[a]))
+        begin[a], step[a] = lo, by
+    return begin, step
+
+
+@_binding("::Slice", reads_values=True, modules=("copy",))
+def _slice_bind(ins, outs, attrs, target):
+    x, y = ins[0], outs[0]
+    begin, step = _slice_params(ins, attrs)
+    st = contiguous_strides(x.shape)
+    if y.size == 0:
+        return []
+    offset = sum(b * s for b, s in zip(begin, st))
+    return strided_copy(x, y, y.shape, [s * k for s, k in zip(st, step)], offset, target)
+
+
+@_binding("::Expand", modules=("copy",))
+def _expand_bind(ins, outs, attrs, target):
+    x, y = ins[0], outs[0]
+    st = contiguous_strides(x.shape)
+    pad = y.ndim - x.ndim
+    strides = [0] * pad + [0 if int(d) == 1 else s for d, s in zip(x.shape, st)]
+    return strided_copy(x, y, y.shape, strides, 0, target)
+
+
+@_binding("::Split", reads_values=True, modules=("copy",))
+def _split_bind(ins, outs, attrs, target):
+    from ..graph import TensorType, elem_type_of
+
+    op = lookup("", "Split")
+    n_out = len(outs)
+    x = ins[0]
+    types = [None if a is None else TensorType(elem_type_of(a.dtype), tuple(a.shape)) for a in ins]
+    values = [None if a is None else a.value for a in ins]
+    shapes = [t.shape for t in op.shape_rule(types, values, attrs, n_out)]
+    axis = int(attrs.get("axis", 0))
+    axis = axis + x.ndim if axis < 0 else axis
+    st = contiguous_strides(x.shape)
+    ops, start = [], 0
+    for out, shape in zip(outs, shapes):
+        if out is not None:
+            ops += strided_copy(x, out, out.shape, st, start * st[axis], target)
+        start += int(shape[axis])
+    return ops
+
+
+class ConcatArgs(ctypes.Structure):
+    _fields_ = [("src", ctypes.c_uint64 * CONCAT_MAX), ("len", ctypes.c_longlong * CONCAT_MAX),
+                ("offset", ctypes.c_longlong * CONCAT_MAX), ("outer", ctypes.c_longlong),
+                ("total", ctypes.c_longlong)]
+
+
+@_binding("::Concat", modules=("copy",))
+def _concat_bind(ins, outs, attrs, target):
+    y = outs[0]
+    ins = [a for a in ins if a is not None]
+    axis = int(attrs["axis"])
+    axis = axis + y.ndim if axis < 0 else axis
+    if y.size == 0:
+        return []
+    e = y.dtype.itemsize
+    outer = _prod(y.shape[:axis])
+    inner = _prod(y.shape[axis + 1:])
+    parts, offset = [], 0
+    for a in ins:
+        length = int(a.shape[axis]) * inner
+        if length:
+            parts.append((a, offset, length))
+        offset += length
+    total = offset
+    word = _word(e, [y.ptr] + [a.ptr for a, _, _ in parts], [total * e] + [n * e for _, o, n in parts] +
+                 [o * e for _, o, _ in parts])
+    r = word // e
+    ops = []
+    for i in range(0, len(parts), CONCAT_MAX):
+        chunk = parts[i:i + CONCAT_MAX]
+        c = ConcatArgs()
+        for k, (a, o, n) in enumerate(chunk):
+            c.src[k], c.len[k], c.offset[k] = a.ptr, n // r, o // r
+        c.outer, c.total = outer, total // r
+        longest = max(n // r for _, _, n in chunk) * outer
+        grid, block = flat_config(longest, target, per_sm=8)
+        ops.append(KernelOp(f"hipep_concat_w{word}", (grid[0], len(chunk), 1), block, [ptr(y), c], module="copy"))
+    return ops
+
+
+# Views that got storage of their own: a copy --------------------------------------------------
+
+def _copy_bind(ins, outs, attrs, target):
+    x, y = ins[0], outs[0]
+    if y is None or x is None or y.ptr == x.ptr or y.nbytes == 0:
+        return []
+    if x.nbytes != y.nbytes:
+        raise HipepError(f"copies {x.nbytes} bytes into {y.nbytes}")
+    return [CopyOp(y.ptr, x.ptr, y.nbytes)]
+
+
+COPY = Binding("copy", _copy_bind)
+
+
+# Range ------------------------------------------------------------------------------------------
+
+_RANGE_TYPES = {"int16": "i16", "int32": "i32", "int64": "i64", "float32": "f32"}
+
+
+def _range_check(attrs, dtypes, shapes, values):
+    if dtypes and dtypes[0] and dtypes[0] not in _RANGE_TYPES:
+        return f"element type {dtypes[0]}"
+    # The output's length comes from the shape program, which reasons over integers only: float
+    # bounds must be constants (run-time ones would need the step-by-step interpreter).
+    if dtypes and dtypes[0] and np.dtype(dtypes[0]).kind == "f":
+        values = list(values or [])
+        if len(values) < 3 or any(v is None for v in values[:3]):
+            return "float bounds known only at run time"
+    return None
+
+
+@_binding("::Range", check=_range_check, modules=("range",))
+def _range_bind(ins, outs, attrs, target):
+    # The output's length is the shape program's (start, limit and delta are host values where
+    # Range is planned); the kernel reads start and delta from memory.
+    start, delta, out = ins[0], ins[2], outs[0]
+    t = _RANGE_TYPES.get(out.dtype.name)
+    if t is None:
+        raise NoKernel(f"Range of element type {out.dtype.name}")
+    n = out.size
+    if n == 0:
+        return []
+    if t == "f32":  # one thread: each step rounds, as ORT's running sum does (kernels/range.hip)
+        grid, block = (1, 1, 1), (1, 1, 1)
+    else:
+        grid, block = flat_config(n, target)
+    return [KernelOp(f"hipep_range_{t}", grid, block, [ptr(start), ptr(delta), ptr(out), ctypes.c_longlong(n)],
+                     module="range")]

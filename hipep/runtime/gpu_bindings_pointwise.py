@@ -1,0 +1,117 @@
+"""Pointwise GPU programs: `hipep::FusedElementwise` and every registry op with a pointwise
+expression run a kernel rendered from that expression (`render_pointwise`, cached by the hash of
+the expression and its dtypes); `_pointwise_bind` binds it (hipep.runtime.gpu_kernels' table)."""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import json
+from typing import Sequence
+
+import ml_dtypes  # noqa: F401  (registers numpy's 'bfloat16' dtype name)
+import numpy as np
+
+from ..ops.registry import lookup
+from ..plan import split_op_key
+from .gpu_binding_core import FUSED, KernelOp, NoKernel, _prod, contiguous_strides, flat_config, merge_dims, ptr
+
+
+# ---- pointwise ---------------------------------------------------------------------------------
+
+class _Rendered:
+    def __init__(self, name: str, source: str, n_in: int):
+        self.name, self.source, self.n_in = name, source, n_in
+        self.args_type = _pointwise_args_type(max(n_in, 1))
+
+
+@functools.lru_cache(maxsize=None)
+def _pointwise_args_type(n_in: int):
+    from ..ops.pointwise import MAX_RANK
+
+    class PointwiseArgs(ctypes.Structure):
+        _fields_ = [("n", ctypes.c_longlong), ("rank", ctypes.c_int), ("dims", ctypes.c_longlong * MAX_RANK),
+                    ("strides", (ctypes.c_longlong * MAX_RANK) * n_in)]
+    return PointwiseArgs
+
+
+_RENDERED: dict[str, _Rendered] = {}
+
+
+def render_pointwise(expr, input_dtypes: Sequence[str], output_dtypes: Sequence[str]) -> _Rendered:
+    """The rendered kernel for an expression and its dtypes (named by their hash, so the same
+    program always has the same source and the kernel cache finds it)."""
+    from ..ops.pointwise import render_hip_kernel
+    from .kernel_cache import pointwise_source
+
+    data = json.dumps([expr.to_data(), list(input_dtypes), list(output_dtypes)], sort_keys=True)
+    key = hashlib.sha1(data.encode()).hexdigest()[:16]
+    r = _RENDERED.get(key)
+    if r is None:
+        name = f"hipep_pw_{key}"
+        r = _RENDERED[key] = _Rendered(name, pointwise_source(render_hip_kernel(expr, name, input_dtypes, output_dtypes)),
+                                       len(input_dtypes))
+    return r
+
+
+def pointwise_expression(op_key: str, attrs: dict, operands: Sequence):
+    """The expression a pointwise launch computes (None where the op's semantics for these
+    operands do not fit one: integer Pow, an exponent known only at run time)."""
+    from ..ops.elementwise import fused_expr
+
+    if op_key == FUSED:
+        return fused_expr(attrs)
+    domain, op_type = split_op_key(op_key)
+    op = lookup(domain, op_type)
+    if op is None or op.pointwise is None:
+        return None
+    return op.pointwise(list(operands), attrs)
+
+
+def _pointwise_bind(op_key: str):
+    def bind(ins, outs, attrs, target):
+        from ..ops.pointwise import MAX_RANK, Operand
+
+        # Only constants' values may shape the expression (Pow's exponent): the program is bound
+        # once per argument layout, and a constant cannot change under it.
+        operands = [None if a is None else Operand(a.dtype, a.value if a.constant and a.size <= 16 else None, a.size)
+                    for a in ins]
+        expr = pointwise_expression(op_key, attrs, operands)
+        if expr is None:
+            raise NoKernel(f"{op_key} for inputs {[None if a is None else a.dtype.name for a in ins]}")
+        out_dtypes = [expr.nodes[o][1] for o in expr.outputs]
+        in_dtypes = ["uint8" if a is None else a.dtype.name for a in ins]
+        rendered = render_pointwise(expr, in_dtypes, out_dtypes)
+        shape = next(o.shape for o in outs if o is not None)
+        n = _prod(shape)
+        if n == 0:
+            return []
+        out_ptrs = []
+        for o, dt in zip(outs, out_dtypes):
+            if o is not None:
+                out_ptrs.append(ptr(o))
+            else:  # a result nobody reads: the kernel still writes it somewhere
+                out_ptrs.append(ctypes.c_uint64(target.scratch(n * np.dtype(dt).itemsize)))
+        rank = len(shape)
+        per_input = []
+        for k, a in enumerate(ins):
+            if a is None or k not in expr.broadcast:
+                per_input.append([0] * rank)
+                continue
+            pad = rank - a.ndim
+            st = contiguous_strides(a.shape)
+            per_input.append([0] * pad + [0 if int(d) == 1 else s for d, s in zip(a.shape, st)])
+        dims, strides = merge_dims(shape, per_input)
+        if len(dims) > MAX_RANK:
+            raise NoKernel(f"{op_key} over {len(dims)} broadcast axes (at most {MAX_RANK})")
+        args_struct = rendered.args_type()
+        args_struct.n, args_struct.rank = n, len(dims)
+        for d, v in enumerate(dims):
+            args_struct.dims[d] = v
+        for k, s in enumerate(strides):
+            for d, v in enumerate(s):
+                args_struct.strides[k][d] = v
+        grid, block = flat_config(n, target)
+        return [KernelOp(rendered.name, grid, block, [ptr(a) for a in ins] + out_ptrs + [args_struct],
+                         source=rendered.source)]
+    return bind

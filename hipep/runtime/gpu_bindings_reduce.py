@@ -1,0 +1,165 @@
+"""GPU bindings of the reductions (ReduceSum, ReduceMean, ReduceMax) and Softmax: kernels/reduce.hip
+and kernels/softmax.hip, one row per warp or block (registered in hipep.runtime.gpu_kernels'
+table on import)."""
+from __future__ import annotations
+
+import ctypes
+from typing import Sequence
+
+import ml_dtypes  # noqa: F401  (registers numpy's 'bfloat16' dtype name)
+import numpy as np
+
+from ..errors import HipepError
+from ..ops.registry import SINCE_VERSION
+from .gpu_binding_core import (KernelOp, NoKernel, _DT, _VEC, _binding, _cdiv, _dt, _pow2_at_least, _prod,
+                               _values_or_attr, _vec_ok, flat_config, ptr)
+
+
+def _row_config(rows: int, words: int, warp: int) -> tuple[tuple, tuple]:
+    # Looked up on gpu_kernels at each call: tests replace gpu_kernels.row_config there to make
+    # a launch the driver refuses.
+    from . import gpu_kernels
+
+    return gpu_kernels.row_config(rows, words, warp)
+
+
+# Reductions -----------------------------------------------------------------------------------
+
+class ReduceArgs(ctypes.Structure):
+    _fields_ = [("rows", ctypes.c_longlong), ("r", ctypes.c_longlong), ("inner", ctypes.c_longlong)]
+
+
+_REDUCE_TYPES = {"ReduceSum": ("f32", "f16", "bf16", "i32", "i64"), "ReduceMean": ("f32", "f16", "bf16", "i32", "i64"),
+                 "ReduceMax": ("f32", "f16", "bf16", "i32", "i64")}
+
+
+def reduce_blocks(shape: Sequence[int], axes, noop: bool) -> tuple[int, int, int] | str:
+    """(outer, r, inner) for reducing `axes` of `shape`, or the reason it has no kernel (axes
+    that are not adjacent once extent-1 axes are set aside)."""
+    rank = len(shape)
+    if not axes:
+        if noop:
+            return _prod(shape), 1, 1
+        axes = list(range(rank))
+    axes = sorted({a + rank if a < 0 else a for a in axes})
+    if any(not 0 <= a < rank for a in axes):
+        return f"axes {axes} out of range for rank {rank}"
+    big = [d for d in range(rank) if int(shape[d]) != 1]
+    reduced = [d for d in big if d in axes]
+    if not reduced:
+        return _prod(shape), 1, 1
+    pos = [big.index(d) for d in reduced]
+    if pos != list(range(pos[0], pos[0] + len(pos))):
+        return f"reducing axes {axes} of a rank-{rank} input (not adjacent)"
+    first, last = reduced[0], reduced[-1]
+    outer = _prod(shape[d] for d in range(first) if d not in axes)
+    r = _prod(shape[d] for d in reduced)
+    inner = _prod(shape[d] for d in range(last + 1, rank))
+    return outer, r, inner
+
+
+def _reduce_check(op_type):
+    def check(attrs, dtypes, shapes, values):
+        if not dtypes or _DT.get(dtypes[0]) not in _REDUCE_TYPES[op_type]:
+            return f"element type {dtypes[0] if dtypes else '?'}"
+        x = shapes[0] if shapes else None
+        axes = attrs.get("axes")
+        if len(values) > 1 and values[1] is not None:
+            axes = [int(v) for v in np.asarray(values[1]).reshape(-1)]
+        elif len(dtypes) > 1 and dtypes[1] and axes is None:
+            return None  # axes from an input whose value is known only at run time
+        if x is None or any(d is None for d in x):
+            if x is not None and axes is not None and len(x) > 0:
+                # Adjacency does not depend on the extents unless some are 1: check with placeholders.
+                res = reduce_blocks([2] * len(x), axes, bool(attrs.get("noop_with_empty_axes", 0)))
+                return res if isinstance(res, str) else None
+            return None
+        res = reduce_blocks(x, axes, bool(attrs.get("noop_with_empty_axes", 0)))
+        return res if isinstance(res, str) else None
+    return check
+
+
+def _reduce_bind(op_type: str):
+    kind = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max"}[op_type]
+
+    def bind(ins, outs, attrs, target):
+        x, y = ins[0], outs[0]
+        dt = _dt(x.dtype, op_type)
+        if dt not in _REDUCE_TYPES[op_type]:
+            raise NoKernel(f"{op_type} on {x.dtype.name}")
+        axes = _values_or_attr(ins, 1, attrs, "axes")
+        res = reduce_blocks(x.shape, axes or [], bool(attrs.get("noop_with_empty_axes", 0)))
+        if isinstance(res, str):
+            raise NoKernel(res)
+        outer, r, inner = res
+        if y.size != outer * inner:
+            raise HipepError(f"{op_type}: output of {y.size} elements for a reduction to {outer * inner}")
+        if y.size == 0:
+            return []
+        params = [ptr(x), ptr(y), ReduceArgs(outer * inner, r, inner)]
+        if inner == 1:
+            vec = _VEC.get(dt, 1)
+            use_vec = _vec_ok([x], r, vec, x.dtype.itemsize)
+            grid, block = _row_config(outer, _cdiv(r, vec) if use_vec else r, target.warp_size)
+            entry = f"hipep_reduce_{kind}_{dt}_rows" + ("_vec" if use_vec else "")
+            return [KernelOp(entry, grid, block, params, module="reduce")]
+        if dt in ("i32", "i64") and kind == "max":  # one thread per output (kept in the element type)
+            grid, block = flat_config(outer * inner, target, per_sm=32)
+        else:  # 32 outputs per block, the reduced extent split among up to 32 row groups
+            groups = min(32, _pow2_at_least(_cdiv(r, 4)))
+            grid, block = (_cdiv(inner, 32), min(outer, 65535), 1), (32, groups, 1)
+        return [KernelOp(f"hipep_reduce_{kind}_{dt}_cols", grid, block, params, module="reduce")]
+    return bind
+
+
+for _op in ("ReduceSum", "ReduceMean", "ReduceMax"):
+    _binding(f"::{_op}", check=_reduce_check(_op), reads_values=True, modules=("reduce",))(_reduce_bind(_op))
+
+
+# Softmax --------------------------------------------------------------------------------------
+
+class SoftmaxArgs(ctypes.Structure):
+    _fields_ = [("rows", ctypes.c_longlong), ("cols", ctypes.c_longlong)]
+
+
+def _softmax_axis(attrs) -> int:
+    axis = attrs.get("axis")
+    if axis is None:
+        axis = -1 if int(attrs.get(SINCE_VERSION, 13)) >= 13 else 1
+    return int(axis)
+
+
+def _softmax_check(attrs, dtypes, shapes, values):
+    if not dtypes or dtypes[0] not in ("float32", "float16"):
+        return f"element type {dtypes[0] if dtypes else '?'}"
+    x = shapes[0] if shapes else None
+    if x is None or int(attrs.get(SINCE_VERSION, 13)) < 13:
+        return None
+    axis = _softmax_axis(attrs)
+    axis = axis + len(x) if axis < 0 else axis
+    trailing = x[axis + 1:]
+    if any(d is None for d in trailing) or _prod(trailing) != 1:
+        if all(d is not None for d in trailing) or axis != len(x) - 1:
+            return f"Softmax over axis {axis} of a rank-{len(x)} input (only the last axis has a kernel)"
+    return None
+
+
+@_binding("::Softmax", check=_softmax_check, modules=("softmax",))
+def _softmax_bind(ins, outs, attrs, target):
+    x, y = ins[0], outs[0]
+    dt = _dt(x.dtype, "Softmax")
+    rank = x.ndim
+    if rank == 0:
+        raise HipepError("Softmax: input must have rank >= 1, got a scalar")
+    axis = _softmax_axis(attrs)
+    axis = axis + rank if axis < 0 else axis
+    if int(attrs.get(SINCE_VERSION, 13)) >= 13 and _prod(x.shape[axis + 1:]) != 1:
+        raise NoKernel(f"Softmax over axis {axis} of a rank-{rank} input (only the last axis has a kernel)")
+    rows, cols = _prod(x.shape[:axis]), _prod(x.shape[axis:])
+    if rows * cols == 0:
+        return []
+    vec = _VEC.get(dt, 1)
+    use_vec = _vec_ok([x, y], cols, vec, x.dtype.itemsize)
+    grid, block = _row_config(rows, _cdiv(cols, vec) if use_vec else cols, target.warp_size)
+    return [KernelOp(f"hipep_softmax_{dt}" + ("_vec" if use_vec else ""), grid, block,
+                     [ptr(x), ptr(y), SoftmaxArgs(rows, cols)], module="softmax")]
