@@ -6,10 +6,7 @@ numpy. This checks what the numpy emulation of the bindings cannot: the kernels'
 mappings, tiles, k-group reductions, register blocks and tails. Skipped without g++."""
 from __future__ import annotations
 
-import ctypes
 import shutil
-import subprocess
-import threading
 from pathlib import Path
 
 import ml_dtypes
@@ -19,24 +16,13 @@ import pytest
 from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, SINCE_VERSION, lookup
 from hipep.runtime import gpu_kernels as gk
 
-HERE = Path(__file__).parent
-KERNELS = HERE.parent.parent / "kernels"
+from unit.host_kernels import HostMemory, compile_module, launch
+
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 
 
 def _build(out: Path, warp: int) -> dict:
-    libs = {"warp": warp}
-    for module in ("gemm", "layer_norm"):
-        so = out / f"{module}_w{warp}.so"
-        cmd = ["g++", "-std=c++17", "-O1", "-fPIC", "-shared", f"-I{HERE / 'host_cuda'}", f"-I{KERNELS}",
-               f"-DHIPEP_WARP_SIZE={warp}", "-x", "c++", str(KERNELS / f"{module}.hip"), "-x", "none",
-               str(HERE / "host_cuda" / "host_runtime.cc"), "-o", str(so), "-lpthread"]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0 and "_Float16" in r.stderr:
-            pytest.skip("this g++ has no _Float16")
-        assert r.returncode == 0, r.stderr[-3000:]
-        libs[module] = ctypes.CDLL(str(so))
-    return libs
+    return {"warp": warp, **{m: compile_module(out, m, warp) for m in ("gemm", "layer_norm")}}
 
 
 @pytest.fixture(scope="module")
@@ -48,45 +34,6 @@ def libraries(tmp_path_factory):
 def libraries64(tmp_path_factory):
     """The kernels as AMD's CDNA GPUs run them: 64-lane warps (HIPEP_WARP_SIZE=64)."""
     return _build(tmp_path_factory.mktemp("host_kernels64"), 64)
-
-
-def launch(libs, op: gk.KernelOp) -> None:
-    lib = libs[op.module]
-    fn = getattr(lib, op.entry)
-    fn.restype = None
-    gx, gy, gz = op.grid
-    bx, by, bz = op.block
-    for z in range(gz):
-        for y in range(gy):
-            for x in range(gx):
-                lib.hipep_host_begin_block(bx, by, bz, gx, gy, gz)
-
-                def thread(tx, ty, tz, x=x, y=y, z=z):
-                    lib.hipep_host_set_thread(tx, ty, tz, x, y, z)
-                    fn(*op.params)
-
-                threads = [threading.Thread(target=thread, args=(tx, ty, tz))
-                           for tz in range(bz) for ty in range(by) for tx in range(bx)]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join()
-
-
-class HostMemory:
-    """Arrays in host memory (64-byte aligned, plus an offset to misalign on purpose)."""
-
-    def __init__(self):
-        self.keep = []
-
-    def put(self, a: np.ndarray, offset: int = 0) -> tuple[gk.Arg, np.ndarray]:
-        a = np.ascontiguousarray(a)
-        raw = np.zeros(a.nbytes + 128 + offset, np.uint8)
-        start = (-raw.ctypes.data) % 64 + offset
-        view = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
-        view[...] = a
-        self.keep.append(raw)
-        return gk.Arg(view.ctypes.data, a.shape, a.dtype, a, True), view
 
 
 def run(libs, op_key, inputs, attrs, n_out=1, offsets=None, sm_count=132, workspace=False):
@@ -107,7 +54,7 @@ def run(libs, op_key, inputs, attrs, n_out=1, offsets=None, sm_count=132, worksp
                        workspace=(lambda n: mem.put(np.zeros(n, np.uint8))[0].ptr) if workspace else None)
     ops = gk.binding_for(op_key).bind(ins, outs, attrs, target)
     for o in ops:
-        launch(libs, o)
+        launch(libs[o.module], o)
     return views, want, ops
 
 
@@ -144,7 +91,7 @@ def test_bf16_products(libraries):
         ops = gk.binding_for("::MatMul").bind([mem.put(a)[0], mem.put(b)[0]], [gk.Arg(out.ptr, out.shape, out.dtype)],
                                               {}, gk.Target(warp_size=32, scratch=lambda n: 0))
         for o in ops:
-            launch(libraries, o)
+            launch(libraries[o.module], o)
         close(view, want, 2e-2)
 
 

@@ -9,10 +9,7 @@ loop), every tail length of MLAS's 8 lanes, several blocks, and warps of 32 and 
 Skipped without g++."""
 from __future__ import annotations
 
-import ctypes
 import shutil
-import subprocess
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -23,23 +20,17 @@ from hipep.ops.mlas import _rms_rows
 from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, SINCE_VERSION, lookup
 from hipep.runtime import gpu_kernels as gk
 
-HERE = Path(__file__).parent
-KERNELS = HERE.parent.parent / "kernels"
+from unit.host_kernels import HOST_CUDA, KERNELS, HostMemory, compile_module, launch
+
 f32 = np.float32
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 
 
 def _build(out: Path, warp: int):
-    so = out / f"rms_norm_w{warp}.so"
-    cmd = ["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-shared", f"-I{HERE / 'host_cuda'}",
-           f"-I{KERNELS}", "-include", str(HERE / "host_cuda" / "rn_intrinsics.h"), f"-DHIPEP_WARP_SIZE={warp}",
-           "-x", "c++", str(KERNELS / "rms_norm.hip"), "-x", "none", str(HERE / "host_cuda" / "host_runtime.cc"),
-           "-o", str(so), "-lpthread"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0 and "_Float16" in r.stderr:
-        pytest.skip("this g++ has no _Float16")
-    assert r.returncode == 0, r.stderr[-3000:]
-    return ctypes.CDLL(str(so)), warp
+    # -ffp-contract=off and the round-to-nearest intrinsics: the host must round where the GPU does
+    lib = compile_module(out, "rms_norm", warp,
+                         ("-ffp-contract=off", "-include", str(HOST_CUDA / "rn_intrinsics.h")))
+    return lib, warp
 
 
 @pytest.fixture(scope="module")
@@ -53,44 +44,6 @@ def lib64(tmp_path_factory):
     return _build(tmp_path_factory.mktemp("rms_host64"), 64)
 
 
-def _launch(lib, op: gk.KernelOp) -> None:
-    fn = getattr(lib, op.entry)
-    fn.restype = None
-    gx, gy, gz = op.grid
-    bx, by, bz = op.block
-    for z in range(gz):
-        for y in range(gy):
-            for x in range(gx):
-                lib.hipep_host_begin_block(bx, by, bz, gx, gy, gz)
-
-                def thread(tx, ty, tz, x=x, y=y, z=z):
-                    lib.hipep_host_set_thread(tx, ty, tz, x, y, z)
-                    fn(*op.params)
-
-                threads = [threading.Thread(target=thread, args=(tx, ty, tz))
-                           for tz in range(bz) for ty in range(by) for tx in range(bx)]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join()
-
-
-class _Memory:
-    """Arrays in host memory, 64-byte aligned plus an offset (to take the unvectorized kernels)."""
-
-    def __init__(self):
-        self.keep = []
-
-    def put(self, a: np.ndarray, offset: int = 0):
-        a = np.ascontiguousarray(a)
-        raw = np.zeros(a.nbytes + 128 + offset, np.uint8)
-        start = (-raw.ctypes.data) % 64 + offset
-        view = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
-        view[...] = a
-        self.keep.append(raw)
-        return gk.Arg(view.ctypes.data, a.shape, a.dtype, a, True), view
-
-
 def _run(built, op_key, inputs, attrs, n_out, offset=0, drop=()):
     """Binds and runs `op_key` on `inputs`; returns (outputs, reference outputs, kernel ops).
     Outputs whose index is in `drop` get no buffer (a null pointer: the graph leaves them out)."""
@@ -100,7 +53,7 @@ def _run(built, op_key, inputs, attrs, n_out, offset=0, drop=()):
     attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, **attrs, OUTPUT_COUNT: n_out,
              SINCE_VERSION: max(op.since_versions)}
     want = op.reference(list(inputs), attrs)[:n_out]
-    mem = _Memory()
+    mem = HostMemory()
     ins = [None if x is None else mem.put(x, offset)[0] for x in inputs]
     outs, views = [], []
     for k, w in enumerate(want):
@@ -113,7 +66,7 @@ def _run(built, op_key, inputs, attrs, n_out, offset=0, drop=()):
         views.append(v)
     ops = gk.binding_for(op_key).bind(ins, outs, attrs, gk.Target(sm_count=4, warp_size=warp, scratch=lambda n: 0))
     for o in ops:
-        _launch(lib, o)
+        launch(lib, o)
     return views, want, ops
 
 

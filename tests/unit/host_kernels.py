@@ -1,0 +1,71 @@
+"""Running kernels/*.hip on the CPU for tests: g++ compiles a kernel module against the host
+stand-in for the CUDA headers (tests/unit/host_cuda: every GPU thread of a block a host thread,
+__syncthreads and warp shuffles as barriers), and a binding's launches run block by block over
+host memory."""
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hipep.runtime import gpu_kernels as gk
+
+HOST_CUDA = Path(__file__).parent / "host_cuda"
+KERNELS = Path(__file__).parent.parent.parent / "kernels"
+
+
+def compile_module(out: Path, module: str, warp: int, extra_flags=()) -> ctypes.CDLL:
+    """kernels/<module>.hip built for the host with HIPEP_WARP_SIZE=`warp` (skips the test where
+    g++ lacks _Float16)."""
+    so = out / f"{module}_w{warp}.so"
+    cmd = ["g++", "-std=c++17", "-O1", *extra_flags, "-fPIC", "-shared", f"-I{HOST_CUDA}", f"-I{KERNELS}",
+           f"-DHIPEP_WARP_SIZE={warp}", "-x", "c++", str(KERNELS / f"{module}.hip"), "-x", "none",
+           str(HOST_CUDA / "host_runtime.cc"), "-o", str(so), "-lpthread"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0 and "_Float16" in r.stderr:
+        pytest.skip("this g++ has no _Float16")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return ctypes.CDLL(str(so))
+
+
+def launch(lib: ctypes.CDLL, op: gk.KernelOp) -> None:
+    """Runs one launch: the blocks in turn, each block's threads as host threads."""
+    fn = getattr(lib, op.entry)
+    fn.restype = None
+    gx, gy, gz = op.grid
+    bx, by, bz = op.block
+    for z in range(gz):
+        for y in range(gy):
+            for x in range(gx):
+                lib.hipep_host_begin_block(bx, by, bz, gx, gy, gz)
+
+                def thread(tx, ty, tz, x=x, y=y, z=z):
+                    lib.hipep_host_set_thread(tx, ty, tz, x, y, z)
+                    fn(*op.params)
+
+                threads = [threading.Thread(target=thread, args=(tx, ty, tz))
+                           for tz in range(bz) for ty in range(by) for tx in range(bx)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+
+
+class HostMemory:
+    """Arrays in host memory, 64-byte aligned plus an offset (to misalign on purpose)."""
+
+    def __init__(self):
+        self.keep = []
+
+    def put(self, a: np.ndarray, offset: int = 0) -> tuple[gk.Arg, np.ndarray]:
+        a = np.ascontiguousarray(a)
+        raw = np.zeros(a.nbytes + 128 + offset, np.uint8)
+        start = (-raw.ctypes.data) % 64 + offset
+        view = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+        view[...] = a
+        self.keep.append(raw)
+        return gk.Arg(view.ctypes.data, a.shape, a.dtype, a, True), view
