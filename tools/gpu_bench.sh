@@ -35,27 +35,7 @@ mkdir -p "$logs/results"
 status=0
 step() { echo "== gpu_bench: $*" | tee -a "$logs/summary.txt"; }
 
-step "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); $("$py" --version)"
-
-shopt -s nullglob
-wheels=(wheelhouse/*.whl)
-if [ ${#wheels[@]} -gt 0 ]; then
-  step "installing ${#wheels[@]} wheel(s) from wheelhouse/"
-  "$py" -m pip install --quiet --no-index --no-deps --no-compile "${wheels[@]}" >"$logs/pip-wheels.log" 2>&1 \
-    || { step "FAILED: wheel install (see pip-wheels.log)"; exit 1; }
-fi
-
-include="${ORT_INCLUDE_DIR:-}"
-if [ -z "$include" ]; then
-  header=$(find wheelhouse/ort-headers "${HOME}/.cache/hipep/ort-headers" -name onnxruntime_ep_c_api.h -print -quit 2>/dev/null)
-  [ -n "$header" ] || { step "FAILED: no ONNX Runtime headers (run tools/gpu_wheelhouse.sh, or set ORT_INCLUDE_DIR)"; exit 1; }
-  include=$(dirname "$header")
-fi
-step "building hipep against $include"
-start=$(date +%s)
-ORT_INCLUDE_DIR="$include" "$py" -m pip install --no-build-isolation --no-deps --no-index . >"$logs/build.log" 2>&1 \
-  || { step "FAILED: build (see build.log)"; tail -30 "$logs/build.log"; exit 1; }
-step "built in $(( $(date +%s) - start )) s"
+source "$repo/tools/gpu_install.sh"
 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1  # the model comes from a local config, never a download
 
