@@ -176,3 +176,27 @@ def if_model(then_op="ReduceMax", **attrs):
     return make_model(nodes, [tensor("x", TensorProto.FLOAT, ["n", 9])], [tensor("r", TensorProto.FLOAT, ["n"])],
                       [helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]), helper.make_tensor("shape", TensorProto.INT64, [3], [-1, 3, 3]),
                        helper.make_tensor("axes12", TensorProto.INT64, [2], [1, 2])], opset=17)
+
+
+def nvrtc_available() -> bool:
+    """Whether NVRTC (the nvidia-cuda-nvrtc wheel, through cuda-bindings) can compile kernels here:
+    no GPU is needed."""
+    import importlib.util
+
+    if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.bindings") is None:
+        return False
+    try:
+        from hipep.runtime import kernel_cache
+
+        kernel_cache.nvrtc_version()
+        kernel_cache.cuda_include_dir()
+        return True
+    except Exception:  # noqa: BLE001 - any failure means: no NVRTC here
+        return False
+
+
+def needs_nvrtc(test):
+    """Skips `test` where NVRTC is not installed."""
+    import pytest
+
+    return pytest.mark.skipif(not nvrtc_available(), reason="nvidia-cuda-nvrtc (cuda-bindings) is not installed")(test)

@@ -19,6 +19,8 @@ from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, lookup
 from hipep.runtime import gpu_kernels as gk
 from hipep.runtime.gpu_attention import DEC_VARIANTS, GqaArgs, RopeArgs, gqa_bounds, gqa_rows
 
+from helpers import needs_nvrtc
+
 ARCH, DEFINES = "sm_90", {"HIPEP_WARP_SIZE": 32}
 F32, F16 = np.float32, np.float16
 GQA = "com.microsoft::GroupQueryAttention"
@@ -494,18 +496,7 @@ def test_gqa_check_names_what_it_cannot_do():
 
 # ---- NVRTC --------------------------------------------------------------------------------------
 
-def _nvrtc_available() -> bool:
-    try:
-        from hipep.runtime import kernel_cache
-
-        kernel_cache.nvrtc_version()
-        kernel_cache.cuda_include_dir()
-        return True
-    except Exception:  # noqa: BLE001
-        return False
-
-
-@pytest.mark.skipif(not _nvrtc_available(), reason="nvidia-cuda-nvrtc (cuda-bindings) is not installed")
+@needs_nvrtc
 def test_modules_compile_and_hold_every_entry_point_the_bindings_name():
     from hipep.runtime import kernel_cache
 

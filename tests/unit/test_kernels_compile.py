@@ -5,7 +5,6 @@ words, offsets) is checked by emulating the copy, gather and reduction kernels i
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import itertools
 import re
 
@@ -18,24 +17,12 @@ from hipep.ops.registry import OUTPUT_COUNT, SINCE_VERSION, lookup
 from hipep.runtime import gpu_faults as gf
 from hipep.runtime import gpu_kernels as gk
 
+from helpers import needs_nvrtc
+
 ARCH = "sm_90"
 DEFINES = {"HIPEP_WARP_SIZE": 32}
 
 
-def _nvrtc_available() -> bool:
-    if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.bindings") is None:
-        return False
-    try:
-        from hipep.runtime import kernel_cache
-
-        kernel_cache.nvrtc_version()
-        kernel_cache.cuda_include_dir()
-        return True
-    except Exception:
-        return False
-
-
-needs_nvrtc = pytest.mark.skipif(not _nvrtc_available(), reason="nvidia-cuda-nvrtc (cuda-bindings) is not installed")
 
 
 @pytest.fixture(scope="module")

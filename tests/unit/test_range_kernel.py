@@ -5,7 +5,6 @@ Range whose bounds come from another EP (AffineGrid's expanded form: an If yield
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 
 import numpy as np
 import pytest
@@ -16,23 +15,9 @@ from hipep.ops.registry import lookup
 from hipep.partition import partition
 from hipep.runtime import gpu_kernels as gk
 
-from helpers import make_model, tensor
+from helpers import make_model, needs_nvrtc, tensor
 
 
-def _nvrtc_available() -> bool:
-    if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.bindings") is None:
-        return False
-    try:
-        from hipep.runtime import kernel_cache
-
-        kernel_cache.nvrtc_version()
-        kernel_cache.cuda_include_dir()
-        return True
-    except Exception:
-        return False
-
-
-needs_nvrtc = pytest.mark.skipif(not _nvrtc_available(), reason="nvidia-cuda-nvrtc (cuda-bindings) is not installed")
 TARGET = gk.Target(sm_count=2)
 CASES = [
     (np.int64, 0, 7, 1), (np.int64, 10, -3, -4), (np.int64, -5, 1000, 3), (np.int32, 3, 40, 7),
