@@ -88,14 +88,21 @@ def _rms_bind(op_type: str):
         vec = _VEC.get(dt, 1)
         use_vec = _vec_ok([x, scale, y], n, vec, x.dtype.itemsize)
         params = [ptr(x), ptr(scale), ptr(y), ptr(inv), RmsArgs(rows, n, 0, float(attrs["epsilon"]))]
-        if dt == "f32":
-            grid, block = _rms_exact_config(rows, target)
-            entry = "hipep_rms_norm_f32_exact"
-        else:
-            grid, block = row_config(rows, _cdiv(n, vec) if use_vec else n, target.warp_size)
-            entry = f"hipep_rms_norm_{dt}"
-        return [KernelOp(entry + ("_vec" if use_vec else ""), grid, block, params, module="rms_norm")]
+        return [_rms_launch("hipep_rms_norm", dt, rows, n, vec, use_vec, params, target)]
     return bind
+
+
+def _rms_launch(prefix: str, dt: str, rows: int, n: int, vec: int, use_vec: bool, params: list,
+                target: Target) -> KernelOp:
+    """f32 takes the kernels that repeat the CPU EP's summation order (bit-exact); the half types
+    the bandwidth-shaped ones, a row per warp or block."""
+    if dt == "f32":
+        grid, block = _rms_exact_config(rows, target)
+        entry = f"{prefix}_f32_exact"
+    else:
+        grid, block = row_config(rows, _cdiv(n, vec) if use_vec else n, target.warp_size)
+        entry = f"{prefix}_{dt}"
+    return KernelOp(entry + ("_vec" if use_vec else ""), grid, block, params, module="rms_norm")
 
 
 for _op in ("SimplifiedLayerNormalization", "RMSNormalization"):
@@ -120,13 +127,7 @@ def _skip_rms_bind(ins, outs, attrs, target):
     use_vec = _vec_ok([x, skip, gamma, bias, y, total], h, vec, x.dtype.itemsize)
     params = [ptr(x), ptr(skip), ptr(gamma), ptr(bias), ptr(y), ptr(mean), ptr(inv), ptr(total),
               RmsArgs(rows, h, skip_rows, float(attrs["epsilon"]))]
-    if dt == "f32":
-        grid, block = _rms_exact_config(rows, target)
-        entry = "hipep_skip_rms_norm_f32_exact"
-    else:
-        grid, block = row_config(rows, _cdiv(h, vec) if use_vec else h, target.warp_size)
-        entry = f"hipep_skip_rms_norm_{dt}"
-    return [KernelOp(entry + ("_vec" if use_vec else ""), grid, block, params, module="rms_norm")]
+    return [_rms_launch("hipep_skip_rms_norm", dt, rows, h, vec, use_vec, params, target)]
 
 
 from .gpu_bindings_data import (COPY, ConcatArgs, GatherArgs, _RANGE_TYPES, _concat_bind, _copy_bind, _expand_bind,  # noqa: E402,F401
