@@ -3,9 +3,25 @@ from random-weight `transformers` configs, cached on disk.
 
 Three architectures cover what the builder's graphs need: `llama` (tied embeddings: the int4
 model gathers them with GatherBlockQuantized), `gemma2` (attention and final-logit softcapping,
-sliding-window attention, GQA's windowed cache) and `phi` (partial rotary, LayerNorm with bias). Each comes in `fp32` and `int4`. Weights
-are random but not tiny (initializer range 0.3), so greedy decoding gives varied tokens and a
-wrong kernel shows. Building needs the `models` extra (torch, transformers, onnxruntime-genai).
+sliding-window attention, GQA's windowed cache) and `phi` (partial rotary, LayerNorm with bias).
+Each comes in `fp32`, `fp16` and `int4`. Weights are random but not tiny (initializer range 0.3),
+so greedy decoding gives varied tokens and a wrong kernel shows. Building needs the `models` extra
+(torch, transformers, onnxruntime-genai).
+
+The fp16 models are built for the CUDA EP (`-p fp16 -e cuda`), the builder's one fp16 target
+whose graph is the fp32 one in fp16: GroupQueryAttention, fused qkv projection, f16 inputs,
+outputs and KV cache (gemma2 keeps its residual stream and norms in f32, as the builder does for
+it). ORT's CPU EP, the reference, runs that graph as it is: prefill and decode steps, with or
+without graph optimizations. The builder's CPU fp16 build (`-p fp16 -e cpu`, which it lists as
+unsupported) is a different graph: MultiHeadAttention after an explicit repeat of the KV heads
+(the builder pairs GroupQueryAttention with the CPU in f32 only), and the CPU EP fails on its
+first decode step ("Shape mismatch attempting to re-use buffer" in a Cast it inserted) unless
+memory reuse is turned off. The CUDA provider options the builder writes into genai_config.json
+are removed so that the folder runs on the CPU EP like the others. On x86-64 the CPU EP has f16
+kernels for GroupQueryAttention, the norms and Gather but not for MatMul, Add, Mul, Sigmoid or
+Tanh: it casts around its f32 ones and keeps each run of such nodes (a whole MLP) in f32, so its
+f16 logits are not a pure-f16 computation, and an f16 device agrees with it to f16 rounding (a
+relative L2 error of logits near 1e-3), not bit for bit.
 
 Three sizes: `tiny` (the default: hidden 64, 2 layers; fast enough for every test), `medium`
 (hidden 512, intermediate 1408, 4 layers, 8 heads of 64; llama and gemma2 over 4 KV heads): big
@@ -27,7 +43,7 @@ import sys
 import tempfile
 
 ARCHITECTURES = ("llama", "gemma2", "phi")
-PRECISIONS = ("fp32", "int4")
+PRECISIONS = ("fp32", "fp16", "int4")
 SIZES = ("tiny", "medium", "1b")
 _VERSION = 2  # bump when the configs below change: the cache key includes it
 VOCAB = 256
@@ -124,15 +140,28 @@ def decoder(arch: str, precision: str = "fp32", rebuild: bool = False, size: str
         _save_tokenizer(hf, vocab_size(size))
         staging = os.path.join(work, "onnx")
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        target = "cuda" if precision == "fp16" else "cpu"  # why: the module's docstring
         done = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", hf, "-o", staging,
-                               "-p", precision, "-e", "cpu", "-c", os.path.join(work, "cache")],
+                               "-p", precision, "-e", target, "-c", os.path.join(work, "cache")],
                               env=env, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"the model builder failed for {arch} {size} {precision}:\n{done.stderr[-4000:]}")
+        if target != "cpu":
+            _drop_provider_options(os.path.join(staging, "genai_config.json"))
         os.makedirs(os.path.dirname(out), exist_ok=True)
         shutil.rmtree(out, ignore_errors=True)
         shutil.copytree(staging, out)
     return out
+
+
+def _drop_provider_options(config_path: str) -> None:
+    """Empties the decoder's provider list in a genai_config.json: onnxruntime-genai then runs the
+    model on the CPU EP unless the application appends a provider."""
+    with open(config_path) as f:
+        config = json.load(f)
+    config["model"]["decoder"].setdefault("session_options", {})["provider_options"] = []
+    with open(config_path, "w") as f:
+        json.dump(config, f, indent=4)
 
 
 def genai_config(folder: str) -> dict:
