@@ -1,6 +1,7 @@
-"""onnxruntime-genai decoders (built here by its model builder from random-weight configs) run
-whole on hipep with CPU fallback disabled, through ORT and through onnxruntime-genai, and give the
-CPU EP's tokens. Needs the `models` extra; skipped without it."""
+"""onnxruntime-genai decoders (built here by its model builder from random-weight configs; fp32,
+fp16 and int4) run whole on hipep with CPU fallback disabled, through ORT and through
+onnxruntime-genai, give the CPU EP's tokens, and teacher-forced follow its logits step by step
+(the GPU's criterion, tests/teacher_forcing.py). Needs the `models` extra; skipped without it."""
 from __future__ import annotations
 
 import os
@@ -14,6 +15,7 @@ pytest.importorskip("onnxruntime_genai")
 import hipep  # noqa: E402
 from hipep.tools import model_zoo  # noqa: E402
 from hipep.tools.generate import greedy  # noqa: E402
+from teacher_forcing import assert_follows_the_cpu_ep, decoder_geometry  # noqa: E402
 
 CASES = [(a, p) for a in model_zoo.ARCHITECTURES for p in model_zoo.PRECISIONS]
 PROMPTS_1 = [[1, 20, 21, 22, 23, 24]]
@@ -21,8 +23,14 @@ PROMPTS_2 = [[1, 14, 15], [1, 30, 31, 32, 33, 34, 35, 36]]  # different lengths:
 
 
 @pytest.fixture(scope="module", params=CASES, ids=[f"{a}-{p}" for a, p in CASES])
-def model_folder(request):
-    return model_zoo.decoder(*request.param)
+def case(request):
+    arch, precision = request.param
+    return arch, precision, model_zoo.decoder(arch, precision)
+
+
+@pytest.fixture(scope="module")
+def model_folder(case):
+    return case[2]
 
 
 def test_every_node_is_claimed(model_folder):
@@ -37,6 +45,34 @@ def test_greedy_tokens_equal_the_cpu_ep(model_folder, prompts):
     assert got == want
     # the random weights really make varied tokens (a sequence may end early at EOS, id 2)
     assert len({t for row in want for t in row}) >= 3
+
+
+def test_teacher_forced_logits_follow_the_cpu_ep(case):
+    arch, precision, folder = case
+    path, _, _ = decoder_geometry(folder)
+    errors = assert_follows_the_cpu_ep(folder, hipep.InferenceSession(path, device="cpu", strict="1"), precision)
+    assert len(errors) == 33
+
+
+def test_fp16_decoders_keep_the_fp32_graph_in_f16():
+    """The fp16 build is the fp32 graph with f16 activations, logits and KV cache (the builder's
+    CUDA target: GroupQueryAttention, not its CPU fp16 graph's MultiHeadAttention), and its
+    genai_config.json names no provider, so onnxruntime-genai runs it on the CPU EP by default."""
+    import onnx
+
+    for arch in model_zoo.ARCHITECTURES:
+        folders = {p: model_zoo.decoder(arch, p) for p in ("fp32", "fp16")}
+        graphs = {p: onnx.load(os.path.join(f, "model.onnx"), load_external_data=False).graph
+                  for p, f in folders.items()}
+        ops = {p: {n.op_type for n in g.node} for p, g in graphs.items()}
+        assert "GroupQueryAttention" in ops["fp16"] and "MultiHeadAttention" not in ops["fp16"], arch
+        assert ops["fp16"] - {"Cast", "Constant"} == ops["fp32"] - {"Cast", "Constant"}, arch
+        f16 = onnx.TensorProto.FLOAT16
+        for value in list(graphs["fp16"].input) + list(graphs["fp16"].output):
+            if value.name == "logits" or "key" in value.name or "value" in value.name:
+                assert value.type.tensor_type.elem_type == f16, f"{arch}: {value.name} is not f16"
+        decoder = model_zoo.genai_config(folders["fp16"])["model"]["decoder"]
+        assert decoder["session_options"]["provider_options"] == [], arch
 
 
 @pytest.mark.parametrize("arch, precision", [("llama", "int4"), ("gemma2", "fp32")])
