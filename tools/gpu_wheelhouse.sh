@@ -35,7 +35,7 @@ cp -r "$include" "$dest/ort-headers/include/onnxruntime"
 cache="${HIPEP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hipep}"
 rm -rf "$dest/hipep-cache"
 for arch in llama gemma2 phi; do
-  for precision in fp32 int4; do
+  for precision in fp32 fp16 int4; do
     src=$(ls -d "$cache/models/$arch-$precision-v"* 2>/dev/null | tail -1)
     [ -n "$src" ] && mkdir -p "$dest/hipep-cache/models" && cp -r "$src" "$dest/hipep-cache/models/"
   done
