@@ -75,7 +75,7 @@ def test_fp16_decoders_keep_the_fp32_graph_in_f16():
         assert decoder["session_options"]["provider_options"] == [], arch
 
 
-@pytest.mark.parametrize("arch, precision", [("llama", "int4"), ("gemma2", "fp32")])
+@pytest.mark.parametrize("arch, precision", [("llama", "int4"), ("gemma2", "fp32"), ("gemma2", "fp16")])
 def test_decode_steps_with_a_shared_kv_buffer_reuse_one_specialization(arch, precision):
     """onnxruntime-genai binds past and present to one max-length buffer (past_present_share_buffer):
     after the first decode step, every step has the same layout signature — the mask's growing
