@@ -70,6 +70,9 @@ def _env_int(name: str, default: int, allowed) -> int:
 GEMV_BLOCKS_PER_SM = _env_int(GEMV_BLOCKS_PER_SM_ENV, 1, range(1, 65))
 GEMV_K_SPLIT = _env_int(GEMV_K_SPLIT_ENV, 0, (0, 1, 2, 4, 8))  # 0: chosen by gemv_k_split
 GEMV_WIDE = _env_int(GEMV_WIDE_ENV, 1, (0, 1))
+# HIPEP_MNB_GEMV_ROW: 0 turns off the one-row GEMV in packed arithmetic (_mnb_row_op).
+GEMV_ROW_ENV = "HIPEP_MNB_GEMV_ROW"
+GEMV_ROW = _env_int(GEMV_ROW_ENV, 1, (0, 1))
 
 
 class MatMulNBitsArgs(ctypes.Structure):
@@ -212,6 +215,40 @@ def gemv_rows(m: int) -> int:
     raise ValueError(f"{m} rows is past the GEMV's {GEMV_MAX_ROWS}")
 
 
+def _mnb_row_op(a_ptr, B, scales, zp, bias, y, k, n, bits, bs, nb, zp_row, zp_mode, quant_a, dt, target):
+    """The one-row GEMV in packed arithmetic (kernels/matmul_nbits.hip, hipep_mnb_gemv_row_*) where
+    it applies -- 4 bits, block_size >= 32, 16-byte aligned rows, integer or no zero points, and
+    A quantized to int8 (q8) or fp16 (h2) -- else None (the general GEMV runs)."""
+    row_bytes = nb * bs * bits // 8
+    if not (GEMV_ROW and bits == 4 and bs >= 32 and row_bytes % 16 == 0 and B.ptr % 16 == 0 and zp_mode in (0, 1)
+            and (quant_a or dt == "f16")):
+        return None
+    k_pad = nb * bs
+    chunks = k_pad // 32
+    log2_bs = bs.bit_length() - 1
+    per_chunk = 36 + 4 * 32 // bs if quant_a else 64  # shared bytes a chunk of A takes (see row_smem)
+    tile_chunks = min(chunks, GEMV_SMEM_BUDGET // per_chunk)
+    if tile_chunks < chunks:
+        tile_chunks -= tile_chunks % (bs // 32)  # whole blocks of A per tile
+    k_split = gemv_k_split(n, tile_chunks, target.sm_count, target.warp_size, cols=GEMV_COLS)
+    a_vec = int(k % 8 == 0 and a_ptr % 16 == 0)
+    args = MatMulNBitsArgs(1, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, tile_chunks * 32, zp_mode, 1, k_split,
+                           a_vec, int(quant_a))
+    grid = (_cdiv(n, GEMV_WARPS // k_split * GEMV_COLS), 1, 1)
+    params = [ctypes.c_uint64(a_ptr), ptr(B), ptr(scales), ptr(zp), ptr(bias), ctypes.c_uint64(y.ptr), args]
+    return KernelOp(f"hipep_mnb_gemv_row_{'q8' if quant_a else 'h2'}_{dt}_b4", grid,
+                    (GEMV_WARPS * target.warp_size, 1, 1), params, module="matmul_nbits",
+                    smem=row_smem(tile_chunks, bs, bool(quant_a)))
+
+
+def row_smem(tile_chunks: int, block_size: int, q8: bool) -> int:
+    """Shared bytes of the row GEMV's A tile: q8 -- even and odd code planes (32 bytes a chunk), a
+    scale per block (+1) and a code sum per chunk; h2 -- four planes of half2 pairs (64 bytes a chunk)."""
+    if q8:
+        return tile_chunks * 36 + ((tile_chunks * 32 // block_size) + 1) * 4
+    return tile_chunks * 64
+
+
 @_binding(MNB, check=_mnb_check, modules=("matmul_nbits",))
 def _mnb_bind(ins, outs, attrs, target):
     op = "MatMulNBits"
@@ -271,6 +308,10 @@ def _mnb_bind(ins, outs, attrs, target):
         aligned16 = int(row_bytes % 16 == 0 and B.ptr % 16 == 0)
         e = A.dtype.itemsize
         ops = []
+        if m == 1:
+            row = _mnb_row_op(A.ptr, B, scales, zp, bias, y, k, n, bits, bs, nb, zp_row, zp_mode, quant_a, dt, target)
+            if row is not None:
+                return [row]
         for r0 in range(0, m, GEMV_MAX_ROWS):
             rows = min(GEMV_MAX_ROWS, m - r0)
             m_t = gemv_rows(rows)

@@ -81,6 +81,12 @@ def _emulate_mnb(mem: Memory, op: gk.KernelOp) -> None:
     if q:
         _emulate_mnb_a_int8(rd, op, _QT[q.group(1)])
         return
+    r = re.fullmatch(r"hipep_mnb_gemv_row_(q8|h2)_(f32|f16|bf16)_b4", op.entry)
+    if r:
+        assert len(op.params) == 7 and (r.group(1) == "q8") == bool(op.params[6].int8_a)
+        _emulate_mnb_gemv_row(rd, op, op.params[6], r.group(1) == "q8", _QT[r.group(2)],
+                              *[v.value for v in op.params[:6]])
+        return
     m = re.fullmatch(r"hipep_mnb_(gemv|gemm)_(f32|f16|bf16)_b([48])(?:_m([1248])(?:_c4)?)?", op.entry)
     assert m, op.entry
     kind, dt, bits = m.group(1), _QT[m.group(2)], int(m.group(3))
@@ -220,6 +226,76 @@ def _emulate_mnb_gemv(rd, op, a, m_t, bits, dt, A, B, S, Z, bias, Y):
                     rd.put(Y, mm * a.n + n, dt, total[mm, c] + b)
 
 
+def _emulate_mnb_gemv_row(rd, op, a, q8, dt, A, B, S, Z, bias, Y):
+    """hipep_mnb_gemv_row_*: the staged tile of A (q8: int8 codes per block, the block's scale and
+    each chunk's code sum; h2: fp16 values), 16-byte chunks of B (32 values of one block) per lane,
+    and per chunk either the exact integer dot product (q8) or the half2 partial sums, each HFMA2
+    rounded to fp16, of 4 products per half per word (h2)."""
+    bs = 1 << a.log2_bs
+    warps = op.block[0] // 32
+    assert op.block == (gq.GEMV_WARPS * 32, 1, 1) and a.m == 1 and a.aligned16 and bs >= 32 and a.zp_mode in (0, 1)
+    assert q8 or dt == np.float16
+    tcm = a.k_tile // 32
+    assert a.k_tile % bs == 0 and op.smem == gq.row_smem(tcm, bs, q8) <= 48 * 1024
+    groups, cols = warps // a.k_split, gq.GEMV_COLS
+    assert op.grid[0] * groups * cols >= a.n
+    e = np.dtype(dt).itemsize
+    f32 = np.float32
+    for bx in range(op.grid[0]):
+        acc = np.zeros((warps, 32, cols), f32)
+        for kt in range(0, a.k_pad, a.k_tile):
+            tile_chunks = min(a.k_pad - kt, a.k_tile) // 32
+            vals = np.array([rd.elem(A, k, dt) if k < a.k else 0.0 for k in range(kt, kt + tcm * 32)], f32)
+            if q8:
+                codes = np.zeros(tcm * 32, np.int64)
+                a_scale = np.zeros(tcm * 32 // bs, f32)
+                for b in range(tcm * 32 // bs):
+                    scale, inv = _int8_params(np.abs(vals[b * bs:(b + 1) * bs]).max())
+                    codes[b * bs:(b + 1) * bs] = np.rint(vals[b * bs:(b + 1) * bs] * inv).astype(np.int64)
+                    a_scale[b] = scale
+            else:
+                if a.a_vec:
+                    for k0 in range(kt, kt + tcm * 32, 8):
+                        if k0 + 8 <= a.k and a.k % 8 == 0:
+                            rd.raw(A + k0 * e, 16, 16)  # one aligned 16-byte load of 8 halves
+                halves = vals.astype(np.float16)
+            for warp in range(warps):
+                group, split = warp % groups, warp // groups
+                col0 = (bx * groups + group) * cols
+                for lane in range(32):
+                    for ch in range(split * 32 + lane, tile_chunks, 32 * a.k_split):
+                        kv = kt + ch * 32
+                        blk = kv >> a.log2_bs
+                        for c in range(cols):
+                            n = col0 + c
+                            if n >= a.n:
+                                continue  # zero scale: the column adds nothing and is not written
+                            q = _words_values(rd.raw(B + n * a.row_bytes + kv // 2, 16, 16), 4)
+                            s = f32(rd.elem(S, n * a.nb + blk, dt))
+                            z = _mnb_zero_point(rd, Z, n, blk, a, 4, dt)
+                            if q8:
+                                isum = int(np.dot(codes[ch * 32:ch * 32 + 32], (q - z).astype(np.int64)))
+                                acc[warp, lane, c] = f32(acc[warp, lane, c] + f32(isum) * f32(s * a_scale[ch * 32 // bs]))
+                                continue
+                            part = f32(0)
+                            for i in range(4):  # word i: halves x (values 0-3) and y (values 4-7)
+                                d = (q[8 * i:8 * i + 8] - z).astype(np.float16)
+                                av = halves[ch * 32 + 8 * i:ch * 32 + 8 * i + 8]
+                                px, py = np.float16(d[0] * av[0]), np.float16(d[4] * av[4])
+                                for j in range(1, 4):
+                                    px = np.float16(float(d[j]) * float(av[j]) + float(px))
+                                    py = np.float16(float(d[4 + j]) * float(av[4 + j]) + float(py))
+                                part = f32(part + f32(f32(px) + f32(py)))
+                            acc[warp, lane, c] = f32(acc[warp, lane, c] + s * part)
+        for group in range(groups):
+            col0 = (bx * groups + group) * cols
+            total = acc[group::groups].astype(np.float64).sum(axis=(0, 1))
+            for c in range(cols):
+                n = col0 + c
+                if n < a.n:
+                    rd.put(Y, n, dt, total[c] + (rd.elem(bias, n, dt) if bias else 0.0))
+
+
 def _emulate_mnb_gemm(rd, op, a, bits, dt, A, B, S, Z, bias, Y, qp):
     t, bk = gq.GEMM_TILE, 32
     vpw = 32 // bits
@@ -349,7 +425,8 @@ def test_matmul_nbits_binding_emulated(m_shape, k, n, bits, bs, dtype, zp_kind, 
         assert np.abs(got - f32_path).max() / np.abs(f32_path).max() > 1e-3
 
 
-def test_matmul_nbits_gemv_picks_rows_tiles_and_loads():
+def test_matmul_nbits_gemv_picks_rows_tiles_and_loads(monkeypatch):
+    monkeypatch.setattr(gq, "GEMV_ROW", 0)  # the general GEMV's choices (the row GEMV: below)
     ops, _, _, _ = _mnb_case((3,), 4096, 16, 4, 32, np.float16, "none", False)
     op, a = ops[0], ops[0].params[6]
     assert op.entry == "hipep_mnb_gemv_f16_b4_m4" and a.aligned16 == 1 and a.a_vec == 1
@@ -389,9 +466,10 @@ def test_matmul_nbits_gemv_knobs_reject_bad_values(monkeypatch):
     assert gq._env_int(gq.GEMV_K_SPLIT_ENV, 0, (0, 1, 2, 4, 8)) == 0
 
 
-def test_matmul_nbits_gemv_tiles_hold_whole_blocks():
+def test_matmul_nbits_gemv_tiles_hold_whole_blocks(monkeypatch):
     """int8 A finds each block's amax in the GEMV's shared-memory tile: every tile but the last
     is a multiple of block_size, and the last ends at K_pad (a multiple too)."""
+    monkeypatch.setattr(gq, "GEMV_ROW", 0)
     for m_t in (1, 2, 4, 8):
         for bits in (4, 8):
             vpl = 128 // bits
@@ -405,6 +483,37 @@ def test_matmul_nbits_gemv_tiles_hold_whole_blocks():
     level4, _, _, _ = _mnb_case((1,), 4096, 16, 4, 32, np.float32, "none", False, level=4)
     assert [op.params[6].int8_a for op in level0 + level4] == [0, 1]
     assert level0[0].smem == level4[0].smem and level0[0].grid == level4[0].grid  # quantized in place
+
+
+@pytest.mark.parametrize("k,n,bs,dtype,zp_kind,level,want", [
+    (4096, 16, 32, np.float32, "none", 4, "q8_f32"),     # the builder's int4 decoders: f32 A, level 4
+    (2048, 24, 128, np.float16, "uint8", 0, "h2_f16"),   # fp16 A at level 0, packed zero points
+    (512, 8, 64, ml_dtypes.bfloat16, "uint8", 4, "q8_bf16"),
+    (512, 8, 64, ml_dtypes.bfloat16, "uint8", 0, None),  # bf16 at level 0: f32 arithmetic, general GEMV
+    (512, 8, 16, np.float16, "none", 0, None),           # block 16: a chunk spans two blocks
+    (512, 8, 32, np.float16, "float", 0, None),          # float zero points
+    (80, 8, 16, np.float32, "none", 4, None),            # 40-byte rows
+])
+def test_matmul_nbits_row_gemv_applies_where_it_can(k, n, bs, dtype, zp_kind, level, want):
+    """One row, 4 bits, block_size >= 32, 16-byte rows, integer zero points and A in int8 or fp16
+    take the row GEMV; its tile holds whole blocks within the shared-memory budget."""
+    ops, got, ref, _ = _mnb_case((1,), k, n, 4, bs, dtype, zp_kind, False, level=level)
+    if want is None:
+        assert "_row_" not in ops[0].entry
+        return
+    assert [op.entry for op in ops] == [f"hipep_mnb_gemv_row_{want}_b4"]
+    a = ops[0].params[6]
+    assert a.k_tile % bs == 0 and ops[0].smem <= gq.GEMV_SMEM_BUDGET + 64
+    tol = 1e-5 if dtype == np.float32 else 1e-2
+    assert np.abs(got - ref).max() / np.abs(ref).max() < tol
+
+
+def test_matmul_nbits_row_gemv_tiles_long_rows():
+    """K past one shared-memory tile: the row GEMV loops over tiles of whole blocks."""
+    ops, got, ref, _ = _mnb_case((1,), 24576, 3, 4, 256, np.float16, "none", False, level=0)
+    a = ops[0].params[6]
+    assert ops[0].entry == "hipep_mnb_gemv_row_h2_f16_b4" and a.k_tile < a.k_pad and a.k_tile % 256 == 0
+    assert np.abs(got - ref).max() / np.abs(ref).max() < 1e-2
 
 
 def test_matmul_nbits_bind_names_a_bad_operand():
