@@ -79,7 +79,8 @@ def register() -> str:
 
 def stats() -> dict[str, int]:
     """Process-wide counters: eps_created, capability_calls, compiled_subgraphs, compile_us (time
-    spent compiling, microseconds), runs; and per run: launches (kernel launches issued),
+    spent compiling, microseconds), plans_loaded (compiled subgraphs whose plan came from the
+    plan_cache folder instead of the compiler), runs; and per run: launches (kernel launches issued),
     specializations (new layout signatures laid out and captured), specialization_hits (runs
     that replayed one), host_reads (values the host read back to size or steer a run) and
     kernel_us (time inside device programs; run time minus it is the runtime's overhead).

@@ -117,6 +117,10 @@ def _graph_from_ort(desc: dict) -> GraphView:
 
 def check_options(options: ProviderOptions) -> str:
     """Validates what options alone cannot (device availability, pass names); the device kind."""
+    if options.plan_cache:
+        from .plan_cache import check_folder
+
+        check_folder(options.plan_cache)
     if options.pass_options:
         from .passes import pipeline_with_overrides
 
@@ -233,7 +237,7 @@ class EpState:
         # none of them to Compute.
         given = set(inputs)
         held = sorted(n for n in set(graph.constants) | graph.weights if n not in given)
-        plan = compile_subgraph(graph, fused_name, inputs, outputs, self.options, held=held)
+        plan = self._stored_or_compiled(desc, graph, fused_name, inputs, outputs, held)
         weights = WeightStore.for_plan(plan, graph, copied)
         del copied  # the copies the plan does not read go now
         counters.bump("compile_us", int((time.perf_counter() - start) * 1e6))
@@ -246,6 +250,25 @@ class EpState:
                              f"({weights.nbytes / 2**20:.1f} MiB) on device {self.device.name}")]
         elem_types = [elem_type_of(plan.values[v].dtype) for v in plan.outputs]
         return CompiledSubgraph(executor, weights, self.device), elem_types, self._records(records)
+
+
+    def _stored_or_compiled(self, desc: dict, graph: GraphView, fused_name: str, inputs: list[str],
+                            outputs: list[str], held: list[str]):
+        """The plan from the plan_cache folder when it holds this subgraph's, else compiled (and
+        stored there). dump_ir asks for the compiler's IR, so it always compiles."""
+        folder = self.options.plan_cache
+        if not folder or self.options.dump_ir:
+            return compile_subgraph(graph, fused_name, inputs, outputs, self.options, held=held)
+        from . import plan_cache
+
+        key = plan_cache.plan_key(desc, inputs, outputs, self.device_kind, self.options)
+        plan = plan_cache.load(folder, key, fused_name)
+        if plan is not None:
+            counters.bump("plans_loaded")
+            return plan
+        plan = compile_subgraph(graph, fused_name, inputs, outputs, self.options, held=held)
+        plan_cache.store(folder, key, plan)
+        return plan
 
 
 class CompiledSubgraph:

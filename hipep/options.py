@@ -68,6 +68,10 @@ class ProviderOptions:
     """on | off. on: chains of pointwise ops (elementwise math, comparisons, Where, Cast) compile to
     one fused kernel each (pass hip-fuse-pointwise); off: every such node is a launch of its own.
     Results are bit-identical either way."""
+    plan_cache: str = ""
+    """A folder of compiled plans (hipep.plan_cache): Compile loads a subgraph's plan from there
+    when an earlier session stored it, without importing the compiler, and stores what it
+    compiles. Keyed by the subgraph, the compiler's options and hipep's source."""
     pass_options: str = ""
     """For compiler development and tests: pass options that override the pipeline's, in
     hipep-opt's syntax, comma separated: `hip-assign-memory-spaces{host_rule=false}`."""

@@ -22,7 +22,7 @@ def check_usable(rng):
 
 
 @pytest.mark.parametrize("options, needle", [
-    ({"devcie": "cpu"}, "unknown HipExecutionProvider option(s) 'devcie'; valid options: cpu_schedule, device, device_id, dump_ir, fusion, log_level, pass_options, seed, strict"),
+    ({"devcie": "cpu"}, "unknown HipExecutionProvider option(s) 'devcie'; valid options: cpu_schedule, device, device_id, dump_ir, fusion, log_level, pass_options, plan_cache, seed, strict"),
     ({"device": "gpu"}, "option 'device' = 'gpu' is invalid; expected one of auto, cpu, cuda, hip"),
     ({"device_id": "-1"}, "option 'device_id' = '-1' is invalid"),
     ({"device_id": "first"}, "option 'device_id' = 'first' is invalid"),
