@@ -13,6 +13,7 @@ import time
 import onnxruntime as ort
 
 import hipep
+from hipep.ort_compat import session_providers
 from hipep.tools import model_zoo
 
 
@@ -23,7 +24,7 @@ def measure(path: str) -> dict:
     so = ort.SessionOptions()
     so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     # the CPU reference device (on a GPU machine it has an EP name of its own)
-    ort.InferenceSession(path, so, providers=[(hipep.provider_for("cpu"), {"device": "cpu"})])
+    ort.InferenceSession(path, so, providers=session_providers(so, hipep.provider_for("cpu"), {"device": "cpu"}))
     session_s = time.perf_counter() - start
     return {"compile_s": (hipep.stats().get("compile_us", 0) - before) / 1e6, "session_s": session_s}
 

@@ -154,8 +154,10 @@ def InferenceSession(model, sess_options=None, disable_cpu_ep_fallback: bool = T
     # the one device hipep offers it, before hipep could say which ids exist.
     for key, value in provider_options.items():
         so.add_session_config_entry(f"ep.{ep_name.lower()}.{key}", value)
+    from .ort_compat import check_session_runs, session_providers
+
     try:
-        return _session_class()(model, sess_options=so, providers=[ep_name])
+        session = _session_class()(model, sess_options=so, providers=session_providers(so, ep_name))
     except Exception as e:
         from .bridge import last_report
 
@@ -171,3 +173,5 @@ def InferenceSession(model, sess_options=None, disable_cpu_ep_fallback: bool = T
 
             check_external_data(model, failure=e)
         raise
+    check_session_runs(session, ep_name)
+    return session

@@ -10,7 +10,8 @@ session with hipep registered. This module is itself a backend, as `onnxruntime.
     globals().update(BackendTest(backend, __name__).test_cases)   # ONNX's own conformance cases
 
 What `prepare` builds: `onnxruntime.InferenceSession(model, providers=[("HipExecutionProvider",
-{"device": ...})])` after `hipep.register()`, with
+{"device": ...})])` after `hipep.register()` (on onnxruntime 1.24, which cannot select a plugin EP
+by name, the EP's devices in the session options instead: `hipep.ort_compat`), with
 
 * `session.disable_cpu_ep_fallback=1` when `hipep.explain` says hipep claims every node (so a
   session that would still leave a node to the CPU EP fails instead of passing on ORT's kernels);
@@ -51,6 +52,7 @@ from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 
 from . import CPU_EP_NAME, provider_for
 from .options import EP_NAME
+from .ort_compat import check_session_runs, session_providers
 
 HIPEP_EPS = (EP_NAME, CPU_EP_NAME)
 
@@ -322,12 +324,13 @@ class HipepBackend(Backend):
         ep_name = provider_for(options["device"])  # the CPU reference device beside a GPU has its own name
         try:
             session = ort.InferenceSession(proto.SerializeToString(), sess_options=so,
-                                           providers=[(ep_name, options)], enable_fallback=0)
+                                           providers=session_providers(so, ep_name, options), enable_fallback=0)
         except Exception as e:
             explained_error = _explained_failure(e, fallback_disabled)
             if explained_error is e:
                 raise
             raise explained_error from e
+        check_session_runs(session, ep_name)
         t2 = time.perf_counter()
         claim = SessionClaim.from_session(session, explained, fallback_disabled)
         rep = HipepRep(session, claim, proto.graph.name, {"explain_s": t1 - t0, "session_s": t2 - t1},

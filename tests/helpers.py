@@ -30,7 +30,34 @@ def session(model, providers=(EP,), disable_fallback=False, optimization=None, r
     for k, v in config.items():
         so.add_session_config_entry(k, v)
     data = model if isinstance(model, (bytes, str)) else model.SerializeToString()
-    return ort.InferenceSession(data, sess_options=so, providers=list(providers))
+    return ort.InferenceSession(data, sess_options=so, providers=providers_for(so, providers))
+
+
+HIPEP_EPS = ("HipExecutionProvider", "HipCpuExecutionProvider")
+
+
+def providers_for(so, providers):
+    """`providers` as this onnxruntime takes them. A list of one hipep EP (a name, or a name and
+    its options) goes through hipep.ort_compat: onnxruntime 1.24 cannot select a plugin EP by
+    name, so there it is added to `so` by its devices. Any other list is passed as it is."""
+    providers = list(providers)
+    if len(providers) == 1:
+        name, options = providers[0] if isinstance(providers[0], tuple) else (providers[0], {})
+        if name in HIPEP_EPS:
+            import hipep
+            from hipep.ort_compat import session_providers
+
+            hipep.register()
+            return session_providers(so, name, options)
+    return providers
+
+
+def plain_ort_session(model, ep_name, **options):
+    """An onnxruntime.InferenceSession on one hipep EP, made as a user of plain onnxruntime makes
+    it (no hipep.InferenceSession): fallback and ORT's Python-level retry left as they are."""
+    so = ort.SessionOptions()
+    data = model if isinstance(model, (bytes, str)) else model.SerializeToString()
+    return ort.InferenceSession(data, sess_options=so, providers=providers_for(so, [(ep_name, options)]))
 
 
 def cpu_session(model):

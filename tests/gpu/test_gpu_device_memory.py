@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper
 import hipep
 from hipep import _native
 from hipep.runtime.cuda import _driver, cuda_status, get_device
-from helpers import cpu_session, make_model, tensor
+from helpers import cpu_session, make_model, plain_ort_session, providers_for, tensor
 
 pytestmark = pytest.mark.gpu
 _ok, _why = cuda_status(0)
@@ -160,15 +160,15 @@ def test_cpu_reference_device_is_still_selectable(mlp, x):
     sess = hipep.InferenceSession(mlp, device="cpu")
     assert sess.get_providers()[0] == "HipCpuExecutionProvider"
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
-    plain = ort.InferenceSession(mlp, providers=["HipCpuExecutionProvider"])
+    plain = plain_ort_session(mlp, "HipCpuExecutionProvider")
     np.testing.assert_allclose(plain.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
     with pytest.raises(Exception, match="HipCpuExecutionProvider"):
         so = ort.SessionOptions()
         so.add_session_config_entry("ep.hipexecutionprovider.device", "cpu")
-        hipep._session_class()(mlp, sess_options=so, providers=["HipExecutionProvider"])
+        hipep._session_class()(mlp, sess_options=so, providers=providers_for(so, ["HipExecutionProvider"]))
 
 
 def test_plain_ort_providers_list_runs_on_the_gpu(mlp, x):
-    sess = ort.InferenceSession(mlp, providers=["HipExecutionProvider"])
+    sess = plain_ort_session(mlp, "HipExecutionProvider")
     want = cpu_session(mlp).run(None, {"x": x})[0]
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, **TOL)

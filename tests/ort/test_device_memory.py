@@ -18,6 +18,7 @@ import onnxruntime as ort
 import pytest
 
 import hipep
+from hipep.ort_compat import session_providers
 
 SCRIPT = textwrap.dedent("""
     import gc, json
@@ -27,6 +28,7 @@ SCRIPT = textwrap.dedent("""
 
     import hipep
     from hipep import _native
+    from hipep.ort_compat import session_providers
 
     hipep.register()
     out = {"gpu_memory": _native.gpu_memory()}
@@ -55,7 +57,11 @@ SCRIPT = textwrap.dedent("""
         so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         return so
 
-    sess = ort.InferenceSession(relu_add, strict(), providers=["HipExecutionProvider"])
+    def on_hipep(model, so, session_class=ort.InferenceSession, ep="HipExecutionProvider", **options):
+        # by name where onnxruntime selects plugin EPs so, else by its devices (onnxruntime 1.24)
+        return session_class(model, so, providers=session_providers(so, ep, options))
+
+    sess = on_hipep(relu_add, strict())
     t0 = _native.memory_stats()["transfer_bytes"]
     y = sess.run(None, {"x": x})[0]
     out["plain_equal"] = bool(np.array_equal(y, ref))
@@ -84,13 +90,13 @@ SCRIPT = textwrap.dedent("""
     # A CPU EP node between hipep's subgraphs: ORT copies across through hipep's data transfer.
     a = np.array([[2, 1, 0], [1, 3, 1], [0, 1, 4]], np.float32)
     want = ort.InferenceSession(with_det, providers=["CPUExecutionProvider"]).run(None, {"x": a})[0]
-    got = ort.InferenceSession(with_det, providers=["HipExecutionProvider"]).run(None, {"x": a})[0]
+    got = on_hipep(with_det, ort.SessionOptions()).run(None, {"x": a})[0]
     out["partial_close"] = bool(np.allclose(got, want, rtol=1e-5))
 
     # Device memory comes back: sessions made and dropped leave nothing in use.
     start = _native.memory_stats()
     for _ in range(20):
-        s = ort.InferenceSession(relu_add, strict(), providers=["HipExecutionProvider"])
+        s = on_hipep(relu_add, strict())
         b = s.io_binding()
         b.bind_cpu_input("x", x)
         b.bind_output("y", "cuda", 0)
@@ -107,8 +113,7 @@ SCRIPT = textwrap.dedent("""
     out["cpu_equal"] = bool(np.array_equal(cpu.run(None, {"x": x})[0], ref))
     out["provider_for"] = [hipep.provider_for("cpu"), hipep.provider_for("auto")]
     try:
-        hipep._session_class()(relu_add, sess_options=strict(),
-                               providers=[("HipExecutionProvider", {"device": "cpu"})])
+        on_hipep(relu_add, strict(), hipep._session_class(), device="cpu")
         out["cpu_on_gpu_ep"] = "no error"
     except Exception as e:
         out["cpu_on_gpu_ep"] = str(e)
@@ -187,8 +192,10 @@ def test_cpu_ep_rejects_gpu_devices():
     so = ort.SessionOptions()
     so.add_session_config_entry("ep.hipcpuexecutionprovider.device", "cuda")
     with pytest.raises(Exception, match="HipCpuExecutionProvider is hipep's CPU reference device"):
-        hipep._session_class()(m.SerializeToString(), sess_options=so, providers=["HipCpuExecutionProvider"])
+        hipep._session_class()(m.SerializeToString(), sess_options=so,
+                               providers=session_providers(so, "HipCpuExecutionProvider"))
     so = ort.SessionOptions()
-    sess = hipep._session_class()(m.SerializeToString(), sess_options=so, providers=["HipCpuExecutionProvider"])
+    sess = hipep._session_class()(m.SerializeToString(), sess_options=so,
+                                  providers=session_providers(so, "HipCpuExecutionProvider"))
     x = np.array([-1, 2], np.float32)
     assert (sess.run(None, {"x": x})[0] == np.maximum(x, 0)).all()

@@ -8,7 +8,7 @@ from onnx import TensorProto as T, helper as h
 
 import hipep
 
-from helpers import EP, assert_matches_cpu, session, make_model, tensor
+from helpers import EP, assert_matches_cpu, make_model, providers_for, session, tensor
 
 
 def add_model():
@@ -40,7 +40,7 @@ def test_bad_options(rng, options, needle):
     with pytest.raises(Exception) as info:
         so = ort.SessionOptions()
         so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-        s = ort.InferenceSession(add_model().SerializeToString(), so, providers=[(EP, options)])
+        s = ort.InferenceSession(add_model().SerializeToString(), so, providers=providers_for(so, [(EP, options)]))
         s.disable_fallback()
     chain = f"{info.value} {info.value.__cause__ or ''}"
     assert needle in chain

@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import hipep
 from hipep.errors import ModelError
-from helpers import cpu_session
+from helpers import cpu_session, plain_ort_session
 
 # explain reads initializers of up to SMALL_CONSTANT_ELEMENTS (65,536) elements, only the type of
 # larger ones; ORT reads small ones when it loads the model, large ones when an EP asks for them
@@ -138,7 +138,7 @@ def _good_session_still_works(tmp_path, make_session):
 def _sessions():
     return {
         "hipep.InferenceSession": lambda p: hipep.InferenceSession(p),
-        "ort.InferenceSession": lambda p: ort.InferenceSession(p, providers=["HipExecutionProvider"]),
+        "ort.InferenceSession": lambda p: plain_ort_session(p, "HipExecutionProvider"),
     }
 
 

@@ -8,7 +8,8 @@ from onnx import TensorProto as T, helper as h
 
 import hipep
 
-from helpers import EP, assert_matches_cpu, assignment, if_model, make_model, middle_model, session, tensor
+from helpers import (EP, assert_matches_cpu, assignment, if_model, make_model, middle_model, plain_ort_session,
+                     providers_for, session, tensor)
 
 # Det: an op hipep does not implement (checked below, so the tests say so if that changes).
 UNSUPPORTED = "Det"
@@ -117,20 +118,21 @@ def test_control_flow_with_claimable_bodies_runs_on_hipep(rng):
 def test_strict_option_fails_session_creation_with_the_reasons(rng, capfd):
     so = ort.SessionOptions()
     with pytest.raises(Exception) as info:
-        ort.InferenceSession(middle_model().SerializeToString(), so, providers=[(EP, {"strict": "1"})])
+        ort.InferenceSession(middle_model().SerializeToString(), so, providers=providers_for(so, [(EP, {"strict": "1"})]))
     assert "strict" in str(info.value) and "node 'the_det' (ai.onnx::Det, opset 11)" in str(info.value)
     # one message that says what happens: not a "they fall back" warning before the error
     err = capfd.readouterr().err
     assert "fall back to another EP" not in err and "so the session fails" in err
     # without strict the same model runs, split with the CPU EP
-    sess = ort.InferenceSession(middle_model().SerializeToString(), so, providers=[(EP, {"strict": "0"})])
+    sess = ort.InferenceSession(middle_model().SerializeToString(), so,
+                                providers=providers_for(so, [(EP, {"strict": "0"})]))
     assert_matches_cpu(sess, middle_model(), feeds(rng))
 
 
 def test_strict_option_fails_the_first_run_when_nothing_is_claimed(rng):
     model = make_model([h.make_node("Det", ["x"], ["d"], name="only_det")], [tensor("x", T.FLOAT, [2, 3, 3])],
                        [tensor("d", T.FLOAT, [2])])
-    sess = ort.InferenceSession(model.SerializeToString(), providers=[(EP, {"strict": "1"})])
+    sess = plain_ort_session(model.SerializeToString(), EP, strict="1")
     with pytest.raises(Exception, match="node 'only_det'"):
         sess.run(None, {"x": rng.standard_normal((2, 3, 3)).astype(np.float32)})
 

@@ -27,7 +27,7 @@ import hipep
 import hipep.bridge
 from hipep.demo import build_attention_block
 
-from helpers import EP, assignment, cpu_session, make_model, session, tensor
+from helpers import EP, assignment, cpu_session, make_model, providers_for, session, tensor
 
 RUNS = int(os.environ.get("HIPEP_STRESS_RUNS", "30"))
 THREADS = 8
@@ -279,7 +279,7 @@ def test_no_deadlock_between_ort_thread_pools_and_the_gil(intra, parallel, monke
         so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
         so.inter_op_num_threads = 2
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-    sess = ort.InferenceSession(model, sess_options=so, providers=[EP])
+    sess = ort.InferenceSession(model, sess_options=so, providers=providers_for(so, [EP]))
     placed = assignment(sess)
     assert len(placed.get(EP, [])) == 2 and "CPUExecutionProvider" in placed, placed
 

@@ -1,0 +1,61 @@
+"""Where the onnxruntime releases hipep supports (1.24 through the newest) differ, in one place.
+
+Selecting a plugin EP by name. Newer onnxruntime releases list a registered plugin EP in
+`get_available_providers()` and accept it in `InferenceSession(..., providers=[name])`.
+onnxruntime 1.24 does neither: its Python layer answers "Unknown Provider Type", and the only way
+in is `SessionOptions.add_provider_for_devices` with the EP's devices from `get_ep_devices()`,
+which every release since 1.23 has. `session_providers` hides the difference: it returns the
+`providers` argument to pass where ORT selects the EP by name, and otherwise adds the EP's devices
+to the session options and returns None.
+
+Provider options take the same road either way: ORT hands a plugin EP its provider options as the
+session config entries `ep.<ep name lower-cased>.<key>`, so where the EP cannot be named they are
+written there directly. That also lets one SessionOptions serve several sessions with different
+options, which `add_provider_for_devices` alone would not (ORT refuses the same EP twice).
+"""
+from __future__ import annotations
+
+from .errors import HipepError
+
+
+def selectable_by_name(ep_name: str) -> bool:
+    """Whether this onnxruntime accepts the registered plugin EP `ep_name` in `providers=[...]`."""
+    import onnxruntime as ort
+
+    return ep_name in ort.get_available_providers()
+
+
+def session_providers(sess_options, ep_name: str, options: dict[str, str] | None = None) -> list | None:
+    """The `providers` argument of an `onnxruntime.InferenceSession` that runs the registered
+    plugin EP `ep_name` with provider `options`, given the `sess_options` it will be made with.
+
+    Where onnxruntime selects plugin EPs by name: `[(ep_name, options)]` (or `[ep_name]`), and
+    `sess_options` is left alone. Elsewhere (onnxruntime 1.24): the EP's devices are added to
+    `sess_options` (once: a SessionOptions that already holds providers is taken to hold this
+    EP's, see `check_session_runs`), the options become its session config entries, and the
+    answer is None, which makes ORT use the session options' providers."""
+    options = dict(options or {})
+    if selectable_by_name(ep_name):
+        return [(ep_name, options)] if options else [ep_name]
+    import onnxruntime as ort
+
+    if not sess_options.has_providers():
+        devices = [d for d in ort.get_ep_devices() if d.ep_name == ep_name]
+        if not devices:
+            offered = sorted({d.ep_name for d in ort.get_ep_devices()})
+            raise HipepError(f"onnxruntime {ort.__version__} offers no device for the execution provider "
+                             f"'{ep_name}' (its EP devices are for: {', '.join(offered)}); register the plugin "
+                             f"library first (hipep.register())")
+        sess_options.add_provider_for_devices(devices, {})
+    for key, value in options.items():
+        sess_options.add_session_config_entry(f"ep.{ep_name.lower()}.{key}", str(value))
+    return None
+
+
+def check_session_runs(session, ep_name: str) -> None:
+    """Raises when a session made through `session_providers` does not have `ep_name` among its
+    providers: its SessionOptions held another EP's devices before (onnxruntime 1.24's road)."""
+    if ep_name not in session.get_providers():
+        raise HipepError(f"the session runs on {', '.join(session.get_providers())}, not {ep_name}: its "
+                         f"SessionOptions already held other execution providers; pass a fresh "
+                         f"onnxruntime.SessionOptions")
