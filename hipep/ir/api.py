@@ -6,8 +6,10 @@ pyproject.toml).
 """
 from __future__ import annotations
 
+import importlib
+
 from xdsl.context import Context
-from xdsl.dialects import arith, builtin, func, memref, scf, tensor
+from xdsl.dialects import builtin, func
 from xdsl.dialects.builtin import (DYNAMIC_INDEX, ArrayAttr, DenseIntOrFPElementsAttr,
                                    DictionaryAttr, FloatAttr, FunctionType, IndexType,
                                    IntegerAttr, MemRefType, ModuleOp, StringAttr, TensorType,
@@ -27,18 +29,21 @@ __all__ = [
 ]
 
 
-# The textual IR (parser, printer) and hipep-opt's driver are imported on first use: a session
-# compiles without them, and they are several MiB of modules every process would otherwise hold.
+# Imported on first use: hipep-opt's driver, and the dialects only some models' IR holds (tensor
+# and arith for lowered slices; memref and scf only in text IR). A session compiles without them,
+# and they are ~2 MiB of modules every process would otherwise hold. (The parser and printer come
+# with func.)
 _LAZY = {"Parser": ("xdsl.parser", "Parser"), "Printer": ("xdsl.printer", "Printer"),
          "xDSLOptMain": ("xdsl.xdsl_opt_main", "xDSLOptMain")}
+_LAZY_DIALECTS = {"arith": "Arith", "memref": "MemRef", "scf": "Scf", "tensor": "Tensor"}
 
 
 def __getattr__(name: str):
     if name in _LAZY:
-        import importlib
-
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(module), attr)
+    if name in _LAZY_DIALECTS:
+        return importlib.import_module(f"xdsl.dialects.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -47,10 +52,12 @@ def make_context() -> Context:
     from .dialect import hip_dialect
 
     ctx = Context()
-    for d in (builtin.Builtin, func.Func, tensor.Tensor, arith.Arith, memref.MemRef, scf.Scf):
+    for d in (builtin.Builtin, func.Func):
         ctx.load_dialect(d)
-    # Registered, not loaded: the whole hip dialect is built only when something looks an op up by
-    # name (parsing text IR); compiling a model makes the op classes it uses on demand.
+    # Registered, not loaded: a dialect is built (and its module imported) only when something looks
+    # one of its ops up by name (parsing text IR); compiling a model makes the op classes it uses.
+    for name, dialect in _LAZY_DIALECTS.items():
+        ctx.register_dialect(name, lambda name=name, dialect=dialect: getattr(__getattr__(name), dialect))
     ctx.register_dialect("hip", hip_dialect)
     return ctx
 

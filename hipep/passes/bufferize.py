@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.api import (Block, Context, FunctionType, MemRefType, ModuleOp, ModulePass, Region, SSAValue,
-                      StringAttr, TensorType, UnrankedMemRefType, UnrankedTensorType, arith, func, tensor)
+                      StringAttr, TensorType, UnrankedMemRefType, UnrankedTensorType, func)
 from ..ir.buffer_ops import (DEVICE, AllocOp, BufferIfOp, BufferLoopOp, BufferYieldOp, HostOp, LaunchOp,
                              ViewOp)
 from ..ir.dialect import ConstantOp, HipOnnxOp, IfOp, LoopOp, WeightOp, YieldOp
@@ -91,11 +91,13 @@ class _Bufferizer:
                 raise ValueError(f"hip-bufferize: weight '{op.weight_name.data}' must reach Compute as an input")
             elif isinstance(op, HipOnnxOp):
                 self.onnx_op(op, new)
-            elif isinstance(op, tensor.ExtractSliceOp):
+            # tensor and arith ops by name: their dialects are imported only where a model's IR has
+            # them (hip-lower-slices), and no op of a dialect never imported can be here.
+            elif op.name == "tensor.extract_slice":
                 self.extract_slice(op, new)
-            elif isinstance(op, tensor.CastOp):
+            elif op.name == "tensor.cast":
                 self.map[id(op.results[0])] = self.get(op.source)
-            elif isinstance(op, (tensor.DimOp, arith.ConstantOp)):
+            elif op.name in ("tensor.dim", "arith.constant"):
                 pass  # sizes for extract_slice: the run-time shape rules size buffers instead
             elif isinstance(op, LoopOp):
                 self.loop(op, new)
@@ -145,7 +147,7 @@ class _Bufferizer:
             if host:
                 self.host.add(id(b))
 
-    def extract_slice(self, op: tensor.ExtractSliceOp, new: Block) -> None:
+    def extract_slice(self, op, new: Block) -> None:  # a tensor.ExtractSliceOp
         src = self.get(op.source)
         offsets = list(op.static_offsets.get_values())
         sizes = list(op.static_sizes.get_values())

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..ir import api
 from ..ir.api import (Context, IndexType, IntegerAttr, ModuleOp, ModulePass, Operation, Rewriter,
-                      SSAValue, TensorType, UnrankedTensorType, arith, tensor)
+                      SSAValue, TensorType, UnrankedTensorType)
 from ..ir.dialect import ConstantOp, HipOnnxOp, op_class_for
 from ..ir.types import dims_of, make_tensor_type, refine_type
 from .infer_shapes import add_diagnostic
@@ -100,9 +101,10 @@ class _Builder:
 
     def dim(self, source: SSAValue, axis: int) -> SSAValue:
         if axis not in self.dims:
-            c = self.add(arith.ConstantOp(IntegerAttr(axis, IndexType())))
+            # api.arith / api.tensor import their dialects here, on the first slice lowered
+            c = self.add(api.arith.ConstantOp(IntegerAttr(axis, IndexType())))
             c.results[0].name_hint = f"c{axis}"
-            d = self.add(tensor.DimOp(source, c.results[0]))
+            d = self.add(api.tensor.DimOp(source, c.results[0]))
             d.results[0].name_hint = f"dim{axis}"
             self.dims[axis] = d.results[0]
         return self.dims[axis]
@@ -115,12 +117,12 @@ class _Builder:
         implied = make_tensor_type(elem, [s if isinstance(s, int) else None for s in sizes])
         if isinstance(declared, (TensorType, UnrankedTensorType)) and refine_type(declared, implied)[1]:
             return None
-        sl = self.add(tensor.ExtractSliceOp(source, offsets, sizes, strides, implied))
+        sl = self.add(api.tensor.ExtractSliceOp(source, offsets, sizes, strides, implied))
         if implied == declared or not cast:
             sl.results[0].name_hint = name
             return sl.results[0]
         sl.results[0].name_hint = f"{name}_slice" if name else None
-        out = self.add(tensor.CastOp(sl.results[0], declared)).results[0]
+        out = self.add(api.tensor.CastOp(sl.results[0], declared)).results[0]
         out.name_hint = name
         return out
 
