@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <stdexcept>
 
@@ -323,6 +324,39 @@ py::array copy_with_dtype(const OrtValue* value, const TensorLayout& layout, con
 
 }  // namespace
 
+namespace {
+
+// ORT maps an external initializer's file when its value is first asked for, and a file shorter
+// than the initializer's offset + length fails there with an error that names no file. Checked
+// before asking: the error names the initializer, the file, and the bytes expected and found. A
+// file that is missing or unreadable is left to ORT's own error, which names it.
+void check_external_data(const OrtGraph* graph, const OrtValueInfo* info, const std::string& name) {
+  OrtExternalInitializerInfo* external = nullptr;
+  HIPEP_ORT(g_ort->ValueInfo_GetExternalInitializerInfo(info, &external));
+  if (external == nullptr) return;
+  std::filesystem::path location = g_ort->ExternalInitializerInfo_GetFilePath(external);
+  int64_t offset = g_ort->ExternalInitializerInfo_GetFileOffset(external);
+  size_t length = g_ort->ExternalInitializerInfo_GetByteSize(external);
+  g_ort->ReleaseExternalInitializerInfo(external);
+  // The location is relative to the model's folder; a model given as bytes reads from the working
+  // directory, as ORT does.
+  const ORTCHAR_T* model_path = nullptr;
+  HIPEP_ORT(g_ort->Graph_GetModelPath(graph, &model_path));
+  std::filesystem::path file = location;
+  if (model_path != nullptr && model_path[0] != 0) file = std::filesystem::path(model_path).parent_path() / location;
+  std::error_code error;
+  uintmax_t size = std::filesystem::file_size(file, error);
+  if (error || offset < 0) return;
+  uintmax_t end = static_cast<uintmax_t>(offset) + length;
+  if (end <= size) return;
+  throw std::runtime_error("external data of initializer '" + name + "': file '" + file.string() + "' holds " +
+                           std::to_string(size) + " bytes, but the initializer's offset " + std::to_string(offset) +
+                           " + length " + std::to_string(length) + " needs " + std::to_string(end) + " (" +
+                           std::to_string(end - size) + " bytes missing)");
+}
+
+}  // namespace
+
 py::array copy_to_numpy(const OrtValue* value) {
   TensorLayout layout = tensor_layout(value);
   return copy_with_dtype(value, layout, numpy_dtype(layout.elem));
@@ -407,10 +441,11 @@ py::dict describe_graph(const OrtGraph* graph, std::vector<const OrtNode*>* node
     HIPEP_ORT(g_ort->ValueInfo_IsConstantInitializer(info, &is_constant));
     // An overridable initializer is a graph input, and so is an outer value no initializer.
     if (!is_constant) continue;
+    std::string vname = value_name(info);
+    check_external_data(graph, info, vname);
     const OrtValue* value = nullptr;
     HIPEP_ORT(g_ort->ValueInfo_GetInitializerValue(info, &value));
     if (value == nullptr) continue;  // an outer-scope value that is no initializer
-    std::string vname = value_name(info);
     size_t count = 0;
     if (value != nullptr) {
       OrtTensorTypeAndShapeInfo* tinfo = nullptr;
