@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -15,6 +16,7 @@
 #include "gpu_runtime.h"
 #include "graph_view.h"
 #include "ort_api.h"
+#include "plugin.h"
 
 namespace py = pybind11;
 
@@ -123,6 +125,14 @@ void log(const OrtLogger* logger, OrtLoggingLevel level, const std::string& mess
   if (st) g_ort->ReleaseStatus(st);
 }
 
+// The base object of the arrays Compute makes over ORT's memory: numpy then neither copies nor
+// frees that memory. One for the process (made once, under the GIL; never freed), so a run
+// allocates no capsule; the arrays are valid only during their Compute call either way.
+py::handle borrowed_memory_base() {
+  static py::capsule* base = new py::capsule(static_cast<void*>(&g_ort), [](void*) {});
+  return *base;
+}
+
 // Python hands back log records as (severity, message) with ORT's severity numbers.
 void log_records(const OrtLogger* logger, const py::handle& records) {
   for (auto rec : records) {
@@ -155,9 +165,10 @@ py::tuple device_tensor(const void* data, const py::dtype& dtype, const std::vec
 
 // ---- outputs ---------------------------------------------------------------------------------
 
-// What one Compute call shares with the allocate_outputs callable it hands Python. Python may keep
-// the callable past the call; once the call has returned its kernel context is gone, so the
-// callable then refuses to run.
+// What one Compute call shares with the allocate_outputs callable it hands Python (an
+// OutputAllocator: one small object per run, not a new function). Python may keep the callable
+// past the call; once the call has returned its kernel context is gone, so the callable then
+// refuses to run.
 struct OutputBinding {
   OrtKernelContext* context = nullptr;
   std::string name;
@@ -198,7 +209,7 @@ py::list allocate_outputs(OutputBinding& b, const py::sequence& shapes) {
     }
   }
   b.allocated = true;
-  py::capsule no_owner(static_cast<void*>(b.context), [](void*) {});
+  py::handle no_owner = borrowed_memory_base();
   py::list out;
   for (size_t i = 0; i < dims.size(); ++i) {
     py::dtype dtype = numpy_dtype(b.types[i]);
@@ -232,6 +243,7 @@ std::string shape_text(const int64_t* dims, size_t rank) {
 struct ComputeInfo : OrtNodeComputeInfo {
   std::unique_ptr<PyRef> compiled;  // hipep.bridge.CompiledSubgraph
   std::string name;
+  std::string running;  // "running <name>", what an error of this node's Compute says it was doing
   std::vector<ONNXTensorElementDataType> output_types;
 
   ComputeInfo() {
@@ -251,33 +263,48 @@ struct ComputeInfo : OrtNodeComputeInfo {
   static OrtStatus* ORT_API_CALL ComputeImpl(OrtNodeComputeInfo* self_base, void*,
                                              OrtKernelContext* context) noexcept {
     auto* self = static_cast<ComputeInfo*>(self_base);
-    return guarded(("running " + self->name).c_str(), [&] { self->run(context); });
+    return guarded(self->running.c_str(), [&] { self->run(context); });
+  }
+
+  // compiled.run(inputs, allocate_outputs). The method is looked up on the object at every call
+  // (a type-cache hit with an interned name, and no bound method is made), not kept from Compile:
+  // code that replaces CompiledSubgraph.run on the class after sessions exist (the overhead
+  // benchmark's timers, tests that watch Compute) still reaches every session.
+  py::object call_run(const py::tuple& inputs, const py::object& allocate) {
+    static PyObject* run_name = PyUnicode_InternFromString("run");  // never freed
+    PyObject* args[] = {compiled->get().ptr(), inputs.ptr(), allocate.ptr()};
+    PyObject* result = PyObject_VectorcallMethod(run_name, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+    if (result == nullptr) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(result);
   }
 
   void run(OrtKernelContext* context) {
     size_t num_inputs = 0, num_outputs = 0;
     HIPEP_ORT(g_ort->KernelContext_GetInputCount(context, &num_inputs));
     HIPEP_ORT(g_ort->KernelContext_GetOutputCount(context, &num_outputs));
-    // Inputs are wrapped without copying, read-only, valid only during this call.
-    py::capsule no_owner(static_cast<void*>(context), [](void*) {});
-    py::list inputs;
+    // Inputs are wrapped without copying, read-only, valid only during this call; a tuple, which
+    // Python reads but never resizes.
+    py::handle no_owner = borrowed_memory_base();
+    py::tuple inputs(num_inputs);
     for (size_t i = 0; i < num_inputs; ++i) {
       const OrtValue* value = nullptr;
       HIPEP_ORT(g_ort->KernelContext_GetInput(context, i, &value));
+      py::object item;
       if (value == nullptr) {
-        inputs.append(py::none());
-        continue;
+        item = py::none();
+      } else {
+        TensorLayout layout = tensor_layout(value);
+        const void* data = nullptr;
+        HIPEP_ORT(g_ort->GetTensorData(value, &data));
+        if (in_device_memory(value)) {
+          item = device_tensor(data, numpy_dtype(layout.elem), layout.shape);
+        } else {
+          py::array arr(numpy_dtype(layout.elem), layout.shape, {}, data, no_owner);
+          py::detail::array_proxy(arr.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+          item = std::move(arr);
+        }
       }
-      TensorLayout layout = tensor_layout(value);
-      const void* data = nullptr;
-      HIPEP_ORT(g_ort->GetTensorData(value, &data));
-      if (in_device_memory(value)) {
-        inputs.append(device_tensor(data, numpy_dtype(layout.elem), layout.shape));
-        continue;
-      }
-      py::array arr(numpy_dtype(layout.elem), layout.shape, {}, data, no_owner);
-      py::detail::array_proxy(arr.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
-      inputs.append(arr);
+      PyTuple_SET_ITEM(inputs.ptr(), static_cast<py::ssize_t>(i), item.release().ptr());
     }
     // Python obtains ORT's outputs through allocate_outputs as soon as it knows their shapes and
     // writes them in place; it returns the output arrays either way. An output it returns in
@@ -292,15 +319,19 @@ struct ComputeInfo : OrtNodeComputeInfo {
     binding->data.assign(num_outputs, nullptr);
     binding->on_device.assign(num_outputs, false);
     binding->shapes.assign(num_outputs, {});
-    py::cpp_function allocate([binding](py::sequence shapes) { return allocate_outputs(*binding, shapes); },
-                              py::arg("shapes"));
+    py::object allocate = py::cast(binding);  // an OutputAllocator sharing the binding
+    // The GIL stays held through compiled.run: the CPU device never waits, and the CUDA device
+    // waits for its stream at the end of a run (CudaStream.sync, hipep/runtime/cuda_stream.py) in
+    // cuStreamSynchronize through cuda-bindings, whose Python functions release the GIL around
+    // every driver call (cuda-bindings >= 12.9, NVIDIA/cuda-python#914), so other threads run
+    // meanwhile. The copies C++ makes below release it themselves (copy_or_throw).
     py::object results;
     {
       struct Deactivate {
         OutputBinding& b;
         ~Deactivate() { b.active = false; }
       } deactivate{*binding};
-      results = compiled->get().attr("run")(inputs, allocate);
+      results = call_run(inputs, allocate);
     }
     if (results.is_none()) {
       if (!binding->allocated)
@@ -347,8 +378,14 @@ struct ComputeInfo : OrtNodeComputeInfo {
     }
   }
 
+  // A synchronous copy waits for the GPU: without the GIL, so other Python threads (other
+  // sessions' runs included) go on meanwhile. `src` stays alive: the caller holds its array.
   void copy_or_throw(int ordinal, void* dst, const void* src, size_t nbytes, CopyKind kind, size_t i) {
-    std::string error = gpu_runtime()->copy(ordinal, dst, src, nbytes, kind);
+    std::string error;
+    {
+      py::gil_scoped_release no_gil;
+      error = gpu_runtime()->copy(ordinal, dst, src, nbytes, kind);
+    }
     if (!error.empty()) throw std::runtime_error(name + ": output " + std::to_string(i) + ": " + error);
   }
 
@@ -383,6 +420,10 @@ struct ComputeInfo : OrtNodeComputeInfo {
 struct HipEp : OrtEp {
   const OrtLogger* logger;
   std::unique_ptr<PyRef> state;  // hipep.bridge.EpState
+  // Set when GetCapability found nodes that the 'strict' option forbids leaving to another EP
+  // (EpState.strict_failure). Only then does a run's start need Python, to raise that failure:
+  // every other run starts without taking the GIL.
+  std::atomic<bool> strict_failed{false};
 
   const char* ep_name;
 
@@ -399,6 +440,7 @@ struct HipEp : OrtEp {
 
   static OrtStatus* ORT_API_CALL OnRunStartImpl(OrtEp* self_base, const OrtRunOptions*) noexcept {
     auto* self = static_cast<HipEp*>(self_base);
+    if (!self->strict_failed.load(std::memory_order_acquire)) return nullptr;
     return guarded("starting a run", [&] { self->state->get().attr("on_run_start")(); });
   }
 
@@ -410,6 +452,8 @@ struct HipEp : OrtEp {
       py::dict desc = describe_graph(graph, &nodes);
       desc["parent"] = describe_parent(graph);
       py::tuple result = self->state->get().attr("get_capability")(desc);
+      if (!self->state->get().attr("strict_failure").is_none())
+        self->strict_failed.store(true, std::memory_order_release);
       log_records(self->logger, result[1]);
       OrtNodeFusionOptions fusion{};
       fusion.ort_version_supported = kOrtApiVersion;
@@ -436,6 +480,7 @@ struct HipEp : OrtEp {
         HIPEP_ORT(g_ort->Node_GetName(fused_nodes[i], &fused_name));
         auto info = std::make_unique<ComputeInfo>();
         info->name = fused_name ? fused_name : "hipep subgraph";
+        info->running = "running " + info->name;
         // The OrtGraph (and every initializer value it hands out) dies with this call: the
         // weights are copied here, into arrays Python owns.
         py::dict desc = describe_graph(graphs[i], nullptr, /*copy_weights=*/true);
@@ -609,6 +654,9 @@ struct HipEpFactory : OrtEpFactory {
       HIPEP_ORT(g_ort->Logger_GetLoggingSeverityLevel(logger, &level));
       std::string memory = "host";
       if (self->gpu) memory = gpu_runtime()->device_memory_is_host() ? "emulated" : "gpu";
+      // Compute hands Python an OutputAllocator, a type of hipep's module: importing it registers
+      // the type, also where ORT loaded this library before Python imported it.
+      py::module_::import("hipep._native");
       py::object state = bridge().attr("create_ep")(config, static_cast<int>(level), self->ep_name, memory,
                                                     ordinal < 0 ? 0 : ordinal);
       *ep = new HipEp(logger, state, self->ep_name);
@@ -617,6 +665,16 @@ struct HipEpFactory : OrtEpFactory {
 };
 
 }  // namespace
+
+void register_compute_types(py::module_& m) {
+  py::class_<OutputBinding, std::shared_ptr<OutputBinding>>(
+      m, "OutputAllocator",
+      "allocate_outputs(shapes) of one Compute call: obtains every output from ONNX Runtime with its "
+      "shape, once per run, and returns arrays over ONNX Runtime's memory (device outputs as "
+      "(address, shape, dtype)); refuses once its run has ended.")
+      .def("__call__", [](OutputBinding& b, const py::sequence& shapes) { return allocate_outputs(b, shapes); },
+           py::arg("shapes"));
+}
 
 // Whether Python can run the GPU device (cuda-bindings imports, GPU 0 exists); else `why` not.
 bool gpu_device_usable(std::string& why) {
