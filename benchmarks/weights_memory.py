@@ -96,8 +96,8 @@ def measure(mib: float, external: bool) -> dict:
         plans = os.path.join(d, "plans")
         subprocess.run([sys.executable, "-c", BUILD, path, str(width), "1" if external else "0"], check=True)
         # Every measured process finds its modules' bytecode, as an installed package has it: a
-        # module compiled from source on import leaves the compiler's memory in the heap (~2 MiB
-        # for hipep's modules when its __pycache__ is stale and bytecode writing is off). A first
+        # module compiled from source on import leaves the compiler's memory in the heap (up to
+        # ~2 MiB for hipep's modules when its __pycache__ is stale and bytecode writing is off). A first
         # run fills a bytecode cache of this run's own; its plan goes to a folder of its own.
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env["PYTHONPYCACHEPREFIX"] = os.path.join(d, "bytecode")
