@@ -2,8 +2,11 @@
 // hipcc). Every kernels/*.hip file and every generated pointwise kernel includes it first.
 //
 // What differs between the two and is settled here:
-//   * fp16/bf16 types: CUDA's cuda_fp16.h / cuda_bf16.h, HIP's hip_fp16.h / hip_bf16.h; kernels
-//     name them hipep_half / hipep_bf16 and convert through hipep_to_float / hipep_from_float;
+//   * fp16/bf16 types: CUDA's cuda_fp16.h / cuda_bf16.h, HIP's hip_fp16.h / hip_bf16.h (before
+//     ROCm 6.0: hip_bfloat16.h); kernels name them hipep_half / hipep_bf16 and convert through
+//     hipep_to_float / hipep_from_float;
+//   * the round-to-nearest intrinsics (__fmul_rn, __fsqrt_rn, ...): HIP's may be fused or
+//     approximate, so on AMD they are replaced by versions with CUDA's rounding;
 //   * warp shuffles: CUDA needs the participating-lane mask (__shfl_xor_sync), HIP has none
 //     (__shfl_xor); NVRTC does not define the maskless form at all;
 //   * the warp size: 32 on NVIDIA, 64 on CDNA and 32 on RDNA, so it is a compile-time define
@@ -21,9 +24,21 @@
 #include <hip/hip_runtime.h>
 #endif
 #include <hip/hip_fp16.h>
-#include <hip/hip_bf16.h>
 typedef __half hipep_half;
+#if defined(__HIPCC_RTC__) || __has_include(<hip/hip_bf16.h>)
+#include <hip/hip_bf16.h>
 typedef __hip_bfloat16 hipep_bf16;
+#else
+// HIP before ROCm 6.0 (Debian's HIP 5.2, which CI's compile check uses) has no hip_bf16.h. Its
+// hip_bfloat16 has the same 16-bit layout and rounds to nearest even; the CUDA-named conversions
+// that kernels and generated pointwise code call are supplied for it, as hip_bf16.h defines them
+// (double goes through float, as there).
+#include <hip/hip_bfloat16.h>
+typedef hip_bfloat16 hipep_bf16;
+__device__ __forceinline__ float __bfloat162float(hipep_bf16 v) { return static_cast<float>(v); }
+__device__ __forceinline__ hipep_bf16 __float2bfloat16(float v) { return hipep_bf16(v); }
+__device__ __forceinline__ hipep_bf16 __double2bfloat16(double v) { return hipep_bf16(static_cast<float>(v)); }
+#endif
 #ifndef HIPEP_WARP_SIZE
 #if defined(__AMDGCN_WAVEFRONT_SIZE)
 #define HIPEP_WARP_SIZE __AMDGCN_WAVEFRONT_SIZE
@@ -68,6 +83,34 @@ typedef __nv_bfloat16 hipep_bf16;
 
 typedef long long hipep_i64;
 typedef unsigned long long hipep_u64;
+
+// ---- round-to-nearest float operations ------------------------------------------------------------
+// Kernels that reproduce the CPU's exact operation order (RMS norm, rotary, the MLAS rational
+// approximations) use CUDA's __fadd_rn / __fsub_rn / __fmul_rn, which are never contracted into an
+// FMA, and __fsqrt_rn, which is correctly rounded. HIP spells them as plain `x * y` (clang then
+// fuses a multiply and an add into one FMA, which changes the rounding) and __fsqrt_rn as the
+// approximate hardware square root, so on AMD the names go to versions that keep CUDA's meaning.
+// __fdiv_rn needs nothing: HIP's `x / y` is correctly rounded (-fhip-fp32-correctly-rounded-
+// divide-sqrt, clang's default, which the runtime must keep; sqrtf relies on it too).
+#if defined(HIPEP_AMD)
+HIPEP_DEVICE float hipep_amd_fadd_rn(float a, float b) {
+#pragma clang fp contract(off)
+  return a + b;
+}
+HIPEP_DEVICE float hipep_amd_fsub_rn(float a, float b) {
+#pragma clang fp contract(off)
+  return a - b;
+}
+HIPEP_DEVICE float hipep_amd_fmul_rn(float a, float b) {
+#pragma clang fp contract(off)
+  return a * b;
+}
+HIPEP_DEVICE float hipep_amd_fsqrt_rn(float a) { return sqrtf(a); }
+#define __fadd_rn hipep_amd_fadd_rn
+#define __fsub_rn hipep_amd_fsub_rn
+#define __fmul_rn hipep_amd_fmul_rn
+#define __fsqrt_rn hipep_amd_fsqrt_rn
+#endif
 
 // ---- element conversion: math runs in f32 for f16/bf16 storage (rounded once on the way out) ----
 
