@@ -230,11 +230,10 @@ def _mnb_row_op(a_ptr, B, scales, zp, bias, y, k, n, bits, bs, nb, zp_row, zp_mo
     tile_chunks = min(chunks, GEMV_SMEM_BUDGET // per_chunk)
     if tile_chunks < chunks:
         tile_chunks -= tile_chunks % (bs // 32)  # whole blocks of A per tile
-    k_split = gemv_k_split(n, tile_chunks, target.sm_count, target.warp_size, cols=GEMV_COLS)
     a_vec = int(k % 8 == 0 and a_ptr % 16 == 0)
-    args = MatMulNBitsArgs(1, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, tile_chunks * 32, zp_mode, 1, k_split,
+    args = MatMulNBitsArgs(1, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, tile_chunks * 32, zp_mode, 1, 1,
                            a_vec, int(quant_a))
-    grid = (_cdiv(n, GEMV_WARPS // k_split * GEMV_COLS), 1, 1)
+    grid = (_cdiv(n, GEMV_WARPS), 1, 1)  # a warp per output column
     params = [ctypes.c_uint64(a_ptr), ptr(B), ptr(scales), ptr(zp), ptr(bias), ctypes.c_uint64(y.ptr), args]
     return KernelOp(f"hipep_mnb_gemv_row_{'q8' if quant_a else 'h2'}_{dt}_b4", grid,
                     (GEMV_WARPS * target.warp_size, 1, 1), params, module="matmul_nbits",

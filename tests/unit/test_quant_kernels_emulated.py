@@ -237,8 +237,8 @@ def _emulate_mnb_gemv_row(rd, op, a, q8, dt, A, B, S, Z, bias, Y):
     assert q8 or dt == np.float16
     tcm = a.k_tile // 32
     assert a.k_tile % bs == 0 and op.smem == gq.row_smem(tcm, bs, q8) <= 48 * 1024
-    groups, cols = warps // a.k_split, gq.GEMV_COLS
-    assert op.grid[0] * groups * cols >= a.n
+    assert a.k_split == 1 and op.grid[0] * warps >= a.n  # a warp per output column
+    groups, cols = warps, 1
     e = np.dtype(dt).itemsize
     f32 = np.float32
     for bx in range(op.grid[0]):
