@@ -8,6 +8,13 @@ which every release since 1.23 has. `session_providers` hides the difference: it
 `providers` argument to pass where ORT selects the EP by name, and otherwise adds the EP's devices
 to the session options and returns None.
 
+Device memory from Python. onnxruntime 1.24's Python layer turns the device name "cuda" into an
+OrtDevice with vendor id 0, which matches no plugin EP's memory (hipep's GPU memory carries
+NVIDIA's vendor id), so `ortvalue_from_numpy(x, "cuda", 0)` refuses ("Can't allocate memory on
+the CUDA device using this package") and `IOBinding.bind_output(name, "cuda", 0)` finds no
+allocator. Newer releases give "cuda" NVIDIA's vendor id. `gpu_ortvalue`, `empty_gpu_ortvalue`
+and `bind_output_to_gpu` name the vendor explicitly and work on both.
+
 Provider options take the same road either way: ORT hands a plugin EP its provider options as the
 session config entries `ep.<ep name lower-cased>.<key>`, so where the EP cannot be named they are
 written there directly. That also lets one SessionOptions serve several sessions with different
@@ -16,6 +23,9 @@ options, which `add_provider_for_devices` alone would not (ORT refuses the same 
 from __future__ import annotations
 
 from .errors import HipepError
+
+# hipep's GPU memory is CUDA device memory: ORT keys it by this PCI vendor id.
+NVIDIA_VENDOR_ID = 0x10DE
 
 
 def selectable_by_name(ep_name: str) -> bool:
@@ -59,3 +69,32 @@ def check_session_runs(session, ep_name: str) -> None:
         raise HipepError(f"the session runs on {', '.join(session.get_providers())}, not {ep_name}: its "
                          f"SessionOptions already held other execution providers; pass a fresh "
                          f"onnxruntime.SessionOptions")
+
+
+def gpu_ortvalue(array, device_id: int = 0):
+    """An OrtValue in hipep's GPU memory (GPU `device_id`) holding a copy of the numpy `array`."""
+    import onnxruntime as ort
+
+    return ort.OrtValue.ortvalue_from_numpy(array, "cuda", device_id, NVIDIA_VENDOR_ID)
+
+
+def empty_gpu_ortvalue(shape, element_type, device_id: int = 0):
+    """An uninitialized OrtValue of `shape` and `element_type` (numpy type or ONNX type number) in
+    hipep's GPU memory."""
+    import onnxruntime as ort
+
+    return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), element_type, "cuda", device_id, NVIDIA_VENDOR_ID)
+
+
+def bind_output_to_gpu(binding, name: str, device_id: int = 0) -> None:
+    """Binds output `name` of an IOBinding to hipep's GPU memory; ORT allocates it at run time."""
+    from onnxruntime.capi import onnxruntime_inference_collection as collection
+
+    if hasattr(collection, "get_vendor_id_for_device_type"):  # "cuda" carries NVIDIA's vendor id
+        binding.bind_output(name, "cuda", device_id)
+        return
+    # onnxruntime 1.24: its bind_output takes no vendor id; its C binding does
+    from onnxruntime.capi import _pybind_state as C
+
+    device = C.OrtDevice(C.OrtDevice.cuda(), C.OrtDevice.default_memory(), NVIDIA_VENDOR_ID, device_id)
+    binding._iobinding.bind_output(name, device)

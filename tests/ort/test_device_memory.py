@@ -28,7 +28,7 @@ SCRIPT = textwrap.dedent("""
 
     import hipep
     from hipep import _native
-    from hipep.ort_compat import session_providers
+    from hipep.ort_compat import bind_output_to_gpu, gpu_ortvalue, session_providers
 
     hipep.register()
     out = {"gpu_memory": _native.gpu_memory()}
@@ -67,11 +67,11 @@ SCRIPT = textwrap.dedent("""
     out["plain_equal"] = bool(np.array_equal(y, ref))
     out["plain_transfer"] = _native.memory_stats()["transfer_bytes"] - t0
 
-    xv = ort.OrtValue.ortvalue_from_numpy(x, "cuda", 0)
+    xv = gpu_ortvalue(x)  # ort.OrtValue.ortvalue_from_numpy(x, "cuda", 0) where ORT names the vendor
     out["ortvalue_device"] = xv.device_name()
     binding = sess.io_binding()
     binding.bind_ortvalue_input("x", xv)
-    binding.bind_output("y", "cuda", 0)
+    bind_output_to_gpu(binding, "y")  # binding.bind_output("y", "cuda", 0) likewise
     before = _native.memory_stats()["transfer_bytes"]
     reads = hipep.stats().get("host_reads", 0)
     for _ in range(3):
@@ -99,7 +99,7 @@ SCRIPT = textwrap.dedent("""
         s = on_hipep(relu_add, strict())
         b = s.io_binding()
         b.bind_cpu_input("x", x)
-        b.bind_output("y", "cuda", 0)
+        bind_output_to_gpu(b, "y")
         s.run_with_iobinding(b)
         del s, b
         gc.collect()
