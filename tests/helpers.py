@@ -5,8 +5,17 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-EP = "HipExecutionProvider"
 IR_VERSION = 10  # onnxruntime >= 1.24 reads it; onnx's newest IR may be ahead of ORT
+
+
+def cpu_ep() -> str:
+    """The EP name of hipep's CPU reference device in this process (hipep.provider_for("cpu")):
+    HipCpuExecutionProvider where HipExecutionProvider runs on a GPU, HipExecutionProvider
+    elsewhere. Tests of the CPU device select it by this name, so they run the same beside a GPU.
+    Registers hipep's plugin with onnxruntime."""
+    import hipep
+
+    return hipep.provider_for("cpu")
 
 
 def make_model(nodes, inputs, outputs, initializers=(), opset=18, name="g", extra_opsets=()):
@@ -19,7 +28,9 @@ def tensor(name, elem=TensorProto.FLOAT, shape=None):
     return helper.make_tensor_value_info(name, elem, shape)
 
 
-def session(model, providers=(EP,), disable_fallback=False, optimization=None, record=True, **config):
+def session(model, providers=None, disable_fallback=False, optimization=None, record=True, **config):
+    """A plain onnxruntime session on `providers` (default: hipep's CPU reference device)."""
+    providers = [cpu_ep()] if providers is None else providers
     so = ort.SessionOptions()
     if disable_fallback:
         so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")

@@ -7,7 +7,9 @@ import pytest
 from onnx import TensorProto, helper
 
 import hipep.backend as backend
-from helpers import EP, make_model, middle_model, tensor
+from helpers import cpu_ep, make_model, middle_model, tensor
+
+CPU_EP = cpu_ep()  # hipep's CPU reference device (HipCpuExecutionProvider beside a GPU)
 
 F = TensorProto.FLOAT
 
@@ -28,7 +30,7 @@ def test_whole_claim_disables_fallback_and_returns_outputs_in_graph_order(rng):
     rep = backend.prepare(add_mul_model(), "CPU")
     assert rep.claim.kind == "all" and rep.claim.fallback_disabled
     assert rep.claim.hipep_nodes == rep.claim.total_nodes == 2
-    assert set(rep.claim.by_ep) == {EP}
+    assert set(rep.claim.by_ep) == {CPU_EP}
     x, y = rng.standard_normal((2, 3), dtype=np.float32), rng.standard_normal((2, 3), dtype=np.float32)
     p, s = rep.run([x, y])
     np.testing.assert_allclose(s, x + y, rtol=1e-6)
@@ -45,7 +47,7 @@ def test_partial_claim_runs_split_with_the_cpu_ep(rng):
     assert reps == [rep]
     assert rep.claim.kind == "some" and not rep.claim.fallback_disabled
     assert rep.claim.explained == "some"
-    assert sorted(rep.claim.by_ep[EP]) == ["first_add", "last_mul"]
+    assert sorted(rep.claim.by_ep[CPU_EP]) == ["first_add", "last_mul"]
     assert rep.claim.by_ep["CPUExecutionProvider"] == ["the_det"]
     x = rng.standard_normal((2, 3, 3), dtype=np.float32)
     y = rng.standard_normal(3, dtype=np.float32)

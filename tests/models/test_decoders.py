@@ -89,9 +89,10 @@ def test_decode_steps_with_a_shared_kv_buffer_reuse_one_specialization(arch, pre
     register_with_genai()
     config = og.Config(folder)
     config.clear_providers()
-    config.append_provider("HipExecutionProvider")
+    ep = hipep.provider_for("cpu")  # HipCpuExecutionProvider where HipExecutionProvider runs on a GPU
+    config.append_provider(ep)
     for k, v in (("device", "cpu"), ("strict", "1")):
-        config.set_provider_option("HipExecutionProvider", k, v)
+        config.set_provider_option(ep, k, v)
     model = og.Model(config)
     params = og.GeneratorParams(model)
     params.set_search_options(max_length=64, do_sample=False, batch_size=1)

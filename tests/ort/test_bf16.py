@@ -8,7 +8,9 @@ import onnxruntime as ort
 from onnx import TensorProto as T, helper as h
 
 import hipep
-from helpers import EP, assignment, cpu_session, make_model, session, tensor
+from helpers import assignment, cpu_ep, cpu_session, make_model, session, tensor
+
+CPU_EP = cpu_ep()  # hipep's CPU reference device (HipCpuExecutionProvider beside a GPU)
 
 
 def bf16_model():
@@ -35,11 +37,11 @@ def bf16_model():
 def test_bf16_graph_runs_whole_and_bit_identical(rng):
     model = bf16_model()
     sess = session(model, disable_fallback=True, optimization=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    assert set(assignment(sess)) == {EP}
+    assert set(assignment(sess)) == {CPU_EP}
     cpu = cpu_session(model)
     for n in (3, 5):
         x = (rng.standard_normal((2, n, 8)) * 3).astype(np.float32)
         np.testing.assert_array_equal(sess.run(None, {"x": x})[0], cpu.run(None, {"x": x})[0])
-    rand = hipep.InferenceSession(model, cpu_schedule="random", seed="3")
+    rand = hipep.InferenceSession(model, cpu_schedule="random", seed="3", device="cpu")
     x = rng.standard_normal((2, 4, 8)).astype(np.float32)
     np.testing.assert_array_equal(rand.run(None, {"x": x})[0], cpu.run(None, {"x": x})[0])

@@ -22,7 +22,7 @@ from helpers import (cpu_session, equal_split_model, gqa_preamble_model,
 
 def test_loop_with_runtime_slice_bounds_keeps_known_extents(tmp_path, rng):
     model = rotate_half_loop_model()
-    sess = hipep.InferenceSession(model, dump_ir=str(tmp_path))
+    sess = hipep.InferenceSession(model, dump_ir=str(tmp_path), device="cpu")
     cpu = cpu_session(model)
     for seq in (3, 7):
         x = rng.standard_normal((1, seq, 12, 32)).astype(np.float32)
@@ -38,7 +38,7 @@ def test_loop_with_runtime_slice_bounds_keeps_known_extents(tmp_path, rng):
 
 def test_equal_split_of_static_axis_with_dynamic_declared_outputs(tmp_path, rng):
     model = equal_split_model()
-    sess = hipep.InferenceSession(model, dump_ir=str(tmp_path))
+    sess = hipep.InferenceSession(model, dump_ir=str(tmp_path), device="cpu")
     cpu = cpu_session(model)
     for n in (1, 5):
         x = rng.standard_normal((n, 8)).astype(np.float32)
@@ -79,7 +79,7 @@ def _host_device_shared_slots(plan):
 
 def test_gqa_preamble_is_right_in_1000_random_schedules(rng):
     model = gqa_preamble_model()
-    sess = hipep.InferenceSession(model, cpu_schedule="random", seed="11")
+    sess = hipep.InferenceSession(model, cpu_schedule="random", seed="11", device="cpu")
     plan = bridge.compiled_plans()[-1]
     host_written = {plan.values[plan.storage_of(o)].space for s in plan.steps if isinstance(s, HostStep)
                     for o in s.outputs if o >= 0}
@@ -94,7 +94,7 @@ def test_gqa_preamble_is_right_in_1000_random_schedules(rng):
 def test_gqa_preamble_goes_wrong_without_the_memory_space_rule(rng):
     model = gqa_preamble_model()
     sess = hipep.InferenceSession(model, cpu_schedule="random", seed="11",
-                                  pass_options="hip-assign-memory-spaces{host_rule=false}")
+                                  pass_options="hip-assign-memory-spaces{host_rule=false}", device="cpu")
     plan = bridge.compiled_plans()[-1]
     shared = _host_device_shared_slots(plan)
     assert shared, "with the rule off the host-written buffer should share a slot with a device buffer\n" + plan.format()

@@ -9,7 +9,9 @@ import pytest
 import hipep
 from hipep.demo import build_attention_block
 
-from helpers import EP, assignment, cpu_session, session, middle_model
+from helpers import assignment, cpu_ep, cpu_session, middle_model, session
+
+CPU_EP = cpu_ep()  # hipep's CPU reference device (HipCpuExecutionProvider beside a GPU)
 
 
 def _x(rng, batch, seq):
@@ -20,7 +22,7 @@ def test_dynamic_dims_compile_once_per_session(rng):
     model = build_attention_block()
     before = hipep.stats().get("compiled_subgraphs", 0)
     sess = session(model)
-    fused = len(assignment(sess)[EP])
+    fused = len(assignment(sess)[CPU_EP])
     after_create = hipep.stats()["compiled_subgraphs"]
     assert after_create - before == fused
     cpu = cpu_session(model)

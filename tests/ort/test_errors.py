@@ -8,7 +8,9 @@ from onnx import TensorProto as T, helper as h
 
 import hipep
 
-from helpers import EP, assert_matches_cpu, make_model, providers_for, session, tensor
+from helpers import assert_matches_cpu, cpu_ep, make_model, providers_for, session, tensor
+
+CPU_EP = cpu_ep()  # hipep's CPU reference device (HipCpuExecutionProvider beside a GPU)
 
 
 def add_model():
@@ -17,7 +19,7 @@ def add_model():
 
 
 def check_usable(rng):
-    sess = hipep.InferenceSession(add_model())
+    sess = hipep.InferenceSession(add_model(), device="cpu")
     assert_matches_cpu(sess, add_model(), {"x": rng.standard_normal(5).astype(np.float32)})
 
 
@@ -33,14 +35,18 @@ def check_usable(rng):
     ({"device": "hip"}, "device 'hip' is not available"),
 ])
 def test_bad_options(rng, options, needle):
+    if options.get("device") == "cuda" and hipep.gpu_memory_offered():
+        pytest.skip("the CUDA device is available here")
     with pytest.raises(hipep.OptionError) as info:
         hipep.InferenceSession(add_model(), **options)
     assert needle in str(info.value)
-    # Through plain onnxruntime the same check runs inside the plugin (CreateEp).
+    # Through plain onnxruntime the same check runs inside the plugin (CreateEp), on the EP that
+    # hipep.InferenceSession picks for the device option (HipExecutionProvider for a GPU).
+    ep_name = hipep.provider_for(options.get("device", "auto"))
     with pytest.raises(Exception) as info:
         so = ort.SessionOptions()
         so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-        s = ort.InferenceSession(add_model().SerializeToString(), so, providers=providers_for(so, [(EP, options)]))
+        s = ort.InferenceSession(add_model().SerializeToString(), so, providers=providers_for(so, [(ep_name, options)]))
         s.disable_fallback()
     chain = f"{info.value} {info.value.__cause__ or ''}"
     assert needle in chain
@@ -61,7 +67,7 @@ def test_matmul_inner_dims_disagree_at_run_time(rng):
     model = make_model([h.make_node("MatMul", ["a", "b"], ["c"], name="proj")],
                        [tensor("a", T.FLOAT, ["m", "k"]), tensor("b", T.FLOAT, ["k2", "n"])],
                        [tensor("c", T.FLOAT, ["m", "n"])])
-    sess = hipep.InferenceSession(model)
+    sess = hipep.InferenceSession(model, device="cpu")
     good = {"a": rng.standard_normal((2, 3)).astype(np.float32), "b": rng.standard_normal((3, 4)).astype(np.float32)}
     assert_matches_cpu(sess, model, good)
     bad = {"a": good["a"], "b": rng.standard_normal((5, 4)).astype(np.float32)}
@@ -76,7 +82,7 @@ def test_matmul_inner_dims_disagree_at_run_time(rng):
 def test_reshape_to_impossible_shape(rng):
     model = make_model([h.make_node("Reshape", ["x", "shape"], ["y"], name="bad_reshape")],
                        [tensor("x", T.FLOAT, ["n"]), tensor("shape", T.INT64, [2])], [tensor("y", T.FLOAT, None)])
-    sess = hipep.InferenceSession(model)
+    sess = hipep.InferenceSession(model, device="cpu")
     x = rng.standard_normal(12).astype(np.float32)
     assert_matches_cpu(sess, model, {"x": x, "shape": np.array([3, -1], np.int64)})
     with pytest.raises(Exception) as info:
@@ -109,4 +115,4 @@ def test_device_id_naming_no_device_is_a_clear_hipep_error():
     with pytest.raises(hipep.OptionError, match="'device_id' = 1 names no device: the cpu device has only id 0"):
         hipep.InferenceSession(model, device="cpu", device_id=1)
     sess = hipep.InferenceSession(model, device="cpu", device_id=0)
-    assert sess.get_providers()[0] == "HipExecutionProvider"
+    assert sess.get_providers()[0] == CPU_EP

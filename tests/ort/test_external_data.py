@@ -1,7 +1,7 @@
 """Bad external data: an initializer whose `location` leaves the model's folder (../x.bin, an
 absolute path, a symbolic link to a file outside) or names a missing or too short file.
 
-Through hipep.InferenceSession, a plain ort.InferenceSession with HipExecutionProvider and
+Through hipep.InferenceSession, a plain ort.InferenceSession on hipep's CPU reference device and
 hipep.explain (by path and in memory), each gives a clear error naming the initializer and the
 location. ORT validates external data itself before it asks any EP, so for sessions ORT's own
 error is what the user sees and hipep compiles nothing (a file too short for an initializer ORT
@@ -24,7 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import hipep
 from hipep.errors import ModelError
-from helpers import cpu_session, plain_ort_session
+from helpers import cpu_ep, cpu_session, plain_ort_session
 
 # explain reads initializers of up to SMALL_CONSTANT_ELEMENTS (65,536) elements, only the type of
 # larger ones; ORT reads small ones when it loads the model, large ones when an EP asks for them
@@ -139,8 +139,8 @@ def _good_session_still_works(tmp_path, make_session):
 
 def _sessions():
     return {
-        "hipep.InferenceSession": lambda p: hipep.InferenceSession(p),
-        "ort.InferenceSession": lambda p: plain_ort_session(p, "HipExecutionProvider"),
+        "hipep.InferenceSession": lambda p: hipep.InferenceSession(p, device="cpu"),
+        "ort.InferenceSession": lambda p: plain_ort_session(p, cpu_ep()),
     }
 
 

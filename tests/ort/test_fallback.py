@@ -8,8 +8,10 @@ from onnx import TensorProto as T, helper as h
 
 import hipep
 
-from helpers import (EP, assert_matches_cpu, assignment, if_model, make_model, middle_model, plain_ort_session,
+from helpers import (assert_matches_cpu, assignment, cpu_ep, if_model, make_model, middle_model, plain_ort_session,
                      providers_for, session, tensor)
+
+CPU_EP = cpu_ep()  # hipep's CPU reference device (HipCpuExecutionProvider beside a GPU)
 
 # Det: an op hipep does not implement (checked below, so the tests say so if that changes).
 UNSUPPORTED = "Det"
@@ -41,7 +43,7 @@ def test_split_across_eps_runs_and_warns(rng, capfd):
     sess = session(model)
     placed = assignment(sess)
     assert placed["CPUExecutionProvider"] == [["the_det"]]
-    assert sorted(sum(placed[EP], [])) == ["first_add", "last_mul"]
+    assert sorted(sum(placed[CPU_EP], [])) == ["first_add", "last_mul"]
     assert_matches_cpu(sess, model, feeds(rng))
     err = capfd.readouterr().err
     assert "did not claim 1 node(s)" in err
@@ -60,10 +62,10 @@ def test_fallback_disabled_fails_and_names_the_node(capfd):
 
 def test_hipep_session_raises_fallback_error_with_reasons(rng):
     with pytest.raises(hipep.FallbackError) as info:
-        hipep.InferenceSession(middle_model())
+        hipep.InferenceSession(middle_model(), device="cpu")
     assert "node 'the_det' (ai.onnx::Det, opset 11): operator ai.onnx::Det is not implemented" in str(info.value)
     # the process is still usable
-    sess = hipep.InferenceSession(middle_model(), disable_cpu_ep_fallback=False)
+    sess = hipep.InferenceSession(middle_model(), disable_cpu_ep_fallback=False, device="cpu")
     assert_matches_cpu(sess, middle_model(), feeds(rng))
 
 
@@ -73,7 +75,7 @@ def test_cycle_inducing_layout_is_never_fused(rng, optimization):
     sess = session(model, optimization=optimization)
     placed = assignment(sess)
     assert placed["CPUExecutionProvider"] == [["B"]]
-    subgraphs = placed[EP]
+    subgraphs = placed[CPU_EP]
     where = {name: i for i, sub in enumerate(subgraphs) for name in sub}
     assert where["A"] != where["C"], subgraphs
     assert where["U"] == where["C"]
@@ -86,7 +88,7 @@ def test_explain_matches_session_without_optimizations():
     sess = session(model, optimization=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     placed = assignment(sess)
     names = [[report.labels[i] for i in c] for c in report.clusters]
-    assert sorted(map(sorted, names)) == sorted(map(sorted, placed[EP]))
+    assert sorted(map(sorted, names)) == sorted(map(sorted, placed[CPU_EP]))
     assert [r.node.name for r in report.rejections] == ["B"]
 
 
@@ -104,13 +106,13 @@ def test_control_flow_with_an_unsupported_body_node_is_rejected_with_the_reason(
     assert ("node 'branch' (ai.onnx::If, opset 16): its then_branch graph has a node hipep cannot run: "
             "node 'then_op' (ai.onnx::Det)") in err
     with pytest.raises(hipep.FallbackError, match="node 'branch'"):
-        hipep.InferenceSession(model)
+        hipep.InferenceSession(model, device="cpu")
 
 
 def test_control_flow_with_claimable_bodies_runs_on_hipep(rng):
     model = if_model("ReduceMax", axes=[1, 2], keepdims=0)
     assert hipep.explain(model).all_claimed
-    sess = hipep.InferenceSession(model)
+    sess = hipep.InferenceSession(model, device="cpu")
     for feeds in _signed_inputs(rng):
         assert_matches_cpu(sess, model, feeds)
 
@@ -118,21 +120,21 @@ def test_control_flow_with_claimable_bodies_runs_on_hipep(rng):
 def test_strict_option_fails_session_creation_with_the_reasons(rng, capfd):
     so = ort.SessionOptions()
     with pytest.raises(Exception) as info:
-        ort.InferenceSession(middle_model().SerializeToString(), so, providers=providers_for(so, [(EP, {"strict": "1"})]))
+        ort.InferenceSession(middle_model().SerializeToString(), so, providers=providers_for(so, [(CPU_EP, {"strict": "1"})]))
     assert "strict" in str(info.value) and "node 'the_det' (ai.onnx::Det, opset 11)" in str(info.value)
     # one message that says what happens: not a "they fall back" warning before the error
     err = capfd.readouterr().err
     assert "fall back to another EP" not in err and "so the session fails" in err
     # without strict the same model runs, split with the CPU EP
     sess = ort.InferenceSession(middle_model().SerializeToString(), so,
-                                providers=providers_for(so, [(EP, {"strict": "0"})]))
+                                providers=providers_for(so, [(CPU_EP, {"strict": "0"})]))
     assert_matches_cpu(sess, middle_model(), feeds(rng))
 
 
 def test_strict_option_fails_the_first_run_when_nothing_is_claimed(rng):
     model = make_model([h.make_node("Det", ["x"], ["d"], name="only_det")], [tensor("x", T.FLOAT, [2, 3, 3])],
                        [tensor("d", T.FLOAT, [2])])
-    sess = plain_ort_session(model.SerializeToString(), EP, strict="1")
+    sess = plain_ort_session(model.SerializeToString(), CPU_EP, strict="1")
     with pytest.raises(Exception, match="node 'only_det'"):
         sess.run(None, {"x": rng.standard_normal((2, 3, 3)).astype(np.float32)})
 

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import hipep
-from helpers import plain_ort_session
+from helpers import cpu_ep, plain_ort_session
 
 
 def _model(patches) -> bytes:
@@ -57,5 +57,5 @@ def test_a_value_name_that_is_not_utf8_rejects_every_node_touching_it():
 
 def test_plain_ort_session_with_fallback_runs():
     data = _model([(b"NODEZZ", b"NODE\xff\xfe"), (b"QQt", b"Q\xc3t")])
-    sess = plain_ort_session(data, "HipExecutionProvider")
+    sess = plain_ort_session(data, cpu_ep())
     assert np.array_equal(sess.run(None, {"x": X})[0], WANT)

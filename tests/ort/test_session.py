@@ -1,4 +1,5 @@
-"""A stock onnxruntime session runs a model on HipExecutionProvider and matches the CPU EP."""
+"""A stock onnxruntime session runs a model on hipep's CPU reference device (HipExecutionProvider, or
+HipCpuExecutionProvider where HipExecutionProvider runs on a GPU) and matches the CPU EP."""
 from __future__ import annotations
 
 import os
@@ -10,7 +11,9 @@ import pytest
 import hipep
 from hipep.demo import build_attention_block
 
-from helpers import EP, assert_matches_cpu, assignment, session, make_model, tensor
+from helpers import assert_matches_cpu, assignment, cpu_ep, session, make_model, tensor
+
+CPU_EP = cpu_ep()
 
 
 @pytest.fixture(scope="module")
@@ -29,16 +32,16 @@ def _x(rng, batch, seq):
 def test_supported_model_runs_whole_on_hipep(block, rng, disable_fallback, optimization):
     sess = session(block, disable_fallback=disable_fallback, optimization=optimization)
     placed = assignment(sess)
-    assert set(placed) == {EP}, placed
+    assert set(placed) == {CPU_EP}, placed
     if optimization is not None:  # nothing rewritten: every model node is hipep's
         # ORT loads Constant nodes as initializers; every other node is hipep's
-        assert sum(len(s) for s in placed[EP]) == sum(n.op_type != "Constant" for n in block.graph.node)
+        assert sum(len(s) for s in placed[CPU_EP]) == sum(n.op_type != "Constant" for n in block.graph.node)
     assert_matches_cpu(sess, block, {"x": _x(rng, 2, 6)})
 
 
 def test_provider_options_tuple_form(block, rng):
-    sess = session(block, providers=[(EP, {"device": "cpu", "log_level": "warning", "device_id": "0"})])
-    assert set(assignment(sess)) == {EP}
+    sess = session(block, providers=[(CPU_EP, {"device": "cpu", "log_level": "warning", "device_id": "0"})])
+    assert set(assignment(sess)) == {CPU_EP}
     assert_matches_cpu(sess, block, {"x": _x(rng, 1, 3)})
 
 
@@ -51,14 +54,14 @@ def test_hipep_inference_session_disables_fallback(block, rng):
 def test_model_from_path(block, rng, tmp_path):
     path = tmp_path / "block.onnx"
     path.write_bytes(block.SerializeToString())
-    sess = hipep.InferenceSession(path)
+    sess = hipep.InferenceSession(path, device="cpu")
     assert_matches_cpu(sess, block, {"x": _x(rng, 1, 2)})
 
 
 def test_register_is_idempotent_and_paths():
-    assert hipep.register() == EP
-    assert hipep.register() == EP
-    assert hipep.get_ep_name() == EP
+    assert hipep.register() == "HipExecutionProvider"
+    assert hipep.register() == "HipExecutionProvider"
+    assert hipep.get_ep_name() == "HipExecutionProvider"
     path = hipep.get_library_path()
     assert os.path.isfile(path) and "_native" in os.path.basename(path)
     from hipep import _native
@@ -103,7 +106,7 @@ def test_f16_and_integer_paths(rng):
         [tensor("y", T.FLOAT, None), tensor("shp2_32", T.INT32, None)],
         [h.make_tensor("two", T.INT64, [], [2]), h.make_tensor("half", T.FLOAT, [], [0.25])])
     sess = session(model, disable_fallback=True, optimization=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    assert set(assignment(sess)) == {EP}
+    assert set(assignment(sess)) == {CPU_EP}
     feeds = {"a": rng.standard_normal((3, 8)).astype(np.float16), "b": rng.standard_normal((8, 5)).astype(np.float16)}
     assert_matches_cpu(sess, model, feeds, rtol=2e-3, atol=2e-3)
 

@@ -27,7 +27,9 @@ import hipep
 import hipep.bridge
 from hipep.demo import build_attention_block
 
-from helpers import EP, assignment, cpu_session, make_model, providers_for, session, tensor
+from helpers import assignment, cpu_ep, cpu_session, make_model, providers_for, session, tensor
+
+CPU_EP = cpu_ep()  # hipep's CPU reference device (HipCpuExecutionProvider beside a GPU)
 
 RUNS = int(os.environ.get("HIPEP_STRESS_RUNS", "30"))
 THREADS = 8
@@ -144,7 +146,7 @@ def test_eight_threads_two_sessions_two_shapes():
     model = build_attention_block(seed=3).SerializeToString()
     sessions = [session(model), session(model, disable_fallback=True)]
     for sess in sessions:
-        assert list(assignment(sess)) == [EP], "the whole block should run on hipep"
+        assert list(assignment(sess)) == [CPU_EP], "the whole block should run on hipep"
     cases = attention_cases(model, sessions[0])
     r0, s0, h0 = _counts()
     failures, made = hammer(sessions, cases, RUNS)
@@ -279,9 +281,9 @@ def test_no_deadlock_between_ort_thread_pools_and_the_gil(intra, parallel, monke
         so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
         so.inter_op_num_threads = 2
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-    sess = ort.InferenceSession(model, sess_options=so, providers=providers_for(so, [EP]))
+    sess = ort.InferenceSession(model, sess_options=so, providers=providers_for(so, [CPU_EP]))
     placed = assignment(sess)
-    assert len(placed.get(EP, [])) == 2 and "CPUExecutionProvider" in placed, placed
+    assert len(placed.get(CPU_EP, [])) == 2 and "CPUExecutionProvider" in placed, placed
 
     # where Compute runs: ORT's inter-op pool threads are not Python's (no Thread object of ours)
     ours = set()

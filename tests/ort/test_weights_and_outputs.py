@@ -101,7 +101,7 @@ def _ptr(a: np.ndarray) -> int:
 def test_weights_are_not_fused_node_inputs_and_hipep_owns_copies(monkeypatch, rng):
     model, data = weights_model()
     with watch_compute(monkeypatch) as seen:
-        sess = hipep.InferenceSession(model)
+        sess = hipep.InferenceSession(model, device="cpu")
         x = rng.standard_normal((3, 64)).astype(np.float32)
         assert_matches_cpu(sess, model, {"x": x}, rtol=1e-4, atol=1e-4)
     # Compute received the activation only: ORT passed neither W nor B.
@@ -122,7 +122,7 @@ def test_weights_are_not_fused_node_inputs_and_hipep_owns_copies(monkeypatch, rn
 
 def test_weights_survive_repeated_and_concurrent_sessions(rng):
     model, _ = weights_model()
-    sessions = [hipep.InferenceSession(model) for _ in range(2)]
+    sessions = [hipep.InferenceSession(model, device="cpu") for _ in range(2)]
     del sessions[0]  # one session's weights going does not touch another's
     x = rng.standard_normal((2, 64)).astype(np.float32)
     for _ in range(2):
@@ -135,7 +135,7 @@ def test_external_data_weights_are_copied_at_compile(tmp_path, rng):
     onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
               location="weights.bin", size_threshold=1024)
     assert (tmp_path / "weights.bin").stat().st_size >= data["W"].nbytes
-    sess = hipep.InferenceSession(str(path))
+    sess = hipep.InferenceSession(str(path), device="cpu")
     x = rng.standard_normal((2, 64)).astype(np.float32)
     want = cpu_session(str(path)).run(None, {"x": x})[0]
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
@@ -159,7 +159,7 @@ def test_static_outputs_are_obtained_before_the_first_launch_and_written_in_plac
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # MatMul stays MatMul
     with watch_compute(monkeypatch) as seen, watch_kernels(seen, "MatMul"):  # the first launch
-        sess = hipep.InferenceSession(model, so)
+        sess = hipep.InferenceSession(model, so, device="cpu")
         # The caller's own buffer, bound as the output: ORT hands it to hipep's fused node.
         out = np.full((2, 2048), np.nan, np.float32)
         binding = sess.io_binding()
@@ -184,7 +184,7 @@ def test_data_dependent_outputs_are_obtained_late(monkeypatch, rng):
                        [tensor("x", T.FLOAT, [4, 5])], [tensor("y", T.INT64, None)])
     x = (rng.standard_normal((4, 5)) > 0).astype(np.float32)
     with watch_compute(monkeypatch) as seen:
-        sess = hipep.InferenceSession(model)
+        sess = hipep.InferenceSession(model, device="cpu")
         assert_matches_cpu(sess, model, {"x": x})
     ((shapes, _),) = seen["runs"][0]["allocations"]
     assert [tuple(s) for s in shapes] == [(int(np.count_nonzero(x)), 2)]
@@ -195,7 +195,7 @@ def test_outputs_returned_the_old_way_are_copied(monkeypatch, rng):
     model, _ = weights_model()
     run_ = bridge.CompiledSubgraph.run
     monkeypatch.setattr(bridge.CompiledSubgraph, "run", lambda self, inputs, allocate_outputs=None: run_(self, inputs))
-    sess = hipep.InferenceSession(model)
+    sess = hipep.InferenceSession(model, device="cpu")
     assert_matches_cpu(sess, model, {"x": rng.standard_normal((3, 64)).astype(np.float32)}, rtol=1e-4, atol=1e-4)
 
 
@@ -213,7 +213,7 @@ def test_output_protocol_errors_are_clear_and_leave_the_process_usable(monkeypat
     run_ = bridge.CompiledSubgraph.run
     monkeypatch.setattr(bridge.CompiledSubgraph, "run",
                         lambda self, inputs, allocate_outputs=None: misuse(allocate_outputs, run_))
-    sess = hipep.InferenceSession(model)
+    sess = hipep.InferenceSession(model, device="cpu")
     with pytest.raises(Exception, match=message):
         sess.run(None, {"x": x})
     monkeypatch.setattr(bridge.CompiledSubgraph, "run", run_)
@@ -229,7 +229,7 @@ def test_allocate_outputs_refuses_to_run_after_its_compute_call(monkeypatch, rng
         kept.append(allocate_outputs)
         return run_(self, inputs, allocate_outputs)
     monkeypatch.setattr(bridge.CompiledSubgraph, "run", run)
-    sess = hipep.InferenceSession(model)
+    sess = hipep.InferenceSession(model, device="cpu")
     sess.run(None, {"x": rng.standard_normal((1, 64)).astype(np.float32)})
     with pytest.raises(RuntimeError, match="allocate_outputs was called after its run ended"):
         kept[0]([(1, 2048)])

@@ -682,7 +682,7 @@ def _generate(sess, cpu, mask, dtype, rng, steps=2, capacity=None):
 ])
 def test_decoder_layer_through_hipep(packed, dtype, schedule):
     model = decoder_layer(packed, dtype)
-    sess = hipep.InferenceSession(model, **schedule)  # CPU fallback disabled: every node is hipep's
+    sess = hipep.InferenceSession(model, device="cpu", **schedule)  # CPU fallback disabled: every node is hipep's
     cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(13)
     _generate(sess, cpu, np.ones((1, 4), i64), dtype, rng)
@@ -694,7 +694,7 @@ def test_decoder_layer_fixed_capacity_cache_through_hipep():
     model = decoder_layer(True, f32, window=3)
     cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for schedule in ({}, {"cpu_schedule": "random", "seed": "3"}):
-        sess = hipep.InferenceSession(model, **schedule)
+        sess = hipep.InferenceSession(model, device="cpu", **schedule)
         rng = np.random.default_rng(14)
         _generate(sess, cpu, np.array([[1, 1, 1, 1], [1, 1, 0, 0]]), f32, rng, steps=3, capacity=16)
 
@@ -707,7 +707,7 @@ def test_decoder_layer_sliding_window_cache_through_hipep():
     model = decoder_layer(True, f32, window=window, sliding_window_cache=1, softcap=50.0)
     cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for schedule in ({}, {"cpu_schedule": "random", "seed": "3"}):
-        sess = hipep.InferenceSession(model, **schedule)
+        sess = hipep.InferenceSession(model, device="cpu", **schedule)
         rng = np.random.default_rng(17)
         batch, seq = 2, 5
         past = np.zeros((batch, KV_HEADS, capacity, HEAD), f32)

@@ -515,7 +515,7 @@ def hipep_vs_cpu(model, feeds, check):
 
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     for options in ({}, {"cpu_schedule": "random", "seed": "3"}):
-        got = hipep.InferenceSession(model.SerializeToString(), **options).run(None, feeds)
+        got = hipep.InferenceSession(model.SerializeToString(), device="cpu", **options).run(None, feeds)
         assert len(got) == len(want)
         for g, w in zip(got, want):
             assert g.dtype == w.dtype and g.shape == w.shape

@@ -750,7 +750,7 @@ def _norm_model():
 def _compare(model, feeds_list, **options):
     import hipep
 
-    sess = hipep.InferenceSession(model.SerializeToString(), **options)
+    sess = hipep.InferenceSession(model.SerializeToString(), device="cpu", **options)
     cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for feeds in feeds_list:
         got, want = sess.run(None, feeds), cpu.run(None, feeds)

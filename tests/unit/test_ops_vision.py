@@ -806,7 +806,7 @@ def _compare_with_cpu(model, feeds_list, rtol=1e-4, atol=1e-5, **options):
 
     data = model.SerializeToString()
     cpu = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-    sess = hipep.InferenceSession(data, **options)
+    sess = hipep.InferenceSession(data, device="cpu", **options)
     for feeds in feeds_list:
         want = cpu.run(None, feeds)
         got = sess.run(None, feeds)
@@ -868,7 +868,7 @@ def test_data_movement_of_every_type_end_to_end(elem):
     want = ort.InferenceSession(ref.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, {"x": x.astype(via)})[0].astype(dt)
     for options in ({}, {"cpu_schedule": "random", "seed": "3"}):
-        (got,) = hipep.InferenceSession(model.SerializeToString(), **options).run(None, {"x": x})
+        (got,) = hipep.InferenceSession(model.SerializeToString(), device="cpu", **options).run(None, {"x": x})
         assert got.dtype == dt
         np.testing.assert_array_equal(got, want)
 
@@ -939,7 +939,7 @@ def test_light_model_end_to_end(name):
 
     data = model.SerializeToString()
     want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
-    got = hipep.InferenceSession(data).run(None, feeds)
+    got = hipep.InferenceSession(data, device="cpu").run(None, feeds)
     probs, logits = want
     assert np.isfinite(logits).all() and np.ptp(logits) > 1.0  # the random weights tell classes apart
     np.testing.assert_allclose(got[1], logits, rtol=1e-4, atol=1e-4 * np.abs(logits).max())

@@ -135,7 +135,7 @@ def test_ort_sessions_under_deferred_and_random(rng, schedule, seed):
     for model, feeds in ((dynamic_model(), dynamic_feeds(rng)),
                          (build_attention_block(), [{"x": rng.standard_normal((b, s, 32)).astype(np.float32)}
                                                     for b, s in [(1, 1), (2, 6), (4, 9), (2, 6)]])):
-        sess = hipep.InferenceSession(model, cpu_schedule=schedule, seed=seed)
+        sess = hipep.InferenceSession(model, cpu_schedule=schedule, seed=seed, device="cpu")
         for f in feeds:
             for g, w in zip(sess.run(None, f), cpu_run(model, f)):
                 assert g.shape == w.shape

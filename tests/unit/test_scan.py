@@ -57,7 +57,7 @@ def _feeds_two(n=4):
 
 def _check(model, feeds, **options):
     want = cpu_session(model).run(None, feeds)
-    got = hipep.InferenceSession(model, **options).run(None, feeds)
+    got = hipep.InferenceSession(model, device="cpu", **options).run(None, feeds)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape
@@ -72,7 +72,7 @@ def test_cumsum(opset):
 
 def test_cumsum_one_step_and_lengths_change_between_runs():
     m = cumsum_model()
-    want, s = cpu_session(m), hipep.InferenceSession(m)
+    want, s = cpu_session(m), hipep.InferenceSession(m, device="cpu")
     for n in (1, 7, 3):
         feeds = {"init": np.zeros(2, np.float32), "xs": RNG.standard_normal((n, 2)).astype(np.float32)}
         for g, w in zip(s.run(None, feeds), want.run(None, feeds)):
@@ -153,7 +153,7 @@ def test_opset8_scan_is_not_claimed():
     m = make_model([node], [tensor("init", F, [1, 2]), tensor("xs", F, [1, 5, 2])],
                    [tensor("fin", F, [1, 2]), tensor("ys", F, [1, 5, 2])], opset=8)
     with pytest.raises(FallbackError, match="opset version 8"):
-        hipep.InferenceSession(m)
+        hipep.InferenceSession(m, device="cpu")
 
 
 def test_unclaimable_body_rejects_the_scan():
@@ -176,10 +176,10 @@ def test_inconsistent_lengths_and_empty_scan_fail_like_ort():
     with pytest.raises(Exception):
         cpu_session(m).run(None, feeds)
     with pytest.raises(Exception, match="length_equals_scan_input_0_length"):
-        hipep.InferenceSession(m).run(None, feeds)
+        hipep.InferenceSession(m, device="cpu").run(None, feeds)
     m = cumsum_model()
     feeds = {"init": np.ones(2, np.float32), "xs": np.zeros((0, 2), np.float32)}
     with pytest.raises(Exception):
         cpu_session(m).run(None, feeds)
     with pytest.raises(Exception, match="nonempty_scan"):
-        hipep.InferenceSession(m).run(None, feeds)
+        hipep.InferenceSession(m, device="cpu").run(None, feeds)
