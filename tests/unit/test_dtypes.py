@@ -10,6 +10,7 @@ import onnx.helper
 import pytest
 
 from hipep.dtypes import NUMPY_FOR_ELEM, elem_type_for, numpy_dtype_for
+from helpers import IR_VERSION
 
 
 @pytest.mark.parametrize("elem", sorted(v for v in onnx.TensorProto.DataType.values() if v))
@@ -40,7 +41,7 @@ def test_a_session_does_not_import_onnx(tmp_path):
                           "g", [helper.make_tensor_value_info("x", TP.FLOAT, [2, 8])],
                           [helper.make_tensor_value_info("z", TP.FLOAT, [2, 8])], [w])
     path = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION), str(path))
     script = ("import sys, numpy as np, hipep\n"
               f"s = hipep.InferenceSession({str(path)!r}, device='cpu')\n"
               "y = s.run(None, {'x': np.ones((2, 8), np.float32)})[0]\n"
