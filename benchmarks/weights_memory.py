@@ -46,7 +46,8 @@ modules = status("VmRSS")
 if ep.startswith("hipep"):
     sess = hipep.InferenceSession(path, device="cpu", plan_cache=plans)
     if (hipep.stats().get("plans_loaded", 0) > 0) != (ep == "hipep_stored"):
-        sys.exit(f"{ep}: expected the plan to be {'loaded' if ep == 'hipep_stored' else 'compiled'}: {hipep.stats()}")
+        sys.exit(f"{ep}: expected the plan to be {'loaded' if ep == 'hipep_stored' else 'compiled'}: {hipep.stats()} "
+                 f"(a stored plan is not found when hipep's source changed since it was stored)")
 else:
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
 created = status("VmRSS")
