@@ -30,7 +30,7 @@ from dataclasses import replace
 import threading
 import time
 
-from . import counters
+from . import counters, ort_compat
 from .compiler import compile_subgraph
 from .errors import HipepError, OptionError
 from .graph import GraphView, elem_type_of
@@ -176,6 +176,7 @@ class EpState:
         self.fallback_disabled = config.get(FALLBACK_KEY, "0").strip() == "1"
         self.strict_failure: str | None = None
         self.ort_severity = ort_severity
+        self.fused_graph: tuple | None = None  # the one graph hipep fuses in, where ORT needs that
         counters.bump("eps_created")
 
     def _records(self, pairs):
@@ -215,7 +216,25 @@ class EpState:
                                      f"'{graph.name}'; {consequence}:\n{lines}"))
         records.append((INFO, f"{EP_NAME}: {report.summary()}"))
         counters.bump("capability_calls")
+        if report.clusters and not self._may_fuse_in(graph, parent):
+            why = (f"{EP_NAME} leaves the nodes it claimed in graph '{graph.name}' to another EP: onnxruntime "
+                   f"{'.'.join(map(str, ort_compat.onnxruntime_version()))} names the nodes an EP fuses per graph "
+                   f"from 0, so they would take the names of those fused in graph '{self.fused_graph[0]}' "
+                   f"(onnxruntime >= 1.25 does not)")
+            if self.options.strict:
+                self.strict_failure = f"strict: {why}, and the 'strict' option forbids that"
+            records.append((ERROR if self.options.strict else WARNING, why))
+            return [], self._records(records)
         return report.clusters, self._records(records)
+
+    def _may_fuse_in(self, graph: GraphView, parent: dict | None) -> bool:
+        """True but where onnxruntime 1.24 would give this graph's fused nodes the names of another
+        graph's (hipep.ort_compat): there hipep fuses in the first graph it claims nodes of only."""
+        if not ort_compat.fused_names_restart_per_graph():
+            return True
+        graph_key = (graph.name, parent["node"]["name"] if parent is not None else None)
+        self.fused_graph = self.fused_graph or graph_key
+        return graph_key == self.fused_graph
 
     @staticmethod
     def _enclosing_node_claimable(parent: dict) -> bool:

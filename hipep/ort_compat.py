@@ -1,6 +1,6 @@
 """Where the onnxruntime releases hipep supports (1.24 through the newest) differ, in one place.
 
-Selecting a plugin EP by name. Newer onnxruntime releases list a registered plugin EP in
+Selecting a plugin EP by name. onnxruntime 1.25 and newer list a registered plugin EP in
 `get_available_providers()` and accept it in `InferenceSession(..., providers=[name])`.
 onnxruntime 1.24 does neither: its Python layer answers "Unknown Provider Type", and the only way
 in is `SessionOptions.add_provider_for_devices` with the EP's devices from `get_ep_devices()`,
@@ -12,8 +12,15 @@ Device memory from Python. onnxruntime 1.24's Python layer turns the device name
 OrtDevice with vendor id 0, which matches no plugin EP's memory (hipep's GPU memory carries
 NVIDIA's vendor id), so `ortvalue_from_numpy(x, "cuda", 0)` refuses ("Can't allocate memory on
 the CUDA device using this package") and `IOBinding.bind_output(name, "cuda", 0)` finds no
-allocator. Newer releases give "cuda" NVIDIA's vendor id. `gpu_ortvalue`, `empty_gpu_ortvalue`
-and `bind_output_to_gpu` name the vendor explicitly and work on both.
+allocator. 1.25 and newer give "cuda" NVIDIA's vendor id. `gpu_ortvalue`, `empty_gpu_ortvalue` and
+`bind_output_to_gpu` name the vendor explicitly and work on both.
+
+Fused node names. onnxruntime 1.24 names each node a plugin EP fuses "<EP>_<model hash>_<n>"
+with n counted from 0 in every GetCapability call, and ORT asks once per graph (each If branch,
+each Loop body, the main graph): fused nodes of two graphs of one model get the same name and
+session creation fails ("Conflicting with a registered kernel"). 1.25 and newer count across
+the session. `fused_names_restart_per_graph` says which kind of release is loaded; hipep's bridge
+then fuses in one graph per session only (EpState.get_capability).
 
 Provider options take the same road either way: ORT hands a plugin EP its provider options as the
 session config entries `ep.<ep name lower-cased>.<key>`, so where the EP cannot be named they are
@@ -22,10 +29,45 @@ options, which `add_provider_for_devices` alone would not (ORT refuses the same 
 """
 from __future__ import annotations
 
+import functools
+import importlib.metadata
+import re
+import sys
+
 from .errors import HipepError
 
 # hipep's GPU memory is CUDA device memory: ORT keys it by this PCI vendor id.
 NVIDIA_VENDOR_ID = 0x10DE
+
+
+# The first release whose fused node names count across a session's graphs.
+FUSED_NAMES_COUNT_ACROSS_GRAPHS = (1, 25)
+
+
+@functools.cache
+def onnxruntime_version() -> tuple[int, int] | None:
+    """The loaded onnxruntime's (major, minor); None where it cannot be told. Read from the
+    Python module where it is imported, else from the installed distribution's metadata (the
+    plugin may run inside a process that loaded ORT without its Python module, as
+    onnxruntime-genai does; importing it there would load a second copy of ORT)."""
+    module = sys.modules.get("onnxruntime")
+    text = getattr(module, "__version__", None)
+    for dist in ("onnxruntime", "onnxruntime-gpu", "onnxruntime-directml", "onnxruntime-openvino"):
+        if text:
+            break
+        try:
+            text = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    match = re.match(r"(\d+)\.(\d+)", text or "")
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def fused_names_restart_per_graph() -> bool:
+    """Whether the loaded onnxruntime gives fused nodes of different graphs of one model the same
+    names (1.24; see the module's docstring). An unknown version counts as a newer one."""
+    version = onnxruntime_version()
+    return version is not None and version < FUSED_NAMES_COUNT_ACROSS_GRAPHS
 
 
 def selectable_by_name(ep_name: str) -> bool:

@@ -1,7 +1,8 @@
 """hipep.ort_compat: one way to put hipep's EP into a session on every onnxruntime hipep supports.
 Newer releases select a registered plugin EP by name; onnxruntime 1.24 only through its devices
 (SessionOptions.add_provider_for_devices). Both roads are tested on whichever release is
-installed: the devices road is forced where ORT would take the name."""
+installed: the devices road is forced where ORT would take the name. Likewise onnxruntime 1.24's
+fused node names, counted from 0 in every graph, are forced on newer releases."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,7 +12,7 @@ from onnx import TensorProto as T, helper as h
 
 import hipep
 import hipep.ort_compat as ort_compat
-from helpers import assignment, cpu_session, make_model, middle_model, tensor
+from helpers import assignment, cpu_session, if_model, make_model, middle_model, session, tensor
 
 EP = "HipExecutionProvider"
 
@@ -79,3 +80,19 @@ def test_an_ep_without_devices_is_named_in_the_error(monkeypatch):
     monkeypatch.setattr(ort_compat, "selectable_by_name", lambda ep_name: False)
     with pytest.raises(hipep.HipepError, match="no device for the execution provider 'NoSuchExecutionProvider'"):
         ort_compat.session_providers(ort.SessionOptions(), "NoSuchExecutionProvider")
+
+
+def test_on_onnxruntime_1_24_hipep_fuses_in_one_graph_of_a_model(monkeypatch, rng, capfd):
+    """The If is left to the CPU EP (a Det in its then branch); hipep claims nodes in the main
+    graph and in the else branch. Where fused names restart per graph, only the first graph ORT
+    asks about is fused and the other's nodes go to the CPU EP, with a warning saying why."""
+    monkeypatch.setattr(ort_compat, "fused_names_restart_per_graph", lambda: True)
+    monkeypatch.setattr(ort_compat, "onnxruntime_version", lambda: (1, 24))
+    model = if_model("Det")
+    sess = session(model, optimization=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    for x in (rng.standard_normal((2, 9)), -np.abs(rng.standard_normal((3, 9))), np.abs(rng.standard_normal((1, 9)))):
+        x = x.astype(np.float32)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu_session(model).run(None, {"x": x})[0],
+                                   rtol=1e-5, atol=1e-6)
+    assert len(assignment(sess).get(EP, [])) == 1
+    assert "names the nodes an EP fuses per graph from 0" in capfd.readouterr().err
