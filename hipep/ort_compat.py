@@ -30,7 +30,6 @@ options, which `add_provider_for_devices` alone would not (ORT refuses the same 
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import re
 import sys
 
@@ -52,6 +51,8 @@ def onnxruntime_version() -> tuple[int, int] | None:
     onnxruntime-genai does; importing it there would load a second copy of ORT)."""
     module = sys.modules.get("onnxruntime")
     text = getattr(module, "__version__", None)
+    if text is None:  # only here: importlib.metadata is ~3 MiB of modules a session would keep
+        import importlib.metadata
     for dist in ("onnxruntime", "onnxruntime-gpu", "onnxruntime-directml", "onnxruntime-openvino"):
         if text:
             break
@@ -87,6 +88,11 @@ def session_providers(sess_options, ep_name: str, options: dict[str, str] | None
     EP's, see `check_session_runs`), the options become its session config entries, and the
     answer is None, which makes ORT use the session options' providers."""
     options = dict(options or {})
+    from . import CPU_EP_NAME, register
+    from .options import EP_NAME
+
+    if ep_name in (EP_NAME, CPU_EP_NAME):
+        register()  # idempotent: ORT knows hipep's EPs only once the library is registered
     if selectable_by_name(ep_name):
         return [(ep_name, options)] if options else [ep_name]
     import onnxruntime as ort
