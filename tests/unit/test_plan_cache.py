@@ -63,6 +63,9 @@ def test_a_stored_plan_runs_in_a_fresh_process_without_the_compiler(tmp_path):
         loaded = [m for m in sys.modules if m.split(".")[0] == "xdsl" or m.startswith(("hipep.ir", "hipep.passes"))
                   or m == "hipep.frontend"]
         assert not loaded, loaded
+        # Nor what would keep MiBs for nothing: onnx, OpenSSL's libcrypto (hashlib), importlib.metadata.
+        heavy = [m for m in ("onnx", "_hashlib", "importlib.metadata") if m in sys.modules]
+        assert not heavy, heavy
         print("ran")
         """)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
