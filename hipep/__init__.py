@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 
+from . import ort_compat  # noqa: F401  (hipep.ort_compat: selecting hipep on every onnxruntime release)
 from .errors import HipepError, ModelError, OptionError, RuntimeShapeError  # noqa: F401
 from .explain import explain  # noqa: F401
 from .options import EP_NAME, ProviderOptions

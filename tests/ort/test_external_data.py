@@ -24,7 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import hipep
 from hipep.errors import ModelError
-from helpers import cpu_ep, cpu_session, plain_ort_session
+from helpers import ORT_1_24, cpu_ep, cpu_session, plain_ort_session
 
 # explain reads initializers of up to SMALL_CONSTANT_ELEMENTS (65,536) elements, only the type of
 # larger ones; ORT reads small ones when it loads the model, large ones when an EP asks for them
@@ -108,12 +108,14 @@ def _bad_model(kind: str, n: int, folder: str, outside: dict) -> tuple[str, str]
     return _model(folder, location, n), location
 
 
-# What ORT itself says: it validates every external location before any EP sees the graph.
+# What ORT itself says: it validates every external location before any EP sees the graph. The
+# words onnxruntime 1.24 and the newest share; 1.24 reports a missing file as the filesystem error
+# it met, without the initializer's name.
 ORT_SAYS = {
-    "parent": "External data path escapes model directory",
-    "absolute": "Absolute path not allowed for external data location",
-    "symlink": "External data path escapes model directory",
-    "missing": "External data path does not exist",
+    "parent": "escapes model directory",
+    "absolute": "not allowed for external data location",
+    "symlink": "escapes model directory",
+    "missing": "No such file or directory" if ORT_1_24 else "External data path does not exist",
     "short": "are out of bounds or can not be read in full",
 }
 # What hipep.explain says (hipep.errors.ModelError).
@@ -162,7 +164,8 @@ def test_session_refuses_bad_external_data(layout, tmp_path, capfd, entry, kind,
         assert (f"external data of initializer 'w': file '{os.path.join(folder, location)}' holds {have} bytes, "
                 f"but the initializer's offset 0 + length {need} needs {need} ({need - have} bytes missing)"
                 in capfd.readouterr().err)
-    if (kind, n, entry) == ("short", LARGE, "hipep.InferenceSession"):
+    # (onnxruntime 1.24 does not look for a large initializer's missing file at load time either)
+    if (n, entry) == (LARGE, "hipep.InferenceSession") and (kind == "short" or (ORT_1_24 and kind == "missing")):
         # ORT reads a large initializer only when hipep's GetCapability asks for it, and only logs
         # that failure; the session then fails for the fallback, and hipep says why
         assert info.type is ModelError, message
@@ -171,7 +174,7 @@ def test_session_refuses_bad_external_data(layout, tmp_path, capfd, entry, kind,
     else:
         # ORT's error reaches the user as it is: it names the initializer and what is wrong
         assert ORT_SAYS[kind] in message, message
-        assert "initializer: w" in message or "External initializer: w" in message, message
+        assert "initializer: w" in message or (ORT_1_24 and kind == "missing"), message
         if kind in ("parent", "symlink", "missing"):
             assert os.path.basename(location) in message, message
     # hipep compiled nothing and Python opened nothing outside the folder
