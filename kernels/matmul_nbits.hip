@@ -675,95 +675,91 @@ template <typename T, bool Q8>
 HIPEP_DEVICE void hipep_mnb_gemv_row(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
                                      const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
                                      const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
-  constexpr int U = MNB_ROW_U;
+  constexpr int C = 1, U = MNB_ROW_U;
   extern __shared__ float4 hipep_mnb_smem4[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(hipep_mnb_smem4);
 
-  // A warp per output column, its lanes on every warp-width-th chunk of the row. The column's
-  // rows of B, scales and zero points are located once (a warp past N reads the last column and
-  // writes nothing); within a row, offsets are 32-bit (a row holds under 2^31 bytes).
+  // A warp per output column, its lanes on every warp-width-th chunk of the row.
   const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
-  const hipep_i64 col = (hipep_i64)blockIdx.x * MNB_WARPS + warp;
-  const hipep_i64 n = col < a.n ? col : a.n - 1;
-  const uint4* brow = reinterpret_cast<const uint4*>(B + n * a.row_bytes);
-  const T* srow = scales + n * a.nb;
-  const unsigned char* zrow = a.zp_mode == 1 ? static_cast<const unsigned char*>(zp) + n * a.zp_row : 0;
+  const hipep_i64 col0 = (hipep_i64)blockIdx.x * MNB_WARPS + warp;
+  const int first = lane, step = HIPEP_WARP_SIZE;
   const int tile_chunks_max = a.k_tile / 32;
-  const int log2_bs = a.log2_bs;
 
-  float acc = 0.0f;
-  uint4 q[U];
-  float qs[U];
-  int qz[U];
-  // Chunk c0 + u * warp width of the tile at kt (c = its first value's block), issued together.
-  auto load = [&](int kt_chunks, int c0, int tile_chunks) {
+  float acc[C];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int ch = c0 + u * HIPEP_WARP_SIZE;
-      q[u] = make_uint4(0u, 0u, 0u, 0u);
-      qs[u] = 0.0f;
-      qz[u] = 8;
-      if (ch < tile_chunks) {
-        const int chunk = kt_chunks + ch;  // chunk index within the row
-        const int blk = (chunk * 32) >> log2_bs;
-        q[u] = brow[chunk];
-        qs[u] = hipep_to_float(srow[blk]);
-        if (zrow != 0) qz[u] = (zrow[blk >> 1] >> ((blk & 1) * 4)) & 0xF;
-      }
-    }
-  };
+  for (int c = 0; c < C; ++c) acc[c] = 0.0f;
+  uint4 q[U][C];
+  float qs[U][C], qz[U][C];
   for (hipep_i64 kt = 0; kt < a.k_pad; kt += a.k_tile) {
-    const int tile_chunks = (int)(((a.k_pad - kt) < a.k_tile ? (a.k_pad - kt) : a.k_tile) / 32);
-    const int kt_chunks = (int)(kt / 32);
-    load(kt_chunks, lane, tile_chunks);  // in flight while A is staged
-    __syncthreads();                     // the previous tile's readers are done
+    const int tile_vals = (int)((a.k_pad - kt) < a.k_tile ? (a.k_pad - kt) : a.k_tile);
+    const int tile_chunks = tile_vals / 32;
+    hipep_mnb_load_step<T, 4, C, U>(q, qs, qz, B, scales, zp, first, step, kt, tile_chunks, col0, a);
+    __syncthreads();  // the previous tile's readers are done
     if constexpr (Q8) {
       hipep_mnb_row_stage_q8<T>(smem, A, kt, tile_chunks_max, a);
     } else {
       hipep_mnb_row_stage_h2(smem, reinterpret_cast<const hipep_half*>(A), kt, tile_chunks_max, a);
     }
     __syncthreads();
-    for (int c0 = lane; c0 < tile_chunks; c0 += HIPEP_WARP_SIZE * U) {
-      if (c0 != lane) load(kt_chunks, c0, tile_chunks);
+    for (int c0 = first; c0 < tile_chunks; c0 += step * U) {
+      if (c0 != first) hipep_mnb_load_step<T, 4, C, U>(q, qs, qz, B, scales, zp, c0, step, kt, tile_chunks, col0, a);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const int ch = c0 + u * HIPEP_WARP_SIZE;
+        const int ch = c0 + u * step;
         if (ch >= tile_chunks) break;
         if constexpr (Q8) {
           const int4* even = reinterpret_cast<const int4*>(smem);
           const int4* odd = even + tile_chunks_max;
           const float* a_scale = reinterpret_cast<const float*>(odd + tile_chunks_max);
-          const int* chunk_sum = reinterpret_cast<const int*>(a_scale + (tile_chunks_max * 32 >> log2_bs) + 1);
+          const int* chunk_sum = reinterpret_cast<const int*>(a_scale + (tile_chunks_max * 32 >> a.log2_bs) + 1);
           const int4 ae = even[ch], ao = odd[ch];
-          const unsigned int w[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
-          const int ev[4] = {ae.x, ae.y, ae.z, ae.w}, od[4] = {ao.x, ao.y, ao.z, ao.w};
-          int isum = -qz[u] * chunk_sum[ch];
+          const float sa = a_scale[(ch * 32) >> a.log2_bs];
+          const int csum = chunk_sum[ch];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            isum = hipep_dp4a((int)(w[i] & 0x0F0F0F0Fu), ev[i], isum);
-            isum = hipep_dp4a((int)((w[i] >> 4) & 0x0F0F0F0Fu), od[i], isum);
+          for (int c = 0; c < C; ++c) {
+            const unsigned int w[4] = {q[u][c].x, q[u][c].y, q[u][c].z, q[u][c].w};
+            const int ev[4] = {ae.x, ae.y, ae.z, ae.w}, od[4] = {ao.x, ao.y, ao.z, ao.w};
+            int isum = -(int)qz[u][c] * csum;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              isum = hipep_dp4a((int)(w[i] & 0x0F0F0F0Fu), ev[i], isum);
+              isum = hipep_dp4a((int)((w[i] >> 4) & 0x0F0F0F0Fu), od[i], isum);
+            }
+            acc[c] = fmaf((float)isum, qs[u][c] * sa, acc[c]);
           }
-          acc = fmaf((float)isum, qs[u] * a_scale[(ch * 32) >> log2_bs], acc);
         } else {
           const uint4* planes = reinterpret_cast<const uint4*>(smem);
           const uint4 p0 = planes[ch], p1 = planes[tile_chunks_max + ch], p2 = planes[2 * tile_chunks_max + ch],
                       p3 = planes[3 * tile_chunks_max + ch];
-          const __half2 c_lo = __float2half2_rn(1024.0f + (float)qz[u]);
-          const __half2 c_hi = __float2half2_rn(-64.0f - (float)qz[u]);
-          const float2 f0 = __half22float2(hipep_mnb_row_word_h2(q[u].x, p0, c_lo, c_hi));
-          const float2 f1 = __half22float2(hipep_mnb_row_word_h2(q[u].y, p1, c_lo, c_hi));
-          const float2 f2 = __half22float2(hipep_mnb_row_word_h2(q[u].z, p2, c_lo, c_hi));
-          const float2 f3 = __half22float2(hipep_mnb_row_word_h2(q[u].w, p3, c_lo, c_hi));
-          const float part = ((f0.x + f0.y) + (f1.x + f1.y)) + ((f2.x + f2.y) + (f3.x + f3.y));
-          acc = fmaf(qs[u], part, acc);
+#pragma unroll
+          for (int c = 0; c < C; ++c) {
+            const __half2 c_lo = __float2half2_rn(1024.0f + qz[u][c]);
+            const __half2 c_hi = __float2half2_rn(-64.0f - qz[u][c]);
+            float2 f = __half22float2(hipep_mnb_row_word_h2(q[u][c].x, p0, c_lo, c_hi));
+            float part = f.x + f.y;
+            f = __half22float2(hipep_mnb_row_word_h2(q[u][c].y, p1, c_lo, c_hi));
+            part += f.x + f.y;
+            f = __half22float2(hipep_mnb_row_word_h2(q[u][c].z, p2, c_lo, c_hi));
+            part += f.x + f.y;
+            f = __half22float2(hipep_mnb_row_word_h2(q[u][c].w, p3, c_lo, c_hi));
+            part += f.x + f.y;
+            acc[c] = fmaf(qs[u][c], part, acc[c]);
+          }
         }
       }
     }
   }
-  acc = hipep_warp_sum(acc);
-  if (lane == 0 && col < a.n) {
-    const float b = bias != 0 ? hipep_to_float(bias[col]) : 0.0f;
-    Y[col] = hipep_from_float<T>(acc + b);
+
+#pragma unroll
+  for (int c = 0; c < C; ++c) acc[c] = hipep_warp_sum(acc[c]);
+  if (lane == 0) {
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const hipep_i64 n = col0 + c;
+      if (n >= a.n) break;
+      const float b = bias != 0 ? hipep_to_float(bias[n]) : 0.0f;
+      Y[n] = hipep_from_float<T>(acc[c] + b);
+    }
   }
 }
 

@@ -277,7 +277,7 @@ def _emulate_mnb_gemv_row(rd, op, a, q8, dt, A, B, S, Z, bias, Y):
                                 isum = int(np.dot(codes[ch * 32:ch * 32 + 32], (q - z).astype(np.int64)))
                                 acc[warp, lane, c] = f32(acc[warp, lane, c] + f32(isum) * f32(s * a_scale[ch * 32 // bs]))
                                 continue
-                            words = []
+                            part = f32(0)
                             for i in range(4):  # word i: halves x (values 0-3) and y (values 4-7)
                                 d = (q[8 * i:8 * i + 8] - z).astype(np.float16)
                                 av = halves[ch * 32 + 8 * i:ch * 32 + 8 * i + 8]
@@ -285,8 +285,7 @@ def _emulate_mnb_gemv_row(rd, op, a, q8, dt, A, B, S, Z, bias, Y):
                                 for j in range(1, 4):
                                     px = np.float16(float(d[j]) * float(av[j]) + float(px))
                                     py = np.float16(float(d[4 + j]) * float(av[4 + j]) + float(py))
-                                words.append(f32(f32(px) + f32(py)))
-                            part = f32(f32(words[0] + words[1]) + f32(words[2] + words[3]))
+                                part = f32(part + f32(f32(px) + f32(py)))
                             acc[warp, lane, c] = f32(acc[warp, lane, c] + s * part)
         for group in range(groups):
             col0 = (bx * groups + group) * cols
