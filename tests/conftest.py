@@ -7,3 +7,13 @@ import pytest
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+def pytest_collection_modifyitems(config, items):
+    # Cases whose oracle, onnxruntime, behaves otherwise in the installed (old) release
+    from ort_differences import expected_failure
+
+    for item in items:
+        reason = expected_failure(item.nodeid)
+        if reason is not None:
+            item.add_marker(pytest.mark.xfail(reason=reason, strict=True))
