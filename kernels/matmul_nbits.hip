@@ -582,76 +582,98 @@ HIPEP_DEVICE int hipep_dp4a(int a, int b, int c) {
 // Shared memory of the row GEMV for a tile of `tile_chunks` chunks: q8 -- the even and odd code
 // planes (16 bytes a chunk each), each block's scale of A (4 bytes per block of 32+ values) and
 // each chunk's code sum; h2 -- four planes of half2 pairs (16 bytes a chunk each).
-template <bool Q8>
-HIPEP_DEVICE void hipep_mnb_row_stage(unsigned char* smem, const void* A_, hipep_i64 kt, int tile_chunks,
-                                      const hipep_mnb_args& a);
+// Words of A (8 values) a thread loads before it stores any: the tile's loads are in flight
+// together rather than one round trip per word (K = 4096 with 256 threads is one pass).
+#define MNB_ROW_STAGE_Q8 2
+#define MNB_ROW_STAGE_H2 2
 
 // q8 staging: thread t takes word w = t, t + blockDim.x, ... (8 values); the bs / 8 threads of a
 // block of A (an aligned group of lanes, bs <= 256) find its amax and code sum by shuffles.
 template <typename T>
 HIPEP_DEVICE void hipep_mnb_row_stage_q8(unsigned char* smem, const T* HIPEP_RESTRICT A, hipep_i64 kt,
                                          int tile_chunks, const hipep_mnb_args& a) {
+  constexpr int P = MNB_ROW_STAGE_Q8;
   int4* even = reinterpret_cast<int4*>(smem);
   int4* odd = even + tile_chunks;
   float* a_scale = reinterpret_cast<float*>(odd + tile_chunks);
   int* chunk_sum = reinterpret_cast<int*>(a_scale + (tile_chunks * 32 >> a.log2_bs) + 1);
   const int words = tile_chunks * 4;
   const int group = 1 << (a.log2_bs - 3);  // threads per block of A: 4 .. 32
-  for (int w0 = 0; w0 < words; w0 += blockDim.x) {  // the same trips for every thread (shuffles)
-    const int w = w0 + threadIdx.x;
-    float v[8];
-    float amax = 0.0f;
+  for (int w0 = 0; w0 < words; w0 += P * blockDim.x) {  // the same trips for every thread (shuffles)
+    float v[P][8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const hipep_i64 k = kt + (hipep_i64)w * 8 + j;
-      v[j] = (w < words && k < a.k) ? hipep_to_float(A[k]) : 0.0f;
-      amax = fmaxf(amax, fabsf(v[j]));
-    }
-    const float2 p = hipep_mnb_int8_params(hipep_mnb_group_max(amax, group));
-    int lo = 0, hi = 0, sum = 0;
+    for (int i = 0; i < P; ++i) {
+      const int w = w0 + i * blockDim.x + threadIdx.x;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int q = (int)rintf(v[j] * p.y);
-      sum += q;
-      if (j % 2 == 0) lo |= (q & 0xFF) << (8 * (j / 2));
-      else hi |= (q & 0xFF) << (8 * (j / 2));
+      for (int j = 0; j < 8; ++j) {
+        const hipep_i64 k = kt + (hipep_i64)w * 8 + j;
+        v[i][j] = (w < words && k < a.k) ? hipep_to_float(A[k]) : 0.0f;
+      }
     }
-    for (int o = 1; o < 4; o <<= 1) sum += HIPEP_SHFL_XOR(sum, o);  // the chunk's 4 words
-    if (w < words) {
-      reinterpret_cast<int*>(even)[w] = lo;
-      reinterpret_cast<int*>(odd)[w] = hi;
-      if (w % 4 == 0) chunk_sum[w / 4] = sum;
-      if (w % group == 0) a_scale[(w * 8) >> a.log2_bs] = p.x;
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      const int w = w0 + i * blockDim.x + threadIdx.x;
+      float amax = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[i][j]));
+      const float2 p = hipep_mnb_int8_params(hipep_mnb_group_max(amax, group));
+      int lo = 0, hi = 0, sum = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int q = (int)rintf(v[i][j] * p.y);
+        sum += q;
+        if (j % 2 == 0) lo |= (q & 0xFF) << (8 * (j / 2));
+        else hi |= (q & 0xFF) << (8 * (j / 2));
+      }
+      for (int o = 1; o < 4; o <<= 1) sum += HIPEP_SHFL_XOR(sum, o);  // the chunk's 4 words
+      if (w < words) {
+        reinterpret_cast<int*>(even)[w] = lo;
+        reinterpret_cast<int*>(odd)[w] = hi;
+        if (w % 4 == 0) chunk_sum[w / 4] = sum;
+        if (w % group == 0) a_scale[(w * 8) >> a.log2_bs] = p.x;
+      }
     }
   }
+}
+
+// 8 halves of A from k0 (zeros past K): one 16-byte load where A allows it.
+HIPEP_DEVICE uint4 hipep_mnb_row_a8(const hipep_half* HIPEP_RESTRICT A, hipep_i64 k0, const hipep_mnb_args& a) {
+  if (a.a_vec && k0 + 8 <= a.k && (a.k % 8) == 0) return *reinterpret_cast<const uint4*>(A + k0);
+  uint4 raw;
+  hipep_half* h = reinterpret_cast<hipep_half*>(&raw);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) h[j] = (k0 + j < a.k) ? A[k0 + j] : __float2half(0.0f);
+  return raw;
 }
 
 // h2 staging: thread t takes word w (8 halves) and writes its 4 pairs to plane w % 4, chunk w / 4.
 HIPEP_DEVICE void hipep_mnb_row_stage_h2(unsigned char* smem, const hipep_half* HIPEP_RESTRICT A, hipep_i64 kt,
                                          int tile_chunks, const hipep_mnb_args& a) {
+  constexpr int P = MNB_ROW_STAGE_H2;
   uint4* planes = reinterpret_cast<uint4*>(smem);
   const int words = tile_chunks * 4;
-  for (int w = threadIdx.x; w < words; w += blockDim.x) {
-    const hipep_i64 k0 = kt + (hipep_i64)w * 8;
-    hipep_half h[8];
-    if (a.a_vec && k0 + 8 <= a.k && (a.k % 8) == 0) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(A + k0);
-      const hipep_half* r = reinterpret_cast<const hipep_half*>(&raw);
+  for (int w0 = 0; w0 < words; w0 += P * blockDim.x) {
+    uint4 raw[P];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) h[j] = r[j];
-    } else {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) h[j] = (k0 + j < a.k) ? A[k0 + j] : __float2half(0.0f);
+    for (int i = 0; i < P; ++i) {
+      const int w = w0 + i * blockDim.x + threadIdx.x;
+      if (w < words) raw[i] = hipep_mnb_row_a8(A, kt + (hipep_i64)w * 8, a);
     }
-    uint4 out;
-    __half2 pr[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) pr[i] = __halves2half2(h[i], h[i + 4]);
-    out.x = *reinterpret_cast<unsigned int*>(&pr[0]);
-    out.y = *reinterpret_cast<unsigned int*>(&pr[1]);
-    out.z = *reinterpret_cast<unsigned int*>(&pr[2]);
-    out.w = *reinterpret_cast<unsigned int*>(&pr[3]);
-    planes[(w % 4) * tile_chunks + w / 4] = out;
+    for (int i = 0; i < P; ++i) {
+      const int w = w0 + i * blockDim.x + threadIdx.x;
+      if (w >= words) break;
+      const hipep_half* h = reinterpret_cast<const hipep_half*>(&raw[i]);
+      uint4 out;
+      __half2 pr[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) pr[j] = __halves2half2(h[j], h[j + 4]);
+      out.x = *reinterpret_cast<unsigned int*>(&pr[0]);
+      out.y = *reinterpret_cast<unsigned int*>(&pr[1]);
+      out.z = *reinterpret_cast<unsigned int*>(&pr[2]);
+      out.w = *reinterpret_cast<unsigned int*>(&pr[3]);
+      planes[(w % 4) * tile_chunks + w / 4] = out;
+    }
   }
 }
 
@@ -694,7 +716,7 @@ HIPEP_DEVICE void hipep_mnb_gemv_row(const T* HIPEP_RESTRICT A, const unsigned c
     const int tile_vals = (int)((a.k_pad - kt) < a.k_tile ? (a.k_pad - kt) : a.k_tile);
     const int tile_chunks = tile_vals / 32;
     hipep_mnb_load_step<T, 4, C, U>(q, qs, qz, B, scales, zp, first, step, kt, tile_chunks, col0, a);
-    __syncthreads();  // the previous tile's readers are done
+    if (kt != 0) __syncthreads();  // the previous tile's readers are done
     if constexpr (Q8) {
       hipep_mnb_row_stage_q8<T>(smem, A, kt, tile_chunks_max, a);
     } else {
