@@ -1,0 +1,313 @@
+// Candidate designs for the one-row int4 GEMV (4 bits, block 32, no zero points, fp16 A and
+// scales), timed by benchmarks/gemv_study.py against hipep's own kernels and a read-only floor.
+// Not product kernels: they take only the study's shapes (K a multiple of 1024, 16-byte rows).
+//   read_only      the weights' loads alone (the floor for any kernel with this access pattern)
+//   read_with_a    the same plus A's 32 halves per chunk from global memory (L1)
+//   f32_a_l1       a full GEMV: nibbles to f32, FMA in f32, A from L1
+//   h2_a_l1        nibbles to halves (one AND/OR), HFMA2, A from L1
+//   h2_a_staged    h2_a_l1 with A staged once per block in shared memory as half2 pairs; a warp per
+//                  output column
+// C: output columns per warp; U: chunks (16 bytes) per column in flight per lane.
+#include "hipep_device.h"
+typedef long long i64;
+
+// read_only: the same access pattern as a warp-per-COLS-rows GEMV, only loads and an XOR.
+template <int COLS, int U>
+__device__ void read_only(const unsigned char* __restrict__ B, unsigned int* __restrict__ out, i64 n, i64 row_bytes) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const i64 col0 = ((i64)blockIdx.x * warps + warp) * COLS;
+  const int chunks = (int)(row_bytes / 16);
+  unsigned int x = 0;
+  for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+    uint4 q[U][COLS];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) {
+        q[u][c] = make_uint4(0, 0, 0, 0);
+        if (c0 + 32 * u < chunks && col0 + c < n)
+          q[u][c] = __ldg(reinterpret_cast<const uint4*>(B + (col0 + c) * row_bytes) + c0 + 32 * u);
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) x ^= q[u][c].x ^ q[u][c].y ^ q[u][c].z ^ q[u][c].w;
+  }
+  for (int o = 16; o; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
+  if (lane == 0) out[blockIdx.x * warps + warp] = x;
+}
+
+// f32_a_l1: one row of A, 4-bit weights without zero points (8): warp per COLS columns, no shared
+// memory; A read from global (L1) per chunk; U chunks per column in flight per lane.
+__device__ __forceinline__ void dq8(unsigned int w, float* out) {
+  // 8 nibbles → floats q - 8 via the 2^23 trick
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const unsigned int b = (w >> (8 * j)) & 0xFFu;
+    out[2 * j] = __int_as_float(0x4B000000u | (b & 0xFu)) - 8388616.0f;
+    out[2 * j + 1] = __int_as_float(0x4B000000u | (b >> 4)) - 8388616.0f;
+  }
+}
+
+template <int COLS, int U>
+__device__ void f32_a_l1(const __half* __restrict__ A, const unsigned char* __restrict__ B, const __half* __restrict__ S,
+                        __half* __restrict__ Y, i64 n, i64 row_bytes, i64 nb, int log2_bs) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const i64 col0 = ((i64)blockIdx.x * warps + warp) * COLS;
+  const int chunks = (int)(row_bytes / 16);
+  float acc[COLS];
+#pragma unroll
+  for (int c = 0; c < COLS; ++c) acc[c] = 0.f;
+  for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+    uint4 q[U][COLS];
+    float s[U][COLS];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) {
+        q[u][c] = make_uint4(0, 0, 0, 0);
+        s[u][c] = 0.f;
+        const int ch = c0 + 32 * u;
+        if (ch < chunks && col0 + c < n) {
+          q[u][c] = __ldg(reinterpret_cast<const uint4*>(B + (col0 + c) * row_bytes) + ch);
+          s[u][c] = __half2float(S[(col0 + c) * nb + (((i64)ch * 32) >> log2_bs)]);
+        }
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int ch = c0 + 32 * u;
+      if (ch >= chunks) break;
+      float a[32];
+      const uint4* ap = reinterpret_cast<const uint4*>(A + (i64)ch * 32);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint4 v = __ldg(ap + i);
+        const __half2* h = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float2 f = __half22float2(h[j]);
+          a[8 * i + 2 * j] = f.x;
+          a[8 * i + 2 * j + 1] = f.y;
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) {
+        const unsigned int w[4] = {q[u][c].x, q[u][c].y, q[u][c].z, q[u][c].w};
+        float p = 0.f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float d[8];
+          dq8(w[i], d);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) p = fmaf(a[8 * i + j], d[j], p);
+        }
+        acc[c] = fmaf(s[u][c], p, acc[c]);
+      }
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < COLS; ++c)
+    for (int o = 16; o; o >>= 1) acc[c] += __shfl_xor_sync(0xffffffffu, acc[c], o);
+  if (lane == 0)
+#pragma unroll
+    for (int c = 0; c < COLS; ++c)
+      if (col0 + c < n) Y[col0 + c] = __float2half(acc[c]);
+}
+
+#define FLOOR(C, U) \
+  extern "C" __global__ void __launch_bounds__(128) read_only_c##C##_u##U(const unsigned char* B, unsigned int* out, i64 n, i64 rb) { read_only<C, U>(B, out, n, rb); }
+#define V2(C, U) \
+  extern "C" __global__ void __launch_bounds__(128) f32_a_l1_c##C##_u##U(const __half* A, const unsigned char* B, const __half* S, __half* Y, i64 n, i64 rb, i64 nb, int l) { f32_a_l1<C, U>(A, B, S, Y, n, rb, nb, l); }
+FLOOR(1, 4) FLOOR(2, 4)
+V2(2, 4)
+
+// ---- packed arithmetic -------------------------------------------------------------------------------
+__device__ __forceinline__ __half2 u2h(unsigned int v) { return *reinterpret_cast<__half2*>(&v); }
+__device__ __forceinline__ __half2 word_h2(unsigned int x, __half2 p0, __half2 p1, __half2 p2, __half2 p3, __half2 c_lo, __half2 c_hi) {
+  const __half2 sixteenth = __float2half2_rn(0.0625f);
+  const unsigned int x8 = x >> 8;
+  const __half2 d0 = __hsub2(u2h((x & 0x000F000Fu) | 0x64006400u), c_lo);
+  const __half2 d1 = __hfma2(u2h((x & 0x00F000F0u) | 0x64006400u), sixteenth, c_hi);
+  const __half2 d2 = __hsub2(u2h((x8 & 0x000F000Fu) | 0x64006400u), c_lo);
+  const __half2 d3 = __hfma2(u2h((x8 & 0x00F000F0u) | 0x64006400u), sixteenth, c_hi);
+  __half2 p = __hmul2(d0, p0);
+  p = __hfma2(d1, p1, p);
+  p = __hfma2(d2, p2, p);
+  return __hfma2(d3, p3, p);
+}
+
+// h2_a_l1: no shared memory; A's 32 halves of a chunk from global (L1), pairs built in registers.
+template <int COLS, int U>
+__device__ void h2_a_l1(const __half* __restrict__ A, const unsigned char* __restrict__ B, const __half* __restrict__ S,
+                        __half* __restrict__ Y, i64 n, i64 row_bytes, i64 nb, int log2_bs) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const i64 col0 = ((i64)blockIdx.x * warps + warp) * COLS;
+  const int chunks = (int)(row_bytes / 16);
+  float acc[COLS];
+#pragma unroll
+  for (int c = 0; c < COLS; ++c) acc[c] = 0.f;
+  const __half2 c_lo = __float2half2_rn(1032.0f), c_hi = __float2half2_rn(-72.0f);
+  for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+    uint4 q[U][COLS];
+    float s[U][COLS];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) {
+        q[u][c] = make_uint4(0, 0, 0, 0);
+        s[u][c] = 0.f;
+        const int ch = c0 + 32 * u;
+        if (ch < chunks && col0 + c < n) {
+          q[u][c] = __ldg(reinterpret_cast<const uint4*>(B + (col0 + c) * row_bytes) + ch);
+          s[u][c] = __half2float(S[(col0 + c) * nb + (((i64)ch * 32) >> log2_bs)]);
+        }
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int ch = c0 + 32 * u;
+      if (ch >= chunks) break;
+      const uint4* ap = reinterpret_cast<const uint4*>(A + (i64)ch * 32);
+      uint4 av[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) av[i] = __ldg(ap + i);
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) {
+        const unsigned int w[4] = {q[u][c].x, q[u][c].y, q[u][c].z, q[u][c].w};
+        float part = 0.f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const __half2* h = reinterpret_cast<const __half2*>(&av[i]);  // (a0,a1) (a2,a3) (a4,a5) (a6,a7)
+          const __half2 p0 = __lows2half2(h[0], h[2]), p1 = __highs2half2(h[0], h[2]);
+          const __half2 p2 = __lows2half2(h[1], h[3]), p3 = __highs2half2(h[1], h[3]);
+          const float2 f = __half22float2(word_h2(w[i], p0, p1, p2, p3, c_lo, c_hi));
+          part += f.x + f.y;
+        }
+        acc[c] = fmaf(s[u][c], part, acc[c]);
+      }
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < COLS; ++c)
+    for (int o = 16; o; o >>= 1) acc[c] += __shfl_xor_sync(0xffffffffu, acc[c], o);
+  if (lane == 0)
+#pragma unroll
+    for (int c = 0; c < COLS; ++c)
+      if (col0 + c < n) Y[col0 + c] = __float2half(acc[c]);
+}
+
+// read_with_a: the read floor plus A's 4 uint4 per chunk from global.
+template <int COLS, int U>
+__device__ void read_with_a(const __half* __restrict__ A, const unsigned char* __restrict__ B, unsigned int* out, i64 n, i64 row_bytes) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const i64 col0 = ((i64)blockIdx.x * warps + warp) * COLS;
+  const int chunks = (int)(row_bytes / 16);
+  unsigned int x = 0;
+  for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+    uint4 q[U][COLS];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) {
+        q[u][c] = make_uint4(0, 0, 0, 0);
+        if (c0 + 32 * u < chunks && col0 + c < n)
+          q[u][c] = __ldg(reinterpret_cast<const uint4*>(B + (col0 + c) * row_bytes) + c0 + 32 * u);
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (c0 + 32 * u >= chunks) break;
+      const uint4* ap = reinterpret_cast<const uint4*>(A + (i64)(c0 + 32 * u) * 32);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) { const uint4 a = __ldg(ap + i); x ^= a.x ^ a.w; }
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) x ^= q[u][c].x ^ q[u][c].y ^ q[u][c].z ^ q[u][c].w;
+    }
+  }
+  for (int o = 16; o; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
+  if (lane == 0) out[blockIdx.x * warps + warp] = x;
+}
+
+#define V3(C, U) \
+  extern "C" __global__ void __launch_bounds__(128) h2_a_l1_c##C##_u##U(const __half* A, const unsigned char* B, const __half* S, __half* Y, i64 n, i64 rb, i64 nb, int l) { h2_a_l1<C, U>(A, B, S, Y, n, rb, nb, l); }
+#define FA(C, U) \
+  extern "C" __global__ void __launch_bounds__(128) read_with_a_c##C##_u##U(const __half* A, const unsigned char* B, unsigned int* out, i64 n, i64 rb) { read_with_a<C, U>(A, B, out, n, rb); }
+V3(1, 4) V3(2, 4) V3(2, 2)
+FA(1, 4) FA(2, 4)
+
+// ---- A staged once per block as half2 pairs, a warp per column ----------------------------------------
+template <bool A_FIRST, int U, int AW>
+__device__ void h2_a_staged(const __half* __restrict__ A, const unsigned char* __restrict__ B, const __half* __restrict__ S,
+                       __half* __restrict__ Y, int n, int row_bytes, int nb, int log2_bs, int k) {
+  extern __shared__ uint4 planes[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
+  const int col = blockIdx.x * W + warp;
+  const int chunks = row_bytes / 16;
+  const int words = k / 8;
+  uint4 av[AW];
+  uint4 q[U];
+  float s[U];
+  const unsigned char* brow = B + (i64)(col < n ? col : 0) * row_bytes;
+  const __half* srow = S + (i64)(col < n ? col : 0) * nb;
+  auto load_b = [&](int c0) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int ch = c0 + 32 * u;
+      q[u] = make_uint4(0, 0, 0, 0);
+      s[u] = 0.f;
+      if (ch < chunks && col < n) {
+        q[u] = __ldg(reinterpret_cast<const uint4*>(brow) + ch);
+        s[u] = __half2float(srow[(ch * 32) >> log2_bs]);
+      }
+    }
+  };
+  auto load_a = [&]() {
+#pragma unroll
+    for (int i = 0; i < AW; ++i) {
+      const int w = threadIdx.x + i * blockDim.x;
+      if (w < words) av[i] = __ldg(reinterpret_cast<const uint4*>(A) + w);
+    }
+  };
+  if (A_FIRST) { load_a(); load_b(lane); } else { load_b(lane); load_a(); }
+#pragma unroll
+  for (int i = 0; i < AW; ++i) {
+    const int w = threadIdx.x + i * blockDim.x;
+    if (w < words) {
+      const __half2* h = reinterpret_cast<const __half2*>(&av[i]);
+      const __half2 p0 = __lows2half2(h[0], h[2]), p1 = __highs2half2(h[0], h[2]);
+      const __half2 p2 = __lows2half2(h[1], h[3]), p3 = __highs2half2(h[1], h[3]);
+      uint4 o;
+      o.x = *reinterpret_cast<const unsigned int*>(&p0);
+      o.y = *reinterpret_cast<const unsigned int*>(&p1);
+      o.z = *reinterpret_cast<const unsigned int*>(&p2);
+      o.w = *reinterpret_cast<const unsigned int*>(&p3);
+      planes[(w & 3) * (words / 4) + (w >> 2)] = o;
+    }
+  }
+  __syncthreads();
+  const int pc = words / 4;
+  const __half2 c_lo = __float2half2_rn(1032.0f), c_hi = __float2half2_rn(-72.0f);
+  float acc = 0.f;
+  for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+    if (c0 != lane) load_b(c0);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int ch = c0 + 32 * u;
+      if (ch >= chunks) break;
+      const uint4 a0 = planes[ch], a1 = planes[pc + ch], a2 = planes[2 * pc + ch], a3 = planes[3 * pc + ch];
+      float part;
+      float2 f = __half22float2(word_h2(q[u].x, u2h(a0.x), u2h(a0.y), u2h(a0.z), u2h(a0.w), c_lo, c_hi));
+      part = f.x + f.y;
+      f = __half22float2(word_h2(q[u].y, u2h(a1.x), u2h(a1.y), u2h(a1.z), u2h(a1.w), c_lo, c_hi));
+      part += f.x + f.y;
+      f = __half22float2(word_h2(q[u].z, u2h(a2.x), u2h(a2.y), u2h(a2.z), u2h(a2.w), c_lo, c_hi));
+      part += f.x + f.y;
+      f = __half22float2(word_h2(q[u].w, u2h(a3.x), u2h(a3.y), u2h(a3.z), u2h(a3.w), c_lo, c_hi));
+      part += f.x + f.y;
+      acc = fmaf(s[u], part, acc);
+    }
+  }
+  for (int o = 16; o; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0 && col < n) Y[col] = __float2half(acc);
+}
+#define PK(AF, U, AW) \
+  extern "C" __global__ void __launch_bounds__(512) h2_a_staged_a##AF##_u##U##_w##AW(const __half* A, const unsigned char* B, const __half* S, __half* Y, int n, int rb, int nb, int l, int k) { h2_a_staged<AF, U, AW>(A, B, S, Y, n, rb, nb, l, k); }
+PK(1, 4, 1) PK(1, 4, 2) PK(1, 4, 4) PK(1, 2, 1) PK(1, 2, 2) PK(1, 2, 4)
