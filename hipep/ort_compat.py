@@ -12,8 +12,9 @@ Device memory from Python. onnxruntime 1.24's Python layer turns the device name
 OrtDevice with vendor id 0, which matches no plugin EP's memory (hipep's GPU memory carries
 NVIDIA's vendor id), so `ortvalue_from_numpy(x, "cuda", 0)` refuses ("Can't allocate memory on
 the CUDA device using this package") and `IOBinding.bind_output(name, "cuda", 0)` finds no
-allocator. 1.25 and newer give "cuda" NVIDIA's vendor id. `gpu_ortvalue`, `empty_gpu_ortvalue` and
-`bind_output_to_gpu` name the vendor explicitly and work on both.
+allocator. 1.25 gives OrtValues' "cuda" NVIDIA's vendor id, but not bind_output's; 1.32 both.
+`gpu_ortvalue`, `empty_gpu_ortvalue` and `bind_output_to_gpu` name the vendor explicitly and work on
+every release.
 
 Fused node names. onnxruntime 1.24 names each node a plugin EP fuses "<EP>_<model hash>_<n>"
 with n counted from 0 in every GetCapability call, and ORT asks once per graph (each If branch,
@@ -136,13 +137,10 @@ def empty_gpu_ortvalue(shape, element_type, device_id: int = 0):
 
 def bind_output_to_gpu(binding, name: str, device_id: int = 0) -> None:
     """Binds output `name` of an IOBinding to hipep's GPU memory; ORT allocates it at run time."""
-    from onnxruntime.capi import onnxruntime_inference_collection as collection
+    from onnxruntime.capi.onnxruntime_inference_collection import OrtDevice
 
-    if hasattr(collection, "get_vendor_id_for_device_type"):  # "cuda" carries NVIDIA's vendor id
-        binding.bind_output(name, "cuda", device_id)
-        return
-    # onnxruntime 1.24: its bind_output takes no vendor id; its C binding does
-    from onnxruntime.capi import _pybind_state as C
-
-    device = C.OrtDevice(C.OrtDevice.cuda(), C.OrtDevice.default_memory(), NVIDIA_VENDOR_ID, device_id)
+    # IOBinding.bind_output takes no vendor id, and up to 1.25 its "cuda" device has vendor id 0
+    # (1.25's OrtDevice.make already names NVIDIA, its bind_output does not use it); the binding
+    # underneath takes a device, the same way from 1.24 to the newest
+    device = OrtDevice.make("cuda", device_id, NVIDIA_VENDOR_ID)._get_c_device()
     binding._iobinding.bind_output(name, device)
