@@ -6,8 +6,9 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 IR_VERSION = 10  # onnxruntime >= 1.24 reads it; onnx's newest IR may be ahead of ORT
+ORT_VERSION = tuple(int(p) for p in ort.__version__.split(".")[:2])
 # onnxruntime 1.24 (the oldest hipep supports) says some things otherwise than 1.25 and newer
-ORT_1_24 = tuple(int(p) for p in ort.__version__.split(".")[:2]) < (1, 25)
+ORT_1_24 = ORT_VERSION < (1, 25)
 
 
 def cpu_ep() -> str:

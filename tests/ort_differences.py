@@ -1,96 +1,280 @@
 """Tests whose oracle is ONNX Runtime itself (its CPU EP's results, its kernels, its opsets) where
-onnxruntime 1.24 behaves otherwise than the newest release, whose behaviour hipep follows.
+releases older than the newest behave otherwise than 1.32, whose behaviour hipep follows.
 
-hipep's references mirror the newest onnxruntime's CPU kernels (bit for bit where the tests say
-so); 1.24's kernels lack some types, load opsets up to 25 only, and compute some contrib ops
-otherwise. These cases cannot agree with 1.24 and stay meaningful with 1.25 and newer: on 1.24
-they are expected to fail (strict: one that passes there is reported, so this list stays true);
-elsewhere they run as usual. Observed with onnxruntime 1.24.1 against 1.32.0, on which all pass.
+hipep's references mirror onnxruntime 1.32's CPU kernels (bit for bit where the tests say so);
+older releases lack some kernels, load opsets up to 25 (1.24), and compute some ops otherwise.
+These cases cannot agree with those releases and stay meaningful with the newest: on a release in
+[since, until) they are expected to fail (strict: one that passes there is reported, so this list
+stays true); elsewhere they run as usual. Measured with every minor release from 1.24.1 to 1.32.0
+(1.24.1, 1.25.0, 1.26.0, 1.27.0, 1.28.0, 1.29.0, 1.30.0, 1.31.1: tools/check_ort_versions.sh and
+the same tests on each); the reasons are what the failures show.
 
-Patterns are pytest node ids (relative to the repository root) where `*` stands for any text;
-brackets are literal.
+Cases are pytest node ids (relative to the repository root) where `*` stands for any text (a
+case counter); brackets are literal.
 """
 from __future__ import annotations
 
 import fnmatch
+from dataclasses import dataclass
 
 import onnxruntime as ort
 
-OLDER_THAN = (1, 25)
+ORT_VERSION = tuple(int(p) for p in ort.__version__.split(".")[:2])
 
-MORE = "tests/unit/test_ops_more.py::test_matches_ort"
-CONTRIB = "tests/unit/test_ops_contrib.py"
-VISION = "tests/unit/test_ops_vision.py::test_matches_ort"
-ATTENTION = "tests/unit/test_ops_attention.py"
-BIT_EXACT = "tests/unit/test_bit_exact.py"
 
-DIFFERENCES: dict[str, tuple[str, ...]] = {
-    "onnxruntime 1.24's CPU EP has no kernel for this op and type (TopK int8/uint8/int16, Trilu int32, "
+@dataclass(frozen=True)
+class Difference:
+    reason: str
+    since: tuple[int, int]  # the first release that behaves so (1.24: the oldest supported)
+    until: tuple[int, int]  # the first release that agrees with hipep again
+    cases: tuple[str, ...]
+
+
+NO_KERNEL = (
+    "its CPU EP has no kernel for this op and type (TopK int8/uint8/int16, Trilu int32, "
     "LpNormalization-22, SpaceToDepth int8/bool, Where uint32 in PRelu's expansion, bf16 Mul in "
-    "LayerNormalization's): nothing to compare hipep with": (
-        f"{MORE}[TopK-int8*]", f"{MORE}[TopK-uint8*]", f"{MORE}[TopK-int16*]", f"{MORE}[Trilu-int32]",
-        f"{MORE}[LpNormalization-22-*]", f"{MORE}[LpNormalization-zero-row]", f"{MORE}[LpNormalization-p1-zero-row]",
-        f"{MORE}[LpNormalization-f16]", f"{MORE}[PRelu-u32]", f"{VISION}[SpaceToDepth-i8]",
-        f"{VISION}[SpaceToDepth-bool]", "tests/ort/test_bf16.py::test_bf16_graph_runs_whole_and_bit_identical",
-    ),
-    "onnxruntime 1.24 loads ai.onnx opsets up to 25: the opset-26 cases do not load in its CPU EP": (
-        f"{MORE}[CumProd-*]", f"{CONTRIB}::test_matches_ort[SLN-opset26]",
-    ),
-    "onnxruntime 1.24's integer reductions accumulate otherwise (no double accumulator with saturation, "
-    "LogSumExp of negative ints, ReduceMin of an empty int axis)": (
-        f"{MORE}[Reduce*-int*-double-saturate]", f"{MORE}[ReduceLogSumExp-int-negative]",
-        "tests/unit/test_ops_reference.py::test_matches_ort[ReduceMin-int-empty]",
-    ),
-    "onnxruntime 1.24's Pad in wrap mode and f16 QuantizeLinear/DequantizeLinear-23 output_dtype give "
-    "other results or refuse": (
-        f"{VISION}[Pad-*-wrap]", f"{VISION}[QuantizeLinear-*-f16]", f"{VISION}[DequantizeLinear-23-output-dtype-*]",
-    ),
-    "onnxruntime 1.24's normalization kernels (LayerNormalization f16 statistics, SimplifiedLayerNormalization "
-    "arithmetic, Skip(Simplified)LayerNormalization without the optional outputs) differ from the newest's, "
-    "which hipep mirrors bit for bit": (
-        "tests/unit/test_ops_reference.py::test_matches_ort[LayerNormalization-f16]",
-        f"{BIT_EXACT}::test_layer_norm[*]", f"{CONTRIB}::test_norms_are_bit_exact_on_x86[*]",
-        *(f"{CONTRIB}::test_matches_ort[SSLN-float{bits}-{n}]" for bits in (16, 32) for n in (7, 64, 300)),
-        f"{CONTRIB}::test_matches_ort[SkipLN-*]",
-    ),
-    "onnxruntime 1.24's attention kernels differ from the newest's (GroupQueryAttention: arithmetic, padding, "
-    "no sliding-window cache inputs in its schema, no total-sequence-length check; Attention: masks, softcap, "
-    "qk output), and so do the decoders and the accuracy models built on them": (
-        f"{BIT_EXACT}::test_group_query_attention[flash-*]",
-        f"{BIT_EXACT}::test_group_query_attention[softcap-ragged-bias]", f"{BIT_EXACT}::test_int4_decoder_every_node_output[*]",
-        f"{BIT_EXACT}::test_int4_block_end_to_end",
-        f"{ATTENTION}::test_group_query_attention[prompt-b2-left-padded]",
-        f"{ATTENTION}::test_group_query_attention[prompt-b2-right-padded-rotary]",
-        f"{ATTENTION}::test_group_query_attention[shared-prompt]",
-        f"{ATTENTION}::test_group_query_attention[local-window-padded-prompt*]",
-        f"{ATTENTION}::test_group_query_attention[f16-padded-prompt-rotary]",
-        f"{ATTENTION}::test_attention[bool-mask-heads]", f"{ATTENTION}::test_attention[f16-float-mask-causal]",
-        f"{ATTENTION}::test_attention[dead-row]", f"{ATTENTION}::test_attention[softcap-mask-causal]",
-        f"{ATTENTION}::test_attention[qk-raw]",
-        f"{ATTENTION}::test_attention[qk-softcap]", f"{ATTENTION}::test_attention[24-nonpad*]",
-        f"{ATTENTION}::test_gqa_sliding_window_cache*", f"{ATTENTION}::test_gqa_total_sequence_length_must_fit_the_cache",
-        f"{ATTENTION}::test_decoder_layer_*",
-        "tests/unit/test_accuracy_harness.py::test_synthetic_models_pass",
-    ),
-    "onnxruntime 1.24's quantized contrib kernels differ from the newest's (GatherBlockQuantized shape "
-    "inference and bounds, QMoE activations, routing and block sizes)": (
-        f"{CONTRIB}::test_matches_ort[GBQ-b2-*]", f"{CONTRIB}::test_matches_ort[GBQ-b4-h40-*]",
-        f"{CONTRIB}::test_matches_ort[GBQ-*-oob-nozp]", f"{CONTRIB}::test_matches_ort[QMoE-*]",
-        f"{CONTRIB}::test_qmoe_end_to_end",
-    ),
-    "the fuzz campaign's oracle is ORT's CPU EP: with onnxruntime 1.24 it finds 1.24's behaviours (a huge "
-    "constant ConstantOfShape folded by ORT itself, MatMul and TopK shape checks), none with the newest": (
-        "tests/ort/test_fuzz.py::test_bounded_profile",
-    ),
-}
+    "LayerNormalization's): nothing to compare hipep with")
+
+OPSET_26 = (
+    "it loads ai.onnx opsets up to 25: the opset-26 cases do not load")
+
+INT_REDUCTIONS = (
+    "its integer reductions accumulate otherwise (no double accumulator with saturation, "
+    "LogSumExp of negative ints, ReduceMin of an empty int axis)")
+
+PAD_GEMM_QUANTIZE = (
+    "its Pad in wrap mode, f16 QuantizeLinear, DequantizeLinear-23's output_dtype or f16 Gemm "
+    "give other results or refuse")
+
+NORMS = (
+    "its normalization kernels (LayerNormalization statistics, SimplifiedLayerNormalization "
+    "arithmetic, Skip(Simplified)LayerNormalization's optional outputs) differ from the newest's, "
+    "which hipep mirrors bit for bit")
+
+ATTENTION = (
+    "its attention kernels differ from the newest's (GroupQueryAttention arithmetic, padding, "
+    "sliding-window cache inputs, total-sequence-length check; Attention masks, softcap, qk "
+    "output; MatMulNBits), and so do the decoders and accuracy models built on them")
+
+QUANTIZED_CONTRIB = (
+    "its quantized contrib kernels differ from the newest's (GatherBlockQuantized shape inference "
+    "and bounds, QMoE activations, routing and block sizes)")
+
+FUZZ = (
+    "the fuzz campaign's oracle is ORT's CPU EP: with these releases it finds their behaviours (a "
+    "huge constant ConstantOfShape folded by ORT itself, MatMul and TopK shape checks), none with "
+    "1.32")
+
+DIFFERENCES = (
+    Difference(NO_KERNEL, since=(1, 24), until=(1, 25), cases=(
+        'tests/unit/test_ops_more.py::test_matches_ort[LpNormalization-22-*]',
+        'tests/unit/test_ops_more.py::test_matches_ort[LpNormalization-f16]',
+        'tests/unit/test_ops_more.py::test_matches_ort[LpNormalization-p1-zero-row]',
+        'tests/unit/test_ops_more.py::test_matches_ort[LpNormalization-zero-row]',
+    )),
+    Difference(NO_KERNEL, since=(1, 24), until=(1, 26), cases=(
+        'tests/unit/test_ops_more.py::test_matches_ort[TopK-int16-small]',
+        'tests/unit/test_ops_more.py::test_matches_ort[TopK-int16]',
+        'tests/unit/test_ops_more.py::test_matches_ort[TopK-int8-small]',
+        'tests/unit/test_ops_more.py::test_matches_ort[TopK-int8]',
+        'tests/unit/test_ops_more.py::test_matches_ort[TopK-uint8-small]',
+        'tests/unit/test_ops_more.py::test_matches_ort[TopK-uint8]',
+    )),
+    Difference(NO_KERNEL, since=(1, 24), until=(1, 28), cases=(
+        'tests/unit/test_ops_vision.py::test_matches_ort[SpaceToDepth-bool]',
+        'tests/unit/test_ops_vision.py::test_matches_ort[SpaceToDepth-i8]',
+    )),
+    Difference(NO_KERNEL, since=(1, 24), until=(1, 29), cases=(
+        'tests/unit/test_ops_more.py::test_matches_ort[Trilu-int32]',
+    )),
+    Difference(NO_KERNEL, since=(1, 24), until=(1, 30), cases=(
+        'tests/ort/test_bf16.py::test_bf16_graph_runs_whole_and_bit_identical',
+    )),
+    Difference(NO_KERNEL, since=(1, 24), until=(1, 31), cases=(
+        'tests/unit/test_ops_more.py::test_matches_ort[PRelu-u32]',
+    )),
+    Difference(OPSET_26, since=(1, 24), until=(1, 25), cases=(
+        'tests/unit/test_ops_contrib.py::test_matches_ort[SLN-opset26]',
+        'tests/unit/test_ops_more.py::test_matches_ort[CumProd-26-*]',
+        'tests/unit/test_ops_more.py::test_matches_ort[CumProd-26-i32]',
+        'tests/unit/test_ops_more.py::test_matches_ort[CumProd-26-i64]',
+        'tests/unit/test_ops_more.py::test_matches_ort[CumProd-empty]',
+        'tests/unit/test_ops_more.py::test_matches_ort[CumProd-f16]',
+        'tests/unit/test_ops_more.py::test_matches_ort[CumProd-u32]',
+        'tests/unit/test_ops_more.py::test_matches_ort[CumProd-u64]',
+    )),
+    Difference(INT_REDUCTIONS, since=(1, 24), until=(1, 27), cases=(
+        'tests/unit/test_ops_more.py::test_matches_ort[ReduceL1-int32-double-saturate]',
+        'tests/unit/test_ops_more.py::test_matches_ort[ReduceL1-int64-double-saturate]',
+        'tests/unit/test_ops_more.py::test_matches_ort[ReduceL2-int32-double-saturate]',
+        'tests/unit/test_ops_more.py::test_matches_ort[ReduceL2-int64-double-saturate]',
+        'tests/unit/test_ops_more.py::test_matches_ort[ReduceLogSum-int32-double-saturate]',
+        'tests/unit/test_ops_more.py::test_matches_ort[ReduceLogSum-int64-double-saturate]',
+        'tests/unit/test_ops_more.py::test_matches_ort[ReduceLogSumExp-int-negative]',
+        'tests/unit/test_ops_more.py::test_matches_ort[ReduceMean-int32-double-saturate]',
+        'tests/unit/test_ops_more.py::test_matches_ort[ReduceMean-int64-double-saturate]',
+        'tests/unit/test_ops_more.py::test_matches_ort[ReduceProd-int32-double-saturate]',
+        'tests/unit/test_ops_more.py::test_matches_ort[ReduceProd-int64-double-saturate]',
+        'tests/unit/test_ops_more.py::test_matches_ort[ReduceSum-int32-double-saturate]',
+        'tests/unit/test_ops_more.py::test_matches_ort[ReduceSum-int64-double-saturate]',
+        'tests/unit/test_ops_more.py::test_matches_ort[ReduceSumSquare-int32-double-saturate]',
+        'tests/unit/test_ops_more.py::test_matches_ort[ReduceSumSquare-int64-double-saturate]',
+        'tests/unit/test_ops_reference.py::test_matches_ort[ReduceMin-int-empty]',
+    )),
+    Difference(PAD_GEMM_QUANTIZE, since=(1, 24), until=(1, 30), cases=(
+        'tests/unit/test_ops_vision.py::test_matches_ort[QuantizeLinear-19-f16]',
+        'tests/unit/test_ops_vision.py::test_matches_ort[QuantizeLinear-21-f16]',
+        'tests/unit/test_ops_vision.py::test_matches_ort[QuantizeLinear-23-f16]',
+        'tests/unit/test_ops_vision.py::test_matches_ort[QuantizeLinear-25-f16]',
+    )),
+    Difference(PAD_GEMM_QUANTIZE, since=(1, 24), until=(1, 31), cases=(
+        'tests/unit/test_ops_vision.py::test_matches_ort[DequantizeLinear-23-output-dtype-f16]',
+        'tests/unit/test_ops_vision.py::test_matches_ort[DequantizeLinear-23-output-dtype-f32]',
+        'tests/unit/test_ops_vision.py::test_matches_ort[Pad-19-wrap]',
+        'tests/unit/test_ops_vision.py::test_matches_ort[Pad-21-wrap]',
+        'tests/unit/test_ops_vision.py::test_matches_ort[Pad-23-wrap]',
+        'tests/unit/test_ops_vision.py::test_matches_ort[Pad-24-wrap]',
+        'tests/unit/test_ops_vision.py::test_matches_ort[Pad-25-wrap]',
+    )),
+    Difference(PAD_GEMM_QUANTIZE, since=(1, 29), until=(1, 30), cases=(
+        'tests/unit/test_ops_reference.py::test_matches_ort[Gemm-f16]',
+    )),
+    Difference(NORMS, since=(1, 24), until=(1, 27), cases=(
+        'tests/unit/test_bit_exact.py::test_layer_norm[shape0--1-bias]',
+        'tests/unit/test_bit_exact.py::test_layer_norm[shape0--1-nobias]',
+        'tests/unit/test_bit_exact.py::test_layer_norm[shape1--1-bias]',
+        'tests/unit/test_bit_exact.py::test_layer_norm[shape1--1-nobias]',
+    )),
+    Difference(NORMS, since=(1, 24), until=(1, 30), cases=(
+        'tests/unit/test_bit_exact.py::test_layer_norm[shape2--1-bias]',
+        'tests/unit/test_bit_exact.py::test_layer_norm[shape2--1-nobias]',
+        'tests/unit/test_bit_exact.py::test_layer_norm[shape3--1-bias]',
+        'tests/unit/test_bit_exact.py::test_layer_norm[shape3--1-nobias]',
+        'tests/unit/test_bit_exact.py::test_layer_norm[shape4--1-bias]',
+        'tests/unit/test_bit_exact.py::test_layer_norm[shape4--1-nobias]',
+        'tests/unit/test_bit_exact.py::test_layer_norm[shape5--1-bias]',
+        'tests/unit/test_bit_exact.py::test_layer_norm[shape5--1-nobias]',
+        'tests/unit/test_bit_exact.py::test_layer_norm[shape6-1-bias]',
+        'tests/unit/test_bit_exact.py::test_layer_norm[shape6-1-nobias]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[SSLN-float16-300]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[SSLN-float16-64]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[SSLN-float16-7]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[SSLN-float32-300]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[SSLN-float32-64]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[SSLN-float32-7]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[SkipLN-2d-bias-no-beta]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[SkipLN-float16-300]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[SkipLN-float16-64]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[SkipLN-float16-7]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[SkipLN-float16-skip-1SH-no-beta]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[SkipLN-float32-300]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[SkipLN-float32-64]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[SkipLN-float32-7]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[SkipLN-float32-skip-1SH-no-beta]',
+        'tests/unit/test_ops_contrib.py::test_norms_are_bit_exact_on_x86[16]',
+        'tests/unit/test_ops_contrib.py::test_norms_are_bit_exact_on_x86[256]',
+        'tests/unit/test_ops_contrib.py::test_norms_are_bit_exact_on_x86[37]',
+        'tests/unit/test_ops_contrib.py::test_norms_are_bit_exact_on_x86[9]',
+        'tests/unit/test_ops_reference.py::test_matches_ort[LayerNormalization-f16]',
+    )),
+    Difference(ATTENTION, since=(1, 24), until=(1, 25), cases=(
+        'tests/unit/test_accuracy_harness.py::test_synthetic_models_pass',
+        'tests/unit/test_ops_attention.py::test_attention[24-nonpad]',
+        'tests/unit/test_ops_attention.py::test_attention[bool-mask-heads]',
+        'tests/unit/test_ops_attention.py::test_attention[f16-float-mask-causal]',
+    )),
+    Difference(ATTENTION, since=(1, 24), until=(1, 27), cases=(
+        'tests/unit/test_ops_attention.py::test_attention[qk-raw]',
+        'tests/unit/test_ops_attention.py::test_attention[qk-softcap]',
+        'tests/unit/test_ops_attention.py::test_attention[softcap-mask-causal]',
+    )),
+    Difference(ATTENTION, since=(1, 24), until=(1, 28), cases=(
+        'tests/unit/test_bit_exact.py::test_group_query_attention[flash-33]',
+        'tests/unit/test_bit_exact.py::test_group_query_attention[flash-bias]',
+        'tests/unit/test_bit_exact.py::test_group_query_attention[flash-chunk]',
+        'tests/unit/test_bit_exact.py::test_group_query_attention[flash-decode]',
+        'tests/unit/test_bit_exact.py::test_group_query_attention[flash-long]',
+        'tests/unit/test_bit_exact.py::test_group_query_attention[flash-partial-rotary]',
+        'tests/unit/test_bit_exact.py::test_group_query_attention[flash-prompt]',
+        'tests/unit/test_bit_exact.py::test_group_query_attention[flash-ragged-decode]',
+        'tests/unit/test_bit_exact.py::test_group_query_attention[flash-ragged]',
+        'tests/unit/test_bit_exact.py::test_group_query_attention[flash-window]',
+        'tests/unit/test_bit_exact.py::test_group_query_attention[softcap-ragged-bias]',
+        'tests/unit/test_ops_attention.py::test_attention[24-nonpad-causal]',
+        'tests/unit/test_ops_attention.py::test_attention[24-nonpad-empty]',
+        'tests/unit/test_ops_attention.py::test_attention[dead-row]',
+        'tests/unit/test_ops_attention.py::test_decoder_layer_fixed_capacity_cache_through_hipep',
+        'tests/unit/test_ops_attention.py::test_decoder_layer_through_hipep[False-float32-schedule1]',
+        'tests/unit/test_ops_attention.py::test_decoder_layer_through_hipep[True-float16-schedule2]',
+        'tests/unit/test_ops_attention.py::test_decoder_layer_through_hipep[True-float32-schedule0]',
+        'tests/unit/test_ops_attention.py::test_gqa_total_sequence_length_must_fit_the_cache',
+        'tests/unit/test_ops_attention.py::test_group_query_attention[f16-padded-prompt-rotary]',
+        'tests/unit/test_ops_attention.py::test_group_query_attention[local-window-padded-prompt-softcap]',
+        'tests/unit/test_ops_attention.py::test_group_query_attention[local-window-padded-prompt]',
+        'tests/unit/test_ops_attention.py::test_group_query_attention[prompt-b2-left-padded]',
+        'tests/unit/test_ops_attention.py::test_group_query_attention[prompt-b2-right-padded-rotary]',
+        'tests/unit/test_ops_attention.py::test_group_query_attention[shared-prompt]',
+    )),
+    Difference(ATTENTION, since=(1, 24), until=(1, 29), cases=(
+        'tests/unit/test_ops_attention.py::test_decoder_layer_sliding_window_cache_through_hipep',
+        'tests/unit/test_ops_attention.py::test_gqa_sliding_window_cache[float16-4-5-2-extra3]',
+        'tests/unit/test_ops_attention.py::test_gqa_sliding_window_cache[float32-2-6-4-extra4]',
+        'tests/unit/test_ops_attention.py::test_gqa_sliding_window_cache[float32-3-3-5-extra2]',
+        'tests/unit/test_ops_attention.py::test_gqa_sliding_window_cache[float32-4-6-3-extra0]',
+        'tests/unit/test_ops_attention.py::test_gqa_sliding_window_cache[float32-4-6-9-extra1]',
+        'tests/unit/test_ops_attention.py::test_gqa_sliding_window_cache_ragged_batch',
+    )),
+    Difference(ATTENTION, since=(1, 24), until=(1, 30), cases=(
+        'tests/unit/test_bit_exact.py::test_int4_block_end_to_end',
+        'tests/unit/test_bit_exact.py::test_int4_decoder_every_node_output[gemma2]',
+        'tests/unit/test_bit_exact.py::test_int4_decoder_every_node_output[llama]',
+        'tests/unit/test_bit_exact.py::test_int4_decoder_every_node_output[phi]',
+    )),
+    Difference(QUANTIZED_CONTRIB, since=(1, 24), until=(1, 25), cases=(
+        'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b4-bs0-relu-float32-rw-normalize_routing_weights0]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b4-bs0-silu-float32-rw]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b4-bs0-silu-float32]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b4-bs0-swiglu-float32-swiglu_limit0.3-activation_alpha1.702-activation_beta1.0]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b4-bs32-silu-float16]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b8-bs0-gelu-float32-zp]',
+    )),
+    Difference(QUANTIZED_CONTRIB, since=(1, 24), until=(1, 27), cases=(
+        'tests/unit/test_ops_contrib.py::test_matches_ort[GBQ-b2-h40-float16]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[GBQ-b2-h40-float32]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[GBQ-b2-h64-float16]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[GBQ-b2-h64-float32]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[GBQ-b2-h96-float16]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[GBQ-b2-h96-float32]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[GBQ-b4-h40-float16]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[GBQ-b4-h40-float32]',
+    )),
+    Difference(QUANTIZED_CONTRIB, since=(1, 24), until=(1, 31), cases=(
+        'tests/unit/test_ops_contrib.py::test_matches_ort[GBQ-b2-h40-oob-nozp]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[GBQ-b2-h64-oob-nozp]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[GBQ-b2-h96-oob-nozp]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[GBQ-b4-h40-oob-nozp]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[GBQ-b4-h64-oob-nozp]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[GBQ-b4-h96-oob-nozp]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[GBQ-b8-h40-oob-nozp]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[GBQ-b8-h64-oob-nozp]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[GBQ-b8-h96-oob-nozp]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b4-bs32-swiglu-float32-accuracy_level4]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b4-bs32-swiglu-float32-zp]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b8-bs16-identity-float32-zp]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b8-bs32-relu-float32-normalize_routing_weights0]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b8-bs32-swiglu-float16]',
+        'tests/unit/test_ops_contrib.py::test_qmoe_end_to_end',
+    )),
+    Difference(FUZZ, since=(1, 24), until=(1, 32), cases=(
+        'tests/ort/test_fuzz.py::test_bounded_profile',
+    )),
+)
 
 
-def expected_failure(nodeid: str) -> str | None:
-    """Why `nodeid` fails with the installed onnxruntime, if it is one of the cases above and
-    that onnxruntime is older than OLDER_THAN; else None."""
-    if tuple(int(p) for p in ort.__version__.split(".")[:2]) >= OLDER_THAN:
-        return None
-    for reason, patterns in DIFFERENCES.items():
-        if any(fnmatch.fnmatchcase(nodeid, p.replace("[", "[[]")) for p in patterns):
-            return reason
+def expected_failure(nodeid: str, version: tuple[int, int] = ORT_VERSION) -> str | None:
+    """Why `nodeid` fails with onnxruntime `version`, if it is one of the cases above there."""
+    for diff in DIFFERENCES:
+        if diff.since <= version < diff.until and any(
+                fnmatch.fnmatchcase(nodeid, case.replace("[", "[[]")) for case in diff.cases):
+            return f"onnxruntime {version[0]}.{version[1]}: {diff.reason}"
     return None
