@@ -73,6 +73,11 @@ typedef __nv_bfloat16 hipep_bf16;
 #define HIPEP_INF_D __builtin_inf()
 
 #define HIPEP_KERNEL extern "C" __global__
+// A launch's dynamic shared memory (its size is the launch's smem bytes). A macro so that the unit
+// tests' host stand-in (tests/unit/host_cuda) can give it storage of its own.
+#ifndef HIPEP_DYNAMIC_SHARED
+#define HIPEP_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#endif
 #define HIPEP_DEVICE __device__ __forceinline__
 #define HIPEP_RESTRICT __restrict__
 

@@ -226,7 +226,7 @@ HIPEP_DEVICE void hipep_mnb_gemv(const T* HIPEP_RESTRICT A, const unsigned char*
   constexpr int VPL = 128 / BITS;  // values per 16-byte chunk
   constexpr int VPH = VPL / 2;     // values per 8-byte half
   constexpr int STRIDE = VPL + MNB_PAD;
-  extern __shared__ float4 hipep_mnb_smem4[];
+  HIPEP_DYNAMIC_SHARED(float4, hipep_mnb_smem4);
   float* As = reinterpret_cast<float*>(hipep_mnb_smem4);
   __shared__ float partial[MNB_WARPS][M_T][C];
 
@@ -698,7 +698,7 @@ HIPEP_DEVICE void hipep_mnb_gemv_row(const T* HIPEP_RESTRICT A, const unsigned c
                                      const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
                                      const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
   constexpr int C = 1, U = MNB_ROW_U;
-  extern __shared__ float4 hipep_mnb_smem4[];
+  HIPEP_DYNAMIC_SHARED(float4, hipep_mnb_smem4);
   unsigned char* smem = reinterpret_cast<unsigned char*>(hipep_mnb_smem4);
 
   // A warp per output column, its lanes on every warp-width-th chunk of the row.

@@ -72,3 +72,47 @@ inline float atomicAdd(float* p, float v) {
   } while (!__atomic_compare_exchange(p, &old, &want, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
   return old;
 }
+
+// ---- what the MatMulNBits kernels use beyond the above ------------------------------------------
+// CUDA's vector types, bit casts, byte permute and dp4a, half2 arithmetic (every operation rounded
+// once to f16, as on the GPU: products of halves are exact in double, so fma in double then one
+// rounding), and the launch's dynamic shared memory (one buffer: blocks run one at a time).
+struct float2 { float x, y; };
+struct float4 { float x, y, z, w; };
+struct uint2 { unsigned x, y; };
+struct uint4 { unsigned x, y, z, w; };
+struct int4 { int x, y, z, w; };
+inline float2 make_float2(float a, float b) { return {a, b}; }
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const uint64_t v = ((uint64_t)y << 32) | x;
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+  return r;
+}
+inline int __dp4a(int a, int b, int c) {
+  for (int i = 0; i < 4; ++i) c += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
+  return c;
+}
+inline __half __float2half(float v) { return (__half)v; }
+struct __half2 { __half x, y; };
+inline __half2 __halves2half2(__half a, __half b) { return {a, b}; }
+inline __half2 __lows2half2(__half2 a, __half2 b) { return {a.x, b.x}; }
+inline __half2 __highs2half2(__half2 a, __half2 b) { return {a.y, b.y}; }
+inline __half2 __float2half2_rn(float v) { return {(__half)v, (__half)v}; }
+inline float2 __half22float2(__half2 h) { return {(float)h.x, (float)h.y}; }
+inline __half hipep_host_fma16(__half a, __half b, __half c) { return (__half)((double)a * (double)b + (double)c); }
+inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) {
+  return {hipep_host_fma16(a.x, b.x, c.x), hipep_host_fma16(a.y, b.y, c.y)};
+}
+inline __half2 __hmul2(__half2 a, __half2 b) { return {(__half)((double)a.x * b.x), (__half)((double)a.y * b.y)}; }
+inline __half2 __hsub2(__half2 a, __half2 b) { return {(__half)((double)a.x - b.x), (__half)((double)a.y - b.y)}; }
+unsigned char* hipep_host_dynamic_smem();
+#define HIPEP_DYNAMIC_SHARED(type, name) type* name = reinterpret_cast<type*>(hipep_host_dynamic_smem())

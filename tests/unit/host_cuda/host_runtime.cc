@@ -35,3 +35,6 @@ extern "C" __attribute__((visibility("default"))) void hipep_host_set_thread(uns
 
 void hipep_host_syncthreads() { pthread_barrier_wait(&block_barrier); }
 void hipep_host_warp_barrier() { pthread_barrier_wait(&warp_barriers[hipep_host_tid() / HIPEP_WARP_SIZE]); }
+
+alignas(64) static unsigned char dynamic_smem[64 * 1024];
+unsigned char* hipep_host_dynamic_smem() { return dynamic_smem; }
