@@ -88,6 +88,7 @@ def study(device, ncu: bool) -> list[dict]:
     with open(os.path.join(HERE, "gemv_study.hip")) as f:
         study_module = device._module("gemv_study", f.read())
     mnb_module = device._module("matmul_nbits")
+    row_module = device._module("matmul_nbits_row")
 
     def fn(module, name):
         return _ck(d.cuModuleGetFunction(module, name.encode()))
@@ -143,7 +144,7 @@ def study(device, ncu: bool) -> list[dict]:
             per_chunk = 64 if variant == "h2" else 36 + 4 * 32 // BLOCK
             chunks = min(k // 32, gq.GEMV_SMEM_BUDGET // per_chunk)
             args = gq.MatMulNBitsArgs(1, n, k, k, row_bytes, nb, 0, 5, chunks * 32, 0, 1, 1, 1, int(variant == "q8"))
-            f = fn(mnb_module, f"hipep_mnb_gemv_row_{variant}_f16_b4")
+            f = fn(row_module, f"hipep_mnb_gemv_row_{variant}_f16_b4")
             measure(f"hipep row GEMV {variant}" + (" (A quantized: rel L2 is int8's)" if variant == "q8" else ""),
                     [Launch(f, -(-n // gq.GEMV_WARPS), 256, gq.row_smem(chunks, BLOCK, variant == "q8"),
                             [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(0), u64(0), u64(y_ptr), args])

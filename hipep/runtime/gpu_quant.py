@@ -216,7 +216,7 @@ def gemv_rows(m: int) -> int:
 
 
 def _mnb_row_op(a_ptr, B, scales, zp, bias, y, k, n, bits, bs, nb, zp_row, zp_mode, quant_a, dt, target):
-    """The one-row GEMV in packed arithmetic (kernels/matmul_nbits.hip, hipep_mnb_gemv_row_*) where
+    """The one-row GEMV in packed arithmetic (kernels/matmul_nbits_row.hip, hipep_mnb_gemv_row_*) where
     it applies -- 4 bits, block_size >= 32, 16-byte aligned rows, integer or no zero points, and
     A quantized to int8 (q8) or fp16 (h2) -- else None (the general GEMV runs)."""
     row_bytes = nb * bs * bits // 8
@@ -236,7 +236,7 @@ def _mnb_row_op(a_ptr, B, scales, zp, bias, y, k, n, bits, bs, nb, zp_row, zp_mo
     grid = (_cdiv(n, GEMV_WARPS), 1, 1)  # a warp per output column
     params = [ctypes.c_uint64(a_ptr), ptr(B), ptr(scales), ptr(zp), ptr(bias), ctypes.c_uint64(y.ptr), args]
     return KernelOp(f"hipep_mnb_gemv_row_{'q8' if quant_a else 'h2'}_{dt}_b4", grid,
-                    (GEMV_WARPS * target.warp_size, 1, 1), params, module="matmul_nbits",
+                    (GEMV_WARPS * target.warp_size, 1, 1), params, module="matmul_nbits_row",
                     smem=row_smem(tile_chunks, bs, bool(quant_a)))
 
 
@@ -248,7 +248,7 @@ def row_smem(tile_chunks: int, block_size: int, q8: bool) -> int:
     return tile_chunks * 64
 
 
-@_binding(MNB, check=_mnb_check, modules=("matmul_nbits",))
+@_binding(MNB, check=_mnb_check, modules=("matmul_nbits", "matmul_nbits_row"))
 def _mnb_bind(ins, outs, attrs, target):
     op = "MatMulNBits"
     why = _mnb_attr_reason(attrs)

@@ -63,7 +63,11 @@ def read_source(path: Path) -> str:
 
 
 def header_text() -> str:
-    return read_source(kernels_dir() / HEADER)
+    """The text of every header in the kernels folder (hipep_device.h first), part of each
+    module's cache key: a module may include any of them (matmul_nbits.h)."""
+    folder = kernels_dir()
+    others = sorted(p for p in folder.glob("*.h") if p.name != HEADER)
+    return "\0".join(read_source(p) for p in [folder / HEADER, *others])
 
 
 def cache_dir() -> Path:

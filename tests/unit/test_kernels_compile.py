@@ -130,11 +130,11 @@ def test_every_quantized_entry_point_exists(cubins):
     names = {("matmul_nbits", f"hipep_mnb_gemv_{t}_b{b}_m{m}") for t in ("f32", "f16", "bf16") for b in (4, 8)
              for m in (1, 2, 4, 8)}
     names |= {("matmul_nbits", f"hipep_mnb_gemm_{t}_b{b}") for t in ("f32", "f16", "bf16") for b in (4, 8)}
-    names |= {("matmul_nbits", f"hipep_mnb_gemv_row_q8_{t}_b4") for t in ("f32", "f16", "bf16")}
-    names |= {("matmul_nbits", "hipep_mnb_gemv_row_h2_f16_b4")}
+    names |= {("matmul_nbits_row", f"hipep_mnb_gemv_row_q8_{t}_b4") for t in ("f32", "f16", "bf16")}
+    names |= {("matmul_nbits_row", "hipep_mnb_gemv_row_h2_f16_b4")}
     names |= {("gather_block_quantized", f"hipep_gbq_{t}_b{b}_{i}{w}") for t in ("f32", "f16", "bf16")
               for b in (2, 4, 8) for i in ("i32", "i64") for w in ("", "_w4")}
-    assert {"matmul_nbits", "gather_block_quantized"} <= set(gk.modules())
+    assert {"matmul_nbits", "matmul_nbits_row", "gather_block_quantized"} <= set(gk.modules())
     for module, entry in sorted(names):
         assert entry.encode() + b"\0" in cubins[module], f"{module}: {entry}"
 

@@ -1,4 +1,4 @@
-"""kernels/matmul_nbits.hip runs on the CPU: g++ compiles the unchanged kernel source against the
+"""kernels/matmul_nbits.hip and matmul_nbits_row.hip run on the CPU: g++ compiles the unchanged kernel source against the
 host stand-in for the CUDA headers (tests/unit/host_cuda: a host thread per GPU thread, barriers
 for __syncthreads and shuffles, dp4a and half2 arithmetic rounded as on the GPU, the launch's
 dynamic shared memory), and the launches MatMulNBits' binding gives are run block by block, then
@@ -25,7 +25,9 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not 
 
 @pytest.fixture(scope="module")
 def matmul_nbits(tmp_path_factory):
-    return compile_module(tmp_path_factory.mktemp("host_mnb"), "matmul_nbits", 32)
+    """The modules' libraries by name (the general GEMV and GEMM; the row GEMV)."""
+    out = tmp_path_factory.mktemp("host_mnb")
+    return {m: compile_module(out, m, 32) for m in ("matmul_nbits", "matmul_nbits_row")}
 
 
 def _run(lib, m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0):
@@ -52,7 +54,7 @@ def _run(lib, m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0):
                        workspace=lambda nbytes: mem.put(np.zeros(nbytes, np.uint8))[0].ptr)
     ops = gk.binding_for(gq.MNB).bind(ins, [gk.Arg(out.ptr, out.shape, out.dtype)], attrs, target)
     for o in ops:
-        launch(lib, o)
+        launch(lib[o.module], o)
     return got, want, [o.entry for o in ops]
 
 

@@ -1,0 +1,266 @@
+// com.microsoft::MatMulNBits, one row of A (decode): the GEMV in packed arithmetic. The operands' layout
+// and the general GEMV and GEMM are in matmul_nbits.hip; what both use is in matmul_nbits.h.
+
+#include "matmul_nbits.h"
+
+// ---- one-row GEMV in packed arithmetic (decode) -------------------------------------------------
+//
+// The general GEMV (matmul_nbits.hip) spends ~5 instructions per weight (a byte permute and a subtraction to an f32,
+// then an FMA); for one row of A that is more than the SMs issue while HBM delivers the weights, so
+// it runs at a quarter of the copy bandwidth. For the common decode case -- one row, 4 bits,
+// block_size >= 32 (a 16-byte chunk, 32 values, lies in one block), rows 16-byte aligned, integer
+// or no zero points -- these variants cost ~2 instructions per weight or less:
+//
+// * q8 (accuracy_level 4, any T): A is quantized per block as MLAS does (hipep_mnb_int8_params,
+//   codes rint(a * inverse)) while it is staged, and kept as int8 codes: per word of A the codes
+//   of its even values (a0, a2, a4, a6) in one int and of its odd ones in another, the planes a
+//   lane reads as two 16-byte loads. A word of B (8 values) is then two dp4a against its low and
+//   high nibbles: sum_j qa_j * (qw_j - zp) = dp4a(lo) + dp4a(hi) - zp * sum_j qa_j, exact in
+//   int32, and acc += isum * (scale_b * scale_a) in f32 -- the integer dot product the CPU EP's
+//   CompInt8 kernels compute, where the general GEMV rounds q * scale first.
+// * h2 (fp16 A, no int8 quantization): A is staged as half2 pairs in the order the nibble
+//   extraction yields them ((a0, a4), (a1, a5), (a2, a6), (a3, a7) per word). Two nibbles become
+//   the halves 1024 + q of a half2 by one AND/OR (1024's exponent OR'd above the nibble: exact),
+//   q - zp is one HSUB2 (or HFMA2 by 1/16 for the high nibbles, exact), and 4 HFMA2 sum a word's
+//   8 products into a half2 (at most 4 products per half: |sum| <= 32 |a|, no overflow while
+//   |a| < 2000), which adds to the f32 accumulator with the block's scale.
+//
+// Launch shape: a warp per output column (8 a block), its lanes on every 32nd chunk of the row with
+// MNB_ROW_U chunks in flight each; A's tile is staged once per block after the first loads of B
+// are issued. One column a warp keeps each warp's registers few (four blocks reside per SM), which
+// hides the latency of the shared-memory reads and HFMA2/dp4a chains that two columns a warp at
+// two blocks per SM left exposed (measured on the H200: 4096 x 4096 fp16 at 5.3 us against 8.3).
+
+// Signed byte dot product with accumulate (dp4a): sum of a.bytes[i] * b.bytes[i] + c.
+HIPEP_DEVICE int hipep_dp4a(int a, int b, int c) {
+#if defined(HIPEP_AMD)
+#if __has_builtin(__builtin_amdgcn_sdot4)
+  return __builtin_amdgcn_sdot4(a, b, c, false);
+#else
+#pragma unroll
+  for (int i = 0; i < 4; ++i) c += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
+  return c;
+#endif
+#else
+  return __dp4a(a, b, c);
+#endif
+}
+
+#define MNB_ROW_U 4  // chunks per column in flight per lane
+
+// Shared memory of the row GEMV for a tile of `tile_chunks` chunks: q8 -- the even and odd code
+// planes (16 bytes a chunk each), each block's scale of A (4 bytes per block of 32+ values) and
+// each chunk's code sum; h2 -- four planes of half2 pairs (16 bytes a chunk each).
+// Words of A (8 values) a thread loads before it stores any: the tile's loads are in flight
+// together rather than one round trip per word (K = 4096 with 256 threads is one pass).
+#define MNB_ROW_STAGE_Q8 2
+#define MNB_ROW_STAGE_H2 2
+
+// q8 staging: thread t takes word w = t, t + blockDim.x, ... (8 values); the bs / 8 threads of a
+// block of A (an aligned group of lanes, bs <= 256) find its amax and code sum by shuffles.
+template <typename T>
+HIPEP_DEVICE void hipep_mnb_row_stage_q8(unsigned char* smem, const T* HIPEP_RESTRICT A, hipep_i64 kt,
+                                         int tile_chunks, const hipep_mnb_args& a) {
+  constexpr int P = MNB_ROW_STAGE_Q8;
+  int4* even = reinterpret_cast<int4*>(smem);
+  int4* odd = even + tile_chunks;
+  float* a_scale = reinterpret_cast<float*>(odd + tile_chunks);
+  int* chunk_sum = reinterpret_cast<int*>(a_scale + (tile_chunks * 32 >> a.log2_bs) + 1);
+  const int words = tile_chunks * 4;
+  const int group = 1 << (a.log2_bs - 3);  // threads per block of A: 4 .. 32
+  for (int w0 = 0; w0 < words; w0 += P * blockDim.x) {  // the same trips for every thread (shuffles)
+    float v[P][8];
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      const int w = w0 + i * blockDim.x + threadIdx.x;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const hipep_i64 k = kt + (hipep_i64)w * 8 + j;
+        v[i][j] = (w < words && k < a.k) ? hipep_to_float(A[k]) : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      const int w = w0 + i * blockDim.x + threadIdx.x;
+      float amax = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[i][j]));
+      const float2 p = hipep_mnb_int8_params(hipep_mnb_group_max(amax, group));
+      int lo = 0, hi = 0, sum = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int q = (int)rintf(v[i][j] * p.y);
+        sum += q;
+        if (j % 2 == 0) lo |= (q & 0xFF) << (8 * (j / 2));
+        else hi |= (q & 0xFF) << (8 * (j / 2));
+      }
+      for (int o = 1; o < 4; o <<= 1) sum += HIPEP_SHFL_XOR(sum, o);  // the chunk's 4 words
+      if (w < words) {
+        reinterpret_cast<int*>(even)[w] = lo;
+        reinterpret_cast<int*>(odd)[w] = hi;
+        if (w % 4 == 0) chunk_sum[w / 4] = sum;
+        if (w % group == 0) a_scale[(w * 8) >> a.log2_bs] = p.x;
+      }
+    }
+  }
+}
+
+// 8 halves of A from k0 (zeros past K): one 16-byte load where A allows it.
+HIPEP_DEVICE uint4 hipep_mnb_row_a8(const hipep_half* HIPEP_RESTRICT A, hipep_i64 k0, const hipep_mnb_args& a) {
+  if (a.a_vec && k0 + 8 <= a.k && (a.k % 8) == 0) return *reinterpret_cast<const uint4*>(A + k0);
+  uint4 raw;
+  hipep_half* h = reinterpret_cast<hipep_half*>(&raw);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) h[j] = (k0 + j < a.k) ? A[k0 + j] : __float2half(0.0f);
+  return raw;
+}
+
+// h2 staging: thread t takes word w (8 halves) and writes its 4 pairs to plane w % 4, chunk w / 4.
+HIPEP_DEVICE void hipep_mnb_row_stage_h2(unsigned char* smem, const hipep_half* HIPEP_RESTRICT A, hipep_i64 kt,
+                                         int tile_chunks, const hipep_mnb_args& a) {
+  constexpr int P = MNB_ROW_STAGE_H2;
+  uint4* planes = reinterpret_cast<uint4*>(smem);
+  const int words = tile_chunks * 4;
+  for (int w0 = 0; w0 < words; w0 += P * blockDim.x) {
+    uint4 raw[P];
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      const int w = w0 + i * blockDim.x + threadIdx.x;
+      if (w < words) raw[i] = hipep_mnb_row_a8(A, kt + (hipep_i64)w * 8, a);
+    }
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      const int w = w0 + i * blockDim.x + threadIdx.x;
+      if (w >= words) break;
+      const hipep_half* h = reinterpret_cast<const hipep_half*>(&raw[i]);
+      uint4 out;
+      __half2 pr[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) pr[j] = __halves2half2(h[j], h[j + 4]);
+      out.x = *reinterpret_cast<unsigned int*>(&pr[0]);
+      out.y = *reinterpret_cast<unsigned int*>(&pr[1]);
+      out.z = *reinterpret_cast<unsigned int*>(&pr[2]);
+      out.w = *reinterpret_cast<unsigned int*>(&pr[3]);
+      planes[(w % 4) * tile_chunks + w / 4] = out;
+    }
+  }
+}
+
+HIPEP_DEVICE __half2 hipep_u32_half2(unsigned int v) { return *reinterpret_cast<__half2*>(&v); }
+
+// The h2 sum over one word x of B (8 values) against its pairs of A: a half2 of partial sums.
+HIPEP_DEVICE __half2 hipep_mnb_row_word_h2(unsigned int x, uint4 pairs, __half2 c_lo, __half2 c_hi) {
+  const __half2 sixteenth = __float2half2_rn(0.0625f);
+  const unsigned int x8 = x >> 8;
+  const __half2 d0 = __hsub2(hipep_u32_half2((x & 0x000F000Fu) | 0x64006400u), c_lo);               // (v0, v4)
+  const __half2 d1 = __hfma2(hipep_u32_half2((x & 0x00F000F0u) | 0x64006400u), sixteenth, c_hi);   // (v1, v5)
+  const __half2 d2 = __hsub2(hipep_u32_half2((x8 & 0x000F000Fu) | 0x64006400u), c_lo);              // (v2, v6)
+  const __half2 d3 = __hfma2(hipep_u32_half2((x8 & 0x00F000F0u) | 0x64006400u), sixteenth, c_hi);  // (v3, v7)
+  __half2 p = __hmul2(d0, hipep_u32_half2(pairs.x));
+  p = __hfma2(d1, hipep_u32_half2(pairs.y), p);
+  p = __hfma2(d2, hipep_u32_half2(pairs.z), p);
+  return __hfma2(d3, hipep_u32_half2(pairs.w), p);
+}
+
+template <typename T, bool Q8>
+HIPEP_DEVICE void hipep_mnb_gemv_row(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
+                                     const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
+                                     const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
+  constexpr int C = 1, U = MNB_ROW_U;
+  HIPEP_DYNAMIC_SHARED(float4, hipep_mnb_smem4);
+  unsigned char* smem = reinterpret_cast<unsigned char*>(hipep_mnb_smem4);
+
+  // A warp per output column, its lanes on every warp-width-th chunk of the row.
+  const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
+  const hipep_i64 col0 = (hipep_i64)blockIdx.x * MNB_WARPS + warp;
+  const int first = lane, step = HIPEP_WARP_SIZE;
+  const int tile_chunks_max = a.k_tile / 32;
+
+  float acc[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) acc[c] = 0.0f;
+  uint4 q[U][C];
+  float qs[U][C], qz[U][C];
+  for (hipep_i64 kt = 0; kt < a.k_pad; kt += a.k_tile) {
+    const int tile_vals = (int)((a.k_pad - kt) < a.k_tile ? (a.k_pad - kt) : a.k_tile);
+    const int tile_chunks = tile_vals / 32;
+    hipep_mnb_load_step<T, 4, C, U>(q, qs, qz, B, scales, zp, first, step, kt, tile_chunks, col0, a);
+    if (kt != 0) __syncthreads();  // the previous tile's readers are done
+    if constexpr (Q8) {
+      hipep_mnb_row_stage_q8<T>(smem, A, kt, tile_chunks_max, a);
+    } else {
+      hipep_mnb_row_stage_h2(smem, reinterpret_cast<const hipep_half*>(A), kt, tile_chunks_max, a);
+    }
+    __syncthreads();
+    for (int c0 = first; c0 < tile_chunks; c0 += step * U) {
+      if (c0 != first) hipep_mnb_load_step<T, 4, C, U>(q, qs, qz, B, scales, zp, c0, step, kt, tile_chunks, col0, a);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int ch = c0 + u * step;
+        if (ch >= tile_chunks) break;
+        if constexpr (Q8) {
+          const int4* even = reinterpret_cast<const int4*>(smem);
+          const int4* odd = even + tile_chunks_max;
+          const float* a_scale = reinterpret_cast<const float*>(odd + tile_chunks_max);
+          const int* chunk_sum = reinterpret_cast<const int*>(a_scale + (tile_chunks_max * 32 >> a.log2_bs) + 1);
+          const int4 ae = even[ch], ao = odd[ch];
+          const float sa = a_scale[(ch * 32) >> a.log2_bs];
+          const int csum = chunk_sum[ch];
+#pragma unroll
+          for (int c = 0; c < C; ++c) {
+            const unsigned int w[4] = {q[u][c].x, q[u][c].y, q[u][c].z, q[u][c].w};
+            const int ev[4] = {ae.x, ae.y, ae.z, ae.w}, od[4] = {ao.x, ao.y, ao.z, ao.w};
+            int isum = -(int)qz[u][c] * csum;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              isum = hipep_dp4a((int)(w[i] & 0x0F0F0F0Fu), ev[i], isum);
+              isum = hipep_dp4a((int)((w[i] >> 4) & 0x0F0F0F0Fu), od[i], isum);
+            }
+            acc[c] = fmaf((float)isum, qs[u][c] * sa, acc[c]);
+          }
+        } else {
+          const uint4* planes = reinterpret_cast<const uint4*>(smem);
+          const uint4 p0 = planes[ch], p1 = planes[tile_chunks_max + ch], p2 = planes[2 * tile_chunks_max + ch],
+                      p3 = planes[3 * tile_chunks_max + ch];
+#pragma unroll
+          for (int c = 0; c < C; ++c) {
+            const __half2 c_lo = __float2half2_rn(1024.0f + qz[u][c]);
+            const __half2 c_hi = __float2half2_rn(-64.0f - qz[u][c]);
+            float2 f = __half22float2(hipep_mnb_row_word_h2(q[u][c].x, p0, c_lo, c_hi));
+            float part = f.x + f.y;
+            f = __half22float2(hipep_mnb_row_word_h2(q[u][c].y, p1, c_lo, c_hi));
+            part += f.x + f.y;
+            f = __half22float2(hipep_mnb_row_word_h2(q[u][c].z, p2, c_lo, c_hi));
+            part += f.x + f.y;
+            f = __half22float2(hipep_mnb_row_word_h2(q[u][c].w, p3, c_lo, c_hi));
+            part += f.x + f.y;
+            acc[c] = fmaf(qs[u][c], part, acc[c]);
+          }
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int c = 0; c < C; ++c) acc[c] = hipep_warp_sum(acc[c]);
+  if (lane == 0) {
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const hipep_i64 n = col0 + c;
+      if (n >= a.n) break;
+      const float b = bias != 0 ? hipep_to_float(bias[n]) : 0.0f;
+      Y[n] = hipep_from_float<T>(acc[c] + b);
+    }
+  }
+}
+
+// The one-row GEMV in packed arithmetic (see above): q8 for accuracy_level 4, h2 for fp16 A.
+#define HIPEP_MNB_ROW(VARIANT, NAME, T, Q8)                                                          \
+  HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, 4)                                 \
+      hipep_mnb_gemv_row_##VARIANT##_##NAME##_b4(HIPEP_MNB_PARAMS(T)) {                               \
+    hipep_mnb_gemv_row<T, Q8>(A, B, scales, zp, bias, Y, a);                                          \
+  }
+HIPEP_MNB_ROW(q8, f32, float, true)
+HIPEP_MNB_ROW(q8, f16, hipep_half, true)
+HIPEP_MNB_ROW(q8, bf16, hipep_bf16, true)
+HIPEP_MNB_ROW(h2, f16, hipep_half, false)

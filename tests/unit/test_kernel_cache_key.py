@@ -1,0 +1,25 @@
+"""The kernel cache's key covers every header a module may include: a CUBIN compiled before a
+change to kernels/hipep_device.h or to a module's own header (matmul_nbits.h) is never reused."""
+from __future__ import annotations
+
+import os
+
+from hipep.runtime import kernel_cache
+
+
+def test_cache_key_changes_with_every_header(tmp_path, monkeypatch):
+    (tmp_path / kernel_cache.HEADER).write_text("// portability header\n")
+    (tmp_path / "shared.h").write_text("#define WIDTH 4\n")
+    (tmp_path / "mod.hip").write_text('#include "shared.h"\n')
+    monkeypatch.setenv(kernel_cache.KERNELS_ENV, str(tmp_path))
+    monkeypatch.setattr(kernel_cache, "nvrtc_version", lambda: (13, 0))
+    source = kernel_cache.module_source("mod")
+    first = kernel_cache.cache_key(source, "sm_90", {})
+    assert kernel_cache.cache_key(source, "sm_90", {}) == first
+    (tmp_path / "shared.h").write_text("#define WIDTH 8\n")
+    os.utime(tmp_path / "shared.h", ns=(1, 10**18))  # a new mtime even within the clock's resolution
+    second = kernel_cache.cache_key(source, "sm_90", {})
+    assert second != first
+    (tmp_path / kernel_cache.HEADER).write_text("// portability header, changed\n")
+    os.utime(tmp_path / kernel_cache.HEADER, ns=(1, 10**18))
+    assert kernel_cache.cache_key(source, "sm_90", {}) not in (first, second)
