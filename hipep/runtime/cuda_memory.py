@@ -10,6 +10,7 @@ import ml_dtypes  # noqa: F401  (registers numpy's 'bfloat16' dtype name)
 import numpy as np
 
 from ..errors import HipepError
+from .device import ShapedBuffer
 from .cuda_driver import _check, _driver
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ class CudaMemory:
         return f"CudaMemory({self.space}, {self.nbytes} bytes at {self.ptr:#x})"
 
 
-class DeviceArray:
+class DeviceArray(ShapedBuffer):
     """A typed, C-contiguous view of device-addressable memory: what a kernel argument points at.
     Holds the allocation it views, so the memory outlives the view."""
     __slots__ = ("memory", "ptr", "shape", "dtype", "_host")
@@ -42,21 +43,6 @@ class DeviceArray:
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
         self._host = None
-
-    @property
-    def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
 
     @property
     def host_visible(self) -> bool:

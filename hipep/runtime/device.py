@@ -73,6 +73,27 @@ class Stream(ABC):
         """An event that completes when the work queued so far has run."""
 
 
+class ShapedBuffer:
+    """size, nbytes and ndim of a buffer that has `shape` (a sequence of dims) and `dtype` (a numpy
+    dtype): what device arrays and kernel arguments share."""
+    __slots__ = ()
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= int(d)
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
 @dataclass(frozen=True)
 class Kernel:
     """What a launch runs: an entry point with its specialization constants. `name` is the

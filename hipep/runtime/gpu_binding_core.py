@@ -12,6 +12,7 @@ import ml_dtypes  # noqa: F401  (registers numpy's 'bfloat16' dtype name)
 import numpy as np
 
 from ..errors import HipepError
+from .device import ShapedBuffer
 
 
 FUSED = "hipep::FusedElementwise"
@@ -26,28 +27,13 @@ _VEC = {"f32": 4, "f16": 8, "bf16": 8}
 # ---- what a binding sees and produces ----------------------------------------------------------
 
 @dataclass
-class Arg:
+class Arg(ShapedBuffer):
     """One buffer argument of a launch as a binding sees it."""
     ptr: int
     shape: tuple
     dtype: np.dtype
     value: np.ndarray | None = None  # the contents, where the host can read them (constants, host-visible)
     constant: bool = False  # a plan constant: the value never changes between runs
-
-    @property
-    def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= int(d)
-        return n
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
 
 
 @dataclass
