@@ -215,26 +215,25 @@ def gemv_rows(m: int) -> int:
     raise ValueError(f"{m} rows is past the GEMV's {GEMV_MAX_ROWS}")
 
 
-def _mnb_row_op(a_ptr, B, scales, zp, bias, y, k, n, bits, bs, nb, zp_row, zp_mode, quant_a, dt, target):
+def _mnb_row_op(a_ptr, B, scales, zp, bias, y, layout: MatMulNBitsArgs, bits, dt, target):
     """The one-row GEMV in packed arithmetic (kernels/matmul_nbits_row.hip, hipep_mnb_gemv_row_*) where
     it applies -- 4 bits, block_size >= 32, 16-byte aligned rows, integer or no zero points, and
-    A quantized to int8 (q8) or fp16 (h2) -- else None (the general GEMV runs)."""
-    row_bytes = nb * bs * bits // 8
-    if not (GEMV_ROW and bits == 4 and bs >= 32 and row_bytes % 16 == 0 and B.ptr % 16 == 0 and zp_mode in (0, 1)
+    A quantized to int8 (q8) or fp16 (h2) -- else None (the general GEMV runs). `layout`: the
+    node's arguments as the binding derived them (m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs,
+    zp_mode, aligned16, int8_a), completed here with the row GEMV's tile and A's alignment."""
+    bs, quant_a = 1 << layout.log2_bs, layout.int8_a
+    if not (GEMV_ROW and bits == 4 and bs >= 32 and layout.aligned16 and layout.zp_mode in (0, 1)
             and (quant_a or dt == "f16")):
         return None
-    k_pad = nb * bs
-    chunks = k_pad // 32
-    log2_bs = bs.bit_length() - 1
+    chunks = layout.k_pad // 32
     per_chunk = 36 + 4 * 32 // bs if quant_a else 64  # shared bytes a chunk of A takes (see row_smem)
     tile_chunks = min(chunks, GEMV_SMEM_BUDGET // per_chunk)
     if tile_chunks < chunks:
         tile_chunks -= tile_chunks % (bs // 32)  # whole blocks of A per tile
-    a_vec = int(k % 8 == 0 and a_ptr % 16 == 0)
-    args = MatMulNBitsArgs(1, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, tile_chunks * 32, zp_mode, 1, 1,
-                           a_vec, int(quant_a))
-    grid = (_cdiv(n, GEMV_WARPS), 1, 1)  # a warp per output column
-    params = [ctypes.c_uint64(a_ptr), ptr(B), ptr(scales), ptr(zp), ptr(bias), ctypes.c_uint64(y.ptr), args]
+    layout.k_tile, layout.k_split = tile_chunks * 32, 1
+    layout.a_vec = int(layout.k % 8 == 0 and a_ptr % 16 == 0)
+    grid = (_cdiv(layout.n, GEMV_WARPS), 1, 1)  # a warp per output column
+    params = [ctypes.c_uint64(a_ptr), ptr(B), ptr(scales), ptr(zp), ptr(bias), ctypes.c_uint64(y.ptr), layout]
     return KernelOp(f"hipep_mnb_gemv_row_{'q8' if quant_a else 'h2'}_{dt}_b4", grid,
                     (GEMV_WARPS * target.warp_size, 1, 1), params, module="matmul_nbits_row",
                     smem=row_smem(tile_chunks, bs, bool(quant_a)))
@@ -308,7 +307,8 @@ def _mnb_bind(ins, outs, attrs, target):
         e = A.dtype.itemsize
         ops = []
         if m == 1:
-            row = _mnb_row_op(A.ptr, B, scales, zp, bias, y, k, n, bits, bs, nb, zp_row, zp_mode, quant_a, dt, target)
+            layout = MatMulNBitsArgs(1, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, 0, zp_mode, aligned16, 1, 0, quant_a)
+            row = _mnb_row_op(A.ptr, B, scales, zp, bias, y, layout, bits, dt, target)
             if row is not None:
                 return [row]
         for r0 in range(0, m, GEMV_MAX_ROWS):
