@@ -54,13 +54,13 @@ def onnxruntime_version() -> tuple[int, int] | None:
     text = getattr(module, "__version__", None)
     if text is None:  # only here: importlib.metadata is ~3 MiB of modules a session would keep
         import importlib.metadata
-    for dist in ("onnxruntime", "onnxruntime-gpu", "onnxruntime-directml", "onnxruntime-openvino"):
-        if text:
-            break
-        try:
-            text = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
+
+        for dist in ("onnxruntime", "onnxruntime-gpu", "onnxruntime-directml", "onnxruntime-openvino"):
+            try:
+                text = importlib.metadata.version(dist)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
     match = re.match(r"(\d+)\.(\d+)", text or "")
     return (int(match[1]), int(match[2])) if match else None
 
