@@ -806,6 +806,7 @@ HIPEP_DEVICE void hipep_gqa_prefill(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
   HIPEP_KERNEL void __launch_bounds__(HIPEP_DEC_THREADS) hipep_gqa_decode_##NAME##_g##G(                         \
       const T* q, const T* cache_k, const T* cache_v, const int* seqlens, const int* total, const T* bias,       \
       const T* sink, T* out, float* part_acc, float* part_ml, unsigned int* counters, const hipep_gqa_args a) {   \
+    hipep_grid_release();                                                                                        \
     hipep_gqa_decode<T, G>(q, cache_k, cache_v, seqlens, total, bias, sink, out, part_acc, part_ml, counters, a); \
   }
 

@@ -437,6 +437,7 @@ HIPEP_DEVICE void hipep_mnb_gemm(const T* HIPEP_RESTRICT A, const unsigned char*
 #define HIPEP_MNB_GEMV_ENTRY(SUFFIX, NAME, T, BITS, M_T, C, U)                                        \
   HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, 2)                                 \
       hipep_mnb_gemv_##NAME##_b##BITS##_m##M_T##SUFFIX(HIPEP_MNB_PARAMS(T)) {                         \
+    hipep_grid_release();                                                                             \
     hipep_mnb_gemv<T, BITS, M_T, C, U>(A, B, scales, zp, bias, Y, a);                                 \
   }
 #define HIPEP_MNB_GEMV(NAME, T, BITS, M_T) HIPEP_MNB_GEMV_ENTRY(, NAME, T, BITS, M_T, MNB_COLS, (M_T == 1 ? 4 : 2))

@@ -162,95 +162,128 @@ HIPEP_DEVICE __half2 hipep_mnb_row_word_h2(unsigned int x, uint4 pairs, __half2 
   return __hfma2(d3, hipep_u32_half2(pairs.w), p);
 }
 
+// A warp's column of B, scales and zero points, located once (the loads below index them by chunk
+// with 32-bit offsets instead of recomputing 64-bit addresses per load).
+template <typename T> struct hipep_mnb_row_col {
+  const uint4* b;          // the column's row of B in 16-byte chunks (32 values each)
+  const T* scale;          // its block scales
+  const unsigned char* zp; // its packed 4-bit zero points (zp_mode 1), else null
+  bool live;               // the column is < N (a warp past N loads nothing and writes nothing)
+};
+
+template <typename T>
+HIPEP_DEVICE hipep_mnb_row_col<T> hipep_mnb_row_col_at(const unsigned char* B, const T* scales, const void* zp,
+                                                       hipep_i64 col, const hipep_mnb_args& a) {
+  hipep_mnb_row_col<T> c;
+  c.live = col < a.n;
+  const hipep_i64 n = c.live ? col : 0;
+  c.b = reinterpret_cast<const uint4*>(B + n * a.row_bytes);
+  c.scale = scales + n * a.nb;
+  c.zp = a.zp_mode == 1 ? static_cast<const unsigned char*>(zp) + n * a.zp_row : nullptr;
+  return c;
+}
+
+// A lane's U chunks ch0 + u * warp size (below `end`) of its column: the weights, each chunk's
+// block scale and zero point (8 without zero points), all issued before any is used. They read
+// only the session's weights, so the first call may come before hipep_grid_wait().
+template <typename T, int U>
+HIPEP_DEVICE void hipep_mnb_row_load(uint4 (&q)[U], float (&s)[U], float (&z)[U], const hipep_mnb_row_col<T>& c,
+                                     int ch0, int end, int log2_bs) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int ch = ch0 + u * HIPEP_WARP_SIZE;
+    q[u] = make_uint4(0u, 0u, 0u, 0u);
+    s[u] = 0.0f;
+    z[u] = 8.0f;
+    if (c.live && ch < end) {
+      q[u] = __ldg(c.b + ch);
+      const int blk = (ch << 5) >> log2_bs;
+      s[u] = hipep_to_float(c.scale[blk]);
+      if (c.zp != nullptr) z[u] = (float)((c.zp[blk >> 1] >> ((blk & 1) * 4)) & 0xF);
+    }
+  }
+}
+
 template <typename T, bool Q8>
 HIPEP_DEVICE void hipep_mnb_gemv_row(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
                                      const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
                                      const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
-  constexpr int C = 1, U = MNB_ROW_U;
+  constexpr int U = MNB_ROW_U, STEP = HIPEP_WARP_SIZE;
+  hipep_grid_release();  // the next kernel may load its weights while this one works
   HIPEP_DYNAMIC_SHARED(float4, hipep_mnb_smem4);
   unsigned char* smem = reinterpret_cast<unsigned char*>(hipep_mnb_smem4);
 
-  // A warp per output column, its lanes on every warp-width-th chunk of the row.
+  // A warp per output column, its lanes on every warp-width-th chunk of the row; A staged in
+  // tiles of tile_chunks chunks (one tile for K up to ~20k values).
   const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
-  const hipep_i64 col0 = (hipep_i64)blockIdx.x * MNB_WARPS + warp;
-  const int first = lane, step = HIPEP_WARP_SIZE;
-  const int tile_chunks_max = a.k_tile / 32;
+  const hipep_mnb_row_col<T> col = hipep_mnb_row_col_at<T>(B, scales, zp, (hipep_i64)blockIdx.x * MNB_WARPS + warp, a);
+  const int chunks = (int)(a.k_pad >> 5), tile_chunks = a.k_tile >> 5;
 
-  float acc[C];
-#pragma unroll
-  for (int c = 0; c < C; ++c) acc[c] = 0.0f;
-  uint4 q[U][C];
-  float qs[U][C], qz[U][C];
-  for (hipep_i64 kt = 0; kt < a.k_pad; kt += a.k_tile) {
-    const int tile_vals = (int)((a.k_pad - kt) < a.k_tile ? (a.k_pad - kt) : a.k_tile);
-    const int tile_chunks = tile_vals / 32;
-    hipep_mnb_load_step<T, 4, C, U>(q, qs, qz, B, scales, zp, first, step, kt, tile_chunks, col0, a);
-    if (kt != 0) __syncthreads();  // the previous tile's readers are done
+  uint4 q[U];
+  float qs[U], qz[U];
+  hipep_mnb_row_load<T, U>(q, qs, qz, col, lane, tile_chunks < chunks ? tile_chunks : chunks, a.log2_bs);
+  hipep_grid_wait();  // A, and Y's memory, belong to earlier kernels of the stream
+
+  float acc = 0.0f;
+  for (int t0 = 0; t0 < chunks; t0 += tile_chunks) {
+    const int end = chunks - t0 < tile_chunks ? chunks : t0 + tile_chunks;
+    if (t0 != 0) {
+      hipep_mnb_row_load<T, U>(q, qs, qz, col, t0 + lane, end, a.log2_bs);
+      __syncthreads();  // the previous tile's readers are done
+    }
     if constexpr (Q8) {
-      hipep_mnb_row_stage_q8<T>(smem, A, kt, tile_chunks_max, a);
+      hipep_mnb_row_stage_q8<T>(smem, A, (hipep_i64)t0 << 5, tile_chunks, a);
     } else {
-      hipep_mnb_row_stage_h2(smem, reinterpret_cast<const hipep_half*>(A), kt, tile_chunks_max, a);
+      hipep_mnb_row_stage_h2(smem, reinterpret_cast<const hipep_half*>(A), (hipep_i64)t0 << 5, tile_chunks, a);
     }
     __syncthreads();
-    for (int c0 = first; c0 < tile_chunks; c0 += step * U) {
-      if (c0 != first) hipep_mnb_load_step<T, 4, C, U>(q, qs, qz, B, scales, zp, c0, step, kt, tile_chunks, col0, a);
+    for (int c0 = t0 + lane; c0 < end; c0 += STEP * U) {
+      if (c0 != t0 + lane) hipep_mnb_row_load<T, U>(q, qs, qz, col, c0, end, a.log2_bs);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const int ch = c0 + u * step;
-        if (ch >= tile_chunks) break;
+        const int ch = c0 + u * STEP - t0;  // the chunk within the tile
+        if (ch >= end - t0) break;
         if constexpr (Q8) {
           const int4* even = reinterpret_cast<const int4*>(smem);
-          const int4* odd = even + tile_chunks_max;
-          const float* a_scale = reinterpret_cast<const float*>(odd + tile_chunks_max);
-          const int* chunk_sum = reinterpret_cast<const int*>(a_scale + (tile_chunks_max * 32 >> a.log2_bs) + 1);
+          const int4* odd = even + tile_chunks;
+          const float* a_scale = reinterpret_cast<const float*>(odd + tile_chunks);
+          const int* chunk_sum = reinterpret_cast<const int*>(a_scale + ((tile_chunks << 5) >> a.log2_bs) + 1);
           const int4 ae = even[ch], ao = odd[ch];
-          const float sa = a_scale[(ch * 32) >> a.log2_bs];
-          const int csum = chunk_sum[ch];
+          const float sa = a_scale[(ch << 5) >> a.log2_bs];
+          const unsigned int w[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+          const int ev[4] = {ae.x, ae.y, ae.z, ae.w}, od[4] = {ao.x, ao.y, ao.z, ao.w};
+          int isum = -(int)qz[u] * chunk_sum[ch];
 #pragma unroll
-          for (int c = 0; c < C; ++c) {
-            const unsigned int w[4] = {q[u][c].x, q[u][c].y, q[u][c].z, q[u][c].w};
-            const int ev[4] = {ae.x, ae.y, ae.z, ae.w}, od[4] = {ao.x, ao.y, ao.z, ao.w};
-            int isum = -(int)qz[u][c] * csum;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              isum = hipep_dp4a((int)(w[i] & 0x0F0F0F0Fu), ev[i], isum);
-              isum = hipep_dp4a((int)((w[i] >> 4) & 0x0F0F0F0Fu), od[i], isum);
-            }
-            acc[c] = fmaf((float)isum, qs[u][c] * sa, acc[c]);
+          for (int i = 0; i < 4; ++i) {
+            isum = hipep_dp4a((int)(w[i] & 0x0F0F0F0Fu), ev[i], isum);
+            isum = hipep_dp4a((int)((w[i] >> 4) & 0x0F0F0F0Fu), od[i], isum);
           }
+          acc = fmaf((float)isum, qs[u] * sa, acc);
         } else {
           const uint4* planes = reinterpret_cast<const uint4*>(smem);
-          const uint4 p0 = planes[ch], p1 = planes[tile_chunks_max + ch], p2 = planes[2 * tile_chunks_max + ch],
-                      p3 = planes[3 * tile_chunks_max + ch];
-#pragma unroll
-          for (int c = 0; c < C; ++c) {
-            const __half2 c_lo = __float2half2_rn(1024.0f + qz[u][c]);
-            const __half2 c_hi = __float2half2_rn(-64.0f - qz[u][c]);
-            float2 f = __half22float2(hipep_mnb_row_word_h2(q[u][c].x, p0, c_lo, c_hi));
-            float part = f.x + f.y;
-            f = __half22float2(hipep_mnb_row_word_h2(q[u][c].y, p1, c_lo, c_hi));
-            part += f.x + f.y;
-            f = __half22float2(hipep_mnb_row_word_h2(q[u][c].z, p2, c_lo, c_hi));
-            part += f.x + f.y;
-            f = __half22float2(hipep_mnb_row_word_h2(q[u][c].w, p3, c_lo, c_hi));
-            part += f.x + f.y;
-            acc[c] = fmaf(qs[u][c], part, acc[c]);
-          }
+          const uint4 p0 = planes[ch], p1 = planes[tile_chunks + ch], p2 = planes[2 * tile_chunks + ch],
+                      p3 = planes[3 * tile_chunks + ch];
+          const __half2 c_lo = __float2half2_rn(1024.0f + qz[u]);
+          const __half2 c_hi = __float2half2_rn(-64.0f - qz[u]);
+          float2 f = __half22float2(hipep_mnb_row_word_h2(q[u].x, p0, c_lo, c_hi));
+          float part = f.x + f.y;
+          f = __half22float2(hipep_mnb_row_word_h2(q[u].y, p1, c_lo, c_hi));
+          part += f.x + f.y;
+          f = __half22float2(hipep_mnb_row_word_h2(q[u].z, p2, c_lo, c_hi));
+          part += f.x + f.y;
+          f = __half22float2(hipep_mnb_row_word_h2(q[u].w, p3, c_lo, c_hi));
+          part += f.x + f.y;
+          acc = fmaf(qs[u], part, acc);
         }
       }
     }
   }
 
-#pragma unroll
-  for (int c = 0; c < C; ++c) acc[c] = hipep_warp_sum(acc[c]);
-  if (lane == 0) {
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const hipep_i64 n = col0 + c;
-      if (n >= a.n) break;
-      const float b = bias != 0 ? hipep_to_float(bias[n]) : 0.0f;
-      Y[n] = hipep_from_float<T>(acc[c] + b);
-    }
+  acc = hipep_warp_sum(acc);
+  if (lane == 0 && col.live) {
+    const hipep_i64 n = (hipep_i64)blockIdx.x * MNB_WARPS + warp;
+    const float b = bias != 0 ? hipep_to_float(bias[n]) : 0.0f;
+    Y[n] = hipep_from_float<T>(acc + b);
   }
 }
 

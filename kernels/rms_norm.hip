@@ -113,23 +113,27 @@ HIPEP_DEVICE void hipep_skip_rms_norm(const T* HIPEP_RESTRICT x, const T* HIPEP_
   HIPEP_KERNEL void hipep_rms_norm_##NAME(const T* HIPEP_RESTRICT x, const T* HIPEP_RESTRICT scale,  \
                                           T* HIPEP_RESTRICT y, float* HIPEP_RESTRICT inv_std,         \
                                           const hipep_rms_args a) {                                   \
+    hipep_grid_release();                                                                             \
     hipep_rms_norm<T, 1>(x, scale, y, inv_std, a);                                                    \
   }                                                                                                   \
   HIPEP_KERNEL void hipep_rms_norm_##NAME##_vec(const T* HIPEP_RESTRICT x, const T* HIPEP_RESTRICT scale, \
                                                 T* HIPEP_RESTRICT y, float* HIPEP_RESTRICT inv_std,   \
                                                 const hipep_rms_args a) {                             \
+    hipep_grid_release();                                                                             \
     hipep_rms_norm<T, VEC>(x, scale, y, inv_std, a);                                                  \
   }                                                                                                   \
   HIPEP_KERNEL void hipep_skip_rms_norm_##NAME(                                                      \
       const T* HIPEP_RESTRICT x, const T* HIPEP_RESTRICT skip, const T* HIPEP_RESTRICT gamma,        \
       const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT y, float* HIPEP_RESTRICT mean,                  \
       float* HIPEP_RESTRICT inv_std, T* HIPEP_RESTRICT sum_out, const hipep_rms_args a) {             \
+    hipep_grid_release();                                                                             \
     hipep_skip_rms_norm<T, 1>(x, skip, gamma, bias, y, mean, inv_std, sum_out, a);                    \
   }                                                                                                   \
   HIPEP_KERNEL void hipep_skip_rms_norm_##NAME##_vec(                                                \
       const T* HIPEP_RESTRICT x, const T* HIPEP_RESTRICT skip, const T* HIPEP_RESTRICT gamma,        \
       const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT y, float* HIPEP_RESTRICT mean,                  \
       float* HIPEP_RESTRICT inv_std, T* HIPEP_RESTRICT sum_out, const hipep_rms_args a) {             \
+    hipep_grid_release();                                                                             \
     hipep_skip_rms_norm<T, VEC>(x, skip, gamma, bias, y, mean, inv_std, sum_out, a);                  \
   }
 
@@ -361,11 +365,13 @@ HIPEP_DEVICE void hipep_skip_rms_exact_rows(const float* HIPEP_RESTRICT x, const
 HIPEP_KERNEL void hipep_rms_norm_f32_exact(const float* HIPEP_RESTRICT x, const float* HIPEP_RESTRICT scale,
                                            float* HIPEP_RESTRICT y, float* HIPEP_RESTRICT inv_std,
                                            const hipep_rms_args a) {
+  hipep_grid_release();
   hipep_rms_exact_rows<1>(x, scale, y, inv_std, a);
 }
 HIPEP_KERNEL void hipep_rms_norm_f32_exact_vec(const float* HIPEP_RESTRICT x, const float* HIPEP_RESTRICT scale,
                                                float* HIPEP_RESTRICT y, float* HIPEP_RESTRICT inv_std,
                                                const hipep_rms_args a) {
+  hipep_grid_release();
   hipep_rms_exact_rows<4>(x, scale, y, inv_std, a);
 }
 HIPEP_KERNEL void hipep_skip_rms_norm_f32_exact(const float* HIPEP_RESTRICT x, const float* HIPEP_RESTRICT skip,
@@ -373,6 +379,7 @@ HIPEP_KERNEL void hipep_skip_rms_norm_f32_exact(const float* HIPEP_RESTRICT x, c
                                                 float* HIPEP_RESTRICT y, float* HIPEP_RESTRICT mean,
                                                 float* HIPEP_RESTRICT inv_std, float* HIPEP_RESTRICT sum_out,
                                                 const hipep_rms_args a) {
+  hipep_grid_release();
   hipep_skip_rms_exact_rows<1>(x, skip, gamma, bias, y, mean, inv_std, sum_out, a);
 }
 HIPEP_KERNEL void hipep_skip_rms_norm_f32_exact_vec(const float* HIPEP_RESTRICT x, const float* HIPEP_RESTRICT skip,
@@ -380,5 +387,6 @@ HIPEP_KERNEL void hipep_skip_rms_norm_f32_exact_vec(const float* HIPEP_RESTRICT 
                                                     float* HIPEP_RESTRICT y, float* HIPEP_RESTRICT mean,
                                                     float* HIPEP_RESTRICT inv_std, float* HIPEP_RESTRICT sum_out,
                                                     const hipep_rms_args a) {
+  hipep_grid_release();
   hipep_skip_rms_exact_rows<4>(x, skip, gamma, bias, y, mean, inv_std, sum_out, a);
 }

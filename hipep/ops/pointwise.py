@@ -563,6 +563,7 @@ typedef __hip_bfloat16 hipep_bf16;
 #include <cuda_bf16.h>
 typedef __nv_bfloat16 hipep_bf16;
 #endif
+__device__ __forceinline__ void hipep_grid_release() {}
 #endif
 
 // numpy's maximum/minimum: NaN in either operand gives NaN.
@@ -747,6 +748,7 @@ def render_hip_kernel(expr: Expr, name: str, input_dtypes: Sequence[str], output
     params += [f"{_C_TYPES[_name(d)]}* __restrict__ out{j}" for j, d in enumerate(output_dtypes)]
     params.append(f"const hipep_pointwise_args_{name} a")
     lines.append(f'extern "C" __global__ void {name}({", ".join(params)}) {{')
+    lines.append("  hipep_grid_release();  // the next kernel may start loading its weights (hipep_device.h)")
     lines.append("  const long long step = (long long)gridDim.x * blockDim.x;")
     lines.append("  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += step) {")
     broadcast = [k for k in expr.broadcast if k < n_in]

@@ -132,6 +132,9 @@ class CudaDevice(Device):
         self.target = table.Target(sm_count=self.sm_count, warp_size=self.warp_size, scratch=self._scratch)
         self.sync_launches = _env_flag("HIPEP_CUDA_SYNC", False)
         self.use_graphs = _env_flag("HIPEP_CUDA_GRAPHS", True)
+        # Kernels that wait for their predecessor in their own code start early (programmatic
+        # dependent launch, compute capability 9.0 and newer): KernelOp.overlaps_previous.
+        self.overlap_launches = self.capability >= (9, 0) and _env_flag("HIPEP_CUDA_OVERLAP", True)
         spin = _debug_spin_setting()  # (op type, clock cycles): microseconds at the reported clock (kHz)
         self.debug_spin = None if spin is None else (
             spin[0], int(spin[1] * attr(A.CU_DEVICE_ATTRIBUTE_CLOCK_RATE) / 1000))
@@ -497,7 +500,7 @@ class CudaDevice(Device):
             return _Copy(op)
         if isinstance(op, table.BlasOp):
             return _Blas(op)
-        return _Launch(self._function(op), op)
+        return _Launch(self._function(op), op, self.overlap_launches)
 
     def launch(self, stream: CudaStream, program: CudaProgram, grid, block, smem, args, label: str = "") -> None:
         """Binds and issues one launch now (the binding chooses the configuration: `grid`,
@@ -635,9 +638,7 @@ class CudaDevice(Device):
             for label, ops in work:
                 for op in ops:
                     if isinstance(op, _Launch):
-                        g, b = op.grid, op.block
-                        (err,) = d.cuLaunchKernel(op.func, g[0], g[1], g[2], b[0], b[1], b[2], op.smem, stream.handle,
-                                                  op.argv_addr, 0)
+                        err = op.launch(stream.handle)
                     elif isinstance(op, _Blas):
                         why = op.call(int(stream.handle))
                         err = d.CUresult.CUDA_SUCCESS if why is None else why  # _error_text shows a text as it is

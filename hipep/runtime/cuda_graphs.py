@@ -21,10 +21,12 @@ if TYPE_CHECKING:
 
 class _Launch:
     """A kernel launch made ready: the function and configuration, and the parameter array whose
-    address cuLaunchKernel takes (kept alive with the values it points at)."""
-    __slots__ = ("func", "grid", "block", "smem", "values", "argv", "argv_addr", "key", "entry")
+    address cuLaunchKernel takes (kept alive with the values it points at). `config`: the
+    cuLaunchKernelEx configuration of a launch that may overlap the previous kernel (see
+    KernelOp.overlaps_previous), else None."""
+    __slots__ = ("func", "grid", "block", "smem", "values", "argv", "argv_addr", "key", "entry", "config")
 
-    def __init__(self, func, op: table.KernelOp):
+    def __init__(self, func, op: table.KernelOp, overlap: bool = False):
         self.func = func
         self.entry = op.entry
         self.grid = tuple(int(g) for g in op.grid) + (1,) * (3 - len(op.grid))
@@ -33,16 +35,43 @@ class _Launch:
         self.values = list(op.params)
         self.argv = (ctypes.c_void_p * max(len(self.values), 1))(*[ctypes.addressof(v) for v in self.values])
         self.argv_addr = ctypes.addressof(self.argv)
-        self.key = (op.entry, id(func), self.grid, self.block, self.smem, b"".join(bytes(v) for v in self.values))
+        self.config = _overlap_config(self.grid, self.block, self.smem) if overlap and op.overlaps_previous else None
+        self.key = (op.entry, id(func), self.grid, self.block, self.smem, b"".join(bytes(v) for v in self.values),
+                    self.config is not None)
+
+    def launch(self, stream_handle):
+        """Queues the launch on the stream (or into the stream's capture): the driver's result."""
+        d = _driver()
+        if self.config is not None:
+            self.config.hStream = stream_handle
+            return d.cuLaunchKernelEx(self.config, self.func, self.argv_addr, 0)[0]
+        g, b = self.grid, self.block
+        return d.cuLaunchKernel(self.func, g[0], g[1], g[2], b[0], b[1], b[2], self.smem, stream_handle,
+                                self.argv_addr, 0)[0]
 
     def issue(self, stream: CudaStream, label: str) -> None:
-        d = _driver()
-        g, b = self.grid, self.block
-        (err,) = d.cuLaunchKernel(self.func, g[0], g[1], g[2], b[0], b[1], b[2], self.smem, stream.handle,
-                                  self.argv_addr, 0)
-        if err != d.CUresult.CUDA_SUCCESS:
+        err = self.launch(stream.handle)
+        if err != _driver().CUresult.CUDA_SUCCESS:
+            g, b = self.grid, self.block
             stream.record_failure(CudaError(f"{label}: launch of {self.entry} (grid {list(g)}, block {list(b)}, "
                                             f"{self.smem} bytes shared) failed: {_error_text(err)}"))
+
+
+def _overlap_config(grid: tuple, block: tuple, smem: int):
+    """cuLaunchKernelEx's configuration with programmatic stream serialization allowed: the grid
+    may be scheduled once every block of the previous kernel has called hipep_grid_release (or
+    exited), and waits for that kernel's completion where it calls hipep_grid_wait."""
+    d = _driver()
+    attr = d.CUlaunchAttribute()
+    attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmaticStreamSerializationAllowed = 1
+    config = d.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
+    config.sharedMemBytes = smem
+    config.attrs = [attr]
+    config.numAttrs = 1
+    return config
 
 
 class _Copy:

@@ -47,6 +47,11 @@ class KernelOp:
     module: str | None = None
     source: str = ""
     smem: int = 0
+    # The kernel calls hipep_grid_wait() before it touches memory earlier kernels write or read,
+    # and reads only the session's weights before that (kernels/hipep_device.h): the device may
+    # launch it to start while the previous kernel of the stream finishes (programmatic dependent
+    # launch), so its first loads of weights overlap that kernel's tail.
+    overlaps_previous: bool = False
 
 
 @dataclass

@@ -234,9 +234,12 @@ def _mnb_row_op(a_ptr, B, scales, zp, bias, y, layout: MatMulNBitsArgs, bits, dt
     layout.a_vec = int(layout.k % 8 == 0 and a_ptr % 16 == 0)
     grid = (_cdiv(layout.n, GEMV_WARPS), 1, 1)  # a warp per output column
     params = [ctypes.c_uint64(a_ptr), ptr(B), ptr(scales), ptr(zp), ptr(bias), ctypes.c_uint64(y.ptr), layout]
+    # The kernel loads its first chunks of B, scales and zero points before it waits for the
+    # previous kernel: only where those are the session's weights, which no kernel writes.
+    weights = all(w is None or w.constant for w in (B, scales, zp))
     return KernelOp(f"hipep_mnb_gemv_row_{'q8' if quant_a else 'h2'}_{dt}_b4", grid,
                     (GEMV_WARPS * target.warp_size, 1, 1), params, module="matmul_nbits_row",
-                    smem=row_smem(tile_chunks, bs, bool(quant_a)))
+                    smem=row_smem(tile_chunks, bs, bool(quant_a)), overlaps_previous=weights)
 
 
 def row_smem(tile_chunks: int, block_size: int, q8: bool) -> int:

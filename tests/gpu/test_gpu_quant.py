@@ -248,3 +248,65 @@ def test_tied_embedding_and_lm_head():
         feeds = {"ids": rng.integers(0, vocab, shape).astype(np.int64)}
         got = sess.run(None, feeds)[0]
         assert rel_l2(got, cpu.run(None, feeds)[0]) < 1e-4  # level 4: the same int8 A as the CPU EP
+
+
+def _gemv_chain_model(k: int, links: int, elem, level: int):
+    """A decode-shaped chain: x -> [SimplifiedLayerNormalization -> MatMulNBits -> Mul(sigmoid)]
+    * links, each GEMV's A written by the kernel just ahead of it and each output feeding the next
+    link, so a GEMV that read A before its predecessor finished would change the result."""
+    rng = np.random.default_rng(7)
+    npt = {F32: np.float32, F16: np.float16}[elem]
+    nodes, inits, x = [], [], "x"
+    for i in range(links):
+        w = rng.standard_normal((k, k)).astype(np.float32)
+        B, scales, _ = quantize_blockwise(w, 4, 32, "none", rng)
+        inits += [numpy_helper.from_array(B, f"B{i}"), numpy_helper.from_array(scales.astype(npt).reshape(-1), f"s{i}"),
+                  numpy_helper.from_array((1.0 + 0.1 * rng.standard_normal(k)).astype(npt), f"g{i}")]
+        nodes += [helper.make_node("SimplifiedLayerNormalization", [x, f"g{i}"], [f"n{i}"], axis=-1, epsilon=1e-6),
+                  helper.make_node("MatMulNBits", [f"n{i}", f"B{i}", f"s{i}"], [f"m{i}"], domain="com.microsoft",
+                                   K=k, N=k, bits=4, block_size=32, accuracy_level=level),
+                  helper.make_node("Sigmoid", [f"m{i}"], [f"sg{i}"]),
+                  helper.make_node("Mul", [f"m{i}", f"sg{i}"], [f"y{i}"])]
+        x = f"y{i}"
+    model = make_model(nodes, [tensor("x", elem, [1, k])], [tensor(x, elem, None)], inits, opset=21,
+                       extra_opsets=[MS])
+    return model, {"x": rng.standard_normal((1, k)).astype(npt)}
+
+
+@pytest.mark.parametrize("elem,level", [(F16, 0), (F32, 4)])
+def test_gemv_that_starts_early_waits_for_the_kernel_ahead(elem, level):
+    """On sm_90+ the row GEMV launches to overlap the kernel ahead of it (KernelOp.overlaps_previous)
+    and waits in its code before reading A: a chain of norm -> GEMV -> SiLU links, replayed as a
+    CUDA graph 50 times, gives the same bits with the overlap as without it, and ORT's CPU EP's
+    values."""
+    from hipep.runtime import gpu_kernels as gk
+    from hipep.runtime.cuda import get_device
+
+    dev = get_device(0)
+    if dev.capability < (9, 0):
+        pytest.skip(f"{dev.arch}: no programmatic dependent launch before sm_90")
+    assert dev.overlap_launches
+    model, feeds = _gemv_chain_model(2048, 8, elem, level)
+    results = {}
+    try:
+        for overlap in (True, False):
+            dev.overlap_launches = overlap
+            sess = hipep.InferenceSession(model, device="cuda")
+            outs = [sess.run(None, feeds)[0] for _ in range(50)]
+            for o in outs[1:]:
+                np.testing.assert_array_equal(o, outs[0])
+            results[overlap] = outs[0]
+    finally:
+        dev.overlap_launches = True
+    np.testing.assert_array_equal(results[True], results[False])
+    want = cpu_session(model).run(None, feeds)[0]
+    assert rel_l2(results[True], want) < (1e-3 if elem == F32 else 1e-2)
+    # the device launches such an op through cuLaunchKernelEx's programmatic serialization
+    op = gk.KernelOp("hipep_mnb_gemv_row_h2_f16_b4", (1,), (256,), [], module="matmul_nbits_row",
+                     overlaps_previous=True)
+    assert dev._ready(op).config is not None
+    dev.overlap_launches = False
+    try:
+        assert dev._ready(op).config is None
+    finally:
+        dev.overlap_launches = True

@@ -184,3 +184,58 @@ def _entry_points_named_by_bindings() -> set[tuple[str, str]]:
         x = np.zeros((2, 64, 48), dt)
         add(gk.BINDINGS["::Transpose"].bind([arg(x, aligned)], [out_arg((2, 48, 64), dt)], {"perm": [0, 2, 1]}, TARGET))
     return names
+
+
+def _ptx(name: str, arch: str) -> str:
+    """NVRTC's PTX of kernels/<name>.hip for a virtual architecture (compute_XY)."""
+    from hipep.runtime import kernel_cache
+
+    nvrtc = kernel_cache._nvrtc()
+    err, prog = nvrtc.nvrtcCreateProgram(kernel_cache.module_source(name).encode(), f"{name}.hip".encode(), 0, [], [])
+    assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS
+    try:
+        opts = [o.encode() for o in kernel_cache._options(arch, DEFINES)]
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, kernel_cache._log(nvrtc, prog)
+        err, size = nvrtc.nvrtcGetPTXSize(prog)
+        buf = b" " * size
+        nvrtc.nvrtcGetPTX(prog, buf)
+        return buf.rstrip(b"\0").decode()
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _entry_bodies(ptx: str) -> dict[str, str]:
+    parts = ptx.split(".entry ")[1:]
+    return {p.split("(", 1)[0].strip(): p for p in parts}
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["compute_90", "compute_80"])
+def test_row_gemv_loads_weights_before_it_waits_for_the_previous_kernel(arch):
+    """A launch with KernelOp.overlaps_previous may start before the kernel ahead of it ends: the
+    row GEMV's code must wait for it (griddepcontrol.wait) before it reads A, after its first
+    loads of B (read-only, ld.global.nc), and release its own successor; before sm_90 there is
+    no such launch and the code has neither instruction."""
+    bodies = _entry_bodies(_ptx("matmul_nbits_row", arch))
+    assert len(bodies) == 4
+    for entry, body in bodies.items():
+        if arch == "compute_80":
+            assert "griddepcontrol" not in body, entry
+            continue
+        wait = body.index("griddepcontrol.wait")
+        assert body.index("griddepcontrol.launch_dependents") < wait, entry
+        assert body.index("ld.global.nc") < wait, entry          # the first loads of B
+        assert "ld.global" not in body[:wait].replace("ld.global.nc", ""), entry  # A only after the wait
+
+
+@needs_nvrtc
+def test_kernels_that_precede_a_gemv_in_decode_release_it():
+    """The norms, attention's decode kernel and the general GEMV let an overlapping GEMV after
+    them start its loads as they start (griddepcontrol.launch_dependents)."""
+    for name, prefix in (("rms_norm", "hipep_"), ("attention", "hipep_gqa_decode_"),
+                         ("matmul_nbits", "hipep_mnb_gemv_")):
+        bodies = {e: b for e, b in _entry_bodies(_ptx(name, "compute_90")).items() if e.startswith(prefix)}
+        assert bodies, name
+        for entry, body in bodies.items():
+            assert "griddepcontrol.launch_dependents" in body, entry

@@ -339,9 +339,10 @@ def _emulate_mnb_gemm(rd, op, a, bits, dt, A, B, S, Z, bias, Y, qp):
                                 rd.put(Y, gm * a.n + gn, dt, acc[ty * 4 + i, tx * 4 + j] + b)
 
 
-def _mnb_case(m_shape, k, n, bits, bs, dtype, zp_kind, with_bias, b_offset=0, seed=0, level=4):
+def _mnb_case(m_shape, k, n, bits, bs, dtype, zp_kind, with_bias, b_offset=0, seed=0, level=4, weights=True):
     """Binds and emulates one MatMulNBits: (ops, got, want, the f32 path's product). `want` is the
-    registry reference at accuracy_level 4 with integer zero points (int8 A), else the f32 path's."""
+    registry reference at accuracy_level 4 with integer zero points (int8 A), else the f32 path's.
+    `weights`: B, scales, zero points and bias are plan constants (else values of the run)."""
     from quant_helpers import quantize_blockwise
 
     rng = np.random.default_rng(seed)
@@ -362,7 +363,7 @@ def _mnb_case(m_shape, k, n, bits, bs, dtype, zp_kind, with_bias, b_offset=0, se
             ins.append(None)
             continue
         mem.put(base, x)
-        ins.append(arg(x, base, constant=base != _QBASE))
+        ins.append(arg(x, base, constant=weights and base != _QBASE))
     ins = ins[:4] + [None] + ins[4:]
     out_shape = tuple(m_shape) + (n,)
     mem.alloc(_QOUT, int(np.prod(out_shape)) * np.dtype(dtype).itemsize)
@@ -506,6 +507,24 @@ def test_matmul_nbits_row_gemv_applies_where_it_can(k, n, bs, dtype, zp_kind, le
     assert a.k_tile % bs == 0 and ops[0].smem <= gq.GEMV_SMEM_BUDGET + 64
     tol = 1e-5 if dtype == np.float32 else 1e-2
     assert np.abs(got - ref).max() / np.abs(ref).max() < tol
+
+
+@pytest.mark.parametrize("dtype,level", [(np.float16, 0), (np.float32, 4)])
+def test_matmul_nbits_row_gemv_overlaps_the_previous_kernel_only_with_weights(dtype, level):
+    """The row GEMV loads B, scales and zero points before it waits for the previous kernel
+    (kernels/hipep_device.h, hipep_grid_wait): it asks to start early only where those are plan
+    constants, which no kernel writes; with B from the run it launches the ordinary way. The
+    general GEMV and the GEMM never ask."""
+    ops, got, ref, _ = _mnb_case((1,), 2048, 24, 4, 32, dtype, "uint8", True, level=level)
+    assert [op.overlaps_previous for op in ops] == [True]
+    run_ops, run_got, _, _ = _mnb_case((1,), 2048, 24, 4, 32, dtype, "uint8", True, level=level, weights=False)
+    assert [op.entry for op in run_ops] == [op.entry for op in ops] and not run_ops[0].overlaps_previous
+    assert np.array_equal(run_got, got)
+    tol = 1e-5 if dtype == np.float32 else 1e-2
+    assert np.abs(got - ref).max() / np.abs(ref).max() < tol
+    for m in (2, 40):  # the general GEMV, the GEMM
+        others, _, _, _ = _mnb_case((m,), 2048, 24, 4, 32, dtype, "uint8", True, level=level)
+        assert not any(op.overlaps_previous for op in others)
 
 
 def test_matmul_nbits_row_gemv_tiles_long_rows():

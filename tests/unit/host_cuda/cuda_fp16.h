@@ -37,6 +37,9 @@ void hipep_host_warp_barrier();
 extern uint64_t hipep_host_exchange[1024];
 #define __syncthreads() hipep_host_syncthreads()
 
+// A load through the read-only data cache: a plain load on the host.
+template <class T> T __ldg(const T* p) { return *p; }
+
 inline int hipep_host_tid() { return (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x; }
 
 template <class T> T __shfl_xor_sync(unsigned, T v, int lane_mask) {
