@@ -204,75 +204,11 @@ HIPEP_DEVICE void hipep_mnb_row_load(uint4 (&q)[U], float (&s)[U], float (&z)[U]
   }
 }
 
-// The dot product of a warp's column with A's staged tile of chunks [t0, end), lane by lane (the
-// caller sums the lanes): q, qs, qz hold the lane's first U chunks of the tile, already loaded.
-template <typename T, bool Q8>
-HIPEP_DEVICE float hipep_mnb_row_tile(const unsigned char* smem, const hipep_mnb_row_col<T>& col, uint4 (&q)[MNB_ROW_U],
-                                      float (&qs)[MNB_ROW_U], float (&qz)[MNB_ROW_U], int t0, int end,
-                                      int tile_chunks, int lane, int log2_bs) {
-  constexpr int U = MNB_ROW_U, STEP = HIPEP_WARP_SIZE;
-  float acc = 0.0f;
-  for (int c0 = t0 + lane; c0 < end; c0 += STEP * U) {
-    if (c0 != t0 + lane) hipep_mnb_row_load<T, U>(q, qs, qz, col, c0, end, log2_bs);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int ch = c0 + u * STEP - t0;  // the chunk within the tile
-      if (ch >= end - t0) break;
-      if constexpr (Q8) {
-        const int4* even = reinterpret_cast<const int4*>(smem);
-        const int4* odd = even + tile_chunks;
-        const float* a_scale = reinterpret_cast<const float*>(odd + tile_chunks);
-        const int* chunk_sum = reinterpret_cast<const int*>(a_scale + ((tile_chunks << 5) >> log2_bs) + 1);
-        const int4 ae = even[ch], ao = odd[ch];
-        const float sa = a_scale[(ch << 5) >> log2_bs];
-        const unsigned int w[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
-        const int ev[4] = {ae.x, ae.y, ae.z, ae.w}, od[4] = {ao.x, ao.y, ao.z, ao.w};
-        int isum = -(int)qz[u] * chunk_sum[ch];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          isum = hipep_dp4a((int)(w[i] & 0x0F0F0F0Fu), ev[i], isum);
-          isum = hipep_dp4a((int)((w[i] >> 4) & 0x0F0F0F0Fu), od[i], isum);
-        }
-        acc = fmaf((float)isum, qs[u] * sa, acc);
-      } else {
-        const uint4* planes = reinterpret_cast<const uint4*>(smem);
-        const uint4 p0 = planes[ch], p1 = planes[tile_chunks + ch], p2 = planes[2 * tile_chunks + ch],
-                    p3 = planes[3 * tile_chunks + ch];
-        const __half2 c_lo = __float2half2_rn(1024.0f + qz[u]);
-        const __half2 c_hi = __float2half2_rn(-64.0f - qz[u]);
-        float2 f = __half22float2(hipep_mnb_row_word_h2(q[u].x, p0, c_lo, c_hi));
-        float part = f.x + f.y;
-        f = __half22float2(hipep_mnb_row_word_h2(q[u].y, p1, c_lo, c_hi));
-        part += f.x + f.y;
-        f = __half22float2(hipep_mnb_row_word_h2(q[u].z, p2, c_lo, c_hi));
-        part += f.x + f.y;
-        f = __half22float2(hipep_mnb_row_word_h2(q[u].w, p3, c_lo, c_hi));
-        part += f.x + f.y;
-        acc = fmaf(qs[u], part, acc);
-      }
-    }
-  }
-  return acc;
-}
-
-template <typename T, bool Q8>
-HIPEP_DEVICE void hipep_mnb_row_stage(unsigned char* smem, const T* A, int t0, int tile_chunks, const hipep_mnb_args& a) {
-  if constexpr (Q8) {
-    hipep_mnb_row_stage_q8<T>(smem, A, (hipep_i64)t0 << 5, tile_chunks, a);
-  } else {
-    hipep_mnb_row_stage_h2(smem, reinterpret_cast<const hipep_half*>(A), (hipep_i64)t0 << 5, tile_chunks, a);
-  }
-}
-
-// Blocks loop over groups of MNB_WARPS columns (group blockIdx.x, + gridDim.x, ...): where A fits
-// one tile the binding launches fewer blocks than groups (a few per SM), each staging A once for
-// all its columns, and leaving room on the SMs for the next kernel's blocks to load their
-// weights while this one runs (they start early: KernelOp.overlaps_previous).
 template <typename T, bool Q8>
 HIPEP_DEVICE void hipep_mnb_gemv_row(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
                                      const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
                                      const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
-  constexpr int U = MNB_ROW_U;
+  constexpr int U = MNB_ROW_U, STEP = HIPEP_WARP_SIZE;
   hipep_grid_release();  // the next kernel may load its weights while this one works
   HIPEP_DYNAMIC_SHARED(float4, hipep_mnb_smem4);
   unsigned char* smem = reinterpret_cast<unsigned char*>(hipep_mnb_smem4);
@@ -280,42 +216,74 @@ HIPEP_DEVICE void hipep_mnb_gemv_row(const T* HIPEP_RESTRICT A, const unsigned c
   // A warp per output column, its lanes on every warp-width-th chunk of the row; A staged in
   // tiles of tile_chunks chunks (one tile for K up to ~20k values).
   const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
+  const hipep_mnb_row_col<T> col = hipep_mnb_row_col_at<T>(B, scales, zp, (hipep_i64)blockIdx.x * MNB_WARPS + warp, a);
   const int chunks = (int)(a.k_pad >> 5), tile_chunks = a.k_tile >> 5;
-  const bool one_tile = chunks <= tile_chunks;
-  const hipep_i64 groups = (a.n + MNB_WARPS - 1) / MNB_WARPS;
 
   uint4 q[U];
   float qs[U], qz[U];
-  hipep_mnb_row_col<T> col = hipep_mnb_row_col_at<T>(B, scales, zp, (hipep_i64)blockIdx.x * MNB_WARPS + warp, a);
-  hipep_mnb_row_load<T, U>(q, qs, qz, col, lane, one_tile ? chunks : tile_chunks, a.log2_bs);
+  hipep_mnb_row_load<T, U>(q, qs, qz, col, lane, tile_chunks < chunks ? tile_chunks : chunks, a.log2_bs);
   hipep_grid_wait();  // A, and Y's memory, belong to earlier kernels of the stream
-  if (one_tile) {
-    hipep_mnb_row_stage<T, Q8>(smem, A, 0, tile_chunks, a);
+
+  float acc = 0.0f;
+  for (int t0 = 0; t0 < chunks; t0 += tile_chunks) {
+    const int end = chunks - t0 < tile_chunks ? chunks : t0 + tile_chunks;
+    if (t0 != 0) {
+      hipep_mnb_row_load<T, U>(q, qs, qz, col, t0 + lane, end, a.log2_bs);
+      __syncthreads();  // the previous tile's readers are done
+    }
+    if constexpr (Q8) {
+      hipep_mnb_row_stage_q8<T>(smem, A, (hipep_i64)t0 << 5, tile_chunks, a);
+    } else {
+      hipep_mnb_row_stage_h2(smem, reinterpret_cast<const hipep_half*>(A), (hipep_i64)t0 << 5, tile_chunks, a);
+    }
     __syncthreads();
+    for (int c0 = t0 + lane; c0 < end; c0 += STEP * U) {
+      if (c0 != t0 + lane) hipep_mnb_row_load<T, U>(q, qs, qz, col, c0, end, a.log2_bs);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int ch = c0 + u * STEP - t0;  // the chunk within the tile
+        if (ch >= end - t0) break;
+        if constexpr (Q8) {
+          const int4* even = reinterpret_cast<const int4*>(smem);
+          const int4* odd = even + tile_chunks;
+          const float* a_scale = reinterpret_cast<const float*>(odd + tile_chunks);
+          const int* chunk_sum = reinterpret_cast<const int*>(a_scale + ((tile_chunks << 5) >> a.log2_bs) + 1);
+          const int4 ae = even[ch], ao = odd[ch];
+          const float sa = a_scale[(ch << 5) >> a.log2_bs];
+          const unsigned int w[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+          const int ev[4] = {ae.x, ae.y, ae.z, ae.w}, od[4] = {ao.x, ao.y, ao.z, ao.w};
+          int isum = -(int)qz[u] * chunk_sum[ch];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            isum = hipep_dp4a((int)(w[i] & 0x0F0F0F0Fu), ev[i], isum);
+            isum = hipep_dp4a((int)((w[i] >> 4) & 0x0F0F0F0Fu), od[i], isum);
+          }
+          acc = fmaf((float)isum, qs[u] * sa, acc);
+        } else {
+          const uint4* planes = reinterpret_cast<const uint4*>(smem);
+          const uint4 p0 = planes[ch], p1 = planes[tile_chunks + ch], p2 = planes[2 * tile_chunks + ch],
+                      p3 = planes[3 * tile_chunks + ch];
+          const __half2 c_lo = __float2half2_rn(1024.0f + qz[u]);
+          const __half2 c_hi = __float2half2_rn(-64.0f - qz[u]);
+          float2 f = __half22float2(hipep_mnb_row_word_h2(q[u].x, p0, c_lo, c_hi));
+          float part = f.x + f.y;
+          f = __half22float2(hipep_mnb_row_word_h2(q[u].y, p1, c_lo, c_hi));
+          part += f.x + f.y;
+          f = __half22float2(hipep_mnb_row_word_h2(q[u].z, p2, c_lo, c_hi));
+          part += f.x + f.y;
+          f = __half22float2(hipep_mnb_row_word_h2(q[u].w, p3, c_lo, c_hi));
+          part += f.x + f.y;
+          acc = fmaf(qs[u], part, acc);
+        }
+      }
+    }
   }
 
-  for (hipep_i64 g = blockIdx.x; g < groups; g += gridDim.x) {
-    if (g != blockIdx.x) {
-      col = hipep_mnb_row_col_at<T>(B, scales, zp, g * MNB_WARPS + warp, a);
-      hipep_mnb_row_load<T, U>(q, qs, qz, col, lane, one_tile ? chunks : tile_chunks, a.log2_bs);
-    }
-    float acc = 0.0f;
-    for (int t0 = 0; t0 < chunks; t0 += tile_chunks) {
-      const int end = chunks - t0 < tile_chunks ? chunks : t0 + tile_chunks;
-      if (!one_tile) {
-        if (t0 != 0) hipep_mnb_row_load<T, U>(q, qs, qz, col, t0 + lane, end, a.log2_bs);
-        if (t0 != 0 || g != blockIdx.x) __syncthreads();  // the previous tile's readers are done
-        hipep_mnb_row_stage<T, Q8>(smem, A, t0, tile_chunks, a);
-        __syncthreads();
-      }
-      acc += hipep_mnb_row_tile<T, Q8>(smem, col, q, qs, qz, t0, end, tile_chunks, lane, a.log2_bs);
-    }
-    acc = hipep_warp_sum(acc);
-    if (lane == 0 && col.live) {
-      const hipep_i64 n = g * MNB_WARPS + warp;
-      const float b = bias != 0 ? hipep_to_float(bias[n]) : 0.0f;
-      Y[n] = hipep_from_float<T>(acc + b);
-    }
+  acc = hipep_warp_sum(acc);
+  if (lane == 0 && col.live) {
+    const hipep_i64 n = (hipep_i64)blockIdx.x * MNB_WARPS + warp;
+    const float b = bias != 0 ? hipep_to_float(bias[n]) : 0.0f;
+    Y[n] = hipep_from_float<T>(acc + b);
   }
 }
 

@@ -73,11 +73,6 @@ GEMV_WIDE = _env_int(GEMV_WIDE_ENV, 1, (0, 1))
 # HIPEP_MNB_GEMV_ROW: 0 turns off the one-row GEMV in packed arithmetic (_mnb_row_op).
 GEMV_ROW_ENV = "HIPEP_MNB_GEMV_ROW"
 GEMV_ROW = _env_int(GEMV_ROW_ENV, 1, (0, 1))
-# HIPEP_MNB_ROW_BLOCKS_PER_SM: blocks of the row GEMV per SM where A fits one tile (each loops over
-# groups of 8 columns); 0: a block per group. Four reside per SM: fewer leave room for the next
-# kernel's blocks to start loading their weights (programmatic dependent launch).
-GEMV_ROW_BLOCKS_PER_SM_ENV = "HIPEP_MNB_ROW_BLOCKS_PER_SM"
-GEMV_ROW_BLOCKS_PER_SM = _env_int(GEMV_ROW_BLOCKS_PER_SM_ENV, 2, range(0, 65))
 
 
 class MatMulNBitsArgs(ctypes.Structure):
@@ -237,9 +232,7 @@ def _mnb_row_op(a_ptr, B, scales, zp, bias, y, layout: MatMulNBitsArgs, bits, dt
         tile_chunks -= tile_chunks % (bs // 32)  # whole blocks of A per tile
     layout.k_tile, layout.k_split = tile_chunks * 32, 1
     layout.a_vec = int(layout.k % 8 == 0 and a_ptr % 16 == 0)
-    groups = _cdiv(layout.n, GEMV_WARPS)  # a warp per output column
-    per_sm = GEMV_ROW_BLOCKS_PER_SM if tile_chunks >= chunks else 0
-    grid = (min(groups, per_sm * target.sm_count) if per_sm else groups, 1, 1)
+    grid = (_cdiv(layout.n, GEMV_WARPS), 1, 1)  # a warp per output column
     params = [ctypes.c_uint64(a_ptr), ptr(B), ptr(scales), ptr(zp), ptr(bias), ctypes.c_uint64(y.ptr), layout]
     # The kernel loads its first chunks of B, scales and zero points before it waits for the
     # previous kernel: only where those are the session's weights, which no kernel writes.

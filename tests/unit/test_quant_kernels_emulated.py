@@ -237,15 +237,11 @@ def _emulate_mnb_gemv_row(rd, op, a, q8, dt, A, B, S, Z, bias, Y):
     assert q8 or dt == np.float16
     tcm = a.k_tile // 32
     assert a.k_tile % bs == 0 and op.smem == gq.row_smem(tcm, bs, q8) <= 48 * 1024
-    # A warp per output column; where A fits one tile, a few blocks per SM loop over the groups
-    # of 8 columns (block b takes groups b, b + grid, ...), else a block per group.
-    n_groups = -(-a.n // warps)
-    per_sm = gq.GEMV_ROW_BLOCKS_PER_SM if a.k_tile >= a.k_pad else 0
-    assert a.k_split == 1 and op.grid[0] == (min(n_groups, per_sm * _QTARGET.sm_count) if per_sm else n_groups)
+    assert a.k_split == 1 and op.grid[0] * warps >= a.n  # a warp per output column
     groups, cols = warps, 1
     e = np.dtype(dt).itemsize
     f32 = np.float32
-    for bx in range(n_groups):  # column group bx (whichever block runs it, the same sums)
+    for bx in range(op.grid[0]):
         acc = np.zeros((warps, 32, cols), f32)
         for kt in range(0, a.k_pad, a.k_tile):
             tile_chunks = min(a.k_pad - kt, a.k_tile) // 32
