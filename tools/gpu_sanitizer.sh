@@ -16,9 +16,12 @@
 #     SANITIZER_GRAPHS=0 sets HIPEP_CUDA_GRAPHS=0 so that every kernel is a plain launch.
 #   * HIPEP_CUDA_SYNC stays off (it would also turn CUDA graphs off); the sanitizer names the kernel,
 #     block and thread of every error itself.
-#   * The kernel disk cache is a fresh folder per run ($OUT/kernel-cache): every module is compiled
-#     by NVRTC in the sanitized process and loaded from that CUBIN, and no cached CUBIN built by
-#     another NVRTC or another set of defines is picked up.
+#   * The kernel disk cache is a fresh folder per run ($OUT/kernel-cache), filled once by
+#     `python -m hipep precompile` outside the sanitizer (its key covers NVRTC's version, the
+#     architecture and the defines, so no other build's CUBIN is picked up): compiling every module
+#     inside each sanitized process made a pass over tests/gpu take many minutes. The sanitizer
+#     instruments kernels when a module is loaded, so cached CUBINs are checked like fresh ones;
+#     generated pointwise kernels are still compiled on first use.
 #   * Kernels run 10-100x slower (racecheck the most): SANITIZER_TIMEOUT (seconds per tool, default
 #     1800) bounds each pass; a pass that runs out reports "timed out" in the summary.
 #
@@ -45,6 +48,7 @@ cd /tmp
 
 export HIPEP_KERNEL_CACHE="$logs/kernel-cache"
 rm -rf "$HIPEP_KERNEL_CACHE"
+"$py" -P -m hipep precompile >"$logs/precompile.log" 2>&1 || say "precompile failed (see precompile.log): modules compile in the sanitized processes"
 if [ "${SANITIZER_GRAPHS:-1}" = "0" ]; then export HIPEP_CUDA_GRAPHS=0; fi
 
 # Errors in the sanitizer's logs of one tool, summed over processes: memcheck and synccheck end
