@@ -2,7 +2,7 @@
 
 Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported.
 
-GroupQueryAttention (kernels/attention.hip) runs as a short sequence of launches whose grids depend
+GroupQueryAttention (kernels/attention_*.hip) runs as a short sequence of launches whose grids depend
 on shapes only -- the batch, the new tokens, the head counts and the KV buffers' capacities -- never
 on seqlens_k or total_sequence_length, which the kernels read from device memory (a prompt's
 launches first copy total_sequence_length's 4 bytes into workspace, wherever the plan keeps it; one
@@ -35,7 +35,7 @@ from ..ops.registry import OUTPUT_COUNT
 from .gpu_kernels import CopyOp, KernelOp, NoKernel, _binding, _cdiv, _dt, flat_config, ptr
 
 GQA = "GroupQueryAttention"
-DEC_THREADS = 128  # kernels/attention.hip HIPEP_DEC_THREADS
+DEC_THREADS = 128  # kernels/attention_decode.hip HIPEP_DEC_THREADS
 DEC_HEADS = 8  # query rows (token, head) of one KV head per decode block: the largest variant (_g8)
 DEC_VARIANTS = (1, 2, 4, 8)  # hipep_gqa_decode_<dt>_g<G>: blocks of up to G query rows
 DEC_MAX_SEQ = 8  # up to this many new tokens take the split-KV kernel (decode, speculative steps, small chunks)
@@ -53,7 +53,7 @@ _LONGS = ("bias_sb", "bias_sh", "bias_ss", "qin_sb", "qin_ss", "kin_sb", "kin_ss
 
 
 class GqaArgs(ctypes.Structure):
-    """kernels/attention.hip's hipep_gqa_args."""
+    """kernels/attention.h's hipep_gqa_args."""
     _fields_ = ([(n, ctypes.c_int) for n in _INTS] + [(n, ctypes.c_longlong) for n in _LONGS]
                 + [("scale", ctypes.c_float), ("softcap", ctypes.c_float)])
 
@@ -291,7 +291,8 @@ def _aligned(*pointers) -> bool:
     return all(p % 16 == 0 for p in pointers if p)
 
 
-@_binding(f"com.microsoft::{GQA}", check=_gqa_check, modules=("attention",))
+@_binding(f"com.microsoft::{GQA}", check=_gqa_check,
+          modules=("attention_cache", "attention_decode", "attention_prefill"))
 def _gqa_bind(ins, outs, attrs, target):
     ins = list(ins) + [None] * (12 - len(ins))
     q, k, v, pk, pv, seqlens, total, cos, sin, pos_ids, bias, sink = ins[:12]
@@ -355,7 +356,7 @@ def _gqa_bind(ins, outs, attrs, target):
         grid, block = flat_config(a.batch * a.kv_heads * rows * words, target)
         ops.append(KernelOp("hipep_gqa_copy_past", (grid[0], 2, 1), block,
                             [ptr(pk), ptr(pv), sl, tot, ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v),
-                             ctypes.c_int(rows), ctypes.c_int(words), a], module="attention"))
+                             ctypes.c_int(rows), ctypes.c_int(words), a], module="attention_cache"))
     # 2. rotary and the new rows
     q_rot = region("q")
     items = a.batch * a.seq * (a.heads + 2 * a.kv_heads) * (a.head_size // 2)
@@ -363,7 +364,7 @@ def _gqa_bind(ins, outs, attrs, target):
     ops.append(KernelOp(f"hipep_gqa_prepare_{dt}", grid, block,
                         [ctypes.c_uint64(qp), ctypes.c_uint64(kp), ctypes.c_uint64(vp), sl, tot, ptr(pos_ids),
                          ptr(cos), ptr(sin), ctypes.c_uint64(q_rot), ctypes.c_uint64(cache_k),
-                         ctypes.c_uint64(cache_v), ctypes.c_uint64(region("counters")), a], module="attention"))
+                         ctypes.c_uint64(cache_v), ctypes.c_uint64(region("counters")), a], module="attention_cache"))
     q_att = q_rot if a.do_rotary else qp
     # 3. attention
     if lay.decode:
@@ -373,13 +374,13 @@ def _gqa_bind(ins, outs, attrs, target):
                             [ctypes.c_uint64(q_att), ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v), sl, tot,
                              ptr(bias), ptr(sink), ptr(out), ctypes.c_uint64(region("part_acc")),
                              ctypes.c_uint64(region("part_ml")), ctypes.c_uint64(region("counters")), a],
-                            module="attention"))
+                            module="attention_decode"))
     else:
         threads, _ = PREFILL[lay.prefill_bucket]
         ops.append(KernelOp(f"hipep_gqa_prefill_{dt}_h{lay.prefill_bucket}", (_cdiv(a.seq, threads // 4), a.heads,
                                                                               a.batch), (threads, 1, 1),
                             [ctypes.c_uint64(q_att), ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v), sl, tot,
-                             ptr(bias), ptr(sink), ptr(out), a], module="attention"))
+                             ptr(bias), ptr(sink), ptr(out), a], module="attention_prefill"))
     # 4. the sliding-window cache's kept rows into present
     if a.windowed:
         dst_k = pres_k.ptr if pres_k is not None else region("present_k")
@@ -389,7 +390,7 @@ def _gqa_bind(ins, outs, attrs, target):
         grid, block = flat_config(a.batch * a.kv_heads * a.past_rows * words, target)
         ops.append(KernelOp("hipep_gqa_window_store", (grid[0], 2, 1), block,
                             [ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v), sl, tot, ctypes.c_uint64(dst_k),
-                             ctypes.c_uint64(dst_v), ctypes.c_int(words), a], module="attention"))
+                             ctypes.c_uint64(dst_v), ctypes.c_int(words), a], module="attention_cache"))
     return ops
 
 

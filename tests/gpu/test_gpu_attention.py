@@ -1,4 +1,4 @@
-"""GroupQueryAttention and RotaryEmbedding on the CUDA device (kernels/attention.hip, kernels/rotary.hip),
+"""GroupQueryAttention and RotaryEmbedding on the CUDA device (kernels/attention_*.hip, kernels/rotary.hip),
 end to end: single-node models through hipep.InferenceSession(device="cuda"), every output compared
 with ONNX Runtime's CPU EP. Tolerances: f32 relative 1e-5, absolute 2e-5 (the kernels sum scores
 and values in another order than MLAS; the rotated keys in present are exact), f16 relative 1e-2,

@@ -1,7 +1,7 @@
 """The GroupQueryAttention and RotaryEmbedding GPU bindings without a GPU (hipep/runtime/gpu_attention.py,
-kernels/attention.hip, kernels/rotary.hip).
+kernels/attention_*.hip, kernels/rotary.hip).
 
-NVRTC compiles both modules for sm_90 and every entry point the bindings name exists. Then the
+NVRTC compiles the modules for sm_90 and every entry point the bindings name exists. Then the
 launches a binding gives are run by a numpy emulation of each kernel over a flat byte "device
 memory" (pointers are offsets into it), driven by the very parameter structs the binding built:
 the kernels' index arithmetic (hipep_gqa_geometry's rows, the causal and window bounds, the
@@ -501,7 +501,7 @@ def test_modules_compile_and_hold_every_entry_point_the_bindings_name():
     from hipep.runtime import kernel_cache
 
     cubins = {m: kernel_cache.compile_cubin(kernel_cache.module_source(m), m, ARCH, DEFINES, use_cache=False)[0]
-              for m in ("attention", "rotary")}
+              for m in ("attention_cache", "attention_decode", "attention_prefill", "rotary")}
     names = set()
     rng = np.random.default_rng(1)
     for dtype in (F32, F16):
@@ -516,8 +516,8 @@ def test_modules_compile_and_hold_every_entry_point_the_bindings_name():
                                             full, gk.Target(sm_count=sm, workspace=mem.alloc))
                 names |= {(o.module, o.entry) for o in ops if isinstance(o, gk.KernelOp)}
         names.add(("rotary", f"hipep_rotary_{gk._dt(np.dtype(dtype), 'x')}"))
-    names |= {("attention", "hipep_gqa_window_store"), ("attention", "hipep_gqa_copy_past")}
-    names |= {("attention", f"hipep_gqa_decode_{dt}_g{g}") for dt in ("f32", "f16") for g in DEC_VARIANTS}
+    names |= {("attention_cache", "hipep_gqa_window_store"), ("attention_cache", "hipep_gqa_copy_past")}
+    names |= {("attention_decode", f"hipep_gqa_decode_{dt}_g{g}") for dt in ("f32", "f16") for g in DEC_VARIANTS}
     assert len(names) >= 20
     for module, entry in sorted(names):
         assert entry.encode() + b"\0" in cubins[module], f"{module}: {entry}"

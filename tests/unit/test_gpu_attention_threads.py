@@ -1,9 +1,10 @@
-"""kernels/attention.hip's two attention kernels transcribed thread by thread (numpy over the threads of
-one block, phase by phase between barriers; shuffles as reductions over their lane groups), with the
-kernels' own index formulas: which thread scores which key, owns which head dims and which keys of
-a tile in P @ V, how the shared-memory tiles are laid out (padded rows, 16-byte words), how a
-block's query rows and key range are chosen and how the key lanes' sums are added. Run over every
-block of the grids the bindings give, they must give the registry reference's outputs.
+"""kernels/attention_decode.hip's and attention_prefill.hip's kernels transcribed thread by thread
+(numpy over the threads of one block, phase by phase between barriers; shuffles as reductions over
+their lane groups), with the kernels' own index formulas: which thread scores which key, owns which
+head dims and which keys of a tile in P @ V, how the shared-memory tiles are laid out (padded rows,
+16-byte words), how a block's query rows and key range are chosen and how the key lanes' sums are
+added. Run over every block of the grids the bindings give, they must give the registry reference's
+outputs.
 
 test_gpu_attention_bindings.py checks the launches' semantics; this file checks that the kernels'
 thread mapping computes them."""

@@ -233,7 +233,7 @@ def test_row_gemv_loads_weights_before_it_waits_for_the_previous_kernel(arch):
 def test_kernels_that_precede_a_gemv_in_decode_release_it():
     """The norms, attention's decode kernel and the general GEMV let an overlapping GEMV after
     them start its loads as they start (griddepcontrol.launch_dependents)."""
-    for name, prefix in (("rms_norm", "hipep_"), ("attention", "hipep_gqa_decode_"),
+    for name, prefix in (("rms_norm", "hipep_"), ("attention_decode", "hipep_gqa_decode_"),
                          ("matmul_nbits", "hipep_mnb_gemv_")):
         bodies = {e: b for e, b in _entry_bodies(_ptx(name, "compute_90")).items() if e.startswith(prefix)}
         assert bodies, name
