@@ -370,7 +370,9 @@ def test_matches_ort(op, opset, inputs, attrs, n_out, since, tol):
 
 # Other files whose CASES (same param layout: op first, since-version sixth) count as ORT
 # comparisons for the coverage guard.
-COVERAGE_MODULES = ("test_ops_vision.py", "test_ops_more.py", "test_ops_attention.py", "test_ops_contrib.py")
+COVERAGE_MODULES = ("test_ops_vision_conv_pool.py", "test_ops_vision_resize_blocks.py", "test_ops_vision_indexing.py",
+                    "test_ops_vision_quantize.py", "test_ops_vision_movement.py", "test_ops_more.py",
+                    "test_ops_attention.py", "test_ops_contrib.py")
 
 
 def _cases_of(filename):
