@@ -29,8 +29,11 @@
 // Scores, softmax and the weighted sum of V run in f32; the output is rounded once. Rotated Q/K are
 // rounded to the element type first (as ORT's kernels store them); in f32 the rotation is MLAS's
 // fused form, fma(x1, cos, -(x2 * sin)) and fma(x1, sin, x2 * cos), so present_key is exact.
-// Seqlens or positions out of range (the reference raises) give unspecified values but never an
-// access outside the buffers: rows are clamped to the cache and positions to the cos/sin caches.
+// Seqlens or positions out of range (the reference raises) never lead to an access outside the
+// buffers -- rows are clamped to the cache and positions to the cos/sin caches -- and the prepare
+// kernel reports them in the stream's fault record (hipep_device.h; HIPEP_FAULT_SEQLEN,
+// HIPEP_FAULT_SEQLEN_SHORT, HIPEP_FAULT_POSITION), so the run raises an error naming the node
+// instead of returning the clamped values.
 #ifndef HIPEP_ATTENTION_H
 #define HIPEP_ATTENTION_H
 #include "hipep_device.h"
@@ -107,6 +110,28 @@ HIPEP_DEVICE hipep_gqa_row hipep_gqa_geometry(const hipep_gqa_args& a, const int
   g.store_first = staging ? before - kept : 0;
   g.store_count = staging ? kept + S : g.seed + S;
   return g;
+}
+
+// Whether batch row b's seqlens_k fits this step, as the reference checks it: 0 where it does, else
+// the fault code, with `bound` the limit it broke (hipep_device.h). Without the sliding-window cache
+// the row's keys (seqlens_k + 1) must fit the cache, and in a step after the first prompt also
+// cover the new tokens and need no more past rows than past_key holds; the window cache keeps
+// absolute lengths, which need only cover the new tokens.
+HIPEP_DEVICE unsigned int hipep_gqa_length_fault(const hipep_gqa_args& a, const hipep_gqa_row& g, hipep_i64& bound) {
+  const int S = a.seq;
+  if (!a.windowed) {
+    int limit = a.cache_rows;
+    if (!g.first && a.has_past) limit = min(limit, a.past_rows + S);
+    if (g.t < 1 || g.t > limit) {
+      bound = limit;
+      return HIPEP_FAULT_SEQLEN;
+    }
+    if (g.first || g.t >= S) return 0u;
+  } else if (g.t >= S) {
+    return 0u;
+  }
+  bound = S;
+  return HIPEP_FAULT_SEQLEN_SHORT;
 }
 
 // Keys query row s (of batch row g) attends: [lo, hi).

@@ -1,5 +1,6 @@
 // GroupQueryAttention's KV cache kernels (kernels/attention.h has the whole picture): past's rows
-// into present or the window cache, rotary and the new tokens' rows, the window cache back into present.
+// into present or the window cache, rotary and the new tokens' rows (and the checks of seqlens_k and
+// the rotary positions), the window cache back into present.
 #include "attention.h"
 
 // ---- cache rows from past ------------------------------------------------------------------------
@@ -58,7 +59,10 @@ HIPEP_KERNEL void hipep_gqa_window_store(const uint4* HIPEP_RESTRICT cache_k, co
 // ---- rotary and cache append -------------------------------------------------------------------------
 // One thread per (batch, token, head slot, element pair); slots are the query heads, then the KV
 // heads' keys, then their values. Pair j < rotary_half is rotated (elements j and j + half, or 2j
-// and 2j + 1 interleaved); the others are the head's tail, copied in pairs.
+// and 2j + 1 interleaved); the others are the head's tail, copied in pairs. A batch row's seqlens_k
+// that does not fit the step is reported through `length_fault`, a rotary position outside the
+// cos/sin caches through `position_fault`, each by the thread of the row's (or token's) first key
+// pair, so a bad row costs one report and a good one none.
 
 template <typename T>
 HIPEP_DEVICE void hipep_rope(float x1, float x2, float c, float s, float& y1, float& y2);
@@ -78,7 +82,8 @@ HIPEP_DEVICE void hipep_gqa_prepare(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
                                     const int* seqlens, const int* total, const hipep_i64* pos_ids,
                                     const T* HIPEP_RESTRICT cos_cache, const T* HIPEP_RESTRICT sin_cache,
                                     T* HIPEP_RESTRICT q_out, T* HIPEP_RESTRICT cache_k, T* HIPEP_RESTRICT cache_v,
-                                    unsigned int* HIPEP_RESTRICT counters, const hipep_gqa_args a) {
+                                    unsigned int* HIPEP_RESTRICT counters, const hipep_gqa_args a,
+                                    const hipep_fault_site length_fault, const hipep_fault_site position_fault) {
   const int S = a.seq, H = a.head_size, pairs = H / 2, slots = a.heads + 2 * a.kv_heads;
   const int half = a.do_rotary ? a.rotary_half : 0;
   if (counters != 0) {  // the split-KV kernel's, one per (batch, KV head, row group): zero every run
@@ -112,11 +117,23 @@ HIPEP_DEVICE void hipep_gqa_prepare(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
       e2 = e1 + 1;
     }
     const hipep_gqa_row g = hipep_gqa_geometry(a, seqlens, total, b);
+    const bool reporter = slot == a.heads && j == 0;  // the first key pair of its (batch, token)
+    if (reporter && s == 0) {
+      hipep_i64 bound;
+      const unsigned int code = hipep_gqa_length_fault(a, g, bound);
+      if (code != 0u) hipep_report_fault(length_fault, code, (hipep_i64)g.t - 1, bound);
+    }
     float y1 = hipep_to_float(src[e1]), y2 = hipep_to_float(src[e2]);
     if (rotate) {
       hipep_i64 pos = a.has_pos_ids ? (g.first ? pos_ids[0] + s : pos_ids[(hipep_i64)b * S + s])
                                     : (hipep_i64)(g.first ? s : g.t - S + s);
-      pos = pos < 0 ? 0 : (pos >= a.max_pos ? a.max_pos - 1 : pos);
+      if (pos < 0 || pos >= a.max_pos) {
+        // Not where the row's length is bad: its positions follow from it, and it is reported.
+        hipep_i64 unused;
+        if (reporter && hipep_gqa_length_fault(a, g, unused) == 0u)
+          hipep_report_fault(position_fault, HIPEP_FAULT_POSITION, pos, a.max_pos);
+        pos = pos < 0 ? 0 : a.max_pos - 1;
+      }
       const float c = hipep_to_float(cos_cache[pos * a.rotary_half + j]);
       const float sn = hipep_to_float(sin_cache[pos * a.rotary_half + j]);
       hipep_rope<T>(y1, y2, c, sn, y1, y2);
@@ -141,9 +158,11 @@ HIPEP_DEVICE void hipep_gqa_prepare(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
   HIPEP_KERNEL void hipep_gqa_prepare_##NAME(const T* q, const T* k, const T* v, const int* seqlens,             \
                                              const int* total, const hipep_i64* pos_ids, const T* cos_cache,    \
                                              const T* sin_cache, T* q_out, T* cache_k, T* cache_v,               \
-                                             unsigned int* counters, const hipep_gqa_args a) {                  \
+                                             unsigned int* counters, const hipep_gqa_args a,                    \
+                                             const hipep_fault_site length_fault,                               \
+                                             const hipep_fault_site position_fault) {                           \
     hipep_gqa_prepare<T>(q, k, v, seqlens, total, pos_ids, cos_cache, sin_cache, q_out, cache_k, cache_v,       \
-                         counters, a);                                                                           \
+                         counters, a, length_fault, position_fault);                                             \
   }
 
 HIPEP_GQA_PREPARE(f32, float)

@@ -222,18 +222,22 @@ HIPEP_DEVICE int hipep_atomic_add(int* p, int v) { return atomicAdd(p, v); }
 HIPEP_DEVICE unsigned int hipep_atomic_inc(unsigned int* p) { return atomicAdd(p, 1u); }
 
 // ---- fault reports ------------------------------------------------------------------------------
-// A kernel cannot raise: where ONNX Runtime rejects a value only the kernel sees (an index out of
-// range), the kernel records it in its stream's fault record and goes on without leaving its
-// buffers. The record is host-mapped pinned memory (hipep/runtime/gpu_faults.py reads it after the
-// stream's work is done and raises an error naming the node); `site` tells the host which launch
-// and which input. First fault wins: later ones are dropped until the host clears the record.
-#define HIPEP_FAULT_INDEX 1u
+// A kernel cannot raise: where ONNX Runtime rejects a value only the kernel sees (an index or a
+// position out of range), the kernel records it in its stream's fault record and goes on without
+// leaving its buffers. The record is host-mapped pinned memory (hipep/runtime/gpu_faults.py reads it
+// after the stream's work is done and raises an error naming the node); `site` tells the host which
+// launch and which input. First fault wins: later ones are dropped until the host clears the record.
+// The codes, and what `bound` means for each:
+#define HIPEP_FAULT_INDEX 1u         // an index outside [-bound, bound - 1]
+#define HIPEP_FAULT_POSITION 2u      // a rotary position outside [0, bound - 1] (bound: the cos/sin cache's rows)
+#define HIPEP_FAULT_SEQLEN 3u        // a seqlens_k value outside [0, bound - 1] (bound: the KV cache rows it may fill)
+#define HIPEP_FAULT_SEQLEN_SHORT 4u  // a seqlens_k value below bound - 1 (bound: the step's new tokens)
 
 struct hipep_fault_record {
   unsigned int code;  // 0: no fault; HIPEP_FAULT_*
   int site;           // the reporting launch's site (the host's table: node label, input)
   hipep_i64 value;    // the bad value
-  hipep_i64 bound;    // valid values are [-bound, bound - 1]
+  hipep_i64 bound;    // the limit it broke (per code, above)
 };
 
 // The kernel parameter: where the launch reports (record null: it does not) and its site.

@@ -10,8 +10,10 @@
 //   1: position = position_ids[b, s];
 //   2: no position_ids: cos/sin are [B, S, R / 2], row b * S + s (ai.onnx only).
 // f32 uses MLAS's fused form (fma(x1, cos, -(x2 * sin)), fma(x1, sin, x2 * cos)) as ORT's CPU kernel
-// does; f16 computes in f32 and rounds once. Positions outside the caches (the reference raises)
-// are clamped, so no access leaves the buffers.
+// does; f16 computes in f32 and rounds once. A position outside the caches (the reference raises)
+// is clamped, so no access leaves the buffers, and reported in the stream's fault record
+// (hipep_device.h's HIPEP_FAULT_POSITION) by its token's first pair, so the run raises an error
+// naming the node instead of returning the clamped rotation.
 #include "hipep_device.h"
 
 struct hipep_rope_args {
@@ -34,7 +36,7 @@ template <> HIPEP_DEVICE void hipep_rope_pair<hipep_half>(float x1, float x2, fl
 template <typename T>
 HIPEP_DEVICE void hipep_rotary(const T* HIPEP_RESTRICT x, const hipep_i64* HIPEP_RESTRICT pos_ids,
                                const T* HIPEP_RESTRICT cos_cache, const T* HIPEP_RESTRICT sin_cache,
-                               T* HIPEP_RESTRICT y, const hipep_rope_args a) {
+                               T* HIPEP_RESTRICT y, const hipep_rope_args a, const hipep_fault_site fault) {
   const int pairs = a.head_size / 2, half = a.rotary_half;
   const hipep_i64 n = (hipep_i64)a.batch * a.seq * a.heads * pairs;
   for (hipep_i64 i = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (hipep_i64)gridDim.x * blockDim.x) {
@@ -60,7 +62,10 @@ HIPEP_DEVICE void hipep_rotary(const T* HIPEP_RESTRICT x, const hipep_i64* HIPEP
         row = (hipep_i64)b * a.seq + s;
       } else {
         row = a.pos_mode == 0 ? pos_ids[0] + s : pos_ids[(hipep_i64)b * a.seq + s];
-        row = row < 0 ? 0 : (row >= a.max_pos ? a.max_pos - 1 : row);
+        if (row < 0 || row >= a.max_pos) {
+          if (head == 0 && j == 0) hipep_report_fault(fault, HIPEP_FAULT_POSITION, row, a.max_pos);
+          row = row < 0 ? 0 : a.max_pos - 1;
+        }
       }
       const float c = hipep_to_float(cos_cache[row * half + j]), sn = hipep_to_float(sin_cache[row * half + j]);
       hipep_rope_pair<T>(y1, y2, c, sn, y1, y2);
@@ -72,8 +77,9 @@ HIPEP_DEVICE void hipep_rotary(const T* HIPEP_RESTRICT x, const hipep_i64* HIPEP
 
 #define HIPEP_ROTARY(NAME, T)                                                                                  \
   HIPEP_KERNEL void hipep_rotary_##NAME(const T* x, const hipep_i64* pos_ids, const T* cos_cache,             \
-                                        const T* sin_cache, T* y, const hipep_rope_args a) {                  \
-    hipep_rotary<T>(x, pos_ids, cos_cache, sin_cache, y, a);                                                   \
+                                        const T* sin_cache, T* y, const hipep_rope_args a,                    \
+                                        const hipep_fault_site fault) {                                       \
+    hipep_rotary<T>(x, pos_ids, cos_cache, sin_cache, y, a, fault);                                            \
   }
 
 HIPEP_ROTARY(f32, float)

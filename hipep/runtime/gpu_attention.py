@@ -12,7 +12,9 @@ as one CUDA graph and reads nothing back:
   copy_past     when present is not past's buffer: past's rows into present (zeros after the new
                 rows); with the sliding-window cache: past's resident rows into the window cache
   prepare       rotary on Q (into workspace) and on the new K; K/V written at each row's position;
-                the decode kernel's arrival counters (workspace) zeroed
+                the decode kernel's arrival counters (workspace) zeroed; a seqlens_k that does not fit
+                the cache and a rotary position past cos_cache reported in the stream's fault record
+                (gpu_faults), so such a run raises as the CPU device does
   decode        up to DEC_MAX_SEQ new tokens: the KV range split over `splits` blocks per KV head
                 (flash-decoding); the splits' partials (max, sum, unnormalised output, in workspace)
                 merged by the last split block of each KV head to finish (an arrival counter)
@@ -21,7 +23,10 @@ as one CUDA graph and reads nothing back:
 
 `gqa_layout` computes every launch's shape from the argument shapes alone (no pointers), so the
 unit tests can check it and emulate the kernels' index arithmetic in numpy (`gqa_rows` mirrors
-`hipep_gqa_geometry`).
+`hipep_gqa_geometry`, `gqa_length_fault` its check of seqlens_k).
+
+RotaryEmbedding (kernels/rotary.hip) is one launch; a position past the cos/sin cache is clamped
+and reported the same way.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ import numpy as np
 
 from ..errors import HipepError
 from ..ops.registry import OUTPUT_COUNT
+from .gpu_faults import FAULT_SEQLEN, FAULT_SEQLEN_SHORT, NO_FAULT_SITE, fault_param
 from .gpu_kernels import CopyOp, KernelOp, NoKernel, _binding, _cdiv, _dt, flat_config, ptr
 
 GQA = "GroupQueryAttention"
@@ -252,6 +258,22 @@ def gqa_rows(a: GqaArgs, seqlens, total: int) -> list[dict]:
     return out
 
 
+def gqa_length_fault(a: GqaArgs, row: dict) -> tuple[int, int]:
+    """hipep_gqa_length_fault: (fault code, bound) of a batch row's seqlens_k (0 where it fits)."""
+    t, s = row["t"], a.seq
+    if not a.windowed:
+        limit = a.cache_rows
+        if not row["first"] and a.has_past:
+            limit = min(limit, a.past_rows + s)
+        if t < 1 or t > limit:
+            return FAULT_SEQLEN, limit
+        if row["first"] or t >= s:
+            return 0, 0
+    elif t >= s:
+        return 0, 0
+    return FAULT_SEQLEN_SHORT, s
+
+
 def gqa_bounds(a: GqaArgs, row: dict, s: int) -> tuple[int, int]:
     """hipep_gqa_bounds: the keys [lo, hi) query row s attends."""
     raw = row["past"] + s + 1
@@ -361,10 +383,17 @@ def _gqa_bind(ins, outs, attrs, target):
     q_rot = region("q")
     items = a.batch * a.seq * (a.heads + 2 * a.kv_heads) * (a.head_size // 2)
     grid, block = flat_config(items, target)
+    # A seqlens_k that does not fit, or a rotary position past cos_cache: the stream's fault record.
+    length_fault = fault_param(target, "input 5 (seqlens_k)")
+    position_fault = NO_FAULT_SITE
+    if a.do_rotary:
+        position_fault = fault_param(target, "input 9 (position_ids)" if a.has_pos_ids
+                                     else "input 5 (seqlens_k) as rotary positions")
     ops.append(KernelOp(f"hipep_gqa_prepare_{dt}", grid, block,
                         [ctypes.c_uint64(qp), ctypes.c_uint64(kp), ctypes.c_uint64(vp), sl, tot, ptr(pos_ids),
                          ptr(cos), ptr(sin), ctypes.c_uint64(q_rot), ctypes.c_uint64(cache_k),
-                         ctypes.c_uint64(cache_v), ctypes.c_uint64(region("counters")), a], module="attention_cache"))
+                         ctypes.c_uint64(cache_v), ctypes.c_uint64(region("counters")), a, length_fault,
+                         position_fault], module="attention_cache"))
     q_att = q_rot if a.do_rotary else qp
     # 3. attention
     if lay.decode:
@@ -433,12 +462,15 @@ def _rope_check(attrs, dtypes, shapes, values):
     return None
 
 
-def _rope_ops(a: RopeArgs, x, pos_ids, cos, sin, y, target):
+def _rope_ops(a: RopeArgs, x, pos_ids, cos, sin, y, target, pos_input: str | None):
+    """The rotary launch; `pos_input` names position_ids (e.g. "input 1 (position_ids)"), whose
+    values past the cos/sin cache the kernel reports (None: no position_ids)."""
     if a.batch * a.seq * a.heads == 0:
         return []
     grid, block = flat_config(a.batch * a.seq * a.heads * (a.head_size // 2), target)
+    fault = NO_FAULT_SITE if pos_input is None else fault_param(target, pos_input)
     return [KernelOp(f"hipep_rotary_{_dt(x.dtype, 'RotaryEmbedding')}", grid, block,
-                     [ptr(x), ptr(pos_ids), ptr(cos), ptr(sin), ptr(y), a], module="rotary")]
+                     [ptr(x), ptr(pos_ids), ptr(cos), ptr(sin), ptr(y), a, fault], module="rotary")]
 
 
 @_binding("com.microsoft::RotaryEmbedding", check=_rope_check, modules=("rotary",))
@@ -467,7 +499,7 @@ def _ms_rope_bind(ins, outs, attrs, target):
         raise HipepError(f"{op}: position_ids must be one element or [batch, sequence] = {[b, s]}, "
                          f"got {list(pos_ids.shape)}")
     a = rope_layout(op, x.shape, heads, h, rd or h, cos.shape, mode, int(attrs.get("interleaved", 0)))
-    return _rope_ops(a, x, pos_ids, cos, sin, outs[0], target)
+    return _rope_ops(a, x, pos_ids, cos, sin, outs[0], target, "input 1 (position_ids)")
 
 
 @_binding("::RotaryEmbedding", check=_rope_check, modules=("rotary",))
@@ -498,5 +530,5 @@ def _onnx_rope_bind(ins, outs, attrs, target):
         mode = 1
     a = rope_layout(op, x.shape, n if x.ndim == 3 else x.shape[1], h, rd or h, cos.shape, mode,
                     int(attrs.get("interleaved", 0)))
-    return _rope_ops(a, x, pos_ids, cos, sin, outs[0], target)
+    return _rope_ops(a, x, pos_ids, cos, sin, outs[0], target, None if pos_ids is None else "input 3 (position_ids)")
 

@@ -1,8 +1,9 @@
 """Device-side fault reports: how a kernel tells the host that a run's input was bad.
 
 A kernel cannot raise. Where ONNX Runtime rejects a value only the kernel sees (a Gather index
-out of range), the kernel writes what it found into its stream's fault record and carries on
-without touching memory outside its buffers (it writes zeros there). The host reads the record
+out of range, a rotary position past the cos/sin cache, a GroupQueryAttention seqlens_k that does
+not fit the KV cache), the kernel writes what it found into its stream's fault record and carries
+on without touching memory outside its buffers (it writes zeros there, or clamps). The host reads the record
 whenever it synchronizes with the stream and raises a HipepError naming the node, the input, the
 bad value and the valid range, then clears the record, so the session stays usable.
 
@@ -29,6 +30,9 @@ from ..errors import RuntimeShapeError
 # Fault codes (kernels/hipep_device.h's HIPEP_FAULT_*).
 FAULT_NONE = 0
 FAULT_INDEX = 1  # an index outside [-bound, bound - 1]
+FAULT_POSITION = 2  # a rotary position outside [0, bound - 1] (bound: the cos/sin cache's rows)
+FAULT_SEQLEN = 3  # a seqlens_k value outside [0, bound - 1] (bound: the KV cache rows it may fill)
+FAULT_SEQLEN_SHORT = 4  # a seqlens_k value below bound - 1 (bound: the step's new tokens)
 
 
 class FaultRecord(ctypes.Structure):
@@ -47,8 +51,16 @@ FAULT_RECORD_BYTES = ctypes.sizeof(FaultRecord)
 NO_FAULT_SITE = FaultSite(0, 0)
 
 
-class IndexFault(RuntimeShapeError):
+class InputFault(RuntimeShapeError):
+    """A kernel found a bad value in a run's input (the stream's fault record)."""
+
+
+class IndexFault(InputFault):
     """A kernel found an index out of range in a run's input."""
+
+
+class RangeFault(InputFault):
+    """A kernel found a position or a sequence length out of range in a run's input."""
 
 
 class FaultSites:
@@ -85,8 +97,9 @@ def fault_param(target, what: str) -> FaultSite:
     return NO_FAULT_SITE if fault is None else fault(what)
 
 
-def fault_error(record: FaultRecord, sites: FaultSites) -> IndexFault | None:
-    """The error a filled record reports (None for an empty one)."""
+def fault_error(record: FaultRecord, sites: FaultSites) -> InputFault | None:
+    """The error a filled record reports (None for an empty one): the node, what the kernel checks,
+    the bad value and the range it had to be in (the wording of the CPU device's checks)."""
     code = int(record.code)
     if code == FAULT_NONE:
         return None
@@ -98,10 +111,20 @@ def fault_error(record: FaultRecord, sites: FaultSites) -> IndexFault | None:
                               f"index is valid")
         return IndexFault(f"{label}: {what}: index {value} is out of data bounds: it must be within the "
                           f"inclusive range [{-bound}, {bound - 1}]")
-    return IndexFault(f"{label}: {what}: the kernel reported fault code {code} (value {value}, bound {bound})")
+    if code == FAULT_POSITION:
+        return RangeFault(f"{label}: {what}: position {value} is out of range for cos_cache of {bound} rows: it "
+                          f"must be within [0, {bound - 1}]")
+    if code == FAULT_SEQLEN:
+        why = ("a length is never negative" if value < 0
+               else f"seqlens_k + 1 = {value + 1} keys do not fit the KV cache of {bound} rows")
+        return RangeFault(f"{label}: {what}: seqlens_k {value} is out of range [0, {bound}): {why}")
+    if code == FAULT_SEQLEN_SHORT:
+        return RangeFault(f"{label}: {what}: seqlens_k {value} is too small for sequence_length {bound}: it must be "
+                          f"at least {bound - 1}")
+    return InputFault(f"{label}: {what}: the kernel reported fault code {code} (value {value}, bound {bound})")
 
 
-def take_fault(record_address: int, sites: FaultSites) -> IndexFault | None:
+def take_fault(record_address: int, sites: FaultSites) -> InputFault | None:
     """Reads the record at host address `record_address` once the stream's work is done: the
     error it holds, the record cleared for the next run; None (one word read) when it is empty."""
     if not record_address:

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, lookup
+from hipep.runtime import gpu_faults as gf
 from hipep.runtime import gpu_kernels as gk
-from hipep.runtime.gpu_attention import DEC_VARIANTS, GqaArgs, RopeArgs, gqa_bounds, gqa_rows
+from hipep.runtime.gpu_attention import DEC_VARIANTS, GqaArgs, RopeArgs, gqa_bounds, gqa_length_fault, gqa_rows
 
 from helpers import needs_nvrtc
 
@@ -81,15 +82,24 @@ def emulate(mem: Memory, ops, dtype):
         elif name == "hipep_gqa_window_store":
             _window_store(mem, [_u64(x) for x in p[:6]], int(p[6].value), p[7], dtype)
         elif name.startswith("hipep_gqa_prepare"):
-            _prepare(mem, [_u64(x) for x in p[:12]], p[12], dtype)
+            _prepare(mem, [_u64(x) for x in p[:12]], p[12], dtype, length_fault=p[13], position_fault=p[14])
         elif name.startswith("hipep_gqa_decode"):
             _attend(mem, [_u64(x) for x in p[:11]], p[11], dtype, decode=True)
         elif name.startswith("hipep_gqa_prefill"):
             _attend(mem, [_u64(x) for x in p[:8]] + [0, 0, 0], p[8], dtype, decode=False)
         elif name.startswith("hipep_rotary"):
-            _rotary(mem, [_u64(x) for x in p[:5]], p[5], dtype)
+            _rotary(mem, [_u64(x) for x in p[:5]], p[5], dtype, fault=p[6])
         else:
             raise AssertionError(f"no emulation for {name}")
+
+
+def _report(mem, fault: gf.FaultSite, code: int, value: int, bound: int) -> None:
+    """hipep_report_fault: the first report fills the stream's record, later ones are dropped."""
+    if not fault.record:
+        return
+    record = gf.FaultRecord.from_buffer(mem.bytes, fault.record)
+    if record.code == gf.FAULT_NONE:
+        record.code, record.site, record.value, record.bound = code, fault.site, value, bound
 
 
 def _host(mem, a: GqaArgs, seqlens_p, total_p):
@@ -151,7 +161,7 @@ def _pairs(h, half, interleaved):
     return out
 
 
-def _prepare(mem, ptrs, a, dtype):
+def _prepare(mem, ptrs, a, dtype, length_fault, position_fault):
     q_p, k_p, v_p, sl, tot, pos_p, cos_p, sin_p, qo_p, ck_p, cv_p, cnt_p = ptrs
     if cnt_p:  # the decode kernel's arrival counters
         mem.view(cnt_p, np.uint32, a.batch * a.kv_heads * a.row_groups)[:] = 0
@@ -163,6 +173,9 @@ def _prepare(mem, ptrs, a, dtype):
     sin = mem.view(sin_p, dtype, a.max_pos * a.rotary_half).reshape(a.max_pos, -1) if a.do_rotary else None
     ck, cv = _cache(mem, ck_p, a, a.cache_rows, dtype), _cache(mem, cv_p, a, a.cache_rows, dtype)
     for b, g in enumerate(rows):
+        bad_length, bound = gqa_length_fault(a, g)
+        if bad_length:
+            _report(mem, length_fault, bad_length, g["t"] - 1, bound)
         for s in range(S):
             for slot in range(n + 2 * nkv):
                 is_q, is_k = slot < n, n <= slot < n + nkv
@@ -182,7 +195,10 @@ def _prepare(mem, ptrs, a, dtype):
                         pos = int(ids[0]) + s if g["first"] else int(ids[b * S + s])
                     else:
                         pos = s if g["first"] else g["t"] - S + s
-                    pos = min(max(pos, 0), a.max_pos - 1)
+                    if not 0 <= pos < a.max_pos:
+                        if not bad_length:  # a bad length's positions follow from it: not reported
+                            _report(mem, position_fault, gf.FAULT_POSITION, pos, a.max_pos)
+                        pos = min(max(pos, 0), a.max_pos - 1)
                     for j, (e1, e2) in enumerate(_pairs(H, half, a.interleaved)[:half]):
                         c, sn = np.float32(cos[pos, j]), np.float32(sin[pos, j])
                         y[e1], y[e2] = _rope(np.float32(x[e1]), np.float32(x[e2]), c, sn, dtype)
@@ -292,7 +308,7 @@ def _combine(mem, ptrs, a, dtype):
             out[b, head] = _finish(acc, m, l, a.has_sink, sinks[head]).astype(dtype)
 
 
-def _rotary(mem, ptrs, a: RopeArgs, dtype):
+def _rotary(mem, ptrs, a: RopeArgs, dtype, fault):
     x_p, pos_p, cos_p, sin_p, y_p = ptrs
     e = np.dtype(dtype).itemsize
     half = a.rotary_half
@@ -303,6 +319,9 @@ def _rotary(mem, ptrs, a: RopeArgs, dtype):
             else:
                 row = int(mem.view(pos_p, np.int64, 1)[0]) + s if a.pos_mode == 0 else \
                     int(mem.view(pos_p, np.int64, a.batch * a.seq)[b * a.seq + s])
+                if not 0 <= row < a.max_pos:  # clamped, and reported
+                    _report(mem, fault, gf.FAULT_POSITION, row, a.max_pos)
+                    row = min(max(row, 0), a.max_pos - 1)
             cos = mem.view(cos_p + row * half * e, dtype, half).astype(np.float32)
             sin = mem.view(sin_p + row * half * e, dtype, half).astype(np.float32)
             for head in range(a.heads):
@@ -429,7 +448,8 @@ def test_gqa_shared_buffer_decode_launches_are_the_same_every_step():
         ins, shapes = gqa_case(rng, batch=2, seq=1, total=total, capacity=300, lens=lens, rotary=16)
         got, want, ops = run_binding(GQA, ins, attrs, shapes, F32, in_place=True)
         assert [o.entry for o in ops] == ["hipep_gqa_prepare_f32", "hipep_gqa_decode_f32_g2"] and ops[1].grid[0] > 1
-        keys.append([(o.entry, o.grid, o.block, bytes(o.params[-1])) for o in ops])
+        keys.append([(o.entry, o.grid, o.block, [bytes(p) for p in o.params if isinstance(p, ctypes.Structure)])
+                     for o in ops])
         np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
         for b, n in enumerate(lens):
             np.testing.assert_allclose(got[1][b, :, :n], want[1][b, :, :n], rtol=1e-6, atol=1e-6)

@@ -142,7 +142,35 @@ def test_fault_record_layout_matches_the_device_header():
     assert fields(record) == [f[0] for f in gf.FaultRecord._fields_] == ["code", "site", "value", "bound"]
     assert fields(site) == [f[0] for f in gf.FaultSite._fields_] == ["record", "site"]
     assert ctypes.sizeof(gf.FaultRecord) == 24 and ctypes.sizeof(gf.FaultSite) == 16
-    assert f"#define HIPEP_FAULT_INDEX {gf.FAULT_INDEX}u" in header
+    codes = {name: int(value) for name, value in re.findall(r"#define HIPEP_FAULT_(\w+) (\d+)u", header)}
+    assert codes == {"INDEX": gf.FAULT_INDEX, "POSITION": gf.FAULT_POSITION, "SEQLEN": gf.FAULT_SEQLEN,
+                     "SEQLEN_SHORT": gf.FAULT_SEQLEN_SHORT}
+    assert len(set(codes.values())) == len(codes) and gf.FAULT_NONE not in codes.values()
+
+
+def test_fault_messages_name_the_value_and_its_range():
+    """Each code's message names the launch, what it checks, the bad value and the valid range;
+    an unknown code still gives an error with its numbers."""
+    sites = gf.FaultSites()
+    site = sites.site("node 'n' (Op)", "input 1 (position_ids)")
+
+    def message(code, value, bound):
+        error = gf.fault_error(gf.FaultRecord(code, site, value, bound), sites)
+        assert isinstance(error, gf.InputFault)
+        return str(error)
+
+    assert gf.fault_error(gf.FaultRecord(gf.FAULT_NONE, site, 0, 0), sites) is None
+    assert message(gf.FAULT_POSITION, 4100, 4096) == (
+        "node 'n' (Op): input 1 (position_ids): position 4100 is out of range for cos_cache of 4096 rows: it must be "
+        "within [0, 4095]")
+    assert message(gf.FAULT_SEQLEN, 9, 8) == (
+        "node 'n' (Op): input 1 (position_ids): seqlens_k 9 is out of range [0, 8): seqlens_k + 1 = 10 keys do not "
+        "fit the KV cache of 8 rows")
+    assert message(gf.FAULT_SEQLEN, -3, 8).endswith("seqlens_k -3 is out of range [0, 8): a length is never negative")
+    assert message(gf.FAULT_SEQLEN_SHORT, 1, 4).endswith(
+        "seqlens_k 1 is too small for sequence_length 4: it must be at least 3")
+    assert message(99, 5, 6).endswith("the kernel reported fault code 99 (value 5, bound 6)")
+    assert isinstance(gf.fault_error(gf.FaultRecord(gf.FAULT_POSITION, site, 1, 1), sites), gf.RangeFault)
 
 
 def test_reduction_blocks_agree_with_numpy():
