@@ -9,6 +9,9 @@ stays usable (the next good run gives ONNX Runtime's CPU EP answer).
     error naming the node, the input, the index and the valid range; the record is cleared, so
     later runs (bound replays and CUDA graph replays, which keep the record's address) report
     again or run clean;
+  * so are a RotaryEmbedding or GroupQueryAttention rotary position past the cos/sin cache and a
+    GroupQueryAttention seqlens_k that does not fit the KV cache (tests/attention_bad_inputs.py;
+    the kernels clamp them and report);
   * a launch the driver refuses names its node.
 Host feeds and IOBinding with device inputs and outputs alike."""
 from __future__ import annotations
@@ -24,6 +27,7 @@ from onnx import helper, numpy_helper
 import hipep
 
 from hipep.runtime.cuda import cuda_status, get_device
+from attention_bad_inputs import F16, F32 as NP_F32, gqa_cases, rotary_position_case
 from helpers import cpu_session, make_model, tensor
 from quant_helpers import gather_block_quantized_model
 
@@ -256,6 +260,57 @@ def test_gather_block_quantized_out_of_range_gives_zeros_as_ort_does():
             assert not in_range.all()
             continue
         np.testing.assert_array_equal(got, want)
+
+
+# ---- rotary positions and attention lengths out of range (the kernels' fault reports) -------------------
+
+ATTENTION_CASES = ([rotary_position_case(dt, offset) for dt in (NP_F32, F16) for offset in (False, True)]
+                   + gqa_cases(NP_F32) + gqa_cases(F16))
+
+
+def assert_close_to_cpu(got, want, dtype):
+    t = dict(rtol=1e-5, atol=2e-5) if dtype == NP_F32 else dict(rtol=1e-2, atol=2e-3)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), **t)
+
+
+@pytest.mark.parametrize("case", ATTENTION_CASES, ids=lambda c: c.name)
+def test_a_position_or_length_out_of_range_names_the_node_and_the_session_runs_on(case):
+    """A rotary position past the cos/sin cache, a seqlens_k past the KV cache or short of the new
+    tokens: the run raises naming the node, the input and the value's range (as the CPU device and
+    ORT's CPU EP reject it), never a clamped answer; the same session then runs the good feed
+    (same shapes: the bound launches and the CUDA graph replay) as ORT's CPU EP does."""
+    sess = hipep.InferenceSession(case.model, device="cuda")
+    want = cpu_session(case.model).run(None, case.good)
+    for _ in range(3):  # first run, bound replay, CUDA graph replay
+        assert_close_to_cpu(sess.run(None, case.good), want, case.dtype)
+    for _ in range(2):  # the record was cleared: the bad feed reports again, the good one runs clean
+        with pytest.raises(Exception, match=case.gpu_error):
+            sess.run(None, case.bad)
+        assert_close_to_cpu(sess.run(None, case.good), want, case.dtype)
+
+
+def test_a_rotary_position_out_of_range_with_device_inputs_and_outputs():
+    """IOBinding with position_ids and the output in device memory: the faulting run raises."""
+    case = rotary_position_case(F16, False)
+    sess = hipep.InferenceSession(case.model, device="cuda")
+    want = cpu_session(case.model).run(None, case.good)
+    binding = sess.io_binding()
+    for name, value in case.good.items():
+        binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, "cuda", 0))
+    binding.bind_output("y0", "cuda", 0)
+    for _ in range(3):
+        sess.run_with_iobinding(binding)
+    assert_close_to_cpu([binding.get_outputs()[0].numpy()], want, F16)
+    bad = ort.OrtValue.ortvalue_from_numpy(case.bad["position_ids"], "cuda", 0)
+    binding.bind_ortvalue_input("position_ids", bad)
+    with pytest.raises(Exception, match=case.gpu_error):
+        sess.run_with_iobinding(binding)
+    binding.bind_ortvalue_input("position_ids", ort.OrtValue.ortvalue_from_numpy(case.good["position_ids"], "cuda", 0))
+    sess.run_with_iobinding(binding)
+    assert_close_to_cpu([binding.get_outputs()[0].numpy()], want, F16)
 
 
 # ---- a launch the driver refuses ----------------------------------------------------------------------

@@ -5,6 +5,9 @@ arithmetic is checked by emulation in test_kernel_bindings_emulated.py and
 test_quant_kernels_emulated.py."""
 from __future__ import annotations
 
+import ctypes
+import re
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -239,3 +242,50 @@ def test_kernels_that_precede_a_gemv_in_decode_release_it():
         assert bodies, name
         for entry, body in bodies.items():
             assert "griddepcontrol.launch_dependents" in body, entry
+
+
+def _param_bytes(ptx: str) -> dict[str, list[int]]:
+    """Each entry's parameters as NVRTC laid them out: bytes per parameter, in order."""
+    out = {}
+    for m in re.finditer(r"\.entry (\w+)\((.*?)\)", ptx, re.S):
+        sizes = []
+        for p in re.finditer(r"\.param\s+(?:\.align\s+\d+\s+)?\.[a-z]+(\d+)\s+\w+?(?:\[(\d+)\])?\s*(?:,|$)",
+                             m.group(2), re.M):
+            sizes.append(int(p.group(2)) if p.group(2) else int(p.group(1)) // 8)
+        out[m.group(1)] = sizes
+    return out
+
+
+@needs_nvrtc
+def test_attention_and_rotary_launches_pass_what_their_entry_points_take():
+    """Every GroupQueryAttention and RotaryEmbedding launch (decode, prefill, window cache, the fault
+    sites of prepare and rotary) passes as many parameters as its entry point declares, each of the
+    size the kernel expects (the ctypes structs mirror the kernels' structs)."""
+    from unit.test_gpu_attention_bindings import GQA, Memory, _attrs, gqa_case
+
+    params = {}
+    for module in ("attention_cache", "attention_decode", "attention_prefill", "rotary"):
+        params.update(_param_bytes(_ptx(module, "compute_90")))
+    rng = np.random.default_rng(3)
+    launches = []
+    for dtype in (np.float32, np.float16):
+        for spec, extra in ((dict(seq=1, past=300, rotary=16, position_ids=True), dict(do_rotary=1)),
+                            (dict(seq=12, past=3), {}),
+                            (dict(seq=1, past=6, capacity=6), dict(local_window_size=4, sliding_window_cache=1))):
+            ins, shapes = gqa_case(rng, dtype=dtype, **spec)
+            mem = Memory()
+            _, full = _attrs(GQA, dict(num_heads=4, kv_num_heads=2, **extra), 3)
+            launches += gk.BINDINGS[GQA].bind([mem.arg(a) for a in ins], [mem.arg(np.empty(s, dtype)) for s in shapes],
+                                              full, gk.Target(sm_count=8, workspace=mem.alloc))
+        x, cos = np.zeros((1, 3, 64), dtype), np.zeros((8, 8), dtype)
+        for key, ins in (("com.microsoft::RotaryEmbedding", [x, np.zeros((1, 3), np.int64), cos, cos]),
+                         ("::RotaryEmbedding", [x, cos, cos, np.zeros((1, 3), np.int64)])):
+            mem = Memory()
+            _, full = _attrs(key, dict(num_heads=4), 1)
+            launches += gk.BINDINGS[key].bind([mem.arg(a) for a in ins], [mem.arg(x)], full, gk.Target(sm_count=8))
+    kernels = [op for op in launches if isinstance(op, gk.KernelOp)]
+    kinds = {op.entry.rsplit("_", 1)[0] for op in kernels}
+    assert kinds >= {"hipep_gqa_copy", "hipep_gqa_prepare", "hipep_gqa_decode_f32", "hipep_gqa_prefill_f32",
+                     "hipep_gqa_window", "hipep_rotary"}
+    for op in kernels:
+        assert [ctypes.sizeof(p) for p in op.params] == params[op.entry], op.entry
