@@ -112,11 +112,11 @@ HIPEP_DEVICE hipep_gqa_row hipep_gqa_geometry(const hipep_gqa_args& a, const int
   return g;
 }
 
-// Whether batch row b's seqlens_k fits this step, as the reference checks it: 0 where it does, else
-// the fault code, with `bound` the limit it broke (hipep_device.h). Without the sliding-window cache
-// the row's keys (seqlens_k + 1) must fit the cache, and in a step after the first prompt also
-// cover the new tokens and need no more past rows than past_key holds; the window cache keeps
-// absolute lengths, which need only cover the new tokens.
+// Whether a batch row's seqlens_k (g.t - 1) fits this step, as the reference checks it: 0 where it
+// does, else the fault code, with `bound` the limit it broke (hipep_device.h). Without the
+// sliding-window cache the row's keys (seqlens_k + 1) must fit the cache, and in a step after the
+// first prompt also cover the new tokens and need no more past rows than past_key holds; the window
+// cache keeps absolute lengths, which need only cover the new tokens.
 HIPEP_DEVICE unsigned int hipep_gqa_length_fault(const hipep_gqa_args& a, const hipep_gqa_row& g, hipep_i64& bound) {
   const int S = a.seq;
   if (!a.windowed) {
