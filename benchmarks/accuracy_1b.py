@@ -13,8 +13,8 @@ step on an empty KV cache. Printed (and with --json written):
    past --threshold (where a wrong rule shows first: errors grow smoothly from layer to layer
    when they are only rounding);
 3. with --sensitivity (CPU EP only, fast): the same traced model with every MatMulNBits output
-   multiplied by per-column factors in {1 - 2^-24, 1, 1 + 2^-23} (at most one ulp per value, what
-   any other summation order does) -- the logits' and each layer's relative L2 change, for three
+   moved by one ulp per column, down, up or not at random (less than any other summation order
+   of its dot products moves it) -- the logits' and each layer's relative L2 change, for three
    seeds and for the perturbation of the first MatMulNBits only; the CPU EP with 1 thread against
    2; accuracy_level 0 (f32 activations) against 4 (int8); and the one-ulp noise at accuracy_level
    0. A device whose errors track this profile differs by rounding that the model amplifies, not
@@ -164,23 +164,30 @@ def with_outputs(model, names: list[str]):
 
 
 def with_ulp_noise(model, seed: int, first_only: bool = False):
-    """Every MatMulNBits output (or only the first's) times per-column factors drawn from
-    {1 - 2^-24, 1, 1 + 2^-23}: a change of at most one ulp per value."""
+    """Every MatMulNBits output (or only the first's) moved by one ulp per column, down, up or
+    not at random: times 1 - 2^-24 (x - x 2^-24 rounds to the next float below x), divided by
+    it (x + x 2^-24 + ... rounds to the next above), or left alone. A product with 1 + 2^-23
+    would move values with a mantissa past 1.5 by two ulps."""
     from onnx import helper, numpy_helper
 
     rng = np.random.default_rng(seed)
-    one = np.float32(1)
-    choices = np.array([np.nextafter(one, np.float32(0)), one, np.nextafter(one, np.float32(2))], np.float32)
+    below_one = np.nextafter(np.float32(1), np.float32(0))  # 1 - 2^-24
     nodes, done = [], False
     for node in model.graph.node:
         nodes.append(node)
         if node.op_type != "MatMulNBits" or done:
             continue
         width = next(a.i for a in node.attribute if a.name == "N")
+        direction = rng.integers(-1, 2, size=width)
         out = node.output[0]
         node.output[0] = f"{out}/before_noise"
-        model.graph.initializer.append(numpy_helper.from_array(rng.choice(choices, size=width), f"{out}/noise"))
-        nodes.append(helper.make_node("Mul", [node.output[0], f"{out}/noise"], [out], name=f"{node.name}/noise"))
+        model.graph.initializer.extend([
+            numpy_helper.from_array(np.where(direction < 0, below_one, np.float32(1)), f"{out}/noise_down"),
+            numpy_helper.from_array(np.where(direction > 0, below_one, np.float32(1)), f"{out}/noise_up")])
+        nodes.append(helper.make_node("Mul", [node.output[0], f"{out}/noise_down"], [f"{out}/noise_down_done"],
+                                      name=f"{node.name}/noise"))
+        nodes.append(helper.make_node("Div", [f"{out}/noise_down_done", f"{out}/noise_up"], [out],
+                                      name=f"{node.name}/noise_up"))
         done = first_only
     del model.graph.node[:]
     model.graph.node.extend(nodes)
