@@ -7,11 +7,12 @@ step on an empty KV cache. Printed (and with --json written):
 
 1. the relative L2 error of the prompt's last logits row, hipep (--device cpu|cuda) against the
    CPU EP, and whether the top-1 token agrees;
-2. with --layers: a copy of the model (beside a link to its weights file) that also outputs every
-   MatMulNBits, GroupQueryAttention, (Skip)SimplifiedLayerNormalization and Mul result, run on both;
-   the relative L2 error of each such tensor over all 128 rows, layer by layer, and the first one
-   past --threshold (where a wrong rule shows first: errors grow smoothly from layer to layer
-   when they are only rounding);
+2. with --layers: a copy of the model (beside a hard link to its weights file) that also outputs
+   every MatMulNBits, GroupQueryAttention, (Skip)SimplifiedLayerNormalization and Mul result, run
+   on both; the relative L2 error of each such tensor over all 128 rows, layer by layer, and the
+   first one past --threshold. Rounding alone also jumps where a MatMulNBits at accuracy_level 4
+   requantizes its input (one flipped int8 code moves a value by amax / 127): a wrong rule shows
+   as an error well above the --sensitivity columns at the same tensor;
 3. with --sensitivity (CPU EP only, fast): the same traced model with every MatMulNBits output
    moved by one ulp per column, down, up or not at random (less than any other summation order
    of its dot products moves it) -- the logits' and each layer's relative L2 change, for three
@@ -20,7 +21,8 @@ step on an empty KV cache. Printed (and with --json written):
    0. A device whose errors track this profile differs by rounding that the model amplifies, not
    by a rule.
 
-    python benchmarks/accuracy_1b.py [--device cpu|cuda] [--model DIR] [--layers] [--sensitivity]
+    python benchmarks/accuracy_1b.py [--device cpu|cuda] [--model DIR] [--prompt N] [--layers]
+                                     [--sensitivity] [--no-hipep] [--accuracy-level L]
                                      [--kv-capacity N] [--json FILE]
 
 On hipep's CPU reference device the prompt step takes ~11 min on 2 cores (~22 with --layers);
