@@ -91,22 +91,6 @@ def _is_control_flow(node: dict) -> bool:
     return op is not None and op.control_flow
 
 
-def _utf8_claim(desc: dict):
-    """check_node, except that a node with a name, op type or value name that is not valid UTF-8
-    (csrc/graph_view.cc lists them per node) is not claimed, with that as the reason."""
-    bad = {i: nd["invalid_utf8"] for i, nd in enumerate(desc["nodes"]) if nd.get("invalid_utf8")}
-    if not bad:
-        return check_node
-
-    def claim(node, graph):
-        what = bad.get(node.index)
-        if what is not None:
-            return f"{', '.join(what)} {'is' if len(what) == 1 else 'are'} not valid UTF-8 (ONNX requires UTF-8 names)"
-        return check_node(node, graph)
-
-    return claim
-
-
 def _graph_from_ort(desc: dict) -> GraphView:
     from .ops.inference import fill_ambiguous_shapes
 
@@ -198,7 +182,7 @@ class EpState:
             counters.bump("capability_calls")
             return [], self._records([(VERBOSE, f"{EP_NAME}: leaving the body graph '{graph.name}' to its "
                                                 f"enclosing {parent['node']['op_type']} node, which hipep claims")])
-        report = partition(graph, claim=_utf8_claim(desc), device=self.device_kind)
+        report = partition(graph, device=self.device_kind)
         _last_report.report = report
         records = []
         lines = "\n".join("  " + line for line in report.rejection_lines())

@@ -92,6 +92,9 @@ class GraphView:
     constants: dict[str, np.ndarray]  # small constant initializers (copied)
     weights: set[str]  # names of large constant initializers (data not in the view)
     opsets: dict[str, int] = field(default_factory=dict)
+    # By Node.index: what of the node is not valid UTF-8 (its name, op type, a value name, ...),
+    # e.g. "node name 'n3_matm\\x8el'". ONNX requires UTF-8; partition leaves such nodes unclaimed.
+    invalid_utf8: dict[int, list[str]] = field(default_factory=dict)
 
     def type_of(self, name: str) -> TensorType:
         return self.types.get(name, TensorType())
@@ -132,6 +135,7 @@ class GraphView:
             name=d["name"], nodes=nodes, inputs=list(d["inputs"]), outputs=list(d["outputs"]),
             types=types, constants=dict(d["constants"]), weights=set(d["weights"]),
             opsets=dict(d["opsets"]),
+            invalid_utf8={i: list(nd["invalid_utf8"]) for i, nd in enumerate(d["nodes"]) if nd.get("invalid_utf8")},
         )
 
     @staticmethod
@@ -287,48 +291,75 @@ def _since_version(op_type: str, domain: str, opsets: dict[str, int]) -> int:
         return version
 
 
+def _value_name(s) -> str:
+    """A value name of an onnx proto. protobuf hands a string field that is not valid UTF-8 over as
+    bytes: such a name decodes losslessly (surrogate escapes), so different names stay different
+    and a value's producer and consumers still meet, as csrc/graph_view.cc decodes ORT's."""
+    return s.decode("utf-8", "surrogateescape") if isinstance(s, bytes) else s
+
+
+def _text(s) -> str:
+    """Any other string field of an onnx proto: bytes that are not UTF-8 with \\x escapes."""
+    return s.decode("utf-8", "backslashreplace") if isinstance(s, bytes) else s
+
+
+def _not_utf8(n) -> list[str]:
+    """What of node proto `n` is not valid UTF-8, as csrc/graph_view.cc lists it for ORT's nodes."""
+    fields = [("node name", n.name), ("op type", n.op_type), ("domain", n.domain)]
+    fields += [("value name", v) for v in list(n.input) + list(n.output)]
+    fields += [("attribute name", a.name) for a in n.attribute]
+    return list(dict.fromkeys(f"{what} '{_text(v)}'" for what, v in fields if isinstance(v, bytes)))
+
+
 def _graph_from_proto(g, opsets, outer_types, fold_constants=True) -> GraphView:
     from onnx import numpy_helper
 
     # Values read from enclosing scopes keep the types they have there.
     types: dict[str, TensorType] = dict(outer_types)
     for vi in list(g.input) + list(g.output) + list(g.value_info):
-        types[vi.name] = _type_from_proto(vi.type)
+        types[_value_name(vi.name)] = _type_from_proto(vi.type)
     constants: dict[str, np.ndarray] = {}
     weights: set[str] = set()
     for init in g.initializer:
+        name = _value_name(init.name)
         dims = tuple(int(d) for d in init.dims)
-        types.setdefault(init.name, TensorType(init.data_type, dims))
+        types.setdefault(name, TensorType(init.data_type, dims))
         if int(np.prod(dims, dtype=np.int64)) <= SMALL_CONSTANT_ELEMENTS:
-            constants[init.name] = numpy_helper.to_array(init)
+            constants[name] = numpy_helper.to_array(init)
         else:
-            weights.add(init.name)
-    init_names = {i.name for i in g.initializer}
+            weights.add(name)
+    init_names = {_value_name(i.name) for i in g.initializer}
     nodes = []
+    invalid: dict[int, list[str]] = {}
     for n in g.node:
         value = _constant_node_value(n) if fold_constants else None
         if value is not None:  # ORT loads Constant nodes as initializers; so does this view
-            types[n.output[0]] = TensorType(elem_type_of(value.dtype), tuple(value.shape))
-            constants[n.output[0]] = value
-            init_names.add(n.output[0])
+            out = _value_name(n.output[0])
+            types[out] = TensorType(elem_type_of(value.dtype), tuple(value.shape))
+            constants[out] = value
+            init_names.add(out)
             continue
         i = len(nodes)
-        subgraphs = {a.name: _graph_from_proto(a.g, opsets, {**outer_types, **types}, fold_constants)
+        subgraphs = {_text(a.name): _graph_from_proto(a.g, opsets, {**outer_types, **types}, fold_constants)
                      for a in n.attribute if a.type == a.GRAPH}
         implicit = []
         for sg in subgraphs.values():
             implicit += [v for v in _free_values(sg) if v not in implicit]
+        domain = _text(n.domain)
+        domain = "" if domain == "ai.onnx" else domain
         nodes.append(Node(
-            index=i, name=n.name, op_type=n.op_type, domain=n.domain if n.domain != "ai.onnx" else "",
-            since_version=_since_version(n.op_type, n.domain if n.domain != "ai.onnx" else "", opsets),
-            inputs=list(n.input), outputs=list(n.output),
-            attributes={a.name: _attr_value(a, opsets) for a in n.attribute},
+            index=i, name=_text(n.name), op_type=_text(n.op_type), domain=domain,
+            since_version=_since_version(_text(n.op_type), domain, opsets),
+            inputs=[_value_name(v) for v in n.input], outputs=[_value_name(v) for v in n.output],
+            attributes={_text(a.name): _attr_value(a, opsets) for a in n.attribute},
             subgraphs=subgraphs, implicit_inputs=implicit,
         ))
-    inputs = [vi.name for vi in g.input if vi.name not in init_names]
+        if bad := _not_utf8(n):
+            invalid[i] = bad
+    inputs = [_value_name(vi.name) for vi in g.input if _value_name(vi.name) not in init_names]
     return GraphView(
-        name=g.name, nodes=nodes, inputs=inputs, outputs=[vi.name for vi in g.output],
-        types=types, constants=constants, weights=weights, opsets=dict(opsets),
+        name=_text(g.name), nodes=nodes, inputs=inputs, outputs=[_value_name(vi.name) for vi in g.output],
+        types=types, constants=constants, weights=weights, opsets=dict(opsets), invalid_utf8=invalid,
     )
 
 

@@ -100,7 +100,11 @@ class PartitionReport:
 
 
 def _claim_safely(claim: Claim, node: Node, graph: GraphView) -> str | None:
-    """A failing claim predicate rejects its node instead of failing GetCapability."""
+    """A failing claim predicate rejects its node instead of failing GetCapability. A node with a
+    name, op type or value name that is not valid UTF-8 (GraphView.invalid_utf8) is not claimed."""
+    bad = graph.invalid_utf8.get(node.index)
+    if bad:
+        return f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} not valid UTF-8 (ONNX requires UTF-8 names)"
     try:
         reason = claim(node, graph)
     except Exception as e:  # noqa: BLE001 - reported as the rejection reason

@@ -59,3 +59,22 @@ def test_plain_ort_session_with_fallback_runs():
     data = _model([(b"NODEZZ", b"NODE\xff\xfe"), (b"QQt", b"Q\xc3t")])
     sess = plain_ort_session(data, cpu_ep())
     assert np.array_equal(sess.run(None, {"x": X})[0], WANT)
+
+
+@pytest.mark.parametrize("patch,claimed,rejected", [
+    ((b"NODEZZ", b"NODE\xff\xfe"), 2, {r"NODE\xff\xfe": r"node name 'NODE\xff\xfe'"}),
+    ((b"QQt", b"Q\xc3t"), 1, {"NODEZZ": r"value name 'Q\xc3t'", "neg": r"value name 'Q\xc3t'"}),
+])
+def test_explain_names_the_same_nodes_as_a_session(patch, claimed, rejected):
+    """hipep.explain reads the model through onnx's protobuf, which hands such names over as
+    bytes: it decodes them as the bridge does and leaves the same nodes unclaimed, with the same
+    reason; its report prints."""
+    data = _model([patch])
+    text = str(hipep.explain(data))
+    assert f"claimed {claimed} of 3 nodes" in text
+    for node, what in rejected.items():
+        assert f"node '{node}'" in text and f"{what} is not valid UTF-8" in text
+    with pytest.raises(hipep.FallbackError) as info:
+        hipep.InferenceSession(data, device="cpu")
+    for what in rejected.values():
+        assert f"{what} is not valid UTF-8" in str(info.value)
