@@ -43,6 +43,7 @@ class _Launch:
         """Queues the launch on the stream (or into the stream's capture): the driver's result."""
         d = _driver()
         if self.config is not None:
+            # A bound launch belongs to one run context's graph, so to one stream at a time.
             self.config.hStream = stream_handle
             return d.cuLaunchKernelEx(self.config, self.func, self.argv_addr, 0)[0]
         g, b = self.grid, self.block
