@@ -23,17 +23,39 @@ from overhead_targets import TARGET_CHAIN
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def decode_step_feeds(sess, folder: str) -> dict:
+    """The feeds of a decode step of the decoder in `folder` (past of PREFILL tokens), its past
+    taken from a one-token prefill run on `sess`."""
+    head = decoder_config(folder)["model"]["decoder"]["head_size"]
+    inputs, outputs = sess.get_inputs(), [o.name for o in sess.get_outputs()]
+    prompt, tokens = fixed_tokens(1)
+    prev = dict(zip(outputs, sess.run(None, model_zoo.decoder_feeds(inputs, head, prompt, 0, None))))
+    return model_zoo.decoder_feeds(inputs, head, tokens[0], PREFILL, prev)
+
+
+def warm_and_flushed(step, runs: int, flush_mib: int) -> dict:
+    """Median µs of `step()` (it returns the nanoseconds to count) over `runs` calls with the
+    caches as the previous call left them ("warm_us"), and with `flush_mib` MiB streamed through
+    them before each call ("flushed_us")."""
+    big = np.ones(flush_mib * 2**20 // 4, np.float32)
+    out = {"flush_mib": flush_mib, "runs": runs}
+    for name, flush in (("warm", False), ("flushed", True)):
+        ns = np.empty(runs, np.int64)
+        for i in range(runs):
+            if flush:
+                big += 1.0
+            ns[i] = step()
+        out[name + "_us"] = np.median(ns) / 1e3
+    return out
+
+
 def profile_decode(folder: str, runs: int = 300, top: int = 25) -> dict:
     """cProfile over `runs` identical decode steps (past of PREFILL tokens) of one hipep session,
     split into kernel time (under the CPU device's program entry points, which kernel_us times)
     and host time (everything else under ORT's `run`). Lists the host's functions by own time."""
     path = os.path.join(folder, "model.onnx")
-    cfg = decoder_config(folder)["model"]["decoder"]
     hip = hipep.InferenceSession(path, device="cpu")
-    inputs, outputs = hip.get_inputs(), [o.name for o in hip.get_outputs()]
-    prompt, tokens = fixed_tokens(1)
-    prev = dict(zip(outputs, hip.run(None, model_zoo.decoder_feeds(inputs, cfg["head_size"], prompt, 0, None))))
-    feeds = model_zoo.decoder_feeds(inputs, cfg["head_size"], tokens[0], PREFILL, prev)
+    feeds = decode_step_feeds(hip, folder)
     for _ in range(5):
         hip.run(None, feeds)
     clock = time.perf_counter_ns
@@ -217,26 +239,17 @@ def cold_cache_control(folder: str, runs: int, flush_mib: int = 48) -> dict:
     left them and after streaming `flush_mib` MiB through them (as the medium decoder's kernels
     do, reading its 48 MiB of weights): how much of a big model's overhead on the CPU device is
     the host's code running with caches its kernels evicted."""
-    cfg = decoder_config(folder)["model"]["decoder"]
     hip = hipep.InferenceSession(os.path.join(folder, "model.onnx"), device="cpu")
-    inputs, outputs = hip.get_inputs(), [o.name for o in hip.get_outputs()]
-    prompt, tokens = fixed_tokens(1)
-    prev = dict(zip(outputs, hip.run(None, model_zoo.decoder_feeds(inputs, cfg["head_size"], prompt, 0, None))))
-    feeds = model_zoo.decoder_feeds(inputs, cfg["head_size"], tokens[0], PREFILL, prev)
-    big = np.ones(flush_mib * 2**20 // 4, np.float32)
+    feeds = decode_step_feeds(hip, folder)
     clock = time.perf_counter_ns
-    out = {"flush_mib": flush_mib, "runs": runs}
-    for name, flush in (("warm", False), ("flushed", True)):
-        overhead = np.empty(runs, np.int64)
-        for i in range(runs):
-            if flush:
-                big += 1.0
-            k0 = counters()[1]
-            t0 = clock()
-            hip.run(None, feeds)
-            overhead[i] = clock() - t0 - (counters()[1] - k0) * 1000
-        out[name + "_us"] = np.median(overhead) / 1e3
-    return out
+
+    def overhead() -> int:
+        k0 = counters()[1]
+        t0 = clock()
+        hip.run(None, feeds)
+        return clock() - t0 - (counters()[1] - k0) * 1000
+
+    return warm_and_flushed(overhead, runs, flush_mib)
 
 
 def ort_floor(folder: str, runs: int, flush_mib: int = 48) -> dict:
@@ -262,22 +275,15 @@ def ort_floor(folder: str, runs: int, flush_mib: int = 48) -> dict:
                               [helper.make_tensor_value_info(o.name, TensorProto.FLOAT, None) for o in outputs], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
     sess = ort.InferenceSession(model.SerializeToString(), providers=CPU_EP)
-    prompt, tokens = fixed_tokens(1)
-    prev = dict(zip([o.name for o in outputs], real.run(None, model_zoo.decoder_feeds(inputs, head, prompt, 0, None))))
-    feeds = model_zoo.decoder_feeds(inputs, head, tokens[0], PREFILL, prev)
-    big = np.ones(flush_mib * 2**20 // 4, np.float32)
+    feeds = decode_step_feeds(real, folder)
     clock = time.perf_counter_ns
-    out = {"flush_mib": flush_mib, "runs": runs}
-    for name, flush in (("warm", False), ("flushed", True)):
-        wall = np.empty(runs, np.int64)
-        for i in range(runs):
-            if flush:
-                big += 1.0
-            t0 = clock()
-            sess.run(None, feeds)
-            wall[i] = clock() - t0
-        out[name + "_us"] = np.median(wall) / 1e3
-    return out
+
+    def wall() -> int:
+        t0 = clock()
+        sess.run(None, feeds)
+        return clock() - t0
+
+    return warm_and_flushed(wall, runs, flush_mib)
 
 
 def ort_side(folder: str, runs: int, flush_mib: int = 48) -> dict:
@@ -288,12 +294,8 @@ def ort_side(folder: str, runs: int, flush_mib: int = 48) -> dict:
     run's kernels stream the weights)."""
     from hipep import bridge
 
-    cfg = decoder_config(folder)["model"]["decoder"]
     hip = hipep.InferenceSession(os.path.join(folder, "model.onnx"), device="cpu")
-    inputs, outputs = hip.get_inputs(), [o.name for o in hip.get_outputs()]
-    prompt, tokens = fixed_tokens(1)
-    prev = dict(zip(outputs, hip.run(None, model_zoo.decoder_feeds(inputs, cfg["head_size"], prompt, 0, None))))
-    feeds = model_zoo.decoder_feeds(inputs, cfg["head_size"], tokens[0], PREFILL, prev)
+    feeds = decode_step_feeds(hip, folder)
     clock = time.perf_counter_ns
     big = np.ones(flush_mib * 2**20 // 4, np.float32)
     seen: dict = {"flush": False}
@@ -344,11 +346,7 @@ def split_workloads(folder: str | None, runs: int) -> dict:
     feeds = {"x": np.ones(CHAIN_SHAPE, np.float32)}
     out[f"Add x{TARGET_CHAIN}, fusion=off"] = host_split(lambda: hip.run(None, feeds), runs * 5)
     if folder is not None:
-        cfg = decoder_config(folder)["model"]["decoder"]
         dec = hipep.InferenceSession(os.path.join(folder, "model.onnx"), device="cpu")
-        inputs, outputs = dec.get_inputs(), [o.name for o in dec.get_outputs()]
-        prompt, tokens = fixed_tokens(1)
-        prev = dict(zip(outputs, dec.run(None, model_zoo.decoder_feeds(inputs, cfg["head_size"], prompt, 0, None))))
-        step = model_zoo.decoder_feeds(inputs, cfg["head_size"], tokens[0], PREFILL, prev)
+        step = decode_step_feeds(dec, folder)
         out[f"{MEDIUM} decode step"] = host_split(lambda: dec.run(None, step), runs)
     return out
