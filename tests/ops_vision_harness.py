@@ -118,6 +118,26 @@ def rule_cases(cases):
     return [pytest.param(*p.values[:5], id=p.id) for p in cases]
 
 
+def case_tests(cases):
+    """The three tests a case file runs over its `cases`, for it to bind under these names:
+    test_matches_ort (the reference against ORT's CPU EP), and the shape rules' run-time contract
+    and partial shapes (as test_shape_rules.py checks them)."""
+
+    @pytest.mark.parametrize(CASE_FIELDS, cases)
+    def test_matches_ort(op, opset, inputs, attrs, n_out, since, tol, via):
+        check(op, opset, inputs, attrs, n_out, since, tol, via)
+
+    @pytest.mark.parametrize(RULE_FIELDS, rule_cases(cases))
+    def test_rule_matches_reference(op_type, opset, inputs, attrs, n_out):
+        SR.check_rule_matches_reference(op_type, opset, inputs, attrs, n_out)
+
+    @pytest.mark.parametrize(RULE_FIELDS, rule_cases(cases))
+    def test_partial_shapes_never_invent_extents(op_type, opset, inputs, attrs, n_out):
+        SR.check_partial_never_invents(op_type, opset, inputs, attrs, n_out)
+
+    return test_matches_ort, test_rule_matches_reference, test_partial_shapes_never_invent_extents
+
+
 def vision_cases() -> list:
     """The CASES of every file of CASE_FILES."""
     return [p for name in CASE_FILES for p in load_unit_test_module(name).CASES]

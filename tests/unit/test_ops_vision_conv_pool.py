@@ -3,13 +3,11 @@ their shape rules (tests/ops_vision_harness.py says how)."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from hipep.ops import lookup
 from hipep.ops.registry import OUTPUT_COUNT
 
-from ops_vision_harness import (A, CASE_FIELDS, CONV_TOL, F16, RULE_FIELDS, SR, CaseTable, check, f16, f32, i8,
-                                random_arrays, rule_cases, u8)
+from ops_vision_harness import (A, CONV_TOL, CaseTable, F16, case_tests, f16, f32, i8, random_arrays, u8)
 
 R = random_arrays()
 CASES = CaseTable(first=0)
@@ -112,21 +110,8 @@ for _op in ("GlobalAveragePool", "GlobalMaxPool"):
     case(_op, 22, [R(2, 3, 4, 4, dtype=f16)], via=F16, id=f"{_op}-f16")
 
 
-@pytest.mark.parametrize(CASE_FIELDS, CASES)
-def test_matches_ort(op, opset, inputs, attrs, n_out, since, tol, via):
-    check(op, opset, inputs, attrs, n_out, since, tol, via)
-
-
-# ---- shape rules: the run-time contract and partial shapes (as test_shape_rules does) ---------
-
-@pytest.mark.parametrize(RULE_FIELDS, rule_cases(CASES))
-def test_rule_matches_reference(op_type, opset, inputs, attrs, n_out):
-    SR.check_rule_matches_reference(op_type, opset, inputs, attrs, n_out)
-
-
-@pytest.mark.parametrize(RULE_FIELDS, rule_cases(CASES))
-def test_partial_shapes_never_invent_extents(op_type, opset, inputs, attrs, n_out):
-    SR.check_partial_never_invents(op_type, opset, inputs, attrs, n_out)
+# The cases against ORT's CPU EP, and the shape rules' run-time contract and partial shapes.
+test_matches_ort, test_rule_matches_reference, test_partial_shapes_never_invent_extents = case_tests(CASES)
 
 
 # ---- spec behaviour -----------------------------------------------------------------------------

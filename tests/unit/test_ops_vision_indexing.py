@@ -2,10 +2,8 @@
 ONNX Runtime's CPU EP, and their shape rules (tests/ops_vision_harness.py says how)."""
 from __future__ import annotations
 
-import pytest
-
-from ops_vision_harness import (A, CASE_FIELDS, F16, RULE_FIELDS, SR, CaseTable, b, check, f16, f32, i32, i64, i8,
-                                random_arrays, rule_cases, u16, u8)
+from ops_vision_harness import (A, CaseTable, F16, b, case_tests, f16, f32, i32, i64, i8, random_arrays, u16,
+                                u8)
 
 R = random_arrays()
 CASES = CaseTable(first=160)  # numbered past test_ops_vision_resize_blocks.py's cases
@@ -66,18 +64,5 @@ case("OneHot", 11, [A([[1, 4], [0, -2]], i64), A(5, f32), A([0, 3], i32)], {"axi
 case("OneHot", 11, [A([1, 0], i64), A(3, i64), A([0, 1], f16)], via=F16, id="OneHot-f16-values")
 
 
-@pytest.mark.parametrize(CASE_FIELDS, CASES)
-def test_matches_ort(op, opset, inputs, attrs, n_out, since, tol, via):
-    check(op, opset, inputs, attrs, n_out, since, tol, via)
-
-
-# ---- shape rules: the run-time contract and partial shapes (as test_shape_rules does) ---------
-
-@pytest.mark.parametrize(RULE_FIELDS, rule_cases(CASES))
-def test_rule_matches_reference(op_type, opset, inputs, attrs, n_out):
-    SR.check_rule_matches_reference(op_type, opset, inputs, attrs, n_out)
-
-
-@pytest.mark.parametrize(RULE_FIELDS, rule_cases(CASES))
-def test_partial_shapes_never_invent_extents(op_type, opset, inputs, attrs, n_out):
-    SR.check_partial_never_invents(op_type, opset, inputs, attrs, n_out)
+# The cases against ORT's CPU EP, and the shape rules' run-time contract and partial shapes.
+test_matches_ort, test_rule_matches_reference, test_partial_shapes_never_invent_extents = case_tests(CASES)

@@ -3,10 +3,9 @@ says how): Flatten, Tile and Pad, and the movement ops over every element type."
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from ops_vision_harness import (A, CASE_FIELDS, F16, RULE_FIELDS, SR, CaseTable, b, check, f16, f32, f64, i16, i32,
-                                i64, i8, random_arrays, rule_cases, u16, u32, u64, u8)
+from ops_vision_harness import (A, CaseTable, F16, b, case_tests, f16, f32, f64, i16, i32, i64, i8,
+                                random_arrays, u16, u32, u64, u8)
 
 R = random_arrays()
 CASES = CaseTable(first=300)  # numbered past test_ops_vision_quantize.py's cases
@@ -71,18 +70,5 @@ for _t in _TYPES:
     case("Tile", 13, [_x, A([1, 2, 1], i64)], id=f"Tile-{_n}")
 
 
-@pytest.mark.parametrize(CASE_FIELDS, CASES)
-def test_matches_ort(op, opset, inputs, attrs, n_out, since, tol, via):
-    check(op, opset, inputs, attrs, n_out, since, tol, via)
-
-
-# ---- shape rules: the run-time contract and partial shapes (as test_shape_rules does) ---------
-
-@pytest.mark.parametrize(RULE_FIELDS, rule_cases(CASES))
-def test_rule_matches_reference(op_type, opset, inputs, attrs, n_out):
-    SR.check_rule_matches_reference(op_type, opset, inputs, attrs, n_out)
-
-
-@pytest.mark.parametrize(RULE_FIELDS, rule_cases(CASES))
-def test_partial_shapes_never_invent_extents(op_type, opset, inputs, attrs, n_out):
-    SR.check_partial_never_invents(op_type, opset, inputs, attrs, n_out)
+# The cases against ORT's CPU EP, and the shape rules' run-time contract and partial shapes.
+test_matches_ort, test_rule_matches_reference, test_partial_shapes_never_invent_extents = case_tests(CASES)

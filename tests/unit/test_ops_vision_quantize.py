@@ -3,11 +3,9 @@ their shape rules (tests/ops_vision_harness.py says how)."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from onnx import TensorProto as TP
 
-from ops_vision_harness import (A, CASE_FIELDS, RULE_FIELDS, SR, CaseTable, check, f16, f32, i16, i32, i8,
-                                random_arrays, rule_cases, u16, u8)
+from ops_vision_harness import (A, CaseTable, case_tests, f16, f32, i16, i32, i8, random_arrays, u16, u8)
 
 R = random_arrays()
 CASES = CaseTable(first=211)  # numbered past test_ops_vision_indexing.py's cases
@@ -63,18 +61,5 @@ case("DynamicQuantizeLinear", 11, [A([1, np.nan, 3, 2.5], f32)], n_out=3, id="Dy
 case("DynamicQuantizeLinear", 11, [R(2, 7, lo=-8, hi=-1)], n_out=3, id="DynamicQuantizeLinear-negative")
 
 
-@pytest.mark.parametrize(CASE_FIELDS, CASES)
-def test_matches_ort(op, opset, inputs, attrs, n_out, since, tol, via):
-    check(op, opset, inputs, attrs, n_out, since, tol, via)
-
-
-# ---- shape rules: the run-time contract and partial shapes (as test_shape_rules does) ---------
-
-@pytest.mark.parametrize(RULE_FIELDS, rule_cases(CASES))
-def test_rule_matches_reference(op_type, opset, inputs, attrs, n_out):
-    SR.check_rule_matches_reference(op_type, opset, inputs, attrs, n_out)
-
-
-@pytest.mark.parametrize(RULE_FIELDS, rule_cases(CASES))
-def test_partial_shapes_never_invent_extents(op_type, opset, inputs, attrs, n_out):
-    SR.check_partial_never_invents(op_type, opset, inputs, attrs, n_out)
+# The cases against ORT's CPU EP, and the shape rules' run-time contract and partial shapes.
+test_matches_ort, test_rule_matches_reference, test_partial_shapes_never_invent_extents = case_tests(CASES)

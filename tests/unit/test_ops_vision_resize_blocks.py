@@ -3,10 +3,9 @@ ONNX Runtime's CPU EP, and their shape rules (tests/ops_vision_harness.py says h
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from ops_vision_harness import (A, CASE_FIELDS, F16, RULE_FIELDS, SR, CaseTable, b, check, f16, f32, f64, i32, i64, i8,
-                                random_arrays, reference_of, rule_cases, u8)
+from ops_vision_harness import (A, CaseTable, F16, b, case_tests, f16, f32, f64, i32, i64, i8, random_arrays,
+                                reference_of, u8)
 
 R = random_arrays()
 CASES = CaseTable(first=83)  # numbered past test_ops_vision_conv_pool.py's cases
@@ -105,21 +104,8 @@ case("Col2Im", 18, [R(1, 2 * 6, 9), _Z(5, 6), _Z(2, 3)],
 case("Col2Im", 18, [R(1, 2 * 4, 9, dtype=f16), _Z(4, 4), _Z(2, 2)], via=F16, id="Col2Im-f16")
 
 
-@pytest.mark.parametrize(CASE_FIELDS, CASES)
-def test_matches_ort(op, opset, inputs, attrs, n_out, since, tol, via):
-    check(op, opset, inputs, attrs, n_out, since, tol, via)
-
-
-# ---- shape rules: the run-time contract and partial shapes (as test_shape_rules does) ---------
-
-@pytest.mark.parametrize(RULE_FIELDS, rule_cases(CASES))
-def test_rule_matches_reference(op_type, opset, inputs, attrs, n_out):
-    SR.check_rule_matches_reference(op_type, opset, inputs, attrs, n_out)
-
-
-@pytest.mark.parametrize(RULE_FIELDS, rule_cases(CASES))
-def test_partial_shapes_never_invent_extents(op_type, opset, inputs, attrs, n_out):
-    SR.check_partial_never_invents(op_type, opset, inputs, attrs, n_out)
+# The cases against ORT's CPU EP, and the shape rules' run-time contract and partial shapes.
+test_matches_ort, test_rule_matches_reference, test_partial_shapes_never_invent_extents = case_tests(CASES)
 
 
 # ---- spec behaviour where ORT deviates ---------------------------------------------------------
