@@ -1,14 +1,27 @@
 """Test helpers: model building, sessions, comparison with ORT's CPU EP."""
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
+REPO = Path(__file__).resolve().parents[1]
 IR_VERSION = 10  # onnxruntime >= 1.24 reads it; onnx's newest IR may be ahead of ORT
 ORT_VERSION = tuple(int(p) for p in ort.__version__.split(".")[:2])
 # onnxruntime 1.24 (the oldest hipep supports) says some things otherwise than 1.25 and newer
 ORT_1_24 = ORT_VERSION < (1, 25)
+
+
+def load_script(path: str, name: str):
+    """A script of the repository that is not in a package (benchmarks/*.py, tools/*.py), loaded
+    as module `name` from its path relative to the repository's root."""
+    spec = importlib.util.spec_from_file_location(name, REPO / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def cpu_ep() -> str:

@@ -12,29 +12,23 @@ logits must be within 1e-3 of the CPU EP's. Building the model needs the `models
 the GPU machine) or a cached copy; skipped without a GPU."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 
 import pytest
 
 from hipep.runtime.cuda import cuda_status
+
+from helpers import load_script
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 _ok, _why = cuda_status(0)
 if not _ok:
     pytest.skip(f"no CUDA device: {_why}", allow_module_level=True)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("accuracy_1b_benchmark",
-                                                  os.path.join(ROOT, "benchmarks", "accuracy_1b.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/accuracy_1b.py", "accuracy_1b_benchmark")
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ tensors come out in graph order; and the whole script on the tiny builder decode
 needs the `models` extra)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 
@@ -14,21 +13,16 @@ import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
-from helpers import make_model, tensor
+from helpers import load_script, make_model, tensor
 from quant_helpers import quantize_blockwise
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 K, N = 64, 96
 MS = ("com.microsoft", 1)
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("accuracy_1b_benchmark",
-                                                  os.path.join(ROOT, "benchmarks", "accuracy_1b.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/accuracy_1b.py", "accuracy_1b_benchmark")
 
 
 @pytest.fixture(scope="module")

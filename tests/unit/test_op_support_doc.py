@@ -2,17 +2,11 @@
 doc must list exactly what the registry holds."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from helpers import load_script
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("op_support", ROOT / "tools" / "op_support.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/op_support.py", "op_support")
 
 
 def _rows(section: str) -> dict[tuple[str, str], str]:

@@ -2,21 +2,15 @@
 targets it should. No timing is asserted here: the benchmark itself checks the speed targets."""
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("overhead_benchmark", os.path.join(ROOT, "benchmarks", "overhead.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/overhead.py", "overhead_benchmark")
 
 
 def test_add_chain_rows(bench):
