@@ -50,7 +50,8 @@ def _counters() -> dict:
     import hipep
 
     s = hipep.stats()
-    return {k: s.get(k, 0) for k in ("launches", "kernel_us", "host_reads", "specializations", "transfer_bytes")}
+    return {k: s.get(k, 0) for k in ("launches", "kernel_us", "host_reads", "specializations", "transfer_bytes",
+                                     "direct_launches", "graph_launches", "graph_node_updates")}
 
 
 class Decoder:
@@ -155,6 +156,7 @@ def summarize(runs: list[dict]) -> dict:
             "launches": float(np.median(stat["launches"])), "host_reads": float(np.mean(stat["host_reads"])),
             "transfer_bytes": float(np.median(stat["transfer_bytes"])),
             "specializations": int(stat["specializations"].sum()),
+            "issue": {k: float(np.median(stat[k])) for k in ("direct_launches", "graph_launches", "graph_node_updates")},
             "series_ms": np.median(np.stack([r["wall_ns"] for r in runs]), axis=0) / 1e6,
             "series_kernel_ms": np.median(np.stack([[s["kernel_us"] for s in r["stats"]] for r in runs]), axis=0) / 1e3}
 
@@ -266,6 +268,13 @@ def render(info: dict, facts: dict, folder: str, place: gh.Placement, copy: dict
     L += ["", "kernel ms/step: hipep.stats()['kernel_us'] (CUDA events around each run's replay); host ms/step: "
               "the step's wall time (bind, run, read back the logits row, argmax) minus it; copied: "
               "hipep.stats()['transfer_bytes'] (ORT's host memory staged in and out, values read back)."]
+    for name, r in (("ORT + IOBinding", hip), ("onnxruntime-genai", genai)):
+        if "error" not in r:
+            i = r["issue"]
+            L += ["", f"{name}: per step (median) {i['graph_launches']:.0f} CUDA graph launches, "
+                      f"{i['graph_node_updates']:.0f} graph kernel nodes updated in place, {i['direct_launches']:.0f} "
+                      f"launches issued one by one (hipep.stats()'s graph_launches, graph_node_updates, "
+                      f"direct_launches)."]
     if "error" not in hip and hip["kernel_ms"] > 0:
         L += ["", f"Weights read per step / kernel time: {facts['weights_per_step'] / hip['kernel_ms'] / 1e6:.0f} GB/s "
                   f"({facts['weights_per_step'] / hip['kernel_ms'] / 1e6 / copy['gbps']:.0%} of the copy bandwidth); "

@@ -84,7 +84,10 @@ def stats() -> dict[str, int]:
     plan_cache folder instead of the compiler), runs; and per run: launches (kernel launches issued),
     specializations (new layout signatures laid out and captured), specialization_hits (runs
     that replayed one), host_reads (values the host read back to size or steer a run) and
-    kernel_us (time inside device programs; run time minus it is the runtime's overhead).
+    kernel_us (time inside device programs; run time minus it is the runtime's overhead). On a
+    GPU, how the launches reached the driver: direct_launches (issued one by one), graph_launches
+    (CUDA graphs replayed, each holding many launches) and graph_node_updates (captured launches
+    whose arguments changed, updated inside their graph).
     With GPU memory (HipExecutionProvider on a GPU): transfer_bytes and transfers, the bytes and
     tensors copied through hipep's data transfer (feeds and fetches in host memory, IOBinding,
     OrtValue.numpy()). Counters that never moved are absent: read them with `.get(name, 0)`."""

@@ -32,8 +32,9 @@ class Tally:
     """Per-run counters written by one thread at a time without a lock: `values` is a list, in
     the order of FIELDS (kernel time in nanoseconds), that the finalizer can merge on its own."""
 
-    FIELDS = ("launches", "specializations", "specialization_hits", "host_reads", "kernel_ns")
-    LAUNCHES, SPECIALIZATIONS, HITS, HOST_READS, KERNEL_NS = range(5)
+    FIELDS = ("launches", "specializations", "specialization_hits", "host_reads", "kernel_ns",
+              "direct_launches", "graph_launches", "graph_node_updates")
+    LAUNCHES, SPECIALIZATIONS, HITS, HOST_READS, KERNEL_NS, DIRECT, GRAPHS, NODE_UPDATES = range(8)
 
     def __init__(self):
         self.values = [0] * len(self.FIELDS)

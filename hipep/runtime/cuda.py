@@ -132,6 +132,10 @@ class CudaDevice(Device):
         self.target = table.Target(sm_count=self.sm_count, warp_size=self.warp_size, scratch=self._scratch)
         self.sync_launches = _env_flag("HIPEP_CUDA_SYNC", False)
         self.use_graphs = _env_flag("HIPEP_CUDA_GRAPHS", True)
+        # A captured launch whose arguments changed (a growing attention mask's length, memory ORT
+        # moved) is updated in its graph's executable instead of the segment running launch by
+        # launch until it is captured again; HIPEP_CUDA_GRAPH_UPDATE=0 turns that off.
+        self.update_graphs = _env_flag("HIPEP_CUDA_GRAPH_UPDATE", True)
         # Kernels that wait for their predecessor in their own code start early (programmatic
         # dependent launch, compute capability 9.0 and newer): KernelOp.overlaps_previous.
         self.overlap_launches = self.capability >= (9, 0) and _env_flag("HIPEP_CUDA_OVERLAP", True)
@@ -519,6 +523,7 @@ class CudaDevice(Device):
         for op in ops:
             op.issue(stream, label)
             stream.issued(label)
+            stream.counts[0] += 1
             if stream.failed:
                 return
         if self.sync_launches and ops:
@@ -593,9 +598,16 @@ class CudaDevice(Device):
             seg.last = versions
             self._launch_graph(stream, seg)
             return
-        stable = seg.last == versions
+        if seg.exec is not None and self.update_graphs and self._update_graph(stream, seg, work):
+            seg.captured = seg.last = versions
+            self._launch_graph(stream, seg)
+            return
+        seen, stable = seg.last is not None, seg.last == versions
         seg.last = versions
-        if not stable:
+        # A segment is captured once its launches came out the same on two runs; where graphs
+        # are updated in place, on its second run already (a segment whose arguments change on
+        # every run, like the attention mask's in decoding, is then updated, not relaunched).
+        if not stable and not (self.update_graphs and seen and seg.captures == 0):
             for label, ops in work:
                 self._issue(stream, ops, label)
             return
@@ -607,14 +619,14 @@ class CudaDevice(Device):
         seg.captures += 1
         if seg.captures > _GRAPH_MAX_CAPTURES:
             seg.direct = True
-        graph = None
         try:
             with self._capture_lock:
-                graph, failed = self._record(stream, work)
+                seg.graph, nodes, failed = self._record(stream, work)
             if failed is not None:
                 raise CudaError(f"{failed[0]}: capture failed: {_error_text(failed[1])}")
-            seg.exec = _check(d.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+            seg.exec = _check(d.cuGraphInstantiate(seg.graph, 0), "cuGraphInstantiate")
             seg.captured = versions
+            seg.ops, seg.kernel_nodes = [op for _, ops in work for op in ops], nodes
         except HipepError as e:
             log.debug("hipep: cuda graph capture failed, launching directly: %s", e)
             seg.direct = True
@@ -622,33 +634,64 @@ class CudaDevice(Device):
             for label, ops in work:
                 self._issue(stream, ops, label)
             return
-        finally:
-            if graph is not None:
-                d.cuGraphDestroy(graph)
         self._launch_graph(stream, seg)
+
+    def _update_graph(self, stream: CudaStream, seg: _Segment, work) -> bool:
+        """Brings `seg`'s executable graph up to this run's launches by updating the kernel nodes
+        whose launch changed (arguments, grid, kernel); False where that cannot be done (a copy or
+        library call changed, launches were added or removed), and then the executable is gone:
+        a failed update may have changed some of its nodes already."""
+        ops = [op for _, ops in work for op in ops]
+        if len(ops) != len(seg.ops) or len(seg.kernel_nodes) != len(ops):
+            return False
+        changed = []
+        for new, old, node in zip(ops, seg.ops, seg.kernel_nodes):
+            if new.key == old.key:
+                continue
+            if (node is None or type(new) is not _Launch or type(old) is not _Launch
+                    or (new.config is None) != (old.config is None)):  # an overlap is an edge of the graph
+                return False
+            changed.append((node, new))
+        d = _driver()
+        ok = d.CUresult.CUDA_SUCCESS
+        for node, launch in changed:
+            (err,) = d.cuGraphExecKernelNodeSetParams(seg.exec, node, launch.node_params())
+            if err != ok:
+                log.debug("hipep: %s: updating a CUDA graph node failed (%s), capturing again",
+                          seg.label, _error_text(err))
+                seg.release()
+                return False
+        seg.ops = ops
+        stream.counts[2] += len(changed)
+        return True
 
     @staticmethod
     def _record(stream: CudaStream, work):
-        """Captures `work` on `stream` into a CUDA graph: (graph, the first launch that failed)."""
+        """Captures `work` on `stream` into a CUDA graph: (graph, each op's kernel node or None,
+        the first launch that failed)."""
         d = _driver()
         _check(d.cuStreamBeginCapture(stream.handle, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
                "cuStreamBeginCapture")
         failed = None
+        nodes: list = []
         try:
             for label, ops in work:
                 for op in ops:
                     if isinstance(op, _Launch):
                         err = op.launch(stream.handle)
+                        nodes.append(_last_captured(stream.handle) if err == d.CUresult.CUDA_SUCCESS else None)
                     elif isinstance(op, _Blas):
                         why = op.call(int(stream.handle))
                         err = d.CUresult.CUDA_SUCCESS if why is None else why  # _error_text shows a text as it is
                     else:
                         (err,) = d.cuMemcpyAsync(op.dst, op.src, op.nbytes, stream.handle)
+                    if not isinstance(op, _Launch):
+                        nodes.append(None)
                     if err != d.CUresult.CUDA_SUCCESS and failed is None:
                         failed = (label, err)
         finally:
             graph = _check(d.cuStreamEndCapture(stream.handle), "cuStreamEndCapture")  # always leaves capture mode
-        return graph, failed
+        return graph, nodes, failed
 
     def _launch_graph(self, stream: CudaStream, seg: _Segment) -> None:
         d = _driver()
@@ -656,6 +699,7 @@ class CudaDevice(Device):
         if err != d.CUresult.CUDA_SUCCESS:
             stream.record_failure(CudaError(f"{seg.label}: CUDA graph launch failed: {_error_text(err)}"))
         stream.issued(seg.label)
+        stream.counts[1] += 1
 
     # ---- time ----------------------------------------------------------------------------------
 
@@ -670,6 +714,19 @@ class CudaDevice(Device):
             stream._event_pool += [start, end]
         stream._timing = []
         return int(total * 1e6)
+
+    def issue_counts(self, stream: CudaStream) -> tuple[int, int, int]:
+        counts, stream.counts = stream.counts, [0, 0, 0]
+        return counts[0], counts[1], counts[2]
+
+
+def _last_captured(stream_handle):
+    """The node the launch just captured on `stream_handle` added (the capture's one current
+    dependency: a stream captures a chain), or None where the driver says otherwise."""
+    d = _driver()
+    res = d.cuStreamGetCaptureInfo(stream_handle)
+    deps = res[4] if res[0] == d.CUresult.CUDA_SUCCESS and len(res) > 4 else None
+    return deps[0] if deps is not None and len(deps) == 1 else None
 
 
 def _host_call(node, stream: CudaStream):

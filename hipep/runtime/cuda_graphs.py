@@ -24,7 +24,7 @@ class _Launch:
     address cuLaunchKernel takes (kept alive with the values it points at). `config`: the
     cuLaunchKernelEx configuration of a launch that may overlap the previous kernel (see
     KernelOp.overlaps_previous), else None."""
-    __slots__ = ("func", "grid", "block", "smem", "values", "argv", "argv_addr", "key", "entry", "config")
+    __slots__ = ("func", "grid", "block", "smem", "values", "argv", "argv_addr", "key", "entry", "config", "_params")
 
     def __init__(self, func, op: table.KernelOp, overlap: bool = False):
         self.func = func
@@ -38,6 +38,20 @@ class _Launch:
         self.config = _overlap_config(self.grid, self.block, self.smem) if overlap and op.overlaps_previous else None
         self.key = (op.entry, id(func), self.grid, self.block, self.smem, b"".join(bytes(v) for v in self.values),
                     self.config is not None)
+        self._params = None
+
+    def node_params(self):
+        """The launch as a CUDA graph kernel node's parameters (for updating a captured node in
+        place: the node copies the values the parameter array points at)."""
+        if self._params is None:
+            p = _driver().CUDA_KERNEL_NODE_PARAMS()
+            p.func = self.func
+            p.gridDimX, p.gridDimY, p.gridDimZ = self.grid
+            p.blockDimX, p.blockDimY, p.blockDimZ = self.block
+            p.sharedMemBytes = self.smem
+            p.kernelParams = self.argv_addr
+            self._params = p
+        return self._params
 
     def launch(self, stream_handle):
         """Queues the launch on the stream (or into the stream's capture): the driver's result."""
@@ -208,8 +222,14 @@ def _arg_signature(a, with_values: bool):
 
 
 class _Segment:
-    """A run of launches between host work and syncs, and its CUDA graph once it is stable."""
-    __slots__ = ("nodes", "exec", "captured", "last", "captures", "direct", "reads_values", "label", "bound")
+    """A run of launches between host work and syncs, and its CUDA graph once it is stable.
+
+    `graph` and `exec`: the captured graph and its executable; `ops`: the ops captured, in order,
+    and `kernel_nodes`: each one's kernel node in `graph` (None for copies and library calls), so
+    that a launch whose arguments changed since the capture updates its node in `exec` in place
+    instead of the whole segment being captured again."""
+    __slots__ = ("nodes", "exec", "graph", "ops", "kernel_nodes", "captured", "last", "captures", "direct",
+                 "reads_values", "label", "bound")
 
     def __init__(self, nodes: list[int]):
         self.nodes = nodes
@@ -217,18 +237,31 @@ class _Segment:
         self.label = ""
         self.bound = False  # every launch has been bound once
         self.exec = None
+        self.graph = None
+        self.ops: list = []
+        self.kernel_nodes: list = []
         self.captured = None
         self.last = None
         self.captures = 0
         self.direct = False
 
     def release(self) -> None:
+        if self.exec is None and self.graph is None:
+            return
+        d = _driver()
         if self.exec is not None:
             try:
-                _driver().cuGraphExecDestroy(self.exec)
+                d.cuGraphExecDestroy(self.exec)
             except Exception:  # noqa: BLE001
                 pass
             self.exec = None
+        if self.graph is not None:  # after its executable: node handles name the graph's nodes
+            try:
+                d.cuGraphDestroy(self.graph)
+            except Exception:  # noqa: BLE001
+                pass
+            self.graph = None
+        self.ops, self.kernel_nodes, self.captured = [], [], None
 
 
 class _GraphState:
@@ -257,6 +290,9 @@ class _GraphState:
                 seg.label = first if first == last else f"{first} .. {last}"
 
     def __del__(self):
-        for kind, seg in self.plan:
-            if kind == "launch":
-                seg.release()
+        try:
+            for kind, seg in self.plan:
+                if kind == "launch":
+                    seg.release()
+        except Exception:  # noqa: BLE001 - at interpreter exit the driver may be gone
+            pass

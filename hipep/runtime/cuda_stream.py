@@ -58,6 +58,9 @@ class CudaStream(Stream):
         self._since_sync = 0
         self._timing: list[tuple] = []  # (start, end) events of replays not yet read by kernel_ns
         self._event_pool: list = []
+        # How this stream's replays reached the driver since `issue_counts` last read them: kernel
+        # launches issued one by one, CUDA graph launches, graph kernel nodes updated in place.
+        self.counts = [0, 0, 0]
         self.staging: dict[tuple[str, int], CudaMemory] = {}
         self.staged_inputs: list[tuple[int, int, DeviceArray]] = []  # (host address, bytes, device copy)
         self.workspace: list[CudaMemory] = []  # Target.workspace buffers, newest last (CudaDevice._workspace)

@@ -208,6 +208,12 @@ class Device(ABC):
         """Nanoseconds spent inside programs on `stream` since the last call (then reset)."""
         return 0
 
+    def issue_counts(self, stream: Stream) -> tuple[int, int, int]:
+        """How `stream`'s launches reached the hardware since the last call (then reset): kernel
+        launches issued one by one, graph launches, graph nodes updated in place. A device that
+        calls its programs itself (the CPU device) issues nothing."""
+        return 0, 0, 0
+
 
 def named_error(label: str, e: Exception):
     """`e` with the launch's label in front (unless it already starts with it), same type."""

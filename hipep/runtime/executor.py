@@ -174,6 +174,10 @@ class Executor:
             tally[1 if not hit else 2] += 1
             tally[3] += spec.reads
             tally[4] += device.kernel_ns(stream)
+            direct, graphs, updates = device.issue_counts(stream)
+            tally[5] += direct
+            tally[6] += graphs
+            tally[7] += updates
             self._contexts.append(context)
 
     def _check_inputs(self, inputs):

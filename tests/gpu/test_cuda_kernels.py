@@ -376,6 +376,42 @@ def test_launch_modes_give_the_same_results(rng, monkeypatch, mode):
     check(model, {"x": rand(rng, (6, 40), F32)}, runs=4)
 
 
+def test_a_growing_mask_updates_the_captured_graph_instead_of_launching_one_by_one(rng, monkeypatch):
+    """As a decoder's attention mask: an input that grows by one each run feeds a reduction whose
+    launch changes every run. The segment is captured once and the reduction's node updated in
+    place (graph_node_updates), no launch goes one by one after the second run, and every run's
+    result is this run's; with the updates off, every run goes launch by launch."""
+    model = make_model([n("ReduceSum", ["mask", "axes"], ["s"], keepdims=1, name="lengths"),
+                        n("Cast", ["s"], ["f"], to=F32, name="to_float"),
+                        n("Softmax", ["x"], ["p"], axis=-1, name="sm"),
+                        n("Mul", ["p", "f"], ["y"], name="scale"),
+                        n("SimplifiedLayerNormalization", ["y", "w"], ["z"], axis=-1, epsilon=1e-5, name="rms")],
+                       [tensor("mask", I64, [1, "total"]), tensor("x", F32, [1, 64])], [tensor("z", F32, None),
+                                                                                            tensor("s", I64, None)],
+                       [init("w", rand(rng, (64,), F32)), init("axes", np.array([1], np.int64))], opset=17)
+    cpu = cpu_session(model)
+    x = rand(rng, (1, 64), F32)
+    for update in (True, False):
+        monkeypatch.setattr(device, "update_graphs", update)
+        sess = hipep.InferenceSession(model, device="cuda")
+        counts = []
+        for total in range(5, 17):
+            feeds = {"mask": rng.integers(0, 3, (1, total)).astype(np.int64), "x": x}
+            before = hipep.stats()
+            got = sess.run(None, feeds)
+            after = hipep.stats()
+            want = cpu.run(None, feeds)
+            np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+            np.testing.assert_array_equal(got[1], want[1])
+            counts.append([after.get(k, 0) - before.get(k, 0)
+                           for k in ("direct_launches", "graph_launches", "graph_node_updates")])
+        later = np.array(counts[2:])
+        if update:
+            assert (later[:, 0] == 0).all() and (later[:, 1] == 1).all() and (later[:, 2] >= 1).all(), counts
+        else:
+            assert (later[:, 0] >= 2).all() and (later[:, 1] == 0).all() and (later[:, 2] == 0).all(), counts
+
+
 def test_sessions_made_and_dropped_while_others_capture_and_replay(rng):
     """Allocation, freeing and module loading on one thread while other threads' streams capture
     CUDA graphs: a context-wide sync there fails while any stream captures."""

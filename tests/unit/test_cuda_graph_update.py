@@ -1,0 +1,209 @@
+"""How the CUDA device replays a segment of launches whose arguments change from run to run (a
+growing attention mask in decoding): captured on its second run, then each changed launch updates
+its kernel node in the executable graph, and only a change of the segment's structure captures it
+again. The driver here is a stand-in that records what the device asks of it and executes a
+graph's kernel nodes as they were captured or updated, so the test sees what a GPU would run
+(tests/gpu/test_cuda_kernels.py runs the same path on the real driver)."""
+from __future__ import annotations
+
+import ctypes
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from hipep.runtime import cuda, cuda_driver, cuda_graphs
+from hipep.runtime.device import Graph, GraphNode
+from hipep.runtime.gpu_binding_core import KernelOp
+
+SUCCESS = "success"
+
+
+class _Params:
+    """CUDA_KERNEL_NODE_PARAMS: the fields the device sets."""
+
+
+class FakeDriver:
+    """The driver calls a segment's replay makes. A captured graph is a list of kernel nodes
+    (dicts); an executable graph copies them, and cuGraphLaunch appends what each node would run:
+    (function, grid, first parameter's value)."""
+
+    CUresult = SimpleNamespace(CUDA_SUCCESS=SUCCESS)
+    CUstreamCaptureMode = SimpleNamespace(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL=0)
+    CUDA_KERNEL_NODE_PARAMS = _Params
+
+    def __init__(self):
+        self.ran: list[list] = []  # per stream operation: what ran
+        self.capturing: list | None = None
+        self.calls: dict[str, int] = {}
+        self.refuse_update = False
+
+    def _count(self, name):
+        self.calls[name] = self.calls.get(name, 0) + 1
+
+    @staticmethod
+    def _work(func, grid, argv_addr):
+        first = ctypes.cast(argv_addr, ctypes.POINTER(ctypes.c_void_p))[0]
+        return (func, tuple(grid), ctypes.c_int64.from_address(first).value)
+
+    def cuLaunchKernel(self, func, gx, gy, gz, bx, by, bz, smem, stream, argv_addr, extra):
+        self._count("cuLaunchKernel")
+        work = self._work(func, (gx, gy, gz), argv_addr)
+        if self.capturing is not None:
+            self.capturing.append({"work": work})
+        else:
+            self.ran.append([work])
+        return (SUCCESS,)
+
+    def cuStreamBeginCapture(self, stream, mode):
+        self._count("capture")
+        self.capturing = []
+        return (SUCCESS,)
+
+    def cuStreamGetCaptureInfo(self, stream):
+        return (SUCCESS, 1, 7, None, [self.capturing[-1]], 1)
+
+    def cuStreamEndCapture(self, stream):
+        graph, self.capturing = self.capturing, None
+        return (SUCCESS, graph)
+
+    def cuGraphInstantiate(self, graph, flags):
+        self._count("instantiate")
+        return (SUCCESS, {"nodes": graph, "work": {id(n): n["work"] for n in graph}})
+
+    def cuGraphExecKernelNodeSetParams(self, exec_, node, p):
+        self._count("update")
+        if self.refuse_update:
+            return ("refused",)
+        exec_["work"][id(node)] = self._work(p.func, (p.gridDimX, p.gridDimY, p.gridDimZ), p.kernelParams)
+        return (SUCCESS,)
+
+    def cuGraphLaunch(self, exec_, stream):
+        self._count("graph launch")
+        self.ran.append([exec_["work"][id(n)] for n in exec_["nodes"]])
+        return (SUCCESS,)
+
+    def cuGetErrorString(self, err):
+        return (SUCCESS, str(err).encode())
+
+    def cuGraphExecDestroy(self, exec_):
+        return (SUCCESS,)
+
+    def cuGraphDestroy(self, graph):
+        return (SUCCESS,)
+
+
+class FakeStream:
+    handle = 0
+    failed = False
+
+    def __init__(self):
+        self.counts = [0, 0, 0]
+        self.errors = []
+
+    def issued(self, label):
+        pass
+
+    def record_failure(self, error):
+        self.errors.append(error)
+
+
+class Program:
+    """A node's program: one launch of kernel `func` whose first parameter is the node's
+    argument value; `launches` of them where a node binds to several."""
+    binding = None
+
+    def __init__(self, func: str, launches: int = 1):
+        self.func, self.launches = func, launches
+
+    def bind(self, args, stream=None):
+        value = int(args[0][0])
+        return [cuda_graphs._Launch(self.func, KernelOp(f"k_{self.func}", (value % 3 + 1,), (32,),
+                                                        [ctypes.c_int64(value)]))
+                for _ in range(self.launches)]
+
+
+@pytest.fixture
+def driver(monkeypatch):
+    fake = FakeDriver()
+    monkeypatch.setattr(cuda, "_driver", lambda: fake)
+    monkeypatch.setattr(cuda_graphs, "_driver", lambda: fake)
+    monkeypatch.setattr(cuda_driver, "_driver", lambda: fake)
+    return fake
+
+
+def _device(update: bool = True):
+    dev = object.__new__(cuda.CudaDevice)
+    dev.use_graphs, dev.sync_launches, dev.update_graphs, dev.overlap_launches = True, False, update, False
+    dev._capture_lock = threading.RLock()
+    return dev
+
+
+def _segment(*programs):
+    import numpy as np
+
+    graph = Graph([GraphNode("launch", p, [np.array([i], np.int64)], label=f"node {i}")
+                   for i, p in enumerate(programs)])
+    state = cuda_graphs._GraphState(graph)
+    (kind, seg), = state.plan
+    return graph, state, seg
+
+
+_KEEP: list = []
+
+
+def _run(dev, stream, graph, state, seg, values):
+    """One replay of the segment with node i's argument set to values[i] (changed ones are dirty)."""
+    import numpy as np
+
+    dirty = set()
+    for i, v in enumerate(values):
+        if int(graph.nodes[i].args[0][0]) != v:
+            graph.nodes[i].args[0] = np.array([v], np.int64)
+            _KEEP.append(graph.nodes[i].args[0])  # a host argument's signature is its id(): no reuse
+            dirty.add(i)
+    dev._run_segment(stream, graph, state, seg, dirty)
+
+
+def test_a_growing_argument_updates_its_node_and_the_graph_runs_the_new_values(driver):
+    dev, stream = _device(), FakeStream()
+    graph, state, seg = _segment(Program("reduce"), Program("gemv"), Program("norm"))
+    for step in range(6):  # the first node's argument grows every run, like a mask's length
+        _run(dev, stream, graph, state, seg, [10 + step, 5, 7])
+        ran = [w for batch in driver.ran[-(3 if step == 0 else 1):] for w in batch]
+        assert ran == [("reduce", ((10 + step) % 3 + 1, 1, 1), 10 + step), ("gemv", (3, 1, 1), 5),
+                       ("norm", (2, 1, 1), 7)], step
+    # run 1 launch by launch; run 2 captured; runs 3-6 the graph with one node updated each
+    assert stream.counts == [3, 5, 4]
+    assert driver.calls["capture"] == 1 and driver.calls["update"] == 4
+    assert seg.captures == 1 and not seg.direct
+
+
+def test_without_updates_a_segment_that_changes_every_run_is_never_captured(driver):
+    dev, stream = _device(update=False), FakeStream()
+    graph, state, seg = _segment(Program("reduce"), Program("gemv"))
+    for step in range(4):
+        _run(dev, stream, graph, state, seg, [10 + step, 5])
+    assert stream.counts == [8, 0, 0] and "capture" not in driver.calls
+
+
+def test_a_change_of_structure_captures_again_and_a_refused_update_does_too(driver):
+    dev, stream = _device(), FakeStream()
+    multi = Program("split")
+    graph, state, seg = _segment(Program("reduce"), multi)
+    _run(dev, stream, graph, state, seg, [10, 5])
+    _run(dev, stream, graph, state, seg, [11, 5])
+    assert driver.calls["capture"] == 1
+    multi.launches = 2  # the node now binds to two launches: no update can express that
+    _run(dev, stream, graph, state, seg, [12, 6])
+    assert driver.ran[-3:] == [[("reduce", (1, 1, 1), 12)], [("split", (1, 1, 1), 6)], [("split", (1, 1, 1), 6)]]
+    _run(dev, stream, graph, state, seg, [12, 6])  # the same again: stable, captured again
+    assert driver.calls["capture"] == 2 and driver.ran[-1] == [("reduce", (1, 1, 1), 12), ("split", (1, 1, 1), 6),
+                                                                ("split", (1, 1, 1), 6)]
+    driver.refuse_update = True  # the driver refuses: that run goes launch by launch
+    _run(dev, stream, graph, state, seg, [13, 6])
+    assert driver.ran[-3:] == [[("reduce", (2, 1, 1), 13)], [("split", (1, 1, 1), 6)], [("split", (1, 1, 1), 6)]]
+    assert seg.exec is None  # the half-updated executable is gone
+    driver.refuse_update = False
+    _run(dev, stream, graph, state, seg, [13, 6])
+    assert driver.calls["capture"] == 3 and driver.ran[-1][0] == ("reduce", (2, 1, 1), 13)
