@@ -390,3 +390,139 @@ HIPEP_KERNEL void hipep_skip_rms_norm_f32_exact_vec(const float* HIPEP_RESTRICT 
   hipep_grid_release();
   hipep_skip_rms_exact_rows<4>(x, skip, gamma, bias, y, mean, inv_std, sum_out, a);
 }
+
+// ---- f32, one row per block: decode's rows and short prefills ----------------------------------
+// The same operations in the same order as the kernels above (so the same bits), laid out for rows
+// that stand alone: all the block's threads load the whole row at once into dynamic shared memory
+// (n floats: x, or the skip kernel's v = (x + skip) + bias), so its loads are in flight together
+// instead of one chunk at a time behind a sequential sum; then the sum runs from shared memory (the
+// skip kernel's one thread adding the rounded squares in order, the simplified kernel's 8 MLAS
+// lanes), and the output pass reads the staged row again. The threads prefetch their first gamma /
+// scale vectors while the sum runs. n % 4 == 0, 16-byte aligned rows, n >= 16 (the simplified
+// kernel's lane form), blockDim.x a multiple of the warp size, one block per row.
+#define HIPEP_RMS_ROW_PREFETCH 4  // scale vectors per thread loaded before the sum
+
+HIPEP_DEVICE void hipep_rms_row_prefetch(const float4* HIPEP_RESTRICT p, const int nv,
+                                         float4 (&pre)[HIPEP_RMS_ROW_PREFETCH]) {
+#pragma unroll
+  for (int k = 0; k < HIPEP_RMS_ROW_PREFETCH; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < nv) pre[k] = p[i];
+  }
+}
+
+// Calls f(i, scale vector i) for the thread's vectors i of the row: the prefetched ones first (a
+// constant index each, so they stay in registers), then the rest loaded as they come.
+template <typename F>
+HIPEP_DEVICE void hipep_rms_row_out(const float4* HIPEP_RESTRICT p, const int nv,
+                                    const float4 (&pre)[HIPEP_RMS_ROW_PREFETCH], F f) {
+#pragma unroll
+  for (int k = 0; k < HIPEP_RMS_ROW_PREFETCH; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < nv) f(i, pre[k]);
+  }
+  for (int i = threadIdx.x + HIPEP_RMS_ROW_PREFETCH * blockDim.x; i < nv; i += blockDim.x) f(i, p[i]);
+}
+
+HIPEP_KERNEL void hipep_rms_norm_f32_exact_row(const float* HIPEP_RESTRICT x, const float* HIPEP_RESTRICT scale,
+                                               float* HIPEP_RESTRICT y, float* HIPEP_RESTRICT inv_std,
+                                               const hipep_rms_args a) {
+  hipep_grid_release();
+  HIPEP_DYNAMIC_SHARED(float4, row_s4);
+  __shared__ float inv_s;
+  const hipep_i64 row = blockIdx.x, n = a.n;
+  const int nv = (int)(n / 4);
+  const float4* px = reinterpret_cast<const float4*>(x + row * n);
+  for (int i = threadIdx.x; i < nv; i += blockDim.x) row_s4[i] = px[i];
+  float4 pre[HIPEP_RMS_ROW_PREFETCH];
+  const float4* ps = reinterpret_cast<const float4*>(scale);
+  hipep_rms_row_prefetch(ps, nv, pre);
+  __syncthreads();
+  if (threadIdx.x < HIPEP_WARP_SIZE) {  // the first warp: lanes 0-7 of it are MLAS's 8 lanes
+    const float* xr = reinterpret_cast<const float*>(row_s4);
+    const int lane = threadIdx.x;
+    const hipep_i64 groups = n / HIPEP_RMS_GROUP;
+    float acc = 0.0f;
+    if (lane < HIPEP_RMS_GROUP) {
+#pragma unroll 8
+      for (hipep_i64 j = 0; j < groups; ++j) {
+        const float f = xr[j * HIPEP_RMS_GROUP + lane];
+        acc = fmaf(f, f, acc);
+      }
+    }
+    acc = __fadd_rn(acc, HIPEP_SHFL_XOR(acc, 4));
+    acc = __fadd_rn(acc, HIPEP_SHFL_XOR(acc, 2));
+    float sq = __fadd_rn(acc, HIPEP_SHFL_XOR(acc, 1));
+    if (lane == 0) {
+      const hipep_i64 full = groups * HIPEP_RMS_GROUP;
+      const hipep_i64 rounded_end = full + (n - full >= 4 ? 4 : 0);
+      hipep_i64 i = full;
+      for (; i < rounded_end; ++i) sq = __fadd_rn(sq, __fmul_rn(xr[i], xr[i]));
+      for (; i < n; ++i) sq = fmaf(xr[i], xr[i], sq);
+      const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sq, (float)n), a.eps)));
+      inv_s = inv;
+      if (inv_std != 0) inv_std[row] = inv;
+    }
+  }
+  __syncthreads();
+  const float inv = inv_s;
+  float4* py = reinterpret_cast<float4*>(y + row * n);
+  hipep_rms_row_out(ps, nv, pre, [&](int i, const float4 s) {
+    const float4 v = row_s4[i];
+    py[i] = make_float4(__fmul_rn(__fmul_rn(v.x, inv), s.x), __fmul_rn(__fmul_rn(v.y, inv), s.y),
+                        __fmul_rn(__fmul_rn(v.z, inv), s.z), __fmul_rn(__fmul_rn(v.w, inv), s.w));
+  });
+}
+
+HIPEP_KERNEL void hipep_skip_rms_norm_f32_exact_row(const float* HIPEP_RESTRICT x, const float* HIPEP_RESTRICT skip,
+                                                    const float* HIPEP_RESTRICT gamma, const float* HIPEP_RESTRICT bias,
+                                                    float* HIPEP_RESTRICT y, float* HIPEP_RESTRICT mean,
+                                                    float* HIPEP_RESTRICT inv_std, float* HIPEP_RESTRICT sum_out,
+                                                    const hipep_rms_args a) {
+  hipep_grid_release();
+  HIPEP_DYNAMIC_SHARED(float4, row_s4);
+  __shared__ float root_s;
+  const hipep_i64 row = blockIdx.x, n = a.n;
+  const int nv = (int)(n / 4);
+  const float4* px = reinterpret_cast<const float4*>(x + row * n);
+  const float4* pk = reinterpret_cast<const float4*>(skip + (row % a.skip_rows) * n);
+  const float4* pb = reinterpret_cast<const float4*>(bias);
+  for (int i = threadIdx.x; i < nv; i += blockDim.x) {
+    const float4 u = px[i], w = pk[i];
+    float4 v = make_float4(__fadd_rn(u.x, w.x), __fadd_rn(u.y, w.y), __fadd_rn(u.z, w.z), __fadd_rn(u.w, w.w));
+    if (pb != 0) {
+      const float4 b = pb[i];
+      v = make_float4(__fadd_rn(v.x, b.x), __fadd_rn(v.y, b.y), __fadd_rn(v.z, b.z), __fadd_rn(v.w, b.w));
+    }
+    row_s4[i] = v;
+  }
+  float4 pre[HIPEP_RMS_ROW_PREFETCH];
+  const float4* pg = reinterpret_cast<const float4*>(gamma);
+  hipep_rms_row_prefetch(pg, nv, pre);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float sum = 0.0f;
+#pragma unroll 8
+    for (int i = 0; i < nv; ++i) {
+      const float4 v = row_s4[i];
+      sum = __fadd_rn(sum, __fmul_rn(v.x, v.x));
+      sum = __fadd_rn(sum, __fmul_rn(v.y, v.y));
+      sum = __fadd_rn(sum, __fmul_rn(v.z, v.z));
+      sum = __fadd_rn(sum, __fmul_rn(v.w, v.w));
+    }
+    const float root = __fsqrt_rn(__fadd_rn(__fdiv_rn(sum, (float)n), a.eps));
+    root_s = root;
+    if (mean != 0) mean[row] = 0.0f;
+    if (inv_std != 0) inv_std[row] = __fdiv_rn(1.0f, root);
+  }
+  __syncthreads();
+  const float root = root_s;
+  float4* py = reinterpret_cast<float4*>(y + row * n);
+  float4* pv = sum_out != 0 ? reinterpret_cast<float4*>(sum_out + row * n) : 0;
+  hipep_rms_row_out(pg, nv, pre, [&](int i, const float4 g) {
+    const float4 v = row_s4[i];
+    py[i] = make_float4(__fmul_rn(__fdiv_rn(v.x, root), g.x), __fmul_rn(__fdiv_rn(v.y, root), g.y),
+                        __fmul_rn(__fdiv_rn(v.z, root), g.z), __fmul_rn(__fdiv_rn(v.w, root), g.w));
+    if (pv != 0) pv[i] = v;
+  });
+}

@@ -92,10 +92,20 @@ def _rms_bind(op_type: str):
     return bind
 
 
+# f32 rows that stand alone (up to a row per multiprocessor: decode, short prefills) take the
+# one-row-per-block form of the same kernels: the whole row staged in shared memory at once.
+_RMS_ROW_THREADS = 256
+_RMS_ROW_MAX_BYTES = 48 * 1024  # dynamic shared memory without the opt-in
+
+
 def _rms_launch(prefix: str, dt: str, rows: int, n: int, vec: int, use_vec: bool, params: list,
                 target: Target) -> KernelOp:
     """f32 takes the kernels that repeat the CPU EP's summation order (bit-exact); the half types
     the bandwidth-shaped ones, a row per warp or block."""
+    if dt == "f32" and use_vec and n >= 16 and rows <= target.sm_count and 4 * n <= _RMS_ROW_MAX_BYTES:
+        threads = min(_RMS_ROW_THREADS, max(target.warp_size, _cdiv(n // 4, target.warp_size) * target.warp_size))
+        return KernelOp(f"{prefix}_f32_exact_row", (rows, 1, 1), (threads, 1, 1), params, module="rms_norm",
+                        smem=4 * n)
     if dt == "f32":
         grid, block = _rms_exact_config(rows, target)
         entry = f"{prefix}_f32_exact"

@@ -68,7 +68,12 @@ def test_device_tensors_in_and_out_are_used_in_place():
         # written where ORT's buffer is (None: the outputs are all in ORT's buffers)
         assert results is None or results[0].ctypes.data == out.ctypes.data
     assert calls == [[(3, 4)], [(3, 4)]]
-    assert device.wrapped == [x.ctypes.data, out.ctypes.data] * 2
+    # wrapped once: the same tensors on the next run reuse their wrappers (nothing moved)
+    assert device.wrapped == [x.ctypes.data, out.ctypes.data]
+    out = np.full((3, 4), np.nan, np.float32)  # ORT's next buffer somewhere else: wrapped anew
+    sub.run([_desc(x), b], allocate_outputs)
+    np.testing.assert_array_equal(out, np.maximum(x, 0) + b)
+    assert device.wrapped[2:] == [out.ctypes.data]
 
 
 def test_a_device_tensor_on_a_device_that_cannot_address_it_is_a_clear_error():

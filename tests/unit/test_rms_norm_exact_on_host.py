@@ -96,6 +96,15 @@ def _rows(rng, rows, n, kind):
     return (rng.uniform(-1, 1, (rows, n)) * np.exp2(rng.integers(-6, 6, (rows, n)))).astype(f32)
 
 
+def _entry(prefix: str, rows: int, n: int, offset: int) -> str:
+    """The kernel the binding picks (Target(sm_count=4) in _run): a block per row for up to 4
+    aligned rows of 16 or more, else the groups of 8 lanes, vectorized where n % 4 == 0."""
+    aligned = n % 4 == 0 and offset == 0
+    if aligned and n >= 16 and rows <= 4:
+        return f"{prefix}_f32_exact_row"
+    return f"{prefix}_f32_exact" + ("_vec" if aligned else "")
+
+
 # Row lengths: ORT's scalar loop (n < 16), and MLAS's 8 lanes with every tail length 0..7 (the
 # first 4 tail squares rounded, the rest fused), short and long.
 LENGTHS = [1, 3, 8, 15, 16, 17, 20, 23, 24, 64, 300, 2048, 2051, 2052, 2055]
@@ -111,7 +120,7 @@ def test_simplified_layer_norm_f32_bit_exact(lib32, n, kind):
     for offset in (0, 4):  # vectorized output pass where n allows it, and the scalar one
         got, want, ops = _run(lib32, "::SimplifiedLayerNormalization", [x, scale], {"axis": -1, "epsilon": 1e-5},
                               n_out=2, offset=offset)
-        assert ops[0].entry == "hipep_rms_norm_f32_exact" + ("_vec" if n % 4 == 0 and offset == 0 else "")
+        assert ops[0].entry == _entry("hipep_rms_norm", rows, n, offset)
         _bits_equal(got[0], want[0], f"y (n={n}, offset {offset})")
         _bits_equal(got[1], want[1], f"inv_std_var (n={n}, offset {offset})")
 
@@ -163,7 +172,7 @@ def test_skip_simplified_layer_norm_f32_bit_exact(lib32, x_shape, skip_shape, bi
     for offset in (0, 4):
         got, want, ops = _run(lib32, "com.microsoft::SkipSimplifiedLayerNormalization", ins, {"epsilon": 1e-6},
                               n_out=4, offset=offset)
-        assert ops[0].entry == "hipep_skip_rms_norm_f32_exact" + ("_vec" if h % 4 == 0 and offset == 0 else "")
+        assert ops[0].entry == _entry("hipep_skip_rms_norm", rows, h, offset)
         for name, g, w in zip(("y", "mean", "inv_std_var", "input_skip_bias_sum"), got, want):
             _bits_equal(g, w, f"{name} ({x_shape}, offset {offset})")
 
@@ -183,11 +192,12 @@ def test_skip_norm_f32_without_optional_outputs(lib32):
 
 def test_f32_kernels_with_64_lane_warps(lib64):
     rng = np.random.default_rng(5)
-    for n, rows in ((15, 20), (24, 20), (2051, 2), (2048, 40)):
+    for n, rows in ((15, 20), (24, 20), (2051, 2), (2048, 40), (2048, 3), (24, 1)):
         x = _rows(rng, rows, n, "ties")
         got, want, ops = _run(lib64, "::SimplifiedLayerNormalization", [x, np.ones(n, f32)],
                               {"axis": -1, "epsilon": 1e-5}, n_out=2)
         assert ops[0].block[0] * ops[0].block[1] % 64 == 0
+        assert ops[0].entry == _entry("hipep_rms_norm", rows, n, 0)
         _bits_equal(got[0], want[0], f"y (n={n})")
         _bits_equal(got[1], want[1], f"inv_std_var (n={n})")
         skip = _rows(rng, rows, n, "random")
@@ -212,17 +222,23 @@ def test_launch_shapes_of_the_f32_kernels():
     source = (KERNELS / "rms_norm.hip").read_text()
     assert f"#define HIPEP_RMS_MAX_ROWS {gk._RMS_EXACT_MAX_ROWS}" in source  # the kernel's shared arrays
     assert f"#define HIPEP_RMS_GROUP {gk._RMS_EXACT_LANES}" in source
-    op = bind(1, 2048, 32)
+    op = bind(1, 2048, 32)  # a decode row: a block of its own, the whole row in shared memory
+    assert op.entry.endswith("_row") and op.grid == (1, 1, 1) and op.block == (256, 1, 1) and op.smem == 8192
+    op = bind(3, 24, 64)
+    assert op.entry.endswith("_row") and op.grid == (3, 1, 1) and op.block == (64, 1, 1) and op.smem == 96
+    assert bind(132, 12288, 32).entry.endswith("_row") and not bind(133, 64, 32).entry.endswith("_row")
+    assert not bind(1, 12292, 32).entry.endswith("_row")  # past 48 KB of shared memory
+    op = bind(1, 2050, 32)  # unaligned rows: groups of 8 lanes
     assert op.grid == (1, 1, 1) and op.block == (8, 16, 1)
     op = bind(512, 2048, 32)
     assert op.block == (8, 4, 1) and op.grid == (128, 1, 1)
     op = bind(100000, 64, 32)
     assert op.block == (8, 16, 1) and op.grid == (6250, 1, 1)
-    op = bind(100, 64, 64)
+    op = bind(100, 66, 64)
     assert op.block == (8, 8, 1) and op.grid == (13, 1, 1)
     for rows in range(1, 300, 7):
         for warp in (32, 64):
-            op = bind(rows, 64, warp, sm_count=8)
+            op = bind(rows, 66, warp, sm_count=8)
             assert op.block[0] == 8 and op.block[0] * op.block[1] % warp == 0 and op.block[1] <= 16
             assert op.grid[0] * op.block[1] >= rows > (op.grid[0] - 1) * op.block[1]
 
