@@ -100,6 +100,11 @@ def dec_variant(rows_per_block: int) -> int:
     return next(g for g in DEC_VARIANTS if g >= rows_per_block)
 
 
+# Decode's query rows of a KV head share a block while batch x KV heads x row groups reaches this
+# fraction of the multiprocessors (gqa_layout).
+DEC_SHARE_BELOW = 1.0
+
+
 def dec_lanes(head_size: int) -> int:
     """hipep_dec_lanes: lanes that read one key (8 elements each), the power of two covering H / 8."""
     p = 1
@@ -213,6 +218,14 @@ def gqa_layout(attrs: dict, dtype, q_shape, k_shape, past_shape, present_rows, c
     decode = s <= DEC_MAX_SEQ
     rows = a.group * s  # query rows (token, head) sharing a KV head
     a.rows_per_block = min(rows, DEC_HEADS)
+    if decode:
+        # The query rows of a KV head share a block (its K and V read once for all of them) only
+        # while the blocks that leaves cover the multiprocessors. A small batch's decode has a few
+        # KV heads: a block per row then runs 4-8x the blocks, each with that fraction of the
+        # serial work per key (scores, softmax, P @ V), which a decode step is bound by; the K and
+        # V rows it reads again come from L2.
+        while a.rows_per_block > 1 and b * nkv * _cdiv(rows, a.rows_per_block) < sm_count * DEC_SHARE_BELOW:
+            a.rows_per_block //= 2
     a.row_groups = _cdiv(rows, a.rows_per_block)
     a.splits = 1
     if decode:

@@ -169,11 +169,18 @@ def test_decode_head_layouts(heads, kv_heads, head):
                                                    kv_heads=kv_heads, head=head))
 
 
+@pytest.mark.parametrize("share", ["heads share a block", "a block per head"])
 @pytest.mark.parametrize("heads,kv_heads,head,dtype", [(32, 8, 64, F16), (32, 4, 64, F16), (32, 4, 64, F32),
                                                     (8, 8, 128, F16), (4, 2, 256, F32), (6, 2, 80, F16)])
-def test_decode_long_context(heads, kv_heads, head, dtype):
+def test_decode_long_context(heads, kv_heads, head, dtype, share, monkeypatch):
     """Decode at a 4k context: every decode variant (1, 2, 4 and 8 query rows per block, f16's 8 keys
-    per lane in flight), the splits' partials merged, a second row whose length leaves most splits empty."""
+    per lane in flight), the splits' partials merged, a second row whose length leaves most splits empty.
+    A batch this small takes a block per query head on a large GPU (gpu_attention.DEC_SHARE_BELOW);
+    the shared variants run by lowering that threshold, as a large batch would."""
+    from hipep.runtime import gpu_attention
+
+    if share == "heads share a block":
+        monkeypatch.setattr(gpu_attention, "DEC_SHARE_BELOW", 0.0)
     run_gqa(f"long{heads}{kv_heads}{head}", dict(batch=2, seq=1, past=4095, lens=[4096, 333], heads=heads,
                                                 kv_heads=kv_heads, head=head, packed=True, rotary=head,
                                                 dtype=dtype))
