@@ -37,7 +37,7 @@ raised at the latest when the next run starts on that stream.
 
 This module holds the device itself (`CudaDevice`, `get_device`); its parts live beside it and
 are re-exported here: the driver and its errors (cuda_driver), memory objects (cuda_memory),
-streams and events (cuda_stream), programs and graph replay state (cuda_graphs).
+streams and events (cuda_stream), programs and the replay of captured graphs (cuda_graphs).
 """
 from __future__ import annotations
 
@@ -62,13 +62,11 @@ from .cuda_driver import (_DRIVER, _INIT_LOCK, _STICKY, CudaError, _check, _driv
 from .cuda_memory import CudaMemory, DeviceArray, OrtDeviceArray  # noqa: F401
 from .cuda_stream import _RECENT_LABELS, CudaEvent, CudaStream  # noqa: F401
 from .cuda_graphs import (_arg_signature, _Blas, _Copy, _GraphState, _Launch, _NodeState,  # noqa: F401
-                          _Segment, CudaProgram)
+                          _Segment, CudaProgram, GraphReplay, _GRAPH_MAX_CAPTURES, _GRAPH_MIN_LAUNCHES)
 
 log = logging.getLogger("hipep")
 
 POISON = 0xFF  # fresh memory reads as NaN / -1, as on the CPU device
-_GRAPH_MIN_LAUNCHES = 2
-_GRAPH_MAX_CAPTURES = 8  # a segment re-captured this often runs launch by launch from then on
 
 
 def _env_flag(name: str, default: bool) -> bool:
@@ -95,7 +93,7 @@ def _debug_spin_setting() -> tuple[str, float] | None:
 
 # ---- the device ---------------------------------------------------------------------------------
 
-class CudaDevice(Device):
+class CudaDevice(GraphReplay, Device):
     name = "cuda"
 
     def __init__(self, device_id: int = 0):
@@ -531,214 +529,6 @@ class CudaDevice(Device):
                 stream._wait_idle()
             except HipepError as e:
                 stream.record_failure(named_error(label, e))
-
-    # ---- capture and replay ----------------------------------------------------------------------
-
-    def replay(self, stream: CudaStream, graph: Graph, patches: list) -> None:
-        self._current()
-        state = getattr(graph, "_cuda_state", None)
-        if state is None or state.n != len(graph.nodes):
-            state = _GraphState(graph)
-            graph._cuda_state = state
-        # Launches whose arguments a patch really changed (ORT's memory is staged through stable
-        # buffers, so most runs change none) are bound again; the others replay as bound.
-        dirty: set[int] = set()
-        for node, k, new in patches:
-            old = node.args[k]
-            if old is new:  # the same tensor as last run (the bridge keeps ORT's tensors' wrappers)
-                continue
-            check_patch(node, k, new)
-            if old is None or _arg_signature(old, False) != _arg_signature(new, False):
-                dirty.add(state.index.get(id(node), -1))
-            node.args[k] = new
-        d = _driver()
-        start, end = stream.timing_events()
-        d.cuEventRecord(start, stream.handle)
-        try:
-            for kind, item in state.plan:
-                if kind == "launch":
-                    self._run_segment(stream, graph, state, item, dirty)
-                elif kind == "host":
-                    node = graph.nodes[item]
-                    stream.run_host(node.label, lambda node=node: _host_call(node, stream))
-                else:
-                    stream.sync()
-        finally:
-            d.cuEventRecord(end, stream.handle)
-            stream._timing.append((start, end))
-
-    def _run_segment(self, stream: CudaStream, graph: Graph, state: _GraphState, seg: _Segment,
-                     dirty: set) -> None:
-        if stream.failed:
-            return
-        rebind = not seg.bound or seg.reads_values or any(i in dirty for i in seg.nodes)
-        if not rebind and seg.exec is not None and seg.captured == seg.last:
-            self._launch_graph(stream, seg)  # the common case: one call for the whole segment
-            return
-        work: list[tuple[str, list]] = []
-        for i in seg.nodes:
-            node = graph.nodes[i]
-            st = state.nodes[i]
-            if not rebind or not (st.sig is None or st.reads_values or i in dirty):
-                work.append((node.label, st.ops))
-                continue
-            try:
-                ops = st.prepare(node.args, stream)
-            except HipepError as e:
-                raise named_error(node.label, e) from None
-            except Exception as e:  # noqa: BLE001 - a binding's bug still names its node
-                raise HipepError(f"{node.label}: {type(e).__name__}: {e}") from e
-            work.append((node.label, ops))
-        seg.bound = True
-        versions = tuple(state.nodes[i].version for i in seg.nodes)
-        count = sum(len(ops) for _, ops in work)
-        if not self.use_graphs or self.sync_launches or seg.direct or count < _GRAPH_MIN_LAUNCHES:
-            for label, ops in work:
-                self._issue(stream, ops, label)
-            return
-        if seg.exec is not None and seg.captured == versions:
-            seg.last = versions
-            self._launch_graph(stream, seg)
-            return
-        if seg.exec is not None and self.update_graphs and self._update_graph(stream, seg, work):
-            seg.captured = seg.last = versions
-            self._launch_graph(stream, seg)
-            return
-        seen, stable = seg.last is not None, seg.last == versions
-        seg.last = versions
-        # A segment is captured once its launches came out the same on two runs; where graphs
-        # are updated in place, on its second run already (a segment whose arguments change on
-        # every run, like the attention mask's in decoding, is then updated, not relaunched).
-        if not stable and not (self.update_graphs and seen and seg.captures == 0):
-            for label, ops in work:
-                self._issue(stream, ops, label)
-            return
-        self._capture_segment(stream, seg, work, versions)
-
-    def _capture_segment(self, stream: CudaStream, seg: _Segment, work, versions) -> None:
-        d = _driver()
-        seg.release()
-        seg.captures += 1
-        if seg.captures > _GRAPH_MAX_CAPTURES:
-            seg.direct = True
-        try:
-            with self._capture_lock:
-                seg.graph, nodes, failed = self._record(stream, work)
-            if failed is not None:
-                raise CudaError(f"{failed[0]}: capture failed: {_error_text(failed[1])}")
-            seg.exec = _check(d.cuGraphInstantiate(seg.graph, 0), "cuGraphInstantiate")
-            seg.captured = versions
-            seg.ops, seg.kernel_nodes = [op for _, ops in work for op in ops], nodes
-        except HipepError as e:
-            log.debug("hipep: cuda graph capture failed, launching directly: %s", e)
-            seg.direct = True
-            seg.release()
-            for label, ops in work:
-                self._issue(stream, ops, label)
-            return
-        self._launch_graph(stream, seg)
-
-    def _update_graph(self, stream: CudaStream, seg: _Segment, work) -> bool:
-        """Brings `seg`'s executable graph up to this run's launches by updating the kernel nodes
-        whose launch changed (arguments, grid, kernel); False where that cannot be done (a copy or
-        library call changed, launches were added or removed), and then the executable is gone:
-        a failed update may have changed some of its nodes already."""
-        ops = [op for _, ops in work for op in ops]
-        if len(ops) != len(seg.ops) or len(seg.kernel_nodes) != len(ops):
-            return False
-        changed = []
-        for new, old, node in zip(ops, seg.ops, seg.kernel_nodes):
-            if new.key == old.key:
-                continue
-            if (node is None or type(new) is not _Launch or type(old) is not _Launch
-                    or (new.config is None) != (old.config is None)):  # an overlap is an edge of the graph
-                return False
-            changed.append((node, new))
-        d = _driver()
-        ok = d.CUresult.CUDA_SUCCESS
-        for node, launch in changed:
-            (err,) = d.cuGraphExecKernelNodeSetParams(seg.exec, node, launch.node_params())
-            if err != ok:
-                log.debug("hipep: %s: updating a CUDA graph node failed (%s), capturing again",
-                          seg.label, _error_text(err))
-                seg.release()
-                return False
-        seg.ops = ops
-        stream.counts[2] += len(changed)
-        return True
-
-    @staticmethod
-    def _record(stream: CudaStream, work):
-        """Captures `work` on `stream` into a CUDA graph: (graph, each op's kernel node or None,
-        the first launch that failed)."""
-        d = _driver()
-        _check(d.cuStreamBeginCapture(stream.handle, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-               "cuStreamBeginCapture")
-        failed = None
-        nodes: list = []
-        try:
-            for label, ops in work:
-                for op in ops:
-                    if isinstance(op, _Launch):
-                        err = op.launch(stream.handle)
-                        nodes.append(_last_captured(stream.handle) if err == d.CUresult.CUDA_SUCCESS else None)
-                    elif isinstance(op, _Blas):
-                        why = op.call(int(stream.handle))
-                        err = d.CUresult.CUDA_SUCCESS if why is None else why  # _error_text shows a text as it is
-                    else:
-                        (err,) = d.cuMemcpyAsync(op.dst, op.src, op.nbytes, stream.handle)
-                    if not isinstance(op, _Launch):
-                        nodes.append(None)
-                    if err != d.CUresult.CUDA_SUCCESS and failed is None:
-                        failed = (label, err)
-        finally:
-            graph = _check(d.cuStreamEndCapture(stream.handle), "cuStreamEndCapture")  # always leaves capture mode
-        return graph, nodes, failed
-
-    def _launch_graph(self, stream: CudaStream, seg: _Segment) -> None:
-        d = _driver()
-        (err,) = d.cuGraphLaunch(seg.exec, stream.handle)
-        if err != d.CUresult.CUDA_SUCCESS:
-            stream.record_failure(CudaError(f"{seg.label}: CUDA graph launch failed: {_error_text(err)}"))
-        stream.issued(seg.label)
-        stream.counts[1] += 1
-
-    # ---- time ----------------------------------------------------------------------------------
-
-    def kernel_ns(self, stream: CudaStream) -> int:
-        d = _driver()
-        total = 0.0
-        for start, end in stream._timing:
-            if d.cuEventSynchronize(end)[0] == d.CUresult.CUDA_SUCCESS:
-                err, ms = d.cuEventElapsedTime(start, end)
-                if err == d.CUresult.CUDA_SUCCESS:
-                    total += ms
-            stream._event_pool += [start, end]
-        stream._timing = []
-        return int(total * 1e6)
-
-    def issue_counts(self, stream: CudaStream) -> tuple[int, int, int]:
-        counts, stream.counts = stream.counts, [0, 0, 0]
-        return counts[0], counts[1], counts[2]
-
-
-def _last_captured(stream_handle):
-    """The node the launch just captured on `stream_handle` added (the capture's one current
-    dependency: a stream captures a chain), or None where the driver says otherwise."""
-    d = _driver()
-    res = d.cuStreamGetCaptureInfo(stream_handle)
-    deps = res[4] if res[0] == d.CUresult.CUDA_SUCCESS and len(res) > 4 else None
-    return deps[0] if deps is not None and len(deps) == 1 else None
-
-
-def _host_call(node, stream: CudaStream):
-    try:
-        node.program.run_host(node.args, stream)
-    except HipepError as e:
-        raise named_error(node.label, e) from None
-    except Exception as e:  # noqa: BLE001 - named like the CPU device's host work
-        raise HipepError(f"{node.label}: {type(e).__name__}: {e}") from e
-
 
 def _unregister(addr: int) -> None:
     try:

@@ -86,6 +86,12 @@ class FakeDriver:
     def cuGetErrorString(self, err):
         return (SUCCESS, str(err).encode())
 
+    def cuEventRecord(self, event, stream):
+        return (SUCCESS,)
+
+    def cuCtxSetCurrent(self, ctx):
+        return (SUCCESS,)
+
     def cuGraphExecDestroy(self, exec_):
         return (SUCCESS,)
 
@@ -97,9 +103,20 @@ class FakeStream:
     handle = 0
     failed = False
 
-    def __init__(self):
+    def __init__(self, driver=None):
         self.counts = [0, 0, 0]
         self.errors = []
+        self.driver, self._timing, self.syncs = driver, [], 0
+
+    def timing_events(self):
+        return "start", "end"
+
+    def run_host(self, label, work):
+        self.driver.ran.append([("host", label)])
+        return work()
+
+    def sync(self):
+        self.syncs += 1
 
     def issued(self, label):
         pass
@@ -136,6 +153,7 @@ def _device(update: bool = True):
     dev = object.__new__(cuda.CudaDevice)
     dev.use_graphs, dev.sync_launches, dev.update_graphs, dev.overlap_launches = True, False, update, False
     dev._capture_lock = threading.RLock()
+    dev._tls, dev.ctx = threading.local(), object()
     return dev
 
 
@@ -207,3 +225,45 @@ def test_a_change_of_structure_captures_again_and_a_refused_update_does_too(driv
     driver.refuse_update = False
     _run(dev, stream, graph, state, seg, [13, 6])
     assert driver.calls["capture"] == 3 and driver.ran[-1][0] == ("reduce", (2, 1, 1), 13)
+
+
+class HostStep:
+    """A plan host step's program: run_host is what CudaDevice.replay calls for it."""
+    binding = None
+
+    def __init__(self):
+        self.calls = 0
+
+    def run_host(self, args, stream):
+        self.calls += 1
+
+
+def test_replay_walks_segments_host_work_and_syncs_in_plan_order(driver):
+    """A plan graph [launch, launch, host, launch, launch, sync] replayed three times, the first
+    launch's argument growing every run (a patch, as ORT's mask): each run runs the first segment,
+    then the host step, then the second segment, then syncs; from the second run on both segments
+    are graph launches, the first with its changed node updated in place."""
+    import numpy as np
+
+    dev, stream = _device(), FakeStream(driver)
+    host = HostStep()
+    nodes = [GraphNode("launch", Program("reduce"), [np.array([10], np.int64)], label="reduce"),
+             GraphNode("launch", Program("gather"), [np.array([4], np.int64)], label="gather"),
+             GraphNode("host", host, [], label="shape"),
+             GraphNode("launch", Program("gemv"), [np.array([5], np.int64)], label="gemv"),
+             GraphNode("launch", Program("norm"), [np.array([7], np.int64)], label="norm"),
+             GraphNode("sync", label="sync (end)")]
+    graph = Graph(nodes)
+    for step in range(3):
+        start = len(driver.ran)
+        mask = np.array([20 + step], np.int64)
+        _KEEP.append(mask)
+        dev.replay(stream, graph, [(nodes[0], 0, mask)])
+        ran = [w for batch in driver.ran[start:] for w in batch]
+        assert ran == [("reduce", ((20 + step) % 3 + 1, 1, 1), 20 + step), ("gather", (2, 1, 1), 4),
+                       ("host", "shape"), ("gemv", (3, 1, 1), 5), ("norm", (2, 1, 1), 7)], step
+        assert stream.syncs == step + 1 and host.calls == step + 1
+    # run 1: 4 launches one by one; run 2: both segments captured; run 3: one node updated
+    assert stream.counts == [4, 4, 1]
+    assert stream._timing == [("start", "end")] * 3
+    assert dev.issue_counts(stream) == (4, 4, 1) and stream.counts == [0, 0, 0]
