@@ -7,9 +7,11 @@ Workloads (single-op ONNX models through hipep.InferenceSession(device="cuda")):
   4096, and the ~1.1B llama's shapes (qkv 2048→3072, o 2048→2048, gate and up 2048→8192, down
   8192→2048, lm_head 2048→32000), with fp16 activations (accuracy level 0) and fp32 ones at
   accuracy level 4 (what the builder's int4 CPU-target model, benchmarks/decode.py's, carries).
-* GroupQueryAttention decode at a 4k context: 32 query heads over 8 KV heads of 64, fp16, packed
-  QKV with rotary as the builder emits it, past and present bound to one shared buffer.
-* SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization and Softmax, fp16, a few sizes.
+* GroupQueryAttention decode at a 4k context (and at 256, the decode benchmark's length): 32 query
+  heads over 8 KV heads of 64, fp16, packed QKV with rotary as the builder emits it, past and
+  present bound to one shared buffer.
+* SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization and Softmax, fp16, a few sizes;
+  the two norms' f32 decode row [1, 2048] too (the ~1.1B model's, in the CPU EP's summation order).
 * The harness's floor (family `copy`, no gate): per fp16 GEMV row, R Identity nodes that each copy
   as many bytes (half read, half written) as that GEMV moves, each a device-to-device memcpy node in
   the replayed CUDA graph, timed exactly as the GEMV rows. A node's time here includes the gap
@@ -59,6 +61,7 @@ FAMILIES = ("gemv", "copy", "gqa", "norm", "softmax")
 GEMV_SHAPES = (("4096x4096", 4096, 4096), ("qkv", 2048, 3072), ("o", 2048, 2048), ("gate/up", 2048, 8192),
                ("down", 8192, 2048), ("lm_head", 2048, 32000))
 NORM_SHAPES = ((1, 2048), (128, 2048), (2048, 8192), (16384, 8192))
+GQA_SHORT = 256  # GroupQueryAttention's second decode row: total length 256 (the decode benchmark's)
 SOFTMAX_SHAPES = ((1, 32000), (32, 4096), (4096, 4096), (16384, 8192))
 GQA = dict(heads=32, kv_heads=8, head=64)
 
@@ -187,32 +190,36 @@ def gqa(context: int, l2: int, rng) -> Workload:
     return Workload("GroupQueryAttention", label, model, feeds, shared, node_bytes, copies, False, 2e-2)
 
 
-def norm(op: str, rows: int, cols: int, l2: int, rng) -> Workload:
+def norm(op: str, rows: int, cols: int, l2: int, rng, dtype=np.float16) -> Workload:
+    """fp16 rows are the bandwidth-shaped kernels; f32 rows (a f32 decoder's decode rows) the
+    kernels that keep the CPU EP's summation order."""
     from onnx import helper, numpy_helper
 
-    f16 = np.float16
+    t = np.dtype(dtype).type
+    size = np.dtype(dtype).itemsize
     skip = op == "SkipSimplifiedLayerNormalization"
-    tensor = rows * cols * 2
-    node_bytes = (4 if skip else 2) * tensor + cols * 2
+    tensor = rows * cols * size
+    node_bytes = (4 if skip else 2) * tensor + cols * size
     copies = _copies(node_bytes, l2)
     T = helper.make_tensor_value_info
     inputs, outputs, nodes, feeds = [], [], [], {}
-    inits = [numpy_helper.from_array(rng.uniform(0.5, 1.5, cols).astype(f16), "gamma")]
+    inits = [numpy_helper.from_array(rng.uniform(0.5, 1.5, cols).astype(t), "gamma")]
     for i in range(copies):
         ins = [f"x{i}"] + ([f"skip{i}"] if skip else [])
         for name in ins:
-            inputs.append(T(name, _elem(f16), [rows, cols]))
-            feeds[name] = rng.uniform(-2, 2, (rows, cols)).astype(f16)
+            inputs.append(T(name, _elem(t), [rows, cols]))
+            feeds[name] = rng.uniform(-2, 2, (rows, cols)).astype(t)
         if skip:
             nodes.append(helper.make_node(op, ins + ["gamma"], [f"y{i}", "", "", f"sum{i}"], name=f"norm{i}",
                                           domain="com.microsoft", epsilon=1e-6))
-            outputs += [T(f"y{i}", _elem(f16), [rows, cols]), T(f"sum{i}", _elem(f16), [rows, cols])]
+            outputs += [T(f"y{i}", _elem(t), [rows, cols]), T(f"sum{i}", _elem(t), [rows, cols])]
         else:
             nodes.append(helper.make_node(op, ins + ["gamma"], [f"y{i}"], name=f"norm{i}", epsilon=1e-6, axis=-1,
                                           stash_type=1))
-            outputs.append(T(f"y{i}", _elem(f16), [rows, cols]))
+            outputs.append(T(f"y{i}", _elem(t), [rows, cols]))
     model = _model(nodes, inputs, outputs, inits)
-    return Workload(op, f"[{rows}, {cols}] fp16", model, feeds, {}, node_bytes, copies, True, 1e-2)
+    kind = "fp16" if size == 2 else "fp32, the CPU EP's order"
+    return Workload(op, f"[{rows}, {cols}] {kind}", model, feeds, {}, node_bytes, copies, True, 1e-2)
 
 
 def softmax(rows: int, cols: int, l2: int, rng) -> Workload:
@@ -245,10 +252,15 @@ def workloads(families, l2: int, quick: bool, context: int, seed: int = 0):
             yield lambda name=name, k=k, n=n: copy_floor(name, k, n, l2, rng)
     if "gqa" in families:
         yield lambda: gqa(context, l2, rng)
+        if not quick and context != GQA_SHORT:  # a decode step early in a conversation
+            yield lambda: gqa(GQA_SHORT, l2, rng)
     if "norm" in families:
         for op in ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization"):
             for rows, cols in (NORM_SHAPES[:2] if quick else NORM_SHAPES):
                 yield lambda op=op, rows=rows, cols=cols: norm(op, rows, cols, l2, rng)
+        if not quick:  # the ~1.1B model's f32 decode rows
+            for op in ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization"):
+                yield lambda op=op: norm(op, 1, 2048, l2, rng, np.float32)
     if "softmax" in families:
         for rows, cols in (SOFTMAX_SHAPES[:2] if quick else SOFTMAX_SHAPES):
             yield lambda rows=rows, cols=cols: softmax(rows, cols, l2, rng)
