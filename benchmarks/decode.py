@@ -19,7 +19,10 @@ device, through ONNX Runtime with IOBinding and through onnxruntime-genai.
 Writes benchmarks/results/<date>-decode-<gpu>.md and .png (the plot needs matplotlib). Building
 the model (once, cached) needs the `models` extra and takes ~30 s on 16 cores.
 
-    python benchmarks/decode.py [--quick] [--model DIR] [--no-genai] [--host-io] [--out DIR]
+    python benchmarks/decode.py [--quick] [--model DIR | --precision int4|int4-f16] [--no-genai] [--host-io] [--out DIR]
+
+`--precision int4-f16` measures the builder's CUDA-target int4 model instead (f16 activations and
+KV cache), into <date>-decode-<gpu>-int4-f16.md.
 """
 from __future__ import annotations
 
@@ -342,8 +345,8 @@ def plot(path: str, hip: dict, genai: dict) -> bool:
     return True
 
 
-def build_model() -> tuple[str | None, str]:
-    """model_zoo's llama int4 '1b' folder (built once, then cached), or None and why not."""
+def build_model(precision: str = "int4") -> tuple[str | None, str]:
+    """model_zoo's llama '1b' folder of `precision` (built once, then cached), or None and why not."""
     import importlib.util
 
     from hipep.tools import model_zoo
@@ -352,9 +355,9 @@ def build_model() -> tuple[str | None, str]:
     missing = [m for m in needed if importlib.util.find_spec(m) is None]
     if missing:
         return None, f"{', '.join(missing)} not installed (the 'models' extra; on the GPU machine wheelhouse/)"
-    print("building or loading the ~1.1B int4 model (model_zoo size '1b') ...", flush=True)
+    print(f"building or loading the ~1.1B {precision} model (model_zoo size '1b') ...", flush=True)
     try:
-        return model_zoo.decoder("llama", "int4", size="1b"), ""
+        return model_zoo.decoder("llama", precision, size="1b"), ""
     except Exception as e:  # noqa: BLE001 - the builder's own last line says most
         lines = [line.strip() for line in str(e).splitlines() if line.strip()]
         return None, lines[0] + (f" ... {lines[-1]}" if len(lines) > 1 else "")
@@ -363,7 +366,10 @@ def build_model() -> tuple[str | None, str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="prompt 16, 16 new tokens, one run: a smoke test")
-    ap.add_argument("--model", help="a builder model folder (default: model_zoo's llama int4 '1b', built once)")
+    ap.add_argument("--model", help="a builder model folder (default: model_zoo's llama '1b' of --precision, built once)")
+    ap.add_argument("--precision", choices=("int4", "int4-f16"), default="int4",
+                    help="int4: the builder's CPU target (f32 activations, MatMulNBits at accuracy level 4); "
+                         "int4-f16: its CUDA target (f16 activations and KV cache, level 0), what a GPU user builds")
     ap.add_argument("--prompt", type=int, default=PROMPT, help=f"prompt tokens (default {PROMPT})")
     ap.add_argument("--new", type=int, default=NEW, help=f"new tokens (default {NEW})")
     ap.add_argument("--runs", type=int, default=RUNS, help=f"timed runs (default {RUNS})")
@@ -385,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         return gh.fail("decode.py", str(e))
     folder = args.model
     if folder is None:
-        folder, why = build_model()
+        folder, why = build_model(args.precision)
         if folder is None:
             return gh.fail("decode.py", f"could not build the ~1.1B model: {why}")
     path = os.path.join(folder, "model.onnx")
@@ -404,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
 
     command = "python benchmarks/decode.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
     os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"{info['date']}-decode-{gh.device_slug(info['gpu'])}")
+    suffix = "" if args.precision == "int4" or args.model else f"-{args.precision}"
+    stem = os.path.join(args.out, f"{info['date']}-decode-{gh.device_slug(info['gpu'])}{suffix}")
     pending = {"error": "not reached (the run stopped before)"}
     hip, cpu, genai, staging = pending, pending, pending, None
 

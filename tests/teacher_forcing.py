@@ -15,7 +15,7 @@ import numpy as np
 from hipep.tools import model_zoo
 
 # relative L2 error of the logits allowed at each step, by the decoder's weight precision
-LOGIT_BOUNDS = {"fp32": 1e-3, "fp16": 1e-2, "int4": 1e-2}
+LOGIT_BOUNDS = {"fp32": 1e-3, "fp16": 1e-2, "int4": 1e-2, "int4-f16": 1e-2}
 MARGIN_FACTOR = 10
 
 

@@ -2,7 +2,8 @@
 # Builds hipep and runs the GPU benchmarks on a machine with an NVIDIA GPU and no package index:
 # benchmarks/kernels.py (achieved bandwidth of the int4 GEMV, GQA decode, norms and Softmax against
 # the device-to-device copy) and benchmarks/decode.py (the ~1.1B int4 llama through ORT with
-# IOBinding and through onnxruntime-genai, greedy tokens against the CPU EP).
+# IOBinding and through onnxruntime-genai, greedy tokens against the CPU EP), for the builder's CPU
+# target (f32 activations) and, unless --quick, its CUDA target (`--precision int4-f16`).
 #
 # The machine needs what tools/gpu_check.sh needs, plus torch and transformers for the model
 # builder; wheelhouse/ (tools/gpu_wheelhouse.sh) brings the rest, onnxruntime-genai and onnx-ir
@@ -43,34 +44,39 @@ cd /tmp
 step "precompile (kernel cache: ${HIPEP_KERNEL_CACHE:-~/.cache/hipep/kernels})"
 "$py" -P -m hipep precompile >"$logs/precompile.log" 2>&1 || { step "FAILED: precompile (see precompile.log)"; status=1; }
 
-step "the ~1.1B int4 model (hipep.tools.model_zoo size '1b')"
-start=$(date +%s)
-if "$py" -P -c "from hipep.tools import model_zoo; print(model_zoo.decoder('llama', 'int4', size='1b'))" \
-     >"$logs/model.log" 2>&1; then
-  step "model ready in $(( $(date +%s) - start )) s: $(tail -1 "$logs/model.log")"
-else
-  step "FAILED: model build (see model.log): $(tail -1 "$logs/model.log")"
-  status=1
-fi
+precisions=(int4)
+[ ${#quick[@]} -eq 0 ] && precisions+=(int4-f16)
+for precision in "${precisions[@]}"; do
+  step "the ~1.1B $precision model (hipep.tools.model_zoo size '1b')"
+  start=$(date +%s)
+  if "$py" -P -c "from hipep.tools import model_zoo; print(model_zoo.decoder('llama', '$precision', size='1b'))" \
+       >"$logs/model-$precision.log" 2>&1; then
+    step "model ready in $(( $(date +%s) - start )) s: $(tail -1 "$logs/model-$precision.log")"
+  else
+    step "FAILED: model build (see model-$precision.log): $(tail -1 "$logs/model-$precision.log")"
+    status=1
+  fi
+done
 
-run_bench() {  # name, script arguments...
-  local name=$1
-  shift
+run_bench() {  # name, log name, script arguments...
+  local name=$1 log=$2
+  shift 2
   step "benchmarks/$name.py $* (limit ${limit} s)"
   timeout --kill-after=10 "$limit" "$py" -P "$repo/benchmarks/$name.py" --out "$logs/results" "$@" 2>&1 \
-    | tee "$logs/$name.log"
+    | tee "$logs/$log.log"
   local rc=${PIPESTATUS[0]}
   case $rc in
     0) ;;
     124|137) step "FAILED: $name.py ran past ${limit} s (HIPEP_BENCH_TIMEOUT)"; status=1 ;;
-    *) step "FAILED: $name.py exit code $rc (see $name.log)"; status=1 ;;
+    *) step "FAILED: $name.py exit code $rc (see $log.log)"; status=1 ;;
   esac
-  grep -E "^(wrote|could not run|gate missed|ORT \+ IOBinding|onnxruntime-genai|$name\.py:)" "$logs/$name.log" \
+  grep -E "^(wrote|could not run|gate missed|ORT \+ IOBinding|onnxruntime-genai|$name\.py:)" "$logs/$log.log" \
     >>"$logs/summary.txt"
 }
 
-run_bench kernels "${quick[@]}"
-run_bench decode "${quick[@]}"
+run_bench kernels kernels "${quick[@]}"
+run_bench decode decode "${quick[@]}"
+[ ${#quick[@]} -eq 0 ] && run_bench decode decode-int4-f16 --precision int4-f16
 
 results=("$logs/results"/*)
 if [ ${#results[@]} -gt 0 ]; then

@@ -4,9 +4,14 @@ from random-weight `transformers` configs, cached on disk.
 Three architectures cover what the builder's graphs need: `llama` (tied embeddings: the int4
 model gathers them with GatherBlockQuantized), `gemma2` (attention and final-logit softcapping,
 sliding-window attention, GQA's windowed cache) and `phi` (partial rotary, LayerNorm with bias).
-Each comes in `fp32`, `fp16` and `int4`. Weights are random but not tiny (initializer range 0.3),
+Each comes in `fp32`, `fp16`, `int4` and `int4-f16`. Weights are random but not tiny (initializer range 0.3),
 so greedy decoding gives varied tokens and a wrong kernel shows. Building needs the `models` extra
 (torch, transformers, onnxruntime-genai).
+
+`int4` is the builder's CPU target (`-p int4 -e cpu`: f32 activations, MatMulNBits at
+accuracy_level 4, which quantizes activations to int8); `int4-f16` its CUDA target (`-p int4 -e
+cuda`: f16 activations, inputs, outputs and KV cache, MatMulNBits at level 0), the int4 model a
+GPU user builds. ORT's CPU EP runs both.
 
 The fp16 models are built for the CUDA EP (`-p fp16 -e cuda`), the builder's one fp16 target
 whose graph is the fp32 one in fp16: GroupQueryAttention, fused qkv projection, f16 inputs,
@@ -43,7 +48,9 @@ import sys
 import tempfile
 
 ARCHITECTURES = ("llama", "gemma2", "phi")
-PRECISIONS = ("fp32", "fp16", "int4")
+PRECISIONS = ("fp32", "fp16", "int4", "int4-f16")
+# The builder's precision and execution-provider target per precision (why: the module's docstring).
+_BUILD = {"fp32": ("fp32", "cpu"), "fp16": ("fp16", "cuda"), "int4": ("int4", "cpu"), "int4-f16": ("int4", "cuda")}
 SIZES = ("tiny", "medium", "1b")
 _VERSION = 2  # bump when the configs below change: the cache key includes it
 VOCAB = 256
@@ -140,9 +147,9 @@ def decoder(arch: str, precision: str = "fp32", rebuild: bool = False, size: str
         _save_tokenizer(hf, vocab_size(size))
         staging = os.path.join(work, "onnx")
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        target = "cuda" if precision == "fp16" else "cpu"  # why: the module's docstring
+        builder_precision, target = _BUILD[precision]
         done = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", hf, "-o", staging,
-                               "-p", precision, "-e", target, "-c", os.path.join(work, "cache")],
+                               "-p", builder_precision, "-e", target, "-c", os.path.join(work, "cache")],
                               env=env, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"the model builder failed for {arch} {size} {precision}:\n{done.stderr[-4000:]}")
