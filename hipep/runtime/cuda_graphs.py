@@ -506,7 +506,10 @@ def _last_captured(stream_handle):
     """The node the launch just captured on `stream_handle` added (the capture's one current
     dependency: a stream captures a chain), or None where the driver says otherwise."""
     d = _driver()
-    res = d.cuStreamGetCaptureInfo(stream_handle)
+    # cuda-bindings 12 keeps the query that reports edge data (which overlapping launches' edges
+    # carry; without it the query refuses) under its _v3 name; 13's plain name is that query
+    query = getattr(d, "cuStreamGetCaptureInfo_v3", None) or d.cuStreamGetCaptureInfo
+    res = query(stream_handle)
     deps = res[4] if res[0] == d.CUresult.CUDA_SUCCESS and len(res) > 4 else None
     return deps[0] if deps is not None and len(deps) == 1 else None
 
