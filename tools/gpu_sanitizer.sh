@@ -27,7 +27,11 @@
 #
 # usage: tools/gpu_sanitizer.sh [extra pytest arguments, e.g. -k norm]
 #   SANITIZER_TOOLS="memcheck racecheck synccheck" (default), COMPUTE_SANITIZER (default
-#   /usr/local/cuda/bin/compute-sanitizer, else the one on PATH), PYTHON (default python3)
+#   /usr/local/cuda/bin/compute-sanitizer, else the one on PATH), PYTHON (default python3);
+#   SANITIZER_FILES="test_gpu_linalg.py test_gpu_decoders.py ...": one pass per file of tests/gpu
+#   (each with SANITIZER_TIMEOUT, its own logs <tool>.<file>.* and summary line), so that a pass
+#   that runs out of time loses one file, not the rest. A stopped pass reports the tests that had
+#   passed by then.
 set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 py="${PYTHON:-python3}"
@@ -54,39 +58,58 @@ if [ "${SANITIZER_GRAPHS:-1}" = "0" ]; then export HIPEP_CUDA_GRAPHS=0; fi
 # Errors in the sanitizer's logs of one tool, summed over processes: memcheck and synccheck end
 # with "ERROR SUMMARY: N errors", racecheck with "RACECHECK SUMMARY: N hazards displayed (E errors,
 # W warnings)" (hazards that are only warnings are counted apart). Plain grep/awk: no gawk there.
-count_errors() {
-  local tool=$1 errors warnings
-  errors=$(cat "$logs/$tool".*.log 2>/dev/null | grep -oE "ERROR SUMMARY: [0-9]+" | awk '{n += $3} END {print n + 0}')
+count_errors() {  # the logs' name prefix (<tool> or <tool>.<file>)
+  local prefix=$1 errors warnings
+  errors=$(cat "$logs/$prefix".*.log 2>/dev/null | grep -oE "ERROR SUMMARY: [0-9]+" | awk '{n += $3} END {print n + 0}')
   local race
-  race=$(cat "$logs/$tool".*.log 2>/dev/null | grep "RACECHECK SUMMARY" | grep -oE "\([0-9]+ errors?, [0-9]+ warnings?\)" \
+  race=$(cat "$logs/$prefix".*.log 2>/dev/null | grep "RACECHECK SUMMARY" | grep -oE "\([0-9]+ errors?, [0-9]+ warnings?\)" \
     | tr -d '(),' | awk '{e += $1; w += $3} END {print e + 0, w + 0}')
   warnings=${race#* }
   # racecheck may print an ERROR SUMMARY as well: its own summary, where there is one, counts
-  if grep -qs "RACECHECK SUMMARY" "$logs/$tool".*.log; then errors=${race% *}; fi
+  if grep -qs "RACECHECK SUMMARY" "$logs/$prefix".*.log; then errors=${race% *}; fi
   echo "$errors errors, $warnings warnings"
 }
 
+# Tests that passed before a pass was stopped: pytest -q's progress characters ('.' a pass).
+passed_so_far() {
+  grep -E "^[.sFEx]+( +\[ *[0-9]+%\])?$" "$1" 2>/dev/null | tr -cd '.' | wc -c
+}
+
 status=0
-for tool in $tools; do
-  rm -f "$logs/$tool".*.log
-  say "$tool: pytest tests/gpu -m gpu (timeout ${timeout_s} s)"
+run_pass() {  # tool, name of the pass (logs), pytest targets and arguments...
+  local tool=$1 name=$2
+  shift 2
+  rm -f "$logs/$name".*.log
+  say "$name: pytest $* (timeout ${timeout_s} s)"
+  local start rc took tests
   start=$(date +%s)
   timeout --signal=TERM --kill-after=60 "$timeout_s" \
     "$sanitizer" --tool "$tool" --target-processes all --print-limit 200 --error-exitcode 86 \
-      --log-file "$logs/$tool.%p.log" \
-      "$py" -P -m pytest "$repo/tests/gpu" -m gpu -p no:cacheprovider -q -rfEs "$@" \
-    >"$logs/$tool-pytest.log" 2>&1
+      --log-file "$logs/$name.%p.log" \
+      "$py" -P -m pytest "$@" -m gpu -p no:cacheprovider -q -rfEs "${pytest_args[@]}" \
+    >"$logs/$name-pytest.log" 2>&1
   rc=$?
   took=$(( $(date +%s) - start ))
-  tests=$(grep -E "^[0-9]+ (passed|failed)|(passed|failed|skipped|error).* in [0-9.]+s" "$logs/$tool-pytest.log" | tail -1)
+  tests=$(grep -E "^[0-9]+ (passed|failed)|(passed|failed|skipped|error).* in [0-9.]+s" "$logs/$name-pytest.log" | tail -1)
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-    say "$tool: timed out after ${took} s; $(count_errors "$tool") so far; pytest: ${tests:-no summary}"
+    say "$name: timed out after ${took} s; $(count_errors "$name") so far; pytest: $(passed_so_far "$logs/$name-pytest.log") passed when stopped"
     status=1
-    continue
+    return
   fi
   # rc 86: the sanitizer found errors; any other nonzero code is pytest's (a failed test)
-  say "$tool: $(count_errors "$tool") in ${took} s; exit code $rc; pytest: ${tests:-no summary (see $tool-pytest.log)}"
+  say "$name: $(count_errors "$name") in ${took} s; exit code $rc; pytest: ${tests:-no summary (see $name-pytest.log)}"
   [ "$rc" -eq 0 ] || status=1
+}
+
+pytest_args=("$@")
+for tool in $tools; do
+  if [ -n "${SANITIZER_FILES:-}" ]; then
+    for file in $SANITIZER_FILES; do
+      run_pass "$tool" "$tool.${file%.py}" "$repo/tests/gpu/$file"
+    done
+  else
+    run_pass "$tool" "$tool" "$repo/tests/gpu"
+  fi
 done
 say "logs in $logs"
 exit $status
