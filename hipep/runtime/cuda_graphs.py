@@ -233,12 +233,15 @@ class _Segment:
     and `kernel_nodes`: each one's kernel node in `graph` (None for copies and library calls), so
     that a launch whose arguments changed since the capture updates its node in `exec` in place
     instead of the whole segment being captured again."""
-    __slots__ = ("nodes", "exec", "graph", "ops", "kernel_nodes", "captured", "last", "captures", "direct",
-                 "reads_values", "label", "bound")
+    __slots__ = ("nodes", "members", "value_nodes", "spans", "exec", "graph", "ops", "kernel_nodes", "captured",
+                 "last", "captures", "direct", "reads_values", "label", "bound")
 
     def __init__(self, nodes: list[int]):
         self.nodes = nodes
-        self.reads_values = False  # some launch's binding reads values: bound again every run
+        self.members = set(nodes)
+        self.value_nodes: list[int] = []  # launches whose binding reads values: bound again every run
+        self.spans: dict[int, tuple[int, int]] = {}  # node -> (first, count) of its ops in `ops`
+        self.reads_values = False  # some launch's binding reads values
         self.label = ""
         self.bound = False  # every launch has been bound once
         self.exec = None
@@ -266,7 +269,7 @@ class _Segment:
             except Exception:  # noqa: BLE001
                 pass
             self.graph = None
-        self.ops, self.kernel_nodes, self.captured = [], [], None
+        self.ops, self.kernel_nodes, self.captured, self.spans = [], [], None, {}
 
 
 class _GraphState:
@@ -290,7 +293,8 @@ class _GraphState:
         self.index = {id(node): i for i, node in enumerate(graph.nodes)}
         for kind, seg in self.plan:
             if kind == "launch":
-                seg.reads_values = any(self.nodes[i].reads_values for i in seg.nodes)
+                seg.value_nodes = [i for i in seg.nodes if self.nodes[i].reads_values]
+                seg.reads_values = bool(seg.value_nodes)
                 first, last = graph.nodes[seg.nodes[0]].label, graph.nodes[seg.nodes[-1]].label
                 seg.label = first if first == last else f"{first} .. {last}"
 
@@ -353,10 +357,14 @@ class GraphReplay:
                      dirty: set) -> None:
         if stream.failed:
             return
-        rebind = not seg.bound or seg.reads_values or any(i in dirty for i in seg.nodes)
-        if not rebind and seg.exec is not None and seg.captured == seg.last:
-            self._launch_graph(stream, seg)  # the common case: one call for the whole segment
-            return
+        touched = dirty & seg.members if dirty else ()
+        rebind = not seg.bound or seg.reads_values or bool(touched)
+        if seg.exec is not None and seg.captured == seg.last:
+            # the common cases: one call for the whole segment, after updating the nodes of the
+            # few launches bound again (a decode step's mask length), if any changed
+            if not rebind or (self.update_graphs and self._update_nodes(stream, graph, state, seg, touched)):
+                self._launch_graph(stream, seg)
+                return
         work: list[tuple[str, list]] = []
         for i in seg.nodes:
             node = graph.nodes[i]
@@ -411,6 +419,10 @@ class GraphReplay:
             seg.exec = _check(d.cuGraphInstantiate(seg.graph, 0), "cuGraphInstantiate")
             seg.captured = versions
             seg.ops, seg.kernel_nodes = [op for _, ops in work for op in ops], nodes
+            seg.spans, at = {}, 0
+            for i, (_, ops) in zip(seg.nodes, work):
+                seg.spans[i] = (at, len(ops))
+                at += len(ops)
         except HipepError as e:
             log.debug("hipep: cuda graph capture failed, launching directly: %s", e)
             seg.direct = True
@@ -419,6 +431,51 @@ class GraphReplay:
                 self._issue(stream, ops, label)
             return
         self._launch_graph(stream, seg)
+
+    def _update_nodes(self, stream: CudaStream, graph: Graph, state: _GraphState, seg: _Segment,
+                      touched) -> bool:
+        """Binds again only the segment's launches a patch touched or whose binding reads values,
+        and updates the kernel nodes of those whose launches changed; False (nothing updated) where
+        that cannot be done, for the caller's walk over the whole segment."""
+        changed = []
+        for i in (*seg.value_nodes, *(j for j in touched if j not in seg.value_nodes)):
+            st = state.nodes[i]
+            version = st.version
+            node = graph.nodes[i]
+            try:
+                ops = st.prepare(node.args, stream)
+            except HipepError as e:
+                raise named_error(node.label, e) from None
+            except Exception as e:  # noqa: BLE001 - a binding's bug still names its node
+                raise HipepError(f"{node.label}: {type(e).__name__}: {e}") from e
+            if st.version == version:
+                continue  # the same launches as captured
+            first, count = seg.spans.get(i, (0, -1))
+            if len(ops) != count:
+                return False
+            for k, new in enumerate(ops):
+                old, kernel_node = seg.ops[first + k], seg.kernel_nodes[first + k]
+                if new.key == old.key:
+                    continue
+                if (kernel_node is None or type(new) is not _Launch or type(old) is not _Launch
+                        or (new.config is None) != (old.config is None)):
+                    return False
+                changed.append((first + k, kernel_node, new))
+        if not changed:
+            return True
+        d = _driver()
+        ok = d.CUresult.CUDA_SUCCESS
+        for at, kernel_node, launch in changed:
+            (err,) = d.cuGraphExecKernelNodeSetParams(seg.exec, kernel_node, launch.node_params())
+            if err != ok:
+                log.debug("hipep: %s: updating a CUDA graph node failed (%s), capturing again",
+                          seg.label, _error_text(err))
+                seg.release()
+                return False
+            seg.ops[at] = launch
+        seg.captured = seg.last = tuple(state.nodes[i].version for i in seg.nodes)
+        stream.counts[2] += len(changed)
+        return True
 
     def _update_graph(self, stream: CudaStream, seg: _Segment, work) -> bool:
         """Brings `seg`'s executable graph up to this run's launches by updating the kernel nodes

@@ -267,3 +267,30 @@ def test_replay_walks_segments_host_work_and_syncs_in_plan_order(driver):
     assert stream.counts == [4, 4, 1]
     assert stream._timing == [("start", "end")] * 3
     assert dev.issue_counts(stream) == (4, 4, 1) and stream.counts == [0, 0, 0]
+
+
+def test_a_captured_segment_binds_and_updates_only_the_launches_that_changed(driver, monkeypatch):
+    """Once captured, a run that touches one launch of a long segment binds that launch alone and
+    updates its node: no walk over the segment's other launches (the whole-segment path is not
+    taken), and the graph runs the new value."""
+    dev, stream = _device(), FakeStream()
+    programs = [Program(f"k{i}") for i in range(40)]
+    graph, state, seg = _segment(*programs)
+    values = [5] * 40
+    for step in range(2):  # launch by launch, then captured
+        values[7] = 10 + step
+        _run(dev, stream, graph, state, seg, values)
+    binds = []
+    for p in programs:
+        original = p.bind
+        p.bind = lambda args, stream=None, original=original, p=p: binds.append(p.func) or original(args, stream)
+
+    def whole_segment(*args):
+        raise AssertionError("the whole segment was walked")
+
+    monkeypatch.setattr(dev, "_update_graph", whole_segment)
+    for step in range(3):
+        values[7] = 20 + step
+        _run(dev, stream, graph, state, seg, values)
+        assert driver.ran[-1][7] == ("k7", ((20 + step) % 3 + 1, 1, 1), 20 + step) and len(driver.ran[-1]) == 40
+    assert binds == ["k7"] * 3 and stream.counts == [40, 4, 3]
