@@ -520,16 +520,61 @@ def _int_zero_check(label: str, b: np.ndarray) -> None:
                                 f"{int(np.count_nonzero(b == 0))} zero element(s))")
 
 
+_UNBUILT = object()
+_EXPR_CACHE = 256  # expressions kept per op
+
+
+def _expr_key(inputs, attrs):
+    """What an op's expression can depend on (PointwiseFn): each operand's type, whether it has
+    no, one or several elements, the value of a single element (Pow's exponent), and the
+    attributes; None where an attribute is not hashable."""
+    parts = []
+    for a in inputs:
+        if a is None:
+            parts.append(None)
+            continue
+        a = np.asarray(a)
+        n = a.size
+        parts.append((a.dtype.str, min(n, 2), a.tobytes() if n == 1 else None))
+    try:
+        frozen = tuple(sorted((k, _hashable(v)) for k, v in attrs.items()))
+        hash(frozen)
+    except TypeError:
+        return None
+    return tuple(parts), frozen
+
+
+def _hashable(v):
+    if isinstance(v, np.ndarray):
+        return (v.dtype.str, v.shape, v.tobytes())
+    if isinstance(v, (list, tuple)):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+    return v
+
+
 def reference(op_type: str, fn: PointwiseFn, names=None, fallback=None):
     """The numpy reference of a pointwise op: its expression for the given inputs, evaluated.
     `names` (a list, or a function of the input count) word errors; `fallback(inputs, attrs)`
     runs where `fn` gives no expression (integer Pow)."""
     from ._common import kernel
 
+    # The expression built for each kind of call: building one costs more than evaluating it on
+    # the few values of a host step or a small launch (a Cast of one length: ~15 us of ~25).
+    exprs: dict = {}
+
     @kernel(op_type)
     def run(inputs, attrs):
-        operands = [None if a is None else Operand.of(a) for a in inputs]
-        expr = fn(operands, attrs)
+        key = _expr_key(inputs, attrs)
+        expr = exprs.get(key, _UNBUILT) if key is not None else _UNBUILT
+        if expr is _UNBUILT:
+            operands = [None if a is None else Operand.of(a) for a in inputs]
+            expr = fn(operands, attrs)
+            if key is not None:
+                if len(exprs) >= _EXPR_CACHE:
+                    exprs.clear()
+                exprs[key] = expr
         if expr is None:
             if fallback is None:
                 raise RuntimeShapeError(f"{op_type}: no expression for inputs of types "
