@@ -274,9 +274,9 @@ def render(info: dict, facts: dict, folder: str, place: gh.Placement, copy: dict
     for name, r in (("ORT + IOBinding", hip), ("onnxruntime-genai", genai)):
         if "error" not in r:
             i = r["issue"]
-            L += ["", f"{name}: per step (median) {i['graph_launches']:.0f} CUDA graph launches, "
-                      f"{i['graph_node_updates']:.0f} graph kernel nodes updated in place, {i['direct_launches']:.0f} "
-                      f"launches issued one by one (hipep.stats()'s graph_launches, graph_node_updates, "
+            L += ["", f"{name}, per step (median): CUDA graph launches {i['graph_launches']:.0f}, kernel nodes "
+                      f"updated inside their graph {i['graph_node_updates']:.0f}, launches issued one by one "
+                      f"{i['direct_launches']:.0f} (hipep.stats()'s graph_launches, graph_node_updates, "
                       f"direct_launches)."]
     if "error" not in hip and hip["kernel_ms"] > 0:
         L += ["", f"Weights read per step / kernel time: {facts['weights_per_step'] / hip['kernel_ms'] / 1e6:.0f} GB/s "
