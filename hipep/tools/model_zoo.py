@@ -33,10 +33,10 @@ Three sizes: `tiny` (the default: hidden 64, 2 layers; fast enough for every tes
 enough that a decode step's kernels take longer than the host's work around them, for benchmarks
 of runtime overhead, and `1b` (llama only: the ~1.1B shape of TinyLlama, hidden 2048, FFN 8192,
 16 layers, 32 heads of 64 over 8 KV heads, vocab 32000, untied lm_head, context 2048), for the GPU
-decode benchmark (benchmarks/decode.py), with HF's default initializer range (0.02: a trained
-model's scale of weights; the final norm gives the logits the spread larger weights would). Its
-int4 build is 0.9 GB and takes the builder ~30 s on 16 cores, ~1 min on 2. A size's models are
-cached apart; the tiny ones keep their original keys.
+decode benchmark (benchmarks/decode.py: int4 and int4-f16), with HF's default initializer range
+(0.02: a trained model's scale of weights; the final norm gives the logits the spread larger
+weights would). Each of its int4 builds is 0.9 GB and takes the builder ~30 s on 16 cores, ~1 min
+on 2. A size's models are cached apart; the tiny ones keep their original keys.
 """
 from __future__ import annotations
 
