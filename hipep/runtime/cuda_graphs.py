@@ -372,13 +372,7 @@ class GraphReplay:
             if not rebind or not (st.sig is None or st.reads_values or i in dirty):
                 work.append((node.label, st.ops))
                 continue
-            try:
-                ops = st.prepare(node.args, stream)
-            except HipepError as e:
-                raise named_error(node.label, e) from None
-            except Exception as e:  # noqa: BLE001 - a binding's bug still names its node
-                raise HipepError(f"{node.label}: {type(e).__name__}: {e}") from e
-            work.append((node.label, ops))
+            work.append((node.label, _bind(st, node, stream)))
         seg.bound = True
         versions = tuple(state.nodes[i].version for i in seg.nodes)
         count = sum(len(ops) for _, ops in work)
@@ -441,70 +435,39 @@ class GraphReplay:
         for i in (*seg.value_nodes, *(j for j in touched if j not in seg.value_nodes)):
             st = state.nodes[i]
             version = st.version
-            node = graph.nodes[i]
-            try:
-                ops = st.prepare(node.args, stream)
-            except HipepError as e:
-                raise named_error(node.label, e) from None
-            except Exception as e:  # noqa: BLE001 - a binding's bug still names its node
-                raise HipepError(f"{node.label}: {type(e).__name__}: {e}") from e
+            ops = _bind(st, graph.nodes[i], stream)
             if st.version == version:
                 continue  # the same launches as captured
             first, count = seg.spans.get(i, (0, -1))
             if len(ops) != count:
                 return False
             for k, new in enumerate(ops):
-                old, kernel_node = seg.ops[first + k], seg.kernel_nodes[first + k]
-                if new.key == old.key:
-                    continue
-                if (kernel_node is None or type(new) is not _Launch or type(old) is not _Launch
-                        or (new.config is None) != (old.config is None)):
-                    return False
-                changed.append((first + k, kernel_node, new))
+                if new.key != seg.ops[first + k].key:
+                    if not _updatable(new, seg.ops[first + k], seg.kernel_nodes[first + k]):
+                        return False
+                    changed.append((first + k, new))
         if not changed:
             return True
-        d = _driver()
-        ok = d.CUresult.CUDA_SUCCESS
-        for at, kernel_node, launch in changed:
-            (err,) = d.cuGraphExecKernelNodeSetParams(seg.exec, kernel_node, launch.node_params())
-            if err != ok:
-                log.debug("hipep: %s: updating a CUDA graph node failed (%s), capturing again",
-                          seg.label, _error_text(err))
-                seg.release()
-                return False
-            seg.ops[at] = launch
+        if not _set_nodes(stream, seg, changed):
+            return False
         seg.captured = seg.last = tuple(state.nodes[i].version for i in seg.nodes)
-        stream.counts[2] += len(changed)
         return True
 
     def _update_graph(self, stream: CudaStream, seg: _Segment, work) -> bool:
         """Brings `seg`'s executable graph up to this run's launches by updating the kernel nodes
         whose launch changed (arguments, grid, kernel); False where that cannot be done (a copy or
-        library call changed, launches were added or removed), and then the executable is gone:
-        a failed update may have changed some of its nodes already."""
+        library call changed, launches were added or removed: the executable stays as captured) or
+        the driver refuses an update (the executable is gone, see _set_nodes)."""
         ops = [op for _, ops in work for op in ops]
         if len(ops) != len(seg.ops) or len(seg.kernel_nodes) != len(ops):
             return False
         changed = []
-        for new, old, node in zip(ops, seg.ops, seg.kernel_nodes):
-            if new.key == old.key:
-                continue
-            if (node is None or type(new) is not _Launch or type(old) is not _Launch
-                    or (new.config is None) != (old.config is None)):  # an overlap is an edge of the graph
-                return False
-            changed.append((node, new))
-        d = _driver()
-        ok = d.CUresult.CUDA_SUCCESS
-        for node, launch in changed:
-            (err,) = d.cuGraphExecKernelNodeSetParams(seg.exec, node, launch.node_params())
-            if err != ok:
-                log.debug("hipep: %s: updating a CUDA graph node failed (%s), capturing again",
-                          seg.label, _error_text(err))
-                seg.release()
-                return False
-        seg.ops = ops
-        stream.counts[2] += len(changed)
-        return True
+        for at, (new, old, node) in enumerate(zip(ops, seg.ops, seg.kernel_nodes)):
+            if new.key != old.key:
+                if not _updatable(new, old, node):
+                    return False
+                changed.append((at, new))
+        return _set_nodes(stream, seg, changed)
 
     @staticmethod
     def _record(stream: CudaStream, work):
@@ -557,6 +520,42 @@ class GraphReplay:
     def issue_counts(self, stream: CudaStream) -> tuple[int, int, int]:
         counts, stream.counts = stream.counts, [0, 0, 0]
         return counts[0], counts[1], counts[2]
+
+
+def _bind(st: _NodeState, node, stream: CudaStream) -> list:
+    """The node's launches for its current arguments, a binding's error named by the node."""
+    try:
+        return st.prepare(node.args, stream)
+    except HipepError as e:
+        raise named_error(node.label, e) from None
+    except Exception as e:  # noqa: BLE001 - a binding's bug still names its node
+        raise HipepError(f"{node.label}: {type(e).__name__}: {e}") from e
+
+
+def _updatable(new, old, kernel_node) -> bool:
+    """Whether captured op `old` (kernel node `kernel_node`, None for copies and library calls)
+    can become `new` by updating its node: kernel launches both, both overlapping the kernel ahead
+    of them or neither (an overlap is an edge of the graph, not a node parameter)."""
+    return (kernel_node is not None and type(new) is _Launch and type(old) is _Launch
+            and (new.config is None) == (old.config is None))
+
+
+def _set_nodes(stream: CudaStream, seg: _Segment, changed: list) -> bool:
+    """Updates the kernel nodes of `seg`'s executable graph for `changed`: (position in seg.ops,
+    new launch) pairs. False where the driver refuses one; the executable is gone then (an
+    update may have changed some of its nodes already) and the segment is captured again."""
+    d = _driver()
+    ok = d.CUresult.CUDA_SUCCESS
+    for at, launch in changed:
+        (err,) = d.cuGraphExecKernelNodeSetParams(seg.exec, seg.kernel_nodes[at], launch.node_params())
+        if err != ok:
+            log.debug("hipep: %s: updating a CUDA graph node failed (%s), capturing again", seg.label,
+                      _error_text(err))
+            seg.release()
+            return False
+        seg.ops[at] = launch
+    stream.counts[2] += len(changed)
+    return True
 
 
 def _last_captured(stream_handle):
