@@ -1,4 +1,5 @@
-// ReduceSum / ReduceMean / ReduceMax over a contiguous block of axes.
+// ReduceSum / ReduceMean / ReduceMax / ReduceMin and, for float types, ReduceProd,
+// ReduceSumSquare, ReduceL1, ReduceL2 and ReduceLogSum over a contiguous block of axes.
 //
 // The runtime views the input as [outer, r, inner] (r: the reduced extent, the product of the
 // reduced axes, which must be adjacent) and the output as [outer, inner]:
@@ -11,7 +12,10 @@
 // Arithmetic as ONNX Runtime's CPU EP: float sums and means accumulate in f32 (f16/bf16 widened)
 // and round once; the mean divides the f32 sum by the f32 count; integer sums and means
 // accumulate in double and convert back saturating (out of range: the type's min/max, NaN: min);
-// max propagates NaN. Empty reductions give sum 0, mean 0, max -inf / the type's minimum.
+// max and min propagate NaN. Empty reductions give sum 0, mean 0, max -inf / the type's minimum,
+// min +inf / its maximum, prod 1, L1 / L2 / sum of squares 0, log-sum -inf. The other float
+// reductions transform each element as it is read (the square, the absolute value) and the
+// accumulated value once at the end (L2's square root, LogSum's log), all in f32.
 #include "hipep_device.h"
 
 struct hipep_reduce_args {
@@ -20,31 +24,36 @@ struct hipep_reduce_args {
   hipep_i64 inner;  // elements after the reduced block (1 for the row kernels)
 };
 
-enum { HIPEP_SUM = 0, HIPEP_MEAN = 1, HIPEP_MAX = 2 };
+enum { HIPEP_SUM = 0, HIPEP_MEAN = 1, HIPEP_MAX = 2, HIPEP_MIN = 3, HIPEP_PROD = 4, HIPEP_SUMSQ = 5, HIPEP_L1 = 6,
+       HIPEP_L2 = 7, HIPEP_LOGSUM = 8 };
 
 // The accumulator and its identity per element type and operation.
 template <typename T> struct hipep_reduce_traits;
 template <> struct hipep_reduce_traits<float> {
   typedef float acc;
   static HIPEP_DEVICE float lowest() { return -HIPEP_INF_F; }
+  static HIPEP_DEVICE float highest() { return HIPEP_INF_F; }
   static HIPEP_DEVICE float widen(float v) { return v; }
   static HIPEP_DEVICE float narrow(float v) { return v; }
 };
 template <> struct hipep_reduce_traits<hipep_half> {
   typedef float acc;
   static HIPEP_DEVICE float lowest() { return -HIPEP_INF_F; }
+  static HIPEP_DEVICE float highest() { return HIPEP_INF_F; }
   static HIPEP_DEVICE float widen(hipep_half v) { return __half2float(v); }
   static HIPEP_DEVICE hipep_half narrow(float v) { return __float2half_rn(v); }
 };
 template <> struct hipep_reduce_traits<hipep_bf16> {
   typedef float acc;
   static HIPEP_DEVICE float lowest() { return -HIPEP_INF_F; }
+  static HIPEP_DEVICE float highest() { return HIPEP_INF_F; }
   static HIPEP_DEVICE float widen(hipep_bf16 v) { return __bfloat162float(v); }
   static HIPEP_DEVICE hipep_bf16 narrow(float v) { return __float2bfloat16(v); }
 };
 template <> struct hipep_reduce_traits<int> {
   typedef double acc;
   static HIPEP_DEVICE double lowest() { return -2147483648.0; }
+  static HIPEP_DEVICE double highest() { return 2147483647.0; }
   static HIPEP_DEVICE double widen(int v) { return (double)v; }
   static HIPEP_DEVICE int narrow(double v) {
     if (v != v || v < -2147483648.0) return (int)(-2147483647 - 1);
@@ -55,6 +64,7 @@ template <> struct hipep_reduce_traits<int> {
 template <> struct hipep_reduce_traits<hipep_i64> {
   typedef double acc;
   static HIPEP_DEVICE double lowest() { return -9223372036854775808.0; }
+  static HIPEP_DEVICE double highest() { return 9223372036854775807.0; }
   static HIPEP_DEVICE double widen(hipep_i64 v) { return (double)v; }
   static HIPEP_DEVICE hipep_i64 narrow(double v) {
     if (v != v || v < -9223372036854775808.0) return (hipep_i64)(-9223372036854775807LL - 1);
@@ -63,29 +73,69 @@ template <> struct hipep_reduce_traits<hipep_i64> {
   }
 };
 
-HIPEP_DEVICE float hipep_combine(float a, float b, int op) { return op == HIPEP_MAX ? hipep_fmax_nan(a, b) : a + b; }
-HIPEP_DEVICE double hipep_combine(double a, double b, int op) { return op == HIPEP_MAX ? hipep_dmax_nan(a, b) : a + b; }
+HIPEP_DEVICE float hipep_fmin_nan(float a, float b) { return (a != a || a < b) ? a : b; }
+HIPEP_DEVICE double hipep_dmin_nan(double a, double b) { return (a != a || a < b) ? a : b; }
 
-// Integer max does not go through double (int64 values past 2^53 would round): it keeps the
-// element type.
-template <typename T> HIPEP_DEVICE T hipep_warp_imax(T v) {
-#pragma unroll
-  for (int m = HIPEP_WARP_SIZE / 2; m > 0; m >>= 1) {
-    T o = HIPEP_SHFL_XOR(v, m);
-    v = o > v ? o : v;
-  }
-  return v;
+HIPEP_DEVICE float hipep_combine(float a, float b, int op) {
+  return op == HIPEP_MAX ? hipep_fmax_nan(a, b) : op == HIPEP_MIN ? hipep_fmin_nan(a, b) : op == HIPEP_PROD ? a * b : a + b;
+}
+HIPEP_DEVICE double hipep_combine(double a, double b, int op) {
+  return op == HIPEP_MAX ? hipep_dmax_nan(a, b) : op == HIPEP_MIN ? hipep_dmin_nan(a, b) : op == HIPEP_PROD ? a * b : a + b;
 }
 
-template <typename T> HIPEP_DEVICE T hipep_block_imax(T v, T* scratch, T lowest) {
+// The accumulation's start (its identity) and what each element and the result become.
+template <typename A, typename TR> HIPEP_DEVICE A hipep_reduce_init(int op) {
+  return op == HIPEP_MAX ? TR::lowest() : op == HIPEP_MIN ? TR::highest() : op == HIPEP_PROD ? A(1) : A(0);
+}
+template <typename A> HIPEP_DEVICE A hipep_reduce_pre(A v, int op) {
+  return (op == HIPEP_SUMSQ || op == HIPEP_L2) ? v * v : op == HIPEP_L1 ? (v < A(0) ? -v : v) : v;
+}
+HIPEP_DEVICE float hipep_reduce_sqrt(float v) { return sqrtf(v); }
+HIPEP_DEVICE double hipep_reduce_sqrt(double v) { return sqrt(v); }
+HIPEP_DEVICE float hipep_reduce_log(float v) { return logf(v); }
+HIPEP_DEVICE double hipep_reduce_log(double v) { return log(v); }
+template <typename A> HIPEP_DEVICE A hipep_reduce_post(A acc, int op, hipep_i64 r) {
+  if (op == HIPEP_MEAN) return r == 0 ? A(0) : acc / (A)r;
+  if (op == HIPEP_L2) return hipep_reduce_sqrt(acc);
+  if (op == HIPEP_LOGSUM) return hipep_reduce_log(acc);
+  return acc;
+}
+
+// A block's values combined with `op` (the operations block_sum / block_max do not cover).
+template <typename A> HIPEP_DEVICE A hipep_block_combine(A v, A* scratch, int op, A identity) {
   const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
   const int warps = (blockDim.x + HIPEP_WARP_SIZE - 1) / HIPEP_WARP_SIZE;
-  v = hipep_warp_imax(v);
+#pragma unroll
+  for (int m = HIPEP_WARP_SIZE / 2; m > 0; m >>= 1) v = hipep_combine(v, HIPEP_SHFL_XOR(v, m), op);
   if (warps == 1) return v;
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  T r = lane < warps ? scratch[lane] : lowest;
-  r = hipep_warp_imax(r);
+  A r = lane < warps ? scratch[lane] : identity;
+#pragma unroll
+  for (int m = HIPEP_WARP_SIZE / 2; m > 0; m >>= 1) r = hipep_combine(r, HIPEP_SHFL_XOR(r, m), op);
+  __syncthreads();
+  return r;
+}
+
+// Integer max and min do not go through double (int64 values past 2^53 would round): they keep
+// the element type. MAXIMUM: max, else min.
+template <bool MAXIMUM, typename T> HIPEP_DEVICE T hipep_iextreme(T a, T b) { return MAXIMUM ? (b > a ? b : a) : (b < a ? b : a); }
+
+template <bool MAXIMUM, typename T> HIPEP_DEVICE T hipep_warp_iextreme(T v) {
+#pragma unroll
+  for (int m = HIPEP_WARP_SIZE / 2; m > 0; m >>= 1) v = hipep_iextreme<MAXIMUM>(v, (T)HIPEP_SHFL_XOR(v, m));
+  return v;
+}
+
+template <bool MAXIMUM, typename T> HIPEP_DEVICE T hipep_block_iextreme(T v, T* scratch, T identity) {
+  const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
+  const int warps = (blockDim.x + HIPEP_WARP_SIZE - 1) / HIPEP_WARP_SIZE;
+  v = hipep_warp_iextreme<MAXIMUM>(v);
+  if (warps == 1) return v;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  T r = lane < warps ? scratch[lane] : identity;
+  r = hipep_warp_iextreme<MAXIMUM>(r);
   __syncthreads();
   return r;
 }
@@ -93,6 +143,12 @@ template <typename T> HIPEP_DEVICE T hipep_block_imax(T v, T* scratch, T lowest)
 template <typename T> HIPEP_DEVICE T hipep_int_lowest();
 template <> HIPEP_DEVICE int hipep_int_lowest<int>() { return (int)(-2147483647 - 1); }
 template <> HIPEP_DEVICE hipep_i64 hipep_int_lowest<hipep_i64>() { return (hipep_i64)(-9223372036854775807LL - 1); }
+template <typename T> HIPEP_DEVICE T hipep_int_highest();
+template <> HIPEP_DEVICE int hipep_int_highest<int>() { return 2147483647; }
+template <> HIPEP_DEVICE hipep_i64 hipep_int_highest<hipep_i64>() { return (hipep_i64)9223372036854775807LL; }
+template <bool MAXIMUM, typename T> HIPEP_DEVICE T hipep_int_identity() {
+  return MAXIMUM ? hipep_int_lowest<T>() : hipep_int_highest<T>();
+}
 
 // Loads VEC consecutive elements as one 16-byte (or smaller) transaction.
 template <typename T, int VEC> struct alignas(sizeof(T) * VEC) hipep_vec { T v[VEC]; };
@@ -105,38 +161,38 @@ HIPEP_DEVICE void hipep_reduce_rows(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT
   const hipep_i64 row = (hipep_i64)blockIdx.x * blockDim.y + threadIdx.y;
   if (row >= a.rows) return;  // only when blockDim.x is one warp: no block barrier below
   const T* p = x + row * a.r;
-  const A init = OP == HIPEP_MAX ? tr::lowest() : A(0);
+  const A init = hipep_reduce_init<A, tr>(OP);
   A acc = init;
   const hipep_i64 nvec = a.r / VEC;
   const hipep_vec<T, VEC>* pv = reinterpret_cast<const hipep_vec<T, VEC>*>(p);
   for (hipep_i64 i = threadIdx.x; i < nvec; i += blockDim.x) {
     const hipep_vec<T, VEC> v = pv[i];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) acc = hipep_combine(acc, tr::widen(v.v[k]), OP);
+    for (int k = 0; k < VEC; ++k) acc = hipep_combine(acc, hipep_reduce_pre(tr::widen(v.v[k]), OP), OP);
   }
-  for (hipep_i64 i = nvec * VEC + threadIdx.x; i < a.r; i += blockDim.x) acc = hipep_combine(acc, tr::widen(p[i]), OP);
+  for (hipep_i64 i = nvec * VEC + threadIdx.x; i < a.r; i += blockDim.x)
+    acc = hipep_combine(acc, hipep_reduce_pre(tr::widen(p[i]), OP), OP);
   if (OP == HIPEP_MAX) {
     if (sizeof(A) == 4) acc = (A)hipep_block_max((float)acc, (float*)scratch);
     else acc = (A)hipep_block_dmax((double)acc, (double*)scratch);
+  } else if (OP == HIPEP_MIN || OP == HIPEP_PROD) {
+    acc = hipep_block_combine(acc, scratch, OP, init);
   } else {
     acc = hipep_block_sum(acc, scratch);
   }
-  if (threadIdx.x == 0) {
-    if (OP == HIPEP_MEAN) acc = a.r == 0 ? A(0) : acc / (A)a.r;
-    y[row] = tr::narrow(acc);
-  }
+  if (threadIdx.x == 0) y[row] = tr::narrow(hipep_reduce_post(acc, OP, a.r));
 }
 
-template <typename T, int VEC>
-HIPEP_DEVICE void hipep_reduce_rows_imax(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y, const hipep_reduce_args a) {
+template <bool MAXIMUM, typename T>
+HIPEP_DEVICE void hipep_reduce_rows_iextreme(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y, const hipep_reduce_args a) {
   __shared__ T scratch[HIPEP_MAX_WARPS];
   const hipep_i64 row = (hipep_i64)blockIdx.x * blockDim.y + threadIdx.y;
   if (row >= a.rows) return;
   const T* p = x + row * a.r;
-  const T lowest = hipep_int_lowest<T>();
-  T acc = lowest;
-  for (hipep_i64 i = threadIdx.x; i < a.r; i += blockDim.x) acc = p[i] > acc ? p[i] : acc;
-  acc = hipep_block_imax(acc, scratch, lowest);
+  const T identity = hipep_int_identity<MAXIMUM, T>();
+  T acc = identity;
+  for (hipep_i64 i = threadIdx.x; i < a.r; i += blockDim.x) acc = hipep_iextreme<MAXIMUM>(acc, p[i]);
+  acc = hipep_block_iextreme<MAXIMUM>(acc, scratch, identity);
   if (threadIdx.x == 0) y[row] = acc;
 }
 
@@ -149,7 +205,7 @@ HIPEP_DEVICE void hipep_reduce_cols(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT
   typedef hipep_reduce_traits<T> tr;
   typedef typename tr::acc A;
   __shared__ A part[32][33];
-  const A init = OP == HIPEP_MAX ? tr::lowest() : A(0);
+  const A init = hipep_reduce_init<A, tr>(OP);
   const hipep_i64 col = (hipep_i64)blockIdx.x * 32 + threadIdx.x;
   const hipep_i64 outers = a.rows / a.inner, step = blockDim.y;
   for (hipep_i64 outer = blockIdx.y; outer < outers; outer += gridDim.y) {
@@ -158,33 +214,32 @@ HIPEP_DEVICE void hipep_reduce_cols(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT
       const T* p = x + outer * a.r * a.inner + col;
       hipep_i64 i = threadIdx.y;
       for (; i + 3 * step < a.r; i += 4 * step) {
-        acc0 = hipep_combine(acc0, tr::widen(p[i * a.inner]), OP);
-        acc1 = hipep_combine(acc1, tr::widen(p[(i + step) * a.inner]), OP);
-        acc2 = hipep_combine(acc2, tr::widen(p[(i + 2 * step) * a.inner]), OP);
-        acc3 = hipep_combine(acc3, tr::widen(p[(i + 3 * step) * a.inner]), OP);
+        acc0 = hipep_combine(acc0, hipep_reduce_pre(tr::widen(p[i * a.inner]), OP), OP);
+        acc1 = hipep_combine(acc1, hipep_reduce_pre(tr::widen(p[(i + step) * a.inner]), OP), OP);
+        acc2 = hipep_combine(acc2, hipep_reduce_pre(tr::widen(p[(i + 2 * step) * a.inner]), OP), OP);
+        acc3 = hipep_combine(acc3, hipep_reduce_pre(tr::widen(p[(i + 3 * step) * a.inner]), OP), OP);
       }
-      for (; i < a.r; i += step) acc0 = hipep_combine(acc0, tr::widen(p[i * a.inner]), OP);
+      for (; i < a.r; i += step) acc0 = hipep_combine(acc0, hipep_reduce_pre(tr::widen(p[i * a.inner]), OP), OP);
     }
     A acc = hipep_combine(hipep_combine(acc0, acc1, OP), hipep_combine(acc2, acc3, OP), OP);
     part[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && col < a.inner) {
       for (int k = 1; k < (int)blockDim.y; ++k) acc = hipep_combine(acc, part[k][threadIdx.x], OP);
-      if (OP == HIPEP_MEAN) acc = a.r == 0 ? A(0) : acc / (A)a.r;
-      y[outer * a.inner + col] = tr::narrow(acc);
+      y[outer * a.inner + col] = tr::narrow(hipep_reduce_post(acc, OP, a.r));
     }
     __syncthreads();
   }
 }
 
-template <typename T>
-HIPEP_DEVICE void hipep_reduce_cols_imax(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y, const hipep_reduce_args a) {
+template <bool MAXIMUM, typename T>
+HIPEP_DEVICE void hipep_reduce_cols_iextreme(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y, const hipep_reduce_args a) {
   const hipep_i64 step = (hipep_i64)gridDim.x * blockDim.x;
   for (hipep_i64 o = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; o < a.rows; o += step) {
     const hipep_i64 outer = o / a.inner, k = o - outer * a.inner;
     const T* p = x + outer * a.r * a.inner + k;
-    T acc = hipep_int_lowest<T>();
-    for (hipep_i64 i = 0; i < a.r; ++i) acc = p[i * a.inner] > acc ? p[i * a.inner] : acc;
+    T acc = hipep_int_identity<MAXIMUM, T>();
+    for (hipep_i64 i = 0; i < a.r; ++i) acc = hipep_iextreme<MAXIMUM>(acc, p[i * a.inner]);
     y[o] = acc;
   }
 }
@@ -213,6 +268,18 @@ HIPEP_REDUCE_FLOAT(sum_bf16, hipep_bf16, HIPEP_SUM, 8)
 HIPEP_REDUCE_FLOAT(mean_bf16, hipep_bf16, HIPEP_MEAN, 8)
 HIPEP_REDUCE_FLOAT(max_bf16, hipep_bf16, HIPEP_MAX, 8)
 
+#define HIPEP_REDUCE_MORE(NAME, T, VEC)                 \
+  HIPEP_REDUCE_FLOAT(min_##NAME, T, HIPEP_MIN, VEC)     \
+  HIPEP_REDUCE_FLOAT(prod_##NAME, T, HIPEP_PROD, VEC)   \
+  HIPEP_REDUCE_FLOAT(sumsq_##NAME, T, HIPEP_SUMSQ, VEC) \
+  HIPEP_REDUCE_FLOAT(l1_##NAME, T, HIPEP_L1, VEC)       \
+  HIPEP_REDUCE_FLOAT(l2_##NAME, T, HIPEP_L2, VEC)       \
+  HIPEP_REDUCE_FLOAT(logsum_##NAME, T, HIPEP_LOGSUM, VEC)
+
+HIPEP_REDUCE_MORE(f32, float, 4)
+HIPEP_REDUCE_MORE(f16, hipep_half, 8)
+HIPEP_REDUCE_MORE(bf16, hipep_bf16, 8)
+
 // Integer sums and means: double accumulation (no vector loads: the row is read as it is).
 #define HIPEP_REDUCE_INT(NAME, T, OP)                                                                 \
   HIPEP_KERNEL void hipep_reduce_##NAME##_rows(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y,       \
@@ -229,17 +296,17 @@ HIPEP_REDUCE_INT(mean_i32, int, HIPEP_MEAN)
 HIPEP_REDUCE_INT(sum_i64, hipep_i64, HIPEP_SUM)
 HIPEP_REDUCE_INT(mean_i64, hipep_i64, HIPEP_MEAN)
 
-HIPEP_KERNEL void hipep_reduce_max_i32_rows(const int* HIPEP_RESTRICT x, int* HIPEP_RESTRICT y, const hipep_reduce_args a) {
-  hipep_reduce_rows_imax<int, 1>(x, y, a);
-}
-HIPEP_KERNEL void hipep_reduce_max_i32_cols(const int* HIPEP_RESTRICT x, int* HIPEP_RESTRICT y, const hipep_reduce_args a) {
-  hipep_reduce_cols_imax<int>(x, y, a);
-}
-HIPEP_KERNEL void hipep_reduce_max_i64_rows(const hipep_i64* HIPEP_RESTRICT x, hipep_i64* HIPEP_RESTRICT y,
-                                            const hipep_reduce_args a) {
-  hipep_reduce_rows_imax<hipep_i64, 1>(x, y, a);
-}
-HIPEP_KERNEL void hipep_reduce_max_i64_cols(const hipep_i64* HIPEP_RESTRICT x, hipep_i64* HIPEP_RESTRICT y,
-                                            const hipep_reduce_args a) {
-  hipep_reduce_cols_imax<hipep_i64>(x, y, a);
-}
+#define HIPEP_REDUCE_IEXTREME(NAME, T, MAXIMUM)                                                      \
+  HIPEP_KERNEL void hipep_reduce_##NAME##_rows(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y,       \
+                                               const hipep_reduce_args a) {                           \
+    hipep_reduce_rows_iextreme<MAXIMUM, T>(x, y, a);                                                  \
+  }                                                                                                   \
+  HIPEP_KERNEL void hipep_reduce_##NAME##_cols(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y,       \
+                                               const hipep_reduce_args a) {                           \
+    hipep_reduce_cols_iextreme<MAXIMUM, T>(x, y, a);                                                  \
+  }
+
+HIPEP_REDUCE_IEXTREME(max_i32, int, true)
+HIPEP_REDUCE_IEXTREME(max_i64, hipep_i64, true)
+HIPEP_REDUCE_IEXTREME(min_i32, int, false)
+HIPEP_REDUCE_IEXTREME(min_i64, hipep_i64, false)

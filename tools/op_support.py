@@ -93,6 +93,18 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _cuda(op) -> str:
+    """What runs the op on the CUDA device (hipep.runtime.gpu_kernels' table: plain Python)."""
+    from hipep.runtime import gpu_kernels
+
+    binding = gpu_kernels.binding_for(f"{op.domain}::{op.op_type}")
+    if binding is None:
+        return "none"
+    if binding is gpu_kernels.COPY:
+        return "copy"
+    return "generated" if binding.pointwise else "kernel"
+
+
 def registry_section() -> str:
     """The registry part of the doc (between the registry markers)."""
     _ensure_importable()
@@ -103,12 +115,16 @@ def registry_section() -> str:
     for op in ops:
         by_domain[_domain(op)] = by_domain.get(_domain(op), 0) + 1
     lines = [f"{len(ops)} ops: " + ", ".join(f"{n} in {d}" for d, n in sorted(by_domain.items())) + ".",
-             "Attributes marked * are required.", "",
-             "| domain | op | since versions | element types | attributes | claim limits |",
-             "|---|---|---|---|---|---|"]
+             "Attributes marked * are required. The cuda column says what runs such a node on an NVIDIA GPU: "
+             "a hand-written kernel (kernels/*.hip; the binding may still refuse some types, attributes or "
+             "layouts, and the fallback report says which), a kernel generated from the op's pointwise "
+             "expression, a copy (view ops), or none: the node is then claimed on a GPU only as host work "
+             "computing integers (shape arithmetic), and left to other EPs otherwise.", "",
+             "| domain | op | since versions | element types | attributes | claim limits | cuda |",
+             "|---|---|---|---|---|---|---|"]
     for op in ops:
         lines.append(f"| {_domain(op)} | {op.op_type} | {', '.join(map(str, op.since_versions))} | "
-                     f"{_cell(_types(op))} | {_cell(_attributes(op))} | {_cell(_limits(op))} |")
+                     f"{_cell(_types(op))} | {_cell(_attributes(op))} | {_cell(_limits(op))} | {_cuda(op)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,4 +1,5 @@
-"""GPU bindings of the reductions (ReduceSum, ReduceMean, ReduceMax) and Softmax: kernels/reduce.hip
+"""GPU bindings of the reductions (ReduceSum, ReduceMean, ReduceMax, ReduceMin; for float types
+also ReduceProd, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum) and Softmax: kernels/reduce.hip
 and kernels/softmax.hip, one row per warp or block (registered in hipep.runtime.gpu_kernels'
 table on import)."""
 from __future__ import annotations
@@ -29,8 +30,12 @@ class ReduceArgs(ctypes.Structure):
     _fields_ = [("rows", ctypes.c_longlong), ("r", ctypes.c_longlong), ("inner", ctypes.c_longlong)]
 
 
-_REDUCE_TYPES = {"ReduceSum": ("f32", "f16", "bf16", "i32", "i64"), "ReduceMean": ("f32", "f16", "bf16", "i32", "i64"),
-                 "ReduceMax": ("f32", "f16", "bf16", "i32", "i64")}
+_ALL, _FLOATS = ("f32", "f16", "bf16", "i32", "i64"), ("f32", "f16", "bf16")
+# op -> (kernel name, element types it has kernels for)
+_REDUCE_OPS = {"ReduceSum": ("sum", _ALL), "ReduceMean": ("mean", _ALL), "ReduceMax": ("max", _ALL),
+               "ReduceMin": ("min", _ALL), "ReduceProd": ("prod", _FLOATS), "ReduceSumSquare": ("sumsq", _FLOATS),
+               "ReduceL1": ("l1", _FLOATS), "ReduceL2": ("l2", _FLOATS), "ReduceLogSum": ("logsum", _FLOATS)}
+_REDUCE_TYPES = {op: types for op, (_, types) in _REDUCE_OPS.items()}
 
 
 def reduce_blocks(shape: Sequence[int], axes, noop: bool) -> tuple[int, int, int] | str:
@@ -80,7 +85,7 @@ def _reduce_check(op_type):
 
 
 def _reduce_bind(op_type: str):
-    kind = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max"}[op_type]
+    kind = _REDUCE_OPS[op_type][0]
 
     def bind(ins, outs, attrs, target):
         x, y = ins[0], outs[0]
@@ -103,7 +108,7 @@ def _reduce_bind(op_type: str):
             grid, block = _row_config(outer, _cdiv(r, vec) if use_vec else r, target.warp_size)
             entry = f"hipep_reduce_{kind}_{dt}_rows" + ("_vec" if use_vec else "")
             return [KernelOp(entry, grid, block, params, module="reduce")]
-        if dt in ("i32", "i64") and kind == "max":  # one thread per output (kept in the element type)
+        if dt in ("i32", "i64") and kind in ("max", "min"):  # one thread per output (kept in the element type)
             grid, block = flat_config(outer * inner, target, per_sm=32)
         else:  # 32 outputs per block, the reduced extent split among up to 32 row groups
             groups = min(32, _pow2_at_least(_cdiv(r, 4)))
@@ -112,7 +117,7 @@ def _reduce_bind(op_type: str):
     return bind
 
 
-for _op in ("ReduceSum", "ReduceMean", "ReduceMax"):
+for _op in _REDUCE_OPS:
     _binding(f"::{_op}", check=_reduce_check(_op), reads_values=True, modules=("reduce",))(_reduce_bind(_op))
 
 

@@ -1,0 +1,107 @@
+"""kernels/reduce.hip runs on the CPU: g++ compiles the unchanged kernel source against the host
+stand-in for the CUDA headers (tests/unit/host_cuda: every GPU thread of a block a host thread,
+barriers and warp shuffles as the GPU has them), and the launches the reduction bindings give run
+block by block over host memory, compared with the op registry's references. Every reduction with
+a GPU kernel, over the layouts the binding tells apart: rows (the last axes; 16-byte loads where
+the row allows, and not), columns (inner axes), everything, and an empty reduced extent; f32, f16
+and the integer types where the op has integer kernels; warps of 32 and 64 lanes. Skipped without
+g++."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, SINCE_VERSION, lookup
+from hipep.runtime import gpu_kernels as gk
+from hipep.runtime.gpu_bindings_reduce import _REDUCE_OPS
+
+from unit.host_kernels import HostMemory, compile_module, launch
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
+
+LAYOUTS = {  # name: (input shape, axes)
+    "rows": ((3, 5, 64), [-1]),
+    "rows_unaligned": ((3, 5, 63), [-1]),
+    "long_rows": ((2, 3000), [1]),
+    "cols": ((4, 70, 6), [1]),
+    "leading": ((300, 5), [0]),
+    "all": ((5, 7, 9), [0, 1, 2]),
+    "empty": ((3, 0, 4), [1]),
+}
+
+
+@pytest.fixture(scope="module", params=[32, 64], ids=["warp32", "warp64"])
+def lib(request, tmp_path_factory):
+    return compile_module(tmp_path_factory.mktemp(f"reduce{request.param}"), "reduce", request.param), request.param
+
+
+def _values(rng, op_type: str, shape, dtype):
+    if np.dtype(dtype).kind == "i":
+        return rng.integers(-50, 50, shape).astype(dtype)
+    if op_type == "ReduceProd":  # a product of many values stays in range near 1
+        return rng.uniform(0.9, 1.1, shape).astype(dtype)
+    if op_type == "ReduceLogSum":  # the log of a positive sum
+        return rng.uniform(0.1, 1.0, shape).astype(dtype)
+    return rng.uniform(-2.0, 2.0, shape).astype(dtype)
+
+
+def _run(lib, op_type: str, x: np.ndarray, axes):
+    built, warp = lib
+    op = lookup("", op_type)
+    attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, "keepdims": 1, OUTPUT_COUNT: 1,
+             SINCE_VERSION: 18}
+    axes = np.array(axes, np.int64)
+    (want,) = op.reference([x, axes], attrs)
+    mem = HostMemory()
+    ins = [mem.put(x)[0], mem.put(axes)[0]]
+    out, view = mem.put(np.full(want.shape, 7, want.dtype))
+    ops = gk.binding_for(f"::{op_type}").bind(ins, [gk.Arg(out.ptr, out.shape, out.dtype)], attrs,
+                                             gk.Target(sm_count=4, warp_size=warp, scratch=lambda n: 0))
+    for o in ops:
+        launch(built, o)
+    return view, want, ops
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("op_type", list(_REDUCE_OPS))
+def test_float_reductions_follow_the_reference(lib, op_type, layout):
+    shape, axes = LAYOUTS[layout]
+    rng = np.random.default_rng(len(op_type) * 31 + len(layout))
+    for dtype, tol in ((np.float32, dict(rtol=1e-5, atol=1e-5)), (np.float16, dict(rtol=1e-2, atol=1e-3))):
+        x = _values(rng, op_type, shape, dtype)
+        got, want, ops = _run(lib, op_type, x, axes)
+        assert ops and all(o.module == "reduce" for o in ops)
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), err_msg=f"{dtype.__name__}",
+                                   **tol)
+
+
+@pytest.mark.parametrize("layout", ["rows", "cols", "all", "empty"])
+@pytest.mark.parametrize("op_type", [op for op, (_, types) in _REDUCE_OPS.items() if "i64" in types])
+def test_integer_reductions_are_exact(lib, op_type, layout):
+    shape, axes = LAYOUTS[layout]
+    rng = np.random.default_rng(5)
+    for dtype in (np.int32, np.int64):
+        x = _values(rng, op_type, shape, dtype)
+        got, want, _ = _run(lib, op_type, x, axes)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_min_and_max_propagate_nan(lib):
+    x = np.arange(3 * 64, dtype=np.float32).reshape(3, 64)
+    x[1, 17] = np.nan
+    for op_type in ("ReduceMin", "ReduceMax"):
+        for axes in ([1], [0]):
+            got, want, _ = _run(lib, op_type, x, axes)
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+            np.testing.assert_array_equal(got[~np.isnan(got)], want[~np.isnan(want)])
+
+
+def test_float_only_reductions_have_no_integer_kernel():
+    for op_type, (_, types) in _REDUCE_OPS.items():
+        if "i64" in types:
+            continue
+        why = gk.kernel_reason(f"::{op_type}", {"keepdims": 1}, ["int64", "int64"], [(3, 4), (1,)],
+                               [None, np.array([1])])
+        assert why is not None and "no kernel for cuda" in why, op_type
