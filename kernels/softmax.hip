@@ -1,10 +1,11 @@
-// Softmax over the last axis (the runtime views the input as [rows, cols]; opsets 1 and 11
-// flatten at `axis`, which is the same view).
+// Softmax and LogSoftmax over the last axis (the runtime views the input as [rows, cols]; opsets
+// 1 and 11 flatten at `axis`, which is the same view).
 //
 // One row per block of blockDim.x threads, or for short rows one row per warp with blockDim.y
 // rows per block. Two passes over the row: an online pass keeps each thread's running maximum m
 // and sum s of exp(x - m) (rescaling s whenever m grows), the pairs are merged across the warp
-// and the block; then each element is written as exp(x - m) * (1 / s). Math in f32 (f16/bf16
+// and the block; then each element is written as exp(x - m) * (1 / s), or for LogSoftmax as
+// (x - m) - log(s) (MLAS's LogSoftmax output kernel's form). Math in f32 (f16/bf16
 // widened, the result rounded once), as ONNX Runtime's kernels compute; NaN anywhere in a row
 // gives a row of NaN, as the reference does.
 #include "hipep_device.h"
@@ -58,7 +59,7 @@ HIPEP_DEVICE void hipep_online_reduce(float& m, float& s, float* scratch) {
 
 template <typename T, int VEC> struct alignas(sizeof(T) * VEC) hipep_softmax_vec { T v[VEC]; };
 
-template <typename T, int VEC>
+template <typename T, int VEC, bool LOG>
 HIPEP_DEVICE void hipep_softmax(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y, const hipep_softmax_args a) {
   __shared__ float scratch[2 * HIPEP_MAX_WARPS];
   const hipep_i64 row = (hipep_i64)blockIdx.x * blockDim.y + threadIdx.y;
@@ -75,26 +76,39 @@ HIPEP_DEVICE void hipep_softmax(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y, 
   }
   for (hipep_i64 i = nvec * VEC + threadIdx.x; i < a.cols; i += blockDim.x) hipep_online_add(m, s, hipep_to_float(px[i]));
   hipep_online_reduce(m, s, scratch);
-  const float inv = 1.0f / s;
+  const float inv = 1.0f / s, log_s = logf(s);
   for (hipep_i64 i = threadIdx.x; i < nvec; i += blockDim.x) {
     const V v = reinterpret_cast<const V*>(px)[i];
     V o;
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) o.v[k] = hipep_from_float<T>(expf(hipep_to_float(v.v[k]) - m) * inv);
+    for (int k = 0; k < VEC; ++k) {
+      const float d = hipep_to_float(v.v[k]) - m;
+      o.v[k] = hipep_from_float<T>(LOG ? d - log_s : expf(d) * inv);
+    }
     reinterpret_cast<V*>(py)[i] = o;
   }
-  for (hipep_i64 i = nvec * VEC + threadIdx.x; i < a.cols; i += blockDim.x)
-    py[i] = hipep_from_float<T>(expf(hipep_to_float(px[i]) - m) * inv);
+  for (hipep_i64 i = nvec * VEC + threadIdx.x; i < a.cols; i += blockDim.x) {
+    const float d = hipep_to_float(px[i]) - m;
+    py[i] = hipep_from_float<T>(LOG ? d - log_s : expf(d) * inv);
+  }
 }
 
 #define HIPEP_SOFTMAX(NAME, T, VEC)                                                                   \
   HIPEP_KERNEL void hipep_softmax_##NAME(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y,             \
                                          const hipep_softmax_args a) {                                \
-    hipep_softmax<T, 1>(x, y, a);                                                                     \
+    hipep_softmax<T, 1, false>(x, y, a);                                                              \
   }                                                                                                   \
   HIPEP_KERNEL void hipep_softmax_##NAME##_vec(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y,       \
                                                const hipep_softmax_args a) {                          \
-    hipep_softmax<T, VEC>(x, y, a);                                                                   \
+    hipep_softmax<T, VEC, false>(x, y, a);                                                            \
+  }                                                                                                   \
+  HIPEP_KERNEL void hipep_log_softmax_##NAME(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y,         \
+                                             const hipep_softmax_args a) {                            \
+    hipep_softmax<T, 1, true>(x, y, a);                                                               \
+  }                                                                                                   \
+  HIPEP_KERNEL void hipep_log_softmax_##NAME##_vec(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y,   \
+                                                   const hipep_softmax_args a) {                      \
+    hipep_softmax<T, VEC, true>(x, y, a);                                                             \
   }
 
 HIPEP_SOFTMAX(f32, float, 4)

@@ -1,5 +1,5 @@
 """GPU bindings of the reductions (ReduceSum, ReduceMean, ReduceMax, ReduceMin; for float types
-also ReduceProd, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum) and Softmax: kernels/reduce.hip
+also ReduceProd, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum), Softmax and LogSoftmax: kernels/reduce.hip
 and kernels/softmax.hip, one row per warp or block (registered in hipep.runtime.gpu_kernels'
 table on import)."""
 from __future__ import annotations
@@ -145,26 +145,31 @@ def _softmax_check(attrs, dtypes, shapes, values):
     trailing = x[axis + 1:]
     if any(d is None for d in trailing) or _prod(trailing) != 1:
         if all(d is not None for d in trailing) or axis != len(x) - 1:
-            return f"Softmax over axis {axis} of a rank-{len(x)} input (only the last axis has a kernel)"
+            return f"axis {axis} of a rank-{len(x)} input (only the last axis has a kernel)"
     return None
 
 
-@_binding("::Softmax", check=_softmax_check, modules=("softmax",))
-def _softmax_bind(ins, outs, attrs, target):
-    x, y = ins[0], outs[0]
-    dt = _dt(x.dtype, "Softmax")
-    rank = x.ndim
-    if rank == 0:
-        raise HipepError("Softmax: input must have rank >= 1, got a scalar")
-    axis = _softmax_axis(attrs)
-    axis = axis + rank if axis < 0 else axis
-    if int(attrs.get(SINCE_VERSION, 13)) >= 13 and _prod(x.shape[axis + 1:]) != 1:
-        raise NoKernel(f"Softmax over axis {axis} of a rank-{rank} input (only the last axis has a kernel)")
-    rows, cols = _prod(x.shape[:axis]), _prod(x.shape[axis:])
-    if rows * cols == 0:
-        return []
-    vec = _VEC.get(dt, 1)
-    use_vec = _vec_ok([x, y], cols, vec, x.dtype.itemsize)
-    grid, block = _row_config(rows, _cdiv(cols, vec) if use_vec else cols, target.warp_size)
-    return [KernelOp(f"hipep_softmax_{dt}" + ("_vec" if use_vec else ""), grid, block,
-                     [ptr(x), ptr(y), SoftmaxArgs(rows, cols)], module="softmax")]
+def _softmax_bind(op_type: str, prefix: str):
+    def bind(ins, outs, attrs, target):
+        x, y = ins[0], outs[0]
+        dt = _dt(x.dtype, op_type)
+        rank = x.ndim
+        if rank == 0:
+            raise HipepError(f"{op_type}: input must have rank >= 1, got a scalar")
+        axis = _softmax_axis(attrs)
+        axis = axis + rank if axis < 0 else axis
+        if int(attrs.get(SINCE_VERSION, 13)) >= 13 and _prod(x.shape[axis + 1:]) != 1:
+            raise NoKernel(f"{op_type} over axis {axis} of a rank-{rank} input (only the last axis has a kernel)")
+        rows, cols = _prod(x.shape[:axis]), _prod(x.shape[axis:])
+        if rows * cols == 0:
+            return []
+        vec = _VEC.get(dt, 1)
+        use_vec = _vec_ok([x, y], cols, vec, x.dtype.itemsize)
+        grid, block = _row_config(rows, _cdiv(cols, vec) if use_vec else cols, target.warp_size)
+        return [KernelOp(f"{prefix}_{dt}" + ("_vec" if use_vec else ""), grid, block,
+                         [ptr(x), ptr(y), SoftmaxArgs(rows, cols)], module="softmax")]
+    return bind
+
+
+for _op, _prefix in (("Softmax", "hipep_softmax"), ("LogSoftmax", "hipep_log_softmax")):
+    _binding(f"::{_op}", check=_softmax_check, modules=("softmax",))(_softmax_bind(_op, _prefix))

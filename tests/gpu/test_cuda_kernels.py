@@ -97,16 +97,18 @@ def test_empty_axes_reduce_everything_or_nothing(rng):
 
 # ---- softmax ------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("elem", [F32, F16])
 @pytest.mark.parametrize("shape", [(2, 3, 8), (4, 12, 129), (2, 4096), (1, 32000), (3, 5, 1)])
-def test_softmax(rng, elem, shape):
-    model = make_model([n("Softmax", ["x"], ["y"], axis=-1, name="sm")], [tensor("x", elem, list(shape))],
+def test_softmax(rng, op, elem, shape):
+    model = make_model([n(op, ["x"], ["y"], axis=-1, name="sm")], [tensor("x", elem, list(shape))],
                        [tensor("y", elem, None)], opset=13)
     check(model, {"x": rand(rng, shape, elem, -8.0, 8.0)}, elem)
 
 
-def test_softmax_opset11_flattens_at_the_axis(rng):
-    model = make_model([n("Softmax", ["x"], ["y"], axis=1, name="sm")], [tensor("x", F32, [2, 3, 5])],
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_opset11_flattens_at_the_axis(rng, op):
+    model = make_model([n(op, ["x"], ["y"], axis=1, name="sm")], [tensor("x", F32, [2, 3, 5])],
                        [tensor("y", F32, None)], opset=11)
     check(model, {"x": rand(rng, (2, 3, 5), F32)})
 

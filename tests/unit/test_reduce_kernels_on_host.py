@@ -1,11 +1,11 @@
-"""kernels/reduce.hip runs on the CPU: g++ compiles the unchanged kernel source against the host
-stand-in for the CUDA headers (tests/unit/host_cuda: every GPU thread of a block a host thread,
-barriers and warp shuffles as the GPU has them), and the launches the reduction bindings give run
-block by block over host memory, compared with the op registry's references. Every reduction with
-a GPU kernel, over the layouts the binding tells apart: rows (the last axes; 16-byte loads where
-the row allows, and not), columns (inner axes), everything, and an empty reduced extent; f32, f16
-and the integer types where the op has integer kernels; warps of 32 and 64 lanes. Skipped without
-g++."""
+"""kernels/reduce.hip and kernels/softmax.hip run on the CPU: g++ compiles the unchanged kernel
+source against the host stand-in for the CUDA headers (tests/unit/host_cuda: every GPU thread of a
+block a host thread, barriers and warp shuffles as the GPU has them), and the launches the
+bindings give run block by block over host memory, compared with the op registry's references.
+Every reduction with a GPU kernel, over the layouts the binding tells apart: rows (the last axes;
+16-byte loads where the row allows, and not), columns (inner axes), everything, and an empty
+reduced extent; f32, f16 and the integer types where the op has integer kernels; warps of 32 and
+64 lanes. Softmax and LogSoftmax rows, one element at -inf. Skipped without g++."""
 from __future__ import annotations
 
 import shutil
@@ -105,3 +105,31 @@ def test_float_only_reductions_have_no_integer_kernel():
         why = gk.kernel_reason(f"::{op_type}", {"keepdims": 1}, ["int64", "int64"], [(3, 4), (1,)],
                                [None, np.array([1])])
         assert why is not None and "no kernel for cuda" in why, op_type
+
+
+@pytest.fixture(scope="module")
+def softmax_lib(tmp_path_factory):
+    return compile_module(tmp_path_factory.mktemp("softmax"), "softmax", 32), 32
+
+
+@pytest.mark.parametrize("op_type", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("shape", [(3, 8), (4, 129), (2, 1000), (5, 1)])
+def test_softmax_kernels_follow_the_reference(softmax_lib, op_type, shape):
+    built, warp = softmax_lib
+    rng = np.random.default_rng(shape[-1])
+    op = lookup("", op_type)
+    attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, "axis": -1, OUTPUT_COUNT: 1,
+             SINCE_VERSION: 13}
+    for dtype, tol in ((np.float32, dict(rtol=1e-5, atol=1e-6)), (np.float16, dict(rtol=1e-2, atol=1e-3))):
+        x = rng.uniform(-8, 8, shape).astype(dtype)
+        x[0, 0] = -np.inf  # a row with an infinitely unlikely element
+        (want,) = op.reference([x], attrs)
+        mem = HostMemory()
+        out, view = mem.put(np.full(want.shape, 7, want.dtype))
+        ops = gk.binding_for(f"::{op_type}").bind([mem.put(x)[0]], [gk.Arg(out.ptr, out.shape, out.dtype)], attrs,
+                                                 gk.Target(sm_count=4, warp_size=warp, scratch=lambda n: 0))
+        assert ops and all(o.entry.startswith("hipep_log_softmax" if op_type == "LogSoftmax" else "hipep_softmax_")
+                           for o in ops)
+        for o in ops:
+            launch(built, o)
+        np.testing.assert_allclose(view.astype(np.float64), want.astype(np.float64), err_msg=dtype.__name__, **tol)
