@@ -1,5 +1,6 @@
 // Softmax and LogSoftmax over the last axis (the runtime views the input as [rows, cols]; opsets
-// 1 and 11 flatten at `axis`, which is the same view).
+// 1 and 11 flatten at `axis`, which is the same view), and ReduceLogSumExp over the last axes
+// (the same first pass: max + log(sum of exp(x - max)) per row, one output each).
 //
 // One row per block of blockDim.x threads, or for short rows one row per warp with blockDim.y
 // rows per block. Two passes over the row: an online pass keeps each thread's running maximum m
@@ -93,6 +94,25 @@ HIPEP_DEVICE void hipep_softmax(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y, 
   }
 }
 
+template <typename T, int VEC>
+HIPEP_DEVICE void hipep_logsumexp(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y, const hipep_softmax_args a) {
+  __shared__ float scratch[2 * HIPEP_MAX_WARPS];
+  const hipep_i64 row = (hipep_i64)blockIdx.x * blockDim.y + threadIdx.y;
+  if (row >= a.rows) return;  // only when blockDim.x is one warp: no block barrier below
+  const T* px = x + row * a.cols;
+  const hipep_i64 nvec = a.cols / VEC;
+  typedef hipep_softmax_vec<T, VEC> V;
+  float m = -HIPEP_INF_F, s = 0.0f;
+  for (hipep_i64 i = threadIdx.x; i < nvec; i += blockDim.x) {
+    const V v = reinterpret_cast<const V*>(px)[i];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) hipep_online_add(m, s, hipep_to_float(v.v[k]));
+  }
+  for (hipep_i64 i = nvec * VEC + threadIdx.x; i < a.cols; i += blockDim.x) hipep_online_add(m, s, hipep_to_float(px[i]));
+  hipep_online_reduce(m, s, scratch);
+  if (threadIdx.x == 0) y[row] = hipep_from_float<T>(m + logf(s));  // an empty or all -inf row: -inf
+}
+
 #define HIPEP_SOFTMAX(NAME, T, VEC)                                                                   \
   HIPEP_KERNEL void hipep_softmax_##NAME(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y,             \
                                          const hipep_softmax_args a) {                                \
@@ -109,6 +129,14 @@ HIPEP_DEVICE void hipep_softmax(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y, 
   HIPEP_KERNEL void hipep_log_softmax_##NAME##_vec(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y,   \
                                                    const hipep_softmax_args a) {                      \
     hipep_softmax<T, VEC, true>(x, y, a);                                                             \
+  }                                                                                                   \
+  HIPEP_KERNEL void hipep_reduce_logsumexp_##NAME##_rows(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y, \
+                                                         const hipep_softmax_args a) {                \
+    hipep_logsumexp<T, 1>(x, y, a);                                                                   \
+  }                                                                                                   \
+  HIPEP_KERNEL void hipep_reduce_logsumexp_##NAME##_rows_vec(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y, \
+                                                             const hipep_softmax_args a) {            \
+    hipep_logsumexp<T, VEC>(x, y, a);                                                                 \
   }
 
 HIPEP_SOFTMAX(f32, float, 4)

@@ -1,5 +1,6 @@
 """GPU bindings of the reductions (ReduceSum, ReduceMean, ReduceMax, ReduceMin; for float types
-also ReduceProd, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum), Softmax and LogSoftmax: kernels/reduce.hip
+also ReduceProd, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, and ReduceLogSumExp over the
+last axes), Softmax and LogSoftmax: kernels/reduce.hip
 and kernels/softmax.hip, one row per warp or block (registered in hipep.runtime.gpu_kernels'
 table on import)."""
 from __future__ import annotations
@@ -173,3 +174,53 @@ def _softmax_bind(op_type: str, prefix: str):
 
 for _op, _prefix in (("Softmax", "hipep_softmax"), ("LogSoftmax", "hipep_log_softmax")):
     _binding(f"::{_op}", check=_softmax_check, modules=("softmax",))(_softmax_bind(_op, _prefix))
+
+
+# ReduceLogSumExp: kernels/softmax.hip's first pass (max, then the sum of exp(x - max)) per row, so
+# only over the last axes (any extents) or all of them.
+
+def _trailing_axes(rank: int, axes, noop: bool) -> bool | None:
+    """Whether `axes` are the last axes of a rank-`rank` input (None: the axes are unknown)."""
+    if axes is None:
+        return None
+    axes = sorted({int(a) + rank if int(a) < 0 else int(a) for a in axes})
+    if not axes:
+        return not noop  # no axes: everything, or (noop) nothing, which has no kernel here
+    return axes == list(range(rank - len(axes), rank))
+
+
+def _logsumexp_check(attrs, dtypes, shapes, values):
+    if not dtypes or _DT.get(dtypes[0]) not in ("f32", "f16", "bf16"):
+        return f"element type {dtypes[0] if dtypes else '?'}"
+    axes = attrs.get("axes")
+    if len(values) > 1 and values[1] is not None:
+        axes = [int(v) for v in np.asarray(values[1]).reshape(-1)]
+    elif len(dtypes) > 1 and dtypes[1]:
+        return None  # axes from an input whose value is known only at run time: checked when bound
+    x = shapes[0] if shapes else None
+    if x is None:
+        return None
+    trailing = _trailing_axes(len(x), axes if axes is not None else [], bool(attrs.get("noop_with_empty_axes", 0)))
+    return None if trailing else f"axes {axes} of a rank-{len(x)} input (only the last axes have a kernel)"
+
+
+@_binding("::ReduceLogSumExp", check=_logsumexp_check, reads_values=True, modules=("softmax",))
+def _logsumexp_bind(ins, outs, attrs, target):
+    x, y = ins[0], outs[0]
+    dt = _dt(x.dtype, "ReduceLogSumExp")
+    if dt not in ("f32", "f16", "bf16"):
+        raise NoKernel(f"ReduceLogSumExp on {x.dtype.name}")
+    axes = _values_or_attr(ins, 1, attrs, "axes") or []
+    if not _trailing_axes(x.ndim, axes, bool(attrs.get("noop_with_empty_axes", 0))):
+        raise NoKernel(f"ReduceLogSumExp over axes {list(axes)} of a rank-{x.ndim} input (only the last axes)")
+    k = len(set(int(a) % x.ndim for a in axes)) if axes else x.ndim
+    rows, cols = _prod(x.shape[:x.ndim - k]), _prod(x.shape[x.ndim - k:])
+    if y.size != rows:
+        raise HipepError(f"ReduceLogSumExp: output of {y.size} elements for a reduction to {rows}")
+    if rows == 0:
+        return []
+    vec = _VEC.get(dt, 1)
+    use_vec = _vec_ok([x], cols, vec, x.dtype.itemsize)
+    grid, block = _row_config(rows, _cdiv(cols, vec) if use_vec else max(cols, 1), target.warp_size)
+    return [KernelOp(f"hipep_reduce_logsumexp_{dt}_rows" + ("_vec" if use_vec else ""), grid, block,
+                     [ptr(x), ptr(y), SoftmaxArgs(rows, cols)], module="softmax")]

@@ -75,6 +75,15 @@ def test_reductions(rng, op, elem, axes, shape):
     check(model, {"x": rand(rng, shape, elem, lo, hi)}, elem)
 
 
+@pytest.mark.parametrize("elem", [F32, F16])
+@pytest.mark.parametrize("axes,shape", [([-1], (3, 5, 64)), ([1, 2], (4, 8, 33)), ([0, 1], (5, 7)), ([1], (2, 3000))])
+def test_log_sum_exp_over_the_last_axes(rng, elem, axes, shape):
+    model = make_model([n("ReduceLogSumExp", ["x", "axes"], ["y"], keepdims=0, name="lse")],
+                       [tensor("x", elem, list(shape))], [tensor("y", elem, None)],
+                       [init("axes", np.array(axes, np.int64))], opset=18)
+    check(model, {"x": rand(rng, shape, elem, -4.0, 4.0)}, elem)
+
+
 @pytest.mark.parametrize("elem", [I64, I32])
 def test_integer_sums_max_and_min(rng, elem):
     x = rng.integers(-50, 50, (4, 37)).astype(NP[elem])

@@ -133,3 +133,33 @@ def test_softmax_kernels_follow_the_reference(softmax_lib, op_type, shape):
         for o in ops:
             launch(built, o)
         np.testing.assert_allclose(view.astype(np.float64), want.astype(np.float64), err_msg=dtype.__name__, **tol)
+
+
+@pytest.mark.parametrize("shape,axes", [((3, 5, 64), [-1]), ((3, 5, 63), [1, 2]), ((2, 3000), [1]),
+                                        ((5, 7, 9), [0, 1, 2]), ((4, 6), []), ((3, 0), [1])])
+def test_logsumexp_over_the_last_axes_follows_the_reference(softmax_lib, shape, axes):
+    built, warp = softmax_lib
+    rng = np.random.default_rng(len(shape) + len(axes))
+    op = lookup("", "ReduceLogSumExp")
+    attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, "keepdims": 1, OUTPUT_COUNT: 1,
+             SINCE_VERSION: 18}
+    for dtype, tol in ((np.float32, dict(rtol=1e-5, atol=1e-5)), (np.float16, dict(rtol=1e-2, atol=1e-2))):
+        x = rng.uniform(-4, 4, shape).astype(dtype)
+        axes_value = np.array(axes, np.int64)
+        (want,) = op.reference([x, axes_value], attrs)
+        mem = HostMemory()
+        out, view = mem.put(np.full(want.shape, 7, want.dtype))
+        ops = gk.binding_for("::ReduceLogSumExp").bind(
+            [mem.put(x)[0], mem.put(axes_value)[0]], [gk.Arg(out.ptr, out.shape, out.dtype)], attrs,
+            gk.Target(sm_count=4, warp_size=warp, scratch=lambda n: 0))
+        for o in ops:
+            launch(built, o)
+        np.testing.assert_allclose(view.astype(np.float64), want.astype(np.float64), err_msg=dtype.__name__, **tol)
+
+
+def test_logsumexp_over_inner_axes_has_no_kernel():
+    why = gk.kernel_reason("::ReduceLogSumExp", {"keepdims": 1}, ["float32", "int64"], [(3, 4, 5), (1,)],
+                           [None, np.array([1])])
+    assert why is not None and "only the last axes" in why
+    assert gk.kernel_reason("::ReduceLogSumExp", {"keepdims": 1}, ["float32", "int64"], [(3, 4, 5), (2,)],
+                            [None, np.array([1, 2])]) is None
