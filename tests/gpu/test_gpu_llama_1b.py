@@ -37,24 +37,23 @@ def bench():
     return load_script("benchmarks/accuracy_1b.py", "accuracy_1b_benchmark")
 
 
-@pytest.fixture(scope="module")
-def folder():
+def _built(precision: str) -> str:
     from hipep.tools import model_zoo
 
     try:
-        return model_zoo.decoder("llama", "int4", size="1b")
+        return model_zoo.decoder("llama", precision, size="1b")
     except Exception as e:  # no builder on this machine and no cached model
-        pytest.skip(f"the ~1.1B int4 llama cannot be built here: {type(e).__name__}: {str(e)[:200]}")
+        pytest.skip(f"the ~1.1B {precision} llama cannot be built here: {type(e).__name__}: {str(e)[:200]}")
+
+
+@pytest.fixture(scope="module")
+def folder():
+    return _built("int4")
 
 
 @pytest.fixture(scope="module")
 def folder_f16():
-    from hipep.tools import model_zoo
-
-    try:
-        return model_zoo.decoder("llama", "int4-f16", size="1b")
-    except Exception as e:  # no builder on this machine and no cached model
-        pytest.skip(f"the ~1.1B int4-f16 llama cannot be built here: {type(e).__name__}: {str(e)[:200]}")
+    return _built("int4-f16")
 
 
 def _report(bench, folder, tmp_path, *args) -> dict:
