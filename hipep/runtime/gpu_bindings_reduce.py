@@ -1,8 +1,8 @@
 """GPU bindings of the reductions (ReduceSum, ReduceMean, ReduceMax, ReduceMin; for float types
 also ReduceProd, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, and ReduceLogSumExp over the
-last axes), Softmax and LogSoftmax: kernels/reduce.hip
-and kernels/softmax.hip, one row per warp or block (registered in hipep.runtime.gpu_kernels'
-table on import)."""
+last axes), Softmax and LogSoftmax: kernels/reduce.hip and kernels/softmax.hip, one row per warp
+or block; and CumSum, kernels/scan.hip (registered in hipep.runtime.gpu_kernels' table on
+import)."""
 from __future__ import annotations
 
 import ctypes
@@ -224,3 +224,42 @@ def _logsumexp_bind(ins, outs, attrs, target):
     grid, block = _row_config(rows, _cdiv(cols, vec) if use_vec else max(cols, 1), target.warp_size)
     return [KernelOp(f"hipep_reduce_logsumexp_{dt}_rows" + ("_vec" if use_vec else ""), grid, block,
                      [ptr(x), ptr(y), SoftmaxArgs(rows, cols)], module="softmax")]
+
+
+# CumSum: kernels/scan.hip, one thread per line along the axis, in the CPU EP's order ---------
+
+class ScanArgs(ctypes.Structure):
+    _fields_ = [("lines", ctypes.c_longlong), ("n", ctypes.c_longlong), ("inner", ctypes.c_longlong),
+                ("exclusive", ctypes.c_int), ("reverse", ctypes.c_int)]
+
+
+_SCAN_TYPES = ("f32", "f16", "i32", "i64")
+
+
+def _cumsum_check(attrs, dtypes, shapes, values):
+    if not dtypes or _DT.get(dtypes[0]) not in _SCAN_TYPES:
+        return f"element type {dtypes[0] if dtypes else '?'}"
+    if len(values) < 2 or values[1] is None:
+        return "an axis the host knows only at run time (not a constant)"
+    return None
+
+
+@_binding("::CumSum", check=_cumsum_check, reads_values=True, modules=("scan",))
+def _cumsum_bind(ins, outs, attrs, target):
+    x, y = ins[0], outs[0]
+    dt = _dt(x.dtype, "CumSum")
+    if dt not in _SCAN_TYPES:
+        raise NoKernel(f"CumSum on {x.dtype.name}")
+    if x.ndim == 0:
+        raise HipepError("CumSum: input must have rank >= 1, got a scalar")
+    (axis,) = _values_or_attr(ins, 1, attrs, "axis")
+    if not -x.ndim <= axis < x.ndim:
+        raise HipepError(f"CumSum: axis {axis} is out of range for an input of rank {x.ndim}")
+    axis %= x.ndim
+    outer, n, inner = _prod(x.shape[:axis]), int(x.shape[axis]), _prod(x.shape[axis + 1:])
+    if outer * n * inner == 0:
+        return []
+    grid, block = flat_config(outer * inner, target)
+    return [KernelOp(f"hipep_cumsum_{dt}", grid, block,
+                     [ptr(x), ptr(y), ScanArgs(outer * inner, n, inner, int(bool(attrs.get("exclusive", 0))),
+                                               int(bool(attrs.get("reverse", 0))))], module="scan")]

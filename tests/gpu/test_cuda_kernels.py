@@ -84,6 +84,19 @@ def test_log_sum_exp_over_the_last_axes(rng, elem, axes, shape):
     check(model, {"x": rand(rng, shape, elem, -4.0, 4.0)}, elem)
 
 
+@pytest.mark.parametrize("elem", [F32, F16, I64, I32])
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 1)])
+def test_cumsum(rng, elem, exclusive, reverse):
+    """Position ids from an attention mask (cumsum - 1, int64) and float lines in the CPU EP's
+    order: equal to its results."""
+    shape = (3, 40, 7)
+    model = make_model([n("CumSum", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse, name="scan")],
+                       [tensor("x", elem, list(shape))], [tensor("y", elem, None)],
+                       [init("axis", np.array(1, np.int64))], opset=14)
+    x = rng.integers(0, 2, shape).astype(NP[elem]) if elem in (I64, I32) else rand(rng, shape, elem)
+    check(model, {"x": x}, elem, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("elem", [I64, I32])
 def test_integer_sums_max_and_min(rng, elem):
     x = rng.integers(-50, 50, (4, 37)).astype(NP[elem])

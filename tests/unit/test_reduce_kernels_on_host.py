@@ -163,3 +163,40 @@ def test_logsumexp_over_inner_axes_has_no_kernel():
     assert why is not None and "only the last axes" in why
     assert gk.kernel_reason("::ReduceLogSumExp", {"keepdims": 1}, ["float32", "int64"], [(3, 4, 5), (2,)],
                             [None, np.array([1, 2])]) is None
+
+
+@pytest.fixture(scope="module")
+def scan_lib(tmp_path_factory):
+    return compile_module(tmp_path_factory.mktemp("scan"), "scan", 32), 32
+
+
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("shape,axis", [((1, 300), 1), ((4, 70, 6), 1), ((5, 7), 0), ((3, 4, 9), -1)])
+def test_cumsum_is_bit_identical_to_the_reference(scan_lib, shape, axis, exclusive, reverse):
+    """One thread adds a line in order, as the CPU EP does: f32 and f16 equal bit for bit,
+    integers wrapping in their type."""
+    built, _ = scan_lib
+    rng = np.random.default_rng(len(shape) * 7 + exclusive + 2 * reverse)
+    op = lookup("", "CumSum")
+    attrs = {"exclusive": exclusive, "reverse": reverse, OUTPUT_COUNT: 1, SINCE_VERSION: 14}
+    for dtype in (np.float32, np.float16, np.int32, np.int64):
+        if np.dtype(dtype).kind == "i":
+            x = rng.integers(-2**30, 2**30, shape).astype(dtype)  # int32 lines wrap
+        else:
+            x = (rng.uniform(-1, 1, shape) * np.exp2(rng.integers(-8, 8, shape))).astype(dtype)
+        axis_value = np.array(axis, np.int64)
+        (want,) = op.reference([x, axis_value], attrs)
+        mem = HostMemory()
+        out, view = mem.put(np.zeros(want.shape, want.dtype))
+        ops = gk.binding_for("::CumSum").bind([mem.put(x)[0], mem.put(axis_value)[0]],
+                                             [gk.Arg(out.ptr, out.shape, out.dtype)], attrs,
+                                             gk.Target(sm_count=4, warp_size=32, scratch=lambda n: 0))
+        for o in ops:
+            launch(built, o)
+        np.testing.assert_array_equal(view.view(np.uint8), want.view(np.uint8), err_msg=np.dtype(dtype).name)
+
+
+def test_cumsum_needs_a_constant_axis():
+    why = gk.kernel_reason("::CumSum", {}, ["float32", "int64"], [(3, 4), ()], [None, None])
+    assert why is not None and "not a constant" in why
+    assert gk.kernel_reason("::CumSum", {}, ["float32", "int64"], [(3, 4), ()], [None, np.array(1)]) is None
