@@ -234,14 +234,13 @@ class _Segment:
     that a launch whose arguments changed since the capture updates its node in `exec` in place
     instead of the whole segment being captured again."""
     __slots__ = ("nodes", "members", "value_nodes", "spans", "exec", "graph", "ops", "kernel_nodes", "captured",
-                 "last", "captures", "direct", "reads_values", "label", "bound")
+                 "last", "captures", "direct", "label", "bound")
 
     def __init__(self, nodes: list[int]):
         self.nodes = nodes
         self.members = set(nodes)
         self.value_nodes: list[int] = []  # launches whose binding reads values: bound again every run
         self.spans: dict[int, tuple[int, int]] = {}  # node -> (first, count) of its ops in `ops`
-        self.reads_values = False  # some launch's binding reads values
         self.label = ""
         self.bound = False  # every launch has been bound once
         self.exec = None
@@ -294,7 +293,6 @@ class _GraphState:
         for kind, seg in self.plan:
             if kind == "launch":
                 seg.value_nodes = [i for i in seg.nodes if self.nodes[i].reads_values]
-                seg.reads_values = bool(seg.value_nodes)
                 first, last = graph.nodes[seg.nodes[0]].label, graph.nodes[seg.nodes[-1]].label
                 seg.label = first if first == last else f"{first} .. {last}"
 
@@ -358,7 +356,7 @@ class GraphReplay:
         if stream.failed:
             return
         touched = dirty & seg.members if dirty else ()
-        rebind = not seg.bound or seg.reads_values or bool(touched)
+        rebind = not seg.bound or bool(seg.value_nodes) or bool(touched)
         if seg.exec is not None and seg.captured == seg.last:
             # the common cases: one call for the whole segment, after updating the nodes of the
             # few launches bound again (a decode step's mask length), if any changed
