@@ -133,66 +133,51 @@ HIPEP_DEVICE float hipep_fmax_nan(float a, float b) { return (a != a || a > b) ?
 HIPEP_DEVICE double hipep_dmax_nan(double a, double b) { return (a != a || a > b) ? a : b; }
 
 // ---- warp and block reductions -------------------------------------------------------------------
-// Butterfly shuffles leave the result in every lane of the warp.
+// Butterfly shuffles leave the result in every lane of the warp. `op(a, b)` combines two values
+// (a + b, a NaN-propagating max, ...); it must be commutative and associative up to the rounding
+// its callers accept, as the order is the butterfly's.
+
+template <typename T, typename Op> HIPEP_DEVICE T hipep_warp_reduce(T v, Op op) {
+#pragma unroll
+  for (int m = HIPEP_WARP_SIZE / 2; m > 0; m >>= 1) v = op(v, (T)HIPEP_SHFL_XOR(v, m));
+  return v;
+}
+
+// Block-wide over blockDim.x threads (one row per block): warps reduce by shuffles, warp 0
+// combines the per-warp partials (`identity` pads the missing warps). `scratch` holds
+// HIPEP_MAX_WARPS values; every thread gets the result. Safe to call repeatedly with the same
+// scratch (the trailing barrier).
+template <typename T, typename Op> HIPEP_DEVICE T hipep_block_reduce(T v, T* scratch, T identity, Op op) {
+  const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
+  const int warps = (blockDim.x + HIPEP_WARP_SIZE - 1) / HIPEP_WARP_SIZE;
+  v = hipep_warp_reduce(v, op);
+  if (warps == 1) return v;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  T r = lane < warps ? scratch[lane] : identity;
+  r = hipep_warp_reduce(r, op);
+  __syncthreads();
+  return r;
+}
 
 template <typename T> HIPEP_DEVICE T hipep_warp_sum(T v) {
-#pragma unroll
-  for (int m = HIPEP_WARP_SIZE / 2; m > 0; m >>= 1) v += HIPEP_SHFL_XOR(v, m);
-  return v;
+  return hipep_warp_reduce(v, [](T a, T b) { return a + b; });
 }
-
 HIPEP_DEVICE float hipep_warp_max(float v) {
-#pragma unroll
-  for (int m = HIPEP_WARP_SIZE / 2; m > 0; m >>= 1) v = hipep_fmax_nan(v, HIPEP_SHFL_XOR(v, m));
-  return v;
+  return hipep_warp_reduce(v, [](float a, float b) { return hipep_fmax_nan(a, b); });
 }
-
 HIPEP_DEVICE double hipep_warp_dmax(double v) {
-#pragma unroll
-  for (int m = HIPEP_WARP_SIZE / 2; m > 0; m >>= 1) v = hipep_dmax_nan(v, HIPEP_SHFL_XOR(v, m));
-  return v;
+  return hipep_warp_reduce(v, [](double a, double b) { return hipep_dmax_nan(a, b); });
 }
 
-// Block-wide reductions over blockDim.x threads (one row per block): warps reduce by shuffles,
-// warp 0 combines the per-warp partials. `scratch` holds HIPEP_MAX_WARPS values; every thread
-// gets the result. Safe to call repeatedly with the same scratch (the trailing barrier).
 template <typename T> HIPEP_DEVICE T hipep_block_sum(T v, T* scratch) {
-  const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
-  const int warps = (blockDim.x + HIPEP_WARP_SIZE - 1) / HIPEP_WARP_SIZE;
-  v = hipep_warp_sum(v);
-  if (warps == 1) return v;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  T r = lane < warps ? scratch[lane] : T(0);
-  r = hipep_warp_sum(r);
-  __syncthreads();
-  return r;
+  return hipep_block_reduce(v, scratch, T(0), [](T a, T b) { return a + b; });
 }
-
 HIPEP_DEVICE float hipep_block_max(float v, float* scratch) {
-  const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
-  const int warps = (blockDim.x + HIPEP_WARP_SIZE - 1) / HIPEP_WARP_SIZE;
-  v = hipep_warp_max(v);
-  if (warps == 1) return v;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float r = lane < warps ? scratch[lane] : -HIPEP_INF_F;
-  r = hipep_warp_max(r);
-  __syncthreads();
-  return r;
+  return hipep_block_reduce(v, scratch, -HIPEP_INF_F, [](float a, float b) { return hipep_fmax_nan(a, b); });
 }
-
 HIPEP_DEVICE double hipep_block_dmax(double v, double* scratch) {
-  const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
-  const int warps = (blockDim.x + HIPEP_WARP_SIZE - 1) / HIPEP_WARP_SIZE;
-  v = hipep_warp_dmax(v);
-  if (warps == 1) return v;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  double r = lane < warps ? scratch[lane] : -HIPEP_INF_D;
-  r = hipep_warp_dmax(r);
-  __syncthreads();
-  return r;
+  return hipep_block_reduce(v, scratch, -HIPEP_INF_D, [](double a, double b) { return hipep_dmax_nan(a, b); });
 }
 
 // ---- overlap with the previous kernel (programmatic dependent launch, NVIDIA sm_90+) -----------

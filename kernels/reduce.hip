@@ -101,44 +101,9 @@ template <typename A> HIPEP_DEVICE A hipep_reduce_post(A acc, int op, hipep_i64 
   return acc;
 }
 
-// A block's values combined with `op` (the operations block_sum / block_max do not cover).
-template <typename A> HIPEP_DEVICE A hipep_block_combine(A v, A* scratch, int op, A identity) {
-  const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
-  const int warps = (blockDim.x + HIPEP_WARP_SIZE - 1) / HIPEP_WARP_SIZE;
-#pragma unroll
-  for (int m = HIPEP_WARP_SIZE / 2; m > 0; m >>= 1) v = hipep_combine(v, HIPEP_SHFL_XOR(v, m), op);
-  if (warps == 1) return v;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  A r = lane < warps ? scratch[lane] : identity;
-#pragma unroll
-  for (int m = HIPEP_WARP_SIZE / 2; m > 0; m >>= 1) r = hipep_combine(r, HIPEP_SHFL_XOR(r, m), op);
-  __syncthreads();
-  return r;
-}
-
 // Integer max and min do not go through double (int64 values past 2^53 would round): they keep
 // the element type. MAXIMUM: max, else min.
 template <bool MAXIMUM, typename T> HIPEP_DEVICE T hipep_iextreme(T a, T b) { return MAXIMUM ? (b > a ? b : a) : (b < a ? b : a); }
-
-template <bool MAXIMUM, typename T> HIPEP_DEVICE T hipep_warp_iextreme(T v) {
-#pragma unroll
-  for (int m = HIPEP_WARP_SIZE / 2; m > 0; m >>= 1) v = hipep_iextreme<MAXIMUM>(v, (T)HIPEP_SHFL_XOR(v, m));
-  return v;
-}
-
-template <bool MAXIMUM, typename T> HIPEP_DEVICE T hipep_block_iextreme(T v, T* scratch, T identity) {
-  const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
-  const int warps = (blockDim.x + HIPEP_WARP_SIZE - 1) / HIPEP_WARP_SIZE;
-  v = hipep_warp_iextreme<MAXIMUM>(v);
-  if (warps == 1) return v;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  T r = lane < warps ? scratch[lane] : identity;
-  r = hipep_warp_iextreme<MAXIMUM>(r);
-  __syncthreads();
-  return r;
-}
 
 template <typename T> HIPEP_DEVICE T hipep_int_lowest();
 template <> HIPEP_DEVICE int hipep_int_lowest<int>() { return (int)(-2147483647 - 1); }
@@ -172,14 +137,7 @@ HIPEP_DEVICE void hipep_reduce_rows(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT
   }
   for (hipep_i64 i = nvec * VEC + threadIdx.x; i < a.r; i += blockDim.x)
     acc = hipep_combine(acc, hipep_reduce_pre(tr::widen(p[i]), OP), OP);
-  if (OP == HIPEP_MAX) {
-    if (sizeof(A) == 4) acc = (A)hipep_block_max((float)acc, (float*)scratch);
-    else acc = (A)hipep_block_dmax((double)acc, (double*)scratch);
-  } else if (OP == HIPEP_MIN || OP == HIPEP_PROD) {
-    acc = hipep_block_combine(acc, scratch, OP, init);
-  } else {
-    acc = hipep_block_sum(acc, scratch);
-  }
+  acc = hipep_block_reduce(acc, scratch, init, [](A x, A y) { return hipep_combine(x, y, OP); });
   if (threadIdx.x == 0) y[row] = tr::narrow(hipep_reduce_post(acc, OP, a.r));
 }
 
@@ -192,7 +150,7 @@ HIPEP_DEVICE void hipep_reduce_rows_iextreme(const T* HIPEP_RESTRICT x, T* HIPEP
   const T identity = hipep_int_identity<MAXIMUM, T>();
   T acc = identity;
   for (hipep_i64 i = threadIdx.x; i < a.r; i += blockDim.x) acc = hipep_iextreme<MAXIMUM>(acc, p[i]);
-  acc = hipep_block_iextreme<MAXIMUM>(acc, scratch, identity);
+  acc = hipep_block_reduce(acc, scratch, identity, [](T x, T y) { return hipep_iextreme<MAXIMUM>(x, y); });
   if (threadIdx.x == 0) y[row] = acc;
 }
 
