@@ -36,7 +36,6 @@ _ALL, _FLOATS = ("f32", "f16", "bf16", "i32", "i64"), ("f32", "f16", "bf16")
 _REDUCE_OPS = {"ReduceSum": ("sum", _ALL), "ReduceMean": ("mean", _ALL), "ReduceMax": ("max", _ALL),
                "ReduceMin": ("min", _ALL), "ReduceProd": ("prod", _FLOATS), "ReduceSumSquare": ("sumsq", _FLOATS),
                "ReduceL1": ("l1", _FLOATS), "ReduceL2": ("l2", _FLOATS), "ReduceLogSum": ("logsum", _FLOATS)}
-_REDUCE_TYPES = {op: types for op, (_, types) in _REDUCE_OPS.items()}
 
 
 def reduce_blocks(shape: Sequence[int], axes, noop: bool) -> tuple[int, int, int] | str:
@@ -64,9 +63,12 @@ def reduce_blocks(shape: Sequence[int], axes, noop: bool) -> tuple[int, int, int
     return outer, r, inner
 
 
-def _reduce_check(op_type):
+def _reduce_check(types, rows_only: bool = False):
+    """A reduction's claim check: element types in `types`, the reduced axes adjacent (and with
+    `rows_only`, the last ones: no axis kept after them), judged from placeholders where the
+    extents are not known."""
     def check(attrs, dtypes, shapes, values):
-        if not dtypes or _DT.get(dtypes[0]) not in _REDUCE_TYPES[op_type]:
+        if not dtypes or _DT.get(dtypes[0]) not in types:
             return f"element type {dtypes[0] if dtypes else '?'}"
         x = shapes[0] if shapes else None
         axes = attrs.get("axes")
@@ -75,13 +77,16 @@ def _reduce_check(op_type):
         elif len(dtypes) > 1 and dtypes[1] and axes is None:
             return None  # axes from an input whose value is known only at run time
         if x is None or any(d is None for d in x):
-            if x is not None and axes is not None and len(x) > 0:
-                # Adjacency does not depend on the extents unless some are 1: check with placeholders.
-                res = reduce_blocks([2] * len(x), axes, bool(attrs.get("noop_with_empty_axes", 0)))
-                return res if isinstance(res, str) else None
-            return None
+            if x is None or axes is None or len(x) == 0:
+                return None
+            # Adjacency does not depend on the extents unless some are 1: check with placeholders.
+            x = [2] * len(x)
         res = reduce_blocks(x, axes, bool(attrs.get("noop_with_empty_axes", 0)))
-        return res if isinstance(res, str) else None
+        if isinstance(res, str):
+            return res
+        if rows_only and res[2] != 1:
+            return f"axes {axes} of a rank-{len(x)} input (only the last axes have a kernel)"
+        return None
     return check
 
 
@@ -91,7 +96,7 @@ def _reduce_bind(op_type: str):
     def bind(ins, outs, attrs, target):
         x, y = ins[0], outs[0]
         dt = _dt(x.dtype, op_type)
-        if dt not in _REDUCE_TYPES[op_type]:
+        if dt not in _REDUCE_OPS[op_type][1]:
             raise NoKernel(f"{op_type} on {x.dtype.name}")
         axes = _values_or_attr(ins, 1, attrs, "axes")
         res = reduce_blocks(x.shape, axes or [], bool(attrs.get("noop_with_empty_axes", 0)))
@@ -119,7 +124,8 @@ def _reduce_bind(op_type: str):
 
 
 for _op in _REDUCE_OPS:
-    _binding(f"::{_op}", check=_reduce_check(_op), reads_values=True, modules=("reduce",))(_reduce_bind(_op))
+    _binding(f"::{_op}", check=_reduce_check(_REDUCE_OPS[_op][1]), reads_values=True, modules=("reduce",))(
+        _reduce_bind(_op))
 
 
 # Softmax --------------------------------------------------------------------------------------
@@ -177,44 +183,21 @@ for _op, _prefix in (("Softmax", "hipep_softmax"), ("LogSoftmax", "hipep_log_sof
 
 
 # ReduceLogSumExp: kernels/softmax.hip's first pass (max, then the sum of exp(x - max)) per row, so
-# only over the last axes (any extents) or all of them.
+# only where the reduced axes are the last ones (reduce_blocks' inner extent is 1).
 
-def _trailing_axes(rank: int, axes, noop: bool) -> bool | None:
-    """Whether `axes` are the last axes of a rank-`rank` input (None: the axes are unknown)."""
-    if axes is None:
-        return None
-    axes = sorted({int(a) + rank if int(a) < 0 else int(a) for a in axes})
-    if not axes:
-        return not noop  # no axes: everything, or (noop) nothing, which has no kernel here
-    return axes == list(range(rank - len(axes), rank))
-
-
-def _logsumexp_check(attrs, dtypes, shapes, values):
-    if not dtypes or _DT.get(dtypes[0]) not in ("f32", "f16", "bf16"):
-        return f"element type {dtypes[0] if dtypes else '?'}"
-    axes = attrs.get("axes")
-    if len(values) > 1 and values[1] is not None:
-        axes = [int(v) for v in np.asarray(values[1]).reshape(-1)]
-    elif len(dtypes) > 1 and dtypes[1]:
-        return None  # axes from an input whose value is known only at run time: checked when bound
-    x = shapes[0] if shapes else None
-    if x is None:
-        return None
-    trailing = _trailing_axes(len(x), axes if axes is not None else [], bool(attrs.get("noop_with_empty_axes", 0)))
-    return None if trailing else f"axes {axes} of a rank-{len(x)} input (only the last axes have a kernel)"
-
-
-@_binding("::ReduceLogSumExp", check=_logsumexp_check, reads_values=True, modules=("softmax",))
+@_binding("::ReduceLogSumExp", check=_reduce_check(_FLOATS, rows_only=True), reads_values=True,
+          modules=("softmax",))
 def _logsumexp_bind(ins, outs, attrs, target):
     x, y = ins[0], outs[0]
     dt = _dt(x.dtype, "ReduceLogSumExp")
-    if dt not in ("f32", "f16", "bf16"):
+    if dt not in _FLOATS:
         raise NoKernel(f"ReduceLogSumExp on {x.dtype.name}")
     axes = _values_or_attr(ins, 1, attrs, "axes") or []
-    if not _trailing_axes(x.ndim, axes, bool(attrs.get("noop_with_empty_axes", 0))):
-        raise NoKernel(f"ReduceLogSumExp over axes {list(axes)} of a rank-{x.ndim} input (only the last axes)")
-    k = len(set(int(a) % x.ndim for a in axes)) if axes else x.ndim
-    rows, cols = _prod(x.shape[:x.ndim - k]), _prod(x.shape[x.ndim - k:])
+    res = reduce_blocks(x.shape, axes, bool(attrs.get("noop_with_empty_axes", 0)))
+    if isinstance(res, str) or res[2] != 1:
+        raise NoKernel(res if isinstance(res, str) else
+                       f"ReduceLogSumExp over axes {list(axes)} of a rank-{x.ndim} input (only the last axes)")
+    rows, cols, _ = res
     if y.size != rows:
         raise HipepError(f"ReduceLogSumExp: output of {y.size} elements for a reduction to {rows}")
     if rows == 0:

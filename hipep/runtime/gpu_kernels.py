@@ -38,7 +38,7 @@ from .gpu_binding_core import (Arg, BINDINGS, Binding, BlasOp, CONCAT_MAX, COPY_
                                _cdiv, _dt, _pow2_at_least, _prod, _values_or_attr, _vec_ok, _word,
                                contiguous_strides, flat_config, merge_dims, ptr, row_config, strided_copy)
 # The families register their bindings on import, in this order (the order of modules()).
-from .gpu_bindings_reduce import (ReduceArgs, SoftmaxArgs, _REDUCE_TYPES, _reduce_bind, _reduce_check,  # noqa: F401
+from .gpu_bindings_reduce import (ReduceArgs, SoftmaxArgs, _reduce_bind, _reduce_check,  # noqa: F401
                                   _softmax_axis, _softmax_bind, _softmax_check, reduce_blocks)
 
 
