@@ -47,21 +47,24 @@ def _values(rng, op_type: str, shape, dtype):
     return rng.uniform(-2.0, 2.0, shape).astype(dtype)
 
 
-def _run(lib, op_type: str, x: np.ndarray, axes):
+def _launch_op(lib, op_type: str, inputs: list, attrs: dict):
+    """Binds ai.onnx `op_type` for `inputs` with `attrs` (the op's defaults filled in, one output)
+    and runs its launches on the host: (the output, the registry reference's, the launches)."""
     built, warp = lib
     op = lookup("", op_type)
-    attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, "keepdims": 1, OUTPUT_COUNT: 1,
-             SINCE_VERSION: 18}
-    axes = np.array(axes, np.int64)
-    (want,) = op.reference([x, axes], attrs)
+    attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, **attrs, OUTPUT_COUNT: 1}
+    (want,) = op.reference(list(inputs), attrs)
     mem = HostMemory()
-    ins = [mem.put(x)[0], mem.put(axes)[0]]
     out, view = mem.put(np.full(want.shape, 7, want.dtype))
-    ops = gk.binding_for(f"::{op_type}").bind(ins, [gk.Arg(out.ptr, out.shape, out.dtype)], attrs,
-                                             gk.Target(sm_count=4, warp_size=warp, scratch=lambda n: 0))
+    ops = gk.binding_for(f"::{op_type}").bind([mem.put(x)[0] for x in inputs], [gk.Arg(out.ptr, out.shape, out.dtype)],
+                                             attrs, gk.Target(sm_count=4, warp_size=warp, scratch=lambda n: 0))
     for o in ops:
         launch(built, o)
     return view, want, ops
+
+
+def _run(lib, op_type: str, x: np.ndarray, axes):
+    return _launch_op(lib, op_type, [x, np.array(axes, np.int64)], {"keepdims": 1, SINCE_VERSION: 18})
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
@@ -115,45 +118,23 @@ def softmax_lib(tmp_path_factory):
 @pytest.mark.parametrize("op_type", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("shape", [(3, 8), (4, 129), (2, 1000), (5, 1)])
 def test_softmax_kernels_follow_the_reference(softmax_lib, op_type, shape):
-    built, warp = softmax_lib
     rng = np.random.default_rng(shape[-1])
-    op = lookup("", op_type)
-    attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, "axis": -1, OUTPUT_COUNT: 1,
-             SINCE_VERSION: 13}
     for dtype, tol in ((np.float32, dict(rtol=1e-5, atol=1e-6)), (np.float16, dict(rtol=1e-2, atol=1e-3))):
         x = rng.uniform(-8, 8, shape).astype(dtype)
         x[0, 0] = -np.inf  # a row with an infinitely unlikely element
-        (want,) = op.reference([x], attrs)
-        mem = HostMemory()
-        out, view = mem.put(np.full(want.shape, 7, want.dtype))
-        ops = gk.binding_for(f"::{op_type}").bind([mem.put(x)[0]], [gk.Arg(out.ptr, out.shape, out.dtype)], attrs,
-                                                 gk.Target(sm_count=4, warp_size=warp, scratch=lambda n: 0))
+        view, want, ops = _launch_op(softmax_lib, op_type, [x], {"axis": -1, SINCE_VERSION: 13})
         assert ops and all(o.entry.startswith("hipep_log_softmax" if op_type == "LogSoftmax" else "hipep_softmax_")
                            for o in ops)
-        for o in ops:
-            launch(built, o)
         np.testing.assert_allclose(view.astype(np.float64), want.astype(np.float64), err_msg=dtype.__name__, **tol)
 
 
 @pytest.mark.parametrize("shape,axes", [((3, 5, 64), [-1]), ((3, 5, 63), [1, 2]), ((2, 3000), [1]),
                                         ((5, 7, 9), [0, 1, 2]), ((4, 6), []), ((3, 0), [1])])
 def test_logsumexp_over_the_last_axes_follows_the_reference(softmax_lib, shape, axes):
-    built, warp = softmax_lib
     rng = np.random.default_rng(len(shape) + len(axes))
-    op = lookup("", "ReduceLogSumExp")
-    attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, "keepdims": 1, OUTPUT_COUNT: 1,
-             SINCE_VERSION: 18}
     for dtype, tol in ((np.float32, dict(rtol=1e-5, atol=1e-5)), (np.float16, dict(rtol=1e-2, atol=1e-2))):
         x = rng.uniform(-4, 4, shape).astype(dtype)
-        axes_value = np.array(axes, np.int64)
-        (want,) = op.reference([x, axes_value], attrs)
-        mem = HostMemory()
-        out, view = mem.put(np.full(want.shape, 7, want.dtype))
-        ops = gk.binding_for("::ReduceLogSumExp").bind(
-            [mem.put(x)[0], mem.put(axes_value)[0]], [gk.Arg(out.ptr, out.shape, out.dtype)], attrs,
-            gk.Target(sm_count=4, warp_size=warp, scratch=lambda n: 0))
-        for o in ops:
-            launch(built, o)
+        view, want, _ = _run(softmax_lib, "ReduceLogSumExp", x, axes)
         np.testing.assert_allclose(view.astype(np.float64), want.astype(np.float64), err_msg=dtype.__name__, **tol)
 
 
@@ -175,24 +156,14 @@ def scan_lib(tmp_path_factory):
 def test_cumsum_is_bit_identical_to_the_reference(scan_lib, shape, axis, exclusive, reverse):
     """One thread adds a line in order, as the CPU EP does: f32 and f16 equal bit for bit,
     integers wrapping in their type."""
-    built, _ = scan_lib
     rng = np.random.default_rng(len(shape) * 7 + exclusive + 2 * reverse)
-    op = lookup("", "CumSum")
-    attrs = {"exclusive": exclusive, "reverse": reverse, OUTPUT_COUNT: 1, SINCE_VERSION: 14}
+    attrs = {"exclusive": exclusive, "reverse": reverse, SINCE_VERSION: 14}
     for dtype in (np.float32, np.float16, np.int32, np.int64):
         if np.dtype(dtype).kind == "i":
             x = rng.integers(-2**30, 2**30, shape).astype(dtype)  # int32 lines wrap
         else:
             x = (rng.uniform(-1, 1, shape) * np.exp2(rng.integers(-8, 8, shape))).astype(dtype)
-        axis_value = np.array(axis, np.int64)
-        (want,) = op.reference([x, axis_value], attrs)
-        mem = HostMemory()
-        out, view = mem.put(np.zeros(want.shape, want.dtype))
-        ops = gk.binding_for("::CumSum").bind([mem.put(x)[0], mem.put(axis_value)[0]],
-                                             [gk.Arg(out.ptr, out.shape, out.dtype)], attrs,
-                                             gk.Target(sm_count=4, warp_size=32, scratch=lambda n: 0))
-        for o in ops:
-            launch(built, o)
+        view, want, _ = _launch_op(scan_lib, "CumSum", [x, np.array(axis, np.int64)], attrs)
         np.testing.assert_array_equal(view.view(np.uint8), want.view(np.uint8), err_msg=np.dtype(dtype).name)
 
 
