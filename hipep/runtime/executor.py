@@ -169,15 +169,15 @@ class Executor:
         finally:
             if not ok:
                 context.stream.discard()
-            tally = context.tally.values
-            tally[0] += spec.launches
-            tally[1 if not hit else 2] += 1
-            tally[3] += spec.reads
-            tally[4] += device.kernel_ns(stream)
+            tally, T = context.tally.values, counters.Tally
+            tally[T.LAUNCHES] += spec.launches
+            tally[T.HITS if hit else T.SPECIALIZATIONS] += 1
+            tally[T.HOST_READS] += spec.reads
+            tally[T.KERNEL_NS] += device.kernel_ns(stream)
             direct, graphs, updates = device.issue_counts(stream)
-            tally[5] += direct
-            tally[6] += graphs
-            tally[7] += updates
+            tally[T.DIRECT] += direct
+            tally[T.GRAPHS] += graphs
+            tally[T.NODE_UPDATES] += updates
             self._contexts.append(context)
 
     def _check_inputs(self, inputs):
