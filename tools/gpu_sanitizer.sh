@@ -31,7 +31,10 @@
 #   SANITIZER_FILES="test_gpu_linalg.py test_gpu_decoders.py ...": one pass per file of tests/gpu
 #   (each with SANITIZER_TIMEOUT, its own logs <tool>.<file>.* and summary line), so that a pass
 #   that runs out of time loses one file, not the rest. A stopped pass reports the tests that had
-#   passed by then.
+#   passed by then. SANITIZER_JOBS=N runs up to N passes at once (default 1): the sanitizer's cost
+#   is mostly host-side instrumentation and bookkeeping of one process, and a GPU machine has the
+#   cores and the device memory for several. Tests that measure device-wide memory (cuMemGetInfo)
+#   are not meaningful beside other processes; deselect them with -k when running passes at once.
 set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 py="${PYTHON:-python3}"
@@ -101,15 +104,25 @@ run_pass() {  # tool, name of the pass (logs), pytest targets and arguments...
   [ "$rc" -eq 0 ] || status=1
 }
 
+# Passes run at once write their outcome to a file each (a background job's variables die with it).
+jobs_max="${SANITIZER_JOBS:-1}"
+start_pass() {  # same arguments as run_pass
+  if [ "$jobs_max" -le 1 ]; then run_pass "$@"; return; fi
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
+  ( status=0; run_pass "$@"; echo "$status" >"$logs/$2.status" ) &
+}
+
 pytest_args=("$@")
 for tool in $tools; do
   if [ -n "${SANITIZER_FILES:-}" ]; then
     for file in $SANITIZER_FILES; do
-      run_pass "$tool" "$tool.${file%.py}" "$repo/tests/gpu/$file"
+      start_pass "$tool" "$tool.${file%.py}" "$repo/tests/gpu/$file"
     done
   else
-    run_pass "$tool" "$tool" "$repo/tests/gpu"
+    start_pass "$tool" "$tool" "$repo/tests/gpu"
   fi
 done
+wait
+if grep -qsv "^0$" "$logs"/*.status; then status=1; fi
 say "logs in $logs"
 exit $status
