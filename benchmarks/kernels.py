@@ -7,6 +7,8 @@ Workloads (single-op ONNX models through hipep.InferenceSession(device="cuda")):
   4096, and the ~1.1B llama's shapes (qkv 2048→3072, o 2048→2048, gate and up 2048→8192, down
   8192→2048, lm_head 2048→32000), with fp16 activations (accuracy level 0) and fp32 ones at
   accuracy level 4 (what the builder's int4 CPU-target model, benchmarks/decode.py's, carries).
+* MatMul GEMV (family `matmul`): a float decode row (M = 1) times a 4096 x 4096 fp16 or fp32
+  weight, on hipep's own GEMV (HIPEP_GEMM=own for the run), gated like the int4 GEMV.
 * GroupQueryAttention decode at a 4k context (and at 256, the decode benchmark's length): 32 query
   heads over 8 KV heads of 64, fp16, packed QKV with rotary as the builder emits it, past and
   present bound to one shared buffer.
@@ -29,11 +31,11 @@ from CUDA events recorded around each run's replay (the run's kernels from first
 end; the staging copies of host inputs are outside), divided by the runs and the R copies. Inputs
 and outputs are bound with IOBinding, on device OrtValues when ORT can allocate them through hipep,
 else on host memory (the results file says which). Every workload's outputs are compared with ORT's
-CPU EP once. Gates: int4 GEMV and the norms at ≥ 50 % of the copy bandwidth.
+CPU EP once. Gates: int4 and float GEMV and the norms at ≥ 50 % of the copy bandwidth.
 
 Writes benchmarks/results/<date>-kernels-<gpu>.md and .png (the plot needs matplotlib).
 
-    python benchmarks/kernels.py [--quick] [--only gemv,gqa,norm,softmax] [--host-io] [--out DIR]
+    python benchmarks/kernels.py [--quick] [--only gemv,matmul,gqa,norm,softmax] [--host-io] [--out DIR]
 """
 from __future__ import annotations
 
@@ -55,7 +57,8 @@ RESULTS = os.path.join(ROOT, "benchmarks", "results")
 GATE = 0.5  # fraction of the copy bandwidth the gated rows must reach
 MAX_COPIES = 64
 BLOCK = 32  # MatMulNBits block size, as the builder quantizes
-FAMILIES = ("gemv", "copy", "gqa", "norm", "softmax")
+FAMILIES = ("gemv", "matmul", "copy", "gqa", "norm", "softmax")
+MATMUL_SHAPE = (4096, 4096)  # the float GEMV's K and N
 
 # (name, K, N): the ~1.1B llama's projections (model_zoo size '1b') and a square reference
 GEMV_SHAPES = (("4096x4096", 4096, 4096), ("qkv", 2048, 3072), ("o", 2048, 2048), ("gate/up", 2048, 8192),
@@ -77,6 +80,7 @@ class Workload:
     copies: int
     gated: bool  # whether the gate applies (by family)
     limit: float  # outputs' relative L2 error against the CPU EP
+    env: dict = dataclasses.field(default_factory=dict)  # environment the session is made under
 
     @property
     def working_set(self) -> int:
@@ -129,6 +133,25 @@ def gemv_bytes(k: int, n: int, dtype) -> int:
     size = np.dtype(dtype).itemsize
     blocks = k // BLOCK
     return n * blocks * (BLOCK // 2) + n * blocks * size + k * size + n * size
+
+
+def matmul_gemv(k: int, n: int, dtype, l2: int, rng) -> Workload:
+    """R MatMul nodes, each a float decode row [1, 1, K] times a weight [K, N] of its own."""
+    from onnx import helper, numpy_helper
+
+    size = np.dtype(dtype).itemsize
+    node_bytes = (k * n + k + n) * size
+    copies = _copies(node_bytes, l2)
+    nodes, inits, outs = [], [], []
+    for i in range(copies):
+        w = (rng.standard_normal((k, n), dtype=np.float32) / math.sqrt(k)).astype(dtype)
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes.append(helper.make_node("MatMul", ["a", f"w{i}"], [f"y{i}"], name=f"matmul{i}"))
+        outs.append(helper.make_tensor_value_info(f"y{i}", _elem(dtype), [1, 1, n]))
+    a = rng.uniform(-1, 1, (1, 1, k)).astype(dtype)
+    model = _model(nodes, [helper.make_tensor_value_info("a", _elem(dtype), [1, 1, k])], outs, inits)
+    return Workload("MatMul GEMV", f"{k}x{n} {np.dtype(dtype).name} (hipep's own GEMV)", model, {"a": a}, {},
+                    node_bytes, copies, True, 1e-2 if dtype == np.float16 else 1e-5, {"HIPEP_GEMM": "own"})
 
 
 def copy_floor(name: str, k: int, n: int, l2: int, rng) -> Workload:
@@ -247,6 +270,9 @@ def workloads(families, l2: int, quick: bool, context: int, seed: int = 0):
         for dtype in (np.float16, np.float32):
             for name, k, n in shapes:
                 yield lambda name=name, k=k, n=n, dtype=dtype: gemv(name, k, n, dtype, l2, rng)
+    if "matmul" in families:
+        for dtype in (np.float16, np.float32):
+            yield lambda dtype=dtype: matmul_gemv(*MATMUL_SHAPE, dtype, l2, rng)
     if "copy" in families:
         for name, k, n in (GEMV_SHAPES[:2] if quick else GEMV_SHAPES):
             yield lambda name=name, k=k, n=n: copy_floor(name, k, n, l2, rng)
@@ -322,6 +348,19 @@ def _stats() -> tuple[int, int, int, int]:
 
 
 def measure(w: Workload, place: gh.Placement, device_id: int, seconds: float, device: str = "cuda") -> dict:
+    saved = {name: os.environ.get(name) for name in w.env}
+    os.environ.update(w.env)
+    try:
+        return _measure(w, place, device_id, seconds, device)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _measure(w: Workload, place: gh.Placement, device_id: int, seconds: float, device: str) -> dict:
     import hipep
 
     row = {"family": w.family, "label": w.label, "copies": w.copies, "node_bytes": w.node_bytes,

@@ -70,7 +70,19 @@ count_errors() {  # the logs' name prefix (<tool> or <tool>.<file>)
   warnings=${race#* }
   # racecheck may print an ERROR SUMMARY as well: its own summary, where there is one, counts
   if grep -qs "RACECHECK SUMMARY" "$logs/$prefix".*.log; then errors=${race% *}; fi
-  echo "$errors errors, $warnings warnings"
+  echo "$errors errors, $warnings warnings$(api_errors "$prefix")"
+}
+
+# The errors that are refused driver calls rather than faults in a kernel ("Program hit
+# CUDA_ERROR_... on CUDA API call to cuX"), by call and error: the tests provoke some on purpose
+# (a launch the driver refuses), and cuda-bindings looks up driver entry points that an older
+# driver lacks. Kernel errors are the rest.
+api_errors() {
+  local found
+  found=$(cat "$logs/$1".*.log 2>/dev/null | grep -oE "Program hit [A-Z_]+ .* on CUDA API call to [A-Za-z0-9_]+" \
+    | sed -E 's/Program hit ([A-Z_]+) .* on CUDA API call to ([A-Za-z0-9_]+)/\2 \1/' | sort | uniq -c \
+    | awk '{printf "%s%s %s x%d", (NR > 1 ? ", " : ""), $2, $3, $1}')
+  [ -z "$found" ] || echo " (API errors: $found)"
 }
 
 # Tests that passed before a pass was stopped: pytest -q's progress characters ('.' a pass).

@@ -297,7 +297,11 @@ class CudaDevice(GraphReplay, Device):
         if nbytes <= 0:
             return
         self._current()
-        _check(_driver().cuMemcpy(dst.ptr + dst_offset, src.ptr + src_offset, nbytes), "cuMemcpy")
+        d = _driver()
+        # cuMemcpy between device allocations returns before the copy ends, and work queued next
+        # on a non-blocking stream does not wait for the legacy stream it ran on: finish it here.
+        _check(d.cuMemcpyAsync(dst.ptr + dst_offset, src.ptr + src_offset, nbytes, d.CUstream(0)), "cuMemcpyAsync")
+        _check(d.cuStreamSynchronize(d.CUstream(0)), "cuStreamSynchronize")
 
     def copy_async(self, stream: CudaStream, dst: Any, src: Any, label: str = "copy") -> None:
         if dst.nbytes != src.nbytes:

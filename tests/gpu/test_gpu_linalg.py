@@ -219,49 +219,6 @@ def test_skip_layer_norm_long_rows_output_only(rng, elem):
           NORM_TOL[elem])
 
 
-# ---- the GEMV at memory bandwidth -----------------------------------------------------------------
-
-@pytest.mark.parametrize("elem", [F32, F16])
-def test_gemv_reaches_half_the_copy_bandwidth(rng, elem, monkeypatch):
-    """Decode's linear layer (M = 1, W [4096, 4096] read once) on hipep's own GEMV: at least half
-    the device-to-device copy's bandwidth (read + write counted), timed with CUDA events around
-    repeated launches of the bound kernels."""
-    monkeypatch.setenv("HIPEP_GEMM", "own")
-    from hipep.runtime import cuda as cu
-    from hipep.runtime import gpu_kernels as gk
-
-    dev = cu.get_device(0)
-    d = cu._driver()
-    k = nn = 4096
-    dt = NP[elem]
-    mem = [dev.alloc("device", s) for s in (k * 4, k * nn * 4, nn * 4, 2 * k * nn * 4)]
-    x, w, y = (cu.DeviceArray(m, m.ptr, s, dt) for m, s in zip(mem, [(1, k), (k, nn), (1, nn)]))
-    stream = dev.new_stream()
-    # bound as a session binds it: with the stream's workspace (the GEMV may split K)
-    ops = gk.binding_for("::MatMul").bind([dev._arg(x), dev._arg(w)], [dev._arg(y)], {}, dev.stream_target(stream))
-    launches = [dev._ready(o) for o in ops]
-    assert launches[0].entry.startswith("hipep_gemv_n")
-    start, end = stream.timing_events()
-
-    def timed(work, reps=50):
-        for _ in range(3):
-            work()
-        d.cuEventRecord(start, stream.handle)
-        for _ in range(reps):
-            work()
-        d.cuEventRecord(end, stream.handle)
-        stream.sync()
-        return cu._check(d.cuEventElapsedTime(start, end), "cuEventElapsedTime") / reps
-
-    gemv_ms = timed(lambda: [op.issue(stream, "gemv") for op in launches])
-    half = k * nn * np.dtype(dt).itemsize
-    copy_ms = timed(lambda: d.cuMemcpyAsync(mem[3].ptr + half, mem[3].ptr, half, stream.handle))
-    gemv_gbs = k * nn * np.dtype(dt).itemsize / gemv_ms / 1e6
-    copy_gbs = 2 * half / copy_ms / 1e6
-    print(f"gemv {elem}: {gemv_gbs:.0f} GB/s, copy {copy_gbs:.0f} GB/s")
-    assert gemv_gbs >= 0.5 * copy_gbs
-
-
 def test_auto_mode_takes_cublaslt_for_large_products_and_it_is_faster(rng, monkeypatch):
     """HIPEP_GEMM=auto binds a 1024 x 4096 x 4096 f16 product to cuBLASLt (when it loads) and a
     decode row to hipep's GEMV; cuBLASLt is faster than the own tiled kernel there."""
