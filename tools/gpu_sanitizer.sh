@@ -26,7 +26,8 @@
 #     1800) bounds each pass; a pass that runs out reports "timed out" in the summary.
 #
 # usage: tools/gpu_sanitizer.sh [extra pytest arguments, e.g. -k norm]
-#   SANITIZER_TOOLS="memcheck racecheck synccheck" (default), COMPUTE_SANITIZER (default
+#   SANITIZER_TOOLS="memcheck racecheck synccheck" (default), SANITIZER_TEST_TIMEOUT (seconds of
+#   one test before its threads' stacks are dumped, default 120), COMPUTE_SANITIZER (default
 #   /usr/local/cuda/bin/compute-sanitizer, else the one on PATH), PYTHON (default python3);
 #   SANITIZER_FILES="test_gpu_linalg.py test_gpu_decoders.py ...": one pass per file of tests/gpu
 #   (each with SANITIZER_TIMEOUT, its own logs <tool>.<file>.* and summary line), so that a pass
@@ -43,6 +44,9 @@ mkdir -p "$logs"
 logs="$(cd "$logs" && pwd)"
 tools="${SANITIZER_TOOLS:-memcheck racecheck synccheck}"
 timeout_s="${SANITIZER_TIMEOUT:-1800}"
+# A test running longer than this under the sanitizer gets every thread's Python stack written to
+# its pytest log (pytest's faulthandler_timeout): a hang and a slow test then look different.
+test_timeout="${SANITIZER_TEST_TIMEOUT:-120}"
 sanitizer="${COMPUTE_SANITIZER:-/usr/local/cuda/bin/compute-sanitizer}"
 [ -x "$sanitizer" ] || sanitizer="$(command -v compute-sanitizer || true)"
 say() { echo "== gpu_sanitizer: $*" | tee -a "$logs/summary.txt"; }
@@ -101,7 +105,8 @@ run_pass() {  # tool, name of the pass (logs), pytest targets and arguments...
   timeout --signal=TERM --kill-after=60 "$timeout_s" \
     "$sanitizer" --tool "$tool" --target-processes all --print-limit 200 --error-exitcode 86 \
       --log-file "$logs/$name.%p.log" \
-      "$py" -P -m pytest "$@" -m gpu -p no:cacheprovider -q -rfEs "${pytest_args[@]}" \
+      "$py" -P -m pytest "$@" -m gpu -p no:cacheprovider -q -rfEs -o "faulthandler_timeout=$test_timeout" \
+      "${pytest_args[@]}" \
     >"$logs/$name-pytest.log" 2>&1
   rc=$?
   took=$(( $(date +%s) - start ))
