@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import RuntimeShapeError
 from ._common import (at, elem_of, input_rank, kernel, normalize_axis, product, pshape_str, result, shape_of,
                       shape_rule, shape_str, tensor_type)
-from .elementwise import erf
+from . import pointwise as pw
 from .mlas import _rms_rows, _seq_sum
 from .registry import F32, FLOATS, OpDef, register
 
@@ -236,14 +236,6 @@ _HALF, _ONE = f32(0.5), f32(1.0)
 _INV_SQRT2 = f32(f32(1.0) / f32(np.sqrt(2.0)))
 
 
-def _tanh32(v):
-    return np.tanh(v.astype(f64)).astype(f32)
-
-
-def _sigmoid32(v):
-    return (1.0 / (1.0 + np.exp(-v.astype(f64)))).astype(f32)
-
-
 def _check_bias(op_type, x_shape, b_shape, name="bias"):
     if len(x_shape) < 1:
         raise RuntimeShapeError(f"{op_type}: input must have rank >= 1, got a scalar")
@@ -253,42 +245,58 @@ def _check_bias(op_type, x_shape, b_shape, name="bias"):
                                 f"({pshape_str(x_shape)}), got shape {pshape_str(b_shape)}")
 
 
-@kernel("FastGelu")
-def _fast_gelu(inputs, attrs):
-    x, bias = inputs[0], at(inputs, 1)
-    _check_bias("FastGelu", x.shape, None if bias is None else bias.shape)
-    v = x.astype(f32)
-    if bias is not None:
-        v = (v + bias.astype(f32)).astype(f32)
-    if x.dtype == f32:  # ORT's f32 kernel
-        t = (v * ((_C * v).astype(f32) * v + _B).astype(f32)).astype(f32)
-        y = ((_HALF * v).astype(f32) * (_tanh32(t) + _ONE).astype(f32)).astype(f32)
-        return [result(y, f32)]
-    # f16: the schema's function body, run in f32 with f16 constants
-    t = (v * (_B16 + (_C16 * (v * v).astype(f32)).astype(f32)).astype(f32)).astype(f32)
-    y = (_HALF * (v * (_ONE + _tanh32(t)).astype(f32)).astype(f32)).astype(f32)
-    return [result(y, x.dtype)]
+def _gelu_operands(operands, n_required: int) -> str | None:
+    """The element type the GELU expressions compute for (f32, f16, bf16), or None where an input's
+    type differs from the first's."""
+    dtype = operands[0].dtype.name
+    if dtype not in (pw.F32, pw.F16, pw.BF16):
+        return None
+    present = [o for o in operands[:max(n_required, len(operands))] if o is not None]
+    return dtype if all(o.dtype.name == dtype for o in present) else None
 
 
-@kernel("QuickGelu")
-def _quick_gelu(inputs, attrs):
-    x = inputs[0]
-    alpha = f32(attrs["alpha"])
-    if x.dtype != f32:  # f16: the function body's alpha constant is f16
-        alpha = f32(np.float16(alpha))
-    v = x.astype(f32)
-    y = (v * _sigmoid32((alpha * v).astype(f32))).astype(f32)
-    return [result(y, x.dtype)]
+def _f64_call(b: pw.Builder, prim: str, v):
+    """prim(v) computed in f64 and rounded to f32 (the references' tanh, exp and erf)."""
+    return b.cast(b.call(prim, b.cast(v, pw.F64)), pw.F32)
 
 
-@kernel("BiasGelu")
-def _bias_gelu(inputs, attrs):
-    a, b = inputs
-    _check_bias("BiasGelu", a.shape, b.shape, "B")
-    v = (a.astype(f32) + b.astype(f32)).astype(f32)
-    e = erf((v * _INV_SQRT2).astype(f32)).astype(f32)
-    y = ((v * _HALF).astype(f32) * (e + _ONE).astype(f32)).astype(f32)
-    return [result(y, a.dtype)]
+def _fast_gelu_expr(operands, attrs):
+    dtype = _gelu_operands(operands, 1)
+    if dtype is None:
+        return None
+    b = pw.Builder(operands)
+    v = b.cast(b.input(0), pw.F32)
+    if len(operands) > 1 and operands[1] is not None:
+        v = v + b.cast(b.input(1), pw.F32)
+    if dtype == pw.F32:  # ORT's f32 kernel
+        t = v * ((_C * v) * v + _B)
+        y = (_HALF * v) * (_f64_call(b, "tanh", t) + _ONE)
+    else:  # f16, bf16: the schema's function body, run in f32 with f16 constants
+        t = v * (_B16 + _C16 * (v * v))
+        y = _HALF * (v * (_ONE + _f64_call(b, "tanh", t)))
+    return b.build(b.cast(y, dtype))
+
+
+def _quick_gelu_expr(operands, attrs):
+    dtype = _gelu_operands(operands, 1)
+    if dtype is None:
+        return None
+    alpha = f32(attrs["alpha"]) if dtype == pw.F32 else f32(np.float16(attrs["alpha"]))  # f16: the body's constant
+    b = pw.Builder(operands)
+    v = b.cast(b.input(0), pw.F32)
+    u = b.cast(alpha * v, pw.F64)
+    sigmoid = b.cast(1.0 / (1.0 + b.exp(-u)), pw.F32)
+    return b.build(b.cast(v * sigmoid, dtype))
+
+
+def _bias_gelu_expr(operands, attrs):
+    dtype = _gelu_operands(operands, 2)
+    if dtype is None:
+        return None
+    b = pw.Builder(operands)
+    v = b.cast(b.input(0), pw.F32) + b.cast(b.input(1), pw.F32)
+    e = _f64_call(b, "erf", v * _INV_SQRT2)
+    return b.build(b.cast((v * _HALF) * (e + _ONE), dtype))
 
 
 def _gelu_shape(op_type: str, bias_pos: int | None, name="bias"):
@@ -304,9 +312,13 @@ def _gelu_shape(op_type: str, bias_pos: int | None, name="bias"):
     return rule
 
 
-register(OpDef("FastGelu", (1,), ("T", "T"), ("T",), {"T": FLOATS}, _fast_gelu, domain=MS,
-               min_inputs=1, shape_rule=_gelu_shape("FastGelu", 1)))
-register(OpDef("QuickGelu", (1,), ("T",), ("T",), {"T": FLOATS}, _quick_gelu, domain=MS,
-               attributes={"alpha": 1.702}, shape_rule=_gelu_shape("QuickGelu", None)))
-register(OpDef("BiasGelu", (1,), ("T", "T"), ("T",), {"T": FLOATS}, _bias_gelu, domain=MS,
-               shape_rule=_gelu_shape("BiasGelu", 1, "B")))
+def _register_gelu(op_type, inputs, expr, shape, **kw):
+    """A GELU-family op is pointwise: its CPU reference, its GPU kernel and its fusion with
+    neighbours all come from `expr`."""
+    register(OpDef(op_type, (1,), inputs, ("T",), {"T": FLOATS}, pw.reference(op_type, expr), domain=MS,
+                   pointwise=expr, shape_rule=shape, **kw))
+
+
+_register_gelu("FastGelu", ("T", "T"), _fast_gelu_expr, _gelu_shape("FastGelu", 1), min_inputs=1)
+_register_gelu("QuickGelu", ("T",), _quick_gelu_expr, _gelu_shape("QuickGelu", None), attributes={"alpha": 1.702})
+_register_gelu("BiasGelu", ("T", "T"), _bias_gelu_expr, _gelu_shape("BiasGelu", 1, "B"))

@@ -1,8 +1,8 @@
 """GPU bindings of the reductions (ReduceSum, ReduceMean, ReduceMax, ReduceMin; for float types
 also ReduceProd, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, and ReduceLogSumExp over the
 last axes), Softmax and LogSoftmax: kernels/reduce.hip and kernels/softmax.hip, one row per warp
-or block; and CumSum, kernels/scan.hip (registered in hipep.runtime.gpu_kernels' table on
-import)."""
+or block; ArgMax and ArgMin, kernels/argmax.hip; and CumSum, kernels/scan.hip (registered in
+hipep.runtime.gpu_kernels' table on import)."""
 from __future__ import annotations
 
 import ctypes
@@ -207,6 +207,57 @@ def _logsumexp_bind(ins, outs, attrs, target):
     grid, block = _row_config(rows, _cdiv(cols, vec) if use_vec else max(cols, 1), target.warp_size)
     return [KernelOp(f"hipep_reduce_logsumexp_{dt}_rows" + ("_vec" if use_vec else ""), grid, block,
                      [ptr(x), ptr(y), SoftmaxArgs(rows, cols)], module="softmax")]
+
+
+# ArgMax / ArgMin: kernels/argmax.hip, a block per line along the last axis, else a thread per output
+
+class ArgArgs(ctypes.Structure):
+    _fields_ = [("outputs", ctypes.c_longlong), ("r", ctypes.c_longlong), ("inner", ctypes.c_longlong),
+                ("is_max", ctypes.c_int), ("last", ctypes.c_int)]
+
+
+_ARG_DT = {"float32": "f32", "float16": "f16", "int8": "i8", "uint8": "u8", "int32": "i32", "int64": "i64"}
+ARG_ROW_THREADS = 256  # threads of the block scanning one line (fewer for short lines)
+
+
+def _arg_check(attrs, dtypes, shapes, values):
+    if not dtypes or dtypes[0] not in _ARG_DT:
+        return f"element type {dtypes[0] if dtypes else '?'}"
+    return None
+
+
+def _arg_bind(op_type: str):
+    def bind(ins, outs, attrs, target):
+        x, y = ins[0], outs[0]
+        dt = _ARG_DT.get(x.dtype.name)
+        if dt is None:
+            raise NoKernel(f"{op_type} on {x.dtype.name}")
+        if x.ndim == 0:
+            raise HipepError(f"{op_type}: input must have rank >= 1, got a scalar")
+        axis = int(attrs.get("axis", 0))
+        if not -x.ndim <= axis < x.ndim:
+            raise HipepError(f"{op_type}: axis {axis} is out of range for an input of rank {x.ndim}")
+        axis %= x.ndim
+        outer, r, inner = _prod(x.shape[:axis]), int(x.shape[axis]), _prod(x.shape[axis + 1:])
+        if r == 0:
+            raise HipepError(f"{op_type}: cannot reduce axis {axis} of extent 0 (input is {list(x.shape)})")
+        if y.size != outer * inner:
+            raise HipepError(f"{op_type}: output of {y.size} elements for {outer * inner} lines")
+        if y.size == 0:
+            return []
+        params = [ptr(x), ptr(y), ArgArgs(outer * inner, r, inner, int(op_type == "ArgMax"),
+                                          int(bool(attrs.get("select_last_index", 0))))]
+        if inner == 1:
+            threads = max(target.warp_size, min(ARG_ROW_THREADS, _pow2_at_least(r)))
+            return [KernelOp(f"hipep_arg_{dt}_rows", (min(outer, 65535), 1, 1), (threads, 1, 1), params,
+                             module="argmax")]
+        grid, block = flat_config(outer * inner, target)
+        return [KernelOp(f"hipep_arg_{dt}_cols", grid, block, params, module="argmax")]
+    return bind
+
+
+for _op in ("ArgMax", "ArgMin"):
+    _binding(f"::{_op}", check=_arg_check, modules=("argmax",))(_arg_bind(_op))
 
 
 # CumSum: kernels/scan.hip, one thread per line along the axis, in the CPU EP's order ---------

@@ -97,6 +97,22 @@ def test_cumsum(rng, elem, exclusive, reverse):
     check(model, {"x": x}, elem, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("elem", [F32, F16, I64, I32])
+@pytest.mark.parametrize("shape,axis", [((1, 1, 32000), -1), ((4, 70, 6), 1), ((6, 9), 0)])
+def test_argmax_and_argmin(rng, elem, shape, axis):
+    """Greedy decoding's ArgMax over a logits row (a block per line) and inner axes (a thread per
+    output), ties everywhere (few distinct values), NaN inside a float line, select_last_index
+    both ways: the CPU EP's indices."""
+    x = rng.integers(0, 7, shape).astype(NP[elem])
+    if elem in (F32, F16):
+        x[(0,) * (len(shape) - 1) + (3,)] = np.nan
+    nodes = [n(op, ["x"], [f"{op}{last}"], axis=axis, keepdims=keep, select_last_index=last, name=f"{op}{last}")
+             for op, keep in (("ArgMax", 1), ("ArgMin", 0)) for last in (0, 1)]
+    model = make_model(nodes, [tensor("x", elem, list(shape))], [tensor(o.output[0], I64, None) for o in nodes],
+                       opset=13)
+    check(model, {"x": x}, elem)
+
+
 @pytest.mark.parametrize("elem", [I64, I32])
 def test_integer_sums_max_and_min(rng, elem):
     x = rng.integers(-50, 50, (4, 37)).astype(NP[elem])
@@ -280,6 +296,19 @@ def test_gelu_and_casts(rng):
     model = make_model(nodes, [tensor("x", F32, [3, 50])],
                        [tensor("g32", F32, None), tensor("e", F32, None), tensor("i", I32, None)], opset=20)
     check(model, {"x": rand(rng, (3, 50), F32, -5, 5)}, F16)
+
+
+@pytest.mark.parametrize("elem", [F32, F16])
+def test_contrib_gelu_family(rng, elem):
+    """FastGelu (with and without bias), QuickGelu and BiasGelu, as ORT's transformer optimizer
+    writes them (BERT, GPT-2, CLIP's vision tower): generated kernels, claimed whole."""
+    nodes = [n("FastGelu", ["x"], ["f"], domain="com.microsoft", name="fast"),
+             n("FastGelu", ["x", "b"], ["fb"], domain="com.microsoft", name="fast_bias"),
+             n("QuickGelu", ["x"], ["q"], alpha=1.702, domain="com.microsoft", name="quick"),
+             n("BiasGelu", ["x", "b"], ["bg"], domain="com.microsoft", name="bias_gelu")]
+    model = make_model(nodes, [tensor("x", elem, [2, 7, 96]), tensor("b", elem, [96])],
+                       [tensor(o, elem, None) for o in ("f", "fb", "q", "bg")], opset=17, extra_opsets=[MS])
+    check(model, {"x": rand(rng, (2, 7, 96), elem, -6, 6), "b": rand(rng, (96,), elem, -1, 1)}, elem)
 
 
 # ---- plans: host steps, replay, specializations, concurrency ------------------------------------

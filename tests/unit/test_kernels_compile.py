@@ -69,8 +69,14 @@ def test_rendered_pointwise_kernels_compile_through_the_header():
         ("::Clip", [f32, f32, f32], {}),
         ("::Mod", [np.dtype(np.int64), np.dtype(np.int64)], {"fmod": 0}),
     ]
+    cases += [  # the GELU family: f64 tanh, exp and erf
+        ("com.microsoft::FastGelu", [f16, f16], {}),
+        ("com.microsoft::QuickGelu", [f32], {"alpha": 1.702}),
+        ("com.microsoft::BiasGelu", [f32, f32], {}),
+    ]
     for key, dtypes, attrs in cases:
-        op = lookup("", key[2:])
+        domain, _, name = key.partition("::")
+        op = lookup(domain, name)
         expr = op.pointwise([Operand(d, None, 6) for d in dtypes], _defaults(op, attrs))
         assert expr is not None, key
         out = [expr.nodes[o][1] for o in expr.outputs]

@@ -5,7 +5,8 @@ bindings give run block by block over host memory, compared with the op registry
 Every reduction with a GPU kernel, over the layouts the binding tells apart: rows (the last axes;
 16-byte loads where the row allows, and not), columns (inner axes), everything, and an empty
 reduced extent; f32, f16 and the integer types where the op has integer kernels; warps of 32 and
-64 lanes. Softmax and LogSoftmax rows, one element at -inf. Skipped without g++."""
+64 lanes. Softmax and LogSoftmax rows, one element at -inf. CumSum (kernels/scan.hip) and ArgMax /
+ArgMin (kernels/argmax.hip: ties, NaN first and later, select_last_index). Skipped without g++."""
 from __future__ import annotations
 
 import shutil
@@ -171,3 +172,39 @@ def test_cumsum_needs_a_constant_axis():
     why = gk.kernel_reason("::CumSum", {}, ["float32", "int64"], [(3, 4), ()], [None, None])
     assert why is not None and "not a constant" in why
     assert gk.kernel_reason("::CumSum", {}, ["float32", "int64"], [(3, 4), ()], [None, np.array(1)]) is None
+
+
+@pytest.fixture(scope="module", params=[32, 64], ids=["warp32", "warp64"])
+def arg_lib(request, tmp_path_factory):
+    return compile_module(tmp_path_factory.mktemp(f"argmax{request.param}"), "argmax", request.param), request.param
+
+
+ARG_LAYOUTS = [((2, 300), 1), ((3, 5), -1), ((1, 3000), -1), ((4, 70, 6), 1), ((5, 7), 0), ((3, 4, 9), 0),
+               ((7,), 0)]
+
+
+@pytest.mark.parametrize("last", [0, 1])
+@pytest.mark.parametrize("op_type", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("shape,axis", ARG_LAYOUTS, ids=[f"{s}-axis{a}" for s, a in ARG_LAYOUTS])
+def test_argmax_and_argmin_equal_the_reference(arg_lib, op_type, shape, axis, last):
+    """Few distinct values (many ties), and for floats NaN at the start of some lines and inside
+    others: the same indices as the reference (the CPU EP's scan)."""
+    rng = np.random.default_rng(len(shape) * 13 + axis + 3 * last + len(op_type))
+    attrs = {"axis": axis, "keepdims": 1, "select_last_index": last, SINCE_VERSION: 13}
+    for dtype in (np.float32, np.float16, np.int8, np.uint8, np.int32, np.int64):
+        x = rng.integers(0, 5, shape).astype(dtype)
+        if np.dtype(dtype).kind == "f":  # NaN at the start of the first line, inside the second
+            lines = np.moveaxis(x, axis, -1).reshape(-1, shape[axis])  # a copy where the axis is not last
+            lines[0, 0] = np.nan
+            if len(lines) > 1 and lines.shape[1] > 2:
+                lines[1, 2] = np.nan
+            x = np.ascontiguousarray(np.moveaxis(lines.reshape(np.moveaxis(x, axis, -1).shape), -1, axis))
+            assert np.isnan(x).sum() == min(len(lines), 2 if lines.shape[1] > 2 else 1)
+        view, want, ops = _launch_op(arg_lib, op_type, [x], attrs)
+        assert ops and all(o.module == "argmax" for o in ops)
+        np.testing.assert_array_equal(view, want, err_msg=np.dtype(dtype).name)
+
+
+def test_argmax_of_bf16_has_no_kernel():
+    why = gk.kernel_reason("::ArgMax", {"axis": 0}, ["bfloat16"], [(3, 4)])
+    assert why is not None and "element type bfloat16" in why
