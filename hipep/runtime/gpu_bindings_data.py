@@ -1,6 +1,6 @@
-"""GPU bindings that move data: Gather, Transpose, Slice, Expand, Split, Concat, the byte copy of
-view ops that got storage of their own (`COPY`), and Range (registered in
-hipep.runtime.gpu_kernels' table on import)."""
+"""GPU bindings that move data: Gather, Transpose, Slice, Expand, Tile, DepthToSpace, SpaceToDepth,
+Split, Concat, the byte copy of view ops that got storage of their own (`COPY`), and Range
+(registered in hipep.runtime.gpu_kernels' table on import)."""
 from __future__ import annotations
 
 import ctypes
@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import HipepError
 from ..ops.registry import lookup
 from .gpu_faults import fault_param
-from .gpu_binding_core import (Binding, CONCAT_MAX, CopyOp, KernelOp, NoKernel, _binding, _cdiv, _prod,
+from .gpu_binding_core import (COPY_MAX_RANK, Binding, CONCAT_MAX, CopyOp, KernelOp, NoKernel, _binding, _cdiv, _prod,
                                _values_or_attr, _word, contiguous_strides, flat_config, ptr, strided_copy)
 
 
@@ -109,6 +109,57 @@ def _expand_bind(ins, outs, attrs, target):
     pad = y.ndim - x.ndim
     strides = [0] * pad + [0 if int(d) == 1 else s for d, s in zip(x.shape, st)]
     return strided_copy(x, y, y.shape, strides, 0, target)
+
+
+def _tile_check(attrs, dtypes, shapes, values):
+    x = shapes[0] if shapes else None
+    if x is not None and 2 * len(x) > COPY_MAX_RANK:
+        return f"Tile of a rank-{len(x)} input (the strided copy takes at most {COPY_MAX_RANK // 2} axes)"
+    return None
+
+
+@_binding("::Tile", check=_tile_check, reads_values=True, modules=("copy",))
+def _tile_bind(ins, outs, attrs, target):
+    """Output axis d of extent repeats[d] * x_d is read as the pair (repeat, k) with strides
+    (0, x's stride): one strided copy."""
+    x, y = ins[0], outs[0]
+    reps = _values_or_attr(ins, 1, attrs, "repeats") or []
+    if len(reps) != x.ndim or any(r < 0 for r in reps):
+        raise HipepError(f"Tile: repeats {reps} for an input of shape {list(x.shape)}")
+    st = contiguous_strides(x.shape)
+    dims, strides = [], []
+    for r, d, s in zip(reps, x.shape, st):
+        dims += [r, int(d)]
+        strides += [0, s]
+    return strided_copy(x, y, dims, strides, 0, target)
+
+
+def _rearrange(x, y, view_shape, perm, target):
+    """y = x viewed as `view_shape`, its axes permuted by `perm` (DepthToSpace, SpaceToDepth)."""
+    st = contiguous_strides(view_shape)
+    return strided_copy(x, y, [view_shape[p] for p in perm], [st[p] for p in perm], 0, target)
+
+
+@_binding("::DepthToSpace", modules=("copy",))
+def _depth_to_space_bind(ins, outs, attrs, target):
+    x, y = ins[0], outs[0]
+    b = int(attrs["blocksize"])
+    if x.ndim != 4 or b < 1 or int(x.shape[1]) % (b * b):
+        raise HipepError(f"DepthToSpace: blocksize {b} for an input of shape {list(x.shape)}")
+    n, c, h, w = (int(d) for d in x.shape)
+    if attrs.get("mode", "DCR") == "CRD":
+        return _rearrange(x, y, (n, c // (b * b), b, b, h, w), (0, 1, 4, 2, 5, 3), target)
+    return _rearrange(x, y, (n, b, b, c // (b * b), h, w), (0, 3, 4, 1, 5, 2), target)
+
+
+@_binding("::SpaceToDepth", modules=("copy",))
+def _space_to_depth_bind(ins, outs, attrs, target):
+    x, y = ins[0], outs[0]
+    b = int(attrs["blocksize"])
+    if x.ndim != 4 or b < 1 or int(x.shape[2]) % b or int(x.shape[3]) % b:
+        raise HipepError(f"SpaceToDepth: blocksize {b} for an input of shape {list(x.shape)}")
+    n, c, h, w = (int(d) for d in x.shape)
+    return _rearrange(x, y, (n, c, h // b, b, w // b, b), (0, 3, 5, 1, 2, 4), target)
 
 
 @_binding("::Split", reads_values=True, modules=("copy",))

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from hipep.ops.registry import OUTPUT_COUNT, SINCE_VERSION
+from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, SINCE_VERSION
 from hipep.runtime import gpu_faults as gf
 from hipep.runtime import gpu_kernels as gk
 
@@ -76,6 +76,36 @@ def test_expand_and_split_and_concat_bindings():
     (y,), ops = run_binding("::Concat", parts, [(9, 4)], {"axis": 0})
     assert ops[0].entry == "hipep_concat_w8"
     np.testing.assert_array_equal(y, np.concatenate(parts, axis=0))
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.float16, np.float32, np.int64])
+def test_tile_depth_to_space_and_space_to_depth_bindings_equal_the_references(dtype):
+    """Each is one strided copy (Tile: every output axis read as (repeat, position) with stride 0
+    over the repeats; the block rearrangements: a 6-D view of the input, permuted)."""
+    from hipep.ops.registry import lookup
+
+    rng = np.random.default_rng(4)
+
+    def values(shape):
+        return (rng.random(shape) * 100).astype(dtype)
+
+    def check(op_type, inputs, attrs):
+        op = lookup("", op_type)
+        full = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, **attrs}
+        (want,) = op.reference(list(inputs), full)
+        (got,), ops = run_binding(f"::{op_type}", inputs, [want.shape], full, constants=(1,))
+        np.testing.assert_array_equal(got, want, err_msg=f"{op_type} {attrs} {[a.shape for a in inputs]}")
+        return ops
+
+    for shape, reps in (((2, 3), (2, 1)), ((3, 1, 4), (1, 5, 2)), ((7,), (3,)), ((2, 3, 4), (2, 0, 1)),
+                        ((1, 5, 16), (4, 1, 1))):
+        check("Tile", [values(shape), np.array(reps, np.int64)], {})
+    for mode in ("DCR", "CRD"):
+        check("DepthToSpace", [values((2, 8, 3, 5))], {"blocksize": 2, "mode": mode})
+        check("DepthToSpace", [values((1, 9, 2, 2))], {"blocksize": 3, "mode": mode})
+    check("SpaceToDepth", [values((2, 3, 4, 6))], {"blocksize": 2})
+    ops = check("SpaceToDepth", [values((1, 2, 9, 3))], {"blocksize": 3})
+    assert all(o.entry.startswith(("hipep_copy", "hipep_transpose")) for o in ops if hasattr(o, "entry"))
 
 
 @pytest.mark.parametrize("itype", [np.int32, np.int64])
