@@ -1,4 +1,5 @@
-"""GPU bindings: MatMul and Gemm, LayerNormalization and SkipLayerNormalization.
+"""GPU bindings: MatMul and Gemm, Conv without padding, LayerNormalization and
+SkipLayerNormalization.
 
 Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported.
 
@@ -7,6 +8,12 @@ a swap of strides), the broadcast batch axes and Gemm's alpha, beta and C. kerne
 it: a GEMV for few rows (m <= 8, the decode case; B read 16 bytes at a time along whichever axis
 it is contiguous), else the shared-memory tiled GEMM. A batched MatMul whose B has no batch of
 its own folds A's batch into m (A [B, S, K] @ W [K, N] is one [B*S, K] @ [K, N] product).
+
+Conv whose windows read no padding (the patch embeddings of vision transformers: stride equal to
+the kernel; 1x1 convolutions; any stride, dilation and group) is im2col and a GEMM: the windows,
+being a strided view of X, are copied into the stream's workspace as [N, C * kernel, out] by the
+strided-copy kernel, and W [M, C/G * kernel] times them writes Y [N, M, out] directly, the bias
+as the GEMM's C (a group's bias needs a product of its own).
 """
 from __future__ import annotations
 
@@ -356,6 +363,103 @@ def _gemm_bind(ins, outs, attrs, target):
         return []
     p = gemm_problem(attrs, a.shape, b.shape, None if c is None else c.shape)
     return gemm_ops(p, a, b, c, y, target)
+
+
+# ---- Conv (no padding read): im2col by a strided copy, then one GEMM ---------------------------
+
+CONV_MAX_SPATIAL = 3  # the windows' copy has 2 + 2 * spatial axes (kernels/copy.hip: at most 8)
+CONV_MAX_BIAS_GROUPS = 8  # a grouped convolution with bias runs a product per image and group
+
+
+def _conv_window(attrs, x_shape, w_shape):
+    from ..ops.vision import _Window
+
+    return _Window("Conv", x_shape[2:], [int(k) for k in w_shape[2:]], attrs)
+
+
+def _conv_reads_padding(win) -> bool:
+    for i, length in enumerate(win.lengths):
+        reach = (win.out[i] - 1) * win.strides[i] + (win.kernel[i] - 1) * win.dilations[i] + 1
+        if win.pb[i] or reach > length:
+            return True
+    return False
+
+
+def _conv_check(attrs, dtypes, shapes, values):
+    why = _float_type(dtypes)
+    if why is not None:
+        return why
+    x = shapes[0] if shapes else None
+    w = shapes[1] if len(shapes) > 1 else None
+    if x is not None and len(x) - 2 > CONV_MAX_SPATIAL:
+        return f"Conv over {len(x) - 2} spatial axes (at most {CONV_MAX_SPATIAL})"
+    group = int(attrs.get("group", 1))
+    if group > CONV_MAX_BIAS_GROUPS and len(dtypes) > 2 and dtypes[2]:
+        return f"Conv of {group} groups with a bias (at most {CONV_MAX_BIAS_GROUPS})"
+    if x is not None and w is not None and all(d is not None for d in list(x[2:]) + list(w[2:])):
+        try:
+            win = _conv_window(attrs, x, w)
+        except Exception:  # noqa: BLE001 - a bad geometry: the shape rule reports it
+            return None
+        return "Conv whose windows read padding (no kernel yet)" if _conv_reads_padding(win) else None
+    pads = attrs.get("pads") or []
+    if attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or any(int(p) for p in pads):
+        return "Conv with padding (no kernel yet)"
+    return None
+
+
+@_binding("::Conv", check=_conv_check, modules=("copy", "gemm"))
+def _conv_bind(ins, outs, attrs, target):
+    from .gpu_binding_core import strided_copy
+
+    x, w, y = ins[0], ins[1], outs[0]
+    b = ins[2] if len(ins) > 2 else None
+    if y is None or y.size == 0:
+        return []
+    win = _conv_window(attrs, x.shape, w.shape)
+    if _conv_reads_padding(win):
+        raise NoKernel("Conv whose windows read padding")
+    if target.workspace is None:
+        raise NoKernel("Conv needs a stream workspace for its windows")
+    n, c = int(x.shape[0]), int(x.shape[1])
+    m, group = int(w.shape[0]), int(attrs.get("group", 1))
+    cg, mg = c // group, m // group
+    kp, p = _prod(win.kernel), _prod(win.out)
+    kg = cg * kp
+    # The windows [N, C, *kernel, *out] (= [N, G, Kg, P]) from X's element strides.
+    xs = contiguous_strides(x.shape)
+    dims = [n, c] + win.kernel + win.out
+    strides = [xs[0], xs[1]] + [d * s for d, s in zip(win.dilations, xs[2:])] + \
+              [st * s for st, s in zip(win.strides, xs[2:])]
+    cols_bytes = n * c * kp * p * x.dtype.itemsize
+    cols_at = target.workspace(cols_bytes)
+    cols = Arg(cols_at, (n * c * kp * p,), x.dtype)
+    ops = strided_copy(x, cols, dims, strides, 0, target)
+    # The products run after the copy on the same stream; their own workspace lies past the windows.
+    after = -(-cols_bytes // 256) * 256
+    gemm_target = Target(target.sm_count, target.warp_size, target.scratch,
+                         lambda nbytes: target.workspace(after + nbytes) + after, target.fault)
+    if b is None or group == 1:
+        # one product per (image, group): Y[i, g] = W[g] @ windows[i, g], W shared by the images
+        batch, a_batch, b_batch = [n], [0], [c * kp * p]
+        if group > 1:
+            batch, a_batch, b_batch = [n, group], [0, mg * kg], [c * kp * p, kg * p]
+        problem = GemmProblem(mg, p, kg, a_sm=kg, a_sk=1, b_sk=p, b_sn=1, batch_dims=batch, a_batch=a_batch,
+                              b_batch=b_batch)
+        if b is not None:  # the bias [M] down the rows
+            problem.has_c, problem.c_sm, problem.c_sn, problem.beta = True, 1, 0, 1.0
+        return ops + gemm_ops(problem, w, cols, b, y, gemm_target)
+    # A bias per group: C carries no batch offset, so each (image, group) is a product of its own
+    # with the group's part of the bias.
+    e = x.dtype.itemsize
+    for i in range(n):
+        for g in range(group):
+            problem = GemmProblem(mg, p, kg, a_sm=kg, a_sk=1, b_sk=p, b_sn=1, has_c=True, c_sm=1, c_sn=0, beta=1.0)
+            ops += gemm_ops(problem, Arg(w.ptr + g * mg * kg * e, (mg, kg), w.dtype),
+                            Arg(cols_at + (i * c * kp * p + g * kg * p) * e, (kg, p), x.dtype),
+                            Arg(b.ptr + g * mg * e, (mg,), b.dtype),
+                            Arg(y.ptr + (i * m * p + g * mg * p) * e, (mg, p), y.dtype), gemm_target)
+    return ops
 
 
 # ---- LayerNormalization, SkipLayerNormalization ------------------------------------------------

@@ -140,6 +140,27 @@ def test_gemm(rng, gemm_mode, elem, m, k, nn, ta, tb, alpha, beta, c_shape):
     check(model, {"a": rand(rng, a_shape, elem, scale=1 / np.sqrt(k))}, PRODUCT_TOL[elem])
 
 
+# ---- Conv without padding (im2col by a strided copy, then a product) ------------------------------
+
+CONV_CASES = [  # (X, W, bias, attributes)
+    ((1, 3, 224, 224), (64, 3, 14, 14), True, {"strides": [14, 14]}),  # a ViT patch embedding
+    ((2, 8, 10, 10), (16, 8, 1, 1), False, {}),
+    ((1, 4, 9, 11), (6, 2, 3, 2), True, {"strides": [2, 3], "dilations": [2, 1], "group": 2}),
+    ((1, 3, 4, 56, 56), (32, 3, 2, 14, 14), True, {"strides": [2, 14, 14]}),  # a video patch embedding
+]
+
+
+@pytest.mark.parametrize("elem", [F32, F16])
+@pytest.mark.parametrize("x_shape,w_shape,bias,attrs", CONV_CASES)
+def test_conv_without_padding(rng, gemm_mode, elem, x_shape, w_shape, bias, attrs):
+    inputs = ["x", "w"] + (["b"] if bias else [])
+    inits = [init("w", rand(rng, w_shape, elem, scale=1 / np.sqrt(np.prod(w_shape[1:]))))]
+    inits += [init("b", rand(rng, (w_shape[0],), elem))] if bias else []
+    model = make_model([n("Conv", inputs, ["y"], name="conv", **attrs)], [tensor("x", elem, list(x_shape))],
+                       [tensor("y", elem, None)], inits, opset=17)
+    check(model, {"x": rand(rng, x_shape, elem)}, PRODUCT_TOL[elem])
+
+
 # ---- LayerNormalization -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("elem", [F32, F16])

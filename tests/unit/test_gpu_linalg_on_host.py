@@ -1,4 +1,4 @@
-"""kernels/gemm.hip and kernels/layer_norm.hip run on the CPU: g++ compiles the unchanged kernel
+"""kernels/gemm.hip and kernels/layer_norm.hip (and kernels/copy.hip, for Conv's windows) run on the CPU: g++ compiles the unchanged kernel
 source against a host stand-in for the CUDA headers (tests/unit/host_cuda: every GPU thread of a
 block a host thread, __syncthreads and warp shuffles as barriers), and the launches the bindings
 give (grid, block, parameter struct) are run block by block over host memory, then compared with
@@ -6,6 +6,7 @@ numpy. This checks what the numpy emulation of the bindings cannot: the kernels'
 mappings, tiles, k-group reductions, register blocks and tails. Skipped without g++."""
 from __future__ import annotations
 
+import ctypes
 import shutil
 from pathlib import Path
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not 
 
 
 def _build(out: Path, warp: int) -> dict:
-    return {"warp": warp, **{m: compile_module(out, m, warp) for m in ("gemm", "layer_norm")}}
+    return {"warp": warp, **{m: compile_module(out, m, warp) for m in ("gemm", "layer_norm", "copy")}}
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,10 @@ def run(libs, op_key, inputs, attrs, n_out=1, offsets=None, sm_count=132, worksp
                        workspace=(lambda n: mem.put(np.zeros(n, np.uint8))[0].ptr) if workspace else None)
     ops = gk.binding_for(op_key).bind(ins, outs, attrs, target)
     for o in ops:
-        launch(libs[o.module], o)
+        if isinstance(o, gk.CopyOp):
+            ctypes.memmove(o.dst, o.src, o.nbytes)
+        else:
+            launch(libs[o.module], o)
     return views, want, ops
 
 
@@ -187,3 +191,33 @@ def test_kernels_with_64_lane_warps(libraries64):
             got, want, _ = run(libraries64, "com.microsoft::SkipLayerNormalization", ins, {"epsilon": 1e-5}, n_out=4)
             for g, w in zip(got, want):
                 close(g, w, 1e-5 if dtype == np.float32 else 2e-2)
+
+
+CONV = [  # (X, W, bias, attributes)
+    ((1, 3, 28, 28), (16, 3, 14, 14), True, {"strides": [14, 14]}),  # a ViT patch embedding
+    ((2, 4, 8, 8), (6, 4, 1, 1), False, {}),  # 1x1
+    ((1, 4, 9, 11), (6, 2, 3, 2), True, {"strides": [2, 3], "dilations": [2, 1], "group": 2}),  # bias per group
+    ((2, 6, 7, 7), (6, 2, 3, 3), False, {"group": 3, "strides": [2, 2]}),
+    ((1, 3, 4, 28, 28), (8, 3, 2, 14, 14), True, {"strides": [2, 14, 14]}),  # a video patch embedding
+    ((3, 5, 20), (7, 5, 4), True, {"strides": [4], "auto_pad": "VALID"}),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("x_shape,w_shape,bias,attrs", CONV)
+def test_conv_without_padding_is_windows_then_a_product(libraries, dtype, x_shape, w_shape, bias, attrs):
+    rng = np.random.default_rng(3)
+    ins = [rng.uniform(-1, 1, x_shape).astype(dtype), rng.uniform(-1, 1, w_shape).astype(dtype)]
+    if bias:
+        ins.append(rng.uniform(-1, 1, w_shape[0]).astype(dtype))
+    (got,), (want,), ops = run(libraries, "::Conv", ins, attrs, workspace=True)
+    assert any(getattr(o, "module", None) == "gemm" for o in ops)
+    close(got, want, 1e-5 if dtype == np.float32 else 3e-3)
+
+
+def test_conv_reading_padding_has_no_kernel():
+    why = gk.kernel_reason("::Conv", {"pads": [1, 1, 1, 1], "group": 1}, ["float32", "float32"], [(1, 3, 8, 8), (4, 3, 3, 3)])
+    assert why is not None and "padding" in why
+    assert gk.kernel_reason("::Conv", {"group": 1}, ["float32", "float32"], [(1, 3, 8, 8), (4, 3, 3, 3)]) is None
+    assert "padding" in gk.kernel_reason("::Conv", {"auto_pad": "SAME_UPPER", "group": 1}, ["float32", "float32"],
+                                         [(1, 3, None, None), (4, 3, 3, 3)])

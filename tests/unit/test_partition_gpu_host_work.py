@@ -22,7 +22,7 @@ def _rejected(report) -> dict[str, str]:
 
 
 def if_outputs_feed_host_work_model():
-    """An If (not claimed on a GPU) yields integers that Tile (no GPU program) reads: AffineGrid's
+    """An If (not claimed on a GPU) yields integers that Pad (no GPU program) reads: AffineGrid's
     expanded form feeds Range from such an If. The If's results come from another EP."""
     then = h.make_graph([h.make_node("Constant", [], ["a"], value=h.make_tensor("va", T.INT64, [2], [3, 4]))],
                         "then", [], [tensor("a", T.INT64, [2])])
@@ -32,15 +32,15 @@ def if_outputs_feed_host_work_model():
         h.make_node("Size", ["x"], ["n"]),
         h.make_node("Equal", ["n", "four"], ["is_four"]),
         h.make_node("If", ["is_four"], ["dims"], then_branch=then, else_branch=other),
-        h.make_node("Tile", ["dims", "reps"], ["y"]),
+        h.make_node("Pad", ["dims", "pads"], ["y"]),
     ]
-    inits = [h.make_tensor("four", T.INT64, [], [4]), h.make_tensor("reps", T.INT64, [1], [1])]
+    inits = [h.make_tensor("four", T.INT64, [], [4]), h.make_tensor("pads", T.INT64, [2], [0, 0])]
     return make_model(nodes, [tensor("x", T.FLOAT, [2, 2])], [tensor("y", T.INT64, [2])], inits)
 
 
 def host_value_crossing_subgraphs_model():
     """Shape(x) lands in one subgraph; the Concat reading it is pushed into a second one by a path
-    through an unclaimed Det; the Tile (no GPU program) after the Concat reads a value that
+    through an unclaimed Det; the Pad (no GPU program) after the Concat reads a value that
     reached the second subgraph in device memory."""
     nodes = [
         h.make_node("Shape", ["x"], ["xs"]),
@@ -48,10 +48,10 @@ def host_value_crossing_subgraphs_model():
         h.make_node("Det", ["r"], ["d"]),  # no hipep implementation: another EP runs it
         h.make_node("Shape", ["d"], ["ds"]),
         h.make_node("Concat", ["xs", "ds"], ["cat"], axis=0),
-        h.make_node("Tile", ["cat", "reps"], ["y"]),
+        h.make_node("Pad", ["cat", "pads"], ["y"]),
     ]
     return make_model(nodes, [tensor("x", T.FLOAT, [3, 3])], [tensor("y", T.INT64, [2])],
-                      [h.make_tensor("reps", T.INT64, [1], [1])])
+                      [h.make_tensor("pads", T.INT64, [2], [0, 0])])
 
 
 def test_results_of_a_rejected_node_are_no_host_values():
@@ -59,7 +59,7 @@ def test_results_of_a_rejected_node_are_no_host_values():
     report = partition(g, device="cuda")
     rejected = _rejected(report)
     assert rejected["If"].startswith("no kernel for cuda: If")
-    assert rejected["Tile"].startswith("no kernel for cuda: Tile")
+    assert rejected["Pad"].startswith("no kernel for cuda: Pad")
     # on the CPU device everything is claimed
     assert not partition(g, device="cpu").rejections
 
@@ -67,13 +67,13 @@ def test_results_of_a_rejected_node_are_no_host_values():
 def test_host_work_whose_host_input_is_in_another_subgraph_is_not_claimed():
     g = GraphView.from_onnx(host_value_crossing_subgraphs_model())
     cpu = partition(g, device="cpu")
-    assert "Tile" not in _rejected(cpu)
+    assert "Pad" not in _rejected(cpu)
     report = partition(g, device="cuda")
-    reason = _rejected(report).get("Tile", "")
+    reason = _rejected(report).get("Pad", "")
     assert "cannot run as host work" in reason and "'cat'" in reason, report.format()
     assert len(report.clusters) == 2, report.format()
     # the rest stays claimed as before
-    assert set(_rejected(report)) == {"Det", "Tile"}
+    assert set(_rejected(report)) == {"Det", "Pad"}
 
 
 def test_host_work_within_its_subgraph_stays_claimed():
