@@ -12,6 +12,11 @@
 //     both the reads and the writes are coalesced (a strided copy would scatter one of them).
 //   * concat: up to 8 inputs per launch (blockIdx.y picks one), each [outer, len_k] words copied
 //     into columns [offset_k, offset_k + len_k) of the [outer, total] output.
+//   * copy_fill: a strided gather that may fall outside its source (Pad's constant mode, a Conv's
+//     padded windows): checked source axes k, each with its coordinate v_k = bias_k +
+//     sum_d coef[k][d] * coord_d, must all lie in [0, limit_k), else the output element is the
+//     fill value (from `fill_src` where given, a value in device memory; else the bits in the
+//     arguments). One element a word, 64-bit indices.
 #include "hipep_device.h"
 
 #define HIPEP_COPY_MAX_RANK 8
@@ -153,3 +158,52 @@ HIPEP_CONCAT(w2, unsigned short)
 HIPEP_CONCAT(w4, unsigned int)
 HIPEP_CONCAT(w8, hipep_u64)
 HIPEP_CONCAT(w16, uint4)
+
+// ---- copy with a fill outside the source -----------------------------------------------------
+
+#define HIPEP_COPY_MAX_CHECKS 8
+
+struct hipep_copy_fill_args {
+  hipep_i64 n;       // output elements
+  hipep_i64 offset;  // source element offset of output coordinate 0 (may be negative)
+  hipep_i64 dims[HIPEP_COPY_MAX_RANK];
+  hipep_i64 strides[HIPEP_COPY_MAX_RANK];
+  hipep_i64 coef[HIPEP_COPY_MAX_CHECKS][HIPEP_COPY_MAX_RANK];
+  hipep_i64 bias[HIPEP_COPY_MAX_CHECKS];
+  hipep_i64 limit[HIPEP_COPY_MAX_CHECKS];
+  hipep_u64 fill;    // the fill element's bits, in the low bytes
+  int rank;
+  int checks;
+};
+
+template <typename W>
+HIPEP_DEVICE void hipep_copy_fill(const W* HIPEP_RESTRICT src, const W* HIPEP_RESTRICT fill_src,
+                                  W* HIPEP_RESTRICT dst, const hipep_copy_fill_args a) {
+  const W fill = fill_src != nullptr ? *fill_src : *reinterpret_cast<const W*>(&a.fill);
+  const hipep_i64 step = (hipep_i64)gridDim.x * blockDim.x;
+  for (hipep_i64 i = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += step) {
+    hipep_i64 rem = i, off = a.offset;
+    hipep_i64 v[HIPEP_COPY_MAX_CHECKS];
+    for (int k = 0; k < a.checks; ++k) v[k] = a.bias[k];
+    for (int d = a.rank - 1; d >= 0; --d) {
+      const hipep_i64 c = d == 0 ? rem : rem % a.dims[d];
+      rem = d == 0 ? 0 : rem / a.dims[d];
+      off += c * a.strides[d];
+      for (int k = 0; k < a.checks; ++k) v[k] += a.coef[k][d] * c;
+    }
+    bool inside = true;
+    for (int k = 0; k < a.checks; ++k) inside = inside && v[k] >= 0 && v[k] < a.limit[k];
+    dst[i] = inside ? src[off] : fill;
+  }
+}
+
+#define HIPEP_COPY_FILL(WNAME, W)                                                                     \
+  HIPEP_KERNEL void hipep_copy_fill_##WNAME(const W* HIPEP_RESTRICT src, const W* HIPEP_RESTRICT fill_src, \
+                                            W* HIPEP_RESTRICT dst, const hipep_copy_fill_args a) {   \
+    hipep_copy_fill<W>(src, fill_src, dst, a);                                                        \
+  }
+
+HIPEP_COPY_FILL(w1, unsigned char)
+HIPEP_COPY_FILL(w2, unsigned short)
+HIPEP_COPY_FILL(w4, unsigned int)
+HIPEP_COPY_FILL(w8, hipep_u64)

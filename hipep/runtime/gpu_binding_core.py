@@ -234,6 +234,49 @@ def strided_copy(src: Arg, dst: Arg, dims: Sequence[int], strides: Sequence[int]
     return [KernelOp(f"hipep_copy_w{word}_{rname}_{index}", grid, block, [ptr(src), ptr(dst), args], module="copy")]
 
 
+COPY_MAX_CHECKS = 8  # kernels/copy.hip's HIPEP_COPY_MAX_CHECKS
+
+
+class CopyFillArgs(ctypes.Structure):
+    _fields_ = [("n", ctypes.c_longlong), ("offset", ctypes.c_longlong),
+                ("dims", ctypes.c_longlong * COPY_MAX_RANK), ("strides", ctypes.c_longlong * COPY_MAX_RANK),
+                ("coef", (ctypes.c_longlong * COPY_MAX_RANK) * COPY_MAX_CHECKS),
+                ("bias", ctypes.c_longlong * COPY_MAX_CHECKS), ("limit", ctypes.c_longlong * COPY_MAX_CHECKS),
+                ("fill", ctypes.c_uint64), ("rank", ctypes.c_int), ("checks", ctypes.c_int)]
+
+
+def fill_copy(src: Arg, dst: Arg, dims: Sequence[int], strides: Sequence[int], offset: int,
+              checks: Sequence[tuple[Sequence[int], int, int]], target: Target, fill: bytes = b"",
+              fill_src: Arg | None = None) -> list:
+    """Ops computing dst[i] = src[offset + sum_d coord_d(i) * strides[d]] where every check
+    (coef, bias, limit) has 0 <= bias + sum_d coef[d] * coord_d < limit, else the fill element:
+    *fill_src where given, else the bytes `fill` (zeros by default). Without checks, a strided
+    copy."""
+    checks = [c for c in checks if c is not None]
+    if not checks:
+        return strided_copy(src, dst, dims, strides, offset, target)
+    n = _prod(dims)
+    if n == 0:
+        return []
+    e = dst.dtype.itemsize
+    if e not in (1, 2, 4, 8):
+        raise NoKernel(f"a padded copy of {e}-byte elements")
+    if len(dims) > COPY_MAX_RANK or len(checks) > COPY_MAX_CHECKS:
+        raise NoKernel(f"a padded copy of rank {len(dims)} with {len(checks)} checked axes "
+                       f"(at most {COPY_MAX_RANK} and {COPY_MAX_CHECKS})")
+    args = CopyFillArgs()
+    args.n, args.offset, args.rank, args.checks = n, offset, len(dims), len(checks)
+    for d, (extent, stride) in enumerate(zip(dims, strides)):
+        args.dims[d], args.strides[d] = int(extent), int(stride)
+    for k, (coef, bias, limit) in enumerate(checks):
+        for d, v in enumerate(coef):
+            args.coef[k][d] = int(v)
+        args.bias[k], args.limit[k] = int(bias), int(limit)
+    args.fill = int.from_bytes(bytes(fill[:e]).ljust(8, b"\0"), "little")
+    grid, block = flat_config(n, target)
+    return [KernelOp(f"hipep_copy_fill_w{e}", grid, block, [ptr(src), ptr(fill_src), ptr(dst), args], module="copy")]
+
+
 def _word(e: int, pointers: Sequence[int], sizes: Sequence[int]) -> int:
     """The widest word (<= 16 bytes, a multiple of the element size e) dividing every pointer
     and byte count."""

@@ -1,5 +1,5 @@
 """GPU bindings that move data: Gather, Transpose, Slice, Expand, Tile, DepthToSpace, SpaceToDepth,
-Split, Concat, the byte copy of view ops that got storage of their own (`COPY`), and Range
+Pad (constant mode), Split, Concat, the byte copy of view ops that got storage of their own (`COPY`), and Range
 (registered in hipep.runtime.gpu_kernels' table on import)."""
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import numpy as np
 from ..errors import HipepError
 from ..ops.registry import lookup
 from .gpu_faults import fault_param
-from .gpu_binding_core import (COPY_MAX_RANK, Binding, CONCAT_MAX, CopyOp, KernelOp, NoKernel, _binding, _cdiv, _prod,
-                               _values_or_attr, _word, contiguous_strides, flat_config, ptr, strided_copy)
+from .gpu_binding_core import (COPY_MAX_CHECKS, COPY_MAX_RANK, Binding, CONCAT_MAX, CopyOp, KernelOp, NoKernel, _binding, _cdiv, _prod,
+                               _values_or_attr, _word, contiguous_strides, fill_copy, flat_config, ptr,
+                               strided_copy)
 
 
 # Gather ---------------------------------------------------------------------------------------
@@ -160,6 +161,45 @@ def _space_to_depth_bind(ins, outs, attrs, target):
         raise HipepError(f"SpaceToDepth: blocksize {b} for an input of shape {list(x.shape)}")
     n, c, h, w = (int(d) for d in x.shape)
     return _rearrange(x, y, (n, c, h // b, b, w // b, b), (0, 3, 5, 1, 2, 4), target)
+
+
+def _pad_check(attrs, dtypes, shapes, values):
+    if attrs.get("mode", "constant") != "constant":
+        return f"mode='{attrs.get('mode')}' (the GPU pads with a constant only)"
+    x = shapes[0] if shapes else None
+    if x is not None and len(x) > COPY_MAX_CHECKS:
+        return f"Pad of a rank-{len(x)} input (at most {COPY_MAX_CHECKS} axes)"
+    return None
+
+
+@_binding("::Pad", check=_pad_check, reads_values=True, modules=("copy",))
+def _pad_bind(ins, outs, attrs, target):
+    """Output coordinate c reads input coordinate c - pad_begin along each axis (a negative pad
+    crops); axes that grow are checked, and what falls outside is constant_value."""
+    from ..ops.dims import _pad_check as pad_extents, _pad_widths
+
+    x, y = ins[0], outs[0]
+    if attrs.get("mode", "constant") != "constant":
+        raise NoKernel(f"Pad mode '{attrs.get('mode')}'")
+    if len(ins) > 1 and ins[1] is not None:  # opset 11+: pads, constant_value, axes as inputs
+        pads = _values_or_attr(ins, 1, attrs, "pads")
+        axes = _values_or_attr(ins, 3, attrs, "axes") if len(ins) > 3 and ins[3] is not None else None
+        value = ins[2] if len(ins) > 2 else None
+        fill_src, fill = (value, b"") if value is not None and value.size else (None, b"")
+    else:
+        pads, axes, fill_src = [int(p) for p in attrs.get("pads") or []], None, None
+        fill = np.asarray(float(attrs.get("value") or 0.0)).astype(x.dtype).tobytes()
+    widths = _pad_widths("Pad", x.shape, pads, axes)
+    pad_extents("Pad", [int(d) for d in x.shape], widths, "constant")
+    if y.size == 0:
+        return []
+    st = contiguous_strides(x.shape)
+    offset = -sum(pb * s for (pb, _), s in zip(widths, st))
+    checks = []
+    for d, ((pb, pe), extent) in enumerate(zip(widths, x.shape)):
+        if pb > 0 or pe > 0:
+            checks.append(([1 if j == d else 0 for j in range(x.ndim)], -pb, int(extent)))
+    return fill_copy(x, y, y.shape, st, offset, checks, target, fill=fill, fill_src=fill_src)
 
 
 @_binding("::Split", reads_values=True, modules=("copy",))

@@ -9,11 +9,12 @@ it: a GEMV for few rows (m <= 8, the decode case; B read 16 bytes at a time alon
 it is contiguous), else the shared-memory tiled GEMM. A batched MatMul whose B has no batch of
 its own folds A's batch into m (A [B, S, K] @ W [K, N] is one [B*S, K] @ [K, N] product).
 
-Conv whose windows read no padding (the patch embeddings of vision transformers: stride equal to
-the kernel; 1x1 convolutions; any stride, dilation and group) is im2col and a GEMM: the windows,
-being a strided view of X, are copied into the stream's workspace as [N, C * kernel, out] by the
-strided-copy kernel, and W [M, C/G * kernel] times them writes Y [N, M, out] directly, the bias
-as the GEMM's C (a group's bias needs a product of its own).
+Conv (1 to 3 spatial axes, any stride, dilation, padding and group) is im2col and a GEMM: the
+windows, a strided view of X, are copied into the stream's workspace as [N, C * kernel, out] (by
+the strided-copy kernel; where they reach into the padding, by the copy that fills zeros there),
+and W [M, C/G * kernel] times them writes Y [N, M, out] directly, the bias as the GEMM's C (a
+group's bias needs a product of its own). The patch embeddings of vision transformers (stride
+equal to the kernel) and 1x1 convolutions are a plain copy, or none.
 """
 from __future__ import annotations
 
@@ -365,7 +366,7 @@ def _gemm_bind(ins, outs, attrs, target):
     return gemm_ops(p, a, b, c, y, target)
 
 
-# ---- Conv (no padding read): im2col by a strided copy, then one GEMM ---------------------------
+# ---- Conv: im2col by a (padded) strided copy, then one GEMM -----------------------------------
 
 CONV_MAX_SPATIAL = 3  # the windows' copy has 2 + 2 * spatial axes (kernels/copy.hip: at most 8)
 CONV_MAX_BIAS_GROUPS = 8  # a grouped convolution with bias runs a product per image and group
@@ -390,35 +391,23 @@ def _conv_check(attrs, dtypes, shapes, values):
     if why is not None:
         return why
     x = shapes[0] if shapes else None
-    w = shapes[1] if len(shapes) > 1 else None
     if x is not None and len(x) - 2 > CONV_MAX_SPATIAL:
         return f"Conv over {len(x) - 2} spatial axes (at most {CONV_MAX_SPATIAL})"
     group = int(attrs.get("group", 1))
     if group > CONV_MAX_BIAS_GROUPS and len(dtypes) > 2 and dtypes[2]:
         return f"Conv of {group} groups with a bias (at most {CONV_MAX_BIAS_GROUPS})"
-    if x is not None and w is not None and all(d is not None for d in list(x[2:]) + list(w[2:])):
-        try:
-            win = _conv_window(attrs, x, w)
-        except Exception:  # noqa: BLE001 - a bad geometry: the shape rule reports it
-            return None
-        return "Conv whose windows read padding (no kernel yet)" if _conv_reads_padding(win) else None
-    pads = attrs.get("pads") or []
-    if attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or any(int(p) for p in pads):
-        return "Conv with padding (no kernel yet)"
     return None
 
 
 @_binding("::Conv", check=_conv_check, modules=("copy", "gemm"))
 def _conv_bind(ins, outs, attrs, target):
-    from .gpu_binding_core import strided_copy
+    from .gpu_binding_core import fill_copy, strided_copy
 
     x, w, y = ins[0], ins[1], outs[0]
     b = ins[2] if len(ins) > 2 else None
     if y is None or y.size == 0:
         return []
     win = _conv_window(attrs, x.shape, w.shape)
-    if _conv_reads_padding(win):
-        raise NoKernel("Conv whose windows read padding")
     if target.workspace is None:
         raise NoKernel("Conv needs a stream workspace for its windows")
     n, c = int(x.shape[0]), int(x.shape[1])
@@ -434,7 +423,19 @@ def _conv_bind(ins, outs, attrs, target):
     cols_bytes = n * c * kp * p * x.dtype.itemsize
     cols_at = target.workspace(cols_bytes)
     cols = Arg(cols_at, (n * c * kp * p,), x.dtype)
-    ops = strided_copy(x, cols, dims, strides, 0, target)
+    if _conv_reads_padding(win):
+        # spatial axis d of the window (kernel tap k_d, output o_d) reads input coordinate
+        # o_d * stride + k_d * dilation - pad_begin: zeros outside [0, length)
+        nsp, rank = len(win.kernel), 2 + 2 * len(win.kernel)
+        checks = []
+        for d in range(nsp):
+            coef = [0] * rank
+            coef[2 + d], coef[2 + nsp + d] = win.dilations[d], win.strides[d]
+            checks.append((coef, -win.pb[d], win.lengths[d]))
+        offset = -sum(pb * s for pb, s in zip(win.pb, xs[2:]))
+        ops = fill_copy(x, cols, dims, strides, offset, checks, target)
+    else:
+        ops = strided_copy(x, cols, dims, strides, 0, target)
     # The products run after the copy on the same stream; their own workspace lies past the windows.
     after = -(-cols_bytes // 256) * 256
     gemm_target = Target(target.sm_count, target.warp_size, target.scratch,

@@ -256,6 +256,22 @@ def test_tile_depth_to_space_and_space_to_depth(rng, elem):
     check(model, {"x": x}, elem, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("elem", [F32, F16, I64])
+def test_pad_constant_mode(rng, elem):
+    """Growing and cropping pads, constant_value as a graph input (device memory) and left out
+    (zeros), pads on chosen axes (opset 18)."""
+    nodes = [n("Pad", ["x", "pads", "value"], ["p"], mode="constant", name="pad"),
+             n("Pad", ["x", "pads2"], ["p0"], name="pad_zero"),
+             n("Pad", ["x", "pads_ax", "value", "axes"], ["pa"], name="pad_axes")]
+    model = make_model(nodes, [tensor("x", elem, [2, 5, 7]), tensor("value", elem, [])],
+                       [tensor(o, elem, None) for o in ("p", "p0", "pa")],
+                       [init("pads", np.array([0, 1, -2, 1, 2, 3], np.int64)), init("pads2", np.array([1, 0, 0, 0, 2, 1], np.int64)),
+                        init("pads_ax", np.array([2, 1, 0, 3], np.int64)), init("axes", np.array([2, 1], np.int64))],
+                       opset=18)
+    x = rng.integers(-9, 9, (2, 5, 7)).astype(NP[elem])
+    check(model, {"x": x, "value": np.array(4, NP[elem])}, elem, rtol=0, atol=0)
+
+
 def test_concat_slice_expand_split(rng):
     nodes = [
         n("Concat", ["a", "b", "c"], ["cat"], axis=1, name="cat"),

@@ -140,19 +140,22 @@ def test_gemm(rng, gemm_mode, elem, m, k, nn, ta, tb, alpha, beta, c_shape):
     check(model, {"a": rand(rng, a_shape, elem, scale=1 / np.sqrt(k))}, PRODUCT_TOL[elem])
 
 
-# ---- Conv without padding (im2col by a strided copy, then a product) ------------------------------
+# ---- Conv (im2col by a strided copy, zeros filled where windows reach into padding; a product) ---
 
 CONV_CASES = [  # (X, W, bias, attributes)
     ((1, 3, 224, 224), (64, 3, 14, 14), True, {"strides": [14, 14]}),  # a ViT patch embedding
     ((2, 8, 10, 10), (16, 8, 1, 1), False, {}),
     ((1, 4, 9, 11), (6, 2, 3, 2), True, {"strides": [2, 3], "dilations": [2, 1], "group": 2}),
     ((1, 3, 4, 56, 56), (32, 3, 2, 14, 14), True, {"strides": [2, 14, 14]}),  # a video patch embedding
+    ((2, 16, 20, 20), (32, 16, 3, 3), True, {"pads": [1, 1, 1, 1]}),  # padded windows: zeros there
+    ((1, 80, 300), (64, 80, 3), True, {"pads": [1, 1]}),  # Whisper's first convolution
+    ((1, 8, 9, 9), (8, 1, 3, 3), False, {"group": 8, "auto_pad": "SAME_UPPER", "strides": [2, 2]}),  # depthwise
 ]
 
 
 @pytest.mark.parametrize("elem", [F32, F16])
 @pytest.mark.parametrize("x_shape,w_shape,bias,attrs", CONV_CASES)
-def test_conv_without_padding(rng, gemm_mode, elem, x_shape, w_shape, bias, attrs):
+def test_conv(rng, gemm_mode, elem, x_shape, w_shape, bias, attrs):
     inputs = ["x", "w"] + (["b"] if bias else [])
     inits = [init("w", rand(rng, w_shape, elem, scale=1 / np.sqrt(np.prod(w_shape[1:]))))]
     inits += [init("b", rand(rng, (w_shape[0],), elem))] if bias else []

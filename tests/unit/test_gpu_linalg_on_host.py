@@ -48,7 +48,7 @@ def run(libs, op_key, inputs, attrs, n_out=1, offsets=None, sm_count=132, worksp
     ins = [None if x is None else mem.put(x, offsets.get(k, 0))[0] for k, x in enumerate(inputs)]
     outs, views = [], []
     for w in want:
-        a, v = mem.put(np.full(w.shape, np.nan, w.dtype))
+        a, v = mem.put(np.full(w.shape, np.nan if w.dtype.kind in "fc" else 7, w.dtype))
         outs.append(gk.Arg(a.ptr, a.shape, a.dtype))
         views.append(v)
     target = gk.Target(sm_count=sm_count, warp_size=libs["warp"], scratch=lambda n: 0,
@@ -200,6 +200,11 @@ CONV = [  # (X, W, bias, attributes)
     ((2, 6, 7, 7), (6, 2, 3, 3), False, {"group": 3, "strides": [2, 2]}),
     ((1, 3, 4, 28, 28), (8, 3, 2, 14, 14), True, {"strides": [2, 14, 14]}),  # a video patch embedding
     ((3, 5, 20), (7, 5, 4), True, {"strides": [4], "auto_pad": "VALID"}),
+    # windows reaching into the padding: zeros there
+    ((1, 3, 9, 9), (4, 3, 3, 3), True, {"pads": [1, 1, 1, 1]}),
+    ((2, 4, 10, 7), (6, 2, 3, 3), True, {"pads": [2, 0, 1, 3], "strides": [2, 1], "dilations": [1, 2], "group": 2}),
+    ((1, 80, 30), (16, 80, 3), True, {"pads": [1, 1]}),  # Whisper's first convolution
+    ((1, 2, 5, 6, 6), (3, 2, 3, 3, 3), False, {"auto_pad": "SAME_UPPER", "strides": [2, 2, 2]}),
 ]
 
 
@@ -215,9 +220,38 @@ def test_conv_without_padding_is_windows_then_a_product(libraries, dtype, x_shap
     close(got, want, 1e-5 if dtype == np.float32 else 3e-3)
 
 
-def test_conv_reading_padding_has_no_kernel():
-    why = gk.kernel_reason("::Conv", {"pads": [1, 1, 1, 1], "group": 1}, ["float32", "float32"], [(1, 3, 8, 8), (4, 3, 3, 3)])
-    assert why is not None and "padding" in why
-    assert gk.kernel_reason("::Conv", {"group": 1}, ["float32", "float32"], [(1, 3, 8, 8), (4, 3, 3, 3)]) is None
-    assert "padding" in gk.kernel_reason("::Conv", {"auto_pad": "SAME_UPPER", "group": 1}, ["float32", "float32"],
-                                         [(1, 3, None, None), (4, 3, 3, 3)])
+def test_conv_claims_on_the_gpu():
+    def reason(attrs, shapes, dtypes=("float32", "float32")):
+        return gk.kernel_reason("::Conv", {"group": 1, **attrs}, list(dtypes), shapes)
+
+    assert reason({"pads": [1, 1, 1, 1]}, [(1, 3, 8, 8), (4, 3, 3, 3)]) is None
+    assert reason({"auto_pad": "SAME_UPPER"}, [(1, 3, None, None), (4, 3, 3, 3)]) is None
+    assert "4 spatial axes" in reason({}, [(1, 3, 4, 4, 4, 4), (4, 3, 1, 1, 1, 1)])
+    assert "groups with a bias" in reason({"group": 16}, [(1, 16, 8, 8), (16, 1, 3, 3), (16,)],
+                                          ("float32", "float32", "float32"))
+    assert "element type" in reason({}, [(1, 3, 8, 8), (4, 3, 3, 3)], ("float64", "float64"))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64, np.uint8, np.bool_])
+@pytest.mark.parametrize("shape,pads,value", [((3, 4), [1, 2, 0, 1], 1.5), ((2, 3, 4), [0, 1, 1, 0, 0, 2], None),
+                                              ((5, 6), [-1, 2, 1, -2], 7), ((4,), [3, 0], 0)])
+def test_pad_constant_mode(libraries, dtype, shape, pads, value):
+    """Pad's constant mode, growing and cropping axes; constant_value read from device memory."""
+    rng = np.random.default_rng(5)
+    x = (rng.uniform(0, 9, shape)).astype(dtype)
+    ins = [x, np.array(pads, np.int64)] + ([] if value is None else [np.array(value).astype(dtype)])
+    (got,), (want,), ops = run(libraries, "::Pad", ins, {"mode": "constant"})
+    assert [o.entry for o in ops] == [f"hipep_copy_fill_w{x.dtype.itemsize}"]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_pad_with_attributes_as_before_opset_11(libraries):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    (got,), (want,), _ = run(libraries, "::Pad", [x], {"mode": "constant", "pads": [0, 1, 2, 0], "value": -3.0})
+    np.testing.assert_array_equal(got, want)
+    assert got[0, 0] == -3.0 and got.shape == (5, 5)
+
+
+def test_pad_other_modes_have_no_kernel():
+    why = gk.kernel_reason("::Pad", {"mode": "reflect"}, ["float32", "int64"], [(3, 4), (4,)])
+    assert why is not None and "constant only" in why

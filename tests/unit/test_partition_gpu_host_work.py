@@ -22,8 +22,8 @@ def _rejected(report) -> dict[str, str]:
 
 
 def if_outputs_feed_host_work_model():
-    """An If (not claimed on a GPU) yields integers that Pad (no GPU program) reads: AffineGrid's
-    expanded form feeds Range from such an If. The If's results come from another EP."""
+    """An If (not claimed on a GPU) yields integers that an edge-mode Pad (no GPU program) reads:
+    AffineGrid's expanded form feeds Range from such an If. The If's results come from another EP."""
     then = h.make_graph([h.make_node("Constant", [], ["a"], value=h.make_tensor("va", T.INT64, [2], [3, 4]))],
                         "then", [], [tensor("a", T.INT64, [2])])
     other = h.make_graph([h.make_node("Constant", [], ["b"], value=h.make_tensor("vb", T.INT64, [2], [5, 6]))],
@@ -32,7 +32,7 @@ def if_outputs_feed_host_work_model():
         h.make_node("Size", ["x"], ["n"]),
         h.make_node("Equal", ["n", "four"], ["is_four"]),
         h.make_node("If", ["is_four"], ["dims"], then_branch=then, else_branch=other),
-        h.make_node("Pad", ["dims", "pads"], ["y"]),
+        h.make_node("Pad", ["dims", "pads"], ["y"], mode="edge"),
     ]
     inits = [h.make_tensor("four", T.INT64, [], [4]), h.make_tensor("pads", T.INT64, [2], [0, 0])]
     return make_model(nodes, [tensor("x", T.FLOAT, [2, 2])], [tensor("y", T.INT64, [2])], inits)
@@ -40,7 +40,7 @@ def if_outputs_feed_host_work_model():
 
 def host_value_crossing_subgraphs_model():
     """Shape(x) lands in one subgraph; the Concat reading it is pushed into a second one by a path
-    through an unclaimed Det; the Pad (no GPU program) after the Concat reads a value that
+    through an unclaimed Det; the edge-mode Pad (no GPU program) after the Concat reads a value that
     reached the second subgraph in device memory."""
     nodes = [
         h.make_node("Shape", ["x"], ["xs"]),
@@ -48,7 +48,7 @@ def host_value_crossing_subgraphs_model():
         h.make_node("Det", ["r"], ["d"]),  # no hipep implementation: another EP runs it
         h.make_node("Shape", ["d"], ["ds"]),
         h.make_node("Concat", ["xs", "ds"], ["cat"], axis=0),
-        h.make_node("Pad", ["cat", "pads"], ["y"]),
+        h.make_node("Pad", ["cat", "pads"], ["y"], mode="edge"),
     ]
     return make_model(nodes, [tensor("x", T.FLOAT, [3, 3])], [tensor("y", T.INT64, [2])],
                       [h.make_tensor("pads", T.INT64, [2], [0, 0])])
