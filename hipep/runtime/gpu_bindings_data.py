@@ -1,5 +1,5 @@
 """GPU bindings that move data: Gather, Transpose, Slice, Expand, Tile, DepthToSpace, SpaceToDepth,
-Pad (constant mode), Split, Concat, the byte copy of view ops that got storage of their own (`COPY`), and Range
+Pad (constant mode), Trilu, ConstantOfShape, Split, Concat, the byte copy of view ops that got storage of their own (`COPY`), and Range
 (registered in hipep.runtime.gpu_kernels' table on import)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import HipepError
 from ..ops.registry import lookup
 from .gpu_faults import fault_param
-from .gpu_binding_core import (COPY_MAX_CHECKS, COPY_MAX_RANK, Binding, CONCAT_MAX, CopyOp, KernelOp, NoKernel, _binding, _cdiv, _prod,
+from .gpu_binding_core import (COPY_MAX_CHECKS, Arg, COPY_MAX_RANK, Binding, CONCAT_MAX, CopyOp, KernelOp, NoKernel, _binding, _cdiv, _prod,
                                _values_or_attr, _word, contiguous_strides, fill_copy, flat_config, ptr,
                                strided_copy)
 
@@ -200,6 +200,44 @@ def _pad_bind(ins, outs, attrs, target):
         if pb > 0 or pe > 0:
             checks.append(([1 if j == d else 0 for j in range(x.ndim)], -pb, int(extent)))
     return fill_copy(x, y, y.shape, st, offset, checks, target, fill=fill, fill_src=fill_src)
+
+
+def _trilu_check(attrs, dtypes, shapes, values):
+    if len(dtypes) > 1 and dtypes[1] and (len(values) < 2 or values[1] is None):
+        return "a k the host knows only at run time (not a constant)"
+    return None
+
+
+@_binding("::Trilu", check=_trilu_check, reads_values=True, modules=("copy",))
+def _trilu_bind(ins, outs, attrs, target):
+    """A copy of x whose elements off the kept triangle are zeros: with row i and column j of the
+    last two axes, lower keeps j - i <= k (k + i - j >= 0), upper keeps j - i >= k."""
+    x, y = ins[0], outs[0]
+    if x.ndim < 2:
+        raise HipepError(f"Trilu: input must have rank >= 2, got shape {list(x.shape)}")
+    k = _values_or_attr(ins, 1, attrs, "k") if len(ins) > 1 and ins[1] is not None else [0]
+    if len(k) != 1:
+        raise HipepError(f"Trilu: k must hold one value, got {len(k)}")
+    rank = x.ndim
+    coef = [0] * rank
+    if int(attrs.get("upper", 1)):
+        coef[-2], coef[-1], bias = -1, 1, -k[0]
+    else:
+        coef[-2], coef[-1], bias = 1, -1, k[0]
+    limit = 1 << 62  # only the lower bound matters
+    return fill_copy(x, y, x.shape, contiguous_strides(x.shape), 0, [(coef, bias, limit)], target)
+
+
+@_binding("::ConstantOfShape", reads_values=True, modules=("copy",))
+def _constant_of_shape_bind(ins, outs, attrs, target):
+    """Every element outside its (empty) source: a copy_fill whose one check always fails."""
+    y = outs[0]
+    v = attrs.get("value")
+    value = np.zeros((), np.float32) if v is None else np.asarray(v).reshape(())
+    if y is None or y.size == 0:
+        return []
+    flat = Arg(y.ptr, (y.size,), y.dtype)
+    return fill_copy(flat, flat, [y.size], [0], 0, [([0], -1, 1)], target, fill=value.astype(y.dtype).tobytes())
 
 
 @_binding("::Split", reads_values=True, modules=("copy",))

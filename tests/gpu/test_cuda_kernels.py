@@ -272,6 +272,21 @@ def test_pad_constant_mode(rng, elem):
     check(model, {"x": x, "value": np.array(4, NP[elem])}, elem, rtol=0, atol=0)
 
 
+def test_trilu_and_constant_of_shape(rng):
+    """A causal mask as exports build it: ConstantOfShape(shape of the scores) filled with -inf,
+    Trilu(upper, k=1) of it, added to the scores; Trilu lower with a negative k on int64."""
+    nodes = [n("Shape", ["s"], ["shape"], name="shape"),
+             n("ConstantOfShape", ["shape"], ["full"], value=helper.make_tensor("v", F32, [1], [float("-inf")]),
+               name="full"),
+             n("Trilu", ["full", "one"], ["mask"], upper=1, name="triu"),
+             n("Add", ["s", "mask"], ["masked"], name="add_mask"),
+             n("Trilu", ["i", "minus_two"], ["low"], upper=0, name="tril")]
+    model = make_model(nodes, [tensor("s", F32, [2, 6, 6]), tensor("i", I64, [3, 5, 4])],
+                       [tensor("masked", F32, None), tensor("low", I64, None)],
+                       [init("one", np.array(1, np.int64)), init("minus_two", np.array(-2, np.int64))], opset=14)
+    check(model, {"s": rand(rng, (2, 6, 6), F32), "i": rng.integers(-9, 9, (3, 5, 4))}, F32, rtol=0, atol=0)
+
+
 def test_concat_slice_expand_split(rng):
     nodes = [
         n("Concat", ["a", "b", "c"], ["cat"], axis=1, name="cat"),

@@ -1,4 +1,5 @@
-"""kernels/gemm.hip and kernels/layer_norm.hip (and kernels/copy.hip, for Conv's windows) run on the CPU: g++ compiles the unchanged kernel
+"""kernels/gemm.hip and kernels/layer_norm.hip (and kernels/copy.hip: Conv's windows, and the copy that
+fills outside its source for Pad, Trilu and ConstantOfShape) run on the CPU: g++ compiles the unchanged kernel
 source against a host stand-in for the CUDA headers (tests/unit/host_cuda: every GPU thread of a
 block a host thread, __syncthreads and warp shuffles as barriers), and the launches the bindings
 give (grid, block, parameter struct) are run block by block over host memory, then compared with
@@ -250,6 +251,31 @@ def test_pad_with_attributes_as_before_opset_11(libraries):
     (got,), (want,), _ = run(libraries, "::Pad", [x], {"mode": "constant", "pads": [0, 1, 2, 0], "value": -3.0})
     np.testing.assert_array_equal(got, want)
     assert got[0, 0] == -3.0 and got.shape == (5, 5)
+
+
+@pytest.mark.parametrize("upper", [0, 1])
+@pytest.mark.parametrize("shape,k", [((5, 7), 0), ((2, 6, 4), 2), ((3, 4, 4), -1), ((4, 9), 12), ((6, 3), -7)])
+def test_trilu(libraries, upper, shape, k):
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape) + 1
+    (got,), (want,), ops = run(libraries, "::Trilu", [x, np.array(k, np.int64)], {"upper": upper})
+    assert [o.entry for o in ops] == ["hipep_copy_fill_w4"]
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("value", [None, np.array([2.5], np.float32), np.array([7], np.int64), np.array([True]),
+                                   np.array([-3], np.int8), np.array([0.25], np.float16)])
+def test_constant_of_shape(libraries, value):
+    attrs = {} if value is None else {"value": value}
+    (got,), (want,), _ = run(libraries, "::ConstantOfShape", [np.array([2, 3, 5], np.int64)], attrs)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_trilu_needs_a_constant_k():
+    assert "not a constant" in gk.kernel_reason("::Trilu", {"upper": 1}, ["float32", "int64"], [(4, 4), ()],
+                                                [None, None])
+    assert gk.kernel_reason("::Trilu", {"upper": 1}, ["float32", "int64"], [(4, 4), ()], [None, np.array(1)]) is None
+    assert gk.kernel_reason("::Trilu", {"upper": 0}, ["float32"], [(4, 4)]) is None
 
 
 def test_pad_other_modes_have_no_kernel():
