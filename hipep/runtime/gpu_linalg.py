@@ -1,5 +1,4 @@
-"""GPU bindings: MatMul and Gemm, Conv without padding, LayerNormalization and
-SkipLayerNormalization.
+"""GPU bindings: MatMul and Gemm, Conv, the pools, LayerNormalization and SkipLayerNormalization.
 
 Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported.
 
@@ -461,6 +460,114 @@ def _conv_bind(ins, outs, attrs, target):
                             Arg(b.ptr + g * mg * e, (mg,), b.dtype),
                             Arg(y.ptr + (i * m * p + g * mg * p) * e, (mg, p), y.dtype), gemm_target)
     return ops
+
+
+# ---- pooling: a reduction over the windows ------------------------------------------------------
+# GlobalAveragePool / GlobalMaxPool are ReduceMean / ReduceMax over the spatial axes. MaxPool and
+# AveragePool (f32, f16) copy their windows into the stream's workspace as [N, C, *out, *kernel]
+# (-inf for MaxPool, zeros for AveragePool where a window reaches past the input), then reduce
+# each window's row: AveragePool only where every window's count is the kernel's size (no padding
+# read, or padding counted with count_include_pad), so the mean is the reduction's.
+
+
+def _global_pool_bind(reduce_op: str):
+    def bind(ins, outs, attrs, target):
+        from .gpu_bindings_reduce import _reduce_bind
+
+        x = ins[0]
+        if x.ndim < 3:
+            raise HipepError(f"{reduce_op}: X must have rank >= 3 (N, C, D1, ...), got {list(x.shape)}")
+        return _reduce_bind(reduce_op)([x, None], outs, {"axes": list(range(2, x.ndim)), "keepdims": 1}, target)
+    return bind
+
+
+def _global_pool_check(attrs, dtypes, shapes, values):
+    return _float_type(dtypes) if dtypes and dtypes[0] != "bfloat16" else f"element type {dtypes[0]}"
+
+
+for _op, _reduce in (("GlobalAveragePool", "ReduceMean"), ("GlobalMaxPool", "ReduceMax")):
+    _binding(f"::{_op}", check=_global_pool_check, modules=("reduce",))(_global_pool_bind(_reduce))
+
+
+def _pool_counts_are_the_kernel(win, attrs) -> bool:
+    """Whether every window of an AveragePool divides by the kernel's size."""
+    include_pad = bool(int(attrs.get("count_include_pad", 0)))
+    for i, length in enumerate(win.lengths):
+        reach = (win.out[i] - 1) * win.strides[i] + (win.kernel[i] - 1) * win.dilations[i] + 1
+        if include_pad:
+            if reach > length + win.pb[i] + win.pe[i]:  # ceil_mode's overhang past the padding
+                return False
+        elif win.pb[i] or reach > length:
+            return False
+    return True
+
+
+def _pool_check(op_type: str):
+    def check(attrs, dtypes, shapes, values):
+        from ..ops.registry import OUTPUT_COUNT
+
+        if not dtypes or dtypes[0] not in ("float32", "float16"):
+            return f"element type {dtypes[0] if dtypes else '?'}"
+        if int(attrs.get(OUTPUT_COUNT, 1)) > 1:
+            return "MaxPool's Indices output"
+        x = shapes[0] if shapes else None
+        if x is not None and len(x) - 2 > CONV_MAX_SPATIAL:
+            return f"{op_type} over {len(x) - 2} spatial axes (at most {CONV_MAX_SPATIAL})"
+        if op_type == "AveragePool" and x is not None and all(d is not None for d in x):
+            from ..ops.vision import _Window
+
+            try:
+                win = _Window(op_type, x[2:], [int(k) for k in attrs["kernel_shape"]], attrs,
+                              int(attrs.get("ceil_mode", 0)))
+            except Exception:  # noqa: BLE001 - a bad geometry: the shape rule reports it
+                return None
+            if not _pool_counts_are_the_kernel(win, attrs):
+                return "AveragePool whose windows hold different counts of inputs (no kernel yet)"
+        return None
+    return check
+
+
+def _pool_bind(op_type: str):
+    def bind(ins, outs, attrs, target):
+        from ..ops.vision import _Window
+        from .gpu_binding_core import fill_copy
+        from .gpu_bindings_reduce import _reduce_bind
+
+        x, y = ins[0], outs[0]
+        if len(outs) > 1 and outs[1] is not None:
+            raise NoKernel("MaxPool's Indices output")
+        if y is None or y.size == 0:
+            return []
+        win = _Window(op_type, x.shape[2:], [int(k) for k in attrs["kernel_shape"]], attrs,
+                      int(attrs.get("ceil_mode", 0)))
+        if op_type == "AveragePool" and not _pool_counts_are_the_kernel(win, attrs):
+            raise NoKernel("AveragePool whose windows hold different counts of inputs")
+        if target.workspace is None:
+            raise NoKernel(f"{op_type} needs a stream workspace for its windows")
+        n, c = int(x.shape[0]), int(x.shape[1])
+        nsp, kp, p = len(win.kernel), _prod(win.kernel), _prod(win.out)
+        xs = contiguous_strides(x.shape)
+        dims = [n, c] + win.out + win.kernel
+        strides = [xs[0], xs[1]] + [st * s for st, s in zip(win.strides, xs[2:])] + \
+                  [d * s for d, s in zip(win.dilations, xs[2:])]
+        checks = []
+        for d in range(nsp):
+            coef = [0] * (2 + 2 * nsp)
+            coef[2 + d], coef[2 + nsp + d] = win.strides[d], win.dilations[d]
+            checks.append((coef, -win.pb[d], win.lengths[d]))
+        fill = np.asarray(-np.inf if op_type == "MaxPool" else 0.0).astype(x.dtype).tobytes()
+        rows = n * c * p
+        windows = Arg(target.workspace(rows * kp * x.dtype.itemsize), (rows, kp), x.dtype)
+        offset = -sum(pb * s for pb, s in zip(win.pb, xs[2:]))
+        ops = fill_copy(x, windows, dims, strides, offset, checks, target, fill=fill)
+        reduce_op = "ReduceMax" if op_type == "MaxPool" else "ReduceMean"
+        flat = Arg(y.ptr, (rows,), y.dtype)
+        return ops + _reduce_bind(reduce_op)([windows, None], [flat], {"axes": [1], "keepdims": 0}, target)
+    return bind
+
+
+for _op in ("MaxPool", "AveragePool"):
+    _binding(f"::{_op}", check=_pool_check(_op), modules=("copy", "reduce"))(_pool_bind(_op))
 
 
 # ---- LayerNormalization, SkipLayerNormalization ------------------------------------------------

@@ -164,6 +164,25 @@ def test_conv(rng, gemm_mode, elem, x_shape, w_shape, bias, attrs):
     check(model, {"x": rand(rng, x_shape, elem)}, PRODUCT_TOL[elem])
 
 
+# ---- pools (the windows copied, each reduced) ---------------------------------------------------
+
+POOL_CASES = [
+    ("MaxPool", (2, 16, 56, 56), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),  # ResNet's
+    ("MaxPool", (1, 4, 10, 10), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ("AveragePool", (1, 8, 16, 16), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ("AveragePool", (1, 4, 9, 9), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("GlobalAveragePool", (2, 64, 7, 7), {}),
+    ("GlobalMaxPool", (2, 8, 30), {}),
+]
+
+
+@pytest.mark.parametrize("op_type,shape,attrs", POOL_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(POOL_CASES)])
+def test_pools(rng, op_type, shape, attrs):
+    model = make_model([n(op_type, ["x"], ["y"], name="pool", **attrs)], [tensor("x", F32, list(shape))],
+                       [tensor("y", F32, None)], opset=19)
+    check(model, {"x": rand(rng, shape, F32, -4, 4)}, NORM_TOL[F32])
+
+
 # ---- LayerNormalization -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("elem", [F32, F16])

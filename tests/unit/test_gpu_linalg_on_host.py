@@ -1,5 +1,6 @@
 """kernels/gemm.hip and kernels/layer_norm.hip (and kernels/copy.hip: Conv's windows, and the copy that
-fills outside its source for Pad, Trilu and ConstantOfShape) run on the CPU: g++ compiles the unchanged kernel
+fills outside its source for Pad, Trilu and ConstantOfShape; kernels/reduce.hip for the pools) run on
+the CPU: g++ compiles the unchanged kernel
 source against a host stand-in for the CUDA headers (tests/unit/host_cuda: every GPU thread of a
 block a host thread, __syncthreads and warp shuffles as barriers), and the launches the bindings
 give (grid, block, parameter struct) are run block by block over host memory, then compared with
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not 
 
 
 def _build(out: Path, warp: int) -> dict:
-    return {"warp": warp, **{m: compile_module(out, m, warp) for m in ("gemm", "layer_norm", "copy")}}
+    return {"warp": warp, **{m: compile_module(out, m, warp) for m in ("gemm", "layer_norm", "copy", "reduce")}}
 
 
 @pytest.fixture(scope="module")
@@ -276,6 +277,36 @@ def test_trilu_needs_a_constant_k():
                                                 [None, None])
     assert gk.kernel_reason("::Trilu", {"upper": 1}, ["float32", "int64"], [(4, 4), ()], [None, np.array(1)]) is None
     assert gk.kernel_reason("::Trilu", {"upper": 0}, ["float32"], [(4, 4)]) is None
+
+
+POOLS = [  # (op, X, attributes)
+    ("MaxPool", (1, 3, 9, 9), {"kernel_shape": [3, 3], "strides": [2, 2]}),
+    ("MaxPool", (2, 4, 8, 7), {"kernel_shape": [3, 2], "pads": [1, 0, 1, 1], "dilations": [1, 2]}),
+    ("MaxPool", (1, 2, 10, 10), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ("MaxPool", (1, 3, 12), {"kernel_shape": [4], "auto_pad": "SAME_UPPER", "strides": [3]}),
+    ("AveragePool", (1, 3, 8, 8), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ("AveragePool", (2, 2, 7, 7), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("AveragePool", (1, 2, 4, 6, 6), {"kernel_shape": [2, 3, 3], "strides": [2, 3, 3]}),
+    ("GlobalAveragePool", (2, 5, 7, 3), {}),
+    ("GlobalMaxPool", (2, 5, 9), {}),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("op_type,shape,attrs", POOLS, ids=[f"{p[0]}-{i}" for i, p in enumerate(POOLS)])
+def test_pools(libraries, dtype, op_type, shape, attrs):
+    x = np.random.default_rng(6).uniform(-4, 4, shape).astype(dtype)
+    (got,), (want,), ops = run(libraries, f"::{op_type}", [x], attrs, workspace=True)
+    assert any(o.module == "reduce" for o in ops if hasattr(o, "module"))
+    close(got, want, 1e-6 if dtype == np.float32 else 1e-3)
+
+
+def test_pools_without_a_kernel():
+    f32 = ["float32"]
+    assert "Indices" in gk.kernel_reason("::MaxPool", {"kernel_shape": [2, 2], OUTPUT_COUNT: 2}, f32, [(1, 1, 4, 4)])
+    assert "different counts" in gk.kernel_reason("::AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+                                                  f32, [(1, 1, 6, 6)])
+    assert gk.kernel_reason("::MaxPool", {"kernel_shape": [2, 2]}, ["int8"], [(1, 1, 4, 4)]) is not None
 
 
 def test_pad_other_modes_have_no_kernel():
