@@ -277,6 +277,15 @@ def fill_copy(src: Arg, dst: Arg, dims: Sequence[int], strides: Sequence[int], o
     return [KernelOp(f"hipep_copy_fill_w{e}", grid, block, [ptr(src), ptr(fill_src), ptr(dst), args], module="copy")]
 
 
+def fill_ops(dst: Arg, fill: bytes, target: Target) -> list:
+    """Ops writing the element `fill` (its bytes) to every element of dst: the padded copy with
+    one check that always fails, so its source is never read."""
+    if dst.size == 0:
+        return []
+    flat = Arg(dst.ptr, (dst.size,), dst.dtype)
+    return fill_copy(flat, flat, [dst.size], [0], 0, [([0], -1, 1)], target, fill=fill)
+
+
 def _word(e: int, pointers: Sequence[int], sizes: Sequence[int]) -> int:
     """The widest word (<= 16 bytes, a multiple of the element size e) dividing every pointer
     and byte count."""

@@ -1,5 +1,5 @@
 """GPU bindings that move data: Gather, Transpose, Slice, Expand, Tile, DepthToSpace, SpaceToDepth,
-Pad (constant mode), Trilu, ConstantOfShape, Split, Concat, the byte copy of view ops that got storage of their own (`COPY`), and Range
+Pad (constant mode), Trilu, ConstantOfShape, Dropout (inference), Split, Concat, the byte copy of view ops that got storage of their own (`COPY`), and Range
 (registered in hipep.runtime.gpu_kernels' table on import)."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 from ..errors import HipepError
 from ..ops.registry import lookup
 from .gpu_faults import fault_param
-from .gpu_binding_core import (COPY_MAX_CHECKS, Arg, COPY_MAX_RANK, Binding, CONCAT_MAX, CopyOp, KernelOp, NoKernel, _binding, _cdiv, _prod,
-                               _values_or_attr, _word, contiguous_strides, fill_copy, flat_config, ptr,
+from .gpu_binding_core import (COPY_MAX_CHECKS, COPY_MAX_RANK, Binding, CONCAT_MAX, CopyOp, KernelOp, NoKernel, _binding, _cdiv, _prod,
+                               _values_or_attr, _word, contiguous_strides, fill_copy, fill_ops, flat_config, ptr,
                                strided_copy)
 
 
@@ -230,14 +230,31 @@ def _trilu_bind(ins, outs, attrs, target):
 
 @_binding("::ConstantOfShape", reads_values=True, modules=("copy",))
 def _constant_of_shape_bind(ins, outs, attrs, target):
-    """Every element outside its (empty) source: a copy_fill whose one check always fails."""
+    """A fill of the output with the value attribute."""
     y = outs[0]
     v = attrs.get("value")
     value = np.zeros((), np.float32) if v is None else np.asarray(v).reshape(())
-    if y is None or y.size == 0:
+    if y is None:
         return []
-    flat = Arg(y.ptr, (y.size,), y.dtype)
-    return fill_copy(flat, flat, [y.size], [0], 0, [([0], -1, 1)], target, fill=value.astype(y.dtype).tobytes())
+    return fill_ops(y, value.astype(y.dtype).tobytes(), target)
+
+
+@_binding("::Dropout", modules=("copy",))
+def _dropout_bind(ins, outs, attrs, target):
+    """Inference (the claim refuses training): y is x; the mask, where asked for, is what ONNX
+    Runtime's CPU kernel writes: zeros of x's type (opset 7), false (10) or true (12 on)."""
+    from ..ops.registry import SINCE_VERSION
+
+    x, y = ins[0], outs[0]
+    ops = []
+    if y is not None and y.size and y.ptr != x.ptr:
+        ops.append(CopyOp(y.ptr, x.ptr, y.size * y.dtype.itemsize))
+    mask = outs[1] if len(outs) > 1 else None
+    if mask is not None and mask.size:
+        version = int(attrs.get(SINCE_VERSION, 12))
+        value = np.asarray(version >= 12 if version >= 10 else 0).astype(mask.dtype)
+        ops += fill_ops(mask, value.tobytes(), target)
+    return ops
 
 
 @_binding("::Split", reads_values=True, modules=("copy",))

@@ -287,6 +287,18 @@ def test_trilu_and_constant_of_shape(rng):
     check(model, {"s": rand(rng, (2, 6, 6), F32), "i": rng.integers(-9, 9, (3, 5, 4))}, F32, rtol=0, atol=0)
 
 
+def test_dropout_in_inference(rng):
+    """Opset 13 Dropout with its mask and a constant false training_mode, and opset 7's: the
+    input through, the mask as ORT's CPU kernel writes it."""
+    nodes = [n("Dropout", ["x", "ratio", "training"], ["y", "mask"], name="drop")]
+    model = make_model(nodes, [tensor("x", F32, [3, 40])], [tensor("y", F32, None), tensor("mask", TP.BOOL, None)],
+                       [init("ratio", np.array(0.3, np.float32)), init("training", np.array(False))], opset=13)
+    check(model, {"x": rand(rng, (3, 40), F32)}, F32, rtol=0, atol=0)
+    old = make_model([n("Dropout", ["x"], ["y", "mask"], name="drop7")], [tensor("x", F32, [3, 40])],
+                     [tensor("y", F32, None), tensor("mask", F32, None)], opset=7)
+    check(old, {"x": rand(rng, (3, 40), F32)}, F32, rtol=0, atol=0)
+
+
 def test_concat_slice_expand_split(rng):
     nodes = [
         n("Concat", ["a", "b", "c"], ["cat"], axis=1, name="cat"),

@@ -272,6 +272,29 @@ def test_constant_of_shape(libraries, value):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("version", [7, 10, 13])
+def test_dropout_in_inference(libraries, version):
+    """y is x (a copy); the mask is what ORT's CPU kernel writes for the opset (zeros of x's type,
+    false, then true)."""
+    x = np.random.default_rng(7).uniform(-1, 1, (3, 5)).astype(np.float32)
+    op = lookup("", "Dropout")
+    attrs = {"ratio": 0.5, "seed": None, OUTPUT_COUNT: 2, SINCE_VERSION: version}
+    y_want, mask_want = op.reference([x], attrs)
+    mem = HostMemory()
+    (xa, _), (ya, y) = mem.put(x), mem.put(np.zeros_like(y_want))
+    ma, mask = mem.put(np.full(mask_want.shape, 7, mask_want.dtype))
+    outs = [gk.Arg(ya.ptr, ya.shape, ya.dtype), gk.Arg(ma.ptr, ma.shape, ma.dtype)]
+    ops = gk.binding_for("::Dropout").bind([xa], outs, attrs, gk.Target(warp_size=32, scratch=lambda n: 0))
+    for o in ops:
+        if isinstance(o, gk.CopyOp):
+            ctypes.memmove(o.dst, o.src, o.nbytes)
+        else:
+            launch(libraries[o.module], o)
+    np.testing.assert_array_equal(y, y_want)
+    assert mask.dtype == mask_want.dtype
+    np.testing.assert_array_equal(mask, mask_want)
+
+
 def test_trilu_needs_a_constant_k():
     assert "not a constant" in gk.kernel_reason("::Trilu", {"upper": 1}, ["float32", "int64"], [(4, 4), ()],
                                                 [None, None])
