@@ -377,12 +377,13 @@ def _conv_window(attrs, x_shape, w_shape):
     return _Window("Conv", x_shape[2:], [int(k) for k in w_shape[2:]], attrs)
 
 
+def _window_reach(win, i: int) -> int:
+    """How far into spatial axis i (from the padding's start) the last window reaches."""
+    return (win.out[i] - 1) * win.strides[i] + (win.kernel[i] - 1) * win.dilations[i] + 1
+
+
 def _conv_reads_padding(win) -> bool:
-    for i, length in enumerate(win.lengths):
-        reach = (win.out[i] - 1) * win.strides[i] + (win.kernel[i] - 1) * win.dilations[i] + 1
-        if win.pb[i] or reach > length:
-            return True
-    return False
+    return any(win.pb[i] or _window_reach(win, i) > length for i, length in enumerate(win.lengths))
 
 
 def _conv_check(attrs, dtypes, shapes, values):
@@ -491,15 +492,10 @@ for _op, _reduce in (("GlobalAveragePool", "ReduceMean"), ("GlobalMaxPool", "Red
 
 def _pool_counts_are_the_kernel(win, attrs) -> bool:
     """Whether every window of an AveragePool divides by the kernel's size."""
-    include_pad = bool(int(attrs.get("count_include_pad", 0)))
-    for i, length in enumerate(win.lengths):
-        reach = (win.out[i] - 1) * win.strides[i] + (win.kernel[i] - 1) * win.dilations[i] + 1
-        if include_pad:
-            if reach > length + win.pb[i] + win.pe[i]:  # ceil_mode's overhang past the padding
-                return False
-        elif win.pb[i] or reach > length:
-            return False
-    return True
+    if not int(attrs.get("count_include_pad", 0)):
+        return not _conv_reads_padding(win)
+    # ceil_mode's overhang past the padding is not counted
+    return all(_window_reach(win, i) <= length + win.pb[i] + win.pe[i] for i, length in enumerate(win.lengths))
 
 
 def _pool_check(op_type: str):

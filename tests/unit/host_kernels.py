@@ -21,9 +21,14 @@ KERNELS = Path(__file__).parent.parent.parent / "kernels"
 def compile_module(out: Path, module: str, warp: int, extra_flags=()) -> ctypes.CDLL:
     """kernels/<module>.hip built for the host with HIPEP_WARP_SIZE=`warp` (skips the test where
     g++ lacks _Float16)."""
-    so = out / f"{module}_w{warp}.so"
+    return compile_source(out, KERNELS / f"{module}.hip", f"{module}_w{warp}", warp, extra_flags)
+
+
+def compile_source(out: Path, source: Path, name: str, warp: int, extra_flags=()) -> ctypes.CDLL:
+    """A kernel source file (kernels/*.hip, or a generated one) built for the host as `name`.so."""
+    so = out / f"{name}.so"
     cmd = ["g++", "-std=c++17", "-O1", *extra_flags, "-fPIC", "-shared", f"-I{HOST_CUDA}", f"-I{KERNELS}",
-           f"-DHIPEP_WARP_SIZE={warp}", "-x", "c++", str(KERNELS / f"{module}.hip"), "-x", "none",
+           f"-DHIPEP_WARP_SIZE={warp}", "-x", "c++", str(source), "-x", "none",
            str(HOST_CUDA / "host_runtime.cc"), "-o", str(so), "-lpthread"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0 and "_Float16" in r.stderr:

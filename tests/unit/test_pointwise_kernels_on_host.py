@@ -8,7 +8,6 @@ infinities. Skipped without g++."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, lookup
 from hipep.runtime import gpu_kernels as gk
 from hipep.runtime.kernel_cache import pointwise_source
 
-from unit.host_kernels import HOST_CUDA, KERNELS, HostMemory, launch
+from unit.host_kernels import HOST_CUDA, HostMemory, compile_source, launch
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 MS = "com.microsoft"
@@ -37,18 +36,9 @@ CASES = [  # (domain, op, inputs as shapes (None: omitted), attributes)
 
 
 def _compile(tmp_path, source: str, name: str):
-    import ctypes
-
-    src, so = tmp_path / f"{name}.hip", tmp_path / f"{name}.so"
-    src.write_text(source)
-    cmd = ["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-include", str(HOST_CUDA / "rn_intrinsics.h"), "-fPIC",
-           "-shared", f"-I{HOST_CUDA}", f"-I{KERNELS}", "-DHIPEP_WARP_SIZE=32", "-x", "c++", str(src), "-x", "none",
-           str(HOST_CUDA / "host_runtime.cc"), "-o", str(so), "-lpthread"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0 and "_Float16" in r.stderr:
-        pytest.skip("this g++ has no _Float16")
-    assert r.returncode == 0, r.stderr[-3000:]
-    return ctypes.CDLL(str(so))
+    path = tmp_path / f"{name}.hip"
+    path.write_text(source)
+    return compile_source(tmp_path, path, name, 32, ("-ffp-contract=off", "-include", str(HOST_CUDA / "rn_intrinsics.h")))
 
 
 def _values(rng, shape, dtype):
