@@ -12,9 +12,11 @@ from typing import Sequence
 import ml_dtypes  # noqa: F401  (registers numpy's 'bfloat16' dtype name)
 import numpy as np
 
+from ..errors import HipepError
 from ..ops.registry import lookup
 from ..plan import split_op_key
-from .gpu_binding_core import FUSED, KernelOp, NoKernel, _prod, contiguous_strides, flat_config, merge_dims, ptr
+from .gpu_binding_core import (FUSED, Arg, KernelOp, NoKernel, _binding, _prod, contiguous_strides, flat_config,
+                               merge_dims, ptr)
 
 
 # ---- pointwise ---------------------------------------------------------------------------------
@@ -70,7 +72,7 @@ def pointwise_expression(op_key: str, attrs: dict, operands: Sequence):
 
 def _pointwise_bind(op_key: str):
     def bind(ins, outs, attrs, target):
-        from ..ops.pointwise import MAX_RANK, Operand
+        from ..ops.pointwise import Operand
 
         # Only constants' values may shape the expression (Pow's exponent): the program is bound
         # once per argument layout, and a constant cannot change under it.
@@ -79,39 +81,86 @@ def _pointwise_bind(op_key: str):
         expr = pointwise_expression(op_key, attrs, operands)
         if expr is None:
             raise NoKernel(f"{op_key} for inputs {[None if a is None else a.dtype.name for a in ins]}")
-        out_dtypes = [expr.nodes[o][1] for o in expr.outputs]
-        in_dtypes = ["uint8" if a is None else a.dtype.name for a in ins]
-        rendered = render_pointwise(expr, in_dtypes, out_dtypes)
-        shape = next(o.shape for o in outs if o is not None)
-        n = _prod(shape)
-        if n == 0:
-            return []
-        out_ptrs = []
-        for o, dt in zip(outs, out_dtypes):
-            if o is not None:
-                out_ptrs.append(ptr(o))
-            else:  # a result nobody reads: the kernel still writes it somewhere
-                out_ptrs.append(ctypes.c_uint64(target.scratch(n * np.dtype(dt).itemsize)))
-        rank = len(shape)
-        per_input = []
-        for k, a in enumerate(ins):
-            if a is None or k not in expr.broadcast:
-                per_input.append([0] * rank)
-                continue
-            pad = rank - a.ndim
-            st = contiguous_strides(a.shape)
-            per_input.append([0] * pad + [0 if int(d) == 1 else s for d, s in zip(a.shape, st)])
-        dims, strides = merge_dims(shape, per_input)
-        if len(dims) > MAX_RANK:
-            raise NoKernel(f"{op_key} over {len(dims)} broadcast axes (at most {MAX_RANK})")
-        args_struct = rendered.args_type()
-        args_struct.n, args_struct.rank = n, len(dims)
-        for d, v in enumerate(dims):
-            args_struct.dims[d] = v
-        for k, s in enumerate(strides):
-            for d, v in enumerate(s):
-                args_struct.strides[k][d] = v
-        grid, block = flat_config(n, target)
-        return [KernelOp(rendered.name, grid, block, [ptr(a) for a in ins] + out_ptrs + [args_struct],
-                         source=rendered.source)]
+        return expression_ops(expr, ins, outs, target, op_key)
     return bind
+
+
+def expression_ops(expr, ins, outs, target, what: str) -> list:
+    """The launch computing `expr` elementwise over `outs`' shape, each input read through its own
+    shape's broadcast strides (an input not in the expression's broadcast set is read as a scalar)."""
+    from ..ops.pointwise import MAX_RANK
+
+    out_dtypes = [expr.nodes[o][1] for o in expr.outputs]
+    in_dtypes = ["uint8" if a is None else a.dtype.name for a in ins]
+    rendered = render_pointwise(expr, in_dtypes, out_dtypes)
+    shape = next(o.shape for o in outs if o is not None)
+    n = _prod(shape)
+    if n == 0:
+        return []
+    out_ptrs = []
+    for o, dt in zip(outs, out_dtypes):
+        if o is not None:
+            out_ptrs.append(ptr(o))
+        else:  # a result nobody reads: the kernel still writes it somewhere
+            out_ptrs.append(ctypes.c_uint64(target.scratch(n * np.dtype(dt).itemsize)))
+    rank = len(shape)
+    per_input = []
+    for k, a in enumerate(ins):
+        if a is None or k not in expr.broadcast:
+            per_input.append([0] * rank)
+            continue
+        pad = rank - a.ndim
+        st = contiguous_strides(a.shape)
+        per_input.append([0] * pad + [0 if int(d) == 1 else s for d, s in zip(a.shape, st)])
+    dims, strides = merge_dims(shape, per_input)
+    if len(dims) > MAX_RANK:
+        raise NoKernel(f"{what} over {len(dims)} broadcast axes (at most {MAX_RANK})")
+    args_struct = rendered.args_type()
+    args_struct.n, args_struct.rank = n, len(dims)
+    for d, v in enumerate(dims):
+        args_struct.dims[d] = v
+    for k, s in enumerate(strides):
+        for d, v in enumerate(s):
+            args_struct.strides[k][d] = v
+    grid, block = flat_config(n, target)
+    return [KernelOp(rendered.name, grid, block, [ptr(a) for a in ins] + out_ptrs + [args_struct],
+                     source=rendered.source)]
+
+
+# ---- BatchNormalization (inference): a generated kernel over X with its per-channel parameters ---
+# Not a registry pointwise op: the parameters [C] broadcast along axis 1, not the trailing axes, so
+# the binding reads them through shapes [C, 1, ...] and computes ONNX Runtime's fused form as the
+# CPU reference does: x * (scale / sqrt(var + epsilon)) + (B - mean * that), in f32.
+
+_BN_PARAMS = ("scale", "B", "input_mean", "input_var")
+
+
+def batch_norm_expression(dtypes: Sequence[str], epsilon: float):
+    from ..ops.pointwise import F32, Builder, Operand
+
+    b = Builder([Operand(np.dtype(d)) for d in dtypes])
+    x, scale, bias, mean, var = (b.cast(b.input(k), F32) for k in range(5))
+    new_scale = (1.0 / b.sqrt(var + np.float32(epsilon))) * scale
+    return b.build(b.cast(x * new_scale + (bias - mean * new_scale), dtypes[0]))
+
+
+def _batch_norm_check(attrs, dtypes, shapes, values):
+    if any(d not in ("float32", "float16") for d in dtypes[:5] if d):
+        return f"element types {[d for d in dtypes[:5]]} (f32 and f16 have a kernel)"
+    return None
+
+
+@_binding("::BatchNormalization", check=_batch_norm_check)
+def _batch_norm_bind(ins, outs, attrs, target):
+    x = ins[0]
+    if x.ndim < 2:
+        raise HipepError(f"BatchNormalization: X must have rank >= 2, got shape {list(x.shape)}")
+    c = int(x.shape[1])
+    params = []
+    for what, a in zip(_BN_PARAMS, ins[1:5]):
+        if a is None or a.size != c:
+            raise HipepError(f"BatchNormalization: {what} must hold X's {c} channels, got shape "
+                             f"{None if a is None else list(a.shape)}")
+        params.append(Arg(a.ptr, (c,) + (1,) * (x.ndim - 2), a.dtype))
+    expr = batch_norm_expression([a.dtype.name for a in [x] + params], float(attrs.get("epsilon", 1e-5)))
+    return expression_ops(expr, [x] + params, outs[:1], target, "BatchNormalization")

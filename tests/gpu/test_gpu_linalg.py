@@ -183,6 +183,16 @@ def test_pools(rng, op_type, shape, attrs):
     check(model, {"x": rand(rng, shape, F32, -4, 4)}, NORM_TOL[F32])
 
 
+@pytest.mark.parametrize("elem", [F32, F16])
+def test_batch_normalization_in_inference(rng, elem):
+    shape = (2, 16, 14, 14)
+    inits = [init("scale", rand(rng, (16,), elem, 0.5, 2)), init("bias", rand(rng, (16,), elem)),
+             init("mean", rand(rng, (16,), elem)), init("var", rand(rng, (16,), elem, 0.1, 2))]
+    model = make_model([n("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y"], epsilon=1e-3,
+                          name="bn")], [tensor("x", elem, list(shape))], [tensor("y", elem, None)], inits, opset=15)
+    check(model, {"x": rand(rng, shape, elem, -3, 3)}, NORM_TOL[elem])
+
+
 # ---- LayerNormalization -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("elem", [F32, F16])

@@ -83,6 +83,13 @@ def test_rendered_pointwise_kernels_compile_through_the_header():
         r = gk.render_pointwise(expr, [d.name for d in dtypes], out)
         data, _ = kernel_cache.compile_cubin(r.source, r.name, ARCH, DEFINES, use_cache=False)
         assert r.name.encode() + b"\0" in data, key
+    # BatchNormalization's generated kernel (not a registry pointwise op)
+    from hipep.runtime.gpu_bindings_pointwise import batch_norm_expression
+
+    expr = batch_norm_expression(["float16", "float32", "float32", "float32", "float32"], 1e-5)
+    r = gk.render_pointwise(expr, ["float16"] + ["float32"] * 4, ["float16"])
+    data, _ = kernel_cache.compile_cubin(r.source, r.name, ARCH, DEFINES, use_cache=False)
+    assert r.name.encode() + b"\0" in data
     # a fused chain with a NaN constant and a broadcast operand
     b = Builder([Operand(f32), Operand(f32)])
     x, y = b.input(0), b.input(1)

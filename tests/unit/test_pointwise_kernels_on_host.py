@@ -4,7 +4,8 @@ CUDA headers, and the launch the binding gives runs over host memory, compared w
 registry reference (the CPU device's). Covers the com.microsoft GELU family (f64 tanh, exp and erf
 rounded to f32; f16 through the function body's constants) beside a few ai.onnx ops whose f32
 forms replay MLAS (Sigmoid, Tanh, Gelu with approximate='tanh'), with broadcasting, NaN and
-infinities. Skipped without g++."""
+infinities; and BatchNormalization, whose generated kernel reads its per-channel parameters along
+axis 1. Skipped without g++."""
 from __future__ import annotations
 
 import shutil
@@ -74,3 +75,24 @@ def test_a_generated_kernel_computes_what_the_reference_does(tmp_path, domain, o
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
                                rtol=1e-6 if dtype == np.float32 else 1e-3, atol=1e-30)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5, 4), (4, 6), (1, 8, 9)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_batch_normalization_kernel_equals_the_reference(tmp_path, shape, dtype):
+    op = lookup("", "BatchNormalization")
+    attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, "epsilon": 1e-3, OUTPUT_COUNT: 1}
+    rng = np.random.default_rng(len(shape))
+    c = shape[1]
+    inputs = [rng.uniform(-3, 3, shape).astype(dtype), rng.uniform(0.5, 2, c).astype(dtype),
+              rng.uniform(-1, 1, c).astype(dtype), rng.uniform(-1, 1, c).astype(dtype), rng.uniform(0.1, 2, c).astype(dtype)]
+    (want,) = op.reference(list(inputs), attrs)
+    mem = HostMemory()
+    out, got = mem.put(np.full(want.shape, 7, want.dtype))
+    ops = gk.binding_for("::BatchNormalization").bind([mem.put(x)[0] for x in inputs],
+                                                       [gk.Arg(out.ptr, out.shape, out.dtype)], attrs,
+                                                       gk.Target(sm_count=2, warp_size=32, scratch=lambda n: 0))
+    (launch_op,) = ops
+    launch_op.grid = (min(launch_op.grid[0], 2), *launch_op.grid[1:])
+    launch(_compile(tmp_path, pointwise_source(launch_op.source), launch_op.entry), launch_op)
+    np.testing.assert_array_equal(got, want)  # the same f32 operations in the same order
