@@ -18,6 +18,7 @@ equal to the kernel) and 1x1 convolutions are a plain copy, or none.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field
@@ -438,8 +439,7 @@ def _conv_bind(ins, outs, attrs, target):
         ops = strided_copy(x, cols, dims, strides, 0, target)
     # The products run after the copy on the same stream; their own workspace lies past the windows.
     after = -(-cols_bytes // 256) * 256
-    gemm_target = Target(target.sm_count, target.warp_size, target.scratch,
-                         lambda nbytes: target.workspace(after + nbytes) + after, target.fault)
+    gemm_target = dataclasses.replace(target, workspace=lambda nbytes: target.workspace(after + nbytes) + after)
     if b is None or group == 1:
         # one product per (image, group): Y[i, g] = W[g] @ windows[i, g], W shared by the images
         batch, a_batch, b_batch = [n], [0], [c * kp * p]
