@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, SINCE_VERSION, lookup
 from hipep.runtime import gpu_kernels as gk
 
 HOST_CUDA = Path(__file__).parent / "host_cuda"
@@ -74,3 +75,33 @@ class HostMemory:
         view[...] = a
         self.keep.append(raw)
         return gk.Arg(view.ctypes.data, a.shape, a.dtype, a, True), view
+
+
+def run_on_host(libs: dict, op_key: str, inputs, attrs, n_out=1, offsets=None, sm_count=132, workspace=False):
+    """Binds the registry op `op_key` ("domain::Op") for `inputs` (its defaults, OUTPUT_COUNT and the
+    newest SINCE_VERSION filled in) and runs the launches on the host with `libs` (module name ->
+    compiled library, "warp" -> warp size), copies as memmove; (output views, the registry
+    reference's outputs, the ops). `offsets` misalign inputs; `workspace` gives the launches a
+    stream workspace."""
+    domain, op_type = op_key.split("::")
+    op = lookup(domain, op_type)
+    attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, **attrs, OUTPUT_COUNT: n_out,
+             SINCE_VERSION: max(op.since_versions)}
+    want = op.reference(list(inputs), attrs)[:n_out]
+    mem = HostMemory()
+    offsets = offsets or {}
+    ins = [None if x is None else mem.put(x, offsets.get(k, 0))[0] for k, x in enumerate(inputs)]
+    outs, views = [], []
+    for w in want:
+        a, v = mem.put(np.full(w.shape, np.nan if w.dtype.kind in "fc" else 7, w.dtype))
+        outs.append(gk.Arg(a.ptr, a.shape, a.dtype))
+        views.append(v)
+    target = gk.Target(sm_count=sm_count, warp_size=libs["warp"], scratch=lambda n: 0,
+                       workspace=(lambda n: mem.put(np.zeros(n, np.uint8))[0].ptr) if workspace else None)
+    ops = gk.binding_for(op_key).bind(ins, outs, attrs, target)
+    for o in ops:
+        if isinstance(o, gk.CopyOp):
+            ctypes.memmove(o.dst, o.src, o.nbytes)
+        else:
+            launch(libs[o.module], o)
+    return views, want, ops

@@ -1,6 +1,5 @@
-"""kernels/gemm.hip and kernels/layer_norm.hip (and kernels/copy.hip: Conv's windows, and the copy that
-fills outside its source for Pad, Trilu and ConstantOfShape; kernels/reduce.hip for the pools) run on
-the CPU: g++ compiles the unchanged kernel
+"""kernels/gemm.hip and kernels/layer_norm.hip (with kernels/copy.hip and kernels/reduce.hip: Conv's
+and the pools' windows and their products and reductions) run on the CPU: g++ compiles the unchanged kernel
 source against a host stand-in for the CUDA headers (tests/unit/host_cuda: every GPU thread of a
 block a host thread, __syncthreads and warp shuffles as barriers), and the launches the bindings
 give (grid, block, parameter struct) are run block by block over host memory, then compared with
@@ -8,7 +7,6 @@ numpy. This checks what the numpy emulation of the bindings cannot: the kernels'
 mappings, tiles, k-group reductions, register blocks and tails. Skipped without g++."""
 from __future__ import annotations
 
-import ctypes
 import shutil
 from pathlib import Path
 
@@ -16,10 +14,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, SINCE_VERSION, lookup
+from hipep.ops.registry import OUTPUT_COUNT
 from hipep.runtime import gpu_kernels as gk
 
-from unit.host_kernels import HostMemory, compile_module, launch
+from unit.host_kernels import HostMemory, compile_module, launch, run_on_host
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 
@@ -39,29 +37,8 @@ def libraries64(tmp_path_factory):
     return _build(tmp_path_factory.mktemp("host_kernels64"), 64)
 
 
-def run(libs, op_key, inputs, attrs, n_out=1, offsets=None, sm_count=132, workspace=False):
-    domain, op_type = op_key.split("::")
-    op = lookup(domain, op_type)
-    attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, **attrs, OUTPUT_COUNT: n_out,
-             SINCE_VERSION: max(op.since_versions)}
-    want = op.reference(list(inputs), attrs)[:n_out]
-    mem = HostMemory()
-    offsets = offsets or {}
-    ins = [None if x is None else mem.put(x, offsets.get(k, 0))[0] for k, x in enumerate(inputs)]
-    outs, views = [], []
-    for w in want:
-        a, v = mem.put(np.full(w.shape, np.nan if w.dtype.kind in "fc" else 7, w.dtype))
-        outs.append(gk.Arg(a.ptr, a.shape, a.dtype))
-        views.append(v)
-    target = gk.Target(sm_count=sm_count, warp_size=libs["warp"], scratch=lambda n: 0,
-                       workspace=(lambda n: mem.put(np.zeros(n, np.uint8))[0].ptr) if workspace else None)
-    ops = gk.binding_for(op_key).bind(ins, outs, attrs, target)
-    for o in ops:
-        if isinstance(o, gk.CopyOp):
-            ctypes.memmove(o.dst, o.src, o.nbytes)
-        else:
-            launch(libs[o.module], o)
-    return views, want, ops
+def run(libs, op_key, inputs, attrs, **kw):
+    return run_on_host(libs, op_key, inputs, attrs, **kw)
 
 
 def close(got, want, tol):
@@ -234,74 +211,6 @@ def test_conv_claims_on_the_gpu():
     assert "element type" in reason({}, [(1, 3, 8, 8), (4, 3, 3, 3)], ("float64", "float64"))
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64, np.uint8, np.bool_])
-@pytest.mark.parametrize("shape,pads,value", [((3, 4), [1, 2, 0, 1], 1.5), ((2, 3, 4), [0, 1, 1, 0, 0, 2], None),
-                                              ((5, 6), [-1, 2, 1, -2], 7), ((4,), [3, 0], 0)])
-def test_pad_constant_mode(libraries, dtype, shape, pads, value):
-    """Pad's constant mode, growing and cropping axes; constant_value read from device memory."""
-    rng = np.random.default_rng(5)
-    x = (rng.uniform(0, 9, shape)).astype(dtype)
-    ins = [x, np.array(pads, np.int64)] + ([] if value is None else [np.array(value).astype(dtype)])
-    (got,), (want,), ops = run(libraries, "::Pad", ins, {"mode": "constant"})
-    assert [o.entry for o in ops] == [f"hipep_copy_fill_w{x.dtype.itemsize}"]
-    np.testing.assert_array_equal(got, want)
-
-
-def test_pad_with_attributes_as_before_opset_11(libraries):
-    x = np.arange(12, dtype=np.float32).reshape(3, 4)
-    (got,), (want,), _ = run(libraries, "::Pad", [x], {"mode": "constant", "pads": [0, 1, 2, 0], "value": -3.0})
-    np.testing.assert_array_equal(got, want)
-    assert got[0, 0] == -3.0 and got.shape == (5, 5)
-
-
-@pytest.mark.parametrize("upper", [0, 1])
-@pytest.mark.parametrize("shape,k", [((5, 7), 0), ((2, 6, 4), 2), ((3, 4, 4), -1), ((4, 9), 12), ((6, 3), -7)])
-def test_trilu(libraries, upper, shape, k):
-    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape) + 1
-    (got,), (want,), ops = run(libraries, "::Trilu", [x, np.array(k, np.int64)], {"upper": upper})
-    assert [o.entry for o in ops] == ["hipep_copy_fill_w4"]
-    np.testing.assert_array_equal(got, want)
-
-
-@pytest.mark.parametrize("value", [None, np.array([2.5], np.float32), np.array([7], np.int64), np.array([True]),
-                                   np.array([-3], np.int8), np.array([0.25], np.float16)])
-def test_constant_of_shape(libraries, value):
-    attrs = {} if value is None else {"value": value}
-    (got,), (want,), _ = run(libraries, "::ConstantOfShape", [np.array([2, 3, 5], np.int64)], attrs)
-    assert got.dtype == want.dtype
-    np.testing.assert_array_equal(got, want)
-
-
-@pytest.mark.parametrize("version", [7, 10, 13])
-def test_dropout_in_inference(libraries, version):
-    """y is x (a copy); the mask is what ORT's CPU kernel writes for the opset (zeros of x's type,
-    false, then true)."""
-    x = np.random.default_rng(7).uniform(-1, 1, (3, 5)).astype(np.float32)
-    op = lookup("", "Dropout")
-    attrs = {"ratio": 0.5, "seed": None, OUTPUT_COUNT: 2, SINCE_VERSION: version}
-    y_want, mask_want = op.reference([x], attrs)
-    mem = HostMemory()
-    (xa, _), (ya, y) = mem.put(x), mem.put(np.zeros_like(y_want))
-    ma, mask = mem.put(np.full(mask_want.shape, 7, mask_want.dtype))
-    outs = [gk.Arg(ya.ptr, ya.shape, ya.dtype), gk.Arg(ma.ptr, ma.shape, ma.dtype)]
-    ops = gk.binding_for("::Dropout").bind([xa], outs, attrs, gk.Target(warp_size=32, scratch=lambda n: 0))
-    for o in ops:
-        if isinstance(o, gk.CopyOp):
-            ctypes.memmove(o.dst, o.src, o.nbytes)
-        else:
-            launch(libraries[o.module], o)
-    np.testing.assert_array_equal(y, y_want)
-    assert mask.dtype == mask_want.dtype
-    np.testing.assert_array_equal(mask, mask_want)
-
-
-def test_trilu_needs_a_constant_k():
-    assert "not a constant" in gk.kernel_reason("::Trilu", {"upper": 1}, ["float32", "int64"], [(4, 4), ()],
-                                                [None, None])
-    assert gk.kernel_reason("::Trilu", {"upper": 1}, ["float32", "int64"], [(4, 4), ()], [None, np.array(1)]) is None
-    assert gk.kernel_reason("::Trilu", {"upper": 0}, ["float32"], [(4, 4)]) is None
-
-
 POOLS = [  # (op, X, attributes)
     ("MaxPool", (1, 3, 9, 9), {"kernel_shape": [3, 3], "strides": [2, 2]}),
     ("MaxPool", (2, 4, 8, 7), {"kernel_shape": [3, 2], "pads": [1, 0, 1, 1], "dilations": [1, 2]}),
@@ -330,8 +239,3 @@ def test_pools_without_a_kernel():
     assert "different counts" in gk.kernel_reason("::AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
                                                   f32, [(1, 1, 6, 6)])
     assert gk.kernel_reason("::MaxPool", {"kernel_shape": [2, 2]}, ["int8"], [(1, 1, 4, 4)]) is not None
-
-
-def test_pad_other_modes_have_no_kernel():
-    why = gk.kernel_reason("::Pad", {"mode": "reflect"}, ["float32", "int64"], [(3, 4), (4,)])
-    assert why is not None and "constant only" in why
