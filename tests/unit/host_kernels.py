@@ -77,12 +77,14 @@ class HostMemory:
         return gk.Arg(view.ctypes.data, a.shape, a.dtype, a, True), view
 
 
-def run_on_host(libs: dict, op_key: str, inputs, attrs, n_out=1, offsets=None, sm_count=132, workspace=False):
+def run_on_host(libs: dict, op_key: str, inputs, attrs, n_out=1, offsets=None, sm_count=132, workspace=False,
+                drop=()):
     """Binds the registry op `op_key` ("domain::Op") for `inputs` (its defaults, OUTPUT_COUNT and the
     newest SINCE_VERSION filled in) and runs the launches on the host with `libs` (module name ->
     compiled library, "warp" -> warp size), copies as memmove; (output views, the registry
     reference's outputs, the ops). `offsets` misalign inputs; `workspace` gives the launches a
-    stream workspace."""
+    stream workspace; outputs whose index is in `drop` get no buffer (None: the graph leaves them
+    out)."""
     domain, op_type = op_key.split("::")
     op = lookup(domain, op_type)
     attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, **attrs, OUTPUT_COUNT: n_out,
@@ -92,7 +94,11 @@ def run_on_host(libs: dict, op_key: str, inputs, attrs, n_out=1, offsets=None, s
     offsets = offsets or {}
     ins = [None if x is None else mem.put(x, offsets.get(k, 0))[0] for k, x in enumerate(inputs)]
     outs, views = [], []
-    for w in want:
+    for k, w in enumerate(want):
+        if k in drop:
+            outs.append(None)
+            views.append(None)
+            continue
         a, v = mem.put(np.full(w.shape, np.nan if w.dtype.kind in "fc" else 7, w.dtype))
         outs.append(gk.Arg(a.ptr, a.shape, a.dtype))
         views.append(v)

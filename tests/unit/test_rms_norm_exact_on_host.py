@@ -17,10 +17,9 @@ import pytest
 
 from hipep.ops.contrib_norm import _skip_rows
 from hipep.ops.mlas import _rms_rows
-from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, SINCE_VERSION, lookup
 from hipep.runtime import gpu_kernels as gk
 
-from unit.host_kernels import HOST_CUDA, KERNELS, HostMemory, compile_module, launch
+from unit.host_kernels import HOST_CUDA, KERNELS, compile_module, run_on_host
 
 f32 = np.float32
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
@@ -48,26 +47,8 @@ def _run(built, op_key, inputs, attrs, n_out, offset=0, drop=()):
     """Binds and runs `op_key` on `inputs`; returns (outputs, reference outputs, kernel ops).
     Outputs whose index is in `drop` get no buffer (a null pointer: the graph leaves them out)."""
     lib, warp = built
-    domain, op_type = op_key.split("::")
-    op = lookup(domain, op_type)
-    attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, **attrs, OUTPUT_COUNT: n_out,
-             SINCE_VERSION: max(op.since_versions)}
-    want = op.reference(list(inputs), attrs)[:n_out]
-    mem = HostMemory()
-    ins = [None if x is None else mem.put(x, offset)[0] for x in inputs]
-    outs, views = [], []
-    for k, w in enumerate(want):
-        if k in drop:
-            outs.append(None)
-            views.append(None)
-            continue
-        a, v = mem.put(np.full(w.shape, np.nan, w.dtype))
-        outs.append(gk.Arg(a.ptr, a.shape, a.dtype))
-        views.append(v)
-    ops = gk.binding_for(op_key).bind(ins, outs, attrs, gk.Target(sm_count=4, warp_size=warp, scratch=lambda n: 0))
-    for o in ops:
-        launch(lib, o)
-    return views, want, ops
+    return run_on_host({"warp": warp, "rms_norm": lib}, op_key, inputs, attrs, n_out=n_out,
+                       offsets={k: offset for k in range(len(inputs))}, sm_count=4, drop=drop)
 
 
 def _bits_equal(got, want, what):
