@@ -12,10 +12,10 @@
 //     both the reads and the writes are coalesced (a strided copy would scatter one of them).
 //   * concat: up to 8 inputs per launch (blockIdx.y picks one), each [outer, len_k] words copied
 //     into columns [offset_k, offset_k + len_k) of the [outer, total] output.
-//   * copy_fill: a strided gather that may fall outside its source (Pad's constant mode, a Conv's
-//     padded windows): checked source axes k, each with its coordinate v_k = bias_k +
-//     sum_d coef[k][d] * coord_d, must all lie in [0, limit_k), else the output element is the
-//     fill value (from `fill_src` where given, a value in device memory; else the bits in the
+//   * copy_fill: a strided gather that may fall outside its source (Pad's constant mode, Trilu, the
+//     padded windows of Conv and the pools, and plain fills): checked source axes k, each with its
+//     coordinate v_k = bias_k + sum_d coef[k][d] * coord_d, must all lie in [0, limit_k), else the
+//     output element is the fill value (from `fill_src` where given, a value in device memory; else the bits in the
 //     arguments). One element a word, 64-bit indices.
 #include "hipep_device.h"
 

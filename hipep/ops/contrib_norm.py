@@ -245,14 +245,13 @@ def _check_bias(op_type, x_shape, b_shape, name="bias"):
                                 f"({pshape_str(x_shape)}), got shape {pshape_str(b_shape)}")
 
 
-def _gelu_operands(operands, n_required: int) -> str | None:
-    """The element type the GELU expressions compute for (f32, f16, bf16), or None where an input's
-    type differs from the first's."""
+def _gelu_operands(operands) -> str | None:
+    """The element type the GELU expressions compute for (f32, f16), or None where an input's type
+    differs from the first's."""
     dtype = operands[0].dtype.name
-    if dtype not in (pw.F32, pw.F16, pw.BF16):
+    if dtype not in (pw.F32, pw.F16):
         return None
-    present = [o for o in operands[:max(n_required, len(operands))] if o is not None]
-    return dtype if all(o.dtype.name == dtype for o in present) else None
+    return dtype if all(o is None or o.dtype.name == dtype for o in operands) else None
 
 
 def _f64_call(b: pw.Builder, prim: str, v):
@@ -261,7 +260,7 @@ def _f64_call(b: pw.Builder, prim: str, v):
 
 
 def _fast_gelu_expr(operands, attrs):
-    dtype = _gelu_operands(operands, 1)
+    dtype = _gelu_operands(operands)
     if dtype is None:
         return None
     b = pw.Builder(operands)
@@ -271,14 +270,14 @@ def _fast_gelu_expr(operands, attrs):
     if dtype == pw.F32:  # ORT's f32 kernel
         t = v * ((_C * v) * v + _B)
         y = (_HALF * v) * (_f64_call(b, "tanh", t) + _ONE)
-    else:  # f16, bf16: the schema's function body, run in f32 with f16 constants
+    else:  # f16: the schema's function body, run in f32 with f16 constants
         t = v * (_B16 + _C16 * (v * v))
         y = _HALF * (v * (_ONE + _f64_call(b, "tanh", t)))
     return b.build(b.cast(y, dtype))
 
 
 def _quick_gelu_expr(operands, attrs):
-    dtype = _gelu_operands(operands, 1)
+    dtype = _gelu_operands(operands)
     if dtype is None:
         return None
     alpha = f32(attrs["alpha"]) if dtype == pw.F32 else f32(np.float16(attrs["alpha"]))  # f16: the body's constant
@@ -290,7 +289,7 @@ def _quick_gelu_expr(operands, attrs):
 
 
 def _bias_gelu_expr(operands, attrs):
-    dtype = _gelu_operands(operands, 2)
+    dtype = _gelu_operands(operands)
     if dtype is None:
         return None
     b = pw.Builder(operands)

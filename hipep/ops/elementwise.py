@@ -649,18 +649,21 @@ _register_pointwise("CastLike", (15, 19, 21, 23, 24, 25), ("T1", "T2"), ("T2",),
 
 # ---- Dropout (inference) -----------------------------------------------------------------------
 
+def dropout_mask_value(since_version: int, x_dtype) -> np.ndarray:
+    """The one value of Dropout's mask in inference. ORT's CPU kernel (the oracle) writes zeros of
+    the input type (opset 7) or false (opset 10); from opset 12 it is all true, as the spec says."""
+    if since_version < 10:
+        return np.zeros((), x_dtype)
+    return np.asarray(since_version >= 12, np.bool_)
+
+
 @kernel("Dropout")
 def _dropout(inputs, attrs):
     x = inputs[0]
     out = [result(x)]
     if attrs[OUTPUT_COUNT] > 1:  # inference: nothing is dropped
-        v = int(attrs.get(SINCE_VERSION, 12))
-        # ORT's CPU kernel (the oracle) writes zeros of the input type (opset 7) or false (opset
-        # 10) into the mask in inference; from opset 12 it is all true, as the spec says.
-        if v < 10:
-            out.append(np.zeros(x.shape, x.dtype))
-        else:
-            out.append(np.full(x.shape, v >= 12, np.bool_))
+        value = dropout_mask_value(int(attrs.get(SINCE_VERSION, 12)), x.dtype)
+        out.append(np.full(x.shape, value, value.dtype))
     return out
 
 

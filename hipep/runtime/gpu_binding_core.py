@@ -252,7 +252,6 @@ def fill_copy(src: Arg, dst: Arg, dims: Sequence[int], strides: Sequence[int], o
     (coef, bias, limit) has 0 <= bias + sum_d coef[d] * coord_d < limit, else the fill element:
     *fill_src where given, else the bytes `fill` (zeros by default). Without checks, a strided
     copy."""
-    checks = [c for c in checks if c is not None]
     if not checks:
         return strided_copy(src, dst, dims, strides, offset, target)
     n = _prod(dims)

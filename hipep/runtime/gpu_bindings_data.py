@@ -1,6 +1,7 @@
 """GPU bindings that move data: Gather, Transpose, Slice, Expand, Tile, DepthToSpace, SpaceToDepth,
-Pad (constant mode), Trilu, ConstantOfShape, Dropout (inference), Split, Concat, the byte copy of view ops that got storage of their own (`COPY`), and Range
-(registered in hipep.runtime.gpu_kernels' table on import)."""
+Pad (constant mode), Trilu, ConstantOfShape, Dropout (inference), Split, Concat, the byte copy of
+view ops that got storage of their own (`COPY`), and Range (registered in
+hipep.runtime.gpu_kernels' table on import)."""
 from __future__ import annotations
 
 import ctypes
@@ -11,9 +12,9 @@ import numpy as np
 from ..errors import HipepError
 from ..ops.registry import lookup
 from .gpu_faults import fault_param
-from .gpu_binding_core import (COPY_MAX_CHECKS, COPY_MAX_RANK, Binding, CONCAT_MAX, CopyOp, KernelOp, NoKernel, _binding, _cdiv, _prod,
-                               _values_or_attr, _word, contiguous_strides, fill_copy, fill_ops, flat_config, ptr,
-                               strided_copy)
+from .gpu_binding_core import (COPY_MAX_CHECKS, COPY_MAX_RANK, Binding, CONCAT_MAX, CopyOp, KernelOp, NoKernel,
+                               _binding, _cdiv, _prod, _values_or_attr, _word, contiguous_strides, fill_copy,
+                               fill_ops, flat_config, ptr, strided_copy)
 
 
 # Gather ---------------------------------------------------------------------------------------
@@ -123,10 +124,10 @@ def _tile_check(attrs, dtypes, shapes, values):
 def _tile_bind(ins, outs, attrs, target):
     """Output axis d of extent repeats[d] * x_d is read as the pair (repeat, k) with strides
     (0, x's stride): one strided copy."""
+    from ..ops.dims import _tile_repeats
+
     x, y = ins[0], outs[0]
-    reps = _values_or_attr(ins, 1, attrs, "repeats") or []
-    if len(reps) != x.ndim or any(r < 0 for r in reps):
-        raise HipepError(f"Tile: repeats {reps} for an input of shape {list(x.shape)}")
+    reps = _tile_repeats(_values_or_attr(ins, 1, attrs, "repeats") or [], x.ndim, list(x.shape))
     st = contiguous_strides(x.shape)
     dims, strides = [], []
     for r, d, s in zip(reps, x.shape, st):
@@ -184,8 +185,8 @@ def _pad_bind(ins, outs, attrs, target):
     if len(ins) > 1 and ins[1] is not None:  # opset 11+: pads, constant_value, axes as inputs
         pads = _values_or_attr(ins, 1, attrs, "pads")
         axes = _values_or_attr(ins, 3, attrs, "axes") if len(ins) > 3 and ins[3] is not None else None
-        value = ins[2] if len(ins) > 2 else None
-        fill_src, fill = (value, b"") if value is not None and value.size else (None, b"")
+        value = ins[2] if len(ins) > 2 else None  # read by the kernel from device memory
+        fill_src, fill = (value if value is not None and value.size else None), b""
     else:
         pads, axes, fill_src = [int(p) for p in attrs.get("pads") or []], None, None
         fill = np.asarray(float(attrs.get("value") or 0.0)).astype(x.dtype).tobytes()
@@ -231,18 +232,19 @@ def _trilu_bind(ins, outs, attrs, target):
 @_binding("::ConstantOfShape", reads_values=True, modules=("copy",))
 def _constant_of_shape_bind(ins, outs, attrs, target):
     """A fill of the output with the value attribute."""
+    from ..ops.reduce import _cos_value
+
     y = outs[0]
-    v = attrs.get("value")
-    value = np.zeros((), np.float32) if v is None else np.asarray(v).reshape(())
     if y is None:
         return []
-    return fill_ops(y, value.astype(y.dtype).tobytes(), target)
+    return fill_ops(y, _cos_value(attrs).astype(y.dtype).tobytes(), target)
 
 
 @_binding("::Dropout", modules=("copy",))
 def _dropout_bind(ins, outs, attrs, target):
-    """Inference (the claim refuses training): y is x; the mask, where asked for, is what ONNX
-    Runtime's CPU kernel writes: zeros of x's type (opset 7), false (10) or true (12 on)."""
+    """Inference (the claim refuses training): y is x; the mask, where asked for, is the reference's
+    one value (`dropout_mask_value`)."""
+    from ..ops.elementwise import dropout_mask_value
     from ..ops.registry import SINCE_VERSION
 
     x, y = ins[0], outs[0]
@@ -250,10 +252,9 @@ def _dropout_bind(ins, outs, attrs, target):
     if y is not None and y.size and y.ptr != x.ptr:
         ops.append(CopyOp(y.ptr, x.ptr, y.size * y.dtype.itemsize))
     mask = outs[1] if len(outs) > 1 else None
-    if mask is not None and mask.size:
-        version = int(attrs.get(SINCE_VERSION, 12))
-        value = np.asarray(version >= 12 if version >= 10 else 0).astype(mask.dtype)
-        ops += fill_ops(mask, value.tobytes(), target)
+    if mask is not None:
+        value = dropout_mask_value(int(attrs.get(SINCE_VERSION, 12)), x.dtype)
+        ops += fill_ops(mask, value.astype(mask.dtype).tobytes(), target)
     return ops
 
 

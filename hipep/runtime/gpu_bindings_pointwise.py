@@ -146,7 +146,7 @@ def batch_norm_expression(dtypes: Sequence[str], epsilon: float):
 
 def _batch_norm_check(attrs, dtypes, shapes, values):
     if any(d not in ("float32", "float16") for d in dtypes[:5] if d):
-        return f"element types {[d for d in dtypes[:5]]} (f32 and f16 have a kernel)"
+        return f"element types {list(dtypes[:5])} (f32 and f16 have a kernel)"
     return None
 
 

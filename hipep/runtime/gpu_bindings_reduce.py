@@ -12,6 +12,7 @@ import ml_dtypes  # noqa: F401  (registers numpy's 'bfloat16' dtype name)
 import numpy as np
 
 from ..errors import HipepError
+from ..ops._common import normalize_axis
 from ..ops.registry import SINCE_VERSION
 from .gpu_binding_core import (KernelOp, NoKernel, _DT, _VEC, _binding, _cdiv, _dt, _pow2_at_least, _prod,
                                _values_or_attr, _vec_ok, flat_config, ptr)
@@ -234,10 +235,7 @@ def _arg_bind(op_type: str):
             raise NoKernel(f"{op_type} on {x.dtype.name}")
         if x.ndim == 0:
             raise HipepError(f"{op_type}: input must have rank >= 1, got a scalar")
-        axis = int(attrs.get("axis", 0))
-        if not -x.ndim <= axis < x.ndim:
-            raise HipepError(f"{op_type}: axis {axis} is out of range for an input of rank {x.ndim}")
-        axis %= x.ndim
+        axis = normalize_axis(op_type, int(attrs.get("axis", 0)), x.ndim)
         outer, r, inner = _prod(x.shape[:axis]), int(x.shape[axis]), _prod(x.shape[axis + 1:])
         if r == 0:
             raise HipepError(f"{op_type}: cannot reduce axis {axis} of extent 0 (input is {list(x.shape)})")
@@ -287,9 +285,7 @@ def _cumsum_bind(ins, outs, attrs, target):
     if x.ndim == 0:
         raise HipepError("CumSum: input must have rank >= 1, got a scalar")
     (axis,) = _values_or_attr(ins, 1, attrs, "axis")
-    if not -x.ndim <= axis < x.ndim:
-        raise HipepError(f"CumSum: axis {axis} is out of range for an input of rank {x.ndim}")
-    axis %= x.ndim
+    axis = normalize_axis("CumSum", axis, x.ndim)
     outer, n, inner = _prod(x.shape[:axis]), int(x.shape[axis]), _prod(x.shape[axis + 1:])
     if outer * n * inner == 0:
         return []

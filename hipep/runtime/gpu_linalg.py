@@ -27,6 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import HipepError
+from .gpu_binding_core import fill_copy, strided_copy
 from .gpu_kernels import (_VEC, Arg, BlasOp, KernelOp, NoKernel, Target, _binding, _cdiv, _dt, _prod, _vec_ok,
                           contiguous_strides, flat_config, merge_dims, ptr, row_config)
 
@@ -387,6 +388,31 @@ def _conv_reads_padding(win) -> bool:
     return any(win.pb[i] or _window_reach(win, i) > length for i, length in enumerate(win.lengths))
 
 
+def _window_ops(x: Arg, dst: Arg, win, taps_first: bool, fill: bytes, target: Target) -> list:
+    """Ops copying X's sliding windows into dst, laid out [N, C, *kernel, *out] (taps_first: Conv's
+    im2col) or [N, C, *out, *kernel] (a pool's rows): a strided view of X, and where a window
+    reaches past the input (padding, ceil_mode's overhang) a copy that writes `fill` there. Spatial
+    axis d of window position o_d and tap k_d reads o_d * stride + k_d * dilation - pad_begin."""
+    n, c = int(x.shape[0]), int(x.shape[1])
+    nsp = len(win.kernel)
+    xs = contiguous_strides(x.shape)
+    taps = [d * s for d, s in zip(win.dilations, xs[2:])]
+    steps = [st * s for st, s in zip(win.strides, xs[2:])]
+    first, second = (win.kernel, win.out) if taps_first else (win.out, win.kernel)
+    dims = [n, c] + first + second
+    strides = [xs[0], xs[1]] + (taps + steps if taps_first else steps + taps)
+    if not _conv_reads_padding(win):
+        return strided_copy(x, dst, dims, strides, 0, target)
+    checks = []
+    for d in range(nsp):
+        coef = [0] * (2 + 2 * nsp)
+        tap_at, step_at = (2 + d, 2 + nsp + d) if taps_first else (2 + nsp + d, 2 + d)
+        coef[tap_at], coef[step_at] = win.dilations[d], win.strides[d]
+        checks.append((coef, -win.pb[d], win.lengths[d]))
+    offset = -sum(pb * s for pb, s in zip(win.pb, xs[2:]))
+    return fill_copy(x, dst, dims, strides, offset, checks, target, fill=fill)
+
+
 def _conv_check(attrs, dtypes, shapes, values):
     why = _float_type(dtypes)
     if why is not None:
@@ -402,8 +428,6 @@ def _conv_check(attrs, dtypes, shapes, values):
 
 @_binding("::Conv", check=_conv_check, modules=("copy", "gemm"))
 def _conv_bind(ins, outs, attrs, target):
-    from .gpu_binding_core import fill_copy, strided_copy
-
     x, w, y = ins[0], ins[1], outs[0]
     b = ins[2] if len(ins) > 2 else None
     if y is None or y.size == 0:
@@ -416,27 +440,11 @@ def _conv_bind(ins, outs, attrs, target):
     cg, mg = c // group, m // group
     kp, p = _prod(win.kernel), _prod(win.out)
     kg = cg * kp
-    # The windows [N, C, *kernel, *out] (= [N, G, Kg, P]) from X's element strides.
-    xs = contiguous_strides(x.shape)
-    dims = [n, c] + win.kernel + win.out
-    strides = [xs[0], xs[1]] + [d * s for d, s in zip(win.dilations, xs[2:])] + \
-              [st * s for st, s in zip(win.strides, xs[2:])]
+    # The windows [N, C, *kernel, *out] (= [N, G, Kg, P]), zeros where they reach into the padding
     cols_bytes = n * c * kp * p * x.dtype.itemsize
     cols_at = target.workspace(cols_bytes)
     cols = Arg(cols_at, (n * c * kp * p,), x.dtype)
-    if _conv_reads_padding(win):
-        # spatial axis d of the window (kernel tap k_d, output o_d) reads input coordinate
-        # o_d * stride + k_d * dilation - pad_begin: zeros outside [0, length)
-        nsp, rank = len(win.kernel), 2 + 2 * len(win.kernel)
-        checks = []
-        for d in range(nsp):
-            coef = [0] * rank
-            coef[2 + d], coef[2 + nsp + d] = win.dilations[d], win.strides[d]
-            checks.append((coef, -win.pb[d], win.lengths[d]))
-        offset = -sum(pb * s for pb, s in zip(win.pb, xs[2:]))
-        ops = fill_copy(x, cols, dims, strides, offset, checks, target)
-    else:
-        ops = strided_copy(x, cols, dims, strides, 0, target)
+    ops = _window_ops(x, cols, win, True, b"", target)
     # The products run after the copy on the same stream; their own workspace lies past the windows.
     after = -(-cols_bytes // 256) * 256
     gemm_target = dataclasses.replace(target, workspace=lambda nbytes: target.workspace(after + nbytes) + after)
@@ -482,12 +490,8 @@ def _global_pool_bind(reduce_op: str):
     return bind
 
 
-def _global_pool_check(attrs, dtypes, shapes, values):
-    return _float_type(dtypes) if dtypes and dtypes[0] != "bfloat16" else f"element type {dtypes[0]}"
-
-
 for _op, _reduce in (("GlobalAveragePool", "ReduceMean"), ("GlobalMaxPool", "ReduceMax")):
-    _binding(f"::{_op}", check=_global_pool_check, modules=("reduce",))(_global_pool_bind(_reduce))
+    _binding(f"::{_op}", check=_float_type, modules=("reduce",))(_global_pool_bind(_reduce))
 
 
 def _pool_counts_are_the_kernel(win, attrs) -> bool:
@@ -496,6 +500,12 @@ def _pool_counts_are_the_kernel(win, attrs) -> bool:
         return not _conv_reads_padding(win)
     # ceil_mode's overhang past the padding is not counted
     return all(_window_reach(win, i) <= length + win.pb[i] + win.pe[i] for i, length in enumerate(win.lengths))
+
+
+def _pool_window(op_type: str, shape, attrs):
+    from ..ops.vision import _Window
+
+    return _Window(op_type, shape[2:], [int(k) for k in attrs["kernel_shape"]], attrs, int(attrs.get("ceil_mode", 0)))
 
 
 def _pool_check(op_type: str):
@@ -510,11 +520,8 @@ def _pool_check(op_type: str):
         if x is not None and len(x) - 2 > CONV_MAX_SPATIAL:
             return f"{op_type} over {len(x) - 2} spatial axes (at most {CONV_MAX_SPATIAL})"
         if op_type == "AveragePool" and x is not None and all(d is not None for d in x):
-            from ..ops.vision import _Window
-
             try:
-                win = _Window(op_type, x[2:], [int(k) for k in attrs["kernel_shape"]], attrs,
-                              int(attrs.get("ceil_mode", 0)))
+                win = _pool_window(op_type, x, attrs)
             except Exception:  # noqa: BLE001 - a bad geometry: the shape rule reports it
                 return None
             if not _pool_counts_are_the_kernel(win, attrs):
@@ -525,8 +532,6 @@ def _pool_check(op_type: str):
 
 def _pool_bind(op_type: str):
     def bind(ins, outs, attrs, target):
-        from ..ops.vision import _Window
-        from .gpu_binding_core import fill_copy
         from .gpu_bindings_reduce import _reduce_bind
 
         x, y = ins[0], outs[0]
@@ -534,28 +539,15 @@ def _pool_bind(op_type: str):
             raise NoKernel("MaxPool's Indices output")
         if y is None or y.size == 0:
             return []
-        win = _Window(op_type, x.shape[2:], [int(k) for k in attrs["kernel_shape"]], attrs,
-                      int(attrs.get("ceil_mode", 0)))
+        win = _pool_window(op_type, x.shape, attrs)
         if op_type == "AveragePool" and not _pool_counts_are_the_kernel(win, attrs):
             raise NoKernel("AveragePool whose windows hold different counts of inputs")
         if target.workspace is None:
             raise NoKernel(f"{op_type} needs a stream workspace for its windows")
-        n, c = int(x.shape[0]), int(x.shape[1])
-        nsp, kp, p = len(win.kernel), _prod(win.kernel), _prod(win.out)
-        xs = contiguous_strides(x.shape)
-        dims = [n, c] + win.out + win.kernel
-        strides = [xs[0], xs[1]] + [st * s for st, s in zip(win.strides, xs[2:])] + \
-                  [d * s for d, s in zip(win.dilations, xs[2:])]
-        checks = []
-        for d in range(nsp):
-            coef = [0] * (2 + 2 * nsp)
-            coef[2 + d], coef[2 + nsp + d] = win.strides[d], win.dilations[d]
-            checks.append((coef, -win.pb[d], win.lengths[d]))
-        fill = np.asarray(-np.inf if op_type == "MaxPool" else 0.0).astype(x.dtype).tobytes()
-        rows = n * c * p
+        rows, kp = int(x.shape[0]) * int(x.shape[1]) * _prod(win.out), _prod(win.kernel)
         windows = Arg(target.workspace(rows * kp * x.dtype.itemsize), (rows, kp), x.dtype)
-        offset = -sum(pb * s for pb, s in zip(win.pb, xs[2:]))
-        ops = fill_copy(x, windows, dims, strides, offset, checks, target, fill=fill)
+        fill = np.asarray(-np.inf if op_type == "MaxPool" else 0.0).astype(x.dtype).tobytes()
+        ops = _window_ops(x, windows, win, False, fill, target)
         reduce_op = "ReduceMax" if op_type == "MaxPool" else "ReduceMean"
         flat = Arg(y.ptr, (rows,), y.dtype)
         return ops + _reduce_bind(reduce_op)([windows, None], [flat], {"axes": [1], "keepdims": 0}, target)
