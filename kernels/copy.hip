@@ -15,8 +15,8 @@
 //   * copy_fill: a strided gather that may fall outside its source (Pad's constant mode, Trilu, the
 //     padded windows of Conv and the pools, and plain fills): checked source axes k, each with its
 //     coordinate v_k = bias_k + sum_d coef[k][d] * coord_d, must all lie in [0, limit_k), else the
-//     output element is the fill value (from `fill_src` where given, a value in device memory; else the bits in the
-//     arguments). One element a word, 64-bit indices.
+//     output element is the fill value (from `fill_src` where given, a value in device memory;
+//     else the bits in the arguments). One element a word, 64-bit indices.
 #include "hipep_device.h"
 
 #define HIPEP_COPY_MAX_RANK 8
