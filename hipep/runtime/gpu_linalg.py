@@ -490,8 +490,12 @@ def _global_pool_bind(reduce_op: str):
     return bind
 
 
+def _global_pool_check(attrs, dtypes, shapes, values):
+    return _float_type(dtypes)
+
+
 for _op, _reduce in (("GlobalAveragePool", "ReduceMean"), ("GlobalMaxPool", "ReduceMax")):
-    _binding(f"::{_op}", check=_float_type, modules=("reduce",))(_global_pool_bind(_reduce))
+    _binding(f"::{_op}", check=_global_pool_check, modules=("reduce",))(_global_pool_bind(_reduce))
 
 
 def _pool_counts_are_the_kernel(win, attrs) -> bool:
