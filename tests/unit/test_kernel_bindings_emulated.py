@@ -326,3 +326,15 @@ def test_partition_for_a_gpu_leaves_nodes_without_a_program():
     assert set(reasons) == {"mm", "rsum"}, reasons
     assert reasons["mm"] == "no kernel for cuda: Einsum"
     assert "not adjacent" in reasons["rsum"]
+
+
+def test_every_binding_check_takes_the_claim_arguments():
+    """The claim step calls check(attrs, dtypes, shapes, values) for every GPU binding; a check
+    with another signature would turn every claim of its op into a TypeError."""
+    import inspect
+
+    for key, binding in gk.BINDINGS.items():
+        inspect.signature(binding.check).bind({}, ["float32"], [None], [None])  # raises TypeError
+        if key != "com.microsoft::MatMulNBits":  # needs its required attributes
+            why = binding.check({}, ["float32"], [None], [None])
+            assert why is None or isinstance(why, str), key
