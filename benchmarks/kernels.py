@@ -8,7 +8,10 @@ Workloads (single-op ONNX models through hipep.InferenceSession(device="cuda")):
   8192→2048, lm_head 2048→32000), with fp16 activations (accuracy level 0) and fp32 ones at
   accuracy level 4 (what the builder's int4 CPU-target model, benchmarks/decode.py's, carries).
 * MatMul GEMV (family `matmul`): a float decode row (M = 1) times a 4096 x 4096 fp16 or fp32
-  weight, on hipep's own GEMV (HIPEP_GEMM=own for the run), gated like the int4 GEMV.
+  weight, on hipep's own GEMV (HIPEP_GEMM=own for the run), gated like the int4 GEMV. Beside them,
+  an fp16 prefill product (1024 rows times the same weight) through each GEMM path: HIPEP_GEMM=auto
+  (cuBLASLt where it loads) and own (hipep's tiled kernel), with TFLOP/s in the results: what
+  `auto`'s choice of the vendor library for large products is worth. No gate (compute-bound).
 * GroupQueryAttention decode at a 4k context (and at 256, the decode benchmark's length): 32 query
   heads over 8 KV heads of 64, fp16, packed QKV with rotary as the builder emits it, past and
   present bound to one shared buffer.
@@ -59,6 +62,7 @@ MAX_COPIES = 64
 BLOCK = 32  # MatMulNBits block size, as the builder quantizes
 FAMILIES = ("gemv", "matmul", "copy", "gqa", "norm", "softmax")
 MATMUL_SHAPE = (4096, 4096)  # the float GEMV's K and N
+PREFILL_ROWS = 1024  # the prefill GEMM rows' M
 
 # (name, K, N): the ~1.1B llama's projections (model_zoo size '1b') and a square reference
 GEMV_SHAPES = (("4096x4096", 4096, 4096), ("qkv", 2048, 3072), ("o", 2048, 2048), ("gate/up", 2048, 8192),
@@ -81,6 +85,7 @@ class Workload:
     gated: bool  # whether the gate applies (by family)
     limit: float  # outputs' relative L2 error against the CPU EP
     env: dict = dataclasses.field(default_factory=dict)  # environment the session is made under
+    flops: float = 0.0  # arithmetic of one copy of the op, where it is compute-bound (TFLOP/s reported)
 
     @property
     def working_set(self) -> int:
@@ -152,6 +157,27 @@ def matmul_gemv(k: int, n: int, dtype, l2: int, rng) -> Workload:
     model = _model(nodes, [helper.make_tensor_value_info("a", _elem(dtype), [1, 1, k])], outs, inits)
     return Workload("MatMul GEMV", f"{k}x{n} {np.dtype(dtype).name} (hipep's own GEMV)", model, {"a": a}, {},
                     node_bytes, copies, True, 1e-2 if dtype == np.float16 else 1e-5, {"HIPEP_GEMM": "own"})
+
+
+def matmul_prefill(m: int, k: int, n: int, gemm: str, rng) -> Workload:
+    """4 MatMul nodes of an fp16 prefill [1, M, K] times a weight [K, N] of their own, through the
+    GEMM path `gemm` (HIPEP_GEMM): compute-bound, so no gate; the results give TFLOP/s."""
+    from onnx import helper, numpy_helper
+
+    f16 = np.float16
+    copies = 4
+    nodes, inits, outs = [], [], []
+    for i in range(copies):
+        w = (rng.standard_normal((k, n), dtype=np.float32) / math.sqrt(k)).astype(f16)
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes.append(helper.make_node("MatMul", ["a", f"w{i}"], [f"y{i}"], name=f"matmul{i}"))
+        outs.append(helper.make_tensor_value_info(f"y{i}", _elem(f16), [1, m, n]))
+    a = rng.uniform(-1, 1, (1, m, k)).astype(f16)
+    model = _model(nodes, [helper.make_tensor_value_info("a", _elem(f16), [1, m, k])], outs, inits)
+    path = "cuBLASLt where it loads" if gemm == "auto" else "hipep's tiled GEMM"
+    return Workload("MatMul GEMM", f"prefill {m}x{k}x{n} float16 (HIPEP_GEMM={gemm}: {path})", model, {"a": a},
+                    {}, (m * k + k * n + m * n) * 2, copies, False, 1e-2, {"HIPEP_GEMM": gemm},
+                    flops=2.0 * m * k * n)
 
 
 def copy_floor(name: str, k: int, n: int, l2: int, rng) -> Workload:
@@ -273,6 +299,9 @@ def workloads(families, l2: int, quick: bool, context: int, seed: int = 0):
     if "matmul" in families:
         for dtype in (np.float16, np.float32):
             yield lambda dtype=dtype: matmul_gemv(*MATMUL_SHAPE, dtype, l2, rng)
+        if not quick:
+            for gemm in ("auto", "own"):
+                yield lambda gemm=gemm: matmul_prefill(PREFILL_ROWS, *MATMUL_SHAPE, gemm, rng)
     if "copy" in families:
         for name, k, n in (GEMV_SHAPES[:2] if quick else GEMV_SHAPES):
             yield lambda name=name, k=k, n=n: copy_floor(name, k, n, l2, rng)
@@ -404,6 +433,8 @@ def _measure(w: Workload, place: gh.Placement, device_id: int, seconds: float, d
                node_us=kernel_s * 1e6 / w.copies, launches=(l1 - l0) / runs, specializations=s1 - s0,
                transfer_bytes=(b1 - b0) / runs)
     row["gbps"] = w.working_set / kernel_s / 1e9 if kernel_s > 0 else float("nan")
+    if w.flops:
+        row["tflops"] = w.flops / (kernel_s / w.copies) / 1e12 if kernel_s > 0 else float("nan")
     return row
 
 
@@ -457,6 +488,11 @@ def render(info: dict, rows: list[dict], copy: dict, place: gh.Placement, comman
     missed = [r for r in rows if r["met"] is False and "error" not in r]
     L += ["", f"{len(rows) - len(failed)} of {len(rows)} workloads ran; gates missed: {len(missed)}"
               + (f"; could not run: {len(failed)}" if failed else "") + "."]
+    compute = [r for r in rows if r.get("tflops") is not None]
+    if compute:
+        L += ["", "Compute-bound rows (no gate; their GB/s is not the measure):", ""]
+        L += [f"- {r['family']} {r['label']}: **{r['tflops']:.1f} TFLOP/s** ({r['node_us']:.1f} µs/op)"
+              for r in compute]
     if any(r.get("timing") == "wall" for r in rows):
         L += ["", "Some rows show no kernel_us: their time per op is the run's wall time (ORT and hipep's host "
                   "work included), an upper bound."]

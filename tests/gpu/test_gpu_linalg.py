@@ -272,9 +272,10 @@ def test_skip_layer_norm_long_rows_output_only(rng, elem):
           NORM_TOL[elem])
 
 
-def test_auto_mode_takes_cublaslt_for_large_products_and_it_is_faster(rng, monkeypatch):
-    """HIPEP_GEMM=auto binds a 1024 x 4096 x 4096 f16 product to cuBLASLt (when it loads) and a
-    decode row to hipep's GEMV; cuBLASLt is faster than the own tiled kernel there."""
+def test_auto_mode_takes_cublaslt_for_large_products_and_the_gemv_for_a_row(rng, monkeypatch):
+    """HIPEP_GEMM=auto binds a 256 x 1024 x 512 f16 product to cuBLASLt (when it loads) and a
+    decode row to hipep's GEMV; cuBLASLt and the own tiled kernel agree on the product. (What the
+    choice is worth is measured by benchmarks/kernels.py's prefill rows, not here.)"""
     from hipep.runtime import cublaslt
     from hipep.runtime import cuda as cu
     from hipep.runtime import gpu_kernels as gk
@@ -283,13 +284,14 @@ def test_auto_mode_takes_cublaslt_for_large_products_and_it_is_faster(rng, monke
     if not ok:
         pytest.skip(f"cuBLASLt is not available: {why}")
     dev = cu.get_device(0)
-    d = cu._driver()
     stream = dev.new_stream()
-    m, k, nn = 1024, 4096, 4096
+    m, k, nn = 256, 1024, 512
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    b = (rng.uniform(-1, 1, (k, nn)) / np.sqrt(k)).astype(np.float16)
     mem = [dev.alloc("device", s * 2) for s in (m * k, k * nn, m * nn)]
     x, w, y = (cu.DeviceArray(mm, mm.ptr, s, np.float16) for mm, s in zip(mem, [(m, k), (k, nn), (m, nn)]))
-    dev.copy_async(stream, x, np.zeros((m, k), np.float16))  # finite values (fresh memory is poisoned to NaN)
-    dev.copy_async(stream, w, np.zeros((k, nn), np.float16))
+    dev.copy_async(stream, x, a)
+    dev.copy_async(stream, w, b)
     target = dev.stream_target(stream)
 
     def bound(mode, rows=m):
@@ -304,21 +306,11 @@ def test_auto_mode_takes_cublaslt_for_large_products_and_it_is_faster(rng, monke
     ops, blas = bound("auto")
     assert isinstance(ops[0], gk.BlasOp)
     _, own = bound("own")
-    start, end = stream.timing_events()
-
-    def timed(launches, reps=20):
-        for _ in range(2):
-            for op in launches:
-                op.issue(stream, "matmul")
-        d.cuEventRecord(start, stream.handle)
-        for _ in range(reps):
-            for op in launches:
-                op.issue(stream, "matmul")
-        d.cuEventRecord(end, stream.handle)
+    want = a.astype(np.float32) @ b.astype(np.float32)
+    for launches in (blas, own):
+        for op in launches:
+            op.issue(stream, "matmul")
+        got = np.empty((m, nn), np.float16)
+        dev.copy_async(stream, got, y)
         stream.sync()
-        return cu._check(d.cuEventElapsedTime(start, end), "cuEventElapsedTime") / reps
-
-    blas_ms, own_ms = timed(blas), timed(own)
-    flops = 2.0 * m * k * nn
-    print(f"f16 {m}x{k}x{nn}: cuBLASLt {flops / blas_ms / 1e9:.1f} TFLOP/s, own {flops / own_ms / 1e9:.1f} TFLOP/s")
-    assert blas_ms < own_ms
+        np.testing.assert_allclose(got.astype(np.float32), want, rtol=1e-2, atol=2e-3)
