@@ -19,12 +19,13 @@ data with gather_axis 0 and quantize_axis last, the only form the op registry cl
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 
 import numpy as np
 
 from ..errors import HipepError
-from .gpu_kernels import KernelOp, NoKernel, _binding, _cdiv, _dt, _prod, ptr
+from .gpu_kernels import Arg, KernelOp, NoKernel, _binding, _cdiv, _dt, _prod, ptr
 
 MNB = "com.microsoft::MatMulNBits"
 GBQ = "com.microsoft::GatherBlockQuantized"
@@ -32,6 +33,11 @@ _FLOATS = ("float32", "float16", "bfloat16")
 
 GEMV_MAX_ROWS = 8
 GEMV_CHAIN_MAX_ROWS = 32  # up to this many rows, the GEMV per 8 rows where the GEMM's grid is under one block per SM
+DEQUANT_THREADS = 256
+# The largest dequantized weight the BLAS path writes into the stream's workspace, which keeps it
+# while the stream lives (a ~1.1B model's f32 lm_head, 32000 x 2048, is 262 MB): past it the own
+# GEMM runs, with no copy of the weights.
+MNB_BLAS_MAX_BYTES = 288 << 20
 GEMV_WARPS = 8          # MNB_WARPS in the kernel
 GEMV_COLS = 2           # MNB_COLS: output columns per warp
 GEMV_COLS_WIDE = 4      # MNB_COLS_WIDE: the wide one-row variant's (entry suffix _c4)
@@ -250,7 +256,7 @@ def row_smem(tile_chunks: int, block_size: int, q8: bool) -> int:
     return tile_chunks * 64
 
 
-@_binding(MNB, check=_mnb_check, modules=("matmul_nbits", "matmul_nbits_row"))
+@_binding(MNB, check=_mnb_check, modules=("matmul_nbits", "matmul_nbits_row", "matmul_nbits_dequant"))
 def _mnb_bind(ins, outs, attrs, target):
     op = "MatMulNBits"
     why = _mnb_attr_reason(attrs)
@@ -332,9 +338,12 @@ def _mnb_bind(ins, outs, attrs, target):
             ops.append(KernelOp(f"hipep_mnb_gemv_{dt}_b{bits}_m{m_t}" + ("_c4" if wide else ""), grid, (GEMV_WARPS * target.warp_size, 1, 1),
                                 params, module="matmul_nbits", smem=smem))
         return ops
+    args = MatMulNBitsArgs(m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, 0, zp_mode, 0, 1, 0, quant_a)
+    blas = _mnb_blas_ops(A, B, scales, zp, bias, y, args, bits, dt, target)
+    if blas is not None:
+        return blas
     if gemm_grid[1] > 65535:
         raise NoKernel(f"{op}: {m} rows of A (at most {65535 * GEMM_TILE})")
-    args = MatMulNBitsArgs(m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, 0, zp_mode, 0, 1, 0, quant_a)
     ops = []
     qp = 0
     if quant_a:
@@ -349,6 +358,59 @@ def _mnb_bind(ins, outs, attrs, target):
                         [ptr(A), ptr(B), ptr(scales), ptr(zp), ptr(bias), ptr(y), args, ctypes.c_uint64(qp)],
                         module="matmul_nbits"))
     return ops
+
+
+def _mnb_blas_ops(A, B, scales, zp, bias, y, args: MatMulNBitsArgs, bits: int, dt: str, target) -> list | None:
+    """Prefill through the vendor BLAS (kernels/matmul_nbits_dequant.hip): the weights dequantized
+    into the stream's workspace as [N, K] of A's type, then one cuBLASLt GEMM with the bias as its
+    epilogue; at accuracy_level 4 (f32 A) the GEMM reads A' (A's int8 codes times their scales)
+    from the workspace too. None where hipep's own GEMM runs it: HIPEP_GEMM=own, no workspace,
+    level 4 with f16/bf16 A (A' would round to A's type, which the own GEMM does not), a weight
+    larger than MNB_BLAS_MAX_BYTES dequantized, or cuBLASLt missing or refusing the product. The
+    own GEMM has no tensor cores: 15 TFLOP/s at fp16 on the H200 against cuBLASLt's 674."""
+    from . import cublaslt
+    from .gpu_linalg import GemmProblem, _blas_ops, gemm_mode
+
+    mode = gemm_mode()
+    if mode == "own" or target.workspace is None or (args.int8_a and dt != "f32"):
+        return None
+    if mode == "auto" and not cublaslt.status()[0]:
+        return None  # before the workspace grows for nothing
+    m, n, k, e = int(args.m), int(args.n), int(args.k), A.dtype.itemsize
+    w_bytes = _align(n * k * e)
+    if w_bytes > MNB_BLAS_MAX_BYTES:
+        return None
+    a8_bytes = _align(m * k * e) if args.int8_a else 0
+    qp_bytes = _align(m * int(args.nb) * 8) if args.int8_a else 0
+    front = w_bytes + a8_bytes + qp_bytes
+    base = target.workspace(front)
+    w_ptr, a8_ptr, qp_ptr = base, base + w_bytes, base + w_bytes + a8_bytes
+    # The GEMM's own workspace lies past what the kernels above write.
+    gemm_target = dataclasses.replace(target, workspace=lambda nbytes: target.workspace(front + nbytes) + front)
+    problem = GemmProblem(m=m, n=n, k=k, a_sm=k, a_sk=1, b_sk=1, b_sn=k, c_sm=0, c_sn=1,
+                          has_c=bias is not None, beta=1.0 if bias is not None else 0.0)
+    a_arg = Arg(a8_ptr, (m, k), A.dtype) if args.int8_a else Arg(A.ptr, (m, k), A.dtype)
+    blas = _blas_ops(problem, a_arg, Arg(w_ptr, (n, k), A.dtype),
+                     Arg(bias.ptr, (n,), bias.dtype) if bias is not None else None,
+                     Arg(y.ptr, (m, n), y.dtype), dt, gemm_target)
+    if blas is None:
+        return None
+    words = n * (int(args.row_bytes) // 4)
+    ops = [KernelOp(f"hipep_mnb_dequant_{dt}_b{bits}", (_cdiv(words, DEQUANT_THREADS), 1, 1),
+                    (DEQUANT_THREADS, 1, 1), [ptr(B), ptr(scales), ptr(zp), ctypes.c_uint64(w_ptr), args],
+                    module="matmul_nbits_dequant")]
+    if args.int8_a:
+        lanes = min(1 << int(args.log2_bs), target.warp_size)
+        ops.append(KernelOp(f"hipep_mnb_a_int8_{dt}", (_cdiv(m * int(args.nb), GEMM_THREADS // lanes), 1, 1),
+                            (GEMM_THREADS, 1, 1), [ptr(A), ctypes.c_uint64(qp_ptr), args], module="matmul_nbits"))
+        ops.append(KernelOp(f"hipep_mnb_a_int8_dequant_{dt}", (_cdiv(m * k, DEQUANT_THREADS), 1, 1),
+                            (DEQUANT_THREADS, 1, 1), [ptr(A), ctypes.c_uint64(qp_ptr), ctypes.c_uint64(a8_ptr), args],
+                            module="matmul_nbits_dequant"))
+    return ops + blas
+
+
+def _align(nbytes: int) -> int:
+    return (nbytes + 255) // 256 * 256
 
 
 # ---- GatherBlockQuantized ------------------------------------------------------------------------

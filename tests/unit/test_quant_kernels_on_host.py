@@ -88,3 +88,115 @@ def test_general_gemv_and_gemm_on_host(matmul_nbits, m, level):
     assert entries[-1] == ("hipep_mnb_gemv_f32_b4_m4" if m <= 8 else "hipep_mnb_gemm_f32_b4")
     err = np.abs(got.astype(np.float64) - want).max() / np.abs(want.astype(np.float64)).max()
     assert err < 1e-5, (entries, err)
+
+
+@pytest.fixture(scope="module")
+def dequant_lib(tmp_path_factory):
+    return compile_module(tmp_path_factory.mktemp("host_mnb_dq"), "matmul_nbits_dequant", 32)
+
+
+@pytest.mark.parametrize("k,n,bits,bs,dtype,zp_kind,level,with_bias", [
+    (256, 24, 4, 32, np.float32, "none", 4, True),      # the builder's CPU-target form: A' from int8 codes
+    (200, 16, 4, 16, np.float32, "uint8", 0, False),    # K short of K_pad: the padding is not written
+    (192, 12, 8, 64, np.float16, "uint8", 0, True),     # 8 bits, fp16 weights rounded once
+    (160, 8, 4, 32, np.float16, "float", 0, False),     # float zero points
+    (128, 8, 4, 32, ml_dtypes.bfloat16, "none", 0, True),
+])
+def test_prefill_through_the_blas_dequantizes_on_host(matmul_nbits, dequant_lib, monkeypatch, k, n, bits, bs, dtype,
+                                                      zp_kind, level, with_bias):
+    """Prefill rows with cuBLASLt at hand: the binding dequantizes B into the workspace as [N, K]
+    (and, at level 4, A into A'), then hands cuBLASLt Y = A W^T + bias. The kernels run on the
+    host; a numpy product stands in for cuBLASLt, reading the operands where the problem says."""
+    import ctypes
+
+    from hipep.runtime import cublaslt
+    from hipep.runtime import gpu_linalg as gl
+    from quant_helpers import quantize_blockwise
+
+    calls = []
+
+    def fake_blas(p, a, b, c, y, dt, target):
+        calls.append((p, a, b, c, y))
+        return ["blas"]
+
+    monkeypatch.setattr(cublaslt, "status", lambda: (True, "stand-in"))
+    monkeypatch.setattr(gl, "_blas_ops", fake_blas)
+    rng = np.random.default_rng(k + n)
+    m = 40
+    B, scales, zp = quantize_blockwise(rng.standard_normal((n, k)).astype(np.float32), bits, bs, zp_kind, rng)
+    A = (rng.standard_normal((m, k)) * 2).astype(dtype)
+    scales = scales.astype(dtype)
+    if zp is not None and zp.dtype != np.uint8:
+        zp = zp.astype(dtype)
+    bias = rng.standard_normal(n).astype(dtype) if with_bias else None
+    op = lookup("com.microsoft", "MatMulNBits")
+    attrs = {**{a: v for a, v in op.attributes.items() if v is not REQUIRED},
+             "K": k, "N": n, "bits": bits, "block_size": bs, "accuracy_level": level,
+             OUTPUT_COUNT: 1, SINCE_VERSION: max(op.since_versions)}
+    inputs = [A, B, scales.reshape(-1), zp, None, bias]
+    want = op.reference(list(inputs), attrs)[0]
+    mem = HostMemory()
+    ins = [None if x is None else mem.put(x)[0] for x in inputs]
+    out, got = mem.put(np.full(want.shape, np.nan, want.dtype))
+    target = gk.Target(sm_count=132, warp_size=32, scratch=lambda nbytes: 0,
+                       workspace=lambda nbytes: mem.put(np.zeros(nbytes, np.uint8))[0].ptr)
+    ops = gk.binding_for(gq.MNB).bind(ins, [gk.Arg(out.ptr, out.shape, out.dtype)], attrs, target)
+    assert ops[-1] == "blas"
+    entries = [o.entry for o in ops[:-1]]
+    assert entries[0] == f"hipep_mnb_dequant_{gk._dt(A.dtype, 'A')}_b{bits}"
+    assert len(entries) == (3 if level == 4 else 1)  # + A's block scales and A'
+    for o in ops[:-1]:
+        launch({"matmul_nbits": matmul_nbits["matmul_nbits"], "matmul_nbits_dequant": dequant_lib}[o.module], o)
+    (p, a, b, c, y), = calls
+    assert (p.m, p.n, p.k, p.a_sm, p.a_sk, p.b_sk, p.b_sn) == (m, n, k, k, 1, 1, k)
+    assert p.has_c == with_bias and (not with_bias or (p.c_sm, p.c_sn, p.beta) == (0, 1, 1.0))
+
+    def read(arg):
+        count = int(np.prod(arg.shape))
+        raw = (ctypes.c_uint8 * (count * arg.dtype.itemsize)).from_address(arg.ptr)
+        return np.frombuffer(raw, arg.dtype).reshape(arg.shape).astype(np.float64)
+
+    w = read(b)
+    # W as the own GEMM forms it: (q - zp) * scale in f32, rounded once to A's type
+    from hipep.ops.contrib_quant import _mnb_dequant, _mnb_unpack
+    want_w = _mnb_dequant(*_mnb_unpack(B, scales.reshape(-1), zp, attrs))[:, :k]
+    np.testing.assert_allclose(w, want_w.astype(dtype).astype(np.float64), rtol=1e-6 if dtype == np.float32 else 1e-2)
+    product = read(a) @ w.T + (read(c) if c is not None else 0.0)
+    np.copyto(got, product.astype(want.dtype))
+    tol = 1e-5 if dtype == np.float32 else (1e-2 if dtype == np.float16 else 2e-2)
+    err = np.abs(got.astype(np.float64) - want.astype(np.float64)).max() / np.abs(want.astype(np.float64)).max()
+    assert err < tol, err
+
+
+def test_prefill_stays_on_the_own_gemm_where_the_blas_path_does_not_apply(monkeypatch):
+    """HIPEP_GEMM=own, no cuBLASLt, f16 A at level 4, or a weight past MNB_BLAS_MAX_BYTES: the own GEMM."""
+    from hipep.runtime import cublaslt
+
+    def bind(dtype, level, env=None, cap=None):
+        monkeypatch.setenv("HIPEP_GEMM", env or "auto")
+        if cap is not None:
+            monkeypatch.setattr(gq, "MNB_BLAS_MAX_BYTES", cap)
+        k, n, m, bs = 128, 64, 64, 32
+        nb = k // bs
+        mem = HostMemory()
+        ins = [mem.put(np.zeros((m, k), dtype))[0], mem.put(np.zeros((n, nb, bs // 2), np.uint8))[0],
+               mem.put(np.zeros(n * nb, dtype))[0]]
+        out, _ = mem.put(np.zeros((m, n), dtype))
+        op = lookup("com.microsoft", "MatMulNBits")
+        attrs = {**{a: v for a, v in op.attributes.items() if v is not REQUIRED}, "K": k, "N": n, "bits": 4,
+                 "block_size": bs, "accuracy_level": level, OUTPUT_COUNT: 1, SINCE_VERSION: max(op.since_versions)}
+        target = gk.Target(sm_count=132, warp_size=32, scratch=lambda nbytes: 0,
+                           workspace=lambda nbytes: mem.put(np.zeros(nbytes, np.uint8))[0].ptr)
+        ops = gk.binding_for(gq.MNB).bind(ins, [gk.Arg(out.ptr, out.shape, out.dtype)], attrs, target)
+        return [getattr(o, "entry", o) for o in ops]
+
+    from hipep.runtime import gpu_linalg as gl
+    monkeypatch.setattr(gl, "_blas_ops", lambda *a: ["blas"])
+    monkeypatch.setattr(cublaslt, "status", lambda: (True, "stand-in"))
+    assert bind(np.float32, 4)[-1] == "blas"
+    assert bind(np.float32, 4, env="own")[-1] == "hipep_mnb_gemm_f32_b4"
+    assert bind(np.float16, 4)[-1] == "hipep_mnb_gemm_f16_b4"
+    assert bind(np.float16, 0)[-1] == "blas"
+    assert bind(np.float16, 0, cap=1024)[-1] == "hipep_mnb_gemm_f16_b4"
+    monkeypatch.setattr(cublaslt, "status", lambda: (False, "not here"))
+    assert bind(np.float16, 0)[-1] == "hipep_mnb_gemm_f16_b4"
