@@ -12,6 +12,8 @@ Workloads (single-op ONNX models through hipep.InferenceSession(device="cuda")):
   an fp16 prefill product (1024 rows times the same weight) through each GEMM path: HIPEP_GEMM=auto
   (cuBLASLt where it loads) and own (hipep's tiled kernel), with TFLOP/s in the results: what
   `auto`'s choice of the vendor library for large products is worth. No gate (compute-bound).
+  Likewise MatMulNBits int4 prefill (128 rows through the ~1.1B model's gate projection, fp16 at
+  level 0 and fp32 at level 4): the dequantize-then-cuBLASLt path against hipep's own GEMM.
 * GroupQueryAttention decode at a 4k context (and at 256, the decode benchmark's length): 32 query
   heads over 8 KV heads of 64, fp16, packed QKV with rotary as the builder emits it, past and
   present bound to one shared buffer.
@@ -110,13 +112,15 @@ def _elem(dtype):
     return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
 
 
-def gemv(name: str, k: int, n: int, dtype, l2: int, rng) -> Workload:
+def gemv(name: str, k: int, n: int, dtype, l2: int, rng, rows: int = 1, gemm: str | None = None) -> Workload:
+    """R MatMulNBits nodes of `rows` rows of A (1: the decode GEMV; more: a prefill GEMM through
+    the GEMM path `gemm`, HIPEP_GEMM, reported in TFLOP/s with no gate)."""
     from onnx import helper, numpy_helper
 
     level = 4 if dtype == np.float32 else 0
     blocks = k // BLOCK
-    node_bytes = gemv_bytes(k, n, dtype)
-    copies = _copies(node_bytes, l2)
+    node_bytes = gemv_bytes(k, n, dtype) + (rows - 1) * (k + n) * np.dtype(dtype).itemsize
+    copies = _copies(node_bytes, l2) if rows == 1 else 4
     nodes, inits, outs = [], [], []
     for i in range(copies):
         w = rng.integers(0, 256, (n, blocks, BLOCK // 2), dtype=np.uint8)
@@ -125,12 +129,16 @@ def gemv(name: str, k: int, n: int, dtype, l2: int, rng) -> Workload:
         nodes.append(helper.make_node("MatMulNBits", ["a", f"w{i}", f"s{i}"], [f"y{i}"], name=f"gemv{i}",
                                       domain="com.microsoft", K=k, N=n, bits=4, block_size=BLOCK,
                                       accuracy_level=level))
-        outs.append(helper.make_tensor_value_info(f"y{i}", _elem(dtype), [1, 1, n]))
-    a = rng.uniform(-1, 1, (1, 1, k)).astype(dtype)
-    model = _model(nodes, [helper.make_tensor_value_info("a", _elem(dtype), [1, 1, k])], outs, inits)
+        outs.append(helper.make_tensor_value_info(f"y{i}", _elem(dtype), [1, rows, n]))
+    a = rng.uniform(-1, 1, (1, rows, k)).astype(dtype)
+    model = _model(nodes, [helper.make_tensor_value_info("a", _elem(dtype), [1, rows, k])], outs, inits)
     label = f"{name} {k}→{n} {np.dtype(dtype).name} (accuracy_level {level})"
-    return Workload("MatMulNBits int4 GEMV", label, model, {"a": a}, {}, node_bytes, copies, True,
-                    2e-2 if level or dtype == np.float16 else 1e-4)
+    limit = 2e-2 if level or dtype == np.float16 else 1e-4
+    if rows == 1:
+        return Workload("MatMulNBits int4 GEMV", label, model, {"a": a}, {}, node_bytes, copies, True, limit)
+    path = "cuBLASLt on the dequantized weights where it loads" if gemm == "auto" else "hipep's own GEMM"
+    return Workload("MatMulNBits int4 GEMM", f"prefill {rows} rows, {label}, HIPEP_GEMM={gemm}: {path}", model,
+                    {"a": a}, {}, node_bytes, copies, False, limit, {"HIPEP_GEMM": gemm}, flops=2.0 * rows * k * n)
 
 
 def gemv_bytes(k: int, n: int, dtype) -> int:
@@ -302,6 +310,10 @@ def workloads(families, l2: int, quick: bool, context: int, seed: int = 0):
         if not quick:
             for gemm in ("auto", "own"):
                 yield lambda gemm=gemm: matmul_prefill(PREFILL_ROWS, *MATMUL_SHAPE, gemm, rng)
+            for dtype in (np.float16, np.float32):  # a 128-token prompt through the ~1.1B model's gate/up
+                for gemm in ("auto", "own"):
+                    yield lambda dtype=dtype, gemm=gemm: gemv("gate/up", 2048, 8192, dtype, l2, rng, rows=128,
+                                                              gemm=gemm)
     if "copy" in families:
         for name, k, n in (GEMV_SHAPES[:2] if quick else GEMV_SHAPES):
             yield lambda name=name, k=k, n=n: copy_floor(name, k, n, l2, rng)

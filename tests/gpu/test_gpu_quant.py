@@ -313,3 +313,35 @@ def test_gemv_that_starts_early_waits_for_the_kernel_ahead(elem, level):
         assert dev._ready(op).config is None
     finally:
         dev.overlap_launches = True
+
+
+@pytest.mark.parametrize("gemm", ["auto", "own"])
+@pytest.mark.parametrize("config", [c for c in CONFIGS if c[7] == 0 or c[6] == F32],
+                         ids=lambda c: f"K{c[0]}-N{c[1]}-b{c[2]}-bs{c[3]}-{c[4]}-{'f32' if c[6] == F32 else 'f16'}-lvl{c[7]}")
+def test_matmul_nbits_prefill_on_both_gemm_paths(monkeypatch, gemm, config):
+    """128 rows: with HIPEP_GEMM=auto the weights are dequantized into the workspace and cuBLASLt
+    multiplies (A' from A's int8 codes at level 4); with `own`, hipep's GEMM. Both within the
+    tolerances of the CPU EP and of the references."""
+    monkeypatch.setenv("HIPEP_GEMM", gemm)
+    k, n, bits, bs, zp_kind, bias, elem, level = config
+    model, feeds, weights = matmul_nbits_model((1, 128), k, n, bits, bs, elem, zp_kind, bias, level, seed=k)
+    got = run_gpu(model, feeds)
+    zp = weights[2]
+    assert rel_l2(got, cpu_session(model).run(None, feeds)[0]) < cpu_tolerance(elem, level, zp)
+    attrs = {"K": k, "N": n, "bits": bits, "block_size": bs}
+    if quantizes_a(level, zp):
+        assert rel_l2(got, int8_reference(feeds, weights, attrs)) < 1e-5
+    else:
+        assert rel_l2(got, reference(feeds, weights, attrs)) < (1e-5 if elem == F32 else 2e-3)
+
+
+@pytest.mark.parametrize("elem,level", [(F16, 0), (F32, 4)])
+def test_matmul_nbits_prefill_at_the_1b_models_shapes(monkeypatch, elem, level):
+    """A 128-token prompt through the ~1.1B model's gate projection (2048 -> 8192, block 32,
+    symmetric), both GEMM paths against the CPU EP."""
+    model, feeds, weights = matmul_nbits_model((1, 128), 2048, 8192, 4, 32, elem, "none", False, level, seed=3)
+    want = cpu_session(model).run(None, feeds)[0]
+    for gemm in ("auto", "own"):
+        monkeypatch.setenv("HIPEP_GEMM", gemm)
+        got = run_gpu(model, feeds, runs=2)
+        assert rel_l2(got, want) < cpu_tolerance(elem, level, weights[2]), gemm
