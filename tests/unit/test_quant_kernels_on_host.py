@@ -30,12 +30,14 @@ def matmul_nbits(tmp_path_factory):
     return {m: compile_module(out, m, 32) for m in ("matmul_nbits", "matmul_nbits_row")}
 
 
-def _run(lib, m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0):
+def _bind_case(m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0, bits=4, a_scale=3.0):
+    """A random MatMulNBits case in host memory, bound: (ops, output view, the registry reference's
+    output, inputs, attrs, the host memory, which must outlive the launches)."""
     from quant_helpers import quantize_blockwise
 
     rng = np.random.default_rng(seed)
-    B, scales, zp = quantize_blockwise(rng.standard_normal((n, k)).astype(np.float32), 4, bs, zp_kind, rng)
-    A = (rng.standard_normal((m, k)) * 3).astype(dtype)
+    B, scales, zp = quantize_blockwise(rng.standard_normal((n, k)).astype(np.float32), bits, bs, zp_kind, rng)
+    A = (rng.standard_normal((m, k)) * a_scale).astype(dtype)
     A[0, :bs] = 0  # an all-zero block of A: int8 scale 0, codes 0
     scales = scales.astype(dtype)
     if zp is not None and zp.dtype != np.uint8:
@@ -43,7 +45,7 @@ def _run(lib, m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0):
     bias = rng.standard_normal(n).astype(dtype) if with_bias else None
     op = lookup("com.microsoft", "MatMulNBits")
     attrs = {**{a: v for a, v in op.attributes.items() if v is not REQUIRED},
-             "K": k, "N": n, "bits": 4, "block_size": bs, "accuracy_level": level,
+             "K": k, "N": n, "bits": bits, "block_size": bs, "accuracy_level": level,
              OUTPUT_COUNT: 1, SINCE_VERSION: max(op.since_versions)}
     inputs = [A, B, scales.reshape(-1), zp, None, bias]
     want = op.reference(list(inputs), attrs)[0]
@@ -53,6 +55,11 @@ def _run(lib, m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0):
     target = gk.Target(sm_count=132, warp_size=32, scratch=lambda nbytes: 0,
                        workspace=lambda nbytes: mem.put(np.zeros(nbytes, np.uint8))[0].ptr)
     ops = gk.binding_for(gq.MNB).bind(ins, [gk.Arg(out.ptr, out.shape, out.dtype)], attrs, target)
+    return ops, got, want, inputs, attrs, mem
+
+
+def _run(lib, m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0):
+    ops, got, want, _, _, mem = _bind_case(m, k, n, bs, dtype, zp_kind, level, with_bias, seed)
     for o in ops:
         launch(lib[o.module], o)
     return got, want, [o.entry for o in ops]
@@ -111,7 +118,6 @@ def test_prefill_through_the_blas_dequantizes_on_host(matmul_nbits, dequant_lib,
 
     from hipep.runtime import cublaslt
     from hipep.runtime import gpu_linalg as gl
-    from quant_helpers import quantize_blockwise
 
     calls = []
 
@@ -121,26 +127,10 @@ def test_prefill_through_the_blas_dequantizes_on_host(matmul_nbits, dequant_lib,
 
     monkeypatch.setattr(cublaslt, "status", lambda: (True, "stand-in"))
     monkeypatch.setattr(gl, "_blas_ops", fake_blas)
-    rng = np.random.default_rng(k + n)
     m = 40
-    B, scales, zp = quantize_blockwise(rng.standard_normal((n, k)).astype(np.float32), bits, bs, zp_kind, rng)
-    A = (rng.standard_normal((m, k)) * 2).astype(dtype)
-    scales = scales.astype(dtype)
-    if zp is not None and zp.dtype != np.uint8:
-        zp = zp.astype(dtype)
-    bias = rng.standard_normal(n).astype(dtype) if with_bias else None
-    op = lookup("com.microsoft", "MatMulNBits")
-    attrs = {**{a: v for a, v in op.attributes.items() if v is not REQUIRED},
-             "K": k, "N": n, "bits": bits, "block_size": bs, "accuracy_level": level,
-             OUTPUT_COUNT: 1, SINCE_VERSION: max(op.since_versions)}
-    inputs = [A, B, scales.reshape(-1), zp, None, bias]
-    want = op.reference(list(inputs), attrs)[0]
-    mem = HostMemory()
-    ins = [None if x is None else mem.put(x)[0] for x in inputs]
-    out, got = mem.put(np.full(want.shape, np.nan, want.dtype))
-    target = gk.Target(sm_count=132, warp_size=32, scratch=lambda nbytes: 0,
-                       workspace=lambda nbytes: mem.put(np.zeros(nbytes, np.uint8))[0].ptr)
-    ops = gk.binding_for(gq.MNB).bind(ins, [gk.Arg(out.ptr, out.shape, out.dtype)], attrs, target)
+    ops, got, want, inputs, attrs, mem = _bind_case(m, k, n, bs, dtype, zp_kind, level, with_bias, seed=k + n, bits=bits,
+                                               a_scale=2.0)
+    A, B, scales, zp = inputs[:4]
     assert ops[-1] == "blas"
     entries = [o.entry for o in ops[:-1]]
     assert entries[0] == f"hipep_mnb_dequant_{gk._dt(A.dtype, 'A')}_b{bits}"
@@ -159,7 +149,7 @@ def test_prefill_through_the_blas_dequantizes_on_host(matmul_nbits, dequant_lib,
     w = read(b)
     # W as the own GEMM forms it: (q - zp) * scale in f32, rounded once to A's type
     from hipep.ops.contrib_quant import _mnb_dequant, _mnb_unpack
-    want_w = _mnb_dequant(*_mnb_unpack(B, scales.reshape(-1), zp, attrs))[:, :k]
+    want_w = _mnb_dequant(*_mnb_unpack(B, scales, zp, attrs))[:, :k]
     np.testing.assert_allclose(w, want_w.astype(dtype).astype(np.float64), rtol=1e-6 if dtype == np.float32 else 1e-2)
     product = read(a) @ w.T + (read(c) if c is not None else 0.0)
     np.copyto(got, product.astype(want.dtype))
@@ -176,18 +166,7 @@ def test_prefill_stays_on_the_own_gemm_where_the_blas_path_does_not_apply(monkey
         monkeypatch.setenv("HIPEP_GEMM", env or "auto")
         if cap is not None:
             monkeypatch.setattr(gq, "MNB_BLAS_MAX_BYTES", cap)
-        k, n, m, bs = 128, 64, 64, 32
-        nb = k // bs
-        mem = HostMemory()
-        ins = [mem.put(np.zeros((m, k), dtype))[0], mem.put(np.zeros((n, nb, bs // 2), np.uint8))[0],
-               mem.put(np.zeros(n * nb, dtype))[0]]
-        out, _ = mem.put(np.zeros((m, n), dtype))
-        op = lookup("com.microsoft", "MatMulNBits")
-        attrs = {**{a: v for a, v in op.attributes.items() if v is not REQUIRED}, "K": k, "N": n, "bits": 4,
-                 "block_size": bs, "accuracy_level": level, OUTPUT_COUNT: 1, SINCE_VERSION: max(op.since_versions)}
-        target = gk.Target(sm_count=132, warp_size=32, scratch=lambda nbytes: 0,
-                           workspace=lambda nbytes: mem.put(np.zeros(nbytes, np.uint8))[0].ptr)
-        ops = gk.binding_for(gq.MNB).bind(ins, [gk.Arg(out.ptr, out.shape, out.dtype)], attrs, target)
+        ops = _bind_case(64, 128, 64, 32, dtype, "none", level)[0]
         return [getattr(o, "entry", o) for o in ops]
 
     from hipep.runtime import gpu_linalg as gl
