@@ -1,0 +1,154 @@
+"""GPU bindings: Resize (opsets 10-19) and Upsample (7, 9), kernels/resize.hip.
+
+Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported.
+
+The host reads scales, sizes and roi at launch (`reads_values`) and plans the output with the CPU
+reference's own functions (hipep.ops.resize: output extents, the f32 scale per axis, the roi,
+keep_aspect_ratio_policy, axes), so both devices agree on every extent. Per axis it passes the
+scale and roi and whether the axis is resized at all (the reference leaves an axis of scale 1 and
+unchanged extent as it is); the kernel maps each output coordinate with ORT's f32 expressions,
+operation for operation, so nearest indices and interpolation weights are bit-identical to the
+reference's (kernels/resize.hip explains the evaluation order of the interpolating kernels).
+
+Claimed: nearest (every nearest_mode; any element type of 1, 2 or 4 bytes: f32, f16, int8, uint8,
+int32), linear and cubic (f32, f16; math in f32; cubic_coeff_a, exclude_outside), every
+coordinate_transformation_mode the reference implements, tf_crop_and_resize's
+extrapolation_value, up to rank 8. Refused: antialias=1 (the reference does not implement it).
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from ..errors import HipepError
+from ..ops.resize import LEGACY, _resize_operands, _resize_plan
+from .gpu_binding_core import KernelOp, NoKernel, _binding, contiguous_strides, fill_ops, flat_config, ptr
+
+MAX_RANK = 8  # HIPEP_RESIZE_MAX_RANK
+_COORD = {"half_pixel": 0, "half_pixel_symmetric": 1, "pytorch_half_pixel": 2, "align_corners": 3, "asymmetric": 4,
+          "tf_half_pixel_for_nn": 5, "tf_crop_and_resize": 6, LEGACY: 4}
+_NEAREST = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "ceil": 3, LEGACY: 4}
+_TAPS = {"linear": 2, "cubic": 4}
+_NEAREST_TYPES = ("float32", "float16", "int8", "uint8", "int32")
+_INTERP_TYPES = {"float32": "f32", "float16": "f16"}
+
+
+class ResizeArgs(ctypes.Structure):
+    _fields_ = [("n", ctypes.c_longlong), ("in_dims", ctypes.c_longlong * MAX_RANK),
+                ("out_dims", ctypes.c_longlong * MAX_RANK), ("in_strides", ctypes.c_longlong * MAX_RANK),
+                ("scale", ctypes.c_float * MAX_RANK), ("roi_start", ctypes.c_float * MAX_RANK),
+                ("roi_end", ctypes.c_float * MAX_RANK), ("resized", ctypes.c_int * MAX_RANK),
+                ("fill", ctypes.c_uint64), ("fill_value", ctypes.c_float), ("cubic_a", ctypes.c_float),
+                ("rank", ctypes.c_int), ("coord", ctypes.c_int), ("nearest", ctypes.c_int), ("taps", ctypes.c_int),
+                ("extrapolate", ctypes.c_int), ("exclude_outside", ctypes.c_int)]
+
+
+def _check(attrs, dtypes, shapes, values, upsample: bool):
+    x = dtypes[0] if dtypes else ""
+    mode = attrs.get("mode", "nearest")
+    if mode not in ("nearest", "linear", "cubic") or (upsample and mode == "cubic"):
+        return f"mode='{mode}'"
+    if x and x not in _NEAREST_TYPES:
+        return f"element type {x} ({', '.join(_NEAREST_TYPES)} have a kernel)"
+    if x and mode != "nearest" and x not in _INTERP_TYPES:
+        return f"mode='{mode}' on {x} (interpolation has a kernel for f32 and f16; other types: nearest)"
+    if int(attrs.get("antialias") or 0):
+        return "antialias=1 has no kernel"
+    if not upsample:
+        coord = attrs.get("coordinate_transformation_mode", "half_pixel")
+        if coord not in _COORD or coord == LEGACY:
+            return f"coordinate_transformation_mode='{coord}'"
+        if mode == "nearest" and attrs.get("nearest_mode", "round_prefer_floor") not in _NEAREST:
+            return f"nearest_mode='{attrs.get('nearest_mode')}'"
+    shape = shapes[0] if shapes else None
+    if shape is not None and len(shape) > MAX_RANK:
+        return f"an input of rank {len(shape)} (at most {MAX_RANK})"
+    return None
+
+
+def _host_value(a, what: str, op_type: str):
+    if a is None:
+        return None
+    if a.value is None:
+        raise HipepError(f"{op_type}: input '{what}' must be readable by the host at launch")
+    return np.asarray(a.value)
+
+
+def _resize_ops(op_type: str, ins, outs, attrs, target) -> list:
+    x, y = ins[0], outs[0]
+    if y is None:
+        return []
+    upsample = op_type == "Upsample"
+    if upsample:
+        attrs = {**attrs, "_upsample": True}
+    names = ("X", "roi", "scales", "sizes") if len(ins) > 2 else ("X", "scales")
+    values = [None] + [_host_value(a, names[k + 1] if k + 1 < len(names) else "?", op_type)
+                       for k, a in enumerate(ins[1:])]
+    roi, scales, sizes, legacy = _resize_operands(values, attrs)
+    if legacy and scales is None:
+        raise HipepError(f"{op_type}: 'scales' is required")
+    in_shape = tuple(int(d) for d in x.shape)
+    out, scale, rois = _resize_plan(op_type, in_shape, roi, scales, sizes, attrs, legacy)
+    if tuple(out) != tuple(int(d) for d in y.shape):
+        raise HipepError(f"{op_type}: the output has shape {list(y.shape)}, the scales/sizes give {list(out)}")
+    if y.dtype != x.dtype:
+        raise HipepError(f"{op_type}: the output is {y.dtype.name}, X is {x.dtype.name}")
+    n = int(np.prod(out, dtype=np.int64))
+    if n == 0:
+        return []
+    if x.size == 0:
+        return fill_ops(y, b"", target)
+    rank = len(in_shape)
+    if rank > MAX_RANK:
+        raise NoKernel(f"{op_type} of rank {rank} (at most {MAX_RANK})")
+    mode = attrs.get("mode", "nearest")
+    coord = LEGACY if legacy else attrs.get("coordinate_transformation_mode", "half_pixel")
+    if coord not in _COORD:
+        raise NoKernel(f"{op_type}: coordinate_transformation_mode='{coord}'")
+    extrapolate = coord == "tf_crop_and_resize"
+    ev = float(attrs.get("extrapolation_value", 0.0))
+    args = ResizeArgs()
+    args.n, args.rank, args.coord, args.extrapolate = n, rank, _COORD[coord], int(extrapolate)
+    for d, (extent, stride) in enumerate(zip(in_shape, contiguous_strides(in_shape))):
+        args.in_dims[d], args.out_dims[d], args.in_strides[d] = extent, out[d], stride
+        args.scale[d], args.roi_start[d], args.roi_end[d] = float(scale[d]), float(rois[d][0]), float(rois[d][1])
+        # The axes the reference leaves as they are (hipep.ops.resize._resize_compute).
+        identity = scale[d] == 1 and out[d] == extent
+        if mode != "nearest" and extrapolate:
+            identity = identity and rois[d][0] == 0 and rois[d][1] == 1
+        args.resized[d] = int(not identity)
+    grid, block = flat_config(n, target)
+    if mode == "nearest":
+        e = x.dtype.itemsize
+        if e not in (1, 2, 4):
+            raise NoKernel(f"{op_type} of {x.dtype.name} elements")
+        nmode = LEGACY if legacy else attrs.get("nearest_mode", "round_prefer_floor")
+        if nmode not in _NEAREST:
+            raise NoKernel(f"{op_type}: nearest_mode='{nmode}'")
+        args.nearest = _NEAREST[nmode]
+        # The reference casts the f64 attribute to the element type directly.
+        fill = np.asarray(ev).astype(x.dtype)
+        args.fill = int(fill.reshape(1).view(f"u{e}")[0])
+        entry = f"hipep_resize_nearest_w{e}"
+    else:
+        if mode not in _TAPS or x.dtype.name not in _INTERP_TYPES:
+            raise NoKernel(f"{op_type}: mode='{mode}' on {x.dtype.name}")
+        if int(attrs.get("antialias") or 0):
+            raise NoKernel(f"{op_type}: antialias=1")
+        args.taps = _TAPS[mode]
+        args.cubic_a = float(np.float32(attrs.get("cubic_coeff_a", -0.75)))
+        args.exclude_outside = int(attrs.get("exclude_outside", 0) or 0)
+        args.fill_value = float(np.float32(ev))
+        entry = f"hipep_resize_interp_{_INTERP_TYPES[x.dtype.name]}"
+    return [KernelOp(entry, grid, block, [ptr(x), ptr(y), args], module="resize")]
+
+
+@_binding("::Resize", check=lambda a, d, s, v: _check(a, d, s, v, False), modules=("resize",), reads_values=True)
+def _resize_bind(ins, outs, attrs, target):
+    return _resize_ops("Resize", ins, outs, attrs, target)
+
+
+@_binding("::Upsample", check=lambda a, d, s, v: _check(a, d, s, v, True), modules=("resize",), reads_values=True)
+def _upsample_bind(ins, outs, attrs, target):
+    return _resize_ops("Upsample", ins, outs, attrs, target)

@@ -1,0 +1,177 @@
+// Indexing by a tensor of indices, the data moves: GatherElements, GatherND, and ScatterElements
+// (Scatter) and ScatterND with reduction 'none'. The addressing is kernels/indexing.h's; the
+// scatters' reductions are kernels/scatter_reduce.hip (a module of their own, so a model without
+// them does not compile their ~100 entry points).
+//
+// Gathers move elements as words W of 1 to 16 bytes (GatherND widens the word where a slice's
+// bytes and the pointers allow); nd kernels have threads along x walk a slice's words, blockDim.y
+// rows per block (one tuple read per row). An index out of range yields zeros (gathers) or drops
+// its update (scatters), never an access outside the buffers, and is reported.
+//
+// Scatters: the runtime first copies data into the output, then applies the updates. ONNX leaves
+// the result of repeated indices undefined; ONNX Runtime's CPU kernel applies updates in order,
+// so the last one wins. To give that answer on every run, a first pass ("mark") has every update
+// atomicMax its id + 1 into a per-target "winner" word (stream workspace the runtime zeroes
+// first: one word per data element for elements, per data slice for nd), and the second pass
+// writes only the updates whose id won: O(updates) work, where ordering the updates otherwise
+// would take a sort or a serial loop. Where the runtime knows no two updates share a target
+// (constant indices without repeats) it passes no winner array and the write pass alone runs.
+#include "indexing.h"
+
+HIPEP_DEVICE void hipep_atomic_max_u32(unsigned int* p, unsigned int v) {
+#if defined(__CUDACC__) || defined(__HIP__) || defined(__HIPCC_RTC__)
+  atomicMax(p, v);
+#else  // the unit tests' host stand-in for the device has no atomicMax
+  unsigned int old = *(volatile unsigned int*)p;
+  while (old < v) {
+    const unsigned int seen = atomicCAS(p, old, v);
+    if (seen == old) break;
+    old = seen;
+  }
+#endif
+}
+
+// ---- GatherElements -------------------------------------------------------------------------------
+
+template <typename W, typename I>
+HIPEP_DEVICE void hipep_gather_elements(const W* HIPEP_RESTRICT data, const I* HIPEP_RESTRICT indices,
+                                        W* HIPEP_RESTRICT out, const hipep_elements_args a,
+                                        const hipep_fault_site fault) {
+  const hipep_i64 step = (hipep_i64)gridDim.x * blockDim.x;
+  for (hipep_i64 i = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += step) {
+    const hipep_i64 at = hipep_elements_target(indices, i, a, fault);
+    out[i] = at >= 0 ? data[at] : W();
+  }
+}
+
+// ---- ScatterElements ------------------------------------------------------------------------------
+
+template <typename I>
+HIPEP_DEVICE void hipep_scatter_elements_mark(const I* HIPEP_RESTRICT indices, unsigned int* HIPEP_RESTRICT winner,
+                                              const hipep_elements_args a, const hipep_fault_site fault) {
+  const hipep_i64 step = (hipep_i64)gridDim.x * blockDim.x;
+  for (hipep_i64 i = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += step) {
+    const hipep_i64 at = hipep_elements_target(indices, i, a, fault);
+    if (at >= 0) hipep_atomic_max_u32(winner + at, (unsigned int)(i + 1));
+  }
+}
+
+// `winner` null: no two updates share a target, each one writes.
+template <typename W, typename I>
+HIPEP_DEVICE void hipep_scatter_elements(const I* HIPEP_RESTRICT indices, const W* HIPEP_RESTRICT updates,
+                                         W* HIPEP_RESTRICT out, const unsigned int* HIPEP_RESTRICT winner,
+                                         const hipep_elements_args a, const hipep_fault_site fault) {
+  const hipep_i64 step = (hipep_i64)gridDim.x * blockDim.x;
+  for (hipep_i64 i = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += step) {
+    const hipep_i64 at = hipep_elements_target(indices, i, a, fault);
+    if (at >= 0 && (winner == nullptr || winner[at] == (unsigned int)(i + 1))) out[at] = updates[i];
+  }
+}
+
+// ---- GatherND -------------------------------------------------------------------------------------
+
+template <typename W, typename I>
+HIPEP_DEVICE void hipep_gather_nd(const W* HIPEP_RESTRICT data, const I* HIPEP_RESTRICT indices, W* HIPEP_RESTRICT out,
+                                  const hipep_nd_args a, const hipep_fault_site fault) {
+  const hipep_i64 row_step = (hipep_i64)gridDim.y * blockDim.y;
+  const hipep_i64 col_step = (hipep_i64)gridDim.x * blockDim.x;
+  for (hipep_i64 r = (hipep_i64)blockIdx.y * blockDim.y + threadIdx.y; r < a.rows; r += row_step) {
+    // Every thread of the row reads the tuple; one of them reports it.
+    const bool reports = blockIdx.x == 0 && threadIdx.x == 0;
+    const hipep_i64 at = hipep_nd_target(indices, r, a, reports ? fault : hipep_fault_site{nullptr, 0});
+    W* dst = out + r * a.inner;
+    for (hipep_i64 t = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; t < a.inner; t += col_step)
+      dst[t] = at >= 0 ? data[at + t] : W();
+  }
+}
+
+// ---- ScatterND ------------------------------------------------------------------------------------
+// The winner of a slice is indexed by its offset / inner (data's slices in order).
+
+template <typename I>
+HIPEP_DEVICE void hipep_scatter_nd_mark(const I* HIPEP_RESTRICT indices, unsigned int* HIPEP_RESTRICT winner,
+                                        const hipep_nd_args a, const hipep_fault_site fault) {
+  const hipep_i64 step = (hipep_i64)gridDim.x * blockDim.x;
+  for (hipep_i64 r = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; r < a.rows; r += step) {
+    const hipep_i64 at = hipep_nd_target(indices, r, a, fault);
+    if (at >= 0) hipep_atomic_max_u32(winner + at / a.inner, (unsigned int)(r + 1));
+  }
+}
+
+template <typename W, typename I>
+HIPEP_DEVICE void hipep_scatter_nd(const I* HIPEP_RESTRICT indices, const W* HIPEP_RESTRICT updates,
+                                   W* HIPEP_RESTRICT out, const unsigned int* HIPEP_RESTRICT winner,
+                                   const hipep_nd_args a, const hipep_fault_site fault) {
+  const hipep_i64 row_step = (hipep_i64)gridDim.y * blockDim.y;
+  const hipep_i64 col_step = (hipep_i64)gridDim.x * blockDim.x;
+  for (hipep_i64 r = (hipep_i64)blockIdx.y * blockDim.y + threadIdx.y; r < a.rows; r += row_step) {
+    // With winners the mark pass has reported the row's bad indices already.
+    const bool reports = winner == nullptr && blockIdx.x == 0 && threadIdx.x == 0;
+    const hipep_i64 at = hipep_nd_target(indices, r, a, reports ? fault : hipep_fault_site{nullptr, 0});
+    if (at < 0 || (winner != nullptr && winner[at / a.inner] != (unsigned int)(r + 1))) continue;
+    const W* src = updates + r * a.inner;
+    for (hipep_i64 t = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; t < a.inner; t += col_step)
+      out[at + t] = src[t];
+  }
+}
+
+
+// ---- entry points (by element or word size) -------------------------------------------------------
+
+#define HIPEP_ELEMENTS_MOVE(WNAME, W, INAME, I)                                                                     \
+  HIPEP_KERNEL void hipep_gather_elements_##WNAME##_##INAME(const W* HIPEP_RESTRICT data,                         \
+                                                            const I* HIPEP_RESTRICT idx, W* HIPEP_RESTRICT out,   \
+                                                            const hipep_elements_args a, const hipep_fault_site f) { \
+    hipep_gather_elements<W, I>(data, idx, out, a, f);                                                             \
+  }                                                                                                                \
+  HIPEP_KERNEL void hipep_scatter_elements_##WNAME##_##INAME(                                                      \
+      const I* HIPEP_RESTRICT idx, const W* HIPEP_RESTRICT upd, W* HIPEP_RESTRICT out,                             \
+      const unsigned int* HIPEP_RESTRICT winner, const hipep_elements_args a, const hipep_fault_site f) {          \
+    hipep_scatter_elements<W, I>(idx, upd, out, winner, a, f);                                                     \
+  }
+
+#define HIPEP_ND_MOVE(WNAME, W, INAME, I)                                                                          \
+  HIPEP_KERNEL void hipep_gather_nd_##WNAME##_##INAME(const W* HIPEP_RESTRICT data, const I* HIPEP_RESTRICT idx,  \
+                                                      W* HIPEP_RESTRICT out, const hipep_nd_args a,               \
+                                                      const hipep_fault_site f) {                                  \
+    hipep_gather_nd<W, I>(data, idx, out, a, f);                                                                   \
+  }                                                                                                                \
+  HIPEP_KERNEL void hipep_scatter_nd_##WNAME##_##INAME(const I* HIPEP_RESTRICT idx, const W* HIPEP_RESTRICT upd,  \
+                                                       W* HIPEP_RESTRICT out,                                      \
+                                                       const unsigned int* HIPEP_RESTRICT winner,                  \
+                                                       const hipep_nd_args a, const hipep_fault_site f) {          \
+    hipep_scatter_nd<W, I>(idx, upd, out, winner, a, f);                                                           \
+  }
+
+#define HIPEP_ELEMENTS_MARK(INAME, I)                                                                              \
+  HIPEP_KERNEL void hipep_scatter_elements_mark_##INAME(const I* HIPEP_RESTRICT idx,                              \
+                                                        unsigned int* HIPEP_RESTRICT winner,                       \
+                                                        const hipep_elements_args a, const hipep_fault_site f) {   \
+    hipep_scatter_elements_mark<I>(idx, winner, a, f);                                                             \
+  }
+
+#define HIPEP_ND_MARK(INAME, I)                                                                                    \
+  HIPEP_KERNEL void hipep_scatter_nd_mark_##INAME(const I* HIPEP_RESTRICT idx, unsigned int* HIPEP_RESTRICT winner, \
+                                                  const hipep_nd_args a, const hipep_fault_site f) {               \
+    hipep_scatter_nd_mark<I>(idx, winner, a, f);                                                                   \
+  }
+
+// GatherElements and ScatterElements take int32 or int64 indices; GatherND and ScatterND int64.
+#define HIPEP_ELEMENTS_FAMILY(INAME, I)             \
+  HIPEP_ELEMENTS_MOVE(w1, unsigned char, INAME, I)  \
+  HIPEP_ELEMENTS_MOVE(w2, unsigned short, INAME, I) \
+  HIPEP_ELEMENTS_MOVE(w4, unsigned int, INAME, I)   \
+  HIPEP_ELEMENTS_MOVE(w8, hipep_u64, INAME, I)      \
+  HIPEP_ELEMENTS_MARK(INAME, I)
+
+#define HIPEP_ND_FAMILY(INAME, I)             \
+  HIPEP_ND_MOVE(w1, unsigned char, INAME, I)  \
+  HIPEP_ND_MOVE(w2, unsigned short, INAME, I) \
+  HIPEP_ND_MOVE(w4, unsigned int, INAME, I)   \
+  HIPEP_ND_MOVE(w8, hipep_u64, INAME, I)      \
+  HIPEP_ND_MOVE(w16, uint4, INAME, I)         \
+  HIPEP_ND_MARK(INAME, I)
+
+HIPEP_ELEMENTS_FAMILY(i32, int)
+HIPEP_ELEMENTS_FAMILY(i64, hipep_i64)
+HIPEP_ND_FAMILY(i64, hipep_i64)
