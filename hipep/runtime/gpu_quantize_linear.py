@@ -137,7 +137,10 @@ def _dequantize_check(attrs, dtypes, shapes, values):
 def _layout_views(op_type: str, x: Arg, out: Arg, scale: Arg, zp: Arg | None, attrs) -> tuple[Arg, Arg, list]:
     """(x view, output view, [scale view, zero point view]) whose broadcast strides read each
     element's scale and zero point."""
-    if zp is not None and tuple(zp.shape) != tuple(scale.shape):
+    # A one-element zero point beside a one-element scale is per-tensor whatever their ranks ([]
+    # against [1]), as the registry's layout rule reads them.
+    per_tensor = scale.size == 1 and scale.ndim <= 1 and zp is not None and zp.size == 1 and zp.ndim <= 1
+    if zp is not None and tuple(zp.shape) != tuple(scale.shape) and not per_tensor:
         raise HipepError(f"{op_type}: the zero point must have the scale's shape {list(scale.shape)}, "
                          f"got {list(zp.shape)}")
     block = int(attrs.get("block_size") or 0)

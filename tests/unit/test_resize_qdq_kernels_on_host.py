@@ -271,9 +271,18 @@ def test_an_identity_resize_and_an_empty_output(resize_libs):
 
 def test_resize_claims_and_refusals():
     f32 = "float32"
-    assert gk.has_kernel("::Resize", {"mode": "cubic"}, [f32, f32, f32])
+    scales = np.array([1, 1, 2, 2], np.float32)
+    assert gk.has_kernel("::Resize", {"mode": "cubic"}, [f32, f32, f32], None, [None, None, scales])
+    # run-time scales (no shape program for floor(x * scale)) and a run-time roi that
+    # tf_crop_and_resize reads are refused; run-time sizes and an unused run-time roi are not
+    assert "'scales' is not a constant" in gk.kernel_reason("::Resize", {"mode": "cubic"}, [f32, f32, f32])
+    assert "'scales' is not a constant" in gk.kernel_reason("::Upsample", {"mode": "nearest"}, [f32, f32])
+    assert "'roi' is not a constant" in gk.kernel_reason(
+        "::Resize", {"coordinate_transformation_mode": "tf_crop_and_resize"}, [f32, f32, f32], None,
+        [None, None, scales])
+    assert gk.has_kernel("::Resize", {}, [f32, f32, "", "int64"])
     assert gk.has_kernel("::Resize", {"mode": "nearest"}, ["int8", "", "", "int64"])
-    assert gk.has_kernel("::Upsample", {"mode": "linear"}, ["float16", f32])
+    assert gk.has_kernel("::Upsample", {"mode": "linear"}, ["float16", f32], None, [None, scales])
     assert "antialias" in gk.kernel_reason("::Resize", {"mode": "linear", "antialias": 1}, [f32, "", f32])
     assert "nearest" in gk.kernel_reason("::Resize", {"mode": "linear"}, ["uint8", "", f32])
     assert "rank" in gk.kernel_reason("::Resize", {}, [f32, "", f32], [(1,) * 9, None, (9,)])
