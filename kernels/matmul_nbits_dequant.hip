@@ -36,6 +36,27 @@ HIPEP_DEVICE void hipep_mnb_dequant(const unsigned char* HIPEP_RESTRICT B, const
     for (int j = 0; j < VPW; ++j) v[j] *= s;
   }
   T* row = W + n * a.k + k0;
+  // The word's values as one run of VPW * sizeof(T) bytes (8 to 32): stored 16 or 8 bytes at a
+  // time where the run is whole and aligned (rows of K values start aligned when K * sizeof(T)
+  // is a multiple of 16), else value by value.
+  constexpr int BYTES = VPW * (int)sizeof(T);
+  if (k0 + VPW <= a.k && (a.k * (hipep_i64)sizeof(T)) % 16 == 0 && BYTES % 8 == 0) {
+    union {
+      T t[VPW];
+      uint2 u2[BYTES / 8];
+      uint4 u4[BYTES / 16 > 0 ? BYTES / 16 : 1];
+    } run;
+#pragma unroll
+    for (int j = 0; j < VPW; ++j) run.t[j] = hipep_from_float<T>(v[j]);
+    if constexpr (BYTES % 16 == 0) {
+#pragma unroll
+      for (int q = 0; q < BYTES / 16; ++q) reinterpret_cast<uint4*>(row)[q] = run.u4[q];
+    } else {
+#pragma unroll
+      for (int q = 0; q < BYTES / 8; ++q) reinterpret_cast<uint2*>(row)[q] = run.u2[q];
+    }
+    return;
+  }
 #pragma unroll
   for (int j = 0; j < VPW; ++j)
     if (k0 + j < a.k) row[j] = hipep_from_float<T>(v[j]);

@@ -108,6 +108,7 @@ def dequant_lib(tmp_path_factory):
     (192, 12, 8, 64, np.float16, "uint8", 0, True),     # 8 bits, fp16 weights rounded once
     (160, 8, 4, 32, np.float16, "float", 0, False),     # float zero points
     (128, 8, 4, 32, ml_dtypes.bfloat16, "none", 0, True),
+    (100, 8, 4, 16, np.float16, "none", 0, False),      # rows not 16-byte aligned: stored value by value
 ])
 def test_prefill_through_the_blas_dequantizes_on_host(matmul_nbits, dequant_lib, monkeypatch, k, n, bits, bs, dtype,
                                                       zp_kind, level, with_bias):
