@@ -13,6 +13,8 @@ from onnx import helper, numpy_helper
 import hipep
 
 from hipep.runtime.cuda import cuda_status, get_device
+import gpu_checks
+from gpu_checks import check_on_cuda
 from helpers import cpu_session, gqa_preamble_model, make_model, tensor
 
 pytestmark = pytest.mark.gpu
@@ -27,27 +29,10 @@ MS = ("com.microsoft", 1)
 n = helper.make_node
 
 
-def tol(elem):
-    return dict(rtol=1e-5, atol=1e-6) if elem == F32 else dict(rtol=1e-2, atol=1e-3)
-
-
 def check(model, feeds, elem=F32, runs=3, **tolerance):
     """Runs `model` on the CUDA device `runs` times (first run, bound replay, CUDA graph replay)
     and compares every output with ORT's CPU EP."""
-    sess = hipep.InferenceSession(model, device="cuda")
-    want = cpu_session(model).run(None, feeds)
-    t = tol(elem)
-    t.update(tolerance)
-    for _ in range(runs):
-        got = sess.run(None, feeds)
-        assert len(got) == len(want)
-        for g, w in zip(got, want):
-            assert g.dtype == w.dtype and g.shape == w.shape
-            if g.dtype.kind == "f":
-                np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), **t)
-            else:
-                np.testing.assert_array_equal(g, w)
-    return sess
+    return check_on_cuda(model, feeds, elem, runs, tol={**gpu_checks.tolerance(elem), **tolerance})
 
 
 def init(name, a):

@@ -16,6 +16,7 @@ import hipep
 
 from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, SINCE_VERSION, lookup
 from hipep.runtime.cuda import cuda_status, get_device
+from gpu_checks import check_on_cuda
 from helpers import cpu_session, make_model, tensor
 
 pytestmark = pytest.mark.gpu
@@ -33,27 +34,10 @@ def tol(elem):
     return dict(rtol=1e-5, atol=1e-5) if elem == F32 else dict(rtol=1e-2, atol=1e-2)
 
 
-def claimed_whole(model):
-    report = hipep.explain(model, device="cuda")
-    assert not report.rejections, [(r.node.name, r.reason) for r in report.rejections]
-
-
 def check(model, feeds, elem=F32, runs=3, exact=True, want=None):
-    """Runs `model` on the CUDA device `runs` times and compares every output with ORT's CPU EP
-    (or `want`): bit for bit where `exact`, else within tol(elem)."""
-    claimed_whole(model)
-    sess = hipep.InferenceSession(model, device="cuda")
-    want = cpu_session(model).run(None, feeds) if want is None else want
-    for _ in range(runs):
-        got = sess.run(None, feeds)
-        assert len(got) == len(want)
-        for g, w in zip(got, want):
-            assert g.dtype == w.dtype and g.shape == w.shape
-            if exact or g.dtype.kind != "f":
-                np.testing.assert_array_equal(g, w)
-            else:
-                np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), **tol(elem))
-    return sess
+    """Runs `model` on the CUDA device `runs` times, every node claimed, and compares every output
+    with ORT's CPU EP (or `want`): equal where `exact`, else within tol(elem)."""
+    return check_on_cuda(model, feeds, elem, runs, exact=exact, want=want, claimed=True, tol=tol(elem))
 
 
 def init(name, a):

@@ -19,6 +19,7 @@ from onnx import helper, numpy_helper
 import hipep
 
 from hipep.runtime.cuda import cuda_status
+from gpu_checks import check_on_cuda
 from helpers import cpu_session, make_model, tensor
 
 pytestmark = pytest.mark.gpu
@@ -36,15 +37,7 @@ NORM_TOL = {F32: dict(rtol=1e-5, atol=1e-5), F16: dict(rtol=1e-2, atol=1e-3), BF
 
 
 def check(model, feeds, tolerance, runs=3):
-    sess = hipep.InferenceSession(model, device="cuda")
-    want = cpu_session(model).run(None, feeds)
-    for _ in range(runs):
-        got = sess.run(None, feeds)
-        assert len(got) == len(want)
-        for g, w in zip(got, want):
-            assert g.dtype == w.dtype and g.shape == w.shape
-            np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), **tolerance)
-    return sess
+    return check_on_cuda(model, feeds, runs=runs, tol=tolerance)
 
 
 def init(name, a):

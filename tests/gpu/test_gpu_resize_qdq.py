@@ -10,10 +10,10 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
-import hipep
-
 from hipep.runtime.cuda import cuda_status, get_device
-from helpers import cpu_session, make_model, tensor
+import gpu_checks
+from gpu_checks import check_on_cuda
+from helpers import make_model, tensor
 
 pytestmark = pytest.mark.gpu
 _ok, _why = cuda_status(0)
@@ -26,35 +26,10 @@ NP = {F32: np.float32, F16: np.float16, I8: np.int8, U8: np.uint8, I16: np.int16
 n = helper.make_node
 
 
-def tol(elem):
-    return dict(rtol=1e-5, atol=1e-6) if elem == F32 else dict(rtol=1e-2, atol=1e-3)
-
-
-def all_claimed(model):
-    from hipep.graph import GraphView
-    from hipep.partition import partition
-
-    report = partition(GraphView.from_onnx(model), device="cuda")
-    assert not report.rejections, [r.line() for r in report.rejections]
-
-
 def check(model, feeds, elem=F32, runs=3, **tolerance):
-    """Runs `model` on the CUDA device `runs` times and compares every output with ORT's CPU EP."""
-    all_claimed(model)
-    sess = hipep.InferenceSession(model, device="cuda")
-    want = cpu_session(model).run(None, feeds)
-    t = tol(elem)
-    t.update(tolerance)
-    for _ in range(runs):
-        got = sess.run(None, feeds)
-        assert len(got) == len(want)
-        for g, w in zip(got, want):
-            assert g.dtype == w.dtype and g.shape == w.shape
-            if g.dtype.kind == "f":
-                np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), **t)
-            else:
-                np.testing.assert_array_equal(g, w)
-    return sess
+    """Runs `model` on the CUDA device `runs` times, every node claimed, and compares every output
+    with ORT's CPU EP."""
+    return check_on_cuda(model, feeds, elem, runs, claimed=True, tol={**gpu_checks.tolerance(elem), **tolerance})
 
 
 EXACT = dict(rtol=0, atol=0)

@@ -14,7 +14,8 @@ from onnx import helper, numpy_helper
 import hipep
 
 from hipep.runtime.cuda import cuda_status, get_device
-from helpers import ORT_VERSION, cpu_session, make_model, tensor
+from gpu_checks import check_on_cuda
+from helpers import ORT_VERSION, make_model, tensor
 
 pytestmark = pytest.mark.gpu
 _ok, _why = cuda_status(0)
@@ -32,11 +33,6 @@ def tol(elem):
     return dict(rtol=1e-5, atol=1e-5) if elem == F32 else dict(rtol=1e-2, atol=1e-2)
 
 
-def claimed_whole(model):
-    report = hipep.explain(model, device="cuda")
-    assert not report.rejections, [(r.node.name, r.reason) for r in report.rejections]
-
-
 # ORT's CPU EP orders NaN in TopK as 1.32 does (above every number) from that release on; before it
 # the NaNs land where its comparisons, all false for NaN, leave them (measured with 1.30). hipep
 # follows 1.32: the CPU reference device is then the oracle for inputs holding a NaN.
@@ -44,26 +40,14 @@ TOPK_NAN_ORDER_SINCE = (1, 32)
 
 
 def check(model, feeds, elem=F32, runs=3, exact=False):
-    """Runs `model` on the CUDA device `runs` times and compares every output with ORT's CPU EP
-    (with hipep's CPU device where a float input holds a NaN and ORT predates TOPK_NAN_ORDER_SINCE):
-    bit for bit where `exact`, else within tol(elem)."""
-    claimed_whole(model)
-    sess = hipep.InferenceSession(model, device="cuda")
+    """Runs `model` on the CUDA device `runs` times, every node claimed, and compares every output
+    with ORT's CPU EP (with hipep's CPU device where a float input holds a NaN and ORT predates
+    TOPK_NAN_ORDER_SINCE): bit for bit where `exact`, else within tol(elem)."""
     has_nan = any(np.asarray(v).dtype.kind == "f" and np.isnan(v).any() for v in feeds.values())
+    want = None
     if has_nan and ORT_VERSION < TOPK_NAN_ORDER_SINCE:
         want = hipep.InferenceSession(model, device="cpu").run(None, feeds)
-    else:
-        want = cpu_session(model).run(None, feeds)
-    for _ in range(runs):
-        got = sess.run(None, feeds)
-        assert len(got) == len(want)
-        for g, w in zip(got, want):
-            assert g.dtype == w.dtype and g.shape == w.shape
-            if exact or g.dtype.kind != "f":
-                np.testing.assert_array_equal(g.view(f"u{g.itemsize}"), w.view(f"u{w.itemsize}"))
-            else:
-                np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), **tol(elem))
-    return sess
+    return check_on_cuda(model, feeds, elem, runs, bits=exact, want=want, claimed=True, tol=tol(elem))
 
 
 def init(name, a):

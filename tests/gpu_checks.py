@@ -1,0 +1,45 @@
+"""What the tests/gpu files share: a model run on the CUDA device several times (first run, bound
+replay, CUDA graph replay), every output compared with ORT's CPU EP (or a given oracle)."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto as TP
+
+import hipep
+
+from helpers import cpu_session
+
+
+def tolerance(elem) -> dict:
+    """Float outputs: f32 to 1e-5, f16/bf16 to 1e-2."""
+    return dict(rtol=1e-5, atol=1e-6) if elem == TP.FLOAT else dict(rtol=1e-2, atol=1e-3)
+
+
+def assert_claimed_whole(model) -> None:
+    report = hipep.explain(model, device="cuda")
+    assert not report.rejections, [(r.node.name, r.reason) for r in report.rejections]
+
+
+def check_on_cuda(model, feeds, elem=TP.FLOAT, runs=3, *, exact=False, bits=False, want=None, claimed=False,
+                  tol: dict | None = None):
+    """Runs `model` on the CUDA device `runs` times and compares each run's outputs with `want`
+    (default: ORT's CPU EP on `feeds`): bit for bit where `bits`, equal values where `exact` or
+    the output is not float, else within `tol` (default tolerance(elem)). `claimed`: first
+    asserts that the cuda device claims every node. Returns the session."""
+    if claimed:
+        assert_claimed_whole(model)
+    sess = hipep.InferenceSession(model, device="cuda")
+    want = cpu_session(model).run(None, feeds) if want is None else want
+    tol = tolerance(elem) if tol is None else tol
+    for _ in range(runs):
+        got = sess.run(None, feeds)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            if bits:
+                np.testing.assert_array_equal(g.view(f"u{g.itemsize}"), w.view(f"u{w.itemsize}"))
+            elif exact or g.dtype.kind != "f":
+                np.testing.assert_array_equal(g, w)
+            else:
+                np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), **tol)
+    return sess
