@@ -280,8 +280,9 @@ def test_has_kernel_answers():
     assert gk.has_kernel("hipep::FusedElementwise", {"nodes": [["in", f32, 0], ["exp", f32, 0]], "outputs": [1],
                                                      "broadcast": [0], "input_dtypes": [f32], "output_dtypes": [f32]},
                          [f32])
-    assert not gk.has_kernel("::Einsum", {"equation": "ij,jk->ik"}, [f32, f32])
-    assert gk.kernel_reason("::Einsum", {"equation": "ij,jk->ik"}, [f32, f32]) == "no kernel for cuda: Einsum"
+    assert gk.has_kernel("::Einsum", {"equation": "ij,jk->ik"}, [f32, f32])
+    assert gk.kernel_reason("::Einsum", {"equation": "ii->i"}, [f32]) == \
+        "no kernel for cuda: Einsum (equation 'ii->i': subscript 'i' repeats within a term (a diagonal))"
     assert gk.has_kernel("::Pow", {}, [f32, f32], [(3,), ()], [None, np.array(2.0, np.float32)])
     assert not gk.has_kernel("::Pow", {}, ["int32", "int32"], [(3,), (3,)])
     assert gk.has_kernel("::ReduceMean", {"keepdims": 1}, [f32, "int64"], [(2, 3, 4), (1,)], [None, np.array([-1])])
@@ -302,7 +303,7 @@ def test_partition_for_a_gpu_leaves_nodes_without_a_program():
     from hipep.partition import partition
 
     n = helper.make_node
-    nodes = [n("Softmax", ["x"], ["s"], axis=-1, name="sm"), n("Einsum", ["s", "w"], ["m"], equation="bij,jk->bik", name="mm"),
+    nodes = [n("Softmax", ["x"], ["s"], axis=-1, name="sm"), n("Einsum", ["s", "w", "w"], ["m"], equation="bij,jk,kl->bil", name="mm"),
              n("Shape", ["x"], ["shape"], name="shape"), n("Gather", ["shape", "one"], ["t"], axis=0, name="take"),
              n("Range", ["zero", "t", "one_s"], ["r"], name="range"), n("Cast", ["r"], ["rf"], to=TP.FLOAT, name="cast"),
              n("Add", ["m", "rf"], ["y"], name="add"), n("ReduceSum", ["x", "axes02"], ["bad"], name="rsum"),
@@ -324,7 +325,7 @@ def test_partition_for_a_gpu_leaves_nodes_without_a_program():
     # Range of host values (Shape -> Gather) is host work; of a graph input (device memory) it runs
     # its GPU kernel (test_partition_gpu_host_work.py: ops without one are not claimed there)
     assert set(reasons) == {"mm", "rsum"}, reasons
-    assert reasons["mm"] == "no kernel for cuda: Einsum"
+    assert reasons["mm"].startswith("no kernel for cuda: Einsum (equation 'bij,jk,kl->bil': 3 operands")
     assert "not adjacent" in reasons["rsum"]
 
 

@@ -1,0 +1,117 @@
+"""The ops hipep.runtime.gpu_bindings_misc composes from existing kernels, end to end: small ONNX
+models through hipep.InferenceSession(device="cuda"), every node claimed, compared with ONNX
+Runtime's CPU EP over three runs (first run, bound replay, CUDA graph replay): OneHot, EyeLike,
+Hardmax, LpNormalization, MeanVarianceNormalization, LRN, BitShift and LpPool; f32 within 1e-5,
+f16 within 1e-2, integers and one-hot outputs exactly. Hardmax with NaN inputs is compared with
+hipep's CPU device (ORT's result there depends on its vectorization)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+
+import hipep
+from hipep.runtime.cuda import cuda_status
+from gpu_checks import check_on_cuda
+from helpers import make_model, tensor
+
+pytestmark = pytest.mark.gpu
+_ok, _why = cuda_status(0)
+if not _ok:
+    pytest.skip(f"no CUDA device: {_why}", allow_module_level=True)
+
+F32, F16, I32, I64 = TP.FLOAT, TP.FLOAT16, TP.INT32, TP.INT64
+U8, U32, U64 = TP.UINT8, TP.UINT32, TP.UINT64
+NP = {F32: np.float32, F16: np.float16, I32: np.int32, I64: np.int64, U8: np.uint8, U32: np.uint32, U64: np.uint64}
+n = helper.make_node
+
+
+def tol(elem):
+    return dict(rtol=1e-5, atol=1e-5) if elem == F32 else dict(rtol=1e-2, atol=1e-2)
+
+
+def single(op_type, x_elem, x_shape, y_elem=None, opset=18, inits=(), extra_inputs=(), **attrs):
+    """A model of one `op_type` node on input x (and the initializers `inits` after it)."""
+    names = ["x"] + [i.name for i in inits] + [name for name, _, _ in extra_inputs]
+    node = n(op_type, names, ["y"], name=op_type.lower(), **attrs)
+    inputs = [tensor("x", x_elem, list(x_shape))] + [tensor(nm, e, list(s)) for nm, e, s in extra_inputs]
+    return make_model([node], inputs, [tensor("y", y_elem or x_elem, None)], list(inits), opset=opset)
+
+
+def run(model, feeds, elem=F32):
+    return check_on_cuda(model, feeds, elem, claimed=True, tol=tol(elem))
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+@pytest.mark.parametrize("index_elem,value_elem", [(I64, F32), (I32, F32), (I64, I64)])  # ORT's CPU EP's kernels
+def test_one_hot(axis, index_elem, value_elem):
+    inits = [numpy_helper.from_array(np.array(6, NP[index_elem]), "depth"),
+             numpy_helper.from_array(np.array([-1, 3], NP[value_elem]), "values")]
+    model = single("OneHot", index_elem, (4, 5), value_elem, opset=11, inits=inits, axis=axis)
+    idx = np.random.default_rng(0).integers(-6, 6, (4, 5)).astype(NP[index_elem])
+    run(model, {"x": idx}, value_elem)
+
+
+@pytest.mark.parametrize("elem,k,dtype", [(F32, 0, None), (F32, 2, I64), (F16, -1, None), (I32, 1, F32)])
+def test_eye_like(elem, k, dtype):
+    attrs = {"k": k} if dtype is None else {"k": k, "dtype": dtype}
+    model = single("EyeLike", elem, (5, 7), dtype or elem, opset=22, **attrs)
+    run(model, {"x": np.zeros((5, 7), NP[elem])}, dtype or elem)
+
+
+@pytest.mark.parametrize("elem", [F32, F16])
+@pytest.mark.parametrize("shape,axis,opset", [((6, 33), -1, 13), ((2, 7, 5), 1, 13), ((2, 3, 4), 1, 11)])
+def test_hardmax(elem, shape, axis, opset):
+    x = np.random.default_rng(1).integers(0, 5, shape).astype(NP[elem])  # ties
+    run(single("Hardmax", elem, shape, opset=opset, axis=axis), {"x": x}, elem)
+
+
+def test_hardmax_nan_follows_the_cpu_device():
+    # ORT's CPU EP finds the maximum with Eigen, whose vectorized NaN handling depends on where the
+    # NaN falls in a packet: the oracle is hipep's CPU device (the scalar scan's rule).
+    x = np.array([[np.nan, 2, 1, 2], [1, np.nan, 3, 3], [np.nan] * 4, [2, 1, 2, np.nan]], np.float32)
+    model = single("Hardmax", F32, x.shape, opset=13, axis=-1)
+    want = hipep.InferenceSession(model, device="cpu").run(None, {"x": x})
+    check_on_cuda(model, {"x": x}, F32, claimed=True, want=want, exact=True)
+
+
+@pytest.mark.parametrize("elem,opset", [(F32, 18), (F16, 22)])
+@pytest.mark.parametrize("shape,axis,p", [((4, 64), -1, 2), ((3, 5, 6), 1, 1), ((2, 300), 0, 2)])
+def test_lp_normalization(elem, opset, shape, axis, p):
+    x = np.random.default_rng(2).uniform(-2, 2, shape).astype(NP[elem])
+    run(single("LpNormalization", elem, shape, opset=opset, axis=axis, p=p), {"x": x}, elem)
+
+
+@pytest.mark.parametrize("shape,axes", [((2, 3, 8, 8), [0, 2, 3]), ((2, 3, 8, 8), [2, 3]), ((4, 6, 5), [1])])
+def test_mean_variance_normalization(shape, axes):
+    x = np.random.default_rng(3).uniform(-1, 3, shape).astype(np.float32)
+    run(single("MeanVarianceNormalization", F32, shape, opset=13, axes=axes), {"x": x})
+
+
+@pytest.mark.parametrize("elem", [F32, F16])
+@pytest.mark.parametrize("shape,size", [((1, 16, 9, 9), 5), ((2, 3, 4, 4), 3)])
+def test_lrn(elem, shape, size):
+    x = np.random.default_rng(4).uniform(-3, 3, shape).astype(NP[elem])
+    model = single("LRN", elem, shape, opset=13, size=size, alpha=1e-3, beta=0.75, bias=2.0)
+    run(model, {"x": x}, elem)
+
+
+@pytest.mark.parametrize("elem", [U8, U32, U64])
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+def test_bitshift(elem, direction):
+    bits = np.dtype(NP[elem]).itemsize * 8
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, np.iinfo(NP[elem]).max, (3, bits), dtype=NP[elem], endpoint=True)
+    y = np.arange(bits, dtype=NP[elem])  # every shift below the width (ORT's result past it is the CPU's)
+    model = single("BitShift", elem, x.shape, opset=11, extra_inputs=[("s", elem, [bits])], direction=direction)
+    run(model, {"x": x, "s": y}, elem)
+
+
+@pytest.mark.parametrize("elem", [F32, F16])
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("shape,attrs", [((1, 3, 8, 8), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+                                         ((2, 4, 7, 9), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]})])
+def test_lp_pool(elem, p, shape, attrs):
+    x = np.random.default_rng(6).uniform(-2, 2, shape).astype(NP[elem])
+    run(single("LpPool", elem, shape, opset=18, p=p, **attrs), {"x": x}, elem)

@@ -1,0 +1,201 @@
+"""com.microsoft MultiHeadAttention and ai.onnx Attention's GPU launches (hipep/runtime/gpu_attention_ops.py,
+kernels/attention_mha.hip) run on the CPU: g++ compiles the unchanged kernel source against the host
+stand-in for the CUDA headers (tests/unit/host_cuda), the launches the bindings give run block by block
+over host memory, and every output is compared with the registry reference (hipep/ops/attention.py).
+Shapes are small (each GPU thread is a host thread) but cover the kernel's tails: several query and
+key tiles, head sizes that are not multiples of 4 and a V head size of its own, each variant (head
+sizes up to 64, 128 and 256), grouped heads, both layouts, past + new keys, causal masking, bool and
+additive masks broadcast over batch and heads, fully masked rows, MultiHeadAttention's bias and
+key_padding_mask. Also what the checks refuse (the claim step's answers). Skipped without g++."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from hipep.ops.registry import OUTPUT_COUNT
+from hipep.runtime import gpu_kernels as gk
+from hipep.runtime.gpu_attention_ops import MASK_ADD, MASK_BOOL, mha_layout
+
+from unit.host_kernels import compile_module, run_on_host
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
+
+F32, F16 = np.float32, np.float16
+MHA = "com.microsoft::MultiHeadAttention"
+ATTN = "::Attention"
+
+
+@pytest.fixture(scope="module")
+def libraries(tmp_path_factory):
+    return {"warp": 32, "attention_mha": compile_module(tmp_path_factory.mktemp("mha"), "attention_mha", 32)}
+
+
+@pytest.fixture(scope="module")
+def libraries64(tmp_path_factory):
+    """64-lane warps, as AMD's CDNA GPUs run the kernel."""
+    return {"warp": 64, "attention_mha": compile_module(tmp_path_factory.mktemp("mha64"), "attention_mha", 64)}
+
+
+def _tol(dtype):
+    # ai.onnx Attention in f16 rounds its scores and probabilities to f16 on the CPU EP; the kernel keeps f32
+    return dict(rtol=1e-5, atol=2e-6) if dtype == F32 else dict(rtol=2e-2, atol=4e-3)
+
+
+def _check(libs, op_key, inputs, attrs, n_out, dtype):
+    got, want, ops = run_on_host(libs, op_key, inputs, attrs, n_out=n_out)
+    assert ops, "the binding gave no launch"
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape and g.dtype == w.dtype, k
+        np.testing.assert_allclose(g.astype(F32), w.astype(F32), err_msg=f"output {k}", **_tol(dtype))
+    return ops
+
+
+def _rand(rng, shape, dtype, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+# ---- MultiHeadAttention ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_mha_plain_separate_qkv(libraries, dtype):
+    rng = np.random.default_rng(1)
+    b, s, l, n, h = 2, 5, 7, 2, 8
+    q, k, v = _rand(rng, (b, s, n * h), dtype), _rand(rng, (b, l, n * h), dtype), _rand(rng, (b, l, n * h), dtype)
+    ops = _check(libraries, MHA, [q, k, v], {"num_heads": n}, 3, dtype)
+    assert [o.entry for o in ops] == [f"hipep_mha_present_{'f32' if dtype == F32 else 'f16'}",
+                                      f"hipep_mha_{'f32' if dtype == F32 else 'f16'}_h64"]
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_mha_bias_padding_attention_bias_past_unidirectional(libraries, dtype):
+    rng = np.random.default_rng(2)
+    b, s, l, p, n, h, hv = 2, 4, 4, 3, 2, 12, 6
+    q, k = _rand(rng, (b, s, n * h), dtype), _rand(rng, (b, l, n * h), dtype)
+    v = _rand(rng, (b, l, n * hv), dtype)
+    bias = _rand(rng, (2 * n * h + n * hv,), dtype, 0.5)
+    pad = np.ones((b, p + l), np.int32)
+    pad[1, :2] = 0
+    pad[0, -1] = 0
+    attn_bias = _rand(rng, (1, n, s, p + l), dtype)
+    pk, pv = _rand(rng, (b, n, p, h), dtype), _rand(rng, (b, n, p, hv), dtype)
+    inputs = [q, k, v, bias, pad, attn_bias, pk, pv]
+    _check(libraries, MHA, inputs, {"num_heads": n, "unidirectional": 1}, 3, dtype)
+    _check(libraries, MHA, inputs, {"num_heads": n, "scale": 0.3, "mask_filter_value": -50.0}, 3, dtype)
+
+
+def test_mha_row_padded_everywhere_averages_v(libraries):
+    rng = np.random.default_rng(3)
+    b, s, l, n, h = 2, 3, 5, 1, 8
+    q, k, v = _rand(rng, (b, s, n * h), F32), _rand(rng, (b, l, n * h), F32), _rand(rng, (b, l, n * h), F32)
+    pad = np.ones((b, l), np.int32)
+    pad[1] = 0
+    _check(libraries, MHA, [q, k, v, None, pad], {"num_heads": n}, 3, F32)
+
+
+def test_mha_long_sequence_several_tiles(libraries64):
+    rng = np.random.default_rng(4)
+    b, s, l, n, h = 1, 37, 41, 2, 16
+    q, k, v = _rand(rng, (b, s, n * h), F32), _rand(rng, (b, l, n * h), F32), _rand(rng, (b, l, n * h), F32)
+    _check(libraries64, MHA, [q, k, v], {"num_heads": n, "unidirectional": 1}, 1, F32)
+
+
+# ---- ai.onnx Attention ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_attention_4d_grouped_causal_past_bool_mask(libraries, dtype):
+    rng = np.random.default_rng(5)
+    b, nq, nkv, s, l, p, h = 2, 4, 2, 6, 6, 4, 16
+    q, k, v = _rand(rng, (b, nq, s, h), dtype), _rand(rng, (b, nkv, l, h), dtype), _rand(rng, (b, nkv, l, h), dtype)
+    pk, pv = _rand(rng, (b, nkv, p, h), dtype), _rand(rng, (b, nkv, p, h), dtype)
+    mask = rng.uniform(size=(s, p + l)) > 0.3
+    mask[:, 0] = True
+    ops = _check(libraries, ATTN, [q, k, v, mask, pk, pv], {"is_causal": 1}, 3, dtype)
+    assert ops[-1].params[-1].mask_kind == MASK_BOOL and ops[-1].params[-1].group == 2
+    _check(libraries, ATTN, [q, k, v, None, pk, pv], {"is_causal": 1}, 3, dtype)  # bottom-right causal
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_attention_3d_additive_mask_softcap_scale_dead_rows(libraries, dtype):
+    rng = np.random.default_rng(6)
+    b, n, s, l, h = 2, 3, 5, 9, 8
+    q, k, v = _rand(rng, (b, s, n * h), dtype), _rand(rng, (b, l, n * h), dtype), _rand(rng, (b, l, n * h), dtype)
+    mask = _rand(rng, (b, 1, s, l), dtype)
+    mask[0, 0, 1, :] = -np.inf  # every key masked: zeros
+    mask[1, 0, 2, 3:] = -np.inf
+    attrs = {"q_num_heads": n, "kv_num_heads": n, "softcap": 2.0, "scale": 0.4}
+    ops = _check(libraries, ATTN, [q, k, v, mask], attrs, 1, dtype)
+    assert ops[-1].params[-1].mask_kind == MASK_ADD and len(ops) == 1  # no present kept: one launch
+    bmask = np.ones((n, s, l), bool)
+    bmask[1, 3, :] = False  # every key masked: zeros (ORT's CPU kernel)
+    _check(libraries, ATTN, [q, k, v, bmask], {"q_num_heads": n, "kv_num_heads": n}, 1, dtype)
+
+
+def test_attention_3d_grouped_decode_step(libraries):
+    rng = np.random.default_rng(7)
+    b, nq, nkv, p, h = 2, 4, 1, 11, 24
+    q = _rand(rng, (b, 1, nq * h), F16)
+    k, v = _rand(rng, (b, 1, nkv * h), F16), _rand(rng, (b, 1, nkv * h), F16)
+    pk, pv = _rand(rng, (b, nkv, p, h), F16), _rand(rng, (b, nkv, p, h), F16)
+    _check(libraries, ATTN, [q, k, v, None, pk, pv], {"q_num_heads": nq, "kv_num_heads": nkv, "is_causal": 1}, 3,
+           F16)
+
+
+def test_attention_grouped_rows_span_several_tiles(libraries):
+    """8 query heads per KV head: a block's 32 rows are 4 tokens x 8 heads, the causal range per tile."""
+    rng = np.random.default_rng(9)
+    b, nq, nkv, s, p, h = 1, 16, 2, 9, 5, 8
+    q, k, v = _rand(rng, (b, nq, s, h), F32), _rand(rng, (b, nkv, s, h), F32), _rand(rng, (b, nkv, s, h), F32)
+    pk, pv = _rand(rng, (b, nkv, p, h), F32), _rand(rng, (b, nkv, p, h), F32)
+    mask = _rand(rng, (b, nq, s, p + s), F32)
+    ops = _check(libraries, ATTN, [q, k, v, mask, pk, pv], {"is_causal": 1}, 3, F32)
+    assert ops[-1].grid == (3, nkv, b)
+
+
+@pytest.mark.parametrize("h,hv,bucket", [(72, 40, 128), (130, 256, 256)])
+def test_attention_larger_heads_and_their_variants(libraries, h, hv, bucket):
+    rng = np.random.default_rng(8)
+    b, n, s, l = 1, 1, 3 if bucket == 256 else 33, 19
+    q, k, v = _rand(rng, (b, n, s, h), F32), _rand(rng, (b, n, l, h), F32), _rand(rng, (b, n, l, hv), F32)
+    ops = _check(libraries, ATTN, [q, k, v], {"is_causal": 1}, 3, F32)
+    assert ops[-1].entry == f"hipep_mha_f32_h{bucket}"
+
+
+# ---- launch shapes and the claim step's answers ---------------------------------------------------
+
+def test_layout_strides_for_both_layouts():
+    a3 = mha_layout(batch=2, seq=5, heads=4, kv_heads=2, head_size=8, v_head_size=16, new_keys=7, past=3,
+                    layout4=False, scale=0.5).args
+    assert (a3.q_sb, a3.q_sh, a3.q_ss) == (5 * 32, 8, 32) and (a3.k_sb, a3.k_sh, a3.k_ss) == (7 * 16, 8, 16)
+    assert (a3.o_sb, a3.o_sh, a3.o_ss) == (5 * 64, 16, 64) and a3.total == 10 and a3.group == 2
+    lay = mha_layout(batch=2, seq=5, heads=4, kv_heads=2, head_size=8, v_head_size=16, new_keys=7, past=0,
+                     layout4=True, mask_shape=(1, 4, 5, 7), mask_kind=MASK_ADD, scale=0.5)
+    a4 = lay.args
+    assert (a4.q_sb, a4.q_sh, a4.q_ss) == (4 * 5 * 8, 5 * 8, 8)
+    assert (a4.v_sb, a4.v_sh, a4.v_ss) == (2 * 7 * 16, 7 * 16, 16)
+    assert (a4.m_sb, a4.m_sh, a4.m_ss) == (0, 35, 7) and lay.grid == (1, 2, 2) and lay.bucket == 64
+
+
+def test_checks_claim_what_runs_and_refuse_the_rest():
+    f32 = "float32"
+    mha = {"num_heads": 4, OUTPUT_COUNT: 3}
+    qkv = [(1, 197, 256), (1, 197, 256), (1, 197, 256)]
+    assert gk.kernel_reason(MHA, mha, [f32] * 3, qkv) is None
+    assert gk.kernel_reason(MHA, mha, ["float16"] * 3 + ["", "int32"], qkv + [None, (1, 197)]) is None
+    assert "qk output" in gk.kernel_reason(MHA, {**mha, OUTPUT_COUNT: 4}, [f32] * 3, qkv)
+    assert "packed" in gk.kernel_reason(MHA, mha, [f32, "", ""], qkv[:1])
+    assert "not known" in gk.kernel_reason(MHA, mha, [f32] * 3, [(1, None, None)] * 3)
+    assert "up to 256" in gk.kernel_reason(MHA, {**mha, "num_heads": 1}, [f32] * 3, [(1, 2, 512)] * 3)
+    assert "element type" in gk.kernel_reason(MHA, mha, ["bfloat16"] * 3, qkv)
+    attn = {"is_causal": 1, OUTPUT_COUNT: 3, "softmax_precision": 0}
+    q4 = [(2, 8, 16, 64), (2, 2, 16, 64), (2, 2, 16, 64)]
+    assert gk.kernel_reason(ATTN, attn, [f32] * 3 + ["bool"], q4 + [(16, 16)]) is None
+    assert gk.kernel_reason(ATTN, {**attn, "softmax_precision": 1}, [f32] * 3, q4) is None
+    assert "qk_matmul_output" in gk.kernel_reason(ATTN, {**attn, OUTPUT_COUNT: 4}, [f32] * 3, q4)
+    assert "softmax_precision" in gk.kernel_reason(ATTN, {**attn, "softmax_precision": 10}, [f32] * 3, q4)
+    assert "nonpad_kv_seqlen" in gk.kernel_reason(ATTN, attn, [f32] * 3 + ["", "", "", "int64"], q4)
+    assert "attn_mask" in gk.kernel_reason(ATTN, attn, [f32] * 3 + ["float16"], q4)
+    q3 = [(1, None, 512), (1, None, 128), (1, None, 128)]
+    assert gk.kernel_reason(ATTN, {**attn, "q_num_heads": 8, "kv_num_heads": 2}, [f32] * 3, q3) is None
+    assert "not known" in gk.kernel_reason(ATTN, attn, [f32] * 3, q3)  # 3-D without the head counts
