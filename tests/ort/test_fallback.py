@@ -140,9 +140,10 @@ def test_strict_option_fails_the_first_run_when_nothing_is_claimed(rng):
 
 
 def test_explain_for_the_gpu_leaves_nodes_without_a_gpu_kernel():
-    """No GPU is needed to ask what a session on one would claim: Einsum has no GPU kernel."""
+    """No GPU is needed to ask what a session on one would claim: an Einsum of three operands has
+    no GPU program."""
     model = make_model([h.make_node("Relu", ["x"], ["r"], name="relu"),
-                        h.make_node("Einsum", ["r", "r"], ["y"], equation="ij,jk->ik", name="es")],
+                        h.make_node("Einsum", ["r", "r", "r"], ["y"], equation="ij,jk,kl->il", name="es")],
                        [tensor("x", T.FLOAT, [3, 3])], [tensor("y", T.FLOAT, [3, 3])])
     assert hipep.explain(model).all_claimed
     report = hipep.explain(model, device="cuda")
