@@ -48,18 +48,6 @@ def rand(rng, shape, elem, lo=-1.0, hi=1.0, scale=1.0):
     return (rng.uniform(lo, hi, shape) * scale).astype(NP[elem])
 
 
-@pytest.fixture(params=["own", "blas"])
-def gemm_mode(request, monkeypatch):
-    if request.param == "blas":
-        from hipep.runtime import cublaslt
-
-        ok, why = cublaslt.status()
-        if not ok:
-            pytest.skip(f"cuBLASLt is not available: {why}")
-    monkeypatch.setenv("HIPEP_GEMM", request.param)
-    return request.param
-
-
 # ---- MatMul -------------------------------------------------------------------------------------
 
 MATMUL_SHAPES = [
