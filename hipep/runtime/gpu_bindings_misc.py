@@ -14,7 +14,7 @@ kernel, with intermediate results in the stream's workspace.
     x * (bias + alpha / size * sum) ^ -beta.
   * BitShift: an expression (shifting by a power of two built from the shift's bits).
   * LpPool (p = 1, 2): the pools' windows copy, then ReduceL1 / ReduceL2 of each window.
-CumProd has no program: kernels/scan.hip's scan adds only."""
+(CumProd runs kernels/scan.hip beside CumSum: gpu_bindings_reduce.py.)"""
 from __future__ import annotations
 
 import ml_dtypes  # noqa: F401  (registers numpy's 'bfloat16' dtype name)

@@ -258,7 +258,7 @@ for _op in ("ArgMax", "ArgMin"):
     _binding(f"::{_op}", check=_arg_check, modules=("argmax",))(_arg_bind(_op))
 
 
-# CumSum: kernels/scan.hip, one thread per line along the axis, in the CPU EP's order ---------
+# CumSum, CumProd: kernels/scan.hip, one thread per line along the axis, in the CPU EP's order ----
 
 class ScanArgs(ctypes.Structure):
     _fields_ = [("lines", ctypes.c_longlong), ("n", ctypes.c_longlong), ("inner", ctypes.c_longlong),
@@ -268,7 +268,7 @@ class ScanArgs(ctypes.Structure):
 _SCAN_TYPES = ("f32", "f16", "i32", "i64")
 
 
-def _cumsum_check(attrs, dtypes, shapes, values):
+def _scan_check(attrs, dtypes, shapes, values):
     if not dtypes or _DT.get(dtypes[0]) not in _SCAN_TYPES:
         return f"element type {dtypes[0] if dtypes else '?'}"
     if len(values) < 2 or values[1] is None:
@@ -276,20 +276,25 @@ def _cumsum_check(attrs, dtypes, shapes, values):
     return None
 
 
-@_binding("::CumSum", check=_cumsum_check, reads_values=True, modules=("scan",))
-def _cumsum_bind(ins, outs, attrs, target):
-    x, y = ins[0], outs[0]
-    dt = _dt(x.dtype, "CumSum")
-    if dt not in _SCAN_TYPES:
-        raise NoKernel(f"CumSum on {x.dtype.name}")
-    if x.ndim == 0:
-        raise HipepError("CumSum: input must have rank >= 1, got a scalar")
-    (axis,) = _values_or_attr(ins, 1, attrs, "axis")
-    axis = normalize_axis("CumSum", axis, x.ndim)
-    outer, n, inner = _prod(x.shape[:axis]), int(x.shape[axis]), _prod(x.shape[axis + 1:])
-    if outer * n * inner == 0:
-        return []
-    grid, block = flat_config(outer * inner, target)
-    return [KernelOp(f"hipep_cumsum_{dt}", grid, block,
-                     [ptr(x), ptr(y), ScanArgs(outer * inner, n, inner, int(bool(attrs.get("exclusive", 0))),
-                                               int(bool(attrs.get("reverse", 0))))], module="scan")]
+def _scan_bind(op_type: str, entry: str):
+    def bind(ins, outs, attrs, target):
+        x, y = ins[0], outs[0]
+        dt = _dt(x.dtype, op_type)
+        if dt not in _SCAN_TYPES:
+            raise NoKernel(f"{op_type} on {x.dtype.name}")
+        if x.ndim == 0:
+            raise HipepError(f"{op_type}: input must have rank >= 1, got a scalar")
+        (axis,) = _values_or_attr(ins, 1, attrs, "axis")
+        axis = normalize_axis(op_type, axis, x.ndim)
+        outer, n, inner = _prod(x.shape[:axis]), int(x.shape[axis]), _prod(x.shape[axis + 1:])
+        if outer * n * inner == 0:
+            return []
+        grid, block = flat_config(outer * inner, target)
+        return [KernelOp(f"hipep_{entry}_{dt}", grid, block,
+                         [ptr(x), ptr(y), ScanArgs(outer * inner, n, inner, int(bool(attrs.get("exclusive", 0))),
+                                                   int(bool(attrs.get("reverse", 0))))], module="scan")]
+    return bind
+
+
+for _op, _entry in (("CumSum", "cumsum"), ("CumProd", "cumprod")):
+    _binding(f"::{_op}", check=_scan_check, reads_values=True, modules=("scan",))(_scan_bind(_op, _entry))

@@ -83,6 +83,23 @@ def test_cumsum(rng, elem, exclusive, reverse):
 
 
 @pytest.mark.parametrize("elem", [F32, F16, I64, I32])
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 1)])
+def test_cumprod(rng, elem, exclusive, reverse):
+    """CumProd (opset 26) through the same scan: equal to hipep's CPU device bit for bit (the
+    oracle: ORT releases before opset 26 cannot load the model)."""
+    shape = (3, 40, 7)
+    model = make_model([n("CumProd", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse, name="scan")],
+                       [tensor("x", elem, list(shape))], [tensor("y", elem, None)],
+                       [init("axis", np.array(1, np.int64))], opset=26)
+    if elem in (I64, I32):
+        x = rng.integers(-3, 4, shape).astype(NP[elem])
+    else:
+        x = rand(rng, shape, elem, 0.7, 1.4)
+    want = hipep.InferenceSession(model, device="cpu").run(None, {"x": x})
+    check_on_cuda(model, {"x": x}, elem, bits=True, want=want, claimed=True)
+
+
+@pytest.mark.parametrize("elem", [F32, F16, I64, I32])
 @pytest.mark.parametrize("shape,axis", [((1, 1, 32000), -1), ((4, 70, 6), 1), ((6, 9), 0)])
 def test_argmax_and_argmin(rng, elem, shape, axis):
     """Greedy decoding's ArgMax over a logits row (a block per line) and inner axes (a thread per
