@@ -1,0 +1,133 @@
+"""GPU binding: ai.onnx MatMulInteger through kernels/matmul_integer.hip.
+
+Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported.
+
+A and B are int8 or uint8 in any mix (one kernel entry per pair), the output int32. The batch axes
+broadcast as numpy's matmul does; the arithmetic is MatMul's (gpu_linalg.matmul_problem): merged
+batch axes with a 0 stride where an operand broadcasts, or A's batch folded into rows where B is
+one matrix. The products are exact and the sums wrap modulo 2^32, as ONNX Runtime's int32
+accumulation and the CPU reference (hipep.ops.linalg) do.
+
+Zero points are claimed where the CPU reference and ONNX Runtime's CPU EP accept them: one for A,
+and for B one, one per column ([N]), or one per column of every matrix of B ([..., 1, N] with B's
+batch axes). The ONNX spec also describes a per-row zero point of A ([M]); both references reject
+it, so it is not claimed (the kernel and `bind` do handle it: a_zp_rows).
+"""
+from __future__ import annotations
+
+import ctypes
+
+from ..errors import HipepError
+from .gpu_binding_core import Arg, KernelOp, NoKernel, _binding, _cdiv, _prod, ptr
+from .gpu_linalg import GEMM_MAX_BATCH_RANK, MAX_GRID_YZ, matmul_problem
+
+TILE_M = TILE_N = 64  # kernels/matmul_integer.hip's HIPEP_MMI_BM / HIPEP_MMI_BN
+THREADS = 256
+_SHORT = {"int8": "i8", "uint8": "u8"}
+
+
+class MatMulIntegerArgs(ctypes.Structure):
+    _fields_ = [("m", ctypes.c_longlong), ("n", ctypes.c_longlong), ("k", ctypes.c_longlong),
+                ("a_sm", ctypes.c_longlong), ("b_sk", ctypes.c_longlong), ("batch", ctypes.c_longlong),
+                ("batch_dims", ctypes.c_longlong * GEMM_MAX_BATCH_RANK),
+                ("a_batch", ctypes.c_longlong * GEMM_MAX_BATCH_RANK),
+                ("b_batch", ctypes.c_longlong * GEMM_MAX_BATCH_RANK),
+                ("a_zp_rows", ctypes.c_longlong), ("b_zp_cols", ctypes.c_longlong),
+                ("b_zp_batched", ctypes.c_int), ("batch_rank", ctypes.c_int)]
+
+
+def _known(shape) -> bool:
+    return shape is not None and all(d is not None for d in shape)
+
+
+def _at(seq, i):
+    return seq[i] if seq is not None and i < len(seq) else None
+
+
+def _b_zero_point_reason(zp_shape, b_shape) -> str | None:
+    """Why B's zero point of this shape is not claimed (the CPU reference's rule, ops.linalg._zero_point)."""
+    if not _known(zp_shape):
+        return "b_zero_point's shape is unknown at claim time"
+    zp = [int(d) for d in zp_shape]
+    if len(zp) <= 1 and _prod(zp) == 1:
+        return None
+    if b_shape is None or len(b_shape) < 2:
+        return f"b_zero_point of shape {zp} for B of rank {None if b_shape is None else len(b_shape)}"
+    n = b_shape[-1]
+    if len(zp) == 1:
+        return None if n is not None and zp[0] == int(n) else f"b_zero_point of shape {zp} is not one per column of B"
+    if len(zp) == len(b_shape) and _known(b_shape) and zp[-2:] == [1, int(n)] and \
+            zp[:-2] == [int(d) for d in b_shape[:-2]]:
+        return None
+    return f"b_zero_point of shape {zp} is not one per column of B {list(b_shape)}"
+
+
+def _check(attrs, dtypes, shapes, values):
+    a_dt, b_dt = _at(dtypes, 0), _at(dtypes, 1)
+    if a_dt not in _SHORT or b_dt not in _SHORT:
+        return f"element types {a_dt}/{b_dt} (int8 and uint8 are supported)"
+    a, b = _at(shapes, 0), _at(shapes, 1)
+    if a is None or b is None:
+        return "the ranks of A and B are unknown at claim time (their batch axes may not merge)"
+    if _at(dtypes, 2):
+        zp = _at(shapes, 2)
+        if not _known(zp):
+            return "a_zero_point's shape is unknown at claim time"
+        if len(zp) > 1 or _prod(zp) != 1:
+            return (f"a_zero_point of shape {list(zp)}: only a per-tensor zero point of A (ONNX Runtime's CPU EP "
+                    f"and the CPU reference reject per-row ones)")
+    if _at(dtypes, 3):
+        why = _b_zero_point_reason(_at(shapes, 3), b)
+        if why is not None:
+            return why
+    if not a or not b:
+        return None  # a rank-0 operand: the shape rule reports it
+    # Unknown extents stand in as 2 (not 1: a broadcast axis would merge away).
+    fill = [[2 if d is None else int(d) for d in s] for s in (a, b)]
+    try:
+        matmul_problem(*fill)
+    except NoKernel as e:
+        return str(e)
+    except HipepError:
+        return None  # a shape error: the shape rule reports it
+    return None
+
+
+@_binding("::MatMulInteger", check=_check, modules=("matmul_integer",))
+def _matmul_integer_bind(ins, outs, attrs, target):
+    a, b, y = ins[0], ins[1], outs[0]
+    a_zp = ins[2] if len(ins) > 2 else None
+    b_zp = ins[3] if len(ins) > 3 else None
+    if y is None:
+        return []
+    return matmul_integer_ops(a, b, a_zp, b_zp, y)
+
+
+def matmul_integer_ops(a: Arg, b: Arg, a_zp: Arg | None, b_zp: Arg | None, y: Arg) -> list:
+    """The launch computing Y = (A - a_zp) @ (B - b_zp) in int32."""
+    names = [a.dtype.name, b.dtype.name]
+    if any(n not in _SHORT for n in names) or y.dtype.name != "int32":
+        raise NoKernel(f"MatMulInteger on {names[0]}/{names[1]} -> {y.dtype.name}")
+    p = matmul_problem(a.shape, b.shape)
+    if p.m * p.n * p.batch == 0:
+        return []
+    if y.size != p.batch * p.m * p.n:
+        raise HipepError(f"output of {y.size} elements for a product of {p.batch} x {p.m} x {p.n}")
+    g = MatMulIntegerArgs()
+    g.m, g.n, g.k, g.a_sm, g.b_sk, g.batch = p.m, p.n, p.k, p.a_sm, p.b_sk, p.batch
+    g.batch_rank = len(p.batch_dims)
+    for d, (e, sa, sb) in enumerate(zip(p.batch_dims, p.a_batch, p.b_batch)):
+        g.batch_dims[d], g.a_batch[d], g.b_batch[d] = e, sa, sb
+    if a_zp is not None and a_zp.size != 1:
+        rows = 1 if len(a.shape) == 1 else int(a.shape[-2])
+        if a_zp.size != rows:
+            raise HipepError(f"MatMulInteger: a_zero_point of shape {list(a_zp.shape)} for A {list(a.shape)}")
+        g.a_zp_rows = rows  # per row of A; modulo: A's batch may be folded into rows
+    if b_zp is not None and b_zp.size != 1:
+        g.b_zp_cols = 1
+        # [..., 1, N] with B's batch axes: one row of zero points per matrix of B.
+        g.b_zp_batched = int(len(b_zp.shape) > 2 and _prod(b_zp.shape[:-2]) > 1)
+    grid = (_cdiv(p.n, TILE_N), min(_cdiv(p.m, TILE_M), MAX_GRID_YZ), min(p.batch, MAX_GRID_YZ))
+    entry = f"hipep_matmul_integer_{_SHORT[names[0]]}_{_SHORT[names[1]]}"
+    params = [ptr(a), ptr(b), ptr(a_zp), ptr(b_zp), ptr(y), g]
+    return [KernelOp(entry, grid, (THREADS, 1, 1), params, module="matmul_integer")]
