@@ -331,3 +331,20 @@ def _values_or_attr(ins, index: int, attrs, name: str):
         return [int(v) for v in np.asarray(a.value).reshape(-1)]
     v = attrs.get(name)
     return None if v is None else [int(x) for x in v]
+
+
+WORKSPACE_ALIGN = 256  # workspace regions start on this boundary (any vector load of the kernels fits)
+
+
+def workspace_regions(target, what: str, sizes) -> list[int]:
+    """Pointers to regions of the stream's workspace of the given byte sizes, in one request (the
+    workspace is one buffer per stream: asking twice would return the same memory). `what` names
+    the op in the error where the target has no workspace."""
+    if target.workspace is None:
+        raise NoKernel(f"{what} needs a stream workspace for its intermediate results")
+    offsets, total = [], 0
+    for nbytes in sizes:
+        offsets.append(total)
+        total += -(-max(int(nbytes), 1) // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
+    base = target.workspace(total)
+    return [base + o for o in offsets]

@@ -23,28 +23,14 @@ import numpy as np
 from ..errors import HipepError
 from ..ops._common import normalize_axes, normalize_axis
 from ..ops.registry import OUTPUT_COUNT, SINCE_VERSION
-from .gpu_binding_core import (Arg, NoKernel, _binding, _cdiv, _prod, contiguous_strides, fill_copy, fill_ops,
-                               strided_copy)
+from .gpu_binding_core import (Arg, NoKernel, _binding, _prod, contiguous_strides, fill_copy, fill_ops,
+                               strided_copy, workspace_regions)
 from .gpu_bindings_pointwise import expression_ops
 
 _I64 = np.dtype(np.int64)
 _F32 = np.dtype(np.float32)
 _FLOAT_TYPES = ("float32", "float16")
 _MAX_RANK = 8  # the generated kernels' (hipep.ops.pointwise.MAX_RANK)
-_ALIGN = 256  # workspace regions start on this boundary (any vector load of the kernels fits)
-
-
-def _workspace(target, what: str, sizes) -> list[int]:
-    """Pointers to regions of the stream's workspace of the given byte sizes, one request (the
-    workspace is one buffer per stream: asking twice would return the same memory)."""
-    if target.workspace is None:
-        raise NoKernel(f"{what} needs a stream workspace for its intermediate results")
-    offsets, total = [], 0
-    for nbytes in sizes:
-        offsets.append(total)
-        total += _cdiv(max(int(nbytes), 1), _ALIGN) * _ALIGN
-    base = target.workspace(total)
-    return [base + o for o in offsets]
 
 
 def _float_check(attrs, dtypes, shapes, values):
@@ -109,7 +95,7 @@ def _one_hot_bind(ins, outs, attrs, target):
     if y.size == 0:
         return []
     outer, inner = _prod(idx.shape[:axis]), _prod(idx.shape[axis:])
-    (at,) = _workspace(target, "OneHot", [_positions_bytes(depth)])
+    (at,) = workspace_regions(target, "OneHot", [_positions_bytes(depth)])
     ops, positions = _positions(at, depth, target)
     e = values.dtype.itemsize
     args = [Arg(idx.ptr, (outer, 1, inner), idx.dtype), Arg(positions.ptr, (depth, 1), _I64),
@@ -145,7 +131,7 @@ def _eye_like_bind(ins, outs, attrs, target):
         raise HipepError(f"EyeLike: input must be 2-D, got shape {list(ins[0].shape)}")
     if y.size == 0:
         return []
-    (at,) = _workspace(target, "EyeLike", [y.dtype.itemsize])
+    (at,) = workspace_regions(target, "EyeLike", [y.dtype.itemsize])
     one = Arg(at, (1,), y.dtype)
     ops = fill_ops(one, np.ones(1, y.dtype).tobytes(), target)
     # the one where 0 <= j - i - k < 1 (row i, column j), zeros elsewhere
@@ -183,7 +169,7 @@ def _hardmax_bind(ins, outs, attrs, target):
     if x.size == 0:
         return []
     outer, r, inner = _hardmax_lines(attrs, x.shape)
-    arg_at, pos_at = _workspace(target, "Hardmax", [outer * inner * _I64.itemsize, _positions_bytes(r)])
+    arg_at, pos_at = workspace_regions(target, "Hardmax", [outer * inner * _I64.itemsize, _positions_bytes(r)])
     lines = Arg(x.ptr, (outer, r, inner), x.dtype)
     at = Arg(arg_at, (outer, 1, inner), _I64)
     ops = _arg_bind("ArgMax")([lines], [at], {"axis": 1, "keepdims": 1, "select_last_index": 0}, target)
@@ -225,7 +211,7 @@ def _lp_norm_bind(ins, outs, attrs, target):
         return []
     axis = normalize_axis("LpNormalization", int(attrs.get("axis", -1)), x.ndim)
     outer, r, inner = _prod(x.shape[:axis]), int(x.shape[axis]), _prod(x.shape[axis + 1:])
-    (norm_at,) = _workspace(target, "LpNormalization", [outer * inner * x.dtype.itemsize])
+    (norm_at,) = workspace_regions(target, "LpNormalization", [outer * inner * x.dtype.itemsize])
     lines = Arg(x.ptr, (outer, r, inner), x.dtype)
     norm = Arg(norm_at, (outer, 1, inner), x.dtype)
     ops = _reduce_bind("ReduceL1" if p == 1 else "ReduceL2")([lines, None], [norm], {"axes": [1], "keepdims": 1},
@@ -279,7 +265,7 @@ def _mvn_bind(ins, outs, attrs, target):
     adjacent = not isinstance(reduce_blocks(x.shape, axes, False), str)
     e = _F32.itemsize
     sizes = [x.size * e, stats * e, stats * e] + ([] if adjacent else [x.size * e])
-    centered_at, mean_at, sumsq_at, *moved_at = _workspace(target, "MeanVarianceNormalization", sizes)
+    centered_at, mean_at, sumsq_at, *moved_at = workspace_regions(target, "MeanVarianceNormalization", sizes)
     ops: list = []
     if adjacent:
         src, src_stats, src_axes = x, stat_shape, axes
@@ -344,7 +330,7 @@ def _lrn_bind(ins, outs, attrs, target):
     e = _F32.itemsize
     wide = x.dtype != _F32
     sizes = [x.size * size * e, x.size * e] + ([x.size * e] if wide else [])
-    windows_at, sums_at, *wide_at = _workspace(target, "LRN", sizes)
+    windows_at, sums_at, *wide_at = workspace_regions(target, "LRN", sizes)
     ops: list = []
     src = x
     if wide:
@@ -443,7 +429,7 @@ def _lp_pool_bind(ins, outs, attrs, target):
         return []
     win = _pool_window("LpPool", x.shape, attrs)
     rows, taps = int(x.shape[0]) * int(x.shape[1]) * _prod(win.out), _prod(win.kernel)
-    (windows_at,) = _workspace(target, "LpPool", [rows * taps * x.dtype.itemsize])
+    (windows_at,) = workspace_regions(target, "LpPool", [rows * taps * x.dtype.itemsize])
     windows = Arg(windows_at, (rows, taps), x.dtype)
     ops = _window_ops(x, windows, win, False, b"", target)
     reduce_op = "ReduceL1" if p == 1.0 else "ReduceL2"

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gpu_binding_core import Arg, NoKernel, _binding, _cdiv
+from .gpu_binding_core import Arg, NoKernel, _binding, workspace_regions
 from .gpu_bindings_pointwise import expression_ops
 from .gpu_quantize_linear import quantize_expression
 
 _F32 = np.dtype(np.float32)
 _U8 = np.dtype(np.uint8)
-_ALIGN = 256  # workspace regions start on this boundary (the reductions' vector loads fit)
 # Up to this many elements one block reduces the whole tensor; past it, rows of at most _ROW_MAX
 # (and at least _ROW_MIN) elements dividing the element count, if there is such a length.
 _ONE_BLOCK = 8192
@@ -65,18 +64,6 @@ def scale_zero_point_expression():
     return b.build(scale, b.cast(zp, _U8))
 
 
-def _workspace(target, sizes) -> list[int]:
-    """Regions of the stream's workspace, one request (asking twice returns the same memory)."""
-    if target.workspace is None:
-        raise NoKernel("DynamicQuantizeLinear needs a stream workspace for x's range")
-    offsets, total = [], 0
-    for nbytes in sizes:
-        offsets.append(total)
-        total += _cdiv(max(int(nbytes), 1), _ALIGN) * _ALIGN
-    base = target.workspace(total)
-    return [base + o for o in offsets]
-
-
 def _check(attrs, dtypes, shapes, values):
     if dtypes and dtypes[0] and dtypes[0] != "float32":
         return f"x of type {dtypes[0]} (f32 has a kernel)"
@@ -98,8 +85,7 @@ def _dynamic_quantize_bind(ins, outs, attrs, target):
     cols = range_row_length(n) if n else 0
     rows = n // cols if cols else 1
     staged = rows > 1
-    clean_at, row_lo_at, row_hi_at, lo_at, hi_at, scale_at, zp_at = _workspace(
-        target, [n * 4, rows * 4 if staged else 0, rows * 4 if staged else 0, 4, 4, 4, 1])
+    clean_at, row_lo_at, row_hi_at, lo_at, hi_at, scale_at, zp_at = workspace_regions(target, "DynamicQuantizeLinear", [n * 4, rows * 4 if staged else 0, rows * 4 if staged else 0, 4, 4, 4, 1])
 
     ops = []
     clean = Arg(clean_at, (rows, cols), _F32)

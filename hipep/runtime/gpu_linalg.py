@@ -332,6 +332,12 @@ def _matmul_check(attrs, dtypes, shapes, values):
     b = shapes[1] if len(shapes) > 1 else None
     if a is None or b is None or len(a) < 3 and len(b) < 3:
         return None
+    return matmul_shape_reason(a, b)
+
+
+def matmul_shape_reason(a, b) -> str | None:
+    """Why the product of operands of these claim-time shapes has no launch (unknown extents as
+    None), or None: their batch axes, once merged, exceed what the kernels take."""
     # Unknown extents stand in as 2 (not 1: a broadcast axis would merge away).
     fill = [[2 if d is None else int(d) for d in s] for s in (a, b)]
     if any(len(s) < 1 for s in fill):

@@ -19,7 +19,7 @@ import ctypes
 
 from ..errors import HipepError
 from .gpu_binding_core import Arg, KernelOp, NoKernel, _binding, _cdiv, _prod, ptr
-from .gpu_linalg import GEMM_MAX_BATCH_RANK, MAX_GRID_YZ, matmul_problem
+from .gpu_linalg import GEMM_MAX_BATCH_RANK, MAX_GRID_YZ, matmul_problem, matmul_shape_reason
 
 TILE_M = TILE_N = 64  # kernels/matmul_integer.hip's HIPEP_MMI_BM / HIPEP_MMI_BN
 THREADS = 256
@@ -82,15 +82,7 @@ def _check(attrs, dtypes, shapes, values):
             return why
     if not a or not b:
         return None  # a rank-0 operand: the shape rule reports it
-    # Unknown extents stand in as 2 (not 1: a broadcast axis would merge away).
-    fill = [[2 if d is None else int(d) for d in s] for s in (a, b)]
-    try:
-        matmul_problem(*fill)
-    except NoKernel as e:
-        return str(e)
-    except HipepError:
-        return None  # a shape error: the shape rule reports it
-    return None
+    return matmul_shape_reason(a, b)
 
 
 @_binding("::MatMulInteger", check=_check, modules=("matmul_integer",))
