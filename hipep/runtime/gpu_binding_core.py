@@ -4,6 +4,8 @@
 of hand-written bindings (`Binding`, `BINDINGS`, `_binding`). Plain Python: no GPU runtime."""
 from __future__ import annotations
 
+import dataclasses
+
 import ctypes
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -336,6 +338,10 @@ def _values_or_attr(ins, index: int, attrs, name: str):
 WORKSPACE_ALIGN = 256  # workspace regions start on this boundary (any vector load of the kernels fits)
 
 
+def _regions_bytes(sizes) -> list[int]:
+    return [-(-max(int(nbytes), 1) // WORKSPACE_ALIGN) * WORKSPACE_ALIGN for nbytes in sizes]
+
+
 def workspace_regions(target, what: str, sizes) -> list[int]:
     """Pointers to regions of the stream's workspace of the given byte sizes, in one request (the
     workspace is one buffer per stream: asking twice would return the same memory). `what` names
@@ -343,8 +349,18 @@ def workspace_regions(target, what: str, sizes) -> list[int]:
     if target.workspace is None:
         raise NoKernel(f"{what} needs a stream workspace for its intermediate results")
     offsets, total = [], 0
-    for nbytes in sizes:
+    for nbytes in _regions_bytes(sizes):
         offsets.append(total)
-        total += -(-max(int(nbytes), 1) // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
+        total += nbytes
     base = target.workspace(total)
     return [base + o for o in offsets]
+
+
+def workspace_after(target, sizes):
+    """`target` with its workspace moved past the regions workspace_regions gives for `sizes`:
+    for launches bound after those (a product's own workspace, cuBLASLt's or the split GEMV's),
+    which run later on the same stream while the regions still hold their inputs."""
+    if target.workspace is None:
+        return target
+    front = sum(_regions_bytes(sizes))
+    return dataclasses.replace(target, workspace=lambda nbytes: target.workspace(front + nbytes) + front)

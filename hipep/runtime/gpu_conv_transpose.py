@@ -14,17 +14,16 @@ Col2Im (opset 18) is the second step alone, its input already the columns.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 
 import numpy as np
 
 from ..errors import HipepError
+from .gpu_binding_core import workspace_after, workspace_regions
 from .gpu_kernels import Arg, KernelOp, NoKernel, _binding, _dt, _prod, flat_config, ptr
 from .gpu_linalg import GemmProblem, gemm_ops, merge_dims
 
 COL2IM_AXES = 3  # kernels/col2im.hip's HIPEP_COL2IM_AXES: spatial axes, padded at the front
 _TYPES = ("float32", "float16")
-_WORKSPACE_ALIGN = 256
 
 
 class Col2ImArgs(ctypes.Structure):
@@ -105,18 +104,15 @@ def _conv_transpose_bind(ins, outs, attrs, target):
     m, cg = mg * group, c // group
     if list(y.shape) != [n, m] + out:
         raise HipepError(f"ConvTranspose: output of shape {list(y.shape)}, expected {[n, m] + out}")
-    if target.workspace is None:
-        raise NoKernel("ConvTranspose needs a stream workspace for its columns")
     kp, p = _prod(kernel), _prod(lengths)
     e = x.dtype.itemsize
     # The columns [N, G, Mg * kernel, P] = [N, M, *kernel, *in]: per (image, group) W[g]^T @ X[n, g].
     cols_bytes = n * m * kp * p * e
-    cols_at = target.workspace(cols_bytes)
+    (cols_at,) = workspace_regions(target, "ConvTranspose", [cols_bytes])
     cols = Arg(cols_at, (n * m * kp * p,), x.dtype)
     rows_g = mg * kp
     # The products' own workspace (cuBLASLt's, the split GEMV's) lies past the columns.
-    after = -(-cols_bytes // _WORKSPACE_ALIGN) * _WORKSPACE_ALIGN
-    gemm_target = dataclasses.replace(target, workspace=lambda nbytes: target.workspace(after + nbytes) + after)
+    gemm_target = workspace_after(target, [cols_bytes])
     batch, (a_batch, b_batch, _) = merge_dims([n, group], [[0, cg * rows_g], [c * p, cg * p],
                                                            [group * rows_g * p, rows_g * p]])
     problem = GemmProblem(rows_g, p, cg, a_sm=1, a_sk=rows_g, b_sk=p, b_sn=1, batch_dims=batch, a_batch=a_batch,

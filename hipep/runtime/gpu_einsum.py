@@ -26,13 +26,13 @@ from typing import Sequence
 
 from ..errors import HipepError
 from ..ops.linalg import EinsumError, parse_einsum
+from .gpu_binding_core import workspace_after, workspace_regions
 from .gpu_kernels import (COPY_MAX_RANK, Arg, NoKernel, _binding, _prod, contiguous_strides, merge_dims,
                           strided_copy)
 from .gpu_linalg import GEMM_MAX_BATCH_RANK, GemmProblem, gemm_ops
 
 _FLOATS = ("float32", "float16")
 _TYPES = _FLOATS + ("int32", "int64")
-_ALIGN = 256
 _ELLIPSIS_LETTERS = "0123456789"  # fresh subscripts for the axes of "..." (letters are a-z, A-Z)
 
 
@@ -153,20 +153,12 @@ class _Workspace:
     products' own workspace."""
 
     def __init__(self, target, sizes: Sequence[int]):
-        self.offsets, total = [], 0
-        for n in sizes:
-            self.offsets.append(total)
-            total += -(-n // _ALIGN) * _ALIGN
-        if total and target.workspace is None:
-            raise NoKernel("Einsum needs a stream workspace for its intermediate operands")
-        self.base = target.workspace(total) if total else 0
-        self.total = total
-        self.after = target  # without a workspace, the products run hipep's own kernels
-        if target.workspace is not None:
-            self.after = dataclasses.replace(target, workspace=lambda nbytes: target.workspace(total + nbytes) + total)
+        # Without a workspace and with nothing to put there, the products run hipep's own kernels.
+        self.pointers = workspace_regions(target, "Einsum", sizes) if sizes else []
+        self.after = workspace_after(target, sizes)
 
     def at(self, i: int) -> int:
-        return self.base + self.offsets[i]
+        return self.pointers[i]
 
 
 def _group(op: _Operand, letters: str) -> tuple[int, int] | None:

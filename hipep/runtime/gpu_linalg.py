@@ -18,7 +18,6 @@ equal to the kernel) and 1x1 convolutions are a plain copy, or none.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import HipepError
-from .gpu_binding_core import fill_copy, strided_copy
+from .gpu_binding_core import fill_copy, strided_copy, workspace_after, workspace_regions
 from .gpu_kernels import (_VEC, Arg, BlasOp, KernelOp, NoKernel, Target, _binding, _cdiv, _dt, _prod, _vec_ok,
                           contiguous_strides, flat_config, merge_dims, ptr, row_config)
 
@@ -439,8 +438,6 @@ def _conv_bind(ins, outs, attrs, target):
     if y is None or y.size == 0:
         return []
     win = _conv_window(attrs, x.shape, w.shape)
-    if target.workspace is None:
-        raise NoKernel("Conv needs a stream workspace for its windows")
     n, c = int(x.shape[0]), int(x.shape[1])
     m, group = int(w.shape[0]), int(attrs.get("group", 1))
     cg, mg = c // group, m // group
@@ -448,12 +445,11 @@ def _conv_bind(ins, outs, attrs, target):
     kg = cg * kp
     # The windows [N, C, *kernel, *out] (= [N, G, Kg, P]), zeros where they reach into the padding
     cols_bytes = n * c * kp * p * x.dtype.itemsize
-    cols_at = target.workspace(cols_bytes)
+    (cols_at,) = workspace_regions(target, "Conv", [cols_bytes])
     cols = Arg(cols_at, (n * c * kp * p,), x.dtype)
     ops = _window_ops(x, cols, win, True, b"", target)
     # The products run after the copy on the same stream; their own workspace lies past the windows.
-    after = -(-cols_bytes // 256) * 256
-    gemm_target = dataclasses.replace(target, workspace=lambda nbytes: target.workspace(after + nbytes) + after)
+    gemm_target = workspace_after(target, [cols_bytes])
     if b is None or group == 1:
         # one product per (image, group): Y[i, g] = W[g] @ windows[i, g], W shared by the images
         batch, a_batch, b_batch = [n], [0], [c * kp * p]
@@ -552,10 +548,9 @@ def _pool_bind(op_type: str):
         win = _pool_window(op_type, x.shape, attrs)
         if op_type == "AveragePool" and not _pool_counts_are_the_kernel(win, attrs):
             raise NoKernel("AveragePool whose windows hold different counts of inputs")
-        if target.workspace is None:
-            raise NoKernel(f"{op_type} needs a stream workspace for its windows")
         rows, kp = int(x.shape[0]) * int(x.shape[1]) * _prod(win.out), _prod(win.kernel)
-        windows = Arg(target.workspace(rows * kp * x.dtype.itemsize), (rows, kp), x.dtype)
+        (windows_at,) = workspace_regions(target, op_type, [rows * kp * x.dtype.itemsize])
+        windows = Arg(windows_at, (rows, kp), x.dtype)
         fill = np.asarray(-np.inf if op_type == "MaxPool" else 0.0).astype(x.dtype).tobytes()
         ops = _window_ops(x, windows, win, False, fill, target)
         reduce_op = "ReduceMax" if op_type == "MaxPool" else "ReduceMean"

@@ -19,12 +19,12 @@ data with gather_axis 0 and quantize_axis last, the only form the op registry cl
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import os
 
 import numpy as np
 
 from ..errors import HipepError
+from .gpu_binding_core import workspace_after, workspace_regions
 from .gpu_kernels import Arg, KernelOp, NoKernel, _binding, _cdiv, _dt, _prod, ptr
 
 MNB = "com.microsoft::MatMulNBits"
@@ -377,16 +377,13 @@ def _mnb_blas_ops(A, B, scales, zp, bias, y, args: MatMulNBitsArgs, bits: int, d
     if mode == "auto" and not cublaslt.status()[0]:
         return None  # before the workspace grows for nothing
     m, n, k, e = int(args.m), int(args.n), int(args.k), A.dtype.itemsize
-    w_bytes = _align(n * k * e)
-    if w_bytes > MNB_BLAS_MAX_BYTES:
+    if n * k * e > MNB_BLAS_MAX_BYTES:
         return None
-    a8_bytes = _align(m * k * e) if args.int8_a else 0
-    qp_bytes = _align(m * int(args.nb) * 8) if args.int8_a else 0
-    front = w_bytes + a8_bytes + qp_bytes
-    base = target.workspace(front)
-    w_ptr, a8_ptr, qp_ptr = base, base + w_bytes, base + w_bytes + a8_bytes
-    # The GEMM's own workspace lies past what the kernels above write.
-    gemm_target = dataclasses.replace(target, workspace=lambda nbytes: target.workspace(front + nbytes) + front)
+    # W, then (level 4) A' and A's block parameters; the GEMM's own workspace lies past them.
+    sizes = [n * k * e] + ([m * k * e, m * int(args.nb) * 8] if args.int8_a else [])
+    w_ptr, *a8 = workspace_regions(target, "MatMulNBits", sizes)
+    a8_ptr, qp_ptr = a8 if a8 else (0, 0)
+    gemm_target = workspace_after(target, sizes)
     problem = GemmProblem(m=m, n=n, k=k, a_sm=k, a_sk=1, b_sk=1, b_sn=k, c_sm=0, c_sn=1,
                           has_c=bias is not None, beta=1.0 if bias is not None else 0.0)
     a_arg = Arg(a8_ptr, (m, k), A.dtype) if args.int8_a else Arg(A.ptr, (m, k), A.dtype)
@@ -407,10 +404,6 @@ def _mnb_blas_ops(A, B, scales, zp, bias, y, args: MatMulNBitsArgs, bits: int, d
                             (DEQUANT_THREADS, 1, 1), [ptr(A), ctypes.c_uint64(qp_ptr), ctypes.c_uint64(a8_ptr), args],
                             module="matmul_nbits_dequant"))
     return ops + blas
-
-
-def _align(nbytes: int) -> int:
-    return (nbytes + 255) // 256 * 256
 
 
 # ---- GatherBlockQuantized ------------------------------------------------------------------------
