@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import HipepError
 from .gpu_binding_core import (Arg, CopyOp, KernelOp, NoKernel, _binding, _cdiv, _prod, _word, contiguous_strides,
-                               fill_ops, flat_config, merge_dims, ptr)
+                               fill_ops, flat_config, merge_dims, ptr, workspace_regions)
 from .gpu_faults import fault_param
 
 MAX_RANK = 16  # kernels/indexing.h's HIPEP_INDEX_MAX_RANK
@@ -175,9 +175,7 @@ def _copy_data(data: Arg, out: Arg) -> list:
 
 def _winners(target, slots: int) -> tuple[int, list]:
     """A zeroed winner array of `slots` 32-bit words in the stream's workspace: (address, ops)."""
-    if target.workspace is None:
-        raise NoKernel("a scatter of repeated indices needs a stream workspace")
-    at = target.workspace(slots * 4)
+    (at,) = workspace_regions(target, "a scatter of repeated indices", [slots * 4])
     return at, fill_ops(Arg(at, (slots,), np.dtype(np.uint32)), b"\0\0\0\0", target)
 
 

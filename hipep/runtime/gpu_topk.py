@@ -11,7 +11,8 @@ import numpy as np
 
 from ..errors import HipepError
 from ..ops._common import normalize_axis
-from .gpu_binding_core import KernelOp, NoKernel, _binding, _cdiv, _pow2_at_least, _prod, _values_or_attr, ptr
+from .gpu_binding_core import (KernelOp, NoKernel, _binding, _cdiv, _pow2_at_least, _prod, _values_or_attr, ptr,
+                               workspace_regions)
 
 
 class TopKArgs(ctypes.Structure):
@@ -131,11 +132,7 @@ def _topk_bind(ins, outs, attrs, target):
         sizes[i % 2] = max(sizes[i % 2], lines * chunks * k * itemsize)
     buffers = [0, 0]
     if sizes[0]:
-        if target.workspace is None:
-            raise NoKernel("TopK over a line longer than one block's sort needs a stream workspace")
-        second = _cdiv(sizes[0], 256) * 256
-        base = target.workspace(second + sizes[1])
-        buffers = [base, base + second]
+        buffers = workspace_regions(target, "TopK over a line longer than one block's sort", sizes)
     largest = int(bool(attrs.get("largest", 1)))
     ops = []
     for i, (count, chunks, chunk) in enumerate(passes):
