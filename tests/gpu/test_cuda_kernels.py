@@ -441,11 +441,11 @@ def test_concurrent_runs(rng):
 
 def test_nodes_without_a_gpu_program_are_left_to_the_cpu_ep(rng):
     model = make_model([n("Softmax", ["x"], ["s"], axis=-1, name="sm"),
-                        n("Einsum", ["s", "w"], ["y"], equation="ij,jk->ik", name="es"),
+                        n("Compress", ["s", "keep"], ["y"], axis=1, name="cp"),
                         n("Relu", ["y"], ["z"], name="relu")],
-                       [tensor("x", F32, [2, 8])], [tensor("z", F32, None)], [init("w", rand(rng, (8, 3), F32))],
-                       opset=17)
-    with pytest.raises(hipep.FallbackError, match=r"node 'es' \(ai.onnx::Einsum, opset 12\): no kernel for cuda"):
+                       [tensor("x", F32, [2, 8])], [tensor("z", F32, None)],
+                       [init("keep", np.array([1, 0, 1, 1, 0, 0, 1, 0], dtype=bool))], opset=17)
+    with pytest.raises(hipep.FallbackError, match=r"node 'cp' \(ai.onnx::Compress, opset 11\): no kernel for cuda"):
         hipep.InferenceSession(model, device="cuda")
     sess = hipep.InferenceSession(model, device="cuda", disable_cpu_ep_fallback=False)
     x = rand(rng, (2, 8), F32)
