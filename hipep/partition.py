@@ -117,11 +117,14 @@ def _claim_safely(claim: Claim, node: Node, graph: GraphView) -> str | None:
 @dataclass
 class _DeviceFacts:
     """What `device_claim` learned about the nodes it claimed on a GPU device, by Node.index:
-    whether the node has a GPU program, whether its outputs are all integers, and the inputs it
-    reads the data of that are not constant initializers."""
+    whether the node has a GPU program, whether its outputs are all integers, the inputs it
+    reads the data of that are not constant initializers, and those its output shapes depend on
+    the values of (the op's host_inputs: Reshape's shape, Range's bounds, ...), with their
+    positions."""
     has_kernel: dict[int, bool] = field(default_factory=dict)
     integer_outputs: dict[int, bool] = field(default_factory=dict)
     data_inputs: dict[int, list[str]] = field(default_factory=dict)
+    shape_inputs: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
 
 
 def device_claim(claim: Claim, device: str, refused: dict[int, str] | None = None,
@@ -174,6 +177,9 @@ def device_claim(claim: Claim, device: str, refused: dict[int, str] | None = Non
             facts.has_kernel[node.index] = why is None
             facts.integer_outputs[node.index] = outputs_integer
             facts.data_inputs[node.index] = [v for v in data_inputs if v not in graph.constants]
+            facts.shape_inputs[node.index] = [(i, node.inputs[i]) for i in op.host_inputs
+                                              if i < len(node.inputs) and node.inputs[i]
+                                              and node.inputs[i] not in graph.constants]
         return None
 
     return claim_on_device
@@ -204,6 +210,57 @@ def _host_work_without_host_inputs(graph: GraphView, clusters: list[list[int]], 
     return bad
 
 
+def _shapes_from_device_values(graph: GraphView, clusters: list[list[int]], facts: _DeviceFacts,
+                               device: str) -> dict[int, str]:
+    """Claimed nodes whose output shapes would depend on values known only once the device has
+    computed them. A GPU device replays plans whose shapes follow, before any launch, from the
+    input shapes and from values the host knows (hipep.runtime.shapes traces them); it does not
+    run plans step by step. Within a subgraph the host knows: constant initializers; integer
+    values handed in from outside (the host reads small ones at run time); and the integer
+    results of members whose data inputs it knows (shape arithmetic, evaluated on the host). A
+    float value from outside (Resize's scales, Range's bounds as a float input) or a result of
+    device arithmetic on data is not known: its consumer is left to other EPs, which run it
+    after the value exists. Like the tracer, it also follows the launches that only move or
+    re-type known integers (TRACKED_ON_DEVICE: Cast of a Shape to float is known)."""
+    from .runtime.shapes import TRACKED_ON_DEVICE
+
+    nodes = graph.nodes
+    bad: dict[int, str] = {}
+    for members in clusters:
+        produced = {o: nodes[pos] for pos in members for o in nodes[pos].outputs if o}
+        known: set[str] = set()
+
+        def is_known(v: str) -> bool:
+            if v in graph.constants or v in known:
+                return True
+            if v not in produced:
+                return _dtype_name(graph.type_of(v)).startswith(("int", "uint"))
+            return False
+
+        for pos in members:
+            node = nodes[pos]
+            if node.index not in facts.has_kernel:  # claimed by a custom claim function: nothing known
+                known.update(o for o in node.outputs if o)
+                continue
+            for i, v in facts.shape_inputs[node.index]:
+                if is_known(v):
+                    continue
+                if v in produced:
+                    p = produced[v]
+                    where = f"computed on the device by node '{p.label}' ({p.op_type})"
+                else:
+                    where = f"a {_dtype_name(graph.type_of(v)) or 'non-integer'} tensor, read on the device only"
+                bad[node.index] = (f"its output's shape depends on the value of input {i} '{v}', {where}; "
+                                   f"the {device} device runs plans whose shapes are known before their launches")
+                break
+            ins = facts.data_inputs[node.index]
+            if all(is_known(v) for v in ins) and (facts.integer_outputs[node.index] or (
+                    node.op_type in TRACKED_ON_DEVICE and not node.domain
+                    and all(_dtype_name(graph.type_of(v)).startswith(("int", "uint")) for v in ins))):
+                known.update(o for o in node.outputs if o)
+    return bad
+
+
 _HOST_TYPES = {"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"}
 
 
@@ -222,9 +279,10 @@ def _dtype_name(t) -> str:
 def partition(graph: GraphView, claim: Claim = check_node, device: str = "cpu") -> PartitionReport:
     """Claim or reject every node of `graph` and cluster the claimed ones (see module doc).
     `device`: the device kind the EP runs on; on a GPU, nodes without a GPU program are left to
-    other EPs (see `device_claim`), and so is host work whose host inputs end up in another
-    subgraph (they would arrive in device memory): such nodes are refused and the graph is
-    partitioned again, until every claimed node can run where its subgraph puts it."""
+    other EPs (see `device_claim`), and so are host work whose host inputs end up in another
+    subgraph (they would arrive in device memory) and nodes whose output shapes would depend on
+    values computed on the device (see `_shapes_from_device_values`): such nodes are refused and
+    the graph is partitioned again, until every claimed node can run where its subgraph puts it."""
     refused: dict[int, str] = {}
     while True:
         facts = _DeviceFacts()
@@ -234,6 +292,7 @@ def partition(graph: GraphView, claim: Claim = check_node, device: str = "cpu") 
         position = {n.index: pos for pos, n in enumerate(graph.nodes)}
         clusters = [[position[i] for i in c] for c in report.clusters]
         bad = _host_work_without_host_inputs(graph, clusters, facts, device)
+        bad.update(_shapes_from_device_values(graph, clusters, facts, device))
         if not bad:
             return report
         refused.update(bad)

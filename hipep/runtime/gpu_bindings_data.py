@@ -341,12 +341,8 @@ _RANGE_TYPES = {"int16": "i16", "int32": "i32", "int64": "i64", "float32": "f32"
 def _range_check(attrs, dtypes, shapes, values):
     if dtypes and dtypes[0] and dtypes[0] not in _RANGE_TYPES:
         return f"element type {dtypes[0]}"
-    # The output's length comes from the shape program, which reasons over integers only: float
-    # bounds must be constants (run-time ones would need the step-by-step interpreter).
-    if dtypes and dtypes[0] and np.dtype(dtypes[0]).kind == "f":
-        values = list(values or [])
-        if len(values) < 3 or any(v is None for v in values[:3]):
-            return "float bounds known only at run time"
+    # Float bounds known only at run time leave the output's length unknown before the launches:
+    # the partitioner leaves such a Range to other EPs (hipep.partition._shapes_from_device_values).
     return None
 
 

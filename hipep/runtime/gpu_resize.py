@@ -64,15 +64,13 @@ def _check(attrs, dtypes, shapes, values, upsample: bool):
     shape = shapes[0] if shapes else None
     if shape is not None and len(shape) > MAX_RANK:
         return f"an input of rank {len(shape)} (at most {MAX_RANK})"
-    # Extents from run-time `scales` (floor(x * scale), in floats) have no shape program: the plan
-    # would compute them step by step as it runs, which the cuda device does not do (run-time
-    # `sizes` are read element by element and are fine). A run-time roi would have to be read
-    # whole by the host where tf_crop_and_resize uses it.
+    # Run-time `scales` (floats: the extents floor(x * scale) are unknown before the launches) are
+    # the partitioner's to refuse (hipep.partition._shapes_from_device_values); run-time `sizes`
+    # are read element by element and are fine. A run-time roi would have to be read whole by the
+    # host where tf_crop_and_resize uses it.
     names = ("scales",) if upsample or len(dtypes) == 2 else ("roi", "scales", "sizes")
     given = dict(zip(names, dtypes[1:]))
     known = dict(zip(names, list(values or [None])[1:]))
-    if given.get("scales") and known.get("scales") is None and not given.get("sizes"):
-        return "input 'scales' is not a constant (the output's extents would be computed as the plan runs)"
     if (given.get("roi") and known.get("roi") is None
             and attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize"):
         return "input 'roi' is not a constant (tf_crop_and_resize reads it on the host)"

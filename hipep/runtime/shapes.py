@@ -48,7 +48,10 @@ _MOVING = {"Gather": (0,), "Slice": (0,), "Concat": None, "Squeeze": (0,), "Unsq
            "Reshape": (0,), "Identity": (0,), "Flatten": (0,), "Transpose": (0,), "Expand": (0,),
            "Tile": (0,), "Split": (0,)}
 _INT_KINDS = "iu"
-_TRACKED_ON_DEVICE = set(_MOVING) | {"Shape", "Size", "Cast", "Add", "Sub", "Mul"}
+# Device launches whose results the host follows when their inputs are known integers, whatever
+# their own element type (Cast to float of a Shape: Resize's scales); the partitioner's view of
+# host values on a GPU (hipep.partition) follows the same ops.
+TRACKED_ON_DEVICE = frozenset(_MOVING) | {"Shape", "Size", "Cast", "Add", "Sub", "Mul"}
 
 
 MAX_BYTES = 1 << 62  # a tensor's byte count beyond this is an error, not an int64 wrap-around
@@ -287,7 +290,7 @@ class _Tracer:
                                         f"inputs ({ins})")
             self.shape[vid] = tuple(d if isinstance(d, SymInt) else int(d) for d in dims)
             check_bytes(label, self.values[vid], self.shape[vid])
-        if host or op_type in _TRACKED_ON_DEVICE:
+        if host or op_type in TRACKED_ON_DEVICE:
             # A launch that only moves or re-types known integers (the copy of an input's shape
             # operand into host-visible memory) has values the host knows without reading them.
             self.host_values(step, op, op_type, label, host)

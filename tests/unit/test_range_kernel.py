@@ -70,10 +70,10 @@ def test_range_launch_matches_the_reference(dtype, start, limit, delta):
 def test_range_has_a_gpu_program_for_its_types():
     for dt in ("int16", "int32", "int64"):
         assert gk.kernel_reason("::Range", {}, [dt] * 3) is None
-    # float bounds: when the host knows them (constants); else the output's length is unknown
+    # float bounds too: where they are known only at run time, the partitioner leaves the Range
+    # to other EPs (tests/unit/test_partition_gpu_shapes.py), not the kernel table
     scalars = [np.array(v, np.float32) for v in (0.0, 1.0, 0.1)]
     assert gk.kernel_reason("::Range", {}, ["float32"] * 3, values=scalars) is None
-    assert "float bounds known only at run time" in gk.kernel_reason("::Range", {}, ["float32"] * 3)
     assert "range" in gk.modules()
 
 

@@ -1,0 +1,152 @@
+"""Partitioning for a GPU device: a node whose output shape would depend on a value the device
+computes (a Reshape to a shape derived from data, Range over float bounds) is left to other EPs,
+since GPU devices replay plans whose shapes are known before their launches. The oracle is the
+shape tracer the executor runs: for each model the refused node's plan raises DataDependent with
+real inputs (it would run step by step), and the claimed ones trace. Runs without a GPU: the
+claims read the kernel table only."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T, helper as h
+
+from hipep.compiler import compile_subgraph
+from hipep.graph import GraphView
+from hipep.partition import partition
+from hipep.runtime.shapes import DataDependent, trace_shapes
+
+from helpers import make_model, tensor
+
+
+def _rejected(report) -> dict[str, str]:
+    return {r.node.op_type: r.reason for r in report.rejections}
+
+
+def _traces(model, feeds: dict) -> bool:
+    """Whether the whole model's plan (as the CPU device compiles it) has shapes the host knows
+    before any launch for these inputs; False where tracing needs device values."""
+    g = GraphView.from_onnx(model)
+    plan = compile_subgraph(g, "sub", list(g.inputs), list(g.outputs))
+    constants = {vid: np.asarray(plan.constants[v.constant], dtype=v.dtype)
+                 for vid, v in plan.values.items() if v.kind == "constant"}
+    try:
+        trace_shapes(plan, [feeds[plan.values[vid].name] for vid in plan.inputs], constants)
+    except DataDependent:
+        return False
+    return True
+
+
+def reshape_to_data_model():
+    """Reshape to [n, -1] where n = Cast(ReduceMax(k)): the shape comes from k's data."""
+    nodes = [h.make_node("ReduceMax", ["k"], ["m"], keepdims=1),
+             h.make_node("Cast", ["m"], ["n"], to=T.INT64),
+             h.make_node("Concat", ["n", "minus_one"], ["shape"], axis=0),
+             h.make_node("Relu", ["x"], ["r"]),
+             h.make_node("Reshape", ["r", "shape"], ["y"])]
+    return make_model(nodes, [tensor("x", T.FLOAT, [4, 6]), tensor("k", T.FLOAT, [3])], [tensor("y", T.FLOAT, None)],
+                      [h.make_tensor("minus_one", T.INT64, [1], [-1])])
+
+
+def reshape_to_shape_arithmetic_model():
+    """Reshape to [x.shape[0] * 2, -1]: shape arithmetic the host follows."""
+    nodes = [h.make_node("Shape", ["x"], ["s"]),
+             h.make_node("Gather", ["s", "zero"], ["d0"], axis=0),
+             h.make_node("Mul", ["d0", "two"], ["d"]),
+             h.make_node("Concat", ["d", "minus_one"], ["shape"], axis=0),
+             h.make_node("Relu", ["x"], ["r"]),
+             h.make_node("Reshape", ["r", "shape"], ["y"])]
+    inits = [h.make_tensor("zero", T.INT64, [1], [0]), h.make_tensor("two", T.INT64, [1], [2]),
+             h.make_tensor("minus_one", T.INT64, [1], [-1])]
+    return make_model(nodes, [tensor("x", T.FLOAT, [4, 6])], [tensor("y", T.FLOAT, None)], inits)
+
+
+def range_model(elem):
+    nodes = [h.make_node("Range", ["start", "limit", "delta"], ["r"]),
+             h.make_node("Neg", ["r"], ["y"])]
+    return make_model(nodes, [tensor(n, elem, []) for n in ("start", "limit", "delta")], [tensor("y", elem, None)])
+
+
+def resize_model(scales_from: str):
+    """Resize with scales from a float input, or from Cast(Shape) (integer, then float on the device)."""
+    nodes = [h.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")]
+    inputs = [tensor("x", T.FLOAT, [1, 1, 2, 2])]
+    if scales_from == "input":
+        inputs.append(tensor("scales", T.FLOAT, [4]))
+    else:
+        nodes[:0] = [h.make_node("Shape", ["x"], ["s"]), h.make_node("Cast", ["s"], ["scales"], to=T.FLOAT)]
+    return make_model(nodes, inputs, [tensor("y", T.FLOAT, None)])
+
+
+def topk_of_argmax_model():
+    """TopK whose k is an ArgMax of float data (integer arithmetic on device data)."""
+    nodes = [h.make_node("ArgMax", ["w"], ["k"], keepdims=1),
+             h.make_node("Add", ["k", "one"], ["k1"]),
+             h.make_node("TopK", ["x", "k1"], ["v", "i"])]
+    return make_model(nodes, [tensor("x", T.FLOAT, [2, 8]), tensor("w", T.FLOAT, [5])],
+                      [tensor("v", T.FLOAT, None), tensor("i", T.INT64, None)],
+                      [h.make_tensor("one", T.INT64, [1], [1])])
+
+
+def test_a_shape_from_device_data_is_left_to_other_eps():
+    model = reshape_to_data_model()
+    feeds = {"x": np.ones((4, 6), np.float32), "k": np.array([1.0, 3.0, 2.0], np.float32)}
+    assert not _traces(model, feeds)  # the plan would run step by step
+    g = GraphView.from_onnx(model)
+    report = partition(g, device="cuda")
+    reason = _rejected(report).get("Reshape", "")
+    # the value reaches the Reshape from the Concat, whose integer result comes from device data
+    assert "depends on the value of input 1 'shape', computed on the device by node 'Concat(shape)'" in reason, \
+        report.format()
+    assert set(_rejected(report)) == {"Reshape"}, report.format()
+    assert not partition(g, device="cpu").rejections  # the CPU device runs such plans step by step
+
+
+def test_a_shape_from_shape_arithmetic_stays_claimed():
+    model = reshape_to_shape_arithmetic_model()
+    assert _traces(model, {"x": np.ones((4, 6), np.float32)})
+    report = partition(GraphView.from_onnx(model), device="cuda")
+    assert not report.rejections, report.format()
+    assert len(report.clusters) == 1
+
+
+@pytest.mark.parametrize("elem, claimed", [(T.INT64, True), (T.INT32, True), (T.FLOAT, False)])
+def test_range_over_run_time_bounds(elem, claimed):
+    model = range_model(elem)
+    np_type = {T.INT64: np.int64, T.INT32: np.int32, T.FLOAT: np.float32}[elem]
+    feeds = {"start": np.array(1, np_type), "limit": np.array(9, np_type), "delta": np.array(2, np_type)}
+    assert _traces(model, feeds) is claimed
+    report = partition(GraphView.from_onnx(model), device="cuda")
+    if claimed:
+        assert not report.rejections, report.format()
+    else:
+        reason = _rejected(report).get("Range", "")
+        assert "input 0 'start', a float32 tensor, read on the device only" in reason, report.format()
+        # its consumer stays claimed, in a subgraph of its own
+        assert "Neg" not in _rejected(report)
+
+
+def test_integer_arithmetic_on_device_data_is_no_host_value():
+    model = topk_of_argmax_model()
+    feeds = {"x": np.arange(16, dtype=np.float32).reshape(2, 8), "w": np.array([0, 1, 5, 2, 1], np.float32)}
+    assert not _traces(model, feeds)
+    report = partition(GraphView.from_onnx(model), device="cuda")
+    reason = _rejected(report).get("TopK", "")
+    assert "input 1 'k1'" in reason and "(Add)" in reason, report.format()
+    assert {"ArgMax", "Add"}.isdisjoint(_rejected(report))
+
+
+def test_resize_with_scales_from_a_float_input_is_left_to_other_eps():
+    model = resize_model("input")
+    feeds = {"x": np.ones((1, 1, 2, 2), np.float32), "scales": np.array([1, 1, 2, 2], np.float32)}
+    assert not _traces(model, feeds)
+    report = partition(GraphView.from_onnx(model), device="cuda")
+    assert "depends on the value of input 2 'scales', a float32 tensor" in _rejected(report).get("Resize", ""), \
+        report.format()
+
+
+def test_resize_with_scales_cast_from_a_shape_stays_claimed():
+    # the tracer follows Cast(Shape(x)) to float values, so the extents are known before the launches
+    model = resize_model("shape")
+    assert _traces(model, {"x": np.ones((1, 1, 2, 2), np.float32)})
+    report = partition(GraphView.from_onnx(model), device="cuda")
+    assert not report.rejections, report.format()
