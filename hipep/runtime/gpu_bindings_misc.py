@@ -30,7 +30,7 @@ from .gpu_bindings_pointwise import expression_ops
 _I64 = np.dtype(np.int64)
 _F32 = np.dtype(np.float32)
 _FLOAT_TYPES = ("float32", "float16")
-_MAX_RANK = 8  # the generated kernels' (hipep.ops.pointwise.MAX_RANK)
+_MAX_RANK = 8  # the generated kernels' (hipep.ops.pointwise_hip.MAX_RANK)
 
 
 def _float_check(attrs, dtypes, shapes, values):

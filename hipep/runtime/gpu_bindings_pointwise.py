@@ -29,7 +29,7 @@ class _Rendered:
 
 @functools.lru_cache(maxsize=None)
 def _pointwise_args_type(n_in: int):
-    from ..ops.pointwise import MAX_RANK
+    from ..ops.pointwise_hip import MAX_RANK
 
     class PointwiseArgs(ctypes.Structure):
         _fields_ = [("n", ctypes.c_longlong), ("rank", ctypes.c_int), ("dims", ctypes.c_longlong * MAX_RANK),
@@ -43,7 +43,7 @@ _RENDERED: dict[str, _Rendered] = {}
 def render_pointwise(expr, input_dtypes: Sequence[str], output_dtypes: Sequence[str]) -> _Rendered:
     """The rendered kernel for an expression and its dtypes (named by their hash, so the same
     program always has the same source and the kernel cache finds it)."""
-    from ..ops.pointwise import render_hip_kernel
+    from ..ops.pointwise_hip import render_hip_kernel
     from .kernel_cache import pointwise_source
 
     data = json.dumps([expr.to_data(), list(input_dtypes), list(output_dtypes)], sort_keys=True)
@@ -88,7 +88,7 @@ def _pointwise_bind(op_key: str):
 def expression_ops(expr, ins, outs, target, what: str) -> list:
     """The launch computing `expr` elementwise over `outs`' shape, each input read through its own
     shape's broadcast strides (an input not in the expression's broadcast set is read as a scalar)."""
-    from ..ops.pointwise import MAX_RANK
+    from ..ops.pointwise_hip import MAX_RANK
 
     out_dtypes = [expr.nodes[o][1] for o in expr.outputs]
     in_dtypes = ["uint8" if a is None else a.dtype.name for a in ins]

@@ -237,6 +237,6 @@ def module_source(name: str) -> str:
 
 
 def pointwise_source(rendered: str) -> str:
-    """A rendered pointwise kernel (hipep.ops.pointwise.render_hip_kernel) compiled through the
+    """A rendered pointwise kernel (hipep.ops.pointwise_hip.render_hip_kernel) compiled through the
     portability header, which supplies the fp16/bf16 types."""
     return f'#include "{HEADER}"\n' + rendered

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hipep.ops.pointwise import Operand, render_hip_kernel
+from hipep.ops.pointwise import Operand
+from hipep.ops.pointwise_hip import render_hip_kernel
 from hipep.ops.registry import lookup
 from hipep.runtime.kernel_cache import pointwise_source
 

@@ -19,7 +19,8 @@ from hipep.errors import RuntimeShapeError
 from hipep.ops import lookup
 from hipep.ops.elementwise import FUSED_DOMAIN, FUSED_ELEMENTWISE, erf, mlas_logistic, mlas_tanh
 from hipep.ops.pointwise import (PRIMITIVES, Builder, Expr, Operand, check, const_text, const_value,
-                                 render_hip_kernel, trunc_div)
+                                 trunc_div)
+from hipep.ops.pointwise_hip import render_hip_kernel
 from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, SINCE_VERSION
 
 f16, f32, f64, i32, i64 = np.float16, np.float32, np.float64, np.int32, np.int64

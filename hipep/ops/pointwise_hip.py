@@ -1,0 +1,264 @@
+"""HIP C source for pointwise expressions: renders a pointwise expression (hipep.ops.pointwise)
+as the source of an elementwise HIP kernel.
+
+`render_hip_kernel` turns an `Expr` into an `extern "C" __global__` kernel: a grid-stride loop over
+flat output indices, each input read through its per-input broadcast strides, every node one
+`const` local. Float arithmetic goes through the round-to-nearest intrinsics so each operation
+rounds once, as the numpy evaluator's do; the f32 MLAS tanh/logistic replays and numpy's
+NaN-propagating min/max come from the prelude below. Plain Python: nothing here imports the
+compiler.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from .pointwise import (BF16, BOOL, F16, F32, F64, _LOGISTIC_P, _LOGISTIC_Q, _TANH_P, _TANH_Q, Expr, _kind,
+                        _name, check)
+
+_C_TYPES = {F16: "__half", BF16: "hipep_bf16", F32: "float", F64: "double", BOOL: "bool",
+            "int8": "signed char", "uint8": "unsigned char", "int16": "short", "uint16": "unsigned short",
+            "int32": "int", "uint32": "unsigned int", "int64": "long long", "uint64": "unsigned long long"}
+# Element types kept in storage formats: their values are widened to float to compute.
+_STORAGE = {F16: ("__half2float", "__float2half_rn", "__double2half"),
+            BF16: ("__bfloat162float", "__float2bfloat16", "__double2bfloat16")}
+MAX_RANK = 8
+
+# The runtime compiles the source after kernels/hipep_device.h (types, NVRTC's missing builtins);
+# compiled alone (nvcc, hipcc) it brings its own includes.
+_PRELUDE = r"""#ifndef HIPEP_DEVICE_H
+#if defined(__HIPCC__) || defined(__HIPCC_RTC__)
+#include <hip/hip_runtime.h>
+#include <hip/hip_fp16.h>
+#include <hip/hip_bf16.h>
+typedef __hip_bfloat16 hipep_bf16;
+#else
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+typedef __nv_bfloat16 hipep_bf16;
+#endif
+__device__ __forceinline__ void hipep_grid_release() {}
+#endif
+
+// numpy's maximum/minimum: NaN in either operand gives NaN.
+template <typename T> __device__ __forceinline__ T hipep_max(T a, T b) { return (a != a || a > b) ? a : (b != b ? b : (a == b ? a : b)); }
+template <typename T> __device__ __forceinline__ T hipep_min(T a, T b) { return (a != a || a < b) ? a : (b != b ? b : (a == b ? a : b)); }
+// C integer division and remainder; ONNX Runtime rejects a zero divisor, the kernel yields 0.
+template <typename T> __device__ __forceinline__ T hipep_idiv(T a, T b) { return b == 0 ? T(0) : a / b; }
+template <typename T> __device__ __forceinline__ T hipep_ifmod(T a, T b) { return b == 0 ? T(0) : a % b; }
+template <typename T> __device__ __forceinline__ T hipep_imod(T a, T b) {
+  if (b == 0) return T(0);
+  T r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+__device__ __forceinline__ float hipep_fmodf(float a, float b) { return fmodf(a, b); }
+__device__ __forceinline__ double hipep_fmodd(double a, double b) { return fmod(a, b); }
+__device__ __forceinline__ float hipep_modf(float a, float b) {
+  float r = fmodf(a, b);
+  return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : (r == 0.0f ? copysignf(0.0f, b) : r);
+}
+__device__ __forceinline__ double hipep_modd(double a, double b) {
+  double r = fmod(a, b);
+  return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : (r == 0.0 ? copysign(0.0, b) : r);
+}
+// numpy's sign: +0 for either zero, NaN stays NaN.
+template <typename T> __device__ __forceinline__ T hipep_sign(T a) { return a > T(0) ? T(1) : (a < T(0) ? T(-1) : (a == T(0) ? T(0) : a)); }
+__device__ __forceinline__ float hipep_logaddexpf(float a, float b) {
+  if (a == b) return a + 0.69314718055994530942f;
+  float m = fmaxf(a, b);
+  return m + log1pf(expf(-fabsf(a - b)));
+}
+__device__ __forceinline__ double hipep_logaddexpd(double a, double b) {
+  if (a == b) return a + 0.69314718055994530942;
+  double m = fmax(a, b);
+  return m + log1p(exp(-fabs(a - b)));
+}
+// MLAS's f32 tanh and logistic (FMA3 kernels): clamped odd rational polynomials, fused multiply-adds.
+__device__ __forceinline__ float hipep_mlas_rational(float x, float bound, const float* p, int np_, const float* q, int nq) {
+  float v = fminf(fmaxf(x, -bound), bound);
+  if (x != x) v = x;
+  float v2 = __fmul_rn(v, v);
+  float pp = fmaf(v2, p[0], p[1]);
+  for (int i = 2; i < np_; ++i) pp = fmaf(pp, v2, p[i]);
+  pp = __fmul_rn(pp, v);
+  float qq = fmaf(v2, q[0], q[1]);
+  for (int i = 2; i < nq; ++i) qq = fmaf(qq, v2, q[i]);
+  return __fdiv_rn(pp, qq);
+}
+__device__ __forceinline__ float hipep_mlas_tanh(float x) {
+  const float p[7] = {@TANH_P@};
+  const float q[4] = {@TANH_Q@};
+  return hipep_mlas_rational(x, 9.0f, p, 7, q, 4);
+}
+__device__ __forceinline__ float hipep_mlas_logistic(float x) {
+  const float p[5] = {@LOGISTIC_P@};
+  const float q[6] = {@LOGISTIC_Q@};
+  float r = __fadd_rn(hipep_mlas_rational(x, 18.0f, p, 5, q, 6), 0.5f);
+  return r != r ? r : fminf(fmaxf(r, 0.0f), 1.0f);
+}
+""".replace("@TANH_P@", ", ".join(f"{float(v)!r}f" for v in _TANH_P)) \
+   .replace("@TANH_Q@", ", ".join(f"{float(v)!r}f" for v in _TANH_Q)) \
+   .replace("@LOGISTIC_P@", ", ".join(f"{float(v)!r}f" for v in _LOGISTIC_P)) \
+   .replace("@LOGISTIC_Q@", ", ".join(f"{float(v)!r}f" for v in _LOGISTIC_Q))
+
+# C spellings of the primitives: per operand kind ("f" float, "d" double, "i" integer, "b" bool).
+# Float arithmetic through the round-to-nearest intrinsics: a compiler may not contract them into
+# fused multiply-adds (nvcc and hipcc do by default), so each op rounds once, as numpy does.
+_ROUNDED = {"add": "add", "sub": "sub", "mul": "mul", "div": "div"}
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "eq": "==", "lt": "<", "gt": ">", "le": "<=", "ge": ">=",
+          "and": "&&", "or": "||", "xor": "!=", "bitand": "&", "bitor": "|", "bitxor": "^"}
+_MATH = {"sqrt", "exp", "expm1", "log", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+         "asinh", "acosh", "atanh", "tanh", "floor", "ceil", "rint", "erf"}
+
+
+def _c_literal(text: str, dtype: str) -> str:
+    if dtype == BOOL:
+        return text
+    if _kind(dtype) == "int":
+        v = int(text)
+        return f"({_C_TYPES[dtype]})({v}{'ULL' if v >= 0 and dtype.startswith('u') else 'LL'})"
+    v = float(text)
+    suffix = "f" if dtype != F64 else ""
+    if math.isnan(v):
+        s = "__builtin_nanf(\"\")" if suffix else "__builtin_nan(\"\")"
+    elif math.isinf(v):
+        s = ("-" if v < 0 else "") + ("__builtin_inff()" if suffix else "__builtin_inf()")
+    else:
+        s = f"{v!r}{suffix}"
+    if dtype in _STORAGE:
+        return f"{_STORAGE[dtype][1]}({s})"
+    return s
+
+
+def _c_call(op: str, dtype: str, operand_dtype: str, args: list[str]) -> str:
+    """One primitive as a C expression on `args` (already of the operands' C type)."""
+    if operand_dtype in _STORAGE and op != "where":
+        # Exact on f16/bf16 (comparisons, min/max, neg/abs, tests): compute in float, round back.
+        widen, narrow = _STORAGE[operand_dtype][0], _STORAGE[operand_dtype][1]
+        inner = _c_call(op, dtype if dtype == BOOL else F32, F32, [f"{widen}({a})" for a in args])
+        return inner if dtype == BOOL else f"{narrow}({inner})"
+    kind = _kind(operand_dtype)
+    f = "f" if operand_dtype == F32 else ""
+    if op in _ROUNDED and kind == "float":
+        return f"__{'f' if f else 'd'}{_ROUNDED[op]}_rn({args[0]}, {args[1]})"
+    if op in _INFIX:
+        return f"({args[0]} {_INFIX[op]} {args[1]})"
+    if op == "div":
+        return f"hipep_idiv({args[0]}, {args[1]})"
+    if op == "fmod":
+        return f"hipep_ifmod({args[0]}, {args[1]})" if kind == "int" else \
+            f"hipep_fmod{'f' if f else 'd'}({args[0]}, {args[1]})"
+    if op == "mod":
+        return f"hipep_imod({args[0]}, {args[1]})" if kind == "int" else \
+            f"hipep_mod{'f' if f else 'd'}({args[0]}, {args[1]})"
+    if op in ("min", "max"):
+        return f"hipep_{op}({args[0]}, {args[1]})"
+    if op == "pow":
+        return f"pow{f}({args[0]}, {args[1]})"
+    if op == "logaddexp":
+        return f"hipep_logaddexp{'f' if f else 'd'}({args[0]}, {args[1]})"
+    if op == "neg":
+        return f"(-{args[0]})"
+    if op == "abs":
+        return f"fabs{f}({args[0]})" if kind == "float" else f"({args[0]} < 0 ? -{args[0]} : {args[0]})"
+    if op == "sign":
+        return f"hipep_sign({args[0]})"
+    if op == "recip":
+        return f"__{'f' if f else 'd'}rcp_rn({args[0]})"
+    if op == "sqrt":
+        return f"__{'f' if f else 'd'}sqrt_rn({args[0]})"
+    if op in _MATH:
+        return f"{op}{f}({args[0]})"
+    if op in ("mlas_tanh", "mlas_logistic"):
+        return f"hipep_{op}({args[0]})"
+    if op == "isnan":
+        return f"({args[0]} != {args[0]})"
+    if op == "isposinf":
+        return f"({args[0]} == __builtin_inf())"
+    if op == "isneginf":
+        return f"({args[0]} == -__builtin_inf())"
+    if op == "not":
+        return f"(!{args[0]})"
+    if op == "bitnot":
+        return f"(~{args[0]})"
+    if op == "where":
+        return f"({args[0]} ? {args[1]} : {args[2]})"
+    raise ValueError(f"no C spelling for primitive {op!r}")
+
+
+def _c_cast(value: str, src: str, dst: str) -> str:
+    if src == dst:
+        return value
+    if src in _STORAGE:
+        return _c_cast(f"{_STORAGE[src][0]}({value})", F32, dst)
+    if dst in _STORAGE:
+        if src == F64:
+            return f"{_STORAGE[dst][2]}({value})"
+        return f"{_STORAGE[dst][1]}({_c_cast(value, src, F32)})"
+    if dst == BOOL:
+        return f"({value} != 0)"
+    return f"static_cast<{_C_TYPES[dst]}>({value})"
+
+
+def render_hip_kernel(expr: Expr, name: str, input_dtypes: Sequence[str], output_dtypes: Sequence[str]) -> str:
+    """The HIP C++ source of an elementwise kernel computing `expr`.
+
+    `extern "C" __global__ void <name>(const T0* in0, ..., U0* out0, ..., hipep_pointwise_args_<name> a)`:
+    a grid-stride loop over the flat output index i < a.n; i's coordinates in the output extents
+    a.dims (row-major, a.rank of them) times input k's element strides a.strides[k] (0 along a
+    broadcast axis) give input k's element; scalar inputs read element 0. Every node becomes one
+    `const` local. Float arithmetic uses the round-to-nearest intrinsics, which are never
+    contracted into fused multiply-adds, so each operation rounds once, as the evaluator's do;
+    integer division by zero yields 0 (ONNX Runtime raises there)."""
+    check(expr)
+    n_in = len(input_dtypes)
+    lines = [_PRELUDE, f"struct hipep_pointwise_args_{name} {{",
+             "  long long n;  // output elements",
+             "  int rank;",
+             f"  long long dims[{MAX_RANK}];  // output extents",
+             f"  long long strides[{max(n_in, 1)}][{MAX_RANK}];  // per input, in elements; 0 on broadcast axes",
+             "};", ""]
+    params = [f"const {_C_TYPES[_name(d)]}* __restrict__ in{k}" for k, d in enumerate(input_dtypes)]
+    params += [f"{_C_TYPES[_name(d)]}* __restrict__ out{j}" for j, d in enumerate(output_dtypes)]
+    params.append(f"const hipep_pointwise_args_{name} a")
+    lines.append(f'extern "C" __global__ void {name}({", ".join(params)}) {{')
+    lines.append("  hipep_grid_release();  // the next kernel may start loading its weights (hipep_device.h)")
+    lines.append("  const long long step = (long long)gridDim.x * blockDim.x;")
+    lines.append("  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += step) {")
+    broadcast = [k for k in expr.broadcast if k < n_in]
+    if broadcast:
+        lines.append("    long long rem = i;")
+        for k in broadcast:
+            lines.append(f"    long long off{k} = 0;")
+        # One axis (what merging axes leaves of same-shape operands): no division per element.
+        lines.append("    if (a.rank == 1) {")
+        for k in broadcast:
+            lines.append(f"      off{k} = i * a.strides[{k}][0];")
+        lines.append("    } else {")
+        lines.append("    for (int d = a.rank - 1; d >= 0; --d) {")
+        lines.append("      const long long c = rem % a.dims[d];")
+        lines.append("      rem /= a.dims[d];")
+        for k in broadcast:
+            lines.append(f"      off{k} += c * a.strides[{k}][d];")
+        lines.append("    }")
+        lines.append("    }")
+    for idx, node in enumerate(expr.nodes):
+        op, dtype, args = node[0], node[1], node[2:]
+        ctype = _C_TYPES[dtype]
+        if op == "in":
+            value = f"in{args[0]}[off{args[0]}]"
+        elif op == "scalar":
+            value = f"in{args[0]}[0]"
+        elif op == "const":
+            value = _c_literal(args[0], dtype)
+        elif op == "cast":
+            value = _c_cast(f"v{args[0]}", expr.nodes[args[0]][1], dtype)
+        else:
+            operand_dtype = expr.nodes[args[-1]][1]
+            value = _c_call(op, dtype, operand_dtype, [f"v{a}" for a in args])
+        lines.append(f"    const {ctype} v{idx} = {value};")
+    for j, o in enumerate(expr.outputs):
+        lines.append(f"    out{j}[i] = v{o};")
+    lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
