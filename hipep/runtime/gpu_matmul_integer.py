@@ -1,4 +1,5 @@
-"""GPU binding: ai.onnx MatMulInteger through kernels/matmul_integer.hip.
+"""GPU bindings: ai.onnx MatMulInteger through kernels/matmul_integer.hip, and QLinearMatMul as
+that product into the stream's workspace followed by one requantizing expression.
 
 Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported.
 
@@ -12,13 +13,20 @@ Zero points are claimed where the CPU reference and ONNX Runtime's CPU EP accept
 and for B one, one per column ([N]), or one per column of every matrix of B ([..., 1, N] with B's
 batch axes). The ONNX spec also describes a per-row zero point of A ([M]); both references reject
 it, so it is not claimed (the kernel and `bind` do handle it: a_zp_rows).
+
+QLinearMatMul (opsets 10, 21) requantizes the int32 product as the CPU reference (hipep.ops.linalg)
+and ONNX Runtime's MLAS do, in f32: scale = a_scale * b_scale / y_scale (each step rounded),
+v = float(acc) * scale, clamped to the output type's range less y_zero_point, rounded half to even,
+plus y_zero_point. b_scale may be per column ([N]); the other scales and y_zero_point are scalars.
 """
 from __future__ import annotations
 
 import ctypes
 
+import numpy as np
+
 from ..errors import HipepError
-from .gpu_binding_core import Arg, KernelOp, NoKernel, _binding, _cdiv, _prod, ptr
+from .gpu_binding_core import Arg, KernelOp, NoKernel, _binding, _cdiv, _prod, ptr, workspace_regions
 from .gpu_linalg import GEMM_MAX_BATCH_RANK, MAX_GRID_YZ, matmul_problem, matmul_shape_reason
 
 TILE_M = TILE_N = 64  # kernels/matmul_integer.hip's HIPEP_MMI_BM / HIPEP_MMI_BN
@@ -123,3 +131,73 @@ def matmul_integer_ops(a: Arg, b: Arg, a_zp: Arg | None, b_zp: Arg | None, y: Ar
     entry = f"hipep_matmul_integer_{_SHORT[names[0]]}_{_SHORT[names[1]]}"
     params = [ptr(a), ptr(b), ptr(a_zp), ptr(b_zp), ptr(y), g]
     return [KernelOp(entry, grid, (THREADS, 1, 1), params, module="matmul_integer")]
+
+
+# ---- QLinearMatMul ---------------------------------------------------------------------------------
+
+# QLinearMatMul's inputs: a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point
+_A, _A_SCALE, _A_ZP, _B, _B_SCALE, _B_ZP, _Y_SCALE, _Y_ZP = range(8)
+_INT32 = np.dtype(np.int32)
+
+
+def _scalar_reason(name: str, shape) -> str | None:
+    if not _known(shape):
+        return f"{name}'s shape is unknown at claim time"
+    if len(shape) > 1 or _prod(shape) != 1:
+        return f"{name} of shape {list(shape)} (one value is supported)"
+    return None
+
+
+def _qlinear_check(attrs, dtypes, shapes, values):
+    a_dt, b_dt, y_dt = _at(dtypes, _A), _at(dtypes, _B), _at(dtypes, _Y_ZP)
+    if y_dt not in _SHORT:
+        return f"y_zero_point of type {y_dt} (int8 and uint8 are supported)"
+    why = _check(attrs, [a_dt, b_dt, _at(dtypes, _A_ZP), _at(dtypes, _B_ZP)],
+                 [_at(shapes, _A), _at(shapes, _B), _at(shapes, _A_ZP), _at(shapes, _B_ZP)], None)
+    if why is not None:
+        return why
+    for name, pos in (("a_scale", _A_SCALE), ("y_scale", _Y_SCALE), ("y_zero_point", _Y_ZP)):
+        why = _scalar_reason(name, _at(shapes, pos))
+        if why is not None:
+            return why
+    b, b_scale = _at(shapes, _B), _at(shapes, _B_SCALE)
+    if not _known(b_scale):
+        return "b_scale's shape is unknown at claim time"
+    if len(b_scale) <= 1 and _prod(b_scale) == 1:
+        return None
+    if len(b_scale) == 1 and len(b) >= 2 and b[-1] is not None and int(b_scale[0]) == int(b[-1]):
+        return None
+    return f"b_scale of shape {list(b_scale)} is not one per column of B {list(b)}"
+
+
+def requantize_expression(y_dtype: str):
+    """(acc int32, a_scale, b_scale, y_scale, y_zero_point) -> y, the CPU reference's steps in f32.
+    A NaN product (a NaN or 0/0 scale) gives y_zero_point, as the reference's conversion does."""
+    from ..ops.pointwise import F32, Builder, Operand
+
+    b = Builder([Operand(_INT32)] + [Operand(np.dtype(np.float32))] * 3 + [Operand(np.dtype(y_dtype))])
+    scale = b.input(1) * b.input(2) / b.input(3)
+    v = b.cast(b.input(0), F32) * scale
+    zero = b.const(0, F32)
+    v = b.where(b.isnan(v), zero, v)
+    zp = b.cast(b.input(4), F32)
+    info = np.iinfo(y_dtype)
+    v = b.min(b.max(v, b.const(info.min, F32) - zp), b.const(info.max, F32) - zp)
+    q = b.cast(b.rint(v), "int32") + b.cast(b.input(4), "int32")
+    return b.build(b.cast(q, y_dtype))
+
+
+@_binding("::QLinearMatMul", check=_qlinear_check, modules=("matmul_integer",))
+def _qlinear_matmul_bind(ins, outs, attrs, target):
+    from .gpu_bindings_pointwise import expression_ops
+
+    y = outs[0]
+    if y is None or y.size == 0:
+        return []
+    if y.dtype.name not in _SHORT:
+        raise NoKernel(f"QLinearMatMul to {y.dtype.name}")
+    (acc_at,) = workspace_regions(target, "QLinearMatMul", [y.size * 4])
+    acc = Arg(acc_at, tuple(y.shape), _INT32)
+    ops = matmul_integer_ops(ins[_A], ins[_B], ins[_A_ZP], ins[_B_ZP], acc)
+    params = [acc, ins[_A_SCALE], ins[_B_SCALE], ins[_Y_SCALE], ins[_Y_ZP]]
+    return ops + expression_ops(requantize_expression(y.dtype.name), params, [y], target, "QLinearMatMul")

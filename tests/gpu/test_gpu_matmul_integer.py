@@ -1,7 +1,9 @@
-"""MatMulInteger on the CUDA device (kernels/matmul_integer.hip) against ORT's CPU EP, exactly:
-every int8/uint8 pairing ORT's CPU EP runs, no, per-tensor and per-column zero points (as graph
-inputs and as initializers), broadcast batch axes, partial tiles, the extreme values and int32
-wraparound. Single-node models through hipep.InferenceSession(device="cuda"), run three times."""
+"""MatMulInteger and QLinearMatMul on the CUDA device (kernels/matmul_integer.hip; QLinearMatMul
+requantizes its product in a generated expression) against ORT's CPU EP, exactly: every int8/uint8
+pairing ORT's CPU EP runs, no, per-tensor and per-column zero points (as graph inputs and as
+initializers), per-tensor and per-column B scales, broadcast batch axes, partial tiles, the extreme
+values and int32 wraparound. Single-node models through hipep.InferenceSession(device="cuda"), run
+three times."""
 from __future__ import annotations
 
 import numpy as np
@@ -87,3 +89,47 @@ def test_extreme_values_and_wraparound():
     _check(*_model(a, b, np.int8(127), np.int8(-128)))
     k = 40000  # 255 * 255 * k passes 2**31: the int32 sums wrap
     _check(*_model(np.full((2, k), 255, np.uint8), np.full((k, 3), 255, np.uint8)))
+
+
+# ---- QLinearMatMul: the same product, requantized (gpu_matmul_integer.requantize_expression) ----
+
+QTYPES = [(np.uint8, np.uint8, np.uint8), (np.uint8, np.int8, np.uint8), (np.int8, np.int8, np.int8)]
+
+
+def _qlinear_model(a, b, ty, per_column: bool, rng, b_init: bool):
+    """A QLinearMatMul node: A an input; B, the scales and zero points initializers where `b_init`,
+    else inputs; B's scale and zero point per column where `per_column`."""
+    n, k = b.shape[-1], a.shape[-1]
+    values = {"a": a, "a_scale": np.array(0.05, np.float32), "a_zp": _rand(rng, a.dtype, ()), "b": b,
+              "b_scale": (rng.uniform(0.01, 0.05, n) if per_column else np.array(0.03)).astype(np.float32),
+              "b_zp": _rand(rng, b.dtype, (n,) if per_column else ()),
+              "y_scale": np.array(0.02 * k, np.float32), "y_zp": _rand(rng, ty, ())}
+    inputs, inits, feeds = [], [], {}
+    for name, v in values.items():
+        if b_init and name != "a":
+            inits.append(numpy_helper.from_array(v, name))
+        else:
+            elem = TP.FLOAT if v.dtype == np.float32 else _ELEM[v.dtype]
+            inputs.append(tensor(name, elem, list(v.shape)))
+            feeds[name] = v
+    node = helper.make_node("QLinearMatMul", list(values), ["y"])
+    return make_model([node], inputs, [tensor("y", _ELEM[np.dtype(ty)], None)], inits, opset=21), feeds
+
+
+@pytest.mark.parametrize("ta,tb,ty", QTYPES)
+# Per-column parameters with a batched B: ORT's CPU EP takes them only as [..., 1, N], hipep's
+# reference only as [N] (the node is then left to other EPs), so that pairing is not compared.
+@pytest.mark.parametrize("a_shape,b_shape,per_column", [
+    ((1, 300), (300, 200), False), ((1, 300), (300, 200), True), ((130, 257), (257, 70), False),
+    ((130, 257), (257, 70), True), ((2, 1, 64, 96), (3, 96, 80), False)])
+@pytest.mark.parametrize("b_init", [False, True])
+def test_qlinear_matmul_matches_ort(ta, tb, ty, a_shape, b_shape, per_column, b_init):
+    rng = np.random.default_rng(hash((a_shape, b_shape, per_column)) % 1000)
+    model, feeds = _qlinear_model(_rand(rng, ta, a_shape), _rand(rng, tb, b_shape), ty, per_column, rng, b_init)
+    try:
+        want = cpu_session(model).run(None, feeds)
+    except Exception as e:  # noqa: BLE001 - a combination ORT's CPU EP lacks: nothing to compare with
+        if "NOT_IMPLEMENTED" in str(e) or "Could not find an implementation" in str(e):
+            pytest.skip(f"ORT's CPU EP does not run this QLinearMatMul: {e}")
+        raise
+    check_on_cuda(model, feeds, _ELEM[np.dtype(ty)], exact=True, want=want, claimed=True)

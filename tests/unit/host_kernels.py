@@ -17,6 +17,8 @@ from hipep.runtime import gpu_kernels as gk
 
 HOST_CUDA = Path(__file__).parent / "host_cuda"
 KERNELS = Path(__file__).parent.parent.parent / "kernels"
+# Float arithmetic as on the GPU: the round-to-nearest intrinsics, no contraction into fmas.
+EXACT_FLAGS = ("-ffp-contract=off", "-include", str(HOST_CUDA / "rn_intrinsics.h"))
 
 
 def compile_module(out: Path, module: str, warp: int, extra_flags=()) -> ctypes.CDLL:
@@ -81,7 +83,8 @@ def run_on_host(libs: dict, op_key: str, inputs, attrs, n_out=1, offsets=None, s
                 drop=()):
     """Binds the registry op `op_key` ("domain::Op") for `inputs` (its defaults, OUTPUT_COUNT and the
     newest SINCE_VERSION filled in) and runs the launches on the host with `libs` (module name ->
-    compiled library, "warp" -> warp size), copies as memmove; (output views, the registry
+    compiled library, "warp" -> warp size; generated expression kernels are compiled into
+    libs["dir"] with EXACT_FLAGS and kept in libs["generated"]), copies as memmove; (output views, the registry
     reference's outputs, the ops). `offsets` misalign inputs; `workspace` gives the launches a
     stream workspace; outputs whose index is in `drop` get no buffer (None: the graph leaves them
     out)."""
@@ -108,6 +111,23 @@ def run_on_host(libs: dict, op_key: str, inputs, attrs, n_out=1, offsets=None, s
     for o in ops:
         if isinstance(o, gk.CopyOp):
             ctypes.memmove(o.dst, o.src, o.nbytes)
+        elif o.module is None:
+            launch(_generated(libs, o), o)
         else:
             launch(libs[o.module], o)
     return views, want, ops
+
+
+def _generated(libs: dict, op: gk.KernelOp) -> ctypes.CDLL:
+    """The host build of a generated expression kernel; its grid is cut to two blocks (the kernel's
+    grid-stride loop covers the rest) to keep the host threads few."""
+    from hipep.runtime.kernel_cache import pointwise_source
+
+    op.grid = (min(op.grid[0], 2), 1, 1)
+    built = libs.setdefault("generated", {})
+    lib = built.get(op.entry)
+    if lib is None:
+        path = Path(libs["dir"]) / f"{op.entry}.hip"
+        path.write_text(pointwise_source(op.source))
+        lib = built[op.entry] = compile_source(Path(libs["dir"]), path, op.entry, libs["warp"], EXACT_FLAGS)
+    return lib
