@@ -111,6 +111,28 @@ _MATH = {"sqrt", "exp", "expm1", "log", "sin", "cos", "tan", "asin", "acos", "at
          "asinh", "acosh", "atanh", "tanh", "floor", "ceil", "rint", "erf"}
 
 
+# The other primitives' C spellings: {0}, {1}, {2} the operands; {f} math.h's float suffix ("f" for
+# f32, "" for f64), {fd} hipep_device.h's ("f" or "d"). A pair is (integer form, float form).
+_SPELLINGS = {
+    "div": "hipep_idiv({0}, {1})",  # integers: float division is one of _ROUNDED
+    "fmod": ("hipep_ifmod({0}, {1})", "hipep_fmod{fd}({0}, {1})"),
+    "mod": ("hipep_imod({0}, {1})", "hipep_mod{fd}({0}, {1})"),
+    "min": "hipep_min({0}, {1})", "max": "hipep_max({0}, {1})",
+    "pow": "pow{f}({0}, {1})",
+    "logaddexp": "hipep_logaddexp{fd}({0}, {1})",
+    "neg": "(-{0})",
+    "abs": ("({0} < 0 ? -{0} : {0})", "fabs{f}({0})"),
+    "sign": "hipep_sign({0})",
+    "recip": "__{fd}rcp_rn({0})",
+    "sqrt": "__{fd}sqrt_rn({0})",
+    "mlas_tanh": "hipep_mlas_tanh({0})", "mlas_logistic": "hipep_mlas_logistic({0})",
+    "isnan": "({0} != {0})",
+    "isposinf": "({0} == __builtin_inf())", "isneginf": "({0} == -__builtin_inf())",
+    "not": "(!{0})", "bitnot": "(~{0})",
+    "where": "({0} ? {1} : {2})",
+}
+
+
 def _c_literal(text: str, dtype: str) -> str:
     if dtype == BOOL:
         return text
@@ -143,46 +165,13 @@ def _c_call(op: str, dtype: str, operand_dtype: str, args: list[str]) -> str:
         return f"__{'f' if f else 'd'}{_ROUNDED[op]}_rn({args[0]}, {args[1]})"
     if op in _INFIX:
         return f"({args[0]} {_INFIX[op]} {args[1]})"
-    if op == "div":
-        return f"hipep_idiv({args[0]}, {args[1]})"
-    if op == "fmod":
-        return f"hipep_ifmod({args[0]}, {args[1]})" if kind == "int" else \
-            f"hipep_fmod{'f' if f else 'd'}({args[0]}, {args[1]})"
-    if op == "mod":
-        return f"hipep_imod({args[0]}, {args[1]})" if kind == "int" else \
-            f"hipep_mod{'f' if f else 'd'}({args[0]}, {args[1]})"
-    if op in ("min", "max"):
-        return f"hipep_{op}({args[0]}, {args[1]})"
-    if op == "pow":
-        return f"pow{f}({args[0]}, {args[1]})"
-    if op == "logaddexp":
-        return f"hipep_logaddexp{'f' if f else 'd'}({args[0]}, {args[1]})"
-    if op == "neg":
-        return f"(-{args[0]})"
-    if op == "abs":
-        return f"fabs{f}({args[0]})" if kind == "float" else f"({args[0]} < 0 ? -{args[0]} : {args[0]})"
-    if op == "sign":
-        return f"hipep_sign({args[0]})"
-    if op == "recip":
-        return f"__{'f' if f else 'd'}rcp_rn({args[0]})"
-    if op == "sqrt":
-        return f"__{'f' if f else 'd'}sqrt_rn({args[0]})"
+    spelling = _SPELLINGS.get(op)
+    if spelling is not None:
+        if isinstance(spelling, tuple):  # (integer form, float form)
+            spelling = spelling[kind == "float"]
+        return spelling.format(*args, f=f, fd="f" if f else "d")
     if op in _MATH:
         return f"{op}{f}({args[0]})"
-    if op in ("mlas_tanh", "mlas_logistic"):
-        return f"hipep_{op}({args[0]})"
-    if op == "isnan":
-        return f"({args[0]} != {args[0]})"
-    if op == "isposinf":
-        return f"({args[0]} == __builtin_inf())"
-    if op == "isneginf":
-        return f"({args[0]} == -__builtin_inf())"
-    if op == "not":
-        return f"(!{args[0]})"
-    if op == "bitnot":
-        return f"(~{args[0]})"
-    if op == "where":
-        return f"({args[0]} ? {args[1]} : {args[2]})"
     raise ValueError(f"no C spelling for primitive {op!r}")
 
 
