@@ -14,8 +14,9 @@ import numpy as np
 from ..errors import HipepError
 from ..ops._common import normalize_axis
 from ..ops.registry import SINCE_VERSION
-from .gpu_binding_core import (KernelOp, NoKernel, _DT, _VEC, _binding, _cdiv, _dt, _pow2_at_least, _prod,
-                               _values_or_attr, _vec_ok, flat_config, ptr)
+from .gpu_binding_core import (Arg, KernelOp, NoKernel, _DT, _VEC, _binding, _cdiv, _dt, _pow2_at_least, _prod,
+                               _values_or_attr, _vec_ok, contiguous_strides, flat_config, ptr, strided_copy,
+                               workspace_regions)
 
 
 def _row_config(rows: int, words: int, warp: int) -> tuple[tuple, tuple]:
@@ -64,31 +65,35 @@ def reduce_blocks(shape: Sequence[int], axes, noop: bool) -> tuple[int, int, int
     return outer, r, inner
 
 
-def _reduce_check(types, rows_only: bool = False):
-    """A reduction's claim check: element types in `types`, the reduced axes adjacent (and with
-    `rows_only`, the last ones: no axis kept after them), judged from placeholders where the
-    extents are not known."""
+def _reduce_check(types):
+    """A reduction's claim check: element types in `types`. Any axes have a program (reduced
+    axes that are not adjacent, or not the last where the kernel needs rows, are first moved
+    behind the kept ones: `rows_last`)."""
     def check(attrs, dtypes, shapes, values):
         if not dtypes or _DT.get(dtypes[0]) not in types:
             return f"element type {dtypes[0] if dtypes else '?'}"
-        x = shapes[0] if shapes else None
-        axes = attrs.get("axes")
-        if len(values) > 1 and values[1] is not None:
-            axes = [int(v) for v in np.asarray(values[1]).reshape(-1)]
-        elif len(dtypes) > 1 and dtypes[1] and axes is None:
-            return None  # axes from an input whose value is known only at run time
-        if x is None or any(d is None for d in x):
-            if x is None or axes is None or len(x) == 0:
-                return None
-            # Adjacency does not depend on the extents unless some are 1: check with placeholders.
-            x = [2] * len(x)
-        res = reduce_blocks(x, axes, bool(attrs.get("noop_with_empty_axes", 0)))
-        if isinstance(res, str):
-            return res
-        if rows_only and res[2] != 1:
-            return f"axes {axes} of a rank-{len(x)} input (only the last axes have a kernel)"
         return None
     return check
+
+
+def rows_last(x: Arg, axes: Sequence[int], target, what: str) -> tuple[list, Arg]:
+    """x with `axes` (normalized, sorted) moved behind the others, copied into the stream's
+    workspace: the ops and the copy, whose reduction over the moved axes is one of rows. The kept
+    axes keep their order, which is the reduction's output order."""
+    rank = x.ndim
+    perm = [d for d in range(rank) if d not in axes] + list(axes)
+    dims = [int(x.shape[p]) for p in perm]
+    strides = contiguous_strides(x.shape)
+    (at,) = workspace_regions(target, what, [x.size * x.dtype.itemsize])
+    moved = Arg(at, tuple(dims), x.dtype)
+    return strided_copy(x, moved, dims, [strides[p] for p in perm], 0, target), moved
+
+
+def _normalized_axes(shape, axes, noop: bool) -> list[int]:
+    rank = len(shape)
+    if not axes:
+        return [] if noop else list(range(rank))
+    return sorted({int(a) + rank if int(a) < 0 else int(a) for a in axes})
 
 
 def _reduce_bind(op_type: str):
@@ -100,9 +105,15 @@ def _reduce_bind(op_type: str):
         if dt not in _REDUCE_OPS[op_type][1]:
             raise NoKernel(f"{op_type} on {x.dtype.name}")
         axes = _values_or_attr(ins, 1, attrs, "axes")
-        res = reduce_blocks(x.shape, axes or [], bool(attrs.get("noop_with_empty_axes", 0)))
-        if isinstance(res, str):
-            raise NoKernel(res)
+        noop = bool(attrs.get("noop_with_empty_axes", 0))
+        res = reduce_blocks(x.shape, axes or [], noop)
+        ops = []
+        if isinstance(res, str):  # axes that are not adjacent: reduce rows of a permuted copy
+            if res.startswith("axes"):  # out of range: the shape rule has said so already
+                raise NoKernel(res)
+            reduced = _normalized_axes(x.shape, axes, noop)
+            ops, x = rows_last(x, reduced, target, op_type)
+            res = reduce_blocks(x.shape, list(range(x.ndim - len(reduced), x.ndim)), False)
         outer, r, inner = res
         if y.size != outer * inner:
             raise HipepError(f"{op_type}: output of {y.size} elements for a reduction to {outer * inner}")
@@ -114,18 +125,18 @@ def _reduce_bind(op_type: str):
             use_vec = _vec_ok([x], r, vec, x.dtype.itemsize)
             grid, block = _row_config(outer, _cdiv(r, vec) if use_vec else r, target.warp_size)
             entry = f"hipep_reduce_{kind}_{dt}_rows" + ("_vec" if use_vec else "")
-            return [KernelOp(entry, grid, block, params, module="reduce")]
+            return ops + [KernelOp(entry, grid, block, params, module="reduce")]
         if dt in ("i32", "i64") and kind in ("max", "min"):  # one thread per output (kept in the element type)
             grid, block = flat_config(outer * inner, target, per_sm=32)
         else:  # 32 outputs per block, the reduced extent split among up to 32 row groups
             groups = min(32, _pow2_at_least(_cdiv(r, 4)))
             grid, block = (_cdiv(inner, 32), min(outer, 65535), 1), (32, groups, 1)
-        return [KernelOp(f"hipep_reduce_{kind}_{dt}_cols", grid, block, params, module="reduce")]
+        return ops + [KernelOp(f"hipep_reduce_{kind}_{dt}_cols", grid, block, params, module="reduce")]
     return bind
 
 
 for _op in _REDUCE_OPS:
-    _binding(f"::{_op}", check=_reduce_check(_REDUCE_OPS[_op][1]), reads_values=True, modules=("reduce",))(
+    _binding(f"::{_op}", check=_reduce_check(_REDUCE_OPS[_op][1]), reads_values=True, modules=("reduce", "copy"))(
         _reduce_bind(_op))
 
 
@@ -145,16 +156,7 @@ def _softmax_axis(attrs) -> int:
 def _softmax_check(attrs, dtypes, shapes, values):
     if not dtypes or dtypes[0] not in ("float32", "float16"):
         return f"element type {dtypes[0] if dtypes else '?'}"
-    x = shapes[0] if shapes else None
-    if x is None or int(attrs.get(SINCE_VERSION, 13)) < 13:
-        return None
-    axis = _softmax_axis(attrs)
-    axis = axis + len(x) if axis < 0 else axis
-    trailing = x[axis + 1:]
-    if any(d is None for d in trailing) or _prod(trailing) != 1:
-        if all(d is not None for d in trailing) or axis != len(x) - 1:
-            return f"axis {axis} of a rank-{len(x)} input (only the last axis has a kernel)"
-    return None
+    return None  # any axis: one that is not the last is moved there first (_softmax_bind)
 
 
 def _softmax_bind(op_type: str, prefix: str):
@@ -167,7 +169,7 @@ def _softmax_bind(op_type: str, prefix: str):
         axis = _softmax_axis(attrs)
         axis = axis + rank if axis < 0 else axis
         if int(attrs.get(SINCE_VERSION, 13)) >= 13 and _prod(x.shape[axis + 1:]) != 1:
-            raise NoKernel(f"{op_type} over axis {axis} of a rank-{rank} input (only the last axis has a kernel)")
+            return _softmax_moved(x, y, axis, target, op_type, bind)
         rows, cols = _prod(x.shape[:axis]), _prod(x.shape[axis:])
         if rows * cols == 0:
             return []
@@ -179,25 +181,53 @@ def _softmax_bind(op_type: str, prefix: str):
     return bind
 
 
+def _softmax_moved(x: Arg, y: Arg, axis: int, target, op_type: str, bind) -> list:
+    """Softmax over an axis that is not the last (opset 13 on): over rows of a copy with that
+    axis moved last, then copied back into y's layout, both copies in the stream's workspace."""
+    if x.size == 0:
+        return []
+    rank = x.ndim
+    perm = [d for d in range(rank) if d != axis] + [axis]
+    dims = [int(x.shape[p]) for p in perm]
+    nbytes = x.size * x.dtype.itemsize
+    moved_at, result_at = workspace_regions(target, op_type, [nbytes, nbytes])
+    moved, result = Arg(moved_at, tuple(dims), x.dtype), Arg(result_at, tuple(dims), y.dtype)
+    strides = contiguous_strides(x.shape)
+    ops = strided_copy(x, moved, dims, [strides[p] for p in perm], 0, target)
+    ops += bind([moved], [result], _last_axis_attrs(rank), target)
+    back = contiguous_strides(dims)
+    return ops + strided_copy(result, y, [int(d) for d in x.shape], [back[perm.index(d)] for d in range(rank)], 0,
+                              target)
+
+
+def _last_axis_attrs(rank: int) -> dict:
+    """Softmax's attributes for its last axis at opset 13 and later."""
+    return {"axis": rank - 1, SINCE_VERSION: 13}
+
+
 for _op, _prefix in (("Softmax", "hipep_softmax"), ("LogSoftmax", "hipep_log_softmax")):
-    _binding(f"::{_op}", check=_softmax_check, modules=("softmax",))(_softmax_bind(_op, _prefix))
+    _binding(f"::{_op}", check=_softmax_check, modules=("softmax", "copy"))(_softmax_bind(_op, _prefix))
 
 
 # ReduceLogSumExp: kernels/softmax.hip's first pass (max, then the sum of exp(x - max)) per row, so
 # only where the reduced axes are the last ones (reduce_blocks' inner extent is 1).
 
-@_binding("::ReduceLogSumExp", check=_reduce_check(_FLOATS, rows_only=True), reads_values=True,
-          modules=("softmax",))
+@_binding("::ReduceLogSumExp", check=_reduce_check(_FLOATS), reads_values=True, modules=("softmax", "copy"))
 def _logsumexp_bind(ins, outs, attrs, target):
     x, y = ins[0], outs[0]
     dt = _dt(x.dtype, "ReduceLogSumExp")
     if dt not in _FLOATS:
         raise NoKernel(f"ReduceLogSumExp on {x.dtype.name}")
     axes = _values_or_attr(ins, 1, attrs, "axes") or []
-    res = reduce_blocks(x.shape, axes, bool(attrs.get("noop_with_empty_axes", 0)))
-    if isinstance(res, str) or res[2] != 1:
-        raise NoKernel(res if isinstance(res, str) else
-                       f"ReduceLogSumExp over axes {list(axes)} of a rank-{x.ndim} input (only the last axes)")
+    noop = bool(attrs.get("noop_with_empty_axes", 0))
+    res = reduce_blocks(x.shape, axes, noop)
+    ops = []
+    if isinstance(res, str) or res[2] != 1:  # reduce rows of a copy with the reduced axes moved last
+        if isinstance(res, str) and res.startswith("axes"):
+            raise NoKernel(res)
+        reduced = _normalized_axes(x.shape, axes, noop)
+        ops, x = rows_last(x, reduced, target, "ReduceLogSumExp")
+        res = reduce_blocks(x.shape, list(range(x.ndim - len(reduced), x.ndim)), False)
     rows, cols, _ = res
     if y.size != rows:
         raise HipepError(f"ReduceLogSumExp: output of {y.size} elements for a reduction to {rows}")
@@ -206,8 +236,8 @@ def _logsumexp_bind(ins, outs, attrs, target):
     vec = _VEC.get(dt, 1)
     use_vec = _vec_ok([x], cols, vec, x.dtype.itemsize)
     grid, block = _row_config(rows, _cdiv(cols, vec) if use_vec else max(cols, 1), target.warp_size)
-    return [KernelOp(f"hipep_reduce_logsumexp_{dt}_rows" + ("_vec" if use_vec else ""), grid, block,
-                     [ptr(x), ptr(y), SoftmaxArgs(rows, cols)], module="softmax")]
+    return ops + [KernelOp(f"hipep_reduce_logsumexp_{dt}_rows" + ("_vec" if use_vec else ""), grid, block,
+                           [ptr(x), ptr(y), SoftmaxArgs(rows, cols)], module="softmax")]
 
 
 # ArgMax / ArgMin: kernels/argmax.hip, a block per line along the last axis, else a thread per output

@@ -2,14 +2,15 @@
 through tests/cuda_dry_run.py: each claimed subgraph is compiled and run on the CPU device while
 every launch's GPU program is bound to its arguments as the cuda device would bind it. A binding
 that fails for arguments its claim accepted, or a claimed plan that would run step by step, fails
-here in CI instead of on the GPU machine (the GPU conformance run checks the numbers)."""
+here in CI instead of on the GPU machine (the GPU conformance run checks the numbers). And the
+fuzzer's random graphs, a bounded run (python -m hipep.tools.cuda_dry_run --fuzz N runs more)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from conformance import support
-from cuda_dry_run import NoInputs, dry_run
+from hipep.tools.cuda_dry_run import NoInputs, dry_run, fuzz_case
 
 _CASES = sorted((info for info in support.catalog().values() if not info.needs_download),
                 key=lambda i: (i.category, i.name))
@@ -38,3 +39,9 @@ def test_cuda_bindings_accept_what_the_cuda_device_claims(info):
         dry_run(model, dict(zip(names, ins)))
     except NoInputs as e:
         pytest.skip(f"ORT's CPU EP cannot compute the subgraphs' inputs: {e}")
+
+
+def test_random_graphs_bind_as_claimed():
+    findings = [(seed, fuzz_case(seed)) for seed in range(400)]
+    assert sum(v == "ok" for _, (v, _) in findings) > 200  # most graphs are claimed and run
+    assert [(seed, d) for seed, (v, d) in findings if v == "finding"] == []

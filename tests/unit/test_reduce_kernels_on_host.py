@@ -5,10 +5,13 @@ bindings give run block by block over host memory, compared with the op registry
 Every reduction with a GPU kernel, over the layouts the binding tells apart: rows (the last axes;
 16-byte loads where the row allows, and not), columns (inner axes), everything, and an empty
 reduced extent; f32, f16 and the integer types where the op has integer kernels; warps of 32 and
-64 lanes. Softmax and LogSoftmax rows, one element at -inf. CumSum (kernels/scan.hip) and ArgMax /
+64 lanes. Reduced axes that are not adjacent, and Softmax / LogSoftmax / ReduceLogSumExp over axes that are
+not the last, through a strided copy (kernels/copy.hip) into the workspace. Softmax and LogSoftmax
+rows, one element at -inf. CumSum (kernels/scan.hip) and ArgMax /
 ArgMin (kernels/argmax.hip: ties, NaN first and later, select_last_index). Skipped without g++."""
 from __future__ import annotations
 
+import ctypes
 import shutil
 
 import numpy as np
@@ -48,24 +51,55 @@ def _values(rng, op_type: str, shape, dtype):
     return rng.uniform(-2.0, 2.0, shape).astype(dtype)
 
 
-def _launch_op(lib, op_type: str, inputs: list, attrs: dict):
+def _launch_op(lib, op_type: str, inputs: list, attrs: dict, copy_lib=None):
     """Binds ai.onnx `op_type` for `inputs` with `attrs` (the op's defaults filled in, one output)
-    and runs its launches on the host: (the output, the registry reference's, the launches)."""
+    and runs its launches on the host: (the output, the registry reference's, the launches).
+    `copy_lib`: kernels/copy.hip, for the copies of axes moved last (into a stream workspace)."""
     built, warp = lib
     op = lookup("", op_type)
     attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, **attrs, OUTPUT_COUNT: 1}
     (want,) = op.reference(list(inputs), attrs)
     mem = HostMemory()
     out, view = mem.put(np.full(want.shape, 7, want.dtype))
+    workspace = (lambda n: mem.put(np.zeros(n, np.uint8))[0].ptr) if copy_lib is not None else None
     ops = gk.binding_for(f"::{op_type}").bind([mem.put(x)[0] for x in inputs], [gk.Arg(out.ptr, out.shape, out.dtype)],
-                                             attrs, gk.Target(sm_count=4, warp_size=warp, scratch=lambda n: 0))
+                                             attrs, gk.Target(sm_count=4, warp_size=warp, scratch=lambda n: 0,
+                                                              workspace=workspace))
     for o in ops:
-        launch(built, o)
+        if isinstance(o, gk.CopyOp):
+            ctypes.memmove(o.dst, o.src, o.nbytes)
+        else:
+            launch(copy_lib[0] if o.module == "copy" else built, o)
     return view, want, ops
 
 
-def _run(lib, op_type: str, x: np.ndarray, axes):
-    return _launch_op(lib, op_type, [x, np.array(axes, np.int64)], {"keepdims": 1, SINCE_VERSION: 18})
+def _run(lib, op_type: str, x: np.ndarray, axes, copy_lib=None, keepdims=1):
+    return _launch_op(lib, op_type, [x, np.array(axes, np.int64)], {"keepdims": keepdims, SINCE_VERSION: 18},
+                      copy_lib)
+
+
+@pytest.fixture(scope="module")
+def copy_lib(tmp_path_factory):
+    return compile_module(tmp_path_factory.mktemp("copy"), "copy", 32), 32
+
+
+@pytest.mark.parametrize("shape,axes", [((4, 3, 5), [0, 2]), ((2, 3, 4, 5), [0, 2, 3]), ((3, 4, 2, 5), [1, 3]),
+                                        ((2, 1, 3, 4), [0, 3]), ((3, 0, 4), [0, 2])])
+@pytest.mark.parametrize("op_type", ["ReduceSum", "ReduceMax", "ReduceL2", "ReduceMean"])
+def test_reductions_over_axes_that_are_not_adjacent(lib, copy_lib, op_type, shape, axes):
+    """The reduced axes are moved behind the kept ones by a strided copy into the workspace, then
+    reduced as rows; with keepdims 0 and 1."""
+    rng = np.random.default_rng(len(shape) * 7 + len(axes))
+    x = _values(rng, op_type, shape, np.float32)
+    for keepdims in (0, 1):
+        got, want, ops = _run(lib, op_type, x, axes, copy_lib, keepdims)
+        np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-5, atol=1e-5)
+    if isinstance(gk.reduce_blocks(shape, axes, False), str) and x.size:  # (the extent-1 axis case is adjacent)
+        assert len(ops) == 2 and (isinstance(ops[0], gk.CopyOp) or ops[0].module == "copy")
+    x = rng.integers(-50, 50, shape).astype(np.int64)
+    if op_type in ("ReduceSum", "ReduceMax"):
+        got, want, _ = _run(lib, op_type, x, axes, copy_lib)
+        np.testing.assert_array_equal(got.reshape(want.shape), want)
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
@@ -139,12 +173,26 @@ def test_logsumexp_over_the_last_axes_follows_the_reference(softmax_lib, shape, 
         np.testing.assert_allclose(view.astype(np.float64), want.astype(np.float64), err_msg=dtype.__name__, **tol)
 
 
-def test_logsumexp_over_inner_axes_has_no_kernel():
-    why = gk.kernel_reason("::ReduceLogSumExp", {"keepdims": 1}, ["float32", "int64"], [(3, 4, 5), (1,)],
-                           [None, np.array([1])])
-    assert why is not None and "only the last axes" in why
-    assert gk.kernel_reason("::ReduceLogSumExp", {"keepdims": 1}, ["float32", "int64"], [(3, 4, 5), (2,)],
-                            [None, np.array([1, 2])]) is None
+@pytest.mark.parametrize("shape,axes", [((3, 4, 5), [1]), ((3, 4, 5), [0, 2]), ((2, 3, 4), [0])])
+def test_logsumexp_over_inner_axes_moves_them_last(softmax_lib, copy_lib, shape, axes):
+    rng = np.random.default_rng(len(shape) + 3 * len(axes))
+    x = rng.uniform(-4, 4, shape).astype(np.float32)
+    view, want, ops = _run(softmax_lib, "ReduceLogSumExp", x, axes, copy_lib)
+    assert len(ops) == 2
+    np.testing.assert_allclose(view.reshape(want.shape), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op_type", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("shape,axis", [((3, 8, 5), 1), ((4, 6), 0), ((2, 3, 4, 5), -3), ((3, 0, 4), 0)])
+def test_softmax_over_an_axis_that_is_not_the_last(softmax_lib, copy_lib, op_type, shape, axis):
+    """The axis is moved last by a copy into the workspace, the rows computed there, and the
+    result copied back into the output's layout."""
+    rng = np.random.default_rng(len(shape) + axis)
+    for dtype, tol in ((np.float32, dict(rtol=1e-5, atol=1e-6)), (np.float16, dict(rtol=1e-2, atol=1e-3))):
+        x = rng.uniform(-8, 8, shape).astype(dtype)
+        view, want, ops = _launch_op(softmax_lib, op_type, [x], {"axis": axis, SINCE_VERSION: 13}, copy_lib)
+        assert len(ops) == (0 if x.size == 0 else 3)
+        np.testing.assert_allclose(view.astype(np.float64), want.astype(np.float64), err_msg=dtype.__name__, **tol)
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,7 @@
 """The cuda device's kernel bindings run without a GPU, on ORT models and their inputs.
 
+    python -m hipep.tools.cuda_dry_run --fuzz 20000 [--seed 0]   random graphs (hipep.tools.fuzz)
+
 A model is partitioned for the cuda device; each subgraph hipep would claim there is compiled and
 run by `BindCheckDevice`: the CPU reference device computing every launch as usual, but first
 asking the GPU kernel table for the launch's program exactly as the cuda device would (a node with
@@ -22,7 +24,7 @@ from onnx import helper
 from hipep.compiler import compile_subgraph
 from hipep.graph import GraphView
 from hipep.partition import partition
-from hipep.plan import HOST_VISIBLE
+from hipep.plan import HOST_VISIBLE, HostStep, walk
 from hipep.runtime import gpu_kernels as table
 from hipep.runtime.cpu import CpuDevice, CpuProgram
 from hipep.runtime.executor import Executor
@@ -57,10 +59,13 @@ class _BindingCheck:
 class BindCheckDevice(CpuDevice):
     """The CPU device, binding every launch's GPU program as the cuda device would (see module doc).
     `inputs`: the run's input arrays and the held weights, which on the cuda device are in device
-    memory."""
+    memory; `host_steps`: the labels of the plan's host steps, which the cuda device runs on the
+    host (their programs are not bound)."""
 
-    def __init__(self, inputs):
+    def __init__(self, inputs, bind: bool = True, host_steps=()):
         super().__init__()
+        self._bind = bind
+        self._host_steps = set(host_steps)  # labels of the plan's host steps: the host runs those
         self._pools: dict[int, bool] = {}  # id of a pool → whether it is host-visible
         self._inputs = {id(a) for a in inputs}
 
@@ -89,7 +94,8 @@ class BindCheckDevice(CpuDevice):
         if binding is None and any(np.dtype(d).kind not in "biu" for d in kernel.dtypes[kernel.arity:] if d):
             # as the cuda device: only integer shape arithmetic may run as host work
             raise table.NoKernel(f"{kernel.label or kernel.name}: no kernel for cuda: {kernel.name.lstrip(':')}")
-        return _BindingCheck(self, CpuProgram(kernel), binding, kernel)
+        bind = self._bind and kernel.label not in self._host_steps
+        return _BindingCheck(self, CpuProgram(kernel), binding if bind else None, kernel)
 
 
 def subgraphs(graph: GraphView) -> list[tuple[GraphView, list[str], list[str]]]:
@@ -142,10 +148,11 @@ def intermediate_values(model: onnx.ModelProto, feeds: dict, names: list[str]) -
     return known
 
 
-def dry_run(model: onnx.ModelProto, feeds: dict) -> int:
+def dry_run(model: onnx.ModelProto, feeds: dict, bind: bool = True) -> int:
     """Runs every subgraph the cuda device claims of `model` through BindCheckDevice on `feeds`;
     the number of subgraphs. Raises what a binding raised, AssertionError when a plan would run
-    step by step, NoInputs when ORT's CPU EP cannot compute the subgraphs' inputs."""
+    step by step, NoInputs when ORT's CPU EP cannot compute the subgraphs' inputs. `bind=False`
+    runs the same subgraphs without binding: what fails then is no binding's doing."""
     graph = GraphView.from_onnx(model)
     parts = subgraphs(graph)
     values = None
@@ -161,9 +168,75 @@ def dry_run(model: onnx.ModelProto, feeds: dict) -> int:
         plan = compile_subgraph(sub, f"subgraph {k + 1}", inputs, outputs, held=held)
         weights = WeightStore.for_plan(plan, sub, {}).arrays  # held initializers: device memory on a GPU
         arrays = [np.asarray(values[plan.values[v].name]) for v in plan.inputs]
-        executor = Executor(plan, BindCheckDevice(arrays + list(weights.values())), weights=weights)
+        host_steps = [f"node '{s.node}' ({s.op_type})" for s in walk(plan.steps) if isinstance(s, HostStep)]
+        executor = Executor(plan, BindCheckDevice(arrays + list(weights.values()), bind, host_steps), weights=weights)
         executor.run(arrays)
         if executor._interpreter is not None:
             raise AssertionError(f"subgraph {k + 1} ({', '.join(n.label for n in sub.nodes[:4])}, ...) runs step "
                                  f"by step, which the cuda device does not do: its claim should have been refused")
     return len(parts)
+
+
+def fuzz_case(seed: int) -> tuple[str, str]:
+    """(verdict, detail) for the fuzzer's random graph `seed` (hipep.tools.fuzz.gen_graph): "ok";
+    "skip" where the cuda device claims nothing, ORT's CPU EP rejects the model or its feeds, or
+    the subgraphs fail the same way unbound (the CPU device's own answer, judged by the fuzzer);
+    "finding" where binding fails."""
+    import warnings
+
+    import onnxruntime as ort
+
+    import hipep
+    from hipep.tools.fuzz import SeededSource, gen_graph
+
+    case = gen_graph(SeededSource(seed))
+    model = onnx.load_from_string(case.model)
+    try:
+        if hipep.explain(model, device="cuda").claimed_count == 0:
+            return "skip", "nothing claimed"
+        so = ort.SessionOptions()
+        so.log_severity_level = 4
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        ort.InferenceSession(case.model, so, providers=["CPUExecutionProvider"]).run(None, case.runs[0])
+    except Exception as e:  # noqa: BLE001 - hipep or ORT rejects the case: the fuzzer's business
+        return "skip", f"rejected: {type(e).__name__}"
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        try:
+            dry_run(model, case.runs[0])
+            return "ok", ""
+        except NoInputs as e:
+            return "skip", str(e)
+        except Exception as bound:  # noqa: BLE001
+            try:
+                dry_run(model, case.runs[0], bind=False)
+            except Exception as unbound:  # noqa: BLE001
+                if type(unbound) is type(bound) and str(unbound) == str(bound):
+                    return "skip", "fails unbound too"
+            return "finding", f"{case.what}: {type(bound).__name__}: {bound}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import collections
+
+    from hipep.tools.fuzz.workers import limit_memory
+
+    p = argparse.ArgumentParser(prog="python -m hipep.tools.cuda_dry_run", description=__doc__.splitlines()[0])
+    p.add_argument("--fuzz", type=int, required=True, metavar="N", help="random graphs to run")
+    p.add_argument("--seed", type=int, default=0, help="the first graph's seed")
+    p.add_argument("--memory-gib", type=float, default=6.0, help="address space limit (a huge tensor fails)")
+    args = p.parse_args(argv)
+    limit_memory(args.memory_gib)
+    counts: collections.Counter = collections.Counter()
+    for seed in range(args.seed, args.seed + args.fuzz):
+        verdict, detail = fuzz_case(seed)
+        counts[verdict] += 1
+        if verdict == "finding":
+            print(f"seed {seed}: {detail}", flush=True)
+    print(", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    return 1 if counts["finding"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
