@@ -60,9 +60,29 @@ def test_reductions(rng, op, elem, axes, shape):
     check(model, {"x": rand(rng, shape, elem, lo, hi)}, elem)
 
 
+@pytest.mark.parametrize("elem", [F32, F16, I64])
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceL2", "ReduceMean"])
+@pytest.mark.parametrize("axes,shape", [([0, 2], (6, 40, 33)), ([0, 2, 3], (2, 3, 64, 5)), ([1, 3], (3, 70, 2, 9))])
+def test_reductions_over_axes_that_are_not_adjacent(rng, op, elem, axes, shape):
+    """The reduced axes are copied behind the kept ones in the workspace, then reduced as rows;
+    with the axes also as a graph input (known only at run time)."""
+    if elem == I64 and op == "ReduceL2":
+        return
+    model = make_model([n(op, ["x", "axes"], ["y"], keepdims=0, name="reduce")], [tensor("x", elem, list(shape))],
+                       [tensor("y", elem, None)], [init("axes", np.array(axes, np.int64))], opset=18)
+    x = rng.integers(-20, 20, shape).astype(NP[elem]) if elem == I64 else rand(rng, shape, elem)
+    gpu_checks.assert_claimed_whole(model)
+    check(model, {"x": x}, elem)
+    model = make_model([n(op, ["x", "axes"], ["y"], keepdims=1, name="reduce")],
+                       [tensor("x", elem, list(shape)), tensor("axes", I64, [len(axes)])], [tensor("y", elem, None)],
+                       opset=18)
+    check(model, {"x": x, "axes": np.array(axes, np.int64)}, elem)
+
+
 @pytest.mark.parametrize("elem", [F32, F16])
-@pytest.mark.parametrize("axes,shape", [([-1], (3, 5, 64)), ([1, 2], (4, 8, 33)), ([0, 1], (5, 7)), ([1], (2, 3000))])
-def test_log_sum_exp_over_the_last_axes(rng, elem, axes, shape):
+@pytest.mark.parametrize("axes,shape", [([-1], (3, 5, 64)), ([1, 2], (4, 8, 33)), ([0, 1], (5, 7)), ([1], (2, 3000)),
+                                        ([1], (3, 40, 17)), ([0, 2], (6, 5, 30))])
+def test_log_sum_exp(rng, elem, axes, shape):
     model = make_model([n("ReduceLogSumExp", ["x", "axes"], ["y"], keepdims=0, name="lse")],
                        [tensor("x", elem, list(shape))], [tensor("y", elem, None)],
                        [init("axes", np.array(axes, np.int64))], opset=18)
@@ -143,6 +163,18 @@ def test_empty_axes_reduce_everything_or_nothing(rng):
 def test_softmax(rng, op, elem, shape):
     model = make_model([n(op, ["x"], ["y"], axis=-1, name="sm")], [tensor("x", elem, list(shape))],
                        [tensor("y", elem, None)], opset=13)
+    check(model, {"x": rand(rng, shape, elem, -8.0, 8.0)}, elem)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("elem", [F32, F16])
+@pytest.mark.parametrize("shape,axis", [((2, 300, 8), 1), ((40, 6), 0), ((2, 3, 17, 5), -3)])
+def test_softmax_over_an_axis_that_is_not_the_last(rng, op, elem, shape, axis):
+    """The axis is moved last by a copy into the workspace, the rows computed there, and the
+    result copied back into the output's layout."""
+    model = make_model([n(op, ["x"], ["y"], axis=axis, name="sm")], [tensor("x", elem, list(shape))],
+                       [tensor("y", elem, None)], opset=13)
+    gpu_checks.assert_claimed_whole(model)
     check(model, {"x": rand(rng, shape, elem, -8.0, 8.0)}, elem)
 
 
