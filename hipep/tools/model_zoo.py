@@ -203,9 +203,11 @@ def decoder_feeds(inputs, head_size: int, ids, past_len: int, prev: dict | None,
     return f
 
 
-def decoder_steps(path: str, head_size: int, prompt: int = 5, decode: int = 2, seed: int = 3) -> list[dict]:
+def decoder_steps(path: str, head_size: int, prompt: int = 5, decode: int = 2, seed: int = 3,
+                  window: int = 0) -> list[dict]:
     """Feeds of a prefill of `prompt` random tokens and `decode` decode steps of a builder decoder;
-    each step's past is the CPU EP's present of the step before, so each feed stands on its own."""
+    each step's past is the CPU EP's present of the step before, so each feed stands on its own.
+    `window`: the sliding-window layers' cache capacity (genai_config's sliding_window), if any."""
     import numpy as np
     import onnxruntime as ort
 
@@ -215,7 +217,7 @@ def decoder_steps(path: str, head_size: int, prompt: int = 5, decode: int = 2, s
     ids = rng.integers(3, VOCAB, size=(1, prompt)).astype(np.int64)
     prev, past, out = None, 0, []
     for _ in range(decode + 1):
-        f = decoder_feeds(inputs, head_size, ids, past, prev)
+        f = decoder_feeds(inputs, head_size, ids, past, prev, window)
         out.append(f)
         prev = dict(zip(outputs, cpu.run(None, f)))
         past += ids.shape[1]

@@ -108,3 +108,18 @@ def test_decode_steps_with_a_shared_kv_buffer_reuse_one_specialization(arch, pre
     assert after.get("specializations", 0) - before.get("specializations", 0) == 0
     assert after.get("host_reads", 0) - before.get("host_reads", 0) == 0
     assert after["specialization_hits"] - before.get("specialization_hits", 0) == 30
+
+
+def test_cuda_bindings_accept_every_step(case):
+    """The cuda device claims every node, and its GPU programs bind to a prefill's and decode steps'
+    arguments (hipep.tools.cuda_dry_run: no GPU needed; tests/gpu runs them)."""
+    import onnx
+
+    from hipep.tools.cuda_dry_run import dry_run
+
+    path, head_size, window = decoder_geometry(case[2])
+    report = hipep.explain(path, device="cuda")
+    assert report.all_claimed, report.format()
+    model = onnx.load(path)
+    for feeds in model_zoo.decoder_steps(path, head_size, prompt=5, decode=2, window=window):
+        assert dry_run(model, feeds) == 1
