@@ -233,9 +233,7 @@ def _shapes_from_device_values(graph: GraphView, clusters: list[list[int]], fact
         def is_known(v: str) -> bool:
             if v in graph.constants or v in known:
                 return True
-            if v not in produced:
-                return _dtype_name(graph.type_of(v)).startswith(("int", "uint"))
-            return False
+            return v not in produced and _integer(graph, v)
 
         for pos in members:
             node = nodes[pos]
@@ -256,9 +254,14 @@ def _shapes_from_device_values(graph: GraphView, clusters: list[list[int]], fact
             ins = facts.data_inputs[node.index]
             if all(is_known(v) for v in ins) and (facts.integer_outputs[node.index] or (
                     node.op_type in TRACKED_ON_DEVICE and not node.domain
-                    and all(_dtype_name(graph.type_of(v)).startswith(("int", "uint")) for v in ins))):
+                    and all(_integer(graph, v) for v in ins))):
                 known.update(o for o in node.outputs if o)
     return bad
+
+
+def _integer(graph: GraphView, v: str) -> bool:
+    """Whether `v`'s element type is an integer (not bool): what the host can read as a shape."""
+    return _dtype_name(graph.type_of(v)).startswith(("int", "uint"))
 
 
 _HOST_TYPES = {"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"}

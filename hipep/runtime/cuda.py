@@ -460,12 +460,7 @@ class CudaDevice(GraphReplay, Device):
             program = self._programs.get(key)
         if program is not None:
             return program
-        binding = table.binding_for(kernel.name)
-        if binding is None:
-            outs = [d for d in kernel.dtypes[kernel.arity:] if d]
-            if any(np.dtype(d).kind not in "biu" for d in outs):
-                # Only integer shape arithmetic can run as host work: this is a device op.
-                raise table.NoKernel(f"{kernel.label or kernel.name}: no kernel for cuda: {kernel.name.lstrip(':')}")
+        binding = table.program_binding(kernel)
         program = CudaProgram(self, kernel, binding)
         if binding is not None:
             for module in binding.modules:

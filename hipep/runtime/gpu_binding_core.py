@@ -247,6 +247,14 @@ class CopyFillArgs(ctypes.Structure):
                 ("fill", ctypes.c_uint64), ("rank", ctypes.c_int), ("checks", ctypes.c_int)]
 
 
+def permuted_copy(src: Arg, dst: Arg, perm: Sequence[int], target: Target, view_shape=None) -> list:
+    """Ops writing into dst the axes of src (read as `view_shape`, default its shape) in the order
+    `perm`: dst's axis k is src's axis perm[k] (ONNX Transpose's rule)."""
+    shape = src.shape if view_shape is None else view_shape
+    st = contiguous_strides(shape)
+    return strided_copy(src, dst, [int(shape[p]) for p in perm], [st[p] for p in perm], 0, target)
+
+
 def fill_copy(src: Arg, dst: Arg, dims: Sequence[int], strides: Sequence[int], offset: int,
               checks: Sequence[tuple[Sequence[int], int, int]], target: Target, fill: bytes = b"",
               fill_src: Arg | None = None) -> list:

@@ -14,7 +14,7 @@ from ..ops.registry import lookup
 from .gpu_faults import fault_param
 from .gpu_binding_core import (COPY_MAX_CHECKS, COPY_MAX_RANK, Binding, CONCAT_MAX, CopyOp, KernelOp, NoKernel,
                                _binding, _cdiv, _prod, _values_or_attr, _word, contiguous_strides, fill_copy,
-                               fill_ops, flat_config, ptr, strided_copy)
+                               fill_ops, flat_config, permuted_copy, ptr, strided_copy)
 
 
 # Gather ---------------------------------------------------------------------------------------
@@ -65,8 +65,7 @@ def _transpose_bind(ins, outs, attrs, target):
     x, y = ins[0], outs[0]
     perm = attrs.get("perm")
     perm = list(range(x.ndim))[::-1] if perm is None else [int(p) for p in perm]
-    st = contiguous_strides(x.shape)
-    return strided_copy(x, y, [x.shape[p] for p in perm], [st[p] for p in perm], 0, target)
+    return permuted_copy(x, y, perm, target)
 
 
 def _slice_params(ins, attrs):
@@ -138,8 +137,7 @@ def _tile_bind(ins, outs, attrs, target):
 
 def _rearrange(x, y, view_shape, perm, target):
     """y = x viewed as `view_shape`, its axes permuted by `perm` (DepthToSpace, SpaceToDepth)."""
-    st = contiguous_strides(view_shape)
-    return strided_copy(x, y, [view_shape[p] for p in perm], [st[p] for p in perm], 0, target)
+    return permuted_copy(x, y, perm, target, view_shape)
 
 
 @_binding("::DepthToSpace", modules=("copy",))

@@ -23,8 +23,8 @@ import numpy as np
 from ..errors import HipepError
 from ..ops._common import normalize_axes, normalize_axis
 from ..ops.registry import OUTPUT_COUNT, SINCE_VERSION
-from .gpu_binding_core import (Arg, NoKernel, _binding, _prod, contiguous_strides, fill_copy, fill_ops,
-                               strided_copy, workspace_regions)
+from .gpu_binding_core import (Arg, NoKernel, _binding, _prod, fill_copy, fill_ops, permuted_copy,
+                               workspace_regions)
 from .gpu_bindings_pointwise import expression_ops
 
 _I64 = np.dtype(np.int64)
@@ -270,10 +270,8 @@ def _mvn_bind(ins, outs, attrs, target):
     if adjacent:
         src, src_stats, src_axes = x, stat_shape, axes
     else:  # kept axes first, the reduced ones last: one row per statistic
-        perm = kept + axes
         src = Arg(moved_at[0], (stats, count), x.dtype)
-        xs = contiguous_strides(x.shape)
-        ops += strided_copy(x, src, [int(x.shape[d]) for d in perm], [xs[d] for d in perm], 0, target)
+        ops += permuted_copy(x, src, kept + axes, target)
         src_stats, src_axes = (stats, 1), [1]
     mean = Arg(mean_at, src_stats, _F32)
     sumsq = Arg(sumsq_at, src_stats, _F32)

@@ -9,14 +9,12 @@ import ctypes
 from typing import Sequence
 
 import ml_dtypes  # noqa: F401  (registers numpy's 'bfloat16' dtype name)
-import numpy as np
 
 from ..errors import HipepError
-from ..ops._common import normalize_axis
+from ..ops._common import normalize_axes, normalize_axis
 from ..ops.registry import SINCE_VERSION
 from .gpu_binding_core import (Arg, KernelOp, NoKernel, _DT, _VEC, _binding, _cdiv, _dt, _pow2_at_least, _prod,
-                               _values_or_attr, _vec_ok, contiguous_strides, flat_config, ptr, strided_copy,
-                               workspace_regions)
+                               _values_or_attr, _vec_ok, flat_config, permuted_copy, ptr, workspace_regions)
 
 
 def _row_config(rows: int, words: int, warp: int) -> tuple[tuple, tuple]:
@@ -79,21 +77,26 @@ def _reduce_check(types):
 def rows_last(x: Arg, axes: Sequence[int], target, what: str) -> tuple[list, Arg]:
     """x with `axes` (normalized, sorted) moved behind the others, copied into the stream's
     workspace: the ops and the copy, whose reduction over the moved axes is one of rows. The kept
-    axes keep their order, which is the reduction's output order."""
-    rank = x.ndim
-    perm = [d for d in range(rank) if d not in axes] + list(axes)
-    dims = [int(x.shape[p]) for p in perm]
-    strides = contiguous_strides(x.shape)
+    axes keep their order, which is the reduction's output order. (The composite bindings that
+    carve workspace regions of their own reduce adjacent axes only, so never come here.)"""
+    perm = [d for d in range(x.ndim) if d not in axes] + list(axes)
     (at,) = workspace_regions(target, what, [x.size * x.dtype.itemsize])
-    moved = Arg(at, tuple(dims), x.dtype)
-    return strided_copy(x, moved, dims, [strides[p] for p in perm], 0, target), moved
+    moved = Arg(at, tuple(int(x.shape[p]) for p in perm), x.dtype)
+    return permuted_copy(x, moved, perm, target), moved
 
 
-def _normalized_axes(shape, axes, noop: bool) -> list[int]:
-    rank = len(shape)
-    if not axes:
-        return [] if noop else list(range(rank))
-    return sorted({int(a) + rank if int(a) < 0 else int(a) for a in axes})
+def _reduction_rows(x: Arg, axes, noop: bool, target, what: str, rows_only: bool = False):
+    """(ops, the tensor to reduce, reduce_blocks' (outer, r, inner)) for reducing `axes` of x: x
+    itself where the kernels take the axes as they are (adjacent; with `rows_only` also the last
+    ones), else rows of a copy with them moved last."""
+    res = reduce_blocks(x.shape, axes or [], noop)
+    if not isinstance(res, str) and not (rows_only and res[2] != 1):
+        return [], x, res
+    if isinstance(res, str) and res.startswith("axes"):  # out of range: the shape rule has said so
+        raise NoKernel(res)
+    reduced = sorted(normalize_axes(what, axes, x.ndim)) if axes else ([] if noop else list(range(x.ndim)))
+    ops, moved = rows_last(x, reduced, target, what)
+    return ops, moved, reduce_blocks(moved.shape, list(range(moved.ndim - len(reduced), moved.ndim)), False)
 
 
 def _reduce_bind(op_type: str):
@@ -105,15 +108,7 @@ def _reduce_bind(op_type: str):
         if dt not in _REDUCE_OPS[op_type][1]:
             raise NoKernel(f"{op_type} on {x.dtype.name}")
         axes = _values_or_attr(ins, 1, attrs, "axes")
-        noop = bool(attrs.get("noop_with_empty_axes", 0))
-        res = reduce_blocks(x.shape, axes or [], noop)
-        ops = []
-        if isinstance(res, str):  # axes that are not adjacent: reduce rows of a permuted copy
-            if res.startswith("axes"):  # out of range: the shape rule has said so already
-                raise NoKernel(res)
-            reduced = _normalized_axes(x.shape, axes, noop)
-            ops, x = rows_last(x, reduced, target, op_type)
-            res = reduce_blocks(x.shape, list(range(x.ndim - len(reduced), x.ndim)), False)
+        ops, x, res = _reduction_rows(x, axes, bool(attrs.get("noop_with_empty_axes", 0)), target, op_type)
         outer, r, inner = res
         if y.size != outer * inner:
             raise HipepError(f"{op_type}: output of {y.size} elements for a reduction to {outer * inner}")
@@ -186,18 +181,14 @@ def _softmax_moved(x: Arg, y: Arg, axis: int, target, op_type: str, bind) -> lis
     axis moved last, then copied back into y's layout, both copies in the stream's workspace."""
     if x.size == 0:
         return []
-    rank = x.ndim
-    perm = [d for d in range(rank) if d != axis] + [axis]
-    dims = [int(x.shape[p]) for p in perm]
+    perm = [d for d in range(x.ndim) if d != axis] + [axis]
+    dims = tuple(int(x.shape[p]) for p in perm)
     nbytes = x.size * x.dtype.itemsize
     moved_at, result_at = workspace_regions(target, op_type, [nbytes, nbytes])
-    moved, result = Arg(moved_at, tuple(dims), x.dtype), Arg(result_at, tuple(dims), y.dtype)
-    strides = contiguous_strides(x.shape)
-    ops = strided_copy(x, moved, dims, [strides[p] for p in perm], 0, target)
-    ops += bind([moved], [result], _last_axis_attrs(rank), target)
-    back = contiguous_strides(dims)
-    return ops + strided_copy(result, y, [int(d) for d in x.shape], [back[perm.index(d)] for d in range(rank)], 0,
-                              target)
+    moved, result = Arg(moved_at, dims, x.dtype), Arg(result_at, dims, y.dtype)
+    ops = permuted_copy(x, moved, perm, target)
+    ops += bind([moved], [result], _last_axis_attrs(x.ndim), target)
+    return ops + permuted_copy(result, y, [perm.index(d) for d in range(x.ndim)], target)
 
 
 def _last_axis_attrs(rank: int) -> dict:
@@ -219,15 +210,8 @@ def _logsumexp_bind(ins, outs, attrs, target):
     if dt not in _FLOATS:
         raise NoKernel(f"ReduceLogSumExp on {x.dtype.name}")
     axes = _values_or_attr(ins, 1, attrs, "axes") or []
-    noop = bool(attrs.get("noop_with_empty_axes", 0))
-    res = reduce_blocks(x.shape, axes, noop)
-    ops = []
-    if isinstance(res, str) or res[2] != 1:  # reduce rows of a copy with the reduced axes moved last
-        if isinstance(res, str) and res.startswith("axes"):
-            raise NoKernel(res)
-        reduced = _normalized_axes(x.shape, axes, noop)
-        ops, x = rows_last(x, reduced, target, "ReduceLogSumExp")
-        res = reduce_blocks(x.shape, list(range(x.ndim - len(reduced), x.ndim)), False)
+    ops, x, res = _reduction_rows(x, axes, bool(attrs.get("noop_with_empty_axes", 0)), target, "ReduceLogSumExp",
+                                  rows_only=True)
     rows, cols, _ = res
     if y.size != rows:
         raise HipepError(f"ReduceLogSumExp: output of {y.size} elements for a reduction to {rows}")

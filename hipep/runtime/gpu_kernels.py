@@ -167,6 +167,16 @@ def binding_for(op_key: str) -> Binding | None:
     return None
 
 
+def program_binding(kernel) -> Binding | None:
+    """The binding of a plan kernel (hipep.runtime.device.Kernel) on a GPU device. None: the op has
+    no GPU program and runs as host work, which only integer shape arithmetic may; anything else
+    without one raises NoKernel."""
+    binding = binding_for(kernel.name)
+    if binding is None and any(np.dtype(d).kind not in "biu" for d in kernel.dtypes[kernel.arity:] if d):
+        raise NoKernel(f"{kernel.label or kernel.name}: no kernel for cuda: {kernel.name.lstrip(':')}")
+    return binding
+
+
 def kernel_reason(op_key: str, attrs: dict, dtypes: Sequence[str], shapes: Sequence | None = None,
                   values: Sequence | None = None) -> str | None:
     """None when a launch of `op_key` with these attributes and input dtypes ("" for an omitted

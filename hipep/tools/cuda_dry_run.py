@@ -90,10 +90,7 @@ class BindCheckDevice(CpuDevice):
         return table.Arg(address, a.shape, a.dtype, a, constant=True)
 
     def compile(self, kernel):
-        binding = table.binding_for(kernel.name)
-        if binding is None and any(np.dtype(d).kind not in "biu" for d in kernel.dtypes[kernel.arity:] if d):
-            # as the cuda device: only integer shape arithmetic may run as host work
-            raise table.NoKernel(f"{kernel.label or kernel.name}: no kernel for cuda: {kernel.name.lstrip(':')}")
+        binding = table.program_binding(kernel)  # as the cuda device picks it
         bind = self._bind and kernel.label not in self._host_steps
         return _BindingCheck(self, CpuProgram(kernel), binding if bind else None, kernel)
 
@@ -103,11 +100,7 @@ def subgraphs(graph: GraphView) -> list[tuple[GraphView, list[str], list[str]]]:
     bridge compiles them: large initializers it reads are inputs too."""
     report = partition(graph, device="cuda")
     by_index = {n.index: n for n in graph.nodes}
-    consumers: dict[str, set[int]] = {}
-    for n in graph.nodes:
-        for v in list(n.inputs) + list(n.implicit_inputs):
-            if v:
-                consumers.setdefault(v, set()).add(n.index)
+    consumers = {v: {n.index for n in ns} for v, ns in graph.consumers().items()}
     out = []
     for members in report.clusters:
         nodes = [by_index[i] for i in members]
@@ -155,14 +148,11 @@ def dry_run(model: onnx.ModelProto, feeds: dict, bind: bool = True) -> int:
     runs the same subgraphs without binding: what fails then is no binding's doing."""
     graph = GraphView.from_onnx(model)
     parts = subgraphs(graph)
-    values = None
+    try:
+        values = intermediate_values(model, feeds, [v for _, ins, _ in parts for v in ins])
+    except Exception as e:  # noqa: BLE001 - whatever ORT raises
+        raise NoInputs(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
     for k, (sub, inputs, outputs) in enumerate(parts):
-        if values is None:
-            names = [v for _, ins, _ in parts for v in ins]
-            try:
-                values = intermediate_values(model, feeds, names)
-            except Exception as e:  # noqa: BLE001 - whatever ORT raises
-                raise NoInputs(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
         used = {v for n in sub.nodes for v in n.inputs if v}
         held = sorted(v for v in used if v in graph.constants)
         plan = compile_subgraph(sub, f"subgraph {k + 1}", inputs, outputs, held=held)

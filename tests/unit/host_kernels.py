@@ -112,13 +112,13 @@ def run_on_host(libs: dict, op_key: str, inputs, attrs, n_out=1, offsets=None, s
         if isinstance(o, gk.CopyOp):
             ctypes.memmove(o.dst, o.src, o.nbytes)
         elif o.module is None:
-            launch(_generated(libs, o), o)
+            launch(generated_lib(libs, o), o)
         else:
             launch(libs[o.module], o)
     return views, want, ops
 
 
-def _generated(libs: dict, op: gk.KernelOp) -> ctypes.CDLL:
+def generated_lib(libs: dict, op: gk.KernelOp) -> ctypes.CDLL:
     """The host build of a generated expression kernel; its grid is cut to two blocks (the kernel's
     grid-stride loop covers the rest) to keep the host threads few."""
     from hipep.runtime.kernel_cache import pointwise_source

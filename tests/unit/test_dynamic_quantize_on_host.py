@@ -15,20 +15,18 @@ import pytest
 from hipep.ops.registry import OUTPUT_COUNT, SINCE_VERSION, lookup
 from hipep.runtime import gpu_kernels as gk
 from hipep.runtime.gpu_dynamic_quantize import range_row_length
-from hipep.runtime.kernel_cache import pointwise_source
 
 from helpers import needs_nvrtc
-from unit.host_kernels import HOST_CUDA, HostMemory, compile_module, compile_source, launch
+from unit.host_kernels import EXACT_FLAGS, HostMemory, compile_module, generated_lib, launch
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
-EXACT_FLAGS = ("-ffp-contract=off", "-include", str(HOST_CUDA / "rn_intrinsics.h"))
 F32 = np.float32
 
 
 @pytest.fixture(scope="module")
 def libs(tmp_path_factory):
     build = tmp_path_factory.mktemp("dynamic_quantize")
-    return {"dir": build, "reduce": compile_module(build, "reduce", 32, EXACT_FLAGS), "generated": {}}
+    return {"dir": build, "warp": 32, "reduce": compile_module(build, "reduce", 32, EXACT_FLAGS), "generated": {}}
 
 
 def _run(libs, x, drop=()):
@@ -56,13 +54,7 @@ def _run(libs, x, drop=()):
             ctypes.memmove(k.dst, k.src, k.nbytes)
             continue
         if k.module is None:
-            k.grid = (min(k.grid[0], 2), 1, 1)  # the grid-stride loop covers the rest
-            lib = libs["generated"].get(k.entry)
-            if lib is None:
-                path = libs["dir"] / f"{k.entry}.hip"
-                path.write_text(pointwise_source(k.source))
-                lib = libs["generated"][k.entry] = compile_source(libs["dir"], path, k.entry, 32, EXACT_FLAGS)
-            launch(lib, k)
+            launch(generated_lib(libs, k), k)
         else:
             launch(libs[k.module], k)
     return views, want, ops

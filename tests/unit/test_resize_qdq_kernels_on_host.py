@@ -13,13 +13,11 @@ import pytest
 
 from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, SINCE_VERSION, lookup
 from hipep.runtime import gpu_kernels as gk
-from hipep.runtime.kernel_cache import pointwise_source
 
 from helpers import needs_nvrtc
-from unit.host_kernels import HOST_CUDA, HostMemory, compile_module, compile_source, launch, run_on_host
+from unit.host_kernels import EXACT_FLAGS, HostMemory, compile_module, generated_lib, launch, run_on_host
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
-EXACT_FLAGS = ("-ffp-contract=off", "-include", str(HOST_CUDA / "rn_intrinsics.h"))
 F32, F16 = np.float32, np.float16
 NO = np.array([], np.float32)  # an empty roi/scales input: absent
 
@@ -36,7 +34,7 @@ def resize_libs(build_dir):
 
 # ---- QuantizeLinear / DequantizeLinear ----------------------------------------------------------
 
-_GENERATED: dict = {}
+_GENERATED: dict = {}  # build folder -> host_kernels' libs of generated kernels
 
 
 def _run_generated(build_dir, op_type, inputs, attrs, opset=25):
@@ -53,13 +51,7 @@ def _run_generated(build_dir, op_type, inputs, attrs, opset=25):
                                                gk.Target(sm_count=2, warp_size=32, scratch=lambda n: 0))
     (k,) = ops
     assert k.module is None and k.source
-    k.grid = (min(k.grid[0], 2), 1, 1)  # the grid-stride loop covers the rest
-    lib = _GENERATED.get(k.entry)
-    if lib is None:
-        path = build_dir / f"{k.entry}.hip"
-        path.write_text(pointwise_source(k.source))
-        lib = _GENERATED[k.entry] = compile_source(build_dir, path, k.entry, 32, EXACT_FLAGS)
-    launch(lib, k)
+    launch(generated_lib(_GENERATED.setdefault(str(build_dir), {"dir": build_dir, "warp": 32}), k), k)
     return got, want
 
 
