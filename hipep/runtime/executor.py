@@ -46,6 +46,11 @@ TRACES_PER_RANKS = 8  # shape programs kept per rank pattern before the oldest g
 LAYOUTS_REMEMBERED = 1024  # layout signatures per shape program whose guards are known to hold
 
 
+def step_label(step) -> str:
+    """How launches and host steps are named in messages, and the label of their kernels."""
+    return f"node '{step.node}' ({step.op_type})"
+
+
 class Executor:
     def __init__(self, plan: Plan, device: Device, weights: dict | None = None,
                  cache_size: int = SPECIALIZATION_CACHE):
@@ -92,6 +97,12 @@ class Executor:
         self._outputs_exact = _exact_outputs_function(self._out_dtypes)
         self._aliases_of = _alias_function(plan.name, self._alias_pairs) if self._alias_pairs else None
         self._recent: _Program | None = None  # the shape program the latest run used: tried first
+
+    @property
+    def step_by_step(self) -> bool:
+        """Whether runs go through the step-by-step interpreter (control flow, or shapes that
+        need device values): plans a GPU device does not run."""
+        return self._interpreter is not None
 
     @property
     def runs(self) -> int:
@@ -333,7 +344,7 @@ class Executor:
             if isinstance(step, Sync):
                 graph.nodes.append(GraphNode("sync", label=f"sync ({step.reason})"))
                 continue
-            label = f"node '{step.node}' ({step.op_type})"
+            label = step_label(step)
             node = GraphNode("launch" if isinstance(step, Launch) else "host", self._kernel(index, step, label),
                              label=label)
             node.args = [arg(v, node, k) for k, v in enumerate((*step.inputs, *step.outputs))]

@@ -27,8 +27,9 @@ from hipep.partition import partition
 from hipep.plan import HOST_VISIBLE, HostStep, walk
 from hipep.runtime import gpu_kernels as table
 from hipep.runtime.cpu import CpuDevice, CpuProgram
-from hipep.runtime.executor import Executor
+from hipep.runtime.executor import Executor, step_label
 from hipep.weights import WeightStore
+
 
 class NoInputs(Exception):
     """ORT's CPU EP could not compute a subgraph's inputs: nothing to run it on."""
@@ -158,10 +159,10 @@ def dry_run(model: onnx.ModelProto, feeds: dict, bind: bool = True) -> int:
         plan = compile_subgraph(sub, f"subgraph {k + 1}", inputs, outputs, held=held)
         weights = WeightStore.for_plan(plan, sub, {}).arrays  # held initializers: device memory on a GPU
         arrays = [np.asarray(values[plan.values[v].name]) for v in plan.inputs]
-        host_steps = [f"node '{s.node}' ({s.op_type})" for s in walk(plan.steps) if isinstance(s, HostStep)]
+        host_steps = [step_label(s) for s in walk(plan.steps) if isinstance(s, HostStep)]
         executor = Executor(plan, BindCheckDevice(arrays + list(weights.values()), bind, host_steps), weights=weights)
         executor.run(arrays)
-        if executor._interpreter is not None:
+        if executor.step_by_step:
             raise AssertionError(f"subgraph {k + 1} ({', '.join(n.label for n in sub.nodes[:4])}, ...) runs step "
                                  f"by step, which the cuda device does not do: its claim should have been refused")
     return len(parts)
