@@ -311,3 +311,154 @@ __device__ void h2_a_staged(const __half* __restrict__ A, const unsigned char* _
 #define PK(AF, U, AW) \
   extern "C" __global__ void __launch_bounds__(512) h2_a_staged_a##AF##_u##U##_w##AW(const __half* A, const unsigned char* B, const __half* S, __half* Y, int n, int rb, int nb, int l, int k) { h2_a_staged<AF, U, AW>(A, B, S, Y, n, rb, nb, l, k); }
 PK(1, 4, 1) PK(1, 4, 2) PK(1, 4, 4) PK(1, 2, 1) PK(1, 2, 2) PK(1, 2, 4)
+
+// ---- persistent warps: one wave of blocks, each warp over columns col, col + stride, ... -----------------
+//   h2_persist     A staged once per block; every lane holds its whole share of a column's row (U chunks,
+//                  U * 32 >= the row's chunks) and issues the next column's loads before it computes the
+//                  current one, so the weights stream while the SM computes (a launch of several waves
+//                  otherwise pays a load round trip and A's staging per wave)
+//   HACC           a chunk's four words summed in half2 (one conversion to f32 per chunk, not per word)
+template <int U, bool HACC>
+__device__ __forceinline__ float h2_chunk(uint4 q, const uint4* planes, int pc, int ch, __half2 c_lo, __half2 c_hi) {
+  const uint4 a0 = planes[ch], a1 = planes[pc + ch], a2 = planes[2 * pc + ch], a3 = planes[3 * pc + ch];
+  const __half2 w0 = word_h2(q.x, u2h(a0.x), u2h(a0.y), u2h(a0.z), u2h(a0.w), c_lo, c_hi);
+  const __half2 w1 = word_h2(q.y, u2h(a1.x), u2h(a1.y), u2h(a1.z), u2h(a1.w), c_lo, c_hi);
+  const __half2 w2 = word_h2(q.z, u2h(a2.x), u2h(a2.y), u2h(a2.z), u2h(a2.w), c_lo, c_hi);
+  const __half2 w3 = word_h2(q.w, u2h(a3.x), u2h(a3.y), u2h(a3.z), u2h(a3.w), c_lo, c_hi);
+  if (HACC) {
+    const float2 f = __half22float2(__hadd2(__hadd2(w0, w1), __hadd2(w2, w3)));
+    return f.x + f.y;
+  }
+  float2 f = __half22float2(w0);
+  float part = f.x + f.y;
+  f = __half22float2(w1); part += f.x + f.y;
+  f = __half22float2(w2); part += f.x + f.y;
+  f = __half22float2(w3); part += f.x + f.y;
+  return part;
+}
+
+template <int U, int AW, bool HACC>
+__device__ void h2_persist(const __half* __restrict__ A, const unsigned char* __restrict__ B, const __half* __restrict__ S,
+                           __half* __restrict__ Y, int n, int row_bytes, int nb, int log2_bs, int k) {
+  extern __shared__ uint4 planes[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
+  const int stride = gridDim.x * W;
+  const int chunks = row_bytes / 16, words = k / 8, pc = words / 4;
+  int col = blockIdx.x * W + warp;
+  uint4 q[U], qn[U];
+  float s[U], sn[U];
+  auto load = [&](int c, uint4 (&qq)[U], float (&ss)[U]) {
+    const uint4* brow = reinterpret_cast<const uint4*>(B + (i64)(c < n ? c : 0) * row_bytes);
+    const __half* srow = S + (i64)(c < n ? c : 0) * nb;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int ch = lane + 32 * u;
+      qq[u] = make_uint4(0, 0, 0, 0);
+      ss[u] = 0.f;
+      if (ch < chunks && c < n) {
+        qq[u] = __ldg(brow + ch);
+        ss[u] = __half2float(srow[(ch * 32) >> log2_bs]);
+      }
+    }
+  };
+  load(col, q, s);
+  uint4 av[AW];
+#pragma unroll
+  for (int i = 0; i < AW; ++i) {
+    const int w = threadIdx.x + i * blockDim.x;
+    if (w < words) av[i] = __ldg(reinterpret_cast<const uint4*>(A) + w);
+  }
+#pragma unroll
+  for (int i = 0; i < AW; ++i) {
+    const int w = threadIdx.x + i * blockDim.x;
+    if (w < words) {
+      const __half2* h = reinterpret_cast<const __half2*>(&av[i]);
+      const __half2 p0 = __lows2half2(h[0], h[2]), p1 = __highs2half2(h[0], h[2]);
+      const __half2 p2 = __lows2half2(h[1], h[3]), p3 = __highs2half2(h[1], h[3]);
+      uint4 o;
+      o.x = *reinterpret_cast<const unsigned int*>(&p0);
+      o.y = *reinterpret_cast<const unsigned int*>(&p1);
+      o.z = *reinterpret_cast<const unsigned int*>(&p2);
+      o.w = *reinterpret_cast<const unsigned int*>(&p3);
+      planes[(w & 3) * pc + (w >> 2)] = o;
+    }
+  }
+  __syncthreads();
+  const __half2 c_lo = __float2half2_rn(1032.0f), c_hi = __float2half2_rn(-72.0f);
+  while (col < n) {
+    const int next = col + stride;
+    load(next, qn, sn);  // in flight while this column is computed
+    float acc = 0.f;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int ch = lane + 32 * u;
+      if (ch < chunks) acc = fmaf(s[u], h2_chunk<U, HACC>(q[u], planes, pc, ch, c_lo, c_hi), acc);
+    }
+    for (int o = 16; o; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) Y[col] = __float2half(acc);
+#pragma unroll
+    for (int u = 0; u < U; ++u) { q[u] = qn[u]; s[u] = sn[u]; }
+    col = next;
+  }
+}
+#define PP(U, AW, HACC) \
+  extern "C" __global__ void __launch_bounds__(256) h2_persist_u##U##_w##AW##_h##HACC(const __half* A, const unsigned char* B, const __half* S, __half* Y, int n, int rb, int nb, int l, int k) { h2_persist<U, AW, HACC>(A, B, S, Y, n, rb, nb, l, k); }
+PP(2, 1, 0) PP(4, 2, 0) PP(8, 4, 0) PP(2, 1, 1) PP(4, 2, 1) PP(8, 4, 1)
+
+// h2_a_staged with a chunk's words summed in half2 (HACC), one wave or more of plain blocks
+template <int U, int AW>
+__device__ void h2_staged_hacc(const __half* __restrict__ A, const unsigned char* __restrict__ B, const __half* __restrict__ S,
+                               __half* __restrict__ Y, int n, int row_bytes, int nb, int log2_bs, int k) {
+  extern __shared__ uint4 planes[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
+  const int col = blockIdx.x * W + warp;
+  const int chunks = row_bytes / 16, words = k / 8, pc = words / 4;
+  const unsigned char* brow = B + (i64)(col < n ? col : 0) * row_bytes;
+  const __half* srow = S + (i64)(col < n ? col : 0) * nb;
+  uint4 q[U];
+  float s[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int ch = lane + 32 * u;
+    q[u] = make_uint4(0, 0, 0, 0);
+    s[u] = 0.f;
+    if (ch < chunks && col < n) {
+      q[u] = __ldg(reinterpret_cast<const uint4*>(brow) + ch);
+      s[u] = __half2float(srow[(ch * 32) >> log2_bs]);
+    }
+  }
+  uint4 av[AW];
+#pragma unroll
+  for (int i = 0; i < AW; ++i) {
+    const int w = threadIdx.x + i * blockDim.x;
+    if (w < words) av[i] = __ldg(reinterpret_cast<const uint4*>(A) + w);
+  }
+#pragma unroll
+  for (int i = 0; i < AW; ++i) {
+    const int w = threadIdx.x + i * blockDim.x;
+    if (w < words) {
+      const __half2* h = reinterpret_cast<const __half2*>(&av[i]);
+      const __half2 p0 = __lows2half2(h[0], h[2]), p1 = __highs2half2(h[0], h[2]);
+      const __half2 p2 = __lows2half2(h[1], h[3]), p3 = __highs2half2(h[1], h[3]);
+      uint4 o;
+      o.x = *reinterpret_cast<const unsigned int*>(&p0);
+      o.y = *reinterpret_cast<const unsigned int*>(&p1);
+      o.z = *reinterpret_cast<const unsigned int*>(&p2);
+      o.w = *reinterpret_cast<const unsigned int*>(&p3);
+      planes[(w & 3) * pc + (w >> 2)] = o;
+    }
+  }
+  __syncthreads();
+  const __half2 c_lo = __float2half2_rn(1032.0f), c_hi = __float2half2_rn(-72.0f);
+  float acc = 0.f;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int ch = lane + 32 * u;
+    if (ch < chunks) acc = fmaf(s[u], h2_chunk<U, true>(q[u], planes, pc, ch, c_lo, c_hi), acc);
+  }
+  for (int o = 16; o; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0 && col < n) Y[col] = __float2half(acc);
+}
+#define PH(U, AW) \
+  extern "C" __global__ void __launch_bounds__(256) h2_staged_hacc_u##U##_w##AW(const __half* A, const unsigned char* B, const __half* S, __half* Y, int n, int rb, int nb, int l, int k) { h2_staged_hacc<U, AW>(A, B, S, Y, n, rb, nb, l, k); }
+PH(2, 1) PH(4, 2) PH(8, 4)

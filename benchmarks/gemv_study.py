@@ -174,6 +174,22 @@ def study(device, ncu: bool) -> list[dict]:
                     [Launch(f, -(-n // 8), 256, words * 16,
                             [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(y_ptr), i32(n), i32(row_bytes), i32(nb), i32(5),
                              i32(k)]) for i in range(copies)])
+        # persistent warps (one wave, next column's loads in flight) and half2 sums per chunk
+        u_k, aw = max(1, k // 1024), next(x for x in (1, 2, 4) if x * 256 >= words)
+        staged_params = lambda i: [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(y_ptr), i32(n), i32(row_bytes), i32(nb),
+                                   i32(5), i32(k)]
+        f = fn(study_module, f"h2_staged_hacc_u{u_k}_w{aw}")
+        measure("h2_a_staged, chunk words summed in half2",
+                [Launch(f, -(-n // 8), 256, words * 16, staged_params(i)) for i in range(copies)])
+        sms = _ck(d.cuDeviceGetAttribute(d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                                         _ck(d.cuCtxGetDevice())))
+        for hacc in (0, 1):
+            f = fn(study_module, f"h2_persist_u{u_k}_w{aw}_h{hacc}")
+            per_sm = _ck(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, 256, words * 16))
+            for fill in (1.0, 0.5):
+                grid = min(-(-n // 8), max(1, int(sms * per_sm * fill)))
+                measure(f"h2_persist{' half2 sums' if hacc else ''}, {grid} blocks ({per_sm}/SM max)",
+                        [Launch(f, grid, 256, words * 16, staged_params(i)) for i in range(copies)])
         if not ncu:  # the copy of the weights' bytes (read and write counted)
             dst = [int(_ck(d.cuMemAlloc(w_bytes))) for _ in range(copies)]
             us = time_graph(stream, lambda: [_ck(d.cuMemcpyDtoDAsync(dst[i], ws[i], w_bytes, stream))
