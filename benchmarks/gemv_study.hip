@@ -462,3 +462,72 @@ __device__ void h2_staged_hacc(const __half* __restrict__ A, const unsigned char
 #define PH(U, AW) \
   extern "C" __global__ void __launch_bounds__(256) h2_staged_hacc_u##U##_w##AW(const __half* A, const unsigned char* B, const __half* S, __half* Y, int n, int rb, int nb, int l, int k) { h2_staged_hacc<U, AW>(A, B, S, Y, n, rb, nb, l, k); }
 PH(2, 1) PH(4, 2) PH(8, 4)
+
+// ---- one round per lane, load order and overlap with the previous launch --------------------------------
+//   h2_row1   a warp a column, each lane's whole share of the row (U chunks) in one round of loads.
+//   ORDER 0: A's loads, then B's; 1: B's, then A's; 2: programmatic dependent launch as hipep's kernels do
+//   it (release the next grid at once, B's loads, wait for the previous grid, then A's)
+template <int U, int AW, int ORDER, bool HACC>
+__device__ void h2_row1(const __half* __restrict__ A, const unsigned char* __restrict__ B, const __half* __restrict__ S,
+                        __half* __restrict__ Y, int n, int row_bytes, int nb, int log2_bs, int k) {
+  extern __shared__ uint4 planes[];
+  if (ORDER == 2) hipep_grid_release();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
+  const int col = blockIdx.x * W + warp;
+  const int chunks = row_bytes / 16, words = k / 8, pc = words / 4;
+  const unsigned char* brow = B + (i64)(col < n ? col : 0) * row_bytes;
+  const __half* srow = S + (i64)(col < n ? col : 0) * nb;
+  uint4 q[U], av[AW];
+  float s[U];
+  auto load_b = [&]() {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int ch = lane + 32 * u;
+      q[u] = make_uint4(0, 0, 0, 0);
+      s[u] = 0.f;
+      if (ch < chunks && col < n) {
+        q[u] = __ldg(reinterpret_cast<const uint4*>(brow) + ch);
+        s[u] = __half2float(srow[(ch * 32) >> log2_bs]);
+      }
+    }
+  };
+  auto load_a = [&]() {
+#pragma unroll
+    for (int i = 0; i < AW; ++i) {
+      const int w = threadIdx.x + i * blockDim.x;
+      if (w < words) av[i] = __ldg(reinterpret_cast<const uint4*>(A) + w);
+    }
+  };
+  if (ORDER == 0) { load_a(); load_b(); }
+  else if (ORDER == 1) { load_b(); load_a(); }
+  else { load_b(); hipep_grid_wait(); load_a(); }
+#pragma unroll
+  for (int i = 0; i < AW; ++i) {
+    const int w = threadIdx.x + i * blockDim.x;
+    if (w < words) {
+      const __half2* h = reinterpret_cast<const __half2*>(&av[i]);
+      const __half2 p0 = __lows2half2(h[0], h[2]), p1 = __highs2half2(h[0], h[2]);
+      const __half2 p2 = __lows2half2(h[1], h[3]), p3 = __highs2half2(h[1], h[3]);
+      uint4 o;
+      o.x = *reinterpret_cast<const unsigned int*>(&p0);
+      o.y = *reinterpret_cast<const unsigned int*>(&p1);
+      o.z = *reinterpret_cast<const unsigned int*>(&p2);
+      o.w = *reinterpret_cast<const unsigned int*>(&p3);
+      planes[(w & 3) * pc + (w >> 2)] = o;
+    }
+  }
+  __syncthreads();
+  const __half2 c_lo = __float2half2_rn(1032.0f), c_hi = __float2half2_rn(-72.0f);
+  float acc = 0.f;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int ch = lane + 32 * u;
+    if (ch < chunks) acc = fmaf(s[u], h2_chunk<U, HACC>(q[u], planes, pc, ch, c_lo, c_hi), acc);
+  }
+  for (int o = 16; o; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0 && col < n) Y[col] = __float2half(acc);
+}
+#define PR(U, AW, ORDER, HACC) \
+  extern "C" __global__ void __launch_bounds__(256) h2_row1_u##U##_w##AW##_o##ORDER##_h##HACC(const __half* A, const unsigned char* B, const __half* S, __half* Y, int n, int rb, int nb, int l, int k) { h2_row1<U, AW, ORDER, HACC>(A, B, S, Y, n, rb, nb, l, k); }
+#define PR_ALL(U, AW) PR(U, AW, 0, 0) PR(U, AW, 1, 0) PR(U, AW, 2, 0) PR(U, AW, 0, 1) PR(U, AW, 2, 1)
+PR_ALL(2, 1) PR_ALL(4, 2) PR_ALL(8, 4)

@@ -58,6 +58,25 @@ class Launch:
                                      ctypes.addressof(self.argv), 0))
 
 
+class OverlappedLaunch(Launch):
+    """A launch with programmatic stream serialization allowed, as hipep launches its kernels that
+    wait for their predecessor in their own code (hipep_grid_wait)."""
+
+    def issue(self, stream) -> None:
+        d = _driver()
+        attr = d.CUlaunchAttribute()
+        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        config = d.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = self.grid, 1, 1
+        config.blockDimX, config.blockDimY, config.blockDimZ = self.block, 1, 1
+        config.sharedMemBytes = self.smem
+        config.attrs = [attr]
+        config.numAttrs = 1
+        config.hStream = stream
+        _ck(d.cuLaunchKernelEx(config, self.func, ctypes.addressof(self.argv), 0))
+
+
 def time_graph(stream, issue_all, count: int) -> float:
     """µs per node of a captured graph of `count` nodes, replayed REPLAYS times between events."""
     d = _driver()
@@ -149,6 +168,11 @@ def study(device, ncu: bool) -> list[dict]:
                     [Launch(f, -(-n // gq.GEMV_WARPS), 256, gq.row_smem(chunks, BLOCK, variant == "q8"),
                             [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(0), u64(0), u64(y_ptr), args])
                      for i in range(copies)])
+            if variant == "h2":
+                measure("hipep row GEMV h2, overlapped launches (as hipep launches it)",
+                        [OverlappedLaunch(f, -(-n // gq.GEMV_WARPS), 256, gq.row_smem(chunks, BLOCK, False),
+                                          [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(0), u64(0), u64(y_ptr), args])
+                         for i in range(copies)])
         # candidates
         f = fn(study_module, "read_only_c1_u4")
         measure("read_only (weights' loads only)",
@@ -190,6 +214,12 @@ def study(device, ncu: bool) -> list[dict]:
                 grid = min(-(-n // 8), max(1, int(sms * per_sm * fill)))
                 measure(f"h2_persist{' half2 sums' if hacc else ''}, {grid} blocks ({per_sm}/SM max)",
                         [Launch(f, grid, 256, words * 16, staged_params(i)) for i in range(copies)])
+        # one round of loads per lane: load order, half2 sums, overlapped launches
+        for order, hacc, label in ((0, 0, "A then B"), (1, 0, "B then A"), (2, 0, "B, wait, A; overlapped launches"),
+                                   (0, 1, "A then B, half2 sums"), (2, 1, "B, wait, A; overlapped, half2 sums")):
+            f = fn(study_module, f"h2_row1_u{u_k}_w{aw}_o{order}_h{hacc}")
+            kind = OverlappedLaunch if order == 2 else Launch
+            measure(f"h2_row1, {label}", [kind(f, -(-n // 8), 256, words * 16, staged_params(i)) for i in range(copies)])
         if not ncu:  # the copy of the weights' bytes (read and write counted)
             dst = [int(_ck(d.cuMemAlloc(w_bytes))) for _ in range(copies)]
             us = time_graph(stream, lambda: [_ck(d.cuMemcpyDtoDAsync(dst[i], ws[i], w_bytes, stream))
