@@ -169,12 +169,10 @@ def study(device, ncu: bool) -> list[dict]:
                             [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(0), u64(0), u64(y_ptr), args])
                      for i in range(copies)])
             if variant == "h2":
-                for suffix in ("", "_u2") if chunks <= 64 else ("",):
-                    f = fn(row_module, f"hipep_mnb_gemv_row_h2_f16_b4{suffix}")
-                    measure(f"hipep row GEMV h2{suffix}, overlapped launches (as hipep launches it)",
-                            [OverlappedLaunch(f, -(-n // gq.GEMV_WARPS), 256, gq.row_smem(chunks, BLOCK, False),
-                                              [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(0), u64(0), u64(y_ptr), args])
-                             for i in range(copies)])
+                measure("hipep row GEMV h2, overlapped launches (as hipep launches it)",
+                        [OverlappedLaunch(f, -(-n // gq.GEMV_WARPS), 256, gq.row_smem(chunks, BLOCK, False),
+                                          [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(0), u64(0), u64(y_ptr), args])
+                         for i in range(copies)])
         # candidates
         f = fn(study_module, "read_only_c1_u4")
         measure("read_only (weights' loads only)",

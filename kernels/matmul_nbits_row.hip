@@ -26,7 +26,7 @@
 //   |a| < 2000), which adds to the f32 accumulator with the block's scale.
 //
 // Launch shape: a warp per output column (8 a block), its lanes on every 32nd chunk of the row with
-// U chunks in flight each (4, or 2 for rows of at most 2 chunks a lane); A's tile is staged once per block after the first loads of B
+// MNB_ROW_U chunks in flight each; A's tile is staged once per block after the first loads of B
 // are issued. One column a warp keeps each warp's registers few (four blocks reside per SM), which
 // hides the latency of the shared-memory reads and HFMA2/dp4a chains that two columns a warp at
 // two blocks per SM left exposed (measured on the H200: 4096 x 4096 fp16 at 5.3 us against 8.3).
@@ -46,9 +46,7 @@ HIPEP_DEVICE int hipep_dp4a(int a, int b, int c) {
 #endif
 }
 
-// Chunks per column in flight per lane: 4, or 2 (suffix _u2) for rows a warp covers in 2 chunks a
-// lane (K <= 2048 at 4 bits on NVIDIA), where 4 would leave half the loads empty and their
-// registers held (measured on the H200, 2048 -> 8192 fp16: 4.3 us against 6.3 with overlapped launches).
+#define MNB_ROW_U 4  // chunks per column in flight per lane
 
 // Shared memory of the row GEMV for a tile of `tile_chunks` chunks: q8 -- the even and odd code
 // planes (16 bytes a chunk each), each block's scale of A (4 bytes per block of 32+ values) and
@@ -206,11 +204,11 @@ HIPEP_DEVICE void hipep_mnb_row_load(uint4 (&q)[U], float (&s)[U], float (&z)[U]
   }
 }
 
-template <typename T, bool Q8, int U>
+template <typename T, bool Q8>
 HIPEP_DEVICE void hipep_mnb_gemv_row(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
                                      const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
                                      const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
-  constexpr int STEP = HIPEP_WARP_SIZE;
+  constexpr int U = MNB_ROW_U, STEP = HIPEP_WARP_SIZE;
   hipep_grid_release();  // the next kernel may load its weights while this one works
   HIPEP_DYNAMIC_SHARED(float4, hipep_mnb_smem4);
   unsigned char* smem = reinterpret_cast<unsigned char*>(hipep_mnb_smem4);
@@ -293,11 +291,7 @@ HIPEP_DEVICE void hipep_mnb_gemv_row(const T* HIPEP_RESTRICT A, const unsigned c
 #define HIPEP_MNB_ROW(VARIANT, NAME, T, Q8)                                                          \
   HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, 4)                                 \
       hipep_mnb_gemv_row_##VARIANT##_##NAME##_b4(HIPEP_MNB_PARAMS(T)) {                               \
-    hipep_mnb_gemv_row<T, Q8, 4>(A, B, scales, zp, bias, Y, a);                                       \
-  }                                                                                                   \
-  HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, 4)                                 \
-      hipep_mnb_gemv_row_##VARIANT##_##NAME##_b4_u2(HIPEP_MNB_PARAMS(T)) {                            \
-    hipep_mnb_gemv_row<T, Q8, 2>(A, B, scales, zp, bias, Y, a);                                       \
+    hipep_mnb_gemv_row<T, Q8>(A, B, scales, zp, bias, Y, a);                                          \
   }
 HIPEP_MNB_ROW(q8, f32, float, true)
 HIPEP_MNB_ROW(q8, f16, hipep_half, true)

@@ -243,9 +243,7 @@ def _mnb_row_op(a_ptr, B, scales, zp, bias, y, layout: MatMulNBitsArgs, bits, dt
     # The kernel loads its first chunks of B, scales and zero points before it waits for the
     # previous kernel: only where those are the session's weights, which no kernel writes.
     weights = all(w is None or w.constant for w in (B, scales, zp))
-    # Rows a warp covers in 2 chunks a lane take the variant with 2 chunks in flight (_u2).
-    narrow = "_u2" if tile_chunks <= 2 * target.warp_size else ""
-    return KernelOp(f"hipep_mnb_gemv_row_{'q8' if quant_a else 'h2'}_{dt}_b4{narrow}", grid,
+    return KernelOp(f"hipep_mnb_gemv_row_{'q8' if quant_a else 'h2'}_{dt}_b4", grid,
                     (GEMV_WARPS * target.warp_size, 1, 1), params, module="matmul_nbits_row",
                     smem=row_smem(tile_chunks, bs, bool(quant_a)), overlaps_previous=weights)
 

@@ -81,7 +81,7 @@ def _emulate_mnb(mem: Memory, op: gk.KernelOp) -> None:
     if q:
         _emulate_mnb_a_int8(rd, op, _QT[q.group(1)])
         return
-    r = re.fullmatch(r"hipep_mnb_gemv_row_(q8|h2)_(f32|f16|bf16)_b4(?:_u2)?", op.entry)
+    r = re.fullmatch(r"hipep_mnb_gemv_row_(q8|h2)_(f32|f16|bf16)_b4", op.entry)
     if r:
         assert len(op.params) == 7 and (r.group(1) == "q8") == bool(op.params[6].int8_a)
         _emulate_mnb_gemv_row(rd, op, op.params[6], r.group(1) == "q8", _QT[r.group(2)],
@@ -502,8 +502,7 @@ def test_matmul_nbits_row_gemv_applies_where_it_can(k, n, bs, dtype, zp_kind, le
     if want is None:
         assert "_row_" not in ops[0].entry
         return
-    # rows of at most 2 chunks a lane (K <= 2048 with 32 lanes) take the variant with 2 in flight
-    assert [op.entry for op in ops] == [f"hipep_mnb_gemv_row_{want}_b4" + ("_u2" if k <= 2048 else "")]
+    assert [op.entry for op in ops] == [f"hipep_mnb_gemv_row_{want}_b4"]
     a = ops[0].params[6]
     assert a.k_tile % bs == 0 and ops[0].smem <= gq.GEMV_SMEM_BUDGET + 64
     tol = 1e-5 if dtype == np.float32 else 1e-2
