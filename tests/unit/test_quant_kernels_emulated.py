@@ -81,7 +81,8 @@ def _emulate_mnb(mem: Memory, op: gk.KernelOp) -> None:
     if q:
         _emulate_mnb_a_int8(rd, op, _QT[q.group(1)])
         return
-    r = re.fullmatch(r"hipep_mnb_gemv_row_(q8|h2)_(f32|f16|bf16)_b4", op.entry)
+    # hipep_mnb_gemv_row1_h2_*: the same sums in the same order over a row staged whole
+    r = re.fullmatch(r"hipep_mnb_gemv_row1?_(q8|h2)_(f32|f16|bf16)_b4(?:_u[124](?:_zp)?)?", op.entry)
     if r:
         assert len(op.params) == 7 and (r.group(1) == "q8") == bool(op.params[6].int8_a)
         _emulate_mnb_gemv_row(rd, op, op.params[6], r.group(1) == "q8", _QT[r.group(2)],

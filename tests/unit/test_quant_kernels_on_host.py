@@ -30,7 +30,7 @@ def matmul_nbits(tmp_path_factory):
     return {m: compile_module(out, m, 32) for m in ("matmul_nbits", "matmul_nbits_row")}
 
 
-def _bind_case(m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0, bits=4, a_scale=3.0):
+def _bind_case(m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0, bits=4, a_scale=3.0, sm_count=132):
     """A random MatMulNBits case in host memory, bound: (ops, output view, the registry reference's
     output, inputs, attrs, the host memory, which must outlive the launches)."""
     from quant_helpers import quantize_blockwise
@@ -52,14 +52,14 @@ def _bind_case(m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0, bits
     mem = HostMemory()
     ins = [None if x is None else mem.put(x)[0] for x in inputs]
     out, got = mem.put(np.full(want.shape, np.nan, want.dtype))
-    target = gk.Target(sm_count=132, warp_size=32, scratch=lambda nbytes: 0,
+    target = gk.Target(sm_count=sm_count, warp_size=32, scratch=lambda nbytes: 0,
                        workspace=lambda nbytes: mem.put(np.zeros(nbytes, np.uint8))[0].ptr)
     ops = gk.binding_for(gq.MNB).bind(ins, [gk.Arg(out.ptr, out.shape, out.dtype)], attrs, target)
     return ops, got, want, inputs, attrs, mem
 
 
-def _run(lib, m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0):
-    ops, got, want, _, _, mem = _bind_case(m, k, n, bs, dtype, zp_kind, level, with_bias, seed)
+def _run(lib, m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0, sm_count=132):
+    ops, got, want, _, _, mem = _bind_case(m, k, n, bs, dtype, zp_kind, level, with_bias, seed, sm_count=sm_count)
     for o in ops:
         launch(lib[o.module], o)
     return got, want, [o.entry for o in ops]
@@ -79,6 +79,23 @@ def test_row_gemv_on_host(matmul_nbits, k, n, bs, dtype, zp_kind, level, with_bi
     tol = 1e-5 if dtype == np.float32 else (1e-2 if dtype == np.float16 else 2e-2)
     err = np.abs(got.astype(np.float64) - want.astype(np.float64)).max() / np.abs(want.astype(np.float64)).max()
     assert err < tol, (entry, err)
+
+
+@pytest.mark.parametrize("k,n,bs,zp_kind,with_bias,entry", [
+    (1024, 40, 32, "none", True, "hipep_mnb_gemv_row1_h2_f16_b4_u1"),      # one chunk a lane
+    (2048, 44, 64, "uint8", False, "hipep_mnb_gemv_row1_h2_f16_b4_u2_zp"),  # two; packed zero points
+    (4000, 36, 32, "uint8", True, "hipep_mnb_gemv_row1_h2_f16_b4_u4_zp"),   # four; K short of K_pad
+    (200, 33, 32, "none", False, "hipep_mnb_gemv_row1_h2_f16_b4_u1"),       # K past A's end, one column past a block
+    (2048, 32, 32, "none", False, "hipep_mnb_gemv_row_h2_f16_b4"),          # one wave: the tiled kernel
+    (4160, 40, 32, "none", False, "hipep_mnb_gemv_row_h2_f16_b4"),          # past 4 chunks a lane: the tiled kernel
+])
+def test_row_gemv_past_one_wave_on_host(matmul_nbits, k, n, bs, zp_kind, with_bias, entry):
+    """fp16 A past one wave of the tiled row GEMV's blocks (here 4 blocks on one SM): rows of one
+    round of loads a lane take hipep_mnb_gemv_row1_h2 with U = 1, 2 or 4 chunks a lane."""
+    got, want, entries = _run(matmul_nbits, 1, k, n, bs, np.float16, zp_kind, 0, with_bias, sm_count=1)
+    assert entries == [entry]
+    err = np.abs(got.astype(np.float64) - want.astype(np.float64)).max() / np.abs(want.astype(np.float64)).max()
+    assert err < 1e-2, (entry, err)
 
 
 def test_row_gemv_long_k_tiles_on_host(matmul_nbits, monkeypatch):
