@@ -12,7 +12,7 @@ import pytest
 from hipep.runtime.cuda import cuda_status
 
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks")
-SCRIPTS = ("kernels.py", "decode.py")
+SCRIPTS = ("kernels.py", "decode.py", "decode_profile.py")
 
 
 def _run(script: str, *args: str) -> subprocess.CompletedProcess:
