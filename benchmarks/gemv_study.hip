@@ -531,3 +531,82 @@ __device__ void h2_row1(const __half* __restrict__ A, const unsigned char* __res
   extern "C" __global__ void __launch_bounds__(256) h2_row1_u##U##_w##AW##_o##ORDER##_h##HACC(const __half* A, const unsigned char* B, const __half* S, __half* Y, int n, int rb, int nb, int l, int k) { h2_row1<U, AW, ORDER, HACC>(A, B, S, Y, n, rb, nb, l, k); }
 #define PR_ALL(U, AW) PR(U, AW, 0, 0) PR(U, AW, 1, 0) PR(U, AW, 2, 0) PR(U, AW, 0, 1) PR(U, AW, 2, 1)
 PR_ALL(2, 1) PR_ALL(4, 2) PR_ALL(8, 4)
+
+// ---- K split among the warps of a column (grids short of a wave: the down and o projections) ----------------
+//   h2_splitk   S warps per output column, each on every S-th run of 32 * U chunks of the row, one round of
+//               loads a lane; the S partial sums meet in shared memory. 8 / S columns a block, so N * S / 8
+//               blocks: the down projection (N 2048, K 8192) fills 512 or 1024 blocks instead of 256.
+//   ORDER as h2_row1 (0: A then B, plain launches; 2: B, wait, A, overlapped launches)
+template <int U, int AW, int S, int ORDER>
+__device__ void h2_splitk(const __half* __restrict__ A, const unsigned char* __restrict__ B, const __half* __restrict__ S_,
+                          __half* __restrict__ Y, int n, int row_bytes, int nb, int log2_bs, int k) {
+  extern __shared__ uint4 planes[];
+  __shared__ float partial[8];
+  if (ORDER == 2) hipep_grid_release();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, W = blockDim.x / 32;
+  const int col = blockIdx.x * (W / S) + warp / S, part = warp % S;
+  const int chunks = row_bytes / 16, words = k / 8, pc = words / 4;
+  const unsigned char* brow = B + (i64)(col < n ? col : 0) * row_bytes;
+  const __half* srow = S_ + (i64)(col < n ? col : 0) * nb;
+  uint4 q[U], av[AW];
+  float s[U];
+  auto load_b = [&]() {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int ch = (part * U + u) * 32 + lane;
+      q[u] = make_uint4(0, 0, 0, 0);
+      s[u] = 0.f;
+      if (ch < chunks && col < n) {
+        q[u] = __ldg(reinterpret_cast<const uint4*>(brow) + ch);
+        s[u] = __half2float(srow[(ch * 32) >> log2_bs]);
+      }
+    }
+  };
+  auto load_a = [&]() {
+#pragma unroll
+    for (int i = 0; i < AW; ++i) {
+      const int w = threadIdx.x + i * blockDim.x;
+      if (w < words) av[i] = __ldg(reinterpret_cast<const uint4*>(A) + w);
+    }
+  };
+  if (ORDER == 0) { load_a(); load_b(); }
+  else { load_b(); hipep_grid_wait(); load_a(); }
+#pragma unroll
+  for (int i = 0; i < AW; ++i) {
+    const int w = threadIdx.x + i * blockDim.x;
+    if (w < words) {
+      const __half2* h = reinterpret_cast<const __half2*>(&av[i]);
+      const __half2 p0 = __lows2half2(h[0], h[2]), p1 = __highs2half2(h[0], h[2]);
+      const __half2 p2 = __lows2half2(h[1], h[3]), p3 = __highs2half2(h[1], h[3]);
+      uint4 o;
+      o.x = *reinterpret_cast<const unsigned int*>(&p0);
+      o.y = *reinterpret_cast<const unsigned int*>(&p1);
+      o.z = *reinterpret_cast<const unsigned int*>(&p2);
+      o.w = *reinterpret_cast<const unsigned int*>(&p3);
+      planes[(w & 3) * pc + (w >> 2)] = o;
+    }
+  }
+  __syncthreads();
+  const __half2 c_lo = __float2half2_rn(1032.0f), c_hi = __float2half2_rn(-72.0f);
+  float acc = 0.f;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int ch = (part * U + u) * 32 + lane;
+    if (ch < chunks) acc = fmaf(s[u], h2_chunk<U, false>(q[u], planes, pc, ch, c_lo, c_hi), acc);
+  }
+  for (int o = 16; o; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) partial[warp] = acc;
+  __syncthreads();
+  if (lane == 0 && part == 0 && col < n) {
+    float sum = 0.f;
+#pragma unroll
+    for (int p = 0; p < S; ++p) sum += partial[warp + p];
+    Y[col] = __float2half(sum);
+  }
+}
+#define PS(U, AW, SPLIT, ORDER) \
+  extern "C" __global__ void __launch_bounds__(256) h2_splitk_u##U##_w##AW##_s##SPLIT##_o##ORDER(const __half* A, const unsigned char* B, const __half* S, __half* Y, int n, int rb, int nb, int l, int k) { h2_splitk<U, AW, SPLIT, ORDER>(A, B, S, Y, n, rb, nb, l, k); }
+// K 8192 (256 chunks): S 2 with U 4, S 4 with U 2; K 2048 (64 chunks): S 2 with U 1; K 4096 (128): S 2 with U 2, S 4 with U 1
+PS(4, 4, 2, 0) PS(4, 4, 2, 2) PS(2, 4, 4, 0) PS(2, 4, 4, 2)
+PS(1, 1, 2, 0) PS(1, 1, 2, 2)
+PS(2, 2, 2, 0) PS(2, 2, 2, 2) PS(1, 2, 4, 0) PS(1, 2, 4, 2)

@@ -227,6 +227,16 @@ def study(device, ncu: bool) -> list[dict]:
             f = fn(study_module, f"h2_row1_u{u_k}_w{aw}_o{order}_h{hacc}")
             kind = OverlappedLaunch if order == 2 else Launch
             measure(f"h2_row1, {label}", [kind(f, -(-n // 8), 256, words * 16, staged_params(i)) for i in range(copies)])
+        # K split among S warps of a column, one round of loads a lane
+        for s_ in (2, 4):
+            u_s = u_k // s_
+            if u_s < 1:
+                continue
+            for order, label in ((0, "A then B"), (2, "B, wait, A; overlapped launches")):
+                f = fn(study_module, f"h2_splitk_u{u_s}_w{aw}_s{s_}_o{order}")
+                kind = OverlappedLaunch if order == 2 else Launch
+                measure(f"h2_splitk, {s_} warps a column, {label}",
+                        [kind(f, -(-n * s_ // 8), 256, words * 16, staged_params(i)) for i in range(copies)])
         if not ncu:  # the copy of the weights' bytes (read and write counted)
             dst = [int(_ck(d.cuMemAlloc(w_bytes))) for _ in range(copies)]
             us = time_graph(stream, lambda: [_ck(d.cuMemcpyDtoDAsync(dst[i], ws[i], w_bytes, stream))
