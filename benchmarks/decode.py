@@ -57,6 +57,20 @@ def _counters() -> dict:
                                      "direct_launches", "graph_launches", "graph_node_updates")}
 
 
+def greedy_token(row: np.ndarray) -> int:
+    """np.argmax of a logits row. Over float16 numpy has no vectorized argmax (~0.1 ms for a
+    32000-entry row, a sixth of the f16 model's host time per step) and its cast to float32 is not
+    much faster, so a float16 row without NaN is ranked by its bits as int16: sign-magnitude turned
+    into an order-preserving integer (-0 and +0 equal, as floats compare), ~15 µs."""
+    if row.dtype != np.float16:
+        return int(np.argmax(row))
+    bits = row.view(np.int16)
+    if ((bits & np.int16(0x7FFF)) > np.int16(0x7C00)).any():  # a NaN: numpy's own rule (the first NaN)
+        return int(np.argmax(row))
+    sign = bits >> 15  # 0, or -1 for negative values
+    return int(np.argmax((bits ^ (sign & np.int16(0x7FFF))) + (sign & np.int16(1))))
+
+
 class Decoder:
     """Greedy decoding of a builder decoder with one IOBinding: past and present share one
     max_length value per cache, logits go to a value per sequence length, both where `place`
@@ -102,7 +116,7 @@ class Decoder:
         """Greedy tokens after `prompt`: the prompt's step gives the first, each decode step one
         more. With `timed`, per decode step its wall time and hipep.stats() deltas."""
         row = self.step(prompt[None], prompt.size)
-        tokens, first_row = [int(np.argmax(row))], row
+        tokens, first_row = [greedy_token(row)], row
         wall, stats = [], []
         clock = time.perf_counter_ns
         for k in range(1, new):
@@ -110,7 +124,7 @@ class Decoder:
             c0 = _counters() if timed else None
             t0 = clock()
             row = self.step(ids, prompt.size + k)
-            tokens.append(int(np.argmax(row)))
+            tokens.append(greedy_token(row))
             t1 = clock()
             if timed:
                 c1 = _counters()
