@@ -168,18 +168,18 @@ def study(device, ncu: bool) -> list[dict]:
                     [Launch(f, -(-n // gq.GEMV_WARPS), 256, gq.row_smem(chunks, BLOCK, variant == "q8"),
                             [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(0), u64(0), u64(y_ptr), args])
                      for i in range(copies)])
-            if variant == "h2":
-                measure("hipep row GEMV h2, overlapped launches (as hipep launches it)",
-                        [OverlappedLaunch(f, -(-n // gq.GEMV_WARPS), 256, gq.row_smem(chunks, BLOCK, False),
+            q8 = variant == "q8"
+            measure(f"hipep row GEMV {variant}, overlapped launches (as hipep launches it)",
+                    [OverlappedLaunch(f, -(-n // gq.GEMV_WARPS), 256, gq.row_smem(chunks, BLOCK, q8),
+                                      [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(0), u64(0), u64(y_ptr), args])
+                     for i in range(copies)])
+            if chunks <= 128:  # the variant hipep takes past one wave (measured here at every grid)
+                u = next(x for x in (1, 2, 4) if 32 * x >= chunks)
+                f = fn(row_module, f"hipep_mnb_gemv_row1_{variant}_f16_b4_u{u}")
+                measure(f"hipep row1 GEMV {variant} (U {u}), overlapped launches",
+                        [OverlappedLaunch(f, -(-n // gq.GEMV_WARPS), 256, gq.row_smem(chunks, BLOCK, q8),
                                           [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(0), u64(0), u64(y_ptr), args])
                          for i in range(copies)])
-                if chunks <= 128:  # the variant hipep takes past one wave (measured here at every grid)
-                    u = next(x for x in (1, 2, 4) if 32 * x >= chunks)
-                    f = fn(row_module, f"hipep_mnb_gemv_row1_h2_f16_b4_u{u}")
-                    measure(f"hipep row1 GEMV h2 (U {u}), overlapped launches",
-                            [OverlappedLaunch(f, -(-n // gq.GEMV_WARPS), 256, gq.row_smem(chunks, BLOCK, False),
-                                              [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(0), u64(0), u64(y_ptr), args])
-                             for i in range(copies)])
         # candidates
         f = fn(study_module, "read_only_c1_u4")
         measure("read_only (weights' loads only)",

@@ -58,10 +58,9 @@ HIPEP_DEVICE int hipep_dp4a(int a, int b, int c) {
 
 // q8 staging: thread t takes word w = t, t + blockDim.x, ... (8 values); the bs / 8 threads of a
 // block of A (an aligned group of lanes, bs <= 256) find its amax and code sum by shuffles.
-template <typename T>
+template <typename T, int P = MNB_ROW_STAGE_Q8>
 HIPEP_DEVICE void hipep_mnb_row_stage_q8(unsigned char* smem, const T* HIPEP_RESTRICT A, hipep_i64 kt,
                                          int tile_chunks, const hipep_mnb_args& a) {
-  constexpr int P = MNB_ROW_STAGE_Q8;
   int4* even = reinterpret_cast<int4*>(smem);
   int4* odd = even + tile_chunks;
   float* a_scale = reinterpret_cast<float*>(odd + tile_chunks);
@@ -163,6 +162,56 @@ HIPEP_DEVICE __half2 hipep_mnb_row_word_h2(unsigned int x, uint4 pairs, __half2 
   return __hfma2(d3, hipep_u32_half2(pairs.w), p);
 }
 
+// One chunk (32 values) of B against A's staged tile, chunk `ch` of `tile_chunks`.
+// q8: the exact integer sum over the chunk of qa_j * (q_j - zp) and A's block scale (`sa`).
+HIPEP_DEVICE int hipep_mnb_row_chunk_q8(uint4 q, const unsigned char* smem, int tile_chunks, int ch, float zp,
+                                        int log2_bs, float& sa) {
+  const int4* even = reinterpret_cast<const int4*>(smem);
+  const int4* odd = even + tile_chunks;
+  const float* a_scale = reinterpret_cast<const float*>(odd + tile_chunks);
+  const int* chunk_sum = reinterpret_cast<const int*>(a_scale + ((tile_chunks << 5) >> log2_bs) + 1);
+  const int4 ae = even[ch], ao = odd[ch];
+  sa = a_scale[(ch << 5) >> log2_bs];
+  const unsigned int w[4] = {q.x, q.y, q.z, q.w};
+  const int ev[4] = {ae.x, ae.y, ae.z, ae.w}, od[4] = {ao.x, ao.y, ao.z, ao.w};
+  int isum = -(int)zp * chunk_sum[ch];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    isum = hipep_dp4a((int)(w[i] & 0x0F0F0F0Fu), ev[i], isum);
+    isum = hipep_dp4a((int)((w[i] >> 4) & 0x0F0F0F0Fu), od[i], isum);
+  }
+  return isum;
+}
+
+// h2: the chunk's sum of (q_j - zp) * a_j, four words of half2 partial sums added in f32.
+HIPEP_DEVICE float hipep_mnb_row_chunk_h2(uint4 q, const unsigned char* smem, int tile_chunks, int ch, float zp) {
+  const uint4* planes = reinterpret_cast<const uint4*>(smem);
+  const __half2 c_lo = __float2half2_rn(1024.0f + zp);
+  const __half2 c_hi = __float2half2_rn(-64.0f - zp);
+  float2 f = __half22float2(hipep_mnb_row_word_h2(q.x, planes[ch], c_lo, c_hi));
+  float part = f.x + f.y;
+  f = __half22float2(hipep_mnb_row_word_h2(q.y, planes[tile_chunks + ch], c_lo, c_hi));
+  part += f.x + f.y;
+  f = __half22float2(hipep_mnb_row_word_h2(q.z, planes[2 * tile_chunks + ch], c_lo, c_hi));
+  part += f.x + f.y;
+  f = __half22float2(hipep_mnb_row_word_h2(q.w, planes[3 * tile_chunks + ch], c_lo, c_hi));
+  return part + (f.x + f.y);
+}
+
+// acc plus a chunk's contribution: q8 -- isum * (scale_b * scale_a), as MLAS's CompInt8 kernels;
+// h2 -- scale_b * the chunk's sum.
+template <bool Q8>
+HIPEP_DEVICE float hipep_mnb_row_chunk(float acc, uint4 q, float qs, float qz, const unsigned char* smem,
+                                       int tile_chunks, int ch, int log2_bs) {
+  if constexpr (Q8) {
+    float sa;
+    const int isum = hipep_mnb_row_chunk_q8(q, smem, tile_chunks, ch, qz, log2_bs, sa);
+    return fmaf((float)isum, qs * sa, acc);
+  } else {
+    return fmaf(qs, hipep_mnb_row_chunk_h2(q, smem, tile_chunks, ch, qz), acc);
+  }
+}
+
 // A warp's column of B, scales and zero points, located once (the loads below index them by chunk
 // with 32-bit offsets instead of recomputing 64-bit addresses per load).
 template <typename T> struct hipep_mnb_row_col {
@@ -244,38 +293,7 @@ HIPEP_DEVICE void hipep_mnb_gemv_row(const T* HIPEP_RESTRICT A, const unsigned c
       for (int u = 0; u < U; ++u) {
         const int ch = c0 + u * STEP - t0;  // the chunk within the tile
         if (ch >= end - t0) break;
-        if constexpr (Q8) {
-          const int4* even = reinterpret_cast<const int4*>(smem);
-          const int4* odd = even + tile_chunks;
-          const float* a_scale = reinterpret_cast<const float*>(odd + tile_chunks);
-          const int* chunk_sum = reinterpret_cast<const int*>(a_scale + ((tile_chunks << 5) >> a.log2_bs) + 1);
-          const int4 ae = even[ch], ao = odd[ch];
-          const float sa = a_scale[(ch << 5) >> a.log2_bs];
-          const unsigned int w[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
-          const int ev[4] = {ae.x, ae.y, ae.z, ae.w}, od[4] = {ao.x, ao.y, ao.z, ao.w};
-          int isum = -(int)qz[u] * chunk_sum[ch];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            isum = hipep_dp4a((int)(w[i] & 0x0F0F0F0Fu), ev[i], isum);
-            isum = hipep_dp4a((int)((w[i] >> 4) & 0x0F0F0F0Fu), od[i], isum);
-          }
-          acc = fmaf((float)isum, qs[u] * sa, acc);
-        } else {
-          const uint4* planes = reinterpret_cast<const uint4*>(smem);
-          const uint4 p0 = planes[ch], p1 = planes[tile_chunks + ch], p2 = planes[2 * tile_chunks + ch],
-                      p3 = planes[3 * tile_chunks + ch];
-          const __half2 c_lo = __float2half2_rn(1024.0f + qz[u]);
-          const __half2 c_hi = __float2half2_rn(-64.0f - qz[u]);
-          float2 f = __half22float2(hipep_mnb_row_word_h2(q[u].x, p0, c_lo, c_hi));
-          float part = f.x + f.y;
-          f = __half22float2(hipep_mnb_row_word_h2(q[u].y, p1, c_lo, c_hi));
-          part += f.x + f.y;
-          f = __half22float2(hipep_mnb_row_word_h2(q[u].z, p2, c_lo, c_hi));
-          part += f.x + f.y;
-          f = __half22float2(hipep_mnb_row_word_h2(q[u].w, p3, c_lo, c_hi));
-          part += f.x + f.y;
-          acc = fmaf(qs[u], part, acc);
-        }
+        acc = hipep_mnb_row_chunk<Q8>(acc, q[u], qs[u], qz[u], smem, tile_chunks, ch, a.log2_bs);
       }
     }
   }
@@ -288,31 +306,32 @@ HIPEP_DEVICE void hipep_mnb_gemv_row(const T* HIPEP_RESTRICT A, const unsigned c
   }
 }
 
-// ---- the h2 row GEMV for grids of several waves ---------------------------------------------------
+// ---- the row GEMV for grids of several waves ------------------------------------------------------
 //
 // The kernel above holds 64 registers a thread (the tile loop, per-chunk zero points, U = 4 loads
 // whatever the row's length), so 4 blocks reside per SM. Where the grid is more than one wave of
 // those (the FFN's up projections, the LM head: N past 4 * 8 * SMs columns), each further wave
 // pays a whole load round trip with half the loads in flight that the SM could hold. This variant
 // takes rows one tile long that a warp covers in one round of U chunks a lane (U * warp size
-// chunks at most), stages A whole, and carries zero points only where the node has them: 32-40
-// registers, 6-8 blocks per SM (measured on the H200, 2048 -> 32000 fp16: 12.2 us against 21.5).
-// Within one wave the kernel above is faster (its launches overlap better: 4096 x 4096, 4.9 us
-// against 7.6), so the binding picks this one only past a wave.
-template <int U, bool ZP>
-HIPEP_DEVICE void hipep_mnb_gemv_row1_h2(const hipep_half* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
-                                         const hipep_half* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
-                                         const hipep_half* HIPEP_RESTRICT bias, hipep_half* HIPEP_RESTRICT Y,
-                                         const hipep_mnb_args a) {
+// chunks at most), stages A whole, and carries zero points only where the node has them: 32-48
+// registers for h2, 6-8 blocks per SM (measured on the H200, 2048 -> 32000 fp16: 15.5 us against
+// 21.5). Within one wave the kernel above is faster (its launches overlap better: 4096 x 4096,
+// 4.9 us against 5.9), so the binding picks this one only past a wave. The sums are the kernel
+// above's, chunk for chunk in the same order (hipep_mnb_row_chunk): the same bits.
+template <typename T, bool Q8, int U, bool ZP>
+HIPEP_DEVICE void hipep_mnb_gemv_row1(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
+                                      const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
+                                      const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
   hipep_grid_release();
   HIPEP_DYNAMIC_SHARED(float4, hipep_mnb_smem4);
+  unsigned char* smem = reinterpret_cast<unsigned char*>(hipep_mnb_smem4);
   const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
   const hipep_i64 col = (hipep_i64)blockIdx.x * MNB_WARPS + warp;
   const bool live = col < a.n;
   const hipep_i64 n = live ? col : 0;
   const int chunks = (int)(a.k_pad >> 5);
   const uint4* brow = reinterpret_cast<const uint4*>(B + n * a.row_bytes);
-  const hipep_half* srow = scales + n * a.nb;
+  const T* srow = scales + n * a.nb;
   const unsigned char* zrow = ZP ? static_cast<const unsigned char*>(zp) + n * a.zp_row : nullptr;
   uint4 q[U];
   float qs[U], qz[U];
@@ -331,47 +350,43 @@ HIPEP_DEVICE void hipep_mnb_gemv_row1_h2(const hipep_half* HIPEP_RESTRICT A, con
   }
   hipep_grid_wait();  // A, and Y's memory, belong to earlier kernels of the stream
   // one word of A a thread in flight where a block's threads cover the row in one pass (U <= 2)
-  hipep_mnb_row_stage_h2<U <= 2 ? 1 : MNB_ROW_STAGE_H2>(reinterpret_cast<unsigned char*>(hipep_mnb_smem4), A, 0,
-                                                         chunks, a);
+  if constexpr (Q8) {
+    hipep_mnb_row_stage_q8<T, (U <= 2 ? 1 : MNB_ROW_STAGE_Q8)>(smem, A, 0, chunks, a);
+  } else {
+    hipep_mnb_row_stage_h2<(U <= 2 ? 1 : MNB_ROW_STAGE_H2)>(smem, reinterpret_cast<const hipep_half*>(A), 0, chunks, a);
+  }
   __syncthreads();
-  const uint4* planes = reinterpret_cast<const uint4*>(hipep_mnb_smem4);
   float acc = 0.0f;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int ch = lane + u * HIPEP_WARP_SIZE;
-    if (ch < chunks) {
-      const __half2 c_lo = __float2half2_rn(1024.0f + qz[u]);
-      const __half2 c_hi = __float2half2_rn(-64.0f - qz[u]);
-      float2 f = __half22float2(hipep_mnb_row_word_h2(q[u].x, planes[ch], c_lo, c_hi));
-      float part = f.x + f.y;
-      f = __half22float2(hipep_mnb_row_word_h2(q[u].y, planes[chunks + ch], c_lo, c_hi));
-      part += f.x + f.y;
-      f = __half22float2(hipep_mnb_row_word_h2(q[u].z, planes[2 * chunks + ch], c_lo, c_hi));
-      part += f.x + f.y;
-      f = __half22float2(hipep_mnb_row_word_h2(q[u].w, planes[3 * chunks + ch], c_lo, c_hi));
-      part += f.x + f.y;
-      acc = fmaf(qs[u], part, acc);
-    }
+    if (ch < chunks) acc = hipep_mnb_row_chunk<Q8>(acc, q[u], qs[u], qz[u], smem, chunks, ch, a.log2_bs);
   }
   acc = hipep_warp_sum(acc);
   if (lane == 0 && live) {
     const float b = bias != 0 ? hipep_to_float(bias[col]) : 0.0f;
-    Y[col] = hipep_from_float<hipep_half>(acc + b);
+    Y[col] = hipep_from_float<T>(acc + b);
   }
 }
 
-// Blocks resident per SM asked of the compiler: 8 (32 registers) for one or two chunks a lane.
-#define HIPEP_MNB_ROW1(U, ZP, SUFFIX)                                                                 \
-  HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, U <= 2 ? 8 : 1)                    \
-      hipep_mnb_gemv_row1_h2_f16_b4_u##U##SUFFIX(HIPEP_MNB_PARAMS(hipep_half)) {                      \
-    hipep_mnb_gemv_row1_h2<U, ZP>(A, B, scales, zp, bias, Y, a);                                      \
+// Blocks resident per SM asked of the compiler (MIN_BLOCKS: registers 65536 / (256 * MIN_BLOCKS)):
+// as many as hold each variant's loads and sums without spilling.
+#define HIPEP_MNB_ROW1_ONE(VARIANT, NAME, T, Q8, U, ZP, SUFFIX, MIN_BLOCKS)                           \
+  HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, MIN_BLOCKS)                        \
+      hipep_mnb_gemv_row1_##VARIANT##_##NAME##_b4_u##U##SUFFIX(HIPEP_MNB_PARAMS(T)) {                 \
+    hipep_mnb_gemv_row1<T, Q8, U, ZP>(A, B, scales, zp, bias, Y, a);                                  \
   }
-HIPEP_MNB_ROW1(1, false, )
-HIPEP_MNB_ROW1(2, false, )
-HIPEP_MNB_ROW1(4, false, )
-HIPEP_MNB_ROW1(1, true, _zp)
-HIPEP_MNB_ROW1(2, true, _zp)
-HIPEP_MNB_ROW1(4, true, _zp)
+#define HIPEP_MNB_ROW1(VARIANT, NAME, T, Q8, B1, B2, B4)      \
+  HIPEP_MNB_ROW1_ONE(VARIANT, NAME, T, Q8, 1, false, , B1)    \
+  HIPEP_MNB_ROW1_ONE(VARIANT, NAME, T, Q8, 2, false, , B2)    \
+  HIPEP_MNB_ROW1_ONE(VARIANT, NAME, T, Q8, 4, false, , B4)    \
+  HIPEP_MNB_ROW1_ONE(VARIANT, NAME, T, Q8, 1, true, _zp, B1)  \
+  HIPEP_MNB_ROW1_ONE(VARIANT, NAME, T, Q8, 2, true, _zp, B2)  \
+  HIPEP_MNB_ROW1_ONE(VARIANT, NAME, T, Q8, 4, true, _zp, B4)
+HIPEP_MNB_ROW1(h2, f16, hipep_half, false, 8, 8, 5)
+HIPEP_MNB_ROW1(q8, f32, float, true, 8, 6, 4)
+HIPEP_MNB_ROW1(q8, f16, hipep_half, true, 8, 6, 4)
+HIPEP_MNB_ROW1(q8, bf16, hipep_bf16, true, 8, 6, 4)
 
 // The one-row GEMV in packed arithmetic (see above): q8 for accuracy_level 4, h2 for fp16 A.
 #define HIPEP_MNB_ROW(VARIANT, NAME, T, Q8)                                                          \

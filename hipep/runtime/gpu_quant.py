@@ -244,14 +244,15 @@ def _mnb_row_op(a_ptr, B, scales, zp, bias, y, layout: MatMulNBitsArgs, bits, dt
     # previous kernel: only where those are the session's weights, which no kernel writes.
     weights = all(w is None or w.constant for w in (B, scales, zp))
     ws = target.warp_size
-    if not quant_a and tile_chunks == chunks and chunks <= 4 * ws and grid[0] > ROW_BLOCKS_PER_SM * target.sm_count:
+    variant = "q8" if quant_a else "h2"
+    if tile_chunks == chunks and chunks <= 4 * ws and grid[0] > ROW_BLOCKS_PER_SM * target.sm_count:
         # Past one wave of the kernel's blocks, rows of one round of loads a lane take the variant
-        # with fewer registers (hipep_mnb_gemv_row1_h2: more blocks resident, more loads in flight).
+        # with fewer registers (hipep_mnb_gemv_row1: more blocks resident, more loads in flight).
         u = next(u for u in (1, 2, 4) if u * ws >= chunks)
-        entry = f"hipep_mnb_gemv_row1_h2_f16_b4_u{u}{'_zp' if layout.zp_mode == 1 else ''}"
+        entry = f"hipep_mnb_gemv_row1_{variant}_{dt}_b4_u{u}{'_zp' if layout.zp_mode == 1 else ''}"
         return KernelOp(entry, grid, (GEMV_WARPS * ws, 1, 1), params, module="matmul_nbits_row",
-                        smem=row_smem(tile_chunks, bs, False), overlaps_previous=weights)
-    return KernelOp(f"hipep_mnb_gemv_row_{'q8' if quant_a else 'h2'}_{dt}_b4", grid,
+                        smem=row_smem(tile_chunks, bs, bool(quant_a)), overlaps_previous=weights)
+    return KernelOp(f"hipep_mnb_gemv_row_{variant}_{dt}_b4", grid,
                     (GEMV_WARPS * target.warp_size, 1, 1), params, module="matmul_nbits_row",
                     smem=row_smem(tile_chunks, bs, bool(quant_a)), overlaps_previous=weights)
 

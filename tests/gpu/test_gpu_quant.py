@@ -133,9 +133,9 @@ def test_matmul_nbits_square_4096_decode(elem, level):
 # (K, N, zero points, element type, accuracy_level): one-row GEMV shapes of a 2048-wide decoder on
 # a GPU of ~132 SMs. K = 2048 with N of 8192 or more runs the wide variant (4 columns a warp, entry
 # suffix _c4); N = 4300 too, its last block partial (N % 32 != 0); N = 2048 splits K 2 ways; K = 8192
-# splits K 2 ways with 4 chunks a lane; K = 4096 runs whole rows a warp with 4 chunks a lane. With
-# fp16 A past one wave of the row GEMV (N > 4 * 8 * SMs: 2048 x 8192, 2048 x 4300 with zero points,
-# 1024 x 9000, 4064 x 8200) the lighter variant runs.
+# splits K 2 ways with 4 chunks a lane; K = 4096 runs whole rows a warp with 4 chunks a lane. Past
+# one wave of the row GEMV (N > 4 * 8 * SMs: 2048 x 8192 and 2048 x 4300 with zero points, fp16 A
+# and A in int8 at level 4; 1024 x 9000, 4064 x 8200) the lighter hipep_mnb_gemv_row1 runs.
 DECODE_SHAPES = [
     (2048, 8192, "none", F16, 0),
     (2048, 8192, "none", F32, 4),

@@ -148,7 +148,8 @@ def test_every_quantized_entry_point_exists(cubins):
     names |= {("matmul_nbits", f"hipep_mnb_gemm_{t}_b{b}") for t in ("f32", "f16", "bf16") for b in (4, 8)}
     names |= {("matmul_nbits_row", f"hipep_mnb_gemv_row_q8_{t}_b4") for t in ("f32", "f16", "bf16")}
     names |= {("matmul_nbits_row", "hipep_mnb_gemv_row_h2_f16_b4")}
-    names |= {("matmul_nbits_row", f"hipep_mnb_gemv_row1_h2_f16_b4_u{u}{z}") for u in (1, 2, 4) for z in ("", "_zp")}
+    names |= {("matmul_nbits_row", f"hipep_mnb_gemv_row1_{v}_b4_u{u}{z}") for u in (1, 2, 4) for z in ("", "_zp")
+              for v in ("h2_f16", "q8_f32", "q8_f16", "q8_bf16")}
     names |= {("gather_block_quantized", f"hipep_gbq_{t}_b{b}_{i}{w}") for t in ("f32", "f16", "bf16")
               for b in (2, 4, 8) for i in ("i32", "i64") for w in ("", "_w4")}
     assert {"matmul_nbits", "matmul_nbits_row", "gather_block_quantized"} <= set(gk.modules())
@@ -235,7 +236,8 @@ def test_row_gemv_loads_weights_before_it_waits_for_the_previous_kernel(arch):
     loads of B (read-only, ld.global.nc), and release its own successor; before sm_90 there is
     no such launch and the code has neither instruction."""
     bodies = _entry_bodies(_ptx("matmul_nbits_row", arch))
-    assert len(bodies) == 10  # q8 f32/f16/bf16 and h2 f16; row1 h2 with 1, 2, 4 chunks a lane, zero points or not
+    # the tiled kernel's q8 f32/f16/bf16 and h2 f16; row1's the same with 1, 2, 4 chunks a lane, zero points or not
+    assert len(bodies) == 4 + 4 * 6
     for entry, body in bodies.items():
         if arch == "compute_80":
             assert "griddepcontrol" not in body, entry

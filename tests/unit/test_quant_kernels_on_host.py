@@ -81,21 +81,37 @@ def test_row_gemv_on_host(matmul_nbits, k, n, bs, dtype, zp_kind, level, with_bi
     assert err < tol, (entry, err)
 
 
-@pytest.mark.parametrize("k,n,bs,zp_kind,with_bias,entry", [
-    (1024, 40, 32, "none", True, "hipep_mnb_gemv_row1_h2_f16_b4_u1"),      # one chunk a lane
-    (2048, 44, 64, "uint8", False, "hipep_mnb_gemv_row1_h2_f16_b4_u2_zp"),  # two; packed zero points
-    (4000, 36, 32, "uint8", True, "hipep_mnb_gemv_row1_h2_f16_b4_u4_zp"),   # four; K short of K_pad
-    (200, 33, 32, "none", False, "hipep_mnb_gemv_row1_h2_f16_b4_u1"),       # K past A's end, one column past a block
-    (2048, 32, 32, "none", False, "hipep_mnb_gemv_row_h2_f16_b4"),          # one wave: the tiled kernel
-    (4160, 40, 32, "none", False, "hipep_mnb_gemv_row_h2_f16_b4"),          # past 4 chunks a lane: the tiled kernel
+@pytest.mark.parametrize("k,n,bs,dtype,zp_kind,level,with_bias,entry", [
+    (1024, 40, 32, np.float16, "none", 0, True, "hipep_mnb_gemv_row1_h2_f16_b4_u1"),      # one chunk a lane
+    (2048, 44, 64, np.float16, "uint8", 0, False, "hipep_mnb_gemv_row1_h2_f16_b4_u2_zp"),  # two; packed zero points
+    (4000, 36, 32, np.float16, "uint8", 0, True, "hipep_mnb_gemv_row1_h2_f16_b4_u4_zp"),   # four; K short of K_pad
+    (200, 33, 32, np.float16, "none", 0, False, "hipep_mnb_gemv_row1_h2_f16_b4_u1"),       # K past A's end
+    (2048, 32, 32, np.float16, "none", 0, False, "hipep_mnb_gemv_row_h2_f16_b4"),          # one wave: the tiled kernel
+    (4160, 40, 32, np.float16, "none", 0, False, "hipep_mnb_gemv_row_h2_f16_b4"),          # past 4 chunks a lane
+    (2048, 40, 32, np.float32, "none", 4, True, "hipep_mnb_gemv_row1_q8_f32_b4_u2"),       # the builder's int4 form
+    (3072, 36, 128, np.float32, "uint8", 4, False, "hipep_mnb_gemv_row1_q8_f32_b4_u4_zp"),  # A blocks of 4 chunks
+    (960, 33, 64, ml_dtypes.bfloat16, "uint8", 4, True, "hipep_mnb_gemv_row1_q8_bf16_b4_u1_zp"),
+    (1536, 40, 256, np.float16, "none", 4, False, "hipep_mnb_gemv_row1_q8_f16_b4_u2"),      # block 256: 8 lanes a block
 ])
-def test_row_gemv_past_one_wave_on_host(matmul_nbits, k, n, bs, zp_kind, with_bias, entry):
-    """fp16 A past one wave of the tiled row GEMV's blocks (here 4 blocks on one SM): rows of one
-    round of loads a lane take hipep_mnb_gemv_row1_h2 with U = 1, 2 or 4 chunks a lane."""
-    got, want, entries = _run(matmul_nbits, 1, k, n, bs, np.float16, zp_kind, 0, with_bias, sm_count=1)
+def test_row_gemv_past_one_wave_on_host(matmul_nbits, k, n, bs, dtype, zp_kind, level, with_bias, entry):
+    """One row past one wave of the tiled row GEMV's blocks (here 4 blocks on one SM): rows of one
+    round of loads a lane take hipep_mnb_gemv_row1 with U = 1, 2 or 4 chunks a lane, its sums the
+    tiled kernel's (the registry reference's tolerance as test_row_gemv_on_host's)."""
+    got, want, entries = _run(matmul_nbits, 1, k, n, bs, dtype, zp_kind, level, with_bias, sm_count=1)
     assert entries == [entry]
+    tol = 1e-5 if dtype == np.float32 else (1e-2 if dtype == np.float16 else 2e-2)
     err = np.abs(got.astype(np.float64) - want.astype(np.float64)).max() / np.abs(want.astype(np.float64)).max()
-    assert err < 1e-2, (entry, err)
+    assert err < tol, (entry, err)
+
+
+@pytest.mark.parametrize("dtype,level", [(np.float16, 0), (np.float32, 4)])
+def test_row_gemv_variants_give_the_same_bits_on_host(matmul_nbits, dtype, level):
+    """The tiled row GEMV (one wave on 132 SMs) and hipep_mnb_gemv_row1 (past a wave on one SM) on
+    the same case: the same sums in the same order, so the same bits."""
+    tiled, _, entries_tiled = _run(matmul_nbits, 1, 2048, 40, 32, dtype, "uint8", level, True, seed=3)
+    lean, _, entries_lean = _run(matmul_nbits, 1, 2048, 40, 32, dtype, "uint8", level, True, seed=3, sm_count=1)
+    assert "_row_" in entries_tiled[0] and "_row1_" in entries_lean[0]
+    np.testing.assert_array_equal(lean, tiled)
 
 
 def test_row_gemv_long_k_tiles_on_host(matmul_nbits, monkeypatch):
