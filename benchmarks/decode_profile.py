@@ -117,9 +117,9 @@ def render(info: dict, facts: dict, folder: str, step: dict, launches: list[dict
 
 def child(args) -> int:
     """Runs under ncu: decodes the prompt and WARM_STEPS tokens unprofiled, measures the next step's
-    kernel time, then profiles one more step (cudaProfilerStart/Stop around it)."""
+    kernel time, then profiles one more step (cuProfilerStart/Stop around it)."""
     import decode as D
-    from cuda.bindings import runtime as rt
+    from cuda.bindings import driver
 
     import hipep
 
@@ -138,10 +138,10 @@ def child(args) -> int:
     c1 = D._counters()
     with open(args.child, "w") as f:
         json.dump({"kernel_us": c1["kernel_us"] - c0["kernel_us"], "launches": c1["launches"] - c0["launches"]}, f)
-    rt.cudaProfilerStart()
+    driver.cuProfilerStart()  # the driver API hipep itself uses (cuda-bindings' runtime module needs libcudart)
     total += 1
     dec.step(np.array([[tok]]), total)
-    rt.cudaProfilerStop()
+    driver.cuProfilerStop()
     return 0
 
 
