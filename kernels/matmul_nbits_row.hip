@@ -326,28 +326,13 @@ HIPEP_DEVICE void hipep_mnb_gemv_row1(const T* HIPEP_RESTRICT A, const unsigned 
   HIPEP_DYNAMIC_SHARED(float4, hipep_mnb_smem4);
   unsigned char* smem = reinterpret_cast<unsigned char*>(hipep_mnb_smem4);
   const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
-  const hipep_i64 col = (hipep_i64)blockIdx.x * MNB_WARPS + warp;
-  const bool live = col < a.n;
-  const hipep_i64 n = live ? col : 0;
+  const hipep_i64 n = (hipep_i64)blockIdx.x * MNB_WARPS + warp;
+  hipep_mnb_row_col<T> col = hipep_mnb_row_col_at<T>(B, scales, zp, n, a);
+  if (!ZP) col.zp = nullptr;  // known when compiling: no zero-point loads, no registers for them
   const int chunks = (int)(a.k_pad >> 5);
-  const uint4* brow = reinterpret_cast<const uint4*>(B + n * a.row_bytes);
-  const T* srow = scales + n * a.nb;
-  const unsigned char* zrow = ZP ? static_cast<const unsigned char*>(zp) + n * a.zp_row : nullptr;
   uint4 q[U];
   float qs[U], qz[U];
-#pragma unroll
-  for (int u = 0; u < U; ++u) {  // the column's weights: session constants, loaded before the wait
-    const int ch = lane + u * HIPEP_WARP_SIZE;
-    q[u] = make_uint4(0u, 0u, 0u, 0u);
-    qs[u] = 0.0f;
-    qz[u] = 8.0f;
-    if (live && ch < chunks) {
-      q[u] = __ldg(brow + ch);
-      const int blk = (ch << 5) >> a.log2_bs;
-      qs[u] = hipep_to_float(srow[blk]);
-      if (ZP) qz[u] = (float)((zrow[blk >> 1] >> ((blk & 1) * 4)) & 0xF);
-    }
-  }
+  hipep_mnb_row_load<T, U>(q, qs, qz, col, lane, chunks, a.log2_bs);  // the whole row's share: one round
   hipep_grid_wait();  // A, and Y's memory, belong to earlier kernels of the stream
   // one word of A a thread in flight where a block's threads cover the row in one pass (U <= 2)
   if constexpr (Q8) {
@@ -363,9 +348,9 @@ HIPEP_DEVICE void hipep_mnb_gemv_row1(const T* HIPEP_RESTRICT A, const unsigned 
     if (ch < chunks) acc = hipep_mnb_row_chunk<Q8>(acc, q[u], qs[u], qz[u], smem, chunks, ch, a.log2_bs);
   }
   acc = hipep_warp_sum(acc);
-  if (lane == 0 && live) {
-    const float b = bias != 0 ? hipep_to_float(bias[col]) : 0.0f;
-    Y[col] = hipep_from_float<T>(acc + b);
+  if (lane == 0 && col.live) {
+    const float b = bias != 0 ? hipep_to_float(bias[n]) : 0.0f;
+    Y[n] = hipep_from_float<T>(acc + b);
   }
 }
 

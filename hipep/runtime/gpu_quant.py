@@ -221,6 +221,11 @@ def gemv_rows(m: int) -> int:
     raise ValueError(f"{m} rows is past the GEMV's {GEMV_MAX_ROWS}")
 
 
+# Blocks of hipep_mnb_gemv_row_* resident per SM (its __launch_bounds__): a grid past this many per
+# SM runs in several waves.
+ROW_BLOCKS_PER_SM = 4
+
+
 def _mnb_row_op(a_ptr, B, scales, zp, bias, y, layout: MatMulNBitsArgs, bits, dt, target):
     """The one-row GEMV in packed arithmetic (kernels/matmul_nbits_row.hip, hipep_mnb_gemv_row_*) where
     it applies -- 4 bits, block_size >= 32, 16-byte aligned rows, integer or no zero points, and
@@ -243,23 +248,15 @@ def _mnb_row_op(a_ptr, B, scales, zp, bias, y, layout: MatMulNBitsArgs, bits, dt
     # The kernel loads its first chunks of B, scales and zero points before it waits for the
     # previous kernel: only where those are the session's weights, which no kernel writes.
     weights = all(w is None or w.constant for w in (B, scales, zp))
-    ws = target.warp_size
-    variant = "q8" if quant_a else "h2"
+    ws, variant = target.warp_size, "q8" if quant_a else "h2"
+    entry = f"hipep_mnb_gemv_row_{variant}_{dt}_b4"
     if tile_chunks == chunks and chunks <= 4 * ws and grid[0] > ROW_BLOCKS_PER_SM * target.sm_count:
         # Past one wave of the kernel's blocks, rows of one round of loads a lane take the variant
         # with fewer registers (hipep_mnb_gemv_row1: more blocks resident, more loads in flight).
         u = next(u for u in (1, 2, 4) if u * ws >= chunks)
         entry = f"hipep_mnb_gemv_row1_{variant}_{dt}_b4_u{u}{'_zp' if layout.zp_mode == 1 else ''}"
-        return KernelOp(entry, grid, (GEMV_WARPS * ws, 1, 1), params, module="matmul_nbits_row",
-                        smem=row_smem(tile_chunks, bs, bool(quant_a)), overlaps_previous=weights)
-    return KernelOp(f"hipep_mnb_gemv_row_{variant}_{dt}_b4", grid,
-                    (GEMV_WARPS * target.warp_size, 1, 1), params, module="matmul_nbits_row",
+    return KernelOp(entry, grid, (GEMV_WARPS * ws, 1, 1), params, module="matmul_nbits_row",
                     smem=row_smem(tile_chunks, bs, bool(quant_a)), overlaps_previous=weights)
-
-
-# Blocks of hipep_mnb_gemv_row_* resident per SM (its __launch_bounds__): a grid past this many per
-# SM runs in several waves.
-ROW_BLOCKS_PER_SM = 4
 
 
 def row_smem(tile_chunks: int, block_size: int, q8: bool) -> int:
