@@ -63,18 +63,11 @@ class OverlappedLaunch(Launch):
     wait for their predecessor in their own code (hipep_grid_wait)."""
 
     def issue(self, stream) -> None:
-        d = _driver()
-        attr = d.CUlaunchAttribute()
-        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        attr.value.programmaticStreamSerializationAllowed = 1
-        config = d.CUlaunchConfig()
-        config.gridDimX, config.gridDimY, config.gridDimZ = self.grid, 1, 1
-        config.blockDimX, config.blockDimY, config.blockDimZ = self.block, 1, 1
-        config.sharedMemBytes = self.smem
-        config.attrs = [attr]
-        config.numAttrs = 1
+        from hipep.runtime.cuda_graphs import _overlap_config  # the configuration hipep's launches use
+
+        config = _overlap_config((self.grid, 1, 1), (self.block, 1, 1), self.smem)
         config.hStream = stream
-        _ck(d.cuLaunchKernelEx(config, self.func, ctypes.addressof(self.argv), 0))
+        _ck(_driver().cuLaunchKernelEx(config, self.func, ctypes.addressof(self.argv), 0))
 
 
 def time_graph(stream, issue_all, count: int) -> float:
