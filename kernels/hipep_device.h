@@ -200,6 +200,20 @@ HIPEP_DEVICE void hipep_grid_release() {
 #endif
 }
 
+// A load of the session's weights meant to be issued before hipep_grid_wait(): ld.global.cs (read
+// once, evicted first). Not the read-only path (__ldg, or a plain load through a const __restrict__
+// pointer, which the compiler turns into ld.global.nc): ptxas places griddepcontrol.wait ahead of
+// every ld.global.nc of the kernel, so such loads would wait for the previous kernel after all
+// (seen in the SASS: ACQBULK before the first LDG.E.CONSTANT). Elsewhere a plain load.
+template <typename T>
+HIPEP_DEVICE T hipep_ld_stream(const T* p) {
+#if defined(HIPEP_NVIDIA) && defined(__CUDA_ARCH__)
+  return __ldcs(p);
+#else
+  return *p;
+#endif
+}
+
 // ---- atomics ------------------------------------------------------------------------------------
 // Same spelling on both platforms; wrapped so kernels do not depend on which overloads exist.
 HIPEP_DEVICE float hipep_atomic_add(float* p, float v) { return atomicAdd(p, v); }

@@ -235,7 +235,8 @@ HIPEP_DEVICE hipep_mnb_row_col<T> hipep_mnb_row_col_at(const unsigned char* B, c
 
 // A lane's U chunks ch0 + u * warp size (below `end`) of its column: the weights, each chunk's
 // block scale and zero point (8 without zero points), all issued before any is used. They read
-// only the session's weights, so the first call may come before hipep_grid_wait().
+// only the session's weights, so the first call may come before hipep_grid_wait(); they go
+// through hipep_ld_stream so that they really are issued before it (see there).
 template <typename T, int U>
 HIPEP_DEVICE void hipep_mnb_row_load(uint4 (&q)[U], float (&s)[U], float (&z)[U], const hipep_mnb_row_col<T>& c,
                                      int ch0, int end, int log2_bs) {
@@ -246,10 +247,10 @@ HIPEP_DEVICE void hipep_mnb_row_load(uint4 (&q)[U], float (&s)[U], float (&z)[U]
     s[u] = 0.0f;
     z[u] = 8.0f;
     if (c.live && ch < end) {
-      q[u] = __ldg(c.b + ch);
+      q[u] = hipep_ld_stream(c.b + ch);
       const int blk = (ch << 5) >> log2_bs;
-      s[u] = hipep_to_float(c.scale[blk]);
-      if (c.zp != nullptr) z[u] = (float)((c.zp[blk >> 1] >> ((blk & 1) * 4)) & 0xF);
+      s[u] = hipep_to_float(hipep_ld_stream(c.scale + blk));
+      if (c.zp != nullptr) z[u] = (float)((hipep_ld_stream(c.zp + (blk >> 1)) >> ((blk & 1) * 4)) & 0xF);
     }
   }
 }
