@@ -21,7 +21,9 @@
 //                          split over blocks (grid.x), the query rows sharing a KV head -- its query
 //                          heads, times the tokens -- in one block so K/V are read once per KV head;
 //                          partial max/sum/acc per split to workspace, and the last split block of a
-//                          KV head to finish merges them (and the head sink) into the output;
+//                          KV head to finish merges them (and the head sink) into the output; keys
+//                          of a few passes (short contexts) take the first split block alone, which
+//                          writes the output (no merge);
 //   attention_prefill.hip  hipep_gqa_prefill_*: several query tokens: one block per (query tile, head,
 //                          batch), a loop over KV tiles with an online softmax, causal tiles skipped;
 //   attention_cache.hip    hipep_gqa_window_store: sliding-window cache: the window cache's kept rows

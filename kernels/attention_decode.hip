@@ -18,6 +18,11 @@
 #define HIPEP_DEC_WARPS (HIPEP_DEC_THREADS / HIPEP_WARP_SIZE)
 #define HIPEP_GQA_MAX_HEAD 256
 #define HIPEP_GQA_MAX_SPLITS 64
+// Keys up to this many passes of a block (a.key_tile each) take one block, which writes the output
+// itself: merging splits costs the partials' write, a fence, the arrival count and the last block's
+// reads of them, some three memory round trips against one a pass (a decode step's short contexts,
+// say 150 keys in a cache of thousands, then skip the merge). Longer spans are split.
+#define HIPEP_DEC_DIRECT_PASSES 4
 
 // Keys per lane per pass: K and V of these are in flight together (registers: 2 * KPL * 8 elements).
 template <typename T, int G> struct hipep_dec_keys { static constexpr int value = (sizeof(T) == 2 && G <= 4) ? 8 : 4; };
@@ -53,7 +58,7 @@ HIPEP_DEVICE int hipep_dec_lanes(int H) {
 }
 
 // One split's keys [k0, k1) against the block's rows: per-warp online softmax, then the warps merged
-// in order into the output (one split) or the split's partials.
+// in order into the output (`direct`: the block has all the rows' keys) or the split's partials.
 template <typename T, int G>
 HIPEP_DEVICE void hipep_gqa_decode_split(const T* HIPEP_RESTRICT q, const T* HIPEP_RESTRICT cache_k,
                                          const T* HIPEP_RESTRICT cache_v, const T* HIPEP_RESTRICT bias,
@@ -61,7 +66,8 @@ HIPEP_DEVICE void hipep_gqa_decode_split(const T* HIPEP_RESTRICT q, const T* HIP
                                          float* part_acc, float* part_ml, const hipep_gqa_args& a, int k0, int k1,
                                          int gn, const int* row_s, const int* row_head, const int* row_lo,
                                          const int* row_hi,
-                                         float (*o_s)[G][HIPEP_GQA_MAX_HEAD], float4 (*q_s4)[HIPEP_GQA_MAX_HEAD / 4]) {
+                                         float (*o_s)[G][HIPEP_GQA_MAX_HEAD], float4 (*q_s4)[HIPEP_GQA_MAX_HEAD / 4],
+                                         bool direct) {
   constexpr int W = HIPEP_WARP_SIZE, NW = HIPEP_DEC_WARPS, KPL = hipep_dec_keys<T, G>::value;
   __shared__ float m_w[NW][G], l_w[NW][G];
   float (*q_s)[HIPEP_GQA_MAX_HEAD] = reinterpret_cast<float (*)[HIPEP_GQA_MAX_HEAD]>(q_s4);
@@ -208,7 +214,7 @@ HIPEP_DEVICE void hipep_gqa_decode_split(const T* HIPEP_RESTRICT q, const T* HIP
       }
     }
     const hipep_i64 row = ((hipep_i64)b * a.seq + row_s[h]) * a.heads + row_head[h];  // output row
-    if (a.splits == 1) {
+    if (direct) {
       const float sk = a.has_sink ? (sink != 0 ? hipep_to_float(sink[row_head[h]]) : 0.0f) : 0.0f;
       out[row * H + d] = hipep_from_float<T>(hipep_gqa_finish(o, m, l, a.has_sink, sk));
     } else {
@@ -333,10 +339,17 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
   }
   if (hi == 0) lo = 0;
   const int span = max(hi - lo, 0);
+  // Uniform over the grid: every block of a (batch, KV head, row group) takes the same branch.
+  if (a.splits == 1 || (span + a.key_tile - 1) / a.key_tile <= HIPEP_DEC_DIRECT_PASSES) {
+    if (split == 0)
+      hipep_gqa_decode_split<T, G>(q, cache_k, cache_v, bias, sink, out, part_acc, part_ml, a, lo, hi, gn, row_s,
+                                   row_head, row_lo, row_hi, o_s, q_s4, true);
+    return;  // the other split blocks have nothing to do, and nothing is merged
+  }
   int chunk = (span + a.splits - 1) / a.splits;
   chunk = (chunk + a.key_tile - 1) / a.key_tile * a.key_tile;
   const int k0 = lo + split * chunk, k1 = min(hi, k0 + chunk);
-  if (k0 >= k1 && a.splits > 1) {  // a split past the rows' keys (the grid is sized by the capacity)
+  if (k0 >= k1) {  // a split past the rows' keys (the grid is sized by the capacity)
     if (t < gn) {
       const hipep_i64 p = (((hipep_i64)b * a.seq + row_s[t]) * a.heads + row_head[t]) * a.splits + split;
       part_ml[2 * p] = -HIPEP_INF_F;
@@ -344,9 +357,8 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
     }
   } else {
     hipep_gqa_decode_split<T, G>(q, cache_k, cache_v, bias, sink, out, part_acc, part_ml, a, k0, k1, gn, row_s,
-                                 row_head, row_lo, row_hi, o_s, q_s4);
+                                 row_head, row_lo, row_hi, o_s, q_s4, false);
   }
-  if (a.splits == 1) return;
   // Count this block's split in; the last of the (batch, KV head, row group) to arrive merges them all.
   __shared__ unsigned int last_s;
   __threadfence();  // the partials written above, visible device-wide before they are counted

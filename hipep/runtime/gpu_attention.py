@@ -17,7 +17,9 @@ as one CUDA graph and reads nothing back:
                 (gpu_faults), so such a run raises as the CPU device does
   decode        up to DEC_MAX_SEQ new tokens: the KV range split over `splits` blocks per KV head
                 (flash-decoding); the splits' partials (max, sum, unnormalised output, in workspace)
-                merged by the last split block of each KV head to finish (an arrival counter)
+                merged by the last split block of each KV head to finish (an arrival counter); a
+                span of up to DEC_DIRECT_PASSES key tiles (known only in the kernel: the lengths are
+                device values) is the first split block's alone, which writes the output
   or prefill    several query tokens: query tiles against KV tiles, online softmax
   window_store  sliding-window cache: the kept rows back into present
 
@@ -47,6 +49,7 @@ DEC_VARIANTS = (1, 2, 4, 8)  # hipep_gqa_decode_<dt>_g<G>: blocks of up to G que
 DEC_MAX_SEQ = 8  # up to this many new tokens take the split-KV kernel (decode, speculative steps, small chunks)
 MAX_HEAD = 256  # HIPEP_GQA_MAX_HEAD
 MAX_SPLITS = 64  # HIPEP_GQA_MAX_SPLITS
+DEC_DIRECT_PASSES = 4  # HIPEP_DEC_DIRECT_PASSES: keys of up to this many key tiles take one block, no merge
 ALIGN = 256
 # prefill variants: head-size bucket -> (threads, columns per thread); BM = threads / 4 query rows,
 # BN = 8 * columns keys per tile (shared memory stays below 48 KiB in f32)

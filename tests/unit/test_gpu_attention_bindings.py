@@ -18,7 +18,7 @@ import pytest
 from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, lookup
 from hipep.runtime import gpu_faults as gf
 from hipep.runtime import gpu_kernels as gk
-from hipep.runtime.gpu_attention import DEC_VARIANTS, GqaArgs, RopeArgs, gqa_bounds, gqa_length_fault, gqa_rows
+from hipep.runtime.gpu_attention import DEC_DIRECT_PASSES, DEC_VARIANTS, GqaArgs, RopeArgs, gqa_bounds, gqa_length_fault, gqa_rows
 
 from helpers import needs_nvrtc
 
@@ -271,25 +271,29 @@ def _attend(mem, ptrs, a, dtype, decode):
                 live = [(lo, hi) for lo, hi in bounds if hi > lo]
                 lo = min(x for x, _ in live) if live else 0
                 hi = max(y for _, y in live) if live else 0
-                chunk = -(-(-(-max(hi - lo, 0) // a.splits)) // a.key_tile) * a.key_tile
-                for split in range(a.splits):
+                span = max(hi - lo, 0)
+                # a span of a few key tiles: the first split block alone, writing the output
+                direct = a.splits == 1 or -(-span // a.key_tile) <= DEC_DIRECT_PASSES
+                chunk = span if direct else -(-(-(-span // a.splits)) // a.key_tile) * a.key_tile
+                for split in range(1 if direct else a.splits):
                     k0, k1 = lo + split * chunk, min(hi, lo + (split + 1) * chunk)
                     for (s, head), (rlo, rhi) in zip(block, bounds):
                         m, l, acc = _partial(a, query(b, s, head), ck[b, kvh], cv[b, kvh], bias, b, head, s,
                                              max(k0, rlo), min(k1, rhi))
                         row = (b * S + s) * n + head
-                        if a.splits == 1:
+                        if direct:
                             out[row] = _finish(acc, m, l, a.has_sink, sinks[head]).astype(dtype)
                             continue
                         pacc = mem.view(pacc_p, np.float32, a.batch * S * n * a.splits * H).reshape(-1, H)
                         pml = mem.view(pml_p, np.float32, a.batch * S * n * a.splits * 2).reshape(-1, 2)
                         pacc[row * a.splits + split], pml[row * a.splits + split] = acc, (m, l)
-    if decode and a.splits > 1:
-        _combine(mem, [pacc_p, pml_p, sink_p, out_p], a, dtype)
+            if decode and a.splits > 1 and not direct:
+                _combine_rows(mem, [pacc_p, pml_p, sink_p, out_p], a, dtype, b, block)
 
 
-def _combine(mem, ptrs, a, dtype):
-    """The splits' partials merged (the decode kernel's last block per KV head)."""
+def _combine_rows(mem, ptrs, a, dtype, b, block):
+    """The splits' partials of one block's (token, head) rows merged (the decode kernel's last split
+    block of that KV head and row group)."""
     pacc_p, pml_p, sink_p, out_p = ptrs
     H, n = a.head_size, a.heads
     rows = a.batch * a.seq
@@ -297,15 +301,15 @@ def _combine(mem, ptrs, a, dtype):
     pml = mem.view(pml_p, np.float32, rows * n * a.splits * 2).reshape(rows, n, a.splits, 2)
     sinks = mem.view(sink_p, dtype, n).astype(np.float64) if sink_p else np.zeros(n)
     out = mem.view(out_p, dtype, rows * n * H).reshape(rows, n, H)
-    for b in range(rows):
-        for head in range(n):
-            ms = pml[b, head, :, 0].astype(np.float64)
-            live = ms != -np.inf
-            m = ms.max()
-            w = np.where(live, np.exp(np.where(live, ms - m, 0)), 0)
-            l = float((pml[b, head, :, 1] * w).sum())
-            acc = (pacc[b, head] * np.where(live, w, 0)[:, None]).sum(axis=0) if live.any() else np.zeros(H)
-            out[b, head] = _finish(acc, m, l, a.has_sink, sinks[head]).astype(dtype)
+    for s, head in block:
+        r = b * a.seq + s
+        ms = pml[r, head, :, 0].astype(np.float64)
+        live = ms != -np.inf
+        m = ms.max()
+        w = np.where(live, np.exp(np.where(live, ms - m, 0)), 0)
+        l = float((pml[r, head, :, 1] * w).sum())
+        acc = (pacc[r, head] * np.where(live, w, 0)[:, None]).sum(axis=0) if live.any() else np.zeros(H)
+        out[r, head] = _finish(acc, m, l, a.has_sink, sinks[head]).astype(dtype)
 
 
 def _rotary(mem, ptrs, a: RopeArgs, dtype, fault):

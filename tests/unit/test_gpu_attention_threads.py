@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from hipep.runtime import gpu_kernels as gk
-from hipep.runtime.gpu_attention import (DEC_THREADS, PREFILL, dec_keys_per_lane, dec_lanes,
+from hipep.runtime.gpu_attention import (DEC_DIRECT_PASSES, DEC_THREADS, PREFILL, dec_keys_per_lane, dec_lanes,
                                          gqa_bounds)
 
 from unit.test_gpu_attention_bindings import (F16, F32, GQA, Memory, _attrs, _cache, _host, _u64, emulate,
@@ -94,17 +94,23 @@ def decode_block(k: Kernel, split, by, b, G, W=32):
     if hi == 0:
         lo = 0
     span = max(hi - lo, 0)
-    chunk = (span + a.splits - 1) // a.splits
-    chunk = (chunk + a.key_tile - 1) // a.key_tile * a.key_tile
-    k0, k1 = lo + split * chunk, min(hi, lo + split * chunk + chunk)
 
     def out_row(h):
         return (b * a.seq + row_s[h]) * a.heads + row_head[h]
 
-    if k0 >= k1 and a.splits > 1:
-        for h in range(gn):
-            k.pml[out_row(h) * a.splits + split] = (-np.inf, 0.0)
-        return gn, row_s, row_head
+    direct = a.splits == 1 or (span + a.key_tile - 1) // a.key_tile <= DEC_DIRECT_PASSES
+    if direct:  # the first split block alone writes the output; the others return, nothing is merged
+        if split != 0:
+            return None
+        k0, k1 = lo, hi
+    else:
+        chunk = (span + a.splits - 1) // a.splits
+        chunk = (chunk + a.key_tile - 1) // a.key_tile * a.key_tile
+        k0, k1 = lo + split * chunk, min(hi, lo + split * chunk + chunk)
+        if k0 >= k1:
+            for h in range(gn):
+                k.pml[out_row(h) * a.splits + split] = (-np.inf, 0.0)
+            return gn, row_s, row_head
     P = dec_lanes(H)
     KW, lanes = W // P, np.arange(W)
     slice_, kl = lanes % P, lanes // P
@@ -176,12 +182,12 @@ def decode_block(k: Kernel, split, by, b, G, W=32):
                 f = np.exp(np.float64(m_w[w, h]) - m)
                 o, l = o + o_s[w, h, :H] * f, l + l_w[w, h] * f
         row = out_row(h)
-        if a.splits == 1:
+        if direct:
             k.out[row] = _finish(o, m, l, a.has_sink, k.sinks[row_head[h]]).astype(k.dtype)
         else:
             k.pacc[row * a.splits + split] = o
             k.pml[row * a.splits + split] = (m, l)
-    return gn, row_s, row_head
+    return None if direct else (gn, row_s, row_head)
 
 
 def merge_block(k: Kernel, b, gn, row_s, row_head, W=32):
@@ -318,7 +324,7 @@ def emulate_threads(mem, ops, dtype, warp=32):
                 for by in range(gy):
                     for split in order.permutation(gx):  # blocks finish in any order
                         rows = decode_block(k, split, by, b, variant, warp)
-                        if counters is not None:  # the last to arrive merges the splits
+                        if rows is not None and counters is not None:  # the last to arrive merges the splits
                             counters[b * gy + by] += 1
                             if counters[b * gy + by] == gx:
                                 merge_block(k, b, *rows, W=warp)
@@ -341,6 +347,9 @@ CASES = {
                                    attrs=dict(local_window_size=70)),
     "decode-many-heads": dict(seq=1, past=30, heads=12, kv_heads=1, head=32, attrs=dict(softcap=2.0)),
     "few-tokens-split": dict(seq=3, past=200, head=32, rotary=16, sm=8, bias=True),
+    # spans past DEC_DIRECT_PASSES key tiles: split and merged (the cases above take one block)
+    "decode-split-merged-h16": dict(batch=2, seq=1, past=1100, lens=[1101, 40], head=16, rotary=16, sm=8),
+    "few-tokens-split-merged": dict(seq=3, past=700, head=32, rotary=16, sm=8, bias=True),
     # the benchmark's shape (group 4, head 64, f16: 8 keys per lane in flight), a few splits dead
     "decode-f16-g4-split": dict(batch=2, seq=1, past=700, lens=[701, 150], heads=8, kv_heads=2, head=64,
                                 rotary=16, dtype=F16, sm=8),
