@@ -199,8 +199,10 @@ def test_softmax_of_minus_infinity_rows_matches_the_reference():
 # ---- normalization ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("elem", [F32, F16])
-@pytest.mark.parametrize("shape", [(2, 3, 8), (2, 5, 2048), (3, 1000)])
+@pytest.mark.parametrize("shape", [(2, 3, 8), (2, 5, 2048), (3, 1000), (1, 1, 2048), (1, 8192), (300, 2048)])
 def test_simplified_layer_norm(rng, elem, shape):
+    """Rows that leave multiprocessors idle (decode's one row) take a thread per load; 300 rows the
+    bandwidth shape."""
     h = shape[-1]
     model = make_model([n("SimplifiedLayerNormalization", ["x", "w"], ["y", "inv"], axis=-1, epsilon=1e-5, name="rms")],
                        [tensor("x", elem, list(shape))], [tensor("y", elem, None), tensor("inv", F32, None)],
@@ -235,13 +237,14 @@ def test_skip_simplified_layer_norm(rng, elem, skip_shape, bias):
     check(model, {"x": rand(rng, (2, 5, 64), elem), "skip": rand(rng, skip_shape, elem)}, elem)
 
 
-def test_skip_simplified_layer_norm_long_rows(rng):
+@pytest.mark.parametrize("rows,h", [(3, 4096), (1, 2048), (1, 8192), (200, 2048)])
+def test_skip_simplified_layer_norm_long_rows(rng, rows, h):
     model = make_model([n("SkipSimplifiedLayerNormalization", ["x", "skip", "gamma"], ["y", "", "", "sum"],
                           epsilon=1e-6, domain="com.microsoft", name="skip_norm")],
-                       [tensor("x", F16, [1, 3, 4096]), tensor("skip", F16, [1, 3, 4096])],
+                       [tensor("x", F16, [1, rows, h]), tensor("skip", F16, [1, rows, h])],
                        [tensor("y", F16, None), tensor("sum", F16, None)],
-                       [init("gamma", rand(rng, (4096,), F16, 0.5, 1.5))], opset=17, extra_opsets=[MS])
-    check(model, {"x": rand(rng, (1, 3, 4096), F16), "skip": rand(rng, (1, 3, 4096), F16)}, F16)
+                       [init("gamma", rand(rng, (h,), F16, 0.5, 1.5))], opset=17, extra_opsets=[MS])
+    check(model, {"x": rand(rng, (1, rows, h), F16), "skip": rand(rng, (1, rows, h), F16)}, F16)
 
 
 # ---- data movement ------------------------------------------------------------------------------
