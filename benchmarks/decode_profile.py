@@ -5,8 +5,9 @@ by kernel and grid (so the MatMulNBits projections of different shapes stay apar
 ncu runs every kernel alone, one after the other (no overlap with the kernel ahead, no gaps
 between graph nodes), at the GPU's own clocks (--clock-control none) and with the caches flushed
 before each kernel (its default), so the durations add up to less than the step's replay time
-that decode.py measures; that time (hipep.stats()'s kernel_us of the same step, measured before
-profiling) is printed beside the sum. The weights stream from HBM in a real step too (the model's
+that decode.py measures; that time (hipep.stats()'s kernel_us of the same step, measured in a run
+of its own without ncu, which slows every launch of a process it is attached to) is printed beside
+the sum. The weights stream from HBM in a real step too (the model's
 weights are ten times the L2), so the flush changes little but for small activations.
 
 Writes benchmarks/results/<date>-decode-profile-<gpu>[-int4-f16].md.
@@ -101,7 +102,7 @@ def render(info: dict, facts: dict, folder: str, step: dict, launches: list[dict
               f"{facts['activations']} activations); {gh.bytes_text(facts['weights_per_step'])} of weights read per step",
               f"- the profiled step: decode step {WARM_STEPS + 1} after a {PROMPT}-token prompt",
               f"- that step unprofiled: {step['kernel_us']:.0f} µs of kernel time (hipep.stats()'s kernel_us: the "
-              f"replay from its first launch to its last end), {step['launches']:.0f} launches",
+              f"replay from its first launch to its last end; a run of its own, without ncu), {step['launches']:.0f} launches",
               f"- under ncu: {len(launches)} kernels, {total_ns / 1e3:.0f} µs summed (each kernel alone, caches "
               f"flushed, no overlap between kernels, the GPU's own clocks)",
               f"- device-to-device copy in this run: {copy_gbps:.0f} GB/s (read and write counted)", "",
@@ -177,18 +178,26 @@ def main(argv: list[str] | None = None) -> int:
     copy = gh.copy_bandwidth(device)
     with tempfile.TemporaryDirectory() as tmp:
         step_file, log = os.path.join(tmp, "step.json"), os.path.join(tmp, "ncu.csv")
+        # The step's own kernel time comes from a run without ncu: attached, ncu slows every launch
+        # of the process, profiled or not (the same child; cuProfilerStart/Stop do nothing there).
+        plain = subprocess.run([sys.executable, "-P", os.path.abspath(__file__), "--model", folder, "--device-id",
+                                str(args.device_id), "--child", step_file], capture_output=True, text=True)
+        if plain.returncode != 0 or not os.path.exists(step_file):
+            tail = (plain.stderr or plain.stdout).strip().splitlines()[-3:]
+            return gh.fail("decode_profile.py", f"the unprofiled step failed (exit {plain.returncode}): "
+                                                + " | ".join(tail))
+        with open(step_file) as f:
+            step = json.load(f)
         cmd = [ncu, "--csv", "--print-units", "base", "--profile-from-start", "off", "--clock-control", "none",
                "--target-processes", "all",
                "--metrics", ",".join(METRICS), "--log-file", log,
                sys.executable, "-P", os.path.abspath(__file__), "--model", folder, "--device-id", str(args.device_id),
-               "--child", step_file]
+               "--child", os.path.join(tmp, "profiled-step.json")]
         done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0 or not os.path.exists(step_file):
+        if done.returncode != 0 or not os.path.exists(log):
             tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
             return gh.fail("decode_profile.py", f"the profiled step failed (ncu exit {done.returncode}): "
                                                 + " | ".join(tail))
-        with open(step_file) as f:
-            step = json.load(f)
         with open(log) as f:
             launches = parse_ncu_csv(f.read())
     if not launches:
