@@ -90,8 +90,8 @@ api_errors() {
 }
 
 # Tests that passed before a pass was stopped: pytest -q's progress characters ('.' a pass).
-passed_so_far() {
-  grep -E "^[.sFEx]+( +\[ *[0-9]+%\])?$" "$1" 2>/dev/null | tr -cd '.' | wc -c
+passed_so_far() {  # progress lines' dots; the last may end in faulthandler's "Timeout (...)!" (no newline before it)
+  grep -oE "^[.sFEx]+(( +\[ *[0-9]+%\])?$|Timeout \()" "$1" 2>/dev/null | tr -cd '.' | wc -c
 }
 
 status=0
