@@ -486,8 +486,11 @@ __device__ void h2_row1(const __half* __restrict__ A, const unsigned char* __res
       q[u] = make_uint4(0, 0, 0, 0);
       s[u] = 0.f;
       if (ch < chunks && col < n) {
-        q[u] = __ldg(reinterpret_cast<const uint4*>(brow) + ch);
-        s[u] = __half2float(srow[(ch * 32) >> log2_bs]);
+        // overlapped (ORDER 2): ld.global.cs, which ptxas leaves ahead of the wait (it hoists the
+        // wait above every ld.global.nc); otherwise the read-only path
+        q[u] = ORDER == 2 ? hipep_ld_stream(reinterpret_cast<const uint4*>(brow) + ch)
+                          : __ldg(reinterpret_cast<const uint4*>(brow) + ch);
+        s[u] = __half2float(ORDER == 2 ? hipep_ld_stream(srow + ((ch * 32) >> log2_bs)) : srow[(ch * 32) >> log2_bs]);
       }
     }
   };
@@ -495,7 +498,9 @@ __device__ void h2_row1(const __half* __restrict__ A, const unsigned char* __res
 #pragma unroll
     for (int i = 0; i < AW; ++i) {
       const int w = threadIdx.x + i * blockDim.x;
-      if (w < words) av[i] = __ldg(reinterpret_cast<const uint4*>(A) + w);
+      // overlapped: coherent loads after the wait (hipep_ld_produced), as hipep's kernels
+      if (w < words) av[i] = ORDER == 2 ? hipep_ld_produced(reinterpret_cast<const uint4*>(A) + w)
+                                        : __ldg(reinterpret_cast<const uint4*>(A) + w);
     }
   };
   if (ORDER == 0) { load_a(); load_b(); }
@@ -557,8 +562,11 @@ __device__ void h2_splitk(const __half* __restrict__ A, const unsigned char* __r
       q[u] = make_uint4(0, 0, 0, 0);
       s[u] = 0.f;
       if (ch < chunks && col < n) {
-        q[u] = __ldg(reinterpret_cast<const uint4*>(brow) + ch);
-        s[u] = __half2float(srow[(ch * 32) >> log2_bs]);
+        // overlapped (ORDER 2): ld.global.cs, which ptxas leaves ahead of the wait (it hoists the
+        // wait above every ld.global.nc); otherwise the read-only path
+        q[u] = ORDER == 2 ? hipep_ld_stream(reinterpret_cast<const uint4*>(brow) + ch)
+                          : __ldg(reinterpret_cast<const uint4*>(brow) + ch);
+        s[u] = __half2float(ORDER == 2 ? hipep_ld_stream(srow + ((ch * 32) >> log2_bs)) : srow[(ch * 32) >> log2_bs]);
       }
     }
   };
@@ -566,7 +574,9 @@ __device__ void h2_splitk(const __half* __restrict__ A, const unsigned char* __r
 #pragma unroll
     for (int i = 0; i < AW; ++i) {
       const int w = threadIdx.x + i * blockDim.x;
-      if (w < words) av[i] = __ldg(reinterpret_cast<const uint4*>(A) + w);
+      // overlapped: coherent loads after the wait (hipep_ld_produced), as hipep's kernels
+      if (w < words) av[i] = ORDER == 2 ? hipep_ld_produced(reinterpret_cast<const uint4*>(A) + w)
+                                        : __ldg(reinterpret_cast<const uint4*>(A) + w);
     }
   };
   if (ORDER == 0) { load_a(); load_b(); }

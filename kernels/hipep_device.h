@@ -200,15 +200,30 @@ HIPEP_DEVICE void hipep_grid_release() {
 #endif
 }
 
-// A load of the session's weights meant to be issued before hipep_grid_wait(): ld.global.cs (read
-// once, evicted first). Not the read-only path (__ldg, or a plain load through a const __restrict__
-// pointer, which the compiler turns into ld.global.nc): ptxas places griddepcontrol.wait ahead of
-// every ld.global.nc of the kernel, so such loads would wait for the previous kernel after all
-// (seen in the SASS: ACQBULK before the first LDG.E.CONSTANT). Elsewhere a plain load.
+// Loads in a kernel that may overlap the previous one. The read-only path (ld.global.nc: __ldg, or
+// a plain load through a const __restrict__ pointer) promises data that does not change while the
+// kernel runs, which what an earlier kernel writes does not keep while both run; ptxas moves such
+// loads across griddepcontrol.wait either way (seen in the SASS: ACQBULK ahead of every
+// LDG.E.CONSTANT of one kernel, one LDG.E.CONSTANT ahead of ACQBULK in another). So an
+// overlapping kernel reads nothing through it:
+//   hipep_ld_stream    the session's weights, which may be loaded before the wait: ld.global.cs
+//                      (read once, evicted first), which stays where the code puts it;
+//   hipep_ld_produced  what earlier kernels of the stream write (A), after the wait:
+//                      ld.global.cg (coherent, cached in L2 only), which stays after it.
+// Elsewhere plain loads (launches are ordered as usual).
 template <typename T>
 HIPEP_DEVICE T hipep_ld_stream(const T* p) {
 #if defined(HIPEP_NVIDIA) && defined(__CUDA_ARCH__)
   return __ldcs(p);
+#else
+  return *p;
+#endif
+}
+
+template <typename T>
+HIPEP_DEVICE T hipep_ld_produced(const T* p) {
+#if defined(HIPEP_NVIDIA) && defined(__CUDA_ARCH__)
+  return __ldcg(p);
 #else
   return *p;
 #endif

@@ -75,7 +75,7 @@ HIPEP_DEVICE void hipep_mnb_row_stage_q8(unsigned char* smem, const T* HIPEP_RES
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const hipep_i64 k = kt + (hipep_i64)w * 8 + j;
-        v[i][j] = (w < words && k < a.k) ? hipep_to_float(A[k]) : 0.0f;
+        v[i][j] = (w < words && k < a.k) ? hipep_to_float(hipep_ld_produced(A + k)) : 0.0f;
       }
     }
 #pragma unroll
@@ -104,13 +104,14 @@ HIPEP_DEVICE void hipep_mnb_row_stage_q8(unsigned char* smem, const T* HIPEP_RES
   }
 }
 
-// 8 halves of A from k0 (zeros past K): one 16-byte load where A allows it.
+// 8 halves of A from k0 (zeros past K): one 16-byte load where A allows it. A comes from the kernel
+// ahead, which may still run when this one starts: coherent loads after the wait (hipep_ld_produced).
 HIPEP_DEVICE uint4 hipep_mnb_row_a8(const hipep_half* HIPEP_RESTRICT A, hipep_i64 k0, const hipep_mnb_args& a) {
-  if (a.a_vec && k0 + 8 <= a.k && (a.k % 8) == 0) return *reinterpret_cast<const uint4*>(A + k0);
+  if (a.a_vec && k0 + 8 <= a.k && (a.k % 8) == 0) return hipep_ld_produced(reinterpret_cast<const uint4*>(A + k0));
   uint4 raw;
   hipep_half* h = reinterpret_cast<hipep_half*>(&raw);
 #pragma unroll
-  for (int j = 0; j < 8; ++j) h[j] = (k0 + j < a.k) ? A[k0 + j] : __float2half(0.0f);
+  for (int j = 0; j < 8; ++j) h[j] = (k0 + j < a.k) ? hipep_ld_produced(A + k0 + j) : __float2half(0.0f);
   return raw;
 }
 
@@ -302,7 +303,7 @@ HIPEP_DEVICE void hipep_mnb_gemv_row(const T* HIPEP_RESTRICT A, const unsigned c
   acc = hipep_warp_sum(acc);
   if (lane == 0 && col.live) {
     const hipep_i64 n = (hipep_i64)blockIdx.x * MNB_WARPS + warp;
-    const float b = bias != 0 ? hipep_to_float(bias[n]) : 0.0f;
+    const float b = bias != 0 ? hipep_to_float(hipep_ld_stream(bias + n)) : 0.0f;
     Y[n] = hipep_from_float<T>(acc + b);
   }
 }
@@ -350,7 +351,7 @@ HIPEP_DEVICE void hipep_mnb_gemv_row1(const T* HIPEP_RESTRICT A, const unsigned 
   }
   acc = hipep_warp_sum(acc);
   if (lane == 0 && col.live) {
-    const float b = bias != 0 ? hipep_to_float(bias[n]) : 0.0f;
+    const float b = bias != 0 ? hipep_to_float(hipep_ld_stream(bias + n)) : 0.0f;
     Y[n] = hipep_from_float<T>(acc + b);
   }
 }

@@ -234,9 +234,10 @@ def test_row_gemv_loads_weights_before_it_waits_for_the_previous_kernel(arch):
     """A launch with KernelOp.overlaps_previous may start before the kernel ahead of it ends: the
     row GEMV's code must wait for it (griddepcontrol.wait) before it reads A, after its first
     loads of B, and release its own successor; before sm_90 there is no such launch and the code
-    has neither instruction. The loads of B are ld.global.cs, never the read-only ld.global.nc:
-    ptxas puts the wait ahead of every ld.global.nc of a kernel, which would hold the weights'
-    loads back until the previous kernel ends."""
+    has neither instruction. No load takes the read-only path (ld.global.nc), which promises data
+    that no kernel changes while this one runs, and which ptxas moves across the wait either way:
+    the weights are ld.global.cs (ahead of the wait where the code puts them), A ld.global.cg
+    (coherent, after the wait)."""
     bodies = _entry_bodies(_ptx("matmul_nbits_row", arch))
     # the tiled kernel's q8 f32/f16/bf16 and h2 f16; row1's the same with 1, 2, 4 chunks a lane, zero points or not
     assert len(bodies) == 4 + 4 * 6
@@ -246,8 +247,10 @@ def test_row_gemv_loads_weights_before_it_waits_for_the_previous_kernel(arch):
             continue
         wait = body.index("griddepcontrol.wait")
         assert body.index("griddepcontrol.launch_dependents") < wait, entry
+        assert "ld.global.nc" not in body, entry
         assert body.index("ld.global.cs") < wait, entry          # the first loads of B
         assert "ld.global" not in body[:wait].replace("ld.global.cs", ""), entry  # A only after the wait
+        assert "ld.global.cg" in body[wait:], entry              # A, coherent
 
 
 @needs_nvrtc
