@@ -58,7 +58,7 @@ def _float_check(attrs, dtypes, shapes, values):
 # f32 rows run kernels bit-identical to ORT's CPU EP (kernels/rms_norm.hip, its f32 section): a
 # group of 8 threads per row (MLAS's 8 lanes), up to 16 rows per block; one block holds a decode's
 # few rows (all its threads share the output pass), prefill's rows spread over the multiprocessors.
-_RMS_EXACT_LANES = 8
+_RMS_EXACT_LANES = 8  # HIPEP_RMS_GROUP
 _RMS_EXACT_MAX_ROWS = 16  # HIPEP_RMS_MAX_ROWS
 
 
