@@ -84,8 +84,10 @@ def stats() -> dict[str, int]:
     plan_cache folder instead of the compiler), runs; and per run: launches (kernel launches issued),
     specializations (new layout signatures laid out and captured), specialization_hits (runs
     that replayed one), host_reads (values the host read back to size or steer a run) and
-    kernel_us (time inside device programs; run time minus it is the runtime's overhead). On a
-    GPU, how the launches reached the driver: direct_launches (issued one by one), graph_launches
+    kernel_us (time inside device programs; run time minus it is the runtime's overhead), run_us
+    (wall time of hipep's runs, from a run's inputs to its outputs, syncs included) and
+    sync_wait_us (of that, time the host waited for the device; run_us minus it is hipep's own
+    host work). On a GPU, how the launches reached the driver: direct_launches (issued one by one), graph_launches
     (CUDA graphs replayed, each holding many launches) and graph_node_updates (captured launches
     whose arguments changed, updated inside their graph).
     With GPU memory (HipExecutionProvider on a GPU): transfer_bytes and transfers, the bytes and

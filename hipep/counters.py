@@ -33,8 +33,9 @@ class Tally:
     the order of FIELDS (kernel time in nanoseconds), that the finalizer can merge on its own."""
 
     FIELDS = ("launches", "specializations", "specialization_hits", "host_reads", "kernel_ns",
-              "direct_launches", "graph_launches", "graph_node_updates")
-    LAUNCHES, SPECIALIZATIONS, HITS, HOST_READS, KERNEL_NS, DIRECT, GRAPHS, NODE_UPDATES = range(8)
+              "direct_launches", "graph_launches", "graph_node_updates", "run_ns", "sync_wait_ns")
+    (LAUNCHES, SPECIALIZATIONS, HITS, HOST_READS, KERNEL_NS, DIRECT, GRAPHS, NODE_UPDATES, RUN_NS,
+     SYNC_WAIT_NS) = range(10)
 
     def __init__(self):
         self.values = [0] * len(self.FIELDS)
@@ -45,7 +46,8 @@ class Tally:
 
 def _counts(values) -> dict[str, int]:
     out = dict(zip(Tally.FIELDS, values))
-    out["kernel_us"] = out.pop("kernel_ns") // 1000
+    for name in ("kernel", "run", "sync_wait"):
+        out[f"{name}_us"] = out.pop(f"{name}_ns") // 1000
     return out
 
 

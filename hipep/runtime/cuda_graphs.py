@@ -515,6 +515,10 @@ class GraphReplay:
         stream._timing = []
         return int(total * 1e6)
 
+    def sync_wait_ns(self, stream: CudaStream) -> int:
+        ns, stream.wait_ns = stream.wait_ns, 0
+        return ns
+
     def issue_counts(self, stream: CudaStream) -> tuple[int, int, int]:
         counts, stream.counts = stream.counts, [0, 0, 0]
         return counts[0], counts[1], counts[2]

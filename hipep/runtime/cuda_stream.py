@@ -4,6 +4,7 @@ fault messages, timing events, staging buffers and the stream's fault record, hi
 from __future__ import annotations
 
 import ctypes
+import time
 from typing import TYPE_CHECKING, Callable, TypeVar
 
 from ..errors import HipepError
@@ -61,6 +62,7 @@ class CudaStream(Stream):
         # How this stream's replays reached the driver since `issue_counts` last read them: kernel
         # launches issued one by one, CUDA graph launches, graph kernel nodes updated in place.
         self.counts = [0, 0, 0]
+        self.wait_ns = 0  # host time blocked in syncs since `sync_wait_ns` last read it
         self.staging: dict[tuple[str, int], CudaMemory] = {}
         self.staged_inputs: list[tuple[int, int, DeviceArray]] = []  # (host address, bytes, device copy)
         self.workspace: list[CudaMemory] = []  # Target.workspace buffers, newest last (CudaDevice._workspace)
@@ -146,7 +148,9 @@ class CudaStream(Stream):
     def _wait_idle(self) -> None:
         d = _driver()
         self.device._current()
+        t0 = time.perf_counter_ns()
         (err,) = d.cuStreamSynchronize(self.handle)
+        self.wait_ns += time.perf_counter_ns() - t0
         recent, self._recent = self._recent, []
         self._since_sync = 0
         if err != d.CUresult.CUDA_SUCCESS:

@@ -208,6 +208,11 @@ class Device(ABC):
         """Nanoseconds spent inside programs on `stream` since the last call (then reset)."""
         return 0
 
+    def sync_wait_ns(self, stream: Stream) -> int:
+        """Nanoseconds the host spent blocked waiting for `stream`'s work since the last call (then
+        reset). A device whose programs run on the calling thread never waits."""
+        return 0
+
     def issue_counts(self, stream: Stream) -> tuple[int, int, int]:
         """How `stream`'s launches reached the hardware since the last call (then reset): kernel
         launches issued one by one, graph launches, graph nodes updated in place. A device that

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections import OrderedDict
 from typing import Sequence
 
@@ -127,6 +128,7 @@ class Executor:
     # ---- a run -----------------------------------------------------------------------------
 
     def run(self, inputs: Sequence[np.ndarray | None], allocate_outputs=None) -> list[np.ndarray]:
+        started = time.perf_counter_ns()
         plan = self.plan
         if len(inputs) != len(plan.inputs):
             raise HipepError(f"{plan.name}: got {len(inputs)} inputs, the plan expects {len(plan.inputs)}")
@@ -189,6 +191,8 @@ class Executor:
             tally[T.DIRECT] += direct
             tally[T.GRAPHS] += graphs
             tally[T.NODE_UPDATES] += updates
+            tally[T.SYNC_WAIT_NS] += device.sync_wait_ns(stream)
+            tally[T.RUN_NS] += time.perf_counter_ns() - started
             self._contexts.append(context)
 
     def _check_inputs(self, inputs):

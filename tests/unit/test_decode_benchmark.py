@@ -1,5 +1,6 @@
 """benchmarks/decode.py's greedy choice: the same index as np.argmax for every logits row, float16
-rows ranked by their bits (ties, signed zeros, infinities, NaN)."""
+rows ranked by their bits (ties, signed zeros, infinities, NaN); and its report's split of a step's
+host time between hipep's runtime and the rest."""
 from __future__ import annotations
 
 import os
@@ -35,3 +36,33 @@ def test_random_rows_match_numpy(seed):
 def test_edge_rows_match_numpy(values):
     row = np.array(values, np.float16)
     assert decode.greedy_token(row) == int(np.argmax(row))
+
+
+def _run(steps: int, wall_us: float, kernel_us: int, run_us: int, wait_us: int) -> dict:
+    stats = [{"launches": 149, "kernel_us": kernel_us, "host_reads": 0, "specializations": 0, "transfer_bytes": 65536,
+              "direct_launches": 0, "graph_launches": 2, "graph_node_updates": 2, "run_us": run_us,
+              "sync_wait_us": wait_us} for _ in range(steps)]
+    return {"tokens": [5, 6, 7, 8], "first_row": np.ones(8, np.float32),
+            "wall_ns": np.full(steps, int(wall_us * 1000), np.int64), "stats": stats}
+
+
+def test_the_report_splits_host_time_into_hipeps_runtime_and_the_rest():
+    """Per step: wall 1860 µs, kernels 1220, hipep's runs 1500 of which 1100 waiting for the GPU, so
+    its runtime's own host work is 0.400 ms of the 0.640 ms host time."""
+    from types import SimpleNamespace
+
+    runs = [_run(10, 1860.0, 1220, 1500, 1100) for _ in range(3)]
+    hip = decode.summarize(runs)
+    assert hip["host_ms"] == pytest.approx(0.640) and hip["runtime_host_ms"] == pytest.approx(0.400)
+    hip.update(first_pass_tok_s=400.0, tokens=runs[0]["tokens"], first_row=runs[0]["first_row"], same_tokens=True)
+    info = dict(date="2026-12-02", commit="abc1234", gpu="NVIDIA H200", arch="sm_90", sms=132, l2_bytes=60 << 20,
+                driver_cuda="13.0", nvrtc="13.0", cpu="x", cores=16, memory="126 GiB", load=1.0,
+                onnxruntime="1.30.0", numpy="2", python="3.12")
+    facts = dict(ops={"MatMulNBits": 81}, layers=16, hidden=2048, heads=32, kv_heads=8, head_size=64, vocab=32000,
+                 activations="float16", quantization="MatMulNBits 4-bit", bytes=700 << 20, weights_per_step=584 << 20)
+    args = SimpleNamespace(prompt=128, new=11, runs=3, compare=4)
+    cpu = {"tokens": [5, 6, 7, 8], "first_row": np.ones(8, np.float32)}
+    text = decode.render(info, facts, "/m/llama-1b", SimpleNamespace(label="device OrtValues"), {"gbps": 4200.0},
+                         hip, cpu, {"error": "skipped"}, None, args, "python benchmarks/decode.py")
+    assert "host time per step (median): 0.400 ms in hipep's runtime" in text
+    assert "the rest of the 0.640 ms outside it" in text

@@ -613,3 +613,36 @@ def test_plan_format_lists_everything():
     text = loop_plan().format()
     assert "loop the_loop" in text and "host_visible slot" in text and "sync  # the host reads" in text
     assert "launch hipep.test::Less" in text and "yield" in text
+
+
+def test_runs_count_their_wall_time_and_the_hosts_waits_for_the_device(rng):
+    """hipep.stats()'s run_us is each run's wall time in the executor, sync_wait_us the part the
+    host spent waiting for the device (none on the CPU device, whose programs run on the calling
+    thread; a device that reports waits has them added), so run_us - sync_wait_us is hipep's own
+    host work per run."""
+    import time
+
+    from hipep import counters
+
+    ex = executor(scale_plan())
+    x = rng_x(rng, 7)
+    ex.run([x])
+    before = counters.snapshot()
+    t0 = time.perf_counter_ns()
+    for _ in range(20):
+        ex.run([x])
+    wall_us = (time.perf_counter_ns() - t0) / 1000
+    after = counters.snapshot()
+    run_us = after.get("run_us", 0) - before.get("run_us", 0)
+    assert 0 < run_us <= wall_us
+    assert after.get("sync_wait_us", 0) == before.get("sync_wait_us", 0)
+
+    class Waiting(CpuDevice):
+        def sync_wait_ns(self, stream):
+            return 3_000_000  # 3 ms a run, as a GPU's sync would report
+
+    waiting = Executor(ex.plan, Waiting())
+    waiting.run([x])
+    before = counters.snapshot().get("sync_wait_us", 0)
+    waiting.run([x])
+    assert counters.snapshot().get("sync_wait_us", 0) - before == 3000
