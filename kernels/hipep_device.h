@@ -211,23 +211,13 @@ HIPEP_DEVICE void hipep_grid_release() {
 //   hipep_ld_produced  what earlier kernels of the stream write (A), after the wait:
 //                      ld.global.cg (coherent, cached in L2 only), which stays after it.
 // Elsewhere plain loads (launches are ordered as usual).
-template <typename T>
-HIPEP_DEVICE T hipep_ld_stream(const T* p) {
 #if defined(HIPEP_NVIDIA) && defined(__CUDA_ARCH__)
-  return __ldcs(p);
+template <typename T> HIPEP_DEVICE T hipep_ld_stream(const T* p) { return __ldcs(p); }
+template <typename T> HIPEP_DEVICE T hipep_ld_produced(const T* p) { return __ldcg(p); }
 #else
-  return *p;
+template <typename T> HIPEP_DEVICE T hipep_ld_stream(const T* p) { return *p; }
+template <typename T> HIPEP_DEVICE T hipep_ld_produced(const T* p) { return *p; }
 #endif
-}
-
-template <typename T>
-HIPEP_DEVICE T hipep_ld_produced(const T* p) {
-#if defined(HIPEP_NVIDIA) && defined(__CUDA_ARCH__)
-  return __ldcg(p);
-#else
-  return *p;
-#endif
-}
 
 // ---- atomics ------------------------------------------------------------------------------------
 // Same spelling on both platforms; wrapped so kernels do not depend on which overloads exist.
