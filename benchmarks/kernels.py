@@ -188,6 +188,9 @@ def matmul_prefill(m: int, k: int, n: int, gemm: str, rng) -> Workload:
                     flops=2.0 * m * k * n)
 
 
+FLOOR_FAMILY, FLOOR_LABEL = "copy (harness floor)", "Identity copy sized as "
+
+
 def copy_floor(name: str, k: int, n: int, l2: int, rng) -> Workload:
     """R Identity nodes, each copying half the fp16 GEMV's bytes into an output of their own (a
     memcpy node per copy in the replayed graph): the per-node floor of this harness at that size."""
@@ -204,8 +207,8 @@ def copy_floor(name: str, k: int, n: int, l2: int, rng) -> Workload:
         outputs.append(T(f"y{i}", _elem(f16), [elems]))
         feeds[f"x{i}"] = rng.uniform(-1, 1, elems).astype(f16)
         nodes.append(helper.make_node("Identity", [f"x{i}"], [f"y{i}"], name=f"copy{i}"))
-    label = f"Identity copy sized as {name} {k}→{n} float16"
-    return Workload("copy (harness floor)", label, _model(nodes, inputs, outputs, []), feeds, {}, node_bytes,
+    label = f"{FLOOR_LABEL}{name} {k}→{n} float16"
+    return Workload(FLOOR_FAMILY, label, _model(nodes, inputs, outputs, []), feeds, {}, node_bytes,
                     copies, False, 0.0)
 
 
@@ -464,6 +467,22 @@ def verdicts(rows: list[dict], copy_gbps: float, l2: int) -> None:
             r["met"] = bool(r["fraction"] >= GATE and r["rel_l2"] <= r["limit"])
 
 
+def against_floor(rows: list[dict]) -> list[tuple[dict, dict, float]]:
+    """(GEMV row, the copy floor row of its shape, the row's GB/s as a fraction of the floor's) for
+    every GEMV row whose shape has a copy row that ran: the copy of those bytes in the same replayed
+    graph, what one op of that size can show in this harness."""
+    floors = {r["label"][len(FLOOR_LABEL):].rsplit(" ", 1)[0]: r for r in rows
+              if r["family"] == FLOOR_FAMILY and "error" not in r and r.get("gbps")}
+    out = []
+    for r in rows:
+        if r["family"] == FLOOR_FAMILY or "error" in r or not r.get("gbps") or "GEMV" not in r["family"]:
+            continue
+        shape = next((k for k in floors if r["label"].startswith(k + " ")), None)
+        if shape is not None:
+            out.append((r, floors[shape], r["gbps"] / floors[shape]["gbps"]))
+    return out
+
+
 def render(info: dict, rows: list[dict], copy: dict, place: gh.Placement, command: str) -> str:
     L = gh.header_lines(f"GPU kernel bandwidth on {info['gpu']}", info, command)
     L += [f"- inputs and outputs: {place.label} ({place.why})",
@@ -500,6 +519,13 @@ def render(info: dict, rows: list[dict], copy: dict, place: gh.Placement, comman
     missed = [r for r in rows if r["met"] is False and "error" not in r]
     L += ["", f"{len(rows) - len(failed)} of {len(rows)} workloads ran; gates missed: {len(missed)}"
               + (f"; could not run: {len(failed)}" if failed else "") + "."]
+    floor = against_floor(rows)
+    if floor:
+        L += ["", "Against the copy of the same bytes in the same replayed graph (the harness floor row of the "
+                  "shape), the measure proposed for single ops of a few MB:", "",
+              "| workload | GB/s | its shape's copy row, GB/s | % of that copy |", "|---|---|---|---|"]
+        L += [f"| {r['family']} {r['label']} | {r['gbps']:.0f} | {f['gbps']:.0f} | {100 * x:.0f} % |"
+              for r, f, x in floor]
     compute = [r for r in rows if r.get("tflops") is not None]
     if compute:
         L += ["", "Compute-bound rows (no gate; their GB/s is not the measure):", ""]
