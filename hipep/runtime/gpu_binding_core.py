@@ -124,9 +124,15 @@ class NoKernel(HipepError):
 
 # ---- launch configurations ---------------------------------------------------------------------
 
-def row_config(rows: int, words: int, warp: int) -> tuple[tuple, tuple]:
-    """(grid, block) for a row kernel reading `words` loads per row: one warp per row and several
-    rows per block for short rows; one block per row, sized to the row, for long ones."""
+def row_config(rows: int, words: int, target: Target) -> tuple[tuple, tuple]:
+    """(grid, block) for a row kernel reading `words` loads per row (in two passes or more: a sum,
+    then the output): one warp per row and several rows per block for short rows; one block per
+    row for long ones, with 4 loads a thread where the rows fill the multiprocessors, and a thread
+    per load (up to a block's limit) where they leave some idle, as a decode step's one row does:
+    each pass is then one round trip instead of four (1 x 2048 fp16: 256 threads, not 64)."""
+    warp = target.warp_size
+    if rows < target.sm_count and words > warp:
+        return (rows, 1, 1), (min(MAX_BLOCK, max(warp, _pow2_at_least(words))), 1, 1)
     if words <= 4 * warp:
         per_block = max(1, min(8, rows))
         return (_cdiv(rows, per_block), 1, 1), (warp, per_block, 1)

@@ -17,12 +17,12 @@ from .gpu_binding_core import (Arg, KernelOp, NoKernel, _DT, _VEC, _binding, _cd
                                _values_or_attr, _vec_ok, flat_config, permuted_copy, ptr, workspace_regions)
 
 
-def _row_config(rows: int, words: int, warp: int) -> tuple[tuple, tuple]:
+def _row_config(rows: int, words: int, target) -> tuple[tuple, tuple]:
     # Looked up on gpu_kernels at each call: tests replace gpu_kernels.row_config there to make
     # a launch the driver refuses.
     from . import gpu_kernels
 
-    return gpu_kernels.row_config(rows, words, warp)
+    return gpu_kernels.row_config(rows, words, target)
 
 
 # Reductions -----------------------------------------------------------------------------------
@@ -118,7 +118,7 @@ def _reduce_bind(op_type: str):
         if inner == 1:
             vec = _VEC.get(dt, 1)
             use_vec = _vec_ok([x], r, vec, x.dtype.itemsize)
-            grid, block = _row_config(outer, _cdiv(r, vec) if use_vec else r, target.warp_size)
+            grid, block = _row_config(outer, _cdiv(r, vec) if use_vec else r, target)
             entry = f"hipep_reduce_{kind}_{dt}_rows" + ("_vec" if use_vec else "")
             return ops + [KernelOp(entry, grid, block, params, module="reduce")]
         if dt in ("i32", "i64") and kind in ("max", "min"):  # one thread per output (kept in the element type)
@@ -170,7 +170,7 @@ def _softmax_bind(op_type: str, prefix: str):
             return []
         vec = _VEC.get(dt, 1)
         use_vec = _vec_ok([x, y], cols, vec, x.dtype.itemsize)
-        grid, block = _row_config(rows, _cdiv(cols, vec) if use_vec else cols, target.warp_size)
+        grid, block = _row_config(rows, _cdiv(cols, vec) if use_vec else cols, target)
         return [KernelOp(f"{prefix}_{dt}" + ("_vec" if use_vec else ""), grid, block,
                          [ptr(x), ptr(y), SoftmaxArgs(rows, cols)], module="softmax")]
     return bind
@@ -219,7 +219,7 @@ def _logsumexp_bind(ins, outs, attrs, target):
         return []
     vec = _VEC.get(dt, 1)
     use_vec = _vec_ok([x], cols, vec, x.dtype.itemsize)
-    grid, block = _row_config(rows, _cdiv(cols, vec) if use_vec else max(cols, 1), target.warp_size)
+    grid, block = _row_config(rows, _cdiv(cols, vec) if use_vec else max(cols, 1), target)
     return ops + [KernelOp(f"hipep_reduce_logsumexp_{dt}_rows" + ("_vec" if use_vec else ""), grid, block,
                            [ptr(x), ptr(y), SoftmaxArgs(rows, cols)], module="softmax")]
 

@@ -19,11 +19,11 @@ class GroupNormArgs(ctypes.Structure):
                 ("mode", ctypes.c_int)]
 
 
-def _row_config(rows: int, words: int, warp: int) -> tuple[tuple, tuple]:
+def _row_config(rows: int, words: int, target) -> tuple[tuple, tuple]:
     # Looked up on gpu_kernels at each call, as the other row kernels' bindings do.
     from . import gpu_kernels
 
-    return gpu_kernels.row_config(rows, words, warp)
+    return gpu_kernels.row_config(rows, words, target)
 
 
 def _norm_check(min_rank: int):
@@ -49,7 +49,7 @@ def _norm_ops(x, scale, bias, y, groups: int, mode: int, eps: float, target) -> 
     rows, length = n * groups, (c // groups) * spatial
     if rows * length == 0:
         return []
-    grid, block = _row_config(rows, length, target.warp_size)
+    grid, block = _row_config(rows, length, target)
     args = GroupNormArgs(rows, length, spatial, c // groups, groups, eps, mode)
     return [KernelOp(f"hipep_group_norm_{dt}", grid, block, [ptr(x), ptr(scale), ptr(bias), ptr(y), args],
                      module="group_norm")]

@@ -98,16 +98,6 @@ _RMS_ROW_THREADS = 256
 _RMS_ROW_MAX_BYTES = 48 * 1024  # dynamic shared memory without the opt-in
 
 
-def _half_rms_config(rows: int, words: int, target: Target) -> tuple[tuple, tuple]:
-    """Where the rows leave multiprocessors idle (decode's one row), a thread per load of a row, up
-    to a block's limit: a row's two passes are then one round trip each, where row_config's
-    bandwidth shape (4 loads a thread, in a loop) makes them four (1 x 2048 fp16: 64 threads)."""
-    warp = target.warp_size
-    if rows < target.sm_count and words > warp:
-        return (rows, 1, 1), (min(MAX_BLOCK, _cdiv(words, warp) * warp), 1, 1)
-    return row_config(rows, words, warp)
-
-
 def _rms_launch(prefix: str, dt: str, rows: int, n: int, vec: int, use_vec: bool, params: list,
                 target: Target) -> KernelOp:
     """f32 takes the kernels that repeat the CPU EP's summation order (bit-exact); the half types
@@ -120,7 +110,7 @@ def _rms_launch(prefix: str, dt: str, rows: int, n: int, vec: int, use_vec: bool
         grid, block = _rms_exact_config(rows, target)
         entry = f"{prefix}_f32_exact"
     else:
-        grid, block = _half_rms_config(rows, _cdiv(n, vec) if use_vec else n, target)
+        grid, block = row_config(rows, _cdiv(n, vec) if use_vec else n, target)
         entry = f"{prefix}_{dt}"
     return KernelOp(entry + ("_vec" if use_vec else ""), grid, block, params, module="rms_norm")
 

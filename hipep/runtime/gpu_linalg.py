@@ -635,7 +635,7 @@ def _layer_norm_bind(ins, outs, attrs, target):
     vec = _VEC.get(dt, 1)
     use_vec = all(s == 1 for s, t in zip(steps, (scale, bias)) if t is not None) and \
         _vec_ok([x, scale, bias, y], n, vec, x.dtype.itemsize)
-    grid, block = row_config(rows, _cdiv(n, vec) if use_vec else n, target.warp_size)
+    grid, block = row_config(rows, _cdiv(n, vec) if use_vec else n, target)
     params = [ptr(x), ptr(scale), ptr(bias), ptr(y), ptr(mean), ptr(inv),
               LayerNormArgs(rows, n, 0, steps[0], steps[1], float(attrs.get("epsilon", 1e-5)))]
     return [KernelOp(f"hipep_layer_norm_{dt}" + ("_vec" if use_vec else ""), grid, block, params, module="layer_norm")]
@@ -669,7 +669,7 @@ def _skip_layer_norm_bind(ins, outs, attrs, target):
                          + f" do not fit the input {list(x.shape)}")
     vec = _VEC.get(dt, 1)
     use_vec = _vec_ok([x, skip, gamma, beta, bias, y, total], h, vec, x.dtype.itemsize)
-    grid, block = row_config(rows, _cdiv(h, vec) if use_vec else h, target.warp_size)
+    grid, block = row_config(rows, _cdiv(h, vec) if use_vec else h, target)
     params = [ptr(x), ptr(skip), ptr(gamma), ptr(beta), ptr(bias), ptr(y), ptr(mean), ptr(inv), ptr(total),
               LayerNormArgs(rows, h, skip_rows, 1, 1, float(attrs.get("epsilon", 1e-12)))]
     return [KernelOp(f"hipep_skip_layer_norm_{dt}" + ("_vec" if use_vec else ""), grid, block, params,

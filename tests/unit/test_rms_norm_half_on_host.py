@@ -1,6 +1,6 @@
 """The fp16 RMS norm kernels (kernels/rms_norm.hip, the half-type section) run on the host stand-in
 (g++ over the unchanged kernel source, the launches the bindings give run block by block on host
-threads) against the registry's reference, for both launch shapes the binding picks: a thread per
+threads) against the registry's reference, for both launch shapes row_config picks: a thread per
 16-byte load of a row where the rows leave multiprocessors idle (decode's one row), and the
 bandwidth shape (a warp or a block per row, several loads a thread) where they do not. Warps of 32
 and 64 lanes. Skipped without g++."""
@@ -32,10 +32,11 @@ def _rel(got, want):
 
 
 def _expected_block(rows: int, n: int, warp: int) -> int | None:
-    """Threads a block of the one-row-per-block shape, or None where the rows do not take it."""
+    """Threads a block of the thread-per-load shape (the power of two covering the row's 16-byte
+    loads), or None where the rows do not take it."""
     words = n // 8
     if rows < SM_COUNT and words > warp:
-        return min(1024, -(-words // warp) * warp)
+        return min(1024, 1 << (words - 1).bit_length())
     return None
 
 
