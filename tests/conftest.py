@@ -14,6 +14,7 @@ def pytest_collection_modifyitems(config, items):
     from ort_differences import expected_failure
 
     for item in items:
-        reason = expected_failure(item.nodeid)
-        if reason is not None:
-            item.add_marker(pytest.mark.xfail(reason=reason, strict=True))
+        failure = expected_failure(item.nodeid)
+        if failure is not None:
+            reason, strict = failure
+            item.add_marker(pytest.mark.xfail(reason=reason, strict=strict))

@@ -4,7 +4,7 @@ releases older than the newest behave otherwise than 1.32, whose behaviour hipep
 hipep's references mirror onnxruntime 1.32's CPU kernels (bit for bit where the tests say so);
 older releases lack some kernels, load opsets up to 25 (1.24), and compute some ops otherwise.
 These cases cannot agree with those releases and stay meaningful with the newest: on a release in
-[since, until) they are expected to fail (strict: one that passes there is reported, so this list
+[since, until) they are expected to fail (strict, so one that passes there is reported and this list
 stays true); elsewhere they run as usual. Measured with every minor release from 1.24.1 to 1.32.0
 (1.24.1, 1.25.0, 1.26.0, 1.27.0, 1.28.0, 1.29.0, 1.30.0, 1.31.1: tools/check_ort_versions.sh and
 the same tests on each); the reasons are what the failures show.
@@ -28,6 +28,9 @@ class Difference:
     since: tuple[int, int]  # the first release that behaves so (1.24: the oldest supported)
     until: tuple[int, int]  # the first release that agrees with hipep again
     cases: tuple[str, ...]
+    # False where the release's result depends on memory it never writes: it may then agree by
+    # chance (the heap held the right values), so a pass is not reported
+    strict: bool = True
 
 
 NO_KERNEL = (
@@ -55,6 +58,11 @@ ATTENTION = (
     "its attention kernels differ from the newest's (GroupQueryAttention arithmetic, padding, "
     "sliding-window cache inputs, total-sequence-length check; Attention masks, softcap, qk "
     "output; MatMulNBits), and so do the decoders and accuracy models built on them")
+
+UNWRITTEN_ROWS = (
+    "its GroupQueryAttention leaves the output rows past a padded prompt's length unwritten (and reads "
+    "a left-padded prompt as right-padded): what they hold (old heap contents, NaN) varies from run "
+    "to run")
 
 QUANTIZED_CONTRIB = (
     "its quantized contrib kernels differ from the newest's (GatherBlockQuantized shape inference "
@@ -208,12 +216,14 @@ DIFFERENCES = (
         'tests/unit/test_ops_attention.py::test_decoder_layer_through_hipep[True-float16-schedule2]',
         'tests/unit/test_ops_attention.py::test_decoder_layer_through_hipep[True-float32-schedule0]',
         'tests/unit/test_ops_attention.py::test_gqa_total_sequence_length_must_fit_the_cache',
-        'tests/unit/test_ops_attention.py::test_group_query_attention[f16-padded-prompt-rotary]',
-        'tests/unit/test_ops_attention.py::test_group_query_attention[local-window-padded-prompt-softcap]',
         'tests/unit/test_ops_attention.py::test_group_query_attention[local-window-padded-prompt]',
-        'tests/unit/test_ops_attention.py::test_group_query_attention[prompt-b2-left-padded]',
         'tests/unit/test_ops_attention.py::test_group_query_attention[prompt-b2-right-padded-rotary]',
         'tests/unit/test_ops_attention.py::test_group_query_attention[shared-prompt]',
+    )),
+    Difference(UNWRITTEN_ROWS, since=(1, 24), until=(1, 28), strict=False, cases=(
+        'tests/unit/test_ops_attention.py::test_group_query_attention[f16-padded-prompt-rotary]',
+        'tests/unit/test_ops_attention.py::test_group_query_attention[local-window-padded-prompt-softcap]',
+        'tests/unit/test_ops_attention.py::test_group_query_attention[prompt-b2-left-padded]',
     )),
     Difference(ATTENTION, since=(1, 24), until=(1, 29), cases=(
         'tests/unit/test_ops_attention.py::test_decoder_layer_sliding_window_cache_through_hipep',
@@ -271,10 +281,11 @@ DIFFERENCES = (
 )
 
 
-def expected_failure(nodeid: str, version: tuple[int, int] = ORT_VERSION) -> str | None:
-    """Why `nodeid` fails with onnxruntime `version`, if it is one of the cases above there."""
+def expected_failure(nodeid: str, version: tuple[int, int] = ORT_VERSION) -> tuple[str, bool] | None:
+    """Why `nodeid` fails with onnxruntime `version`, if it is one of the cases above there, and
+    whether a pass there is reported (strict)."""
     for diff in DIFFERENCES:
         if diff.since <= version < diff.until and any(
                 fnmatch.fnmatchcase(nodeid, case.replace("[", "[[]")) for case in diff.cases):
-            return f"onnxruntime {version[0]}.{version[1]}: {diff.reason}"
+            return f"onnxruntime {version[0]}.{version[1]}: {diff.reason}", diff.strict
     return None
