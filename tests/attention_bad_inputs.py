@@ -1,5 +1,6 @@
-"""Rotary positions and GroupQueryAttention lengths out of range: single-node models, each with a
-good feed and a bad one, and the errors both of hipep's devices must raise for the bad one.
+"""Rotary positions (RotaryEmbedding, MRotaryEmbedding) and GroupQueryAttention lengths out of range:
+single-node models, each with a good feed and a bad one, and the errors both of hipep's devices must
+raise for the bad one.
 
 The CPU reference device checks the values on the host (hipep/ops/rotary.py, contrib_attention.py);
 the CUDA device's kernels clamp them (no access leaves a buffer) and report them in the stream's
@@ -74,6 +75,28 @@ def rotary_position_case(dtype, offset_form: bool) -> BadInputCase:
         {"x": x, "position_ids": bad_ids, "cos": cos, "sin": sin},
         _position_error("node", "RotaryEmbedding", r"input 1 \(position_ids\)", bad, rows),
         rf"node 'node' \(RotaryEmbedding\).*position id {bad} is out of range for a cache of {rows} positions",
+        dtype)
+
+
+def mrope_position_case(dtype) -> BadInputCase:
+    """com.microsoft MRotaryEmbedding, [2, 3, 2 * 16] input, a 16-row cos/sin cache, chunked sections
+    [4, 2, 2]: one width position (stream 2, read by the last two pairs only) past the cache."""
+    rng = np.random.default_rng(22)
+    rows = 16
+    angles = rng.uniform(0, 6, (rows, 8))
+    x = rng.uniform(-1, 1, (2, 3, 32)).astype(dtype)
+    cos, sin = np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+    good_ids = rng.integers(0, rows, (3, 2, 3)).astype(np.int64)
+    bad_ids = good_ids.copy()
+    bad_ids[2, 1, 1] = 20
+    model = _node_model("MRotaryEmbedding", {"x": x, "position_ids": good_ids, "cos": cos, "sin": sin}, 1,
+                        num_heads=2, mrope_section=[4, 2, 2])
+    return BadInputCase(
+        f"mrope-ids-{np.dtype(dtype).name}", model,
+        {"x": x, "position_ids": good_ids, "cos": cos, "sin": sin},
+        {"x": x, "position_ids": bad_ids, "cos": cos, "sin": sin},
+        _position_error("node", "MRotaryEmbedding", r"input 1 \(position_ids\)", 20, rows),
+        rf"node 'node' \(MRotaryEmbedding\).*position id 20 is out of range for a cache of {rows} positions",
         dtype)
 
 

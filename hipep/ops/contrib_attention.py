@@ -61,10 +61,17 @@ def _round(a, dtype):
     return np.asarray(a, dtype=np.float32).astype(dtype).astype(np.float32)
 
 
+# MLAS's interleaved rotary: pairs an AVX2 iteration (kernels/rotary.hip: HIPEP_ROPE_VECTOR_PAIRS)
+ROPE_VECTOR_PAIRS = 8  # HIPEP_ROPE_VECTOR_PAIRS
+
+
 def _rope(x, cos, sin, interleaved: bool, fused: bool = False):
     """Rotates the last axis of x (f32, width R) by angles whose cos/sin have width R/2 and
     broadcast against x[..., :R/2]. fused=True is MLAS's f32 kernel (MlasRotaryEmbedOneRow, AVX2):
-    real' = fma(real, cos, -(imag * sin)), imag' = fma(real, sin, imag * cos)."""
+    real' = fma(real, cos, -(imag * sin)), imag' = fma(real, sin, imag * cos), except in the
+    interleaved form's tail past the last whole vector of 8 pairs, where pairs after the tail's
+    first come out as real * cos - imag * sin, imag * cos + real * sin (the unfused form: measured
+    pair by pair against the CPU EP)."""
     half = x.shape[-1] // 2
     if interleaved:
         x1, x2 = x[..., 0::2], x[..., 1::2]
@@ -74,6 +81,12 @@ def _rope(x, cos, sin, interleaved: bool, fused: bool = False):
         cos, sin = np.asarray(cos, np.float32), np.asarray(sin, np.float32)
         r = fma_f32(x1, cos, -(x2 * sin).astype(np.float32))
         i = fma_f32(x1, sin, (x2 * cos).astype(np.float32))
+        tail = ROPE_VECTOR_PAIRS * (half // ROPE_VECTOR_PAIRS) + 1 if interleaved else half
+        if tail < half:
+            c, s = np.broadcast_to(cos, r.shape)[..., tail:], np.broadcast_to(sin, r.shape)[..., tail:]
+            a, b = x1[..., tail:], x2[..., tail:]
+            r[..., tail:] = a * c - b * s
+            i[..., tail:] = b * c + a * s
     else:
         r, i = x1 * cos - x2 * sin, x2 * cos + x1 * sin
     if interleaved:

@@ -444,7 +444,8 @@ def _gqa_bind(ins, outs, attrs, target):
 class RopeArgs(ctypes.Structure):
     """kernels/rotary.hip's hipep_rope_args."""
     _fields_ = ([(n, ctypes.c_int) for n in ("batch", "seq", "heads", "head_size", "rotary_half", "interleaved",
-                                             "pos_mode", "max_pos")]
+                                             "pos_mode", "max_pos", "mrope_layout", "sec_t", "sec_h", "sec_w")]
+                + [("scale", ctypes.c_float)]
                 + [(n, ctypes.c_longlong) for n in ("sb", "ss", "sh")])
 
 
@@ -469,6 +470,7 @@ def rope_layout(op: str, x_shape, heads: int, head_size: int, rotary_dim: int, c
         raise HipepError(f"{op}: cos_cache/sin_cache last dim must be rotary_dim / 2 = {r // 2}, got {cos_shape[-1]}")
     a.batch, a.seq, a.heads, a.head_size, a.rotary_half = b, s, heads, head_size, r // 2
     a.interleaved, a.pos_mode, a.max_pos = int(interleaved), pos_mode, int(cos_shape[0])
+    a.scale = 1.0
     return a
 
 
@@ -515,6 +517,35 @@ def _ms_rope_bind(ins, outs, attrs, target):
         raise HipepError(f"{op}: position_ids must be one element or [batch, sequence] = {[b, s]}, "
                          f"got {list(pos_ids.shape)}")
     a = rope_layout(op, x.shape, heads, h, rd or h, cos.shape, mode, int(attrs.get("interleaved", 0)))
+    return _rope_ops(a, x, pos_ids, cos, sin, outs[0], target, "input 1 (position_ids)")
+
+
+@_binding("com.microsoft::MRotaryEmbedding", check=_rope_check, modules=("rotary",))
+def _mrope_bind(ins, outs, attrs, target):
+    x, pos_ids, cos, sin = ins[:4]
+    op = "MRotaryEmbedding"
+    n, rd = int(attrs.get("num_heads", 0)), int(attrs.get("rotary_embedding_dim", 0))
+    section, layout = [int(v) for v in attrs["mrope_section"]], int(attrs.get("mrope_layout", 0))
+    if cos.ndim != 2 or tuple(sin.shape) != tuple(cos.shape):
+        raise HipepError(f"{op}: cos_cache and sin_cache must both be 2-D [max_position, rotary_dim / 2], "
+                         f"got {list(cos.shape)} and {list(sin.shape)}")
+    if x.ndim not in (3, 4):
+        raise HipepError(f"{op}: input must be 3-D or 4-D, got {list(x.shape)}")
+    hidden = x.shape[2] if x.ndim == 3 else x.shape[1] * x.shape[3]
+    h = 2 * int(cos.shape[1]) if rd == 0 else (hidden // n if n else 0)
+    if x.ndim == 4 and (h != x.shape[3] or (n and n != x.shape[1])):
+        raise HipepError(f"{op}: head size {h} / num_heads {n} differ from the input's {list(x.shape)}")
+    heads = (n or (hidden // h if h else 0)) if x.ndim == 3 else x.shape[1]
+    b, s = (x.shape[0], x.shape[1]) if x.ndim == 3 else (x.shape[0], x.shape[2])
+    if tuple(pos_ids.shape) != (3, b, s):
+        raise HipepError(f"{op}: position_ids must be [3, batch, sequence] = {[3, b, s]}, got {list(pos_ids.shape)}")
+    half = (rd or h) // 2
+    if len(section) != 3 or min(section) < 0 or sum(section) != half or layout not in (0, 1):
+        raise HipepError(f"{op}: mrope_section {section} must be 3 non-negative integers summing to "
+                         f"rotary_embedding_dim / 2 = {half}, and mrope_layout 0 or 1 (got {layout})")
+    a = rope_layout(op, x.shape, heads, h, rd or h, cos.shape, 3, int(attrs.get("interleaved", 0)))
+    a.mrope_layout, a.sec_t, a.sec_h, a.sec_w = layout, *section
+    a.scale = float(np.float32(attrs.get("scale", 1.0)))
     return _rope_ops(a, x, pos_ids, cos, sin, outs[0], target, "input 1 (position_ids)")
 
 

@@ -4,7 +4,11 @@ from random-weight `transformers` configs, cached on disk.
 Three architectures cover what the builder's graphs need: `llama` (tied embeddings: the int4
 model gathers them with GatherBlockQuantized), `gemma2` (attention and final-logit softcapping,
 sliding-window attention, GQA's windowed cache) and `phi` (partial rotary, LayerNorm with bias).
-Each comes in `fp32`, `fp16`, `int4` and `int4-f16`. Weights are random but not tiny (initializer range 0.3),
+Each comes in `fp32`, `fp16`, `int4` and `int4-f16`. A vision-language model's text decoder stands
+beside them (VISION_LANGUAGE): `qwen2_5_vl`, Qwen2.5-VL's (the builder's `qwen2_5_vl_text` model:
+MRotaryEmbedding over position_ids of three streams, [3, batch, sequence]), whose tokens are text
+only here, so its three position streams agree; a VLM's image tokens reach it as the same op with
+streams that differ, which the op's own tests cover. Weights are random but not tiny (initializer range 0.3),
 so greedy decoding gives varied tokens and a wrong kernel shows. Building needs the `models` extra
 (torch, transformers, onnxruntime-genai).
 
@@ -48,6 +52,7 @@ import sys
 import tempfile
 
 ARCHITECTURES = ("llama", "gemma2", "phi")
+VISION_LANGUAGE = ("qwen2_5_vl",)
 PRECISIONS = ("fp32", "fp16", "int4", "int4-f16")
 # The builder's precision and execution-provider target per precision (why: the module's docstring).
 _BUILD = {"fp32": ("fp32", "cpu"), "fp16": ("fp16", "cuda"), "int4": ("int4", "cpu"), "int4-f16": ("int4", "cuda")}
@@ -100,6 +105,16 @@ def _config(arch: str, size: str = "tiny"):
         return Gemma2Config(num_key_value_heads=kv_heads, head_dim=head_dim, sliding_window=8,
                             attn_logit_softcapping=50.0, final_logit_softcapping=30.0, tie_word_embeddings=False,
                             **common)
+    if arch == "qwen2_5_vl":
+        if size != "tiny":
+            raise ValueError(f"size {size!r} is not built for {arch}: tiny only")
+        from transformers import Qwen2_5_VLConfig
+
+        # mrope_section: the 8 rotary pairs of a 16-wide head split temporal / height / width
+        text = dict(common, num_key_value_heads=kv_heads, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]})
+        vision = dict(depth=1, hidden_size=32, out_hidden_size=common["hidden_size"], num_heads=2,
+                      intermediate_size=64)
+        return Qwen2_5_VLConfig(text_config=text, vision_config=vision)
     if arch == "phi":
         from transformers import PhiConfig
 
@@ -107,7 +122,7 @@ def _config(arch: str, size: str = "tiny"):
         if size == "tiny":
             common.update(hidden_size=128, intermediate_size=256)
         return PhiConfig(partial_rotary_factor=0.5, **common)
-    raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(ARCHITECTURES)}")
+    raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(ARCHITECTURES + VISION_LANGUAGE)}")
 
 
 def _save_tokenizer(folder: str, vocab: int = VOCAB) -> None:
@@ -141,7 +156,13 @@ def decoder(arch: str, precision: str = "fp32", rebuild: bool = False, size: str
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as work:
         hf = os.path.join(work, "hf")
-        model = AutoModelForCausalLM.from_config(_config(arch, size))
+        config = _config(arch, size)
+        if arch in VISION_LANGUAGE:
+            from transformers import Qwen2_5_VLForConditionalGeneration
+
+            model = Qwen2_5_VLForConditionalGeneration(config)
+        else:
+            model = AutoModelForCausalLM.from_config(config)
         model.save_pretrained(hf)
         del model  # the 1b model's fp32 weights are 4.4 GB: free them before the builder loads its copy
         _save_tokenizer(hf, vocab_size(size))
@@ -190,7 +211,9 @@ def decoder_feeds(inputs, head_size: int, ids, past_len: int, prev: dict | None,
         elif i.name == "attention_mask":
             f[i.name] = np.ones((1, past_len + ids.shape[1]), np.int64)
         elif i.name == "position_ids":
-            f[i.name] = np.arange(past_len, past_len + ids.shape[1], dtype=np.int64)[None]
+            positions = np.arange(past_len, past_len + ids.shape[1], dtype=np.int64)[None]
+            # a VLM text decoder's [3, batch, sequence]: text tokens give all three streams the same
+            f[i.name] = np.repeat(positions[None], 3, axis=0) if len(i.shape) == 3 else positions
         elif i.name.startswith("past_key_values."):
             if prev is None:
                 dtype = np.float16 if "float16" in i.type else np.float32

@@ -1,6 +1,6 @@
-"""GroupQueryAttention and RotaryEmbedding on the CUDA device (kernels/attention_*.hip, kernels/rotary.hip),
-end to end: single-node models through hipep.InferenceSession(device="cuda"), every output compared
-with ONNX Runtime's CPU EP. Tolerances: f32 relative 1e-5, absolute 2e-5 (the kernels sum scores
+"""GroupQueryAttention, RotaryEmbedding and MRotaryEmbedding on the CUDA device
+(kernels/attention_*.hip, kernels/rotary.hip), end to end: single-node models through
+hipep.InferenceSession(device="cuda"), every output compared with ONNX Runtime's CPU EP. Tolerances: f32 relative 1e-5, absolute 2e-5 (the kernels sum scores
 and values in another order than MLAS; the rotated keys in present are exact), f16 relative 1e-2,
 absolute 2e-3. Runs repeat, so the bound launches and the CUDA graphs are replayed too.
 
@@ -398,6 +398,36 @@ def test_ms_rotary_embedding(form, interleaved, dtype):
         attrs.update(num_heads=4, rotary_embedding_dim=16)
     feeds = [("x", x), ("position_ids", pos), ("cos_cache", cos), ("sin_cache", sin)]
     model = single_node("RotaryEmbedding", feeds, 1, **attrs)
+    check(model, dict(feeds), dtype)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("form", ["chunked", "interleaved", "4d-text", "partial-interleaved-scale"])
+def test_mrotary_embedding(form, dtype):
+    """The Qwen vision-language models' multimodal rotary (three position streams per token)."""
+    rng = np.random.default_rng(12)
+    b, s, n, h = 2, 7, 4, 64
+    attrs = dict(mrope_section=[16, 8, 8], mrope_layout=1 if "interleaved" in form else 0)
+    half = h // 2
+    if form == "partial-interleaved-scale":
+        half = 12
+        attrs.update(num_heads=n, rotary_embedding_dim=24, mrope_section=[4, 4, 4], interleaved=1, scale=0.37)
+    elif form == "interleaved":
+        attrs.update(num_heads=n, mrope_section=[12, 10, 10])
+    elif not form.startswith("4d"):
+        attrs["num_heads"] = n
+    angles = rng.uniform(0, 6, (48, half))
+    pos = rng.integers(0, 48, (3, b, s)).astype(np.int64)
+    if "text" in form:
+        pos[1:] = pos[0]
+    x = U(rng, b, n, s, h, dtype=dtype) if form.startswith("4d") else U(rng, b, s, n * h, dtype=dtype)
+    feeds = [("x", x), ("position_ids", pos), ("cos_cache", np.cos(angles).astype(dtype)),
+             ("sin_cache", np.sin(angles).astype(dtype))]
+    model = single_node("MRotaryEmbedding", feeds, 1, **attrs)
+    try:
+        cpu_session(model)
+    except Exception as e:  # noqa: BLE001 - an onnxruntime without MRotaryEmbedding
+        pytest.skip(f"ORT's CPU EP cannot run MRotaryEmbedding: {e}")
     check(model, dict(feeds), dtype)
 
 

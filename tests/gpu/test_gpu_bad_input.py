@@ -27,7 +27,7 @@ from onnx import helper, numpy_helper
 import hipep
 
 from hipep.runtime.cuda import cuda_status, get_device
-from attention_bad_inputs import F16, F32 as NP_F32, gqa_cases, rotary_position_case
+from attention_bad_inputs import F16, F32 as NP_F32, gqa_cases, mrope_position_case, rotary_position_case
 from helpers import cpu_session, make_model, tensor
 from quant_helpers import gather_block_quantized_model
 
@@ -265,7 +265,7 @@ def test_gather_block_quantized_out_of_range_gives_zeros_as_ort_does():
 # ---- rotary positions and attention lengths out of range (the kernels' fault reports) -------------------
 
 ATTENTION_CASES = ([rotary_position_case(dt, offset) for dt in (NP_F32, F16) for offset in (False, True)]
-                   + gqa_cases(NP_F32) + gqa_cases(F16))
+                   + [mrope_position_case(dt) for dt in (NP_F32, F16)] + gqa_cases(NP_F32) + gqa_cases(F16))
 
 
 def assert_close_to_cpu(got, want, dtype):

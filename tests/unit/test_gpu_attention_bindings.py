@@ -15,6 +15,7 @@ import zlib
 import numpy as np
 import pytest
 
+from hipep.ops.contrib_attention import ROPE_VECTOR_PAIRS
 from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, lookup
 from hipep.runtime import gpu_faults as gf
 from hipep.runtime import gpu_kernels as gk
@@ -140,6 +141,7 @@ def _window_store(mem, ptrs, words, a, dtype):
 
 
 def _rope(x1, x2, c, s, dtype):
+    """One pair as the kernels rotate it: f32 fused, f16 (and MLAS's interleaved tail) unfused."""
     f32 = np.float32
     if dtype == F32:  # fma in f64 then rounded: exact for f32 operands
         y1 = (x1.astype(np.float64) * c - (x2 * s).astype(f32)).astype(f32)
@@ -312,28 +314,47 @@ def _combine_rows(mem, ptrs, a, dtype, b, block):
         out[r, head] = _finish(acc, m, l, a.has_sink, sinks[head]).astype(dtype)
 
 
+def _mrope_stream(a: RopeArgs, j: int) -> int:
+    if a.mrope_layout == 0:
+        return 0 if j < a.sec_t else (1 if j < a.sec_t + a.sec_h else 2)
+    return 1 if (j % 3 == 1 and j < 3 * a.sec_h) else (2 if (j % 3 == 2 and j < 3 * a.sec_w) else 0)
+
+
 def _rotary(mem, ptrs, a: RopeArgs, dtype, fault):
     x_p, pos_p, cos_p, sin_p, y_p = ptrs
     e = np.dtype(dtype).itemsize
     half = a.rotary_half
+    streams = 3 if a.pos_mode == 3 else 1
+    pos = mem.view(pos_p, np.int64, streams * a.batch * a.seq) if a.pos_mode in (1, 3) else None
+
+    def cache_row(b, s, j):
+        if a.pos_mode == 2:
+            return b * a.seq + s
+        if a.pos_mode == 0:
+            row = int(mem.view(pos_p, np.int64, 1)[0]) + s
+        else:
+            row = int(pos[((_mrope_stream(a, j) if a.pos_mode == 3 else 0) * a.batch + b) * a.seq + s])
+        if not 0 <= row < a.max_pos:  # clamped, and reported
+            _report(mem, fault, gf.FAULT_POSITION, row, a.max_pos)
+            row = min(max(row, 0), a.max_pos - 1)
+        return row
+
     for b in range(a.batch):
         for s in range(a.seq):
-            if a.pos_mode == 2:
-                row = b * a.seq + s
-            else:
-                row = int(mem.view(pos_p, np.int64, 1)[0]) + s if a.pos_mode == 0 else \
-                    int(mem.view(pos_p, np.int64, a.batch * a.seq)[b * a.seq + s])
-                if not 0 <= row < a.max_pos:  # clamped, and reported
-                    _report(mem, fault, gf.FAULT_POSITION, row, a.max_pos)
-                    row = min(max(row, 0), a.max_pos - 1)
-            cos = mem.view(cos_p + row * half * e, dtype, half).astype(np.float32)
-            sin = mem.view(sin_p + row * half * e, dtype, half).astype(np.float32)
+            rows = [cache_row(b, s, j) for j in range(half)] if a.pos_mode == 3 else [cache_row(b, s, 0)] * half
+            cos = np.array([mem.view(cos_p + (r * half + j) * e, dtype, 1)[0] for j, r in enumerate(rows)], np.float32)
+            sin = np.array([mem.view(sin_p + (r * half + j) * e, dtype, 1)[0] for j, r in enumerate(rows)], np.float32)
+            if a.scale != 1:  # on cos and sin (MRotaryEmbedding)
+                cos, sin = cos * np.float32(a.scale), sin * np.float32(a.scale)
+            # MLAS's interleaved tail: pairs past the first after the last whole vector unfused
+            unfused_from = half // ROPE_VECTOR_PAIRS * ROPE_VECTOR_PAIRS + 1 if a.interleaved else half
             for head in range(a.heads):
                 base = b * a.sb + s * a.ss + head * a.sh
                 x = mem.view(x_p + base * e, dtype, a.head_size).astype(np.float32)
                 y = x.copy()
                 for j, (e1, e2) in enumerate(_pairs(a.head_size, half, a.interleaved)[:half]):
-                    y[e1], y[e2] = _rope(np.float32(x[e1]), np.float32(x[e2]), cos[j], sin[j], dtype)
+                    y[e1], y[e2] = _rope(np.float32(x[e1]), np.float32(x[e2]), cos[j], sin[j],
+                                         F16 if j >= unfused_from else dtype)
                 mem.view(y_p + base * e, dtype, a.head_size)[:] = y.astype(dtype)
 
 
@@ -504,6 +525,60 @@ def test_ms_rotary_launch_computes_the_reference(form, dtype):
         attrs.update(num_heads=4, rotary_embedding_dim=16)
     got, want, _ = run_binding("com.microsoft::RotaryEmbedding", [x, pos, cos, sin], attrs, [x.shape], dtype)
     np.testing.assert_allclose(got[0].astype(F32), want[0].astype(F32), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("half", [4, 12, 17])
+def test_rotary_launch_repeats_mlas_interleaved_tail(half):
+    """f32, interleaved, half the rotary width not a multiple of 8: the launch is bit-exact with the
+    reference (and so with the CPU EP), tail pairs included."""
+    rng = np.random.default_rng(half)
+    ang = rng.uniform(0, 6, (16, half))
+    cos, sin = np.cos(ang).astype(F32), np.sin(ang).astype(F32)
+    x = rng.uniform(-1, 1, (1, 6, 2 * 2 * half)).astype(F32)
+    pos = rng.integers(0, 16, (1, 6)).astype(np.int64)
+    got, want, _ = run_binding("com.microsoft::RotaryEmbedding", [x, pos, cos, sin], dict(interleaved=1), [x.shape], F32)
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("form", ["chunked", "interleaved", "4d-text", "partial-interleaved-scale", "one-section"])
+def test_mrope_launch_computes_the_reference(form, dtype):
+    rng = np.random.default_rng(11)
+    b, s, n, h = 2, 5, 4, 32
+    attrs = dict(mrope_section=[6, 5, 5], mrope_layout=1 if "interleaved" in form else 0)
+    half = h // 2
+    if form == "partial-interleaved-scale":
+        half = 6
+        attrs.update(num_heads=n, rotary_embedding_dim=12, mrope_section=[2, 2, 2], interleaved=1, scale=0.37)
+    elif form == "one-section":
+        attrs.update(mrope_section=[16, 0, 0], mrope_layout=1)
+    elif not form.startswith("4d"):
+        attrs["num_heads"] = n
+    ang = rng.uniform(0, 6, (24, half))
+    cos, sin = np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
+    x = rng.uniform(-1, 1, (b, n, s, h) if form.startswith("4d") else (b, s, n * h)).astype(dtype)
+    pos = rng.integers(0, 24, (3, b, s)).astype(np.int64)
+    if "text" in form:
+        pos[1:] = pos[0]
+    got, want, ops = run_binding("com.microsoft::MRotaryEmbedding", [x, pos, cos, sin], attrs, [x.shape], dtype)
+    assert [op.entry for op in ops] == [f"hipep_rotary_{'f32' if dtype == F32 else 'f16'}"]
+    if dtype == F32:
+        np.testing.assert_array_equal(got[0], want[0])
+    else:
+        np.testing.assert_allclose(got[0].astype(F32), want[0].astype(F32), rtol=1e-3, atol=1e-3)
+
+
+def test_mrope_binding_names_bad_shapes():
+    x, cos = np.zeros((1, 3, 64), F32), np.zeros((8, 8), F32)
+    mem = Memory()
+    _, full = _attrs("com.microsoft::MRotaryEmbedding", dict(num_heads=4, mrope_section=[4, 2, 2]), 1)
+    bind = gk.BINDINGS["com.microsoft::MRotaryEmbedding"].bind
+    with pytest.raises(Exception, match=r"position_ids must be \[3, batch, sequence\] = \[3, 1, 3\]"):
+        bind([mem.arg(a) for a in (x, np.zeros((1, 3), np.int64), cos, cos)], [mem.arg(x)], full, gk.Target(sm_count=8))
+    full["mrope_section"] = [4, 4, 2]
+    with pytest.raises(Exception, match=r"mrope_section \[4, 4, 2\] must be 3 non-negative integers summing to"):
+        bind([mem.arg(a) for a in (x, np.zeros((3, 1, 3), np.int64), cos, cos)], [mem.arg(x)], full,
+             gk.Target(sm_count=8))
 
 
 def test_gqa_check_names_what_it_cannot_do():

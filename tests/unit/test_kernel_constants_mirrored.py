@@ -1,6 +1,8 @@
-"""Constants the GPU bindings mirror from the kernels (a Python line `NAME = value  # ... HIPEP_X ...`
-or `... MNB_X ...`) equal the kernels' `#define`s: a launch shaped by a stale copy (threads per
-block, splits, rows per block) would index past what the kernel allocates or leave work undone."""
+"""Constants the GPU bindings (and references whose arithmetic the kernels repeat) mirror from the
+kernels (a Python line `NAME = value  # ... HIPEP_X ...` or `... MNB_X ...`) equal the kernels'
+`#define`s: a launch shaped by a stale copy (threads per block, splits, rows per block) would index
+past what the kernel allocates or leave work undone, and a kernel would round otherwise than its
+reference."""
 from __future__ import annotations
 
 import re
@@ -23,7 +25,7 @@ def _defines() -> dict[str, int]:
 
 def _mirrors() -> list[tuple[str, str, int, str]]:
     found = []
-    for path in sorted((ROOT / "hipep" / "runtime").glob("*.py")):
+    for path in sorted([*(ROOT / "hipep" / "runtime").glob("*.py"), *(ROOT / "hipep" / "ops").glob("*.py")]):
         for name, value, define in MIRROR.findall(path.read_text()):
             found.append((path.name, name, int(value), define))
     return found
@@ -33,6 +35,7 @@ def test_the_scan_finds_the_mirrors():
     names = {(f, n) for f, n, _, _ in _mirrors()}
     assert ("gpu_attention.py", "DEC_THREADS") in names and ("gpu_attention.py", "DEC_DIRECT_PASSES") in names
     assert ("gpu_quant.py", "GEMV_WARPS") in names and len(names) >= 10
+    assert ("contrib_attention.py", "ROPE_VECTOR_PAIRS") in names  # a reference the kernels repeat
 
 
 @pytest.mark.parametrize("module,name,value,define", _mirrors(), ids=lambda x: str(x))

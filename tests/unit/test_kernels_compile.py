@@ -279,7 +279,7 @@ def _param_bytes(ptx: str) -> dict[str, list[int]]:
 
 @needs_nvrtc
 def test_attention_and_rotary_launches_pass_what_their_entry_points_take():
-    """Every GroupQueryAttention and RotaryEmbedding launch (decode, prefill, window cache, the fault
+    """Every GroupQueryAttention, RotaryEmbedding and MRotaryEmbedding launch (decode, prefill, window cache, the fault
     sites of prepare and rotary) passes as many parameters as its entry point declares, each of the
     size the kernel expects (the ctypes structs mirror the kernels' structs)."""
     from unit.test_gpu_attention_bindings import GQA, Memory, _attrs, gqa_case
@@ -299,10 +299,12 @@ def test_attention_and_rotary_launches_pass_what_their_entry_points_take():
             launches += gk.BINDINGS[GQA].bind([mem.arg(a) for a in ins], [mem.arg(np.empty(s, dtype)) for s in shapes],
                                               full, gk.Target(sm_count=8, workspace=mem.alloc))
         x, cos = np.zeros((1, 3, 64), dtype), np.zeros((8, 8), dtype)
-        for key, ins in (("com.microsoft::RotaryEmbedding", [x, np.zeros((1, 3), np.int64), cos, cos]),
-                         ("::RotaryEmbedding", [x, cos, cos, np.zeros((1, 3), np.int64)])):
+        for key, ins, extra in (("com.microsoft::RotaryEmbedding", [x, np.zeros((1, 3), np.int64), cos, cos], {}),
+                                ("com.microsoft::MRotaryEmbedding", [x, np.zeros((3, 1, 3), np.int64), cos, cos],
+                                 dict(mrope_section=[4, 2, 2], scale=0.5)),
+                                ("::RotaryEmbedding", [x, cos, cos, np.zeros((1, 3), np.int64)], {})):
             mem = Memory()
-            _, full = _attrs(key, dict(num_heads=4), 1)
+            _, full = _attrs(key, dict(num_heads=4, **extra), 1)
             launches += gk.BINDINGS[key].bind([mem.arg(a) for a in ins], [mem.arg(x)], full, gk.Target(sm_count=8))
     kernels = [op for op in launches if isinstance(op, gk.KernelOp)]
     kinds = {op.entry.rsplit("_", 1)[0] for op in kernels}

@@ -1,7 +1,7 @@
 """Attention family (hipep/ops/contrib_attention.py) against ONNX Runtime's CPU EP.
 
-Single-node models: com.microsoft GroupQueryAttention / MultiHeadAttention / RotaryEmbedding and
-ai.onnx RotaryEmbedding-23 / Attention-23/24. For each case the registry's reference must give
+Single-node models: com.microsoft GroupQueryAttention / MultiHeadAttention / RotaryEmbedding /
+MRotaryEmbedding and ai.onnx RotaryEmbedding-23 / Attention-23/24. For each case the registry's reference must give
 ORT's outputs (dtype, shape, values), the claim predicate must accept the node, and the shape rule
 must give exactly the reference's output shapes from the static input shapes plus the values of
 the op's host inputs (and never invent an extent when dims or host values are hidden).
@@ -121,7 +121,8 @@ def check(op, inputs, attrs=None, n_out=1, domain=MS, opset=21, tol=None):
 # case layout (op first, since-version sixth) for its coverage guard (COVERAGE_MODULES).
 CASES = [pytest.param(op, opset, None, None, None, since, None, id=f"{op}-{since}")
          for op, opset, since in (("GroupQueryAttention", 21, 1), ("MultiHeadAttention", 21, 1),
-                                  ("RotaryEmbedding", 21, 1), ("RotaryEmbedding", 23, 23),
+                                  ("RotaryEmbedding", 21, 1), ("MRotaryEmbedding", 21, 1),
+                                  ("RotaryEmbedding", 23, 23),
                                   ("Attention", 23, 23), ("Attention", 24, 24))]
 
 
@@ -424,7 +425,8 @@ def test_ms_rotary_embedding(form, interleaved, dtype):
         cos, sin = caches(rng, 8, dtype)
         ins = [U(rng, 2, 3, 5, 32, dtype=dtype), ids, cos, sin]
         attrs.update(num_heads=3, rotary_embedding_dim=16)
-    check("RotaryEmbedding", ins, attrs, domain=MS)
+    # f32 is bit-exact: MLAS's fused rotation (and its interleaved tail)
+    check("RotaryEmbedding", ins, attrs, domain=MS, tol=(0, 0) if dtype == f32 else None)
 
 
 @pytest.mark.parametrize("dtype", [f32, f16])
@@ -442,7 +444,7 @@ def test_onnx_rotary_embedding_23(form, interleaved, dtype):
     if form.startswith("3d"):
         attrs["num_heads"] = 2
     ins = [x, cos[ids], sin[ids]] if "no-ids" in form else [x, cos, sin, ids]
-    check("RotaryEmbedding", ins, attrs, domain="", opset=23)
+    check("RotaryEmbedding", ins, attrs, domain="", opset=23, tol=(0, 0) if dtype == f32 else None)
 
 
 def test_rotary_claims():
@@ -453,6 +455,80 @@ def test_rotary_claims():
     assert "is_packed_batching" in check_node(node, graph)
     node, graph, _ = node_of("RotaryEmbedding", [U(rng, 1, 2, 64), cos, sin, np.zeros((1, 2), i64)], {}, 1, "", 23)
     assert "num_heads" in check_node(node, graph)
+
+
+def ort_has(op: str, domain: str = MS) -> bool:
+    from onnxruntime.capi import onnxruntime_pybind11_state as C
+
+    return any(s.name == op and s.domain == domain for s in C.get_all_operator_schema())
+
+
+def mrope_inputs(rng, batch=2, seq=5, heads=4, head=16, rotary=0, dtype=f32, four_d=False, text=False,
+                 positions=32):
+    x = U(rng, batch, heads, seq, head, dtype=dtype) if four_d else U(rng, batch, seq, heads * head, dtype=dtype)
+    pos = rng.integers(0, positions, (3, batch, seq)).astype(i64)
+    if text:  # a text token's three positions agree
+        pos[1:] = pos[0]
+    cos, sin = caches(rng, (rotary or head) // 2, dtype, positions)
+    return [x, pos, cos, sin]
+
+
+MROPE_CASES = {
+    # Qwen2-VL / Qwen2.5-VL: chunked sections
+    "chunked": dict(attrs=dict(num_heads=4, mrope_section=[2, 3, 3])),
+    "chunked-head64": dict(head=64, attrs=dict(num_heads=4, mrope_section=[16, 8, 8])),
+    "chunked-text": dict(text=True, attrs=dict(num_heads=4, mrope_section=[2, 3, 3])),
+    "chunked-4d": dict(four_d=True, attrs=dict(mrope_section=[4, 2, 2])),
+    "chunked-partial-interleaved": dict(rotary=8, attrs=dict(num_heads=4, rotary_embedding_dim=8,
+                                                             mrope_section=[2, 1, 1], interleaved=1)),
+    # Qwen3-VL / Qwen3.5: interleaved sections
+    "interleaved": dict(attrs=dict(num_heads=4, mrope_section=[2, 3, 3], mrope_layout=1)),
+    "interleaved-head64": dict(head=64, attrs=dict(num_heads=4, mrope_section=[12, 10, 10], mrope_layout=1)),
+    "interleaved-one-section": dict(attrs=dict(num_heads=4, mrope_section=[8, 0, 0], mrope_layout=1)),
+    # scale multiplies the rotated lanes only
+    "scale": dict(attrs=dict(num_heads=4, mrope_section=[2, 3, 3], scale=0.5)),
+    "scale-partial": dict(rotary=8, attrs=dict(num_heads=4, rotary_embedding_dim=8, mrope_section=[1, 2, 1],
+                                               scale=0.3)),
+}
+
+
+@pytest.mark.skipif(not ort_has("MRotaryEmbedding"), reason="this onnxruntime has no MRotaryEmbedding to compare with")
+@pytest.mark.parametrize("dtype", [f32, f16])
+@pytest.mark.parametrize("name", list(MROPE_CASES))
+def test_mrotary_embedding(name, dtype):
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    spec = dict(MROPE_CASES[name])
+    attrs = spec.pop("attrs")
+    ins = mrope_inputs(rng, dtype=dtype, **spec)
+    # f32 is bit-exact: the same fused rotation as RotaryEmbedding's, then the scale
+    check("MRotaryEmbedding", ins, attrs, domain=MS, tol=(0, 0) if dtype == f32 else None)
+
+
+def test_mrotary_embedding_errors_and_claims():
+    rng = np.random.default_rng(10)
+    opdef = lookup(MS, "MRotaryEmbedding")
+    ins = mrope_inputs(rng)
+    base = {k: v for k, v in opdef.attributes.items() if k != "mrope_section"}
+
+    def run(inputs, **attrs):
+        return opdef.reference(inputs, {**base, "num_heads": 4, "mrope_section": [2, 3, 3], **attrs})
+
+    with pytest.raises(RuntimeShapeError, match=r"must sum to rotary_embedding_dim / 2 = 8, got 9"):
+        run(ins, mrope_section=[3, 3, 3])
+    with pytest.raises(RuntimeShapeError, match=r"position_ids must be \[3, batch, sequence\] = \[3, 2, 5\]"):
+        run([ins[0], ins[1][0], ins[2], ins[3]])
+    bad = ins[1].copy()
+    bad[2, 1, 3] = 40
+    with pytest.raises(RuntimeShapeError, match="position id 40 is out of range for a cache of 32 positions"):
+        run([ins[0], bad, ins[2], ins[3]])
+    node, graph, _ = node_of("MRotaryEmbedding", ins, dict(num_heads=4, mrope_section=[2, 3, 3],
+                                                            is_packed_batching=1), 1, MS, 21)
+    assert "is_packed_batching" in check_node(node, graph)
+    node, graph, _ = node_of("MRotaryEmbedding", ins, dict(num_heads=4, mrope_section=[2, 3, 3], mrope_layout=2),
+                             1, MS, 21)
+    assert "mrope_layout 2" in check_node(node, graph)
+    node, graph, _ = node_of("MRotaryEmbedding", ins, dict(num_heads=4), 1, MS, 21)
+    assert "mrope_section" in check_node(node, graph)
 
 
 # ---- MultiHeadAttention ----------------------------------------------------------------------------
