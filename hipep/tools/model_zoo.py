@@ -8,7 +8,10 @@ Each comes in `fp32`, `fp16`, `int4` and `int4-f16`. A vision-language model's t
 beside them (VISION_LANGUAGE): `qwen2_5_vl`, Qwen2.5-VL's (the builder's `qwen2_5_vl_text` model:
 MRotaryEmbedding over position_ids of three streams, [3, batch, sequence]), whose tokens are text
 only here, so its three position streams agree; a VLM's image tokens reach it as the same op with
-streams that differ, which the op's own tests cover. Weights are random but not tiny (initializer range 0.3),
+streams that differ, which the op's own tests cover. And a mixture of experts (MIXTURE_OF_EXPERTS):
+`gpt_oss`, whose experts the builder writes as MoE (fused interleaved SwiGLU with a limit, k = 2
+of 4 experts) beside attention sinks and sliding-window layers; fp32 only, since the builder's
+int4 gpt-oss reads the original checkpoint's MXFP4 expert tensors, which a random model lacks. Weights are random but not tiny (initializer range 0.3),
 so greedy decoding gives varied tokens and a wrong kernel shows. Building needs the `models` extra
 (torch, transformers, onnxruntime-genai).
 
@@ -53,6 +56,8 @@ import tempfile
 
 ARCHITECTURES = ("llama", "gemma2", "phi")
 VISION_LANGUAGE = ("qwen2_5_vl",)
+MIXTURE_OF_EXPERTS = ("gpt_oss",)
+_ONLY_PRECISIONS = {"gpt_oss": ("fp32",)}
 PRECISIONS = ("fp32", "fp16", "int4", "int4-f16")
 # The builder's precision and execution-provider target per precision (why: the module's docstring).
 _BUILD = {"fp32": ("fp32", "cpu"), "fp16": ("fp16", "cuda"), "int4": ("int4", "cpu"), "int4-f16": ("int4", "cuda")}
@@ -115,6 +120,13 @@ def _config(arch: str, size: str = "tiny"):
         vision = dict(depth=1, hidden_size=32, out_hidden_size=common["hidden_size"], num_heads=2,
                       intermediate_size=64)
         return Qwen2_5_VLConfig(text_config=text, vision_config=vision)
+    if arch == "gpt_oss":
+        if size != "tiny":
+            raise ValueError(f"size {size!r} is not built for {arch}: tiny only")
+        from transformers import GptOssConfig
+
+        return GptOssConfig(num_key_value_heads=kv_heads, head_dim=head_dim, num_local_experts=4,
+                            num_experts_per_tok=2, sliding_window=8, **common)
     if arch == "phi":
         from transformers import PhiConfig
 
@@ -122,7 +134,8 @@ def _config(arch: str, size: str = "tiny"):
         if size == "tiny":
             common.update(hidden_size=128, intermediate_size=256)
         return PhiConfig(partial_rotary_factor=0.5, **common)
-    raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(ARCHITECTURES + VISION_LANGUAGE)}")
+    known = ARCHITECTURES + VISION_LANGUAGE + MIXTURE_OF_EXPERTS
+    raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(known)}")
 
 
 def _save_tokenizer(folder: str, vocab: int = VOCAB) -> None:
@@ -145,6 +158,8 @@ def decoder(arch: str, precision: str = "fp32", rebuild: bool = False, size: str
         raise ValueError(f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; known: {', '.join(SIZES)}")
+    if precision not in _ONLY_PRECISIONS.get(arch, PRECISIONS):
+        raise ValueError(f"{arch} is built in {', '.join(_ONLY_PRECISIONS[arch])} only, not {precision!r}")
     # the tiny models' keys predate sizes: tests and caches name them so
     name = f"{arch}-{precision}" if size == "tiny" else f"{arch}-{size}-{precision}"
     out = os.path.join(cache_dir(), f"{name}-v{_VERSION}")

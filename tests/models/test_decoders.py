@@ -1,7 +1,8 @@
 """onnxruntime-genai decoders (built here by its model builder from random-weight configs; fp32,
-fp16 and int4; and a vision-language model's text decoder, Qwen2.5-VL's) run whole on hipep with
-CPU fallback disabled, through ORT and through onnxruntime-genai, give the CPU EP's tokens, and
-teacher-forced follow its logits step by step (the GPU's criterion, tests/teacher_forcing.py). Needs the `models` extra; skipped without it."""
+fp16 and int4; a vision-language model's text decoder, Qwen2.5-VL's; a mixture of experts,
+gpt-oss) run whole on hipep with CPU fallback disabled, through ORT and through onnxruntime-genai,
+give the CPU EP's tokens, and teacher-forced follow its logits step by step (the GPU's criterion,
+tests/teacher_forcing.py). Needs the `models` extra; skipped without it."""
 from __future__ import annotations
 
 import os
@@ -20,7 +21,8 @@ from teacher_forcing import assert_follows_the_cpu_ep, decoder_geometry  # noqa:
 # the vision-language text decoder in its f32 build and the GPU user's int4 build (f16 activations)
 VLM_PRECISIONS = ("fp32", "int4-f16")
 CASES = ([(a, p) for a in model_zoo.ARCHITECTURES for p in model_zoo.PRECISIONS]
-         + [(a, p) for a in model_zoo.VISION_LANGUAGE for p in VLM_PRECISIONS])
+         + [(a, p) for a in model_zoo.VISION_LANGUAGE for p in VLM_PRECISIONS]
+         + [(a, "fp32") for a in model_zoo.MIXTURE_OF_EXPERTS])
 PROMPTS_1 = [[1, 20, 21, 22, 23, 24]]
 PROMPTS_2 = [[1, 14, 15], [1, 30, 31, 32, 33, 34, 35, 36]]  # different lengths: left padding
 
@@ -125,6 +127,11 @@ def test_cuda_bindings_accept_every_step(case):
 
     path, head_size, window = decoder_geometry(case[2])
     report = hipep.explain(path, device="cuda")
+    if case[0] in model_zoo.MIXTURE_OF_EXPERTS:  # no GPU kernel for MoE yet: said, and left to other EPs
+        assert not report.all_claimed
+        assert {r.node.op_type for r in report.rejections} == {"MoE"}
+        assert all("no kernel for cuda" in r.line() for r in report.rejections)
+        return
     assert report.all_claimed, report.format()
     model = onnx.load(path)
     for feeds in model_zoo.decoder_steps(path, head_size, prompt=5, decode=2, window=window):

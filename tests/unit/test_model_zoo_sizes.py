@@ -36,3 +36,15 @@ def test_1b_is_llama_only_and_unknown_sizes_are_named():
     with pytest.raises(ValueError, match="unknown size 'huge'"):
         model_zoo.decoder("llama", "int4", size="huge")
     assert model_zoo._config("llama", "medium").hidden_size == 512  # the other sizes are unchanged
+
+
+def test_the_vlm_and_moe_decoders_are_tiny_and_name_what_they_lack():
+    with pytest.raises(ValueError, match="fp32 only, not 'int4'"):
+        model_zoo.decoder("gpt_oss", "int4")
+    with pytest.raises(ValueError, match="tiny only"):
+        model_zoo._config("qwen2_5_vl", "medium")
+    c = model_zoo._config("qwen2_5_vl")
+    head = c.text_config.hidden_size // c.text_config.num_attention_heads
+    # the multimodal rotary's three sections cover the head's rotary pairs
+    assert sum(c.text_config.rope_scaling["mrope_section"]) == head // 2
+    assert model_zoo._config("gpt_oss").num_local_experts == 4

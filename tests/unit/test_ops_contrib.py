@@ -1,4 +1,4 @@
-"""Contrib ops (hipep/ops/contrib_quant.py, contrib_norm.py) against ONNX Runtime's CPU EP.
+"""Contrib ops (hipep/ops/contrib_quant.py, moe.py, contrib_norm.py) against ONNX Runtime's CPU EP.
 
 Each case is a single-node model whose weights (B, scales, zero points, expert weights, gathered
 data) are initializers -- ORT's int8-activation MatMulNBits/QMoE paths exist only for constant
@@ -329,6 +329,42 @@ qmoe_case(4, 32, "silu", dtype=f16, shape=(2, 3))
 qmoe_case(8, 32, "swiglu", dtype=f16)
 
 
+# ---- MoE (float experts) -----------------------------------------------------------------------
+
+def moe_inputs(act, dtype=f32, bias=True, k=2, extra=None, shape=(5,), E=4, H=64, I=32, constant=True):
+    """(inputs, attrs, id) of a MoE node with random float experts ([E, N, K] weights)."""
+    n1 = I * (2 if act == "swiglu" else 1)
+    weight = W if constant else (lambda a: a)
+    ins = [N(*shape, H, dtype=dtype), N(int(np.prod(shape)), E, dtype=dtype),
+           weight(N(E, n1, H, dtype=dtype, scale=0.15)), weight(N(E, n1, dtype=dtype, scale=0.1)) if bias else None,
+           weight(N(E, H, I, dtype=dtype, scale=0.15)), weight(N(E, H, dtype=dtype, scale=0.1)) if bias else None]
+    while ins[-1] is None:
+        ins.pop()
+    attrs = {"k": k, "activation_type": act, "normalize_routing_weights": 1}
+    if act == "swiglu":
+        attrs["swiglu_fusion"] = 1
+    attrs.update(extra or {})
+    return ins, attrs, (f"MoE-{act}-{np.dtype(dtype).name}-k{k}{'' if bias else '-nobias'}"
+                        f"{''.join(f'-{k}{v}' for k, v in (extra or {}).items())}")
+
+
+def moe_case(*args, **kwargs):
+    ins, attrs, name = moe_inputs(*args, **kwargs)
+    case("MoE", MS, ins, attrs, tol=(1e-5, 1e-6), id=name)
+
+
+# gpt-oss's experts: fused interleaved SwiGLU with a limit, k = 2 (or 4) of the experts, normalized
+moe_case("swiglu", extra={"swiglu_limit": 7.0, "activation_alpha": 1.702, "activation_beta": 1.0})
+moe_case("swiglu", dtype=f16, shape=(2, 3), extra={"swiglu_limit": 7.0, "activation_alpha": 1.702,
+                                                    "activation_beta": 1.0})
+moe_case("silu", extra={"normalize_routing_weights": 0})  # softmax over every expert, taken at the k
+moe_case("relu", bias=False, k=1)
+moe_case("gelu", k=3, E=8, extra={"normalize_routing_weights": 0})
+moe_case("identity", k=4)
+moe_case("silu", dtype=f16, extra={"normalize_routing_weights": 0})
+moe_case("relu", constant=False)  # expert weights fed at run time
+
+
 def since_version(op_type, domain, opset):
     """The since-version GraphView.from_onnx reports: 1 for com.microsoft ops, the ONNX schema's
     for ONNX ops, the model's opset for ORT's own default-domain ops (onnx has no schema)."""
@@ -381,7 +417,7 @@ def test_norms_are_bit_exact_on_x86(h):
 def test_every_contrib_op_is_covered():
     ours = {("", "SimplifiedLayerNormalization"), ("", "RMSNormalization")} | {
         (MS, o) for o in ("SkipSimplifiedLayerNormalization", "SkipLayerNormalization", "FastGelu", "QuickGelu",
-                          "BiasGelu", "MatMulNBits", "GatherBlockQuantized", "QMoE")}
+                          "BiasGelu", "MatMulNBits", "GatherBlockQuantized", "QMoE", "MoE")}
     for domain, op_type in ours:
         op = lookup(domain, op_type)
         missing = [v for v in op.since_versions if (op_type, v) not in COVERED]
@@ -456,6 +492,34 @@ def test_qmoe_claims():
     assert "fc3" in reason(fc3)
     runtime = inputs[:2] + [inputs[2].value] + inputs[3:]
     assert reason(runtime) is None  # row-wise: the f32 path with run-time weights too
+
+
+def test_moe_claims():
+    inputs, attrs, _ = moe_inputs("silu")
+
+    def reason(ins=inputs, **kw):
+        return claim("MoE", MS, ins, {**attrs, **kw})
+
+    assert reason() is None
+    assert "swiglu_fusion=2" in reason(activation_type="swiglu", swiglu_fusion=2)
+    assert "activation_type='relu2'" in reason(activation_type="relu2")
+    assert "use_sparse_mixer" in reason(use_sparse_mixer=1)
+    assert "swiglu_limit_after_activation" in reason(activation_type="swiglu", swiglu_fusion=1,
+                                                     swiglu_limit_after_activation=1)
+    assert "fc3" in reason(inputs + [inputs[2]])
+
+
+def test_moe_errors_name_shapes():
+    inputs, attrs, _ = moe_inputs("relu", constant=False)
+    opdef = lookup(MS, "MoE")
+    full = {**opdef.attributes, **attrs}
+    with pytest.raises(RuntimeShapeError, match=r"k=5 must be between 1 and the number of experts 4"):
+        opdef.reference(inputs, {**full, "k": 5})
+    bad = inputs[:4] + [inputs[4][:, :, :16]] + inputs[5:]
+    with pytest.raises(RuntimeShapeError, match=r"fc1_experts_weights \[4, 32, 64\] has 32 output rows; fc2"):
+        opdef.reference(bad, full)
+    with pytest.raises(RuntimeShapeError, match=r"router_probs \[5, 3\] must be \[tokens=5, experts=4\]"):
+        opdef.reference([inputs[0], inputs[1][:, :3]] + inputs[2:], full)
 
 
 def test_qmoe_int8_needs_constant_weights():
