@@ -6,7 +6,8 @@ model gathers them with GatherBlockQuantized), `gemma2` (attention and final-log
 sliding-window attention, GQA's windowed cache) and `phi` (partial rotary, LayerNorm with bias).
 Each comes in `fp32`, `fp16`, `int4` and `int4-f16`. A vision-language model's text decoder stands
 beside them (VISION_LANGUAGE): `qwen2_5_vl`, Qwen2.5-VL's (the builder's `qwen2_5_vl_text` model:
-MRotaryEmbedding over position_ids of three streams, [3, batch, sequence]), whose tokens are text
+MRotaryEmbedding over position_ids of three streams, [3, batch, sequence], in contiguous sections)
+and `qwen3_vl`, Qwen3-VL's (the same op with interleaved sections), whose tokens are text
 only here, so its three position streams agree; a VLM's image tokens reach it as the same op with
 streams that differ, which the op's own tests cover. And a mixture of experts (MIXTURE_OF_EXPERTS):
 `gpt_oss`, whose experts the builder writes as MoE (fused interleaved SwiGLU with a limit, k = 2
@@ -55,7 +56,7 @@ import sys
 import tempfile
 
 ARCHITECTURES = ("llama", "gemma2", "phi")
-VISION_LANGUAGE = ("qwen2_5_vl",)
+VISION_LANGUAGE = ("qwen2_5_vl", "qwen3_vl")
 MIXTURE_OF_EXPERTS = ("gpt_oss",)
 _ONLY_PRECISIONS = {"gpt_oss": ("fp32",)}
 PRECISIONS = ("fp32", "fp16", "int4", "int4-f16")
@@ -110,16 +111,23 @@ def _config(arch: str, size: str = "tiny"):
         return Gemma2Config(num_key_value_heads=kv_heads, head_dim=head_dim, sliding_window=8,
                             attn_logit_softcapping=50.0, final_logit_softcapping=30.0, tie_word_embeddings=False,
                             **common)
-    if arch == "qwen2_5_vl":
+    if arch in VISION_LANGUAGE:
         if size != "tiny":
             raise ValueError(f"size {size!r} is not built for {arch}: tiny only")
-        from transformers import Qwen2_5_VLConfig
-
-        # mrope_section: the 8 rotary pairs of a 16-wide head split temporal / height / width
-        text = dict(common, num_key_value_heads=kv_heads, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]})
         vision = dict(depth=1, hidden_size=32, out_hidden_size=common["hidden_size"], num_heads=2,
                       intermediate_size=64)
-        return Qwen2_5_VLConfig(text_config=text, vision_config=vision)
+        # mrope_section: the 8 rotary pairs of a 16-wide head split temporal / height / width
+        if arch == "qwen2_5_vl":
+            from transformers import Qwen2_5_VLConfig
+
+            text = dict(common, num_key_value_heads=kv_heads,
+                        rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]})
+            return Qwen2_5_VLConfig(text_config=text, vision_config=vision)
+        from transformers import Qwen3VLConfig
+
+        text = dict(common, num_key_value_heads=kv_heads, head_dim=head_dim,
+                    rope_scaling={"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True})
+        return Qwen3VLConfig(text_config=text, vision_config=dict(vision, deepstack_visual_indexes=[]))
     if arch == "gpt_oss":
         if size != "tiny":
             raise ValueError(f"size {size!r} is not built for {arch}: tiny only")
@@ -173,9 +181,10 @@ def decoder(arch: str, precision: str = "fp32", rebuild: bool = False, size: str
         hf = os.path.join(work, "hf")
         config = _config(arch, size)
         if arch in VISION_LANGUAGE:
-            from transformers import Qwen2_5_VLForConditionalGeneration
+            import transformers
 
-            model = Qwen2_5_VLForConditionalGeneration(config)
+            model = getattr(transformers, {"qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+                                           "qwen3_vl": "Qwen3VLForConditionalGeneration"}[arch])(config)
         else:
             model = AutoModelForCausalLM.from_config(config)
         model.save_pretrained(hf)

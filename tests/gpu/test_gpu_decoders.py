@@ -1,4 +1,4 @@
-"""The builder decoders (fp32, fp16, int4; and Qwen2.5-VL's text decoder) run whole on the GPU (CPU fallback disabled, strict)
+"""The builder decoders (fp32, fp16, int4; and Qwen2.5-VL's and Qwen3-VL's text decoders) run whole on the GPU (CPU fallback disabled, strict)
 and follow ORT's CPU EP step by step: teacher-forced on the CPU EP's greedy tokens for 32 decode
 steps, each session keeping its own KV cache, the logits stay within a relative L2 error of 1e-3
 (fp32) / 1e-2 (fp16, int4) at every step, and the top-1 token is the CPU EP's wherever the CPU

@@ -1,8 +1,8 @@
 """onnxruntime-genai decoders (built here by its model builder from random-weight configs; fp32,
-fp16 and int4; a vision-language model's text decoder, Qwen2.5-VL's; a mixture of experts,
-gpt-oss) run whole on hipep with CPU fallback disabled, through ORT and through onnxruntime-genai,
-give the CPU EP's tokens, and teacher-forced follow its logits step by step (the GPU's criterion,
-tests/teacher_forcing.py). Needs the `models` extra; skipped without it."""
+fp16 and int4; vision-language models' text decoders, Qwen2.5-VL's and Qwen3-VL's; a mixture of
+experts, gpt-oss) run whole on hipep with CPU fallback disabled, through ORT and through
+onnxruntime-genai, give the CPU EP's tokens, and teacher-forced follow its logits step by step (the
+GPU's criterion, tests/teacher_forcing.py). Needs the `models` extra; skipped without it."""
 from __future__ import annotations
 
 import os
@@ -46,7 +46,7 @@ def test_every_node_is_claimed(model_folder):
 @pytest.mark.parametrize("prompts", [PROMPTS_1, PROMPTS_2], ids=["batch1", "batch2"])
 def test_greedy_tokens_equal_the_cpu_ep(case, model_folder, prompts):
     if case[0] in model_zoo.VISION_LANGUAGE and len(prompts) > 1:
-        pytest.skip("onnxruntime-genai's qwen2_5_vl_text pipeline takes one sequence at a time (a padded batch "
+        pytest.skip("onnxruntime-genai's Qwen-VL text pipelines take one sequence at a time (a padded batch "
                     "fails before any EP runs: 'Not enough image_grid_thw data for image tokens')")
     want = greedy(model_folder, prompts, 32, ep="cpu")
     got = greedy(model_folder, prompts, 32, ep="hipep", provider_options={"device": "cpu", "strict": "1"})
