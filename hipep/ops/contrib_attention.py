@@ -35,6 +35,8 @@ GroupQueryAttention in short (ORT's gqa_attention_base.h / group_query_attention
     added; smooth_softmax / head_sink add an exp(sink - max) term to the softmax denominator.
   * sliding_window_cache=1 (gemma2's sliding-window layers): a cache of fixed capacity holding
     the most recent rows only, see _windowed_cache.
+  * q_norm_weight / k_norm_weight (Qwen3's per-head Q/K RMS norm, which the builder fuses into the
+    op for GPUs): the new Q and K heads are normalized first, as the unfused graph does (_qk_norm).
 """
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ from ..errors import RuntimeShapeError
 from ._common import (at, dim_value, elem_of, has_input, input_type, kernel, known_value, pshape_str, result, shape_of,
                       shape_rule, shape_str, tensor_type)
 from .elementwise import fma_f32
-from .mlas import _gqa_flash_mlas, _gqa_naive_mlas, _mlas_exact_ok
+from .mlas import _gqa_flash_mlas, _gqa_naive_mlas, _mlas_exact_ok, _rms_rows
 from .registry import F16, F32, I32, I64, OUTPUT_COUNT, REQUIRED, OpDef, register
 
 FLOATS = frozenset({F32, F16})
@@ -196,10 +198,41 @@ def _check_total(t, cap, s):
                                 f"past_sequence_length ({cap}) for a fixed-capacity cache")
 
 
+def _qk_norm(inputs, attrs, n, nkv, b, s, h, packed):
+    """q_norm_weight / k_norm_weight: each head of the new Q and K RMS-normalized over head_size
+    (epsilon qk_norm_epsilon) before anything else, in the input's type, exactly as ORT's CPU EP runs
+    the Reshape -> SimplifiedLayerNormalization -> Reshape stack the fusion folds into these inputs
+    (the fused op has no CPU kernel there). Returns the inputs with Q and K replaced."""
+    q, k, qn, kn = inputs[0], inputs[1], inputs[14], inputs[15]
+    if qn is None or kn is None:
+        raise RuntimeShapeError(f"{GQA}: q_norm_weight and k_norm_weight must be given together")
+    for name, w in (("q_norm_weight", qn), ("k_norm_weight", kn)):
+        if w.size != h:
+            raise RuntimeShapeError(f"{GQA}: {name} must be [head_size] = [{h}], got {shape_str(w.shape)}")
+    eps = attrs["qk_norm_epsilon"]
+
+    def norm(x, w):  # x [..., h] of the input's type
+        y, _ = _rms_rows(x.astype(np.float32).reshape(-1, h), w.astype(np.float32).reshape(h), eps)
+        return y.reshape(x.shape).astype(x.dtype)
+
+    out = list(inputs)
+    if packed:
+        qkv = q.reshape(b, s, n + 2 * nkv, h).copy()
+        qkv[:, :, :n] = norm(qkv[:, :, :n], qn)
+        qkv[:, :, n:n + nkv] = norm(qkv[:, :, n:n + nkv], kn)
+        out[0] = qkv.reshape(q.shape)
+    else:
+        out[0] = norm(q.reshape(b, s, n, h), qn).reshape(q.shape)
+        out[1] = norm(k.reshape(b, s, nkv, h), kn).reshape(k.shape)
+    return out
+
+
 @kernel(GQA)
 def _gqa(inputs, attrs):
     inputs = list(inputs) + [None] * (len(_GQA_INPUTS) - len(inputs))
     n, nkv, b, s, h, packed, cap, t = _gqa_check(inputs, attrs)
+    if inputs[14] is not None or inputs[15] is not None:
+        inputs = _qk_norm(inputs, attrs, n, nkv, b, s, h, packed)
     q, k, v, pk, pv, seqlens = inputs[:6]
     cos, sin, pos_ids, bias, sink = inputs[7:12]
     dtype = q.dtype
@@ -445,9 +478,11 @@ def _claim_gqa(node, graph, attrs):
         return "the output_qk output (output 3) is not implemented"
     if int(attrs["causal"]) != 1:
         return f"attribute causal={attrs['causal']} is not implemented (only causal attention)"
-    for i in (12, 13, 14, 15):
+    for i in (12, 13):
         if has_input(node, i):
             return f"input {i} ({_GQA_INPUTS[i]}) is not implemented"
+    if has_input(node, 14) != has_input(node, 15):
+        return "q_norm_weight and k_norm_weight must both be present, or both absent"
     for i in (5, 6):
         if not has_input(node, i):
             return f"input {i} ({_GQA_INPUTS[i]}) is required"

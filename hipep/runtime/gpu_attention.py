@@ -23,6 +23,10 @@ as one CUDA graph and reads nothing back:
   or prefill    several query tokens: query tiles against KV tiles, online softmax
   window_store  sliding-window cache: the kept rows back into present
 
+With q_norm_weight / k_norm_weight (Qwen3), two RMS norm launches (kernels/rms_norm.hip, as
+SimplifiedLayerNormalization runs) first write the per-head normalized Q and K into workspace, which
+the launches above then read in place of the inputs.
+
 `gqa_layout` computes every launch's shape from the argument shapes alone (no pointers), so the
 unit tests can check it and emulate the kernels' index arithmetic in numpy (`gqa_rows` mirrors
 `hipep_gqa_geometry`, `gqa_length_fault` its check of seqlens_k).
@@ -33,6 +37,7 @@ and reported the same way.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -322,6 +327,8 @@ def _gqa_check(attrs, dtypes, shapes, values):
     bias = shapes[10] if len(shapes) > 10 else None
     if bias is not None and len(bias) != 4:
         return f"attention_bias of rank {len(bias)} (4-D only)"
+    if len(dtypes) > 14 and dtypes[14] and packed:
+        return "q_norm_weight / k_norm_weight with packed QKV (separate query and key only)"
     return None
 
 
@@ -329,11 +336,43 @@ def _aligned(*pointers) -> bool:
     return all(p % 16 == 0 for p in pointers if p)
 
 
+def _qk_norm_ops(q, k, q_norm, k_norm, attrs, target):
+    """Qwen3's per-head Q/K RMS norm (q_norm_weight / k_norm_weight): the RMS norm kernels of
+    SimplifiedLayerNormalization over Q's and K's heads (rows of head_size), written into workspace
+    regions in front of the attention's own: (launches, normalized Q and K as Args, the target whose
+    workspace lies past those regions)."""
+    from .gpu_binding_core import workspace_after, workspace_regions
+    from .gpu_kernels import RmsArgs, _VEC, _rms_launch
+
+    if q_norm is None or k_norm is None or k is None:
+        raise HipepError(f"{GQA}: q_norm_weight and k_norm_weight come together, with a separate key")
+    h = int(q_norm.size)
+    if h == 0 or int(k_norm.size) != h or q.shape[-1] % h or k.shape[-1] % h:
+        raise HipepError(f"{GQA}: q_norm_weight {list(q_norm.shape)} and k_norm_weight {list(k_norm.shape)} must "
+                         f"be [head_size], dividing query {list(q.shape)} and key {list(k.shape)}")
+    dt = _dt(q.dtype, GQA)
+    sizes = [q.size * q.dtype.itemsize, k.size * k.dtype.itemsize]
+    qn, kn = workspace_regions(target, GQA, sizes)
+    vec = _VEC.get(dt, 1)
+    eps = float(attrs.get("qk_norm_epsilon", 1e-6))
+    ops = []
+    for x, w, dst in ((q, q_norm, qn), (k, k_norm, kn)):
+        use_vec = vec > 1 and h % vec == 0 and all(p % 16 == 0 for p in (x.ptr, w.ptr, dst))
+        params = [ptr(x), ptr(w), ctypes.c_uint64(dst), ctypes.c_uint64(0), RmsArgs(x.size // h, h, 0, eps)]
+        ops.append(_rms_launch("hipep_rms_norm", dt, x.size // h, h, vec, use_vec, params, target))
+    normed = [dataclasses.replace(q, ptr=qn, value=None, constant=False),
+              dataclasses.replace(k, ptr=kn, value=None, constant=False)]
+    return ops, normed, workspace_after(target, sizes)
+
+
 @_binding(f"com.microsoft::{GQA}", check=_gqa_check,
-          modules=("attention_cache", "attention_decode", "attention_prefill"))
+          modules=("attention_cache", "attention_decode", "attention_prefill", "rms_norm"))
 def _gqa_bind(ins, outs, attrs, target):
-    ins = list(ins) + [None] * (12 - len(ins))
+    ins = list(ins) + [None] * (16 - len(ins))
     q, k, v, pk, pv, seqlens, total, cos, sin, pos_ids, bias, sink = ins[:12]
+    norm_ops = []
+    if ins[14] is not None or ins[15] is not None:  # normalized Q and K replace the inputs
+        norm_ops, (q, k), target = _qk_norm_ops(q, k, ins[14], ins[15], attrs, target)
     outs = list(outs) + [None] * (3 - len(outs))
     out, pres_k, pres_v = outs[:3]
     dt = _dt(q.dtype, GQA)
@@ -436,7 +475,7 @@ def _gqa_bind(ins, outs, attrs, target):
         ops.append(KernelOp("hipep_gqa_window_store", (grid[0], 2, 1), block,
                             [ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v), sl, tot, ctypes.c_uint64(dst_k),
                              ctypes.c_uint64(dst_v), ctypes.c_int(words), a], module="attention_cache"))
-    return ops
+    return norm_ops + ops
 
 
 # ---- RotaryEmbedding (com.microsoft and ai.onnx-23) -------------------------------------------------

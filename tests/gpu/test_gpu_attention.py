@@ -1,8 +1,9 @@
 """GroupQueryAttention, RotaryEmbedding and MRotaryEmbedding on the CUDA device
 (kernels/attention_*.hip, kernels/rotary.hip), end to end: single-node models through
-hipep.InferenceSession(device="cuda"), every output compared with ONNX Runtime's CPU EP. Tolerances: f32 relative 1e-5, absolute 2e-5 (the kernels sum scores
-and values in another order than MLAS; the rotated keys in present are exact), f16 relative 1e-2,
-absolute 2e-3. Runs repeat, so the bound launches and the CUDA graphs are replayed too.
+hipep.InferenceSession(device="cuda"), every output compared with ONNX Runtime's CPU EP.
+Tolerances: f32 relative 1e-5, absolute 2e-5 (the kernels sum scores and values in another order
+than MLAS; the rotated keys in present are exact), f16 relative 1e-2, absolute 2e-3. Runs repeat,
+so the bound launches and the CUDA graphs are replayed too.
 
 Cases: prompts (S = 1..40) and decode steps (S = 1 with past 0..300, and 4095), packed and separate QKV,
 rotary on/off, interleaved and partial rotary, position_ids, GQA ratios 1/2/4 (and 8), head sizes
@@ -370,6 +371,34 @@ def test_sliding_window_cache(dtype, window, capacity, prompt, extra):
                                        err_msg=f"step {step} present {k}", **tol(dtype))
         mine, theirs = (got[1], got[2]), (want[1], want[2])
         seq, total = 1, total + 1
+
+
+# ---- Qwen3's per-head Q/K RMS norm fused into GroupQueryAttention ---------------------------------------
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("spec", [dict(seq=5), dict(seq=1, past=9, rotary=16),
+                                  dict(batch=2, seq=1, past=40, lens=[41, 17]),
+                                  dict(seq=1, past=300, head=64, rotary=64)], ids=["prompt", "decode", "ragged", "long"])
+def test_gqa_qk_norm_follows_the_unfused_graph(spec, dtype):
+    """q_norm_weight / k_norm_weight against ORT's CPU EP on the graph the fusion folds (per-head
+    SimplifiedLayerNormalization of Q and K, then GroupQueryAttention): it has no kernel for the fused
+    inputs."""
+    from unit.test_ops_attention import _gqa_qk_norm_models, gqa_inputs, ort_gqa_inputs
+
+    if ort_gqa_inputs() < 16:
+        pytest.skip("this onnxruntime's GroupQueryAttention has no q_norm_weight input")
+    rng = np.random.default_rng(31)
+    attrs = dict(num_heads=4, kv_num_heads=2)
+    if spec.get("rotary"):
+        attrs["do_rotary"] = 1
+    ins = gqa_inputs(rng, dtype=dtype, **spec)
+    fused, unfused, feeds = _gqa_qk_norm_models(ins, attrs, spec.get("head", 16), 1e-6, False)
+    want = cpu_session(unfused).run(None, feeds)
+    sess = hipep.InferenceSession(fused, device="cuda", strict="1")
+    for _ in range(3):
+        for k, (g, w) in enumerate(zip(sess.run(None, feeds), want)):
+            assert g.dtype == w.dtype and g.shape == w.shape, f"output {k}"
+            np.testing.assert_allclose(g.astype(F32), w.astype(F32), err_msg=f"output {k}", **tol(dtype))
 
 
 # ---- RotaryEmbedding --------------------------------------------------------------------------------

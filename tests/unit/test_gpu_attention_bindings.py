@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from hipep.ops.contrib_attention import ROPE_VECTOR_PAIRS
+from hipep.ops.mlas import _rms_rows
 from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, lookup
 from hipep.runtime import gpu_faults as gf
 from hipep.runtime import gpu_kernels as gk
@@ -90,6 +91,8 @@ def emulate(mem: Memory, ops, dtype):
             _attend(mem, [_u64(x) for x in p[:8]] + [0, 0, 0], p[8], dtype, decode=False)
         elif name.startswith("hipep_rotary"):
             _rotary(mem, [_u64(x) for x in p[:5]], p[5], dtype, fault=p[6])
+        elif name.startswith("hipep_rms_norm_"):  # the kernel itself runs on the host stand-in elsewhere
+            _rms_rows_kernel(mem, [_u64(x) for x in p[:4]], p[4], dtype)
         else:
             raise AssertionError(f"no emulation for {name}")
 
@@ -314,6 +317,15 @@ def _combine_rows(mem, ptrs, a, dtype, b, block):
         out[r, head] = _finish(acc, m, l, a.has_sink, sinks[head]).astype(dtype)
 
 
+def _rms_rows_kernel(mem, ptrs, a, dtype):
+    """hipep_rms_norm_*: rows of n RMS-normalized (SimplifiedLayerNormalization's reference)."""
+    x_p, w_p, y_p, _ = ptrs
+    x = mem.view(x_p, dtype, a.rows * a.n).reshape(a.rows, a.n).astype(np.float32)
+    w = mem.view(w_p, dtype, a.n).astype(np.float32)
+    y, _ = _rms_rows(x, w, a.eps)
+    mem.view(y_p, dtype, a.rows * a.n)[:] = y.reshape(-1).astype(dtype)
+
+
 def _mrope_stream(a: RopeArgs, j: int) -> int:
     if a.mrope_layout == 0:
         return 0 if j < a.sec_t else (1 if j < a.sec_t + a.sec_h else 2)
@@ -536,7 +548,8 @@ def test_rotary_launch_repeats_mlas_interleaved_tail(half):
     cos, sin = np.cos(ang).astype(F32), np.sin(ang).astype(F32)
     x = rng.uniform(-1, 1, (1, 6, 2 * 2 * half)).astype(F32)
     pos = rng.integers(0, 16, (1, 6)).astype(np.int64)
-    got, want, _ = run_binding("com.microsoft::RotaryEmbedding", [x, pos, cos, sin], dict(interleaved=1), [x.shape], F32)
+    got, want, _ = run_binding("com.microsoft::RotaryEmbedding", [x, pos, cos, sin], dict(interleaved=1), [x.shape],
+                               F32)
     np.testing.assert_array_equal(got[0], want[0])
 
 
@@ -579,6 +592,40 @@ def test_mrope_binding_names_bad_shapes():
     with pytest.raises(Exception, match=r"mrope_section \[4, 4, 2\] must be 3 non-negative integers summing to"):
         bind([mem.arg(a) for a in (x, np.zeros((3, 1, 3), np.int64), cos, cos)], [mem.arg(x)], full,
              gk.Target(sm_count=8))
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("name", ["prompt", "decode", "decode-ragged-split", "decode-shared"])
+def test_gqa_qk_norm_launches_normalize_q_and_k_first(name, dtype):
+    """q_norm_weight / k_norm_weight: two RMS norm launches into workspace regions ahead of the
+    attention's own (which must not overlap them), then the attention reads the normalized Q and K."""
+    spec = dict(CASES[name])
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    sm = spec.pop("sm", 132)
+    attrs = dict(num_heads=spec.get("heads", 4), kv_num_heads=spec.get("kv_heads", 2), **spec.pop("attrs", {}))
+    if spec.get("rotary"):
+        attrs["do_rotary"] = 1
+    ins, shapes = gqa_case(rng, dtype=dtype, **spec)
+    h = spec.get("head", 16)
+    norms = [rng.uniform(0.5, 1.5, h).astype(dtype), rng.uniform(0.5, 1.5, h).astype(dtype)]
+    got, want, ops = run_binding(GQA, ins + [None, None] + norms, dict(attrs, qk_norm_epsilon=1e-5), shapes, dtype,
+                                 sm_count=sm)
+    assert [op.entry.startswith("hipep_rms_norm_") for op in ops[:2]] == [True, True]
+    assert not any(op.entry.startswith("hipep_rms_norm_") for op in ops[2:] if isinstance(op, gk.KernelOp))
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == F32 else dict(rtol=2e-3, atol=2e-3)
+    for k, (g, w) in enumerate(zip(got, want)):
+        rows = g.shape[2] if k else None
+        np.testing.assert_allclose(g[:, :, :rows].astype(F32) if k else g.astype(F32),
+                                   w[:, :, :rows].astype(F32) if k else w.astype(F32), **tol, err_msg=f"output {k}")
+
+
+def test_gqa_qk_norm_with_packed_qkv_has_no_kernel():
+    b = gk.BINDINGS[GQA]
+    attrs = dict(num_heads=4, kv_num_heads=2)
+    dtypes = ["float32", "", ""] + [""] * 11 + ["float32", "float32"]
+    assert "packed QKV" in b.check(attrs, dtypes, [(1, 3, 8 * 16)], [])
+    dtypes[1] = dtypes[2] = "float32"
+    assert b.check(attrs, dtypes, [(1, 3, 4 * 16), (1, 3, 2 * 16)], []) is None
 
 
 def test_gqa_check_names_what_it_cannot_do():

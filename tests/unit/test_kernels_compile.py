@@ -285,7 +285,7 @@ def test_attention_and_rotary_launches_pass_what_their_entry_points_take():
     from unit.test_gpu_attention_bindings import GQA, Memory, _attrs, gqa_case
 
     params = {}
-    for module in ("attention_cache", "attention_decode", "attention_prefill", "rotary"):
+    for module in ("attention_cache", "attention_decode", "attention_prefill", "rotary", "rms_norm"):
         params.update(_param_bytes(_ptx(module, "compute_90")))
     rng = np.random.default_rng(3)
     launches = []
@@ -294,10 +294,12 @@ def test_attention_and_rotary_launches_pass_what_their_entry_points_take():
                             (dict(seq=12, past=3), {}),
                             (dict(seq=1, past=6, capacity=6), dict(local_window_size=4, sliding_window_cache=1))):
             ins, shapes = gqa_case(rng, dtype=dtype, **spec)
-            mem = Memory()
-            _, full = _attrs(GQA, dict(num_heads=4, kv_num_heads=2, **extra), 3)
-            launches += gk.BINDINGS[GQA].bind([mem.arg(a) for a in ins], [mem.arg(np.empty(s, dtype)) for s in shapes],
-                                              full, gk.Target(sm_count=8, workspace=mem.alloc))
+            for norms in ([], [None, None, np.ones(16, dtype), np.ones(16, dtype)]):  # and Qwen3's Q/K norm
+                mem = Memory()
+                _, full = _attrs(GQA, dict(num_heads=4, kv_num_heads=2, **extra), 3)
+                launches += gk.BINDINGS[GQA].bind([mem.arg(a) for a in ins + norms],
+                                                  [mem.arg(np.empty(s, dtype)) for s in shapes],
+                                                  full, gk.Target(sm_count=8, workspace=mem.alloc))
         x, cos = np.zeros((1, 3, 64), dtype), np.zeros((8, 8), dtype)
         for key, ins, extra in (("com.microsoft::RotaryEmbedding", [x, np.zeros((1, 3), np.int64), cos, cos], {}),
                                 ("com.microsoft::MRotaryEmbedding", [x, np.zeros((3, 1, 3), np.int64), cos, cos],
@@ -309,6 +311,6 @@ def test_attention_and_rotary_launches_pass_what_their_entry_points_take():
     kernels = [op for op in launches if isinstance(op, gk.KernelOp)]
     kinds = {op.entry.rsplit("_", 1)[0] for op in kernels}
     assert kinds >= {"hipep_gqa_copy", "hipep_gqa_prepare", "hipep_gqa_decode_f32", "hipep_gqa_prefill_f32",
-                     "hipep_gqa_window", "hipep_rotary"}
+                     "hipep_gqa_window", "hipep_rotary", "hipep_rms_norm_f32_exact", "hipep_rms_norm_f16"}
     for op in kernels:
         assert [ctypes.sizeof(p) for p in op.params] == params[op.entry], op.entry

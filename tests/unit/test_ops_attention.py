@@ -801,3 +801,101 @@ def test_decoder_layer_sliding_window_cache_through_hipep():
             mine, theirs = (got[1], got[2]), (want[1], want[2])
             mask = np.ones((batch, mask.shape[1] + 1), i64)
             seq = 1
+
+
+# ---- GroupQueryAttention's fused per-head Q/K RMS norm (Qwen3) --------------------------------------
+# ORT's CPU EP has no kernel for GroupQueryAttention with q_norm_weight / k_norm_weight; the fused
+# inputs stand for Reshape -> SimplifiedLayerNormalization -> Reshape on Q and K (the pattern the
+# fusion folds), so the oracle is the CPU EP on that unfused graph.
+
+def _gqa_qk_norm_models(ins, attrs, h, eps, packed):
+    """(the fused one-node model, the unfused model the CPU EP runs) over the same graph inputs."""
+    q = ins[0]
+    n, nkv = attrs["num_heads"], attrs["kv_num_heads"]
+    b, s = q.shape[:2]
+    dt = helper.np_dtype_to_tensor_dtype(q.dtype)
+    names = ["q", "" if packed else "k", "" if packed else "v", "pk", "pv", "sk", "tot"]
+    rest = ins[7:]
+    names += [f"x{7 + i}" if a is not None else "" for i, a in enumerate(rest)]
+    feeds = {nm: a for nm, a in zip(names, ins) if nm}
+    inputs = [helper.make_tensor_value_info(nm, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+              for nm, a in feeds.items()]
+    qw, kw = U(np.random.default_rng(5), h, dtype=q.dtype) + 1, U(np.random.default_rng(6), h, dtype=q.dtype) + 1
+    inits = [numpy_helper.from_array(qw, "qw"), numpy_helper.from_array(kw, "kw")]
+    outs = [helper.make_tensor_value_info(o, dt, None) for o in ("out", "present_k", "present_v")]
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)]
+    # inputs 14 and 15 are q_norm_weight and k_norm_weight
+    fused = helper.make_node("GroupQueryAttention", (names + [""] * 14)[:14] + ["qw", "kw"],
+                             ["out", "present_k", "present_v"], domain=MS, qk_norm_epsilon=eps, **attrs)
+    fused_model = helper.make_model(helper.make_graph([fused], "g", inputs, outs, inits), opset_imports=opsets,
+                                    ir_version=IR_VERSION)
+    # the unfused graph: per-head SimplifiedLayerNormalization of Q and K, then GroupQueryAttention
+    nodes, shape_inits = [], [numpy_helper.from_array(np.array([b, s, -1, h], i64), "heads"),
+                              numpy_helper.from_array(np.array([b, s, -1], i64), "flat")]
+    if packed:
+        nodes.append(helper.make_node("Split", ["q", "split"], ["q0", "k0", "v0"], axis=2))
+        shape_inits.append(numpy_helper.from_array(np.array([n * h, nkv * h, nkv * h], i64), "split"))
+        srcs = {"q": "q0", "k": "k0"}
+    else:
+        srcs = {"q": "q", "k": "k"}
+    for which, w in (("q", "qw"), ("k", "kw")):
+        nodes += [helper.make_node("Reshape", [srcs[which], "heads"], [f"{which}_heads"]),
+                  helper.make_node("SimplifiedLayerNormalization", [f"{which}_heads", w], [f"{which}_normed"],
+                                   axis=-1, epsilon=eps),
+                  helper.make_node("Reshape", [f"{which}_normed", "flat"], [f"{which}_n"])]
+    gqa_in = list(names)
+    if packed:
+        nodes.append(helper.make_node("Concat", ["q_n", "k_n", "v0"], ["qkv_n"], axis=2))
+        gqa_in[0] = "qkv_n"
+    else:
+        gqa_in[0], gqa_in[1] = "q_n", "k_n"
+    nodes.append(helper.make_node("GroupQueryAttention", gqa_in, ["out", "present_k", "present_v"], domain=MS,
+                                  **attrs))
+    unfused = helper.make_model(helper.make_graph(nodes, "g", inputs, outs, inits + shape_inits),
+                                opset_imports=opsets, ir_version=IR_VERSION)
+    return fused_model, unfused, feeds
+
+
+def ort_gqa_inputs() -> int:
+    from onnxruntime.capi import onnxruntime_pybind11_state as C
+
+    return max((len(s.inputs) for s in C.get_all_operator_schema() if s.name == "GroupQueryAttention"), default=0)
+
+
+@pytest.mark.skipif(ort_gqa_inputs() < 16, reason="this onnxruntime's GroupQueryAttention has no q_norm_weight input")
+@pytest.mark.parametrize("name", ["prompt", "decode", "decode-b2-ragged", "packed-rotary-decode", "f16-decode-rotary",
+                                  "shared-decode", "rotary"])
+def test_gqa_qk_norm_follows_the_unfused_graph(name):
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    spec = dict(GQA_CASES.get(name, dict(seq=4)))
+    attrs = dict(num_heads=spec.get("heads", 4), kv_num_heads=spec.get("kv_heads", 2), **spec.pop("attrs", {}))
+    if "rotary" in spec:
+        attrs["do_rotary"] = 1
+    ins = gqa_inputs(rng, **spec)
+    h = spec.get("head", 16)
+    fused, unfused, feeds = _gqa_qk_norm_models(ins, attrs, h, 1e-6, bool(spec.get("packed")))
+    want = ort.InferenceSession(unfused.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = hipep.InferenceSession(fused, device="cpu", strict="1").run(None, feeds)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        if w.dtype == f32:  # the same per-head norm (bit-exact), then the same attention
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+        else:
+            np.testing.assert_allclose(g.astype(f32), w.astype(f32), rtol=2e-3, atol=1e-3)
+
+
+def test_gqa_qk_norm_claims_and_errors():
+    rng = np.random.default_rng(3)
+    ins = gqa_inputs(rng, seq=1, past=4)
+    opdef = lookup(MS, "GroupQueryAttention")
+    attrs = {**{k: v for k, v in opdef.attributes.items() if k not in ("num_heads", "kv_num_heads")},
+             "num_heads": 4, "kv_num_heads": 2, "_num_outputs": 3}
+    full = ins + [None] * (14 - len(ins))
+    with pytest.raises(RuntimeShapeError, match=r"q_norm_weight must be \[head_size\] = \[16\], got \[8\]"):
+        opdef.reference(full + [np.ones(8, f32), np.ones(16, f32)], attrs)
+    fused, _, _ = _gqa_qk_norm_models(ins, dict(num_heads=4, kv_num_heads=2), 16, 1e-6, False)
+    graph = GraphView.from_onnx(fused)
+    assert check_node(graph.nodes[0], graph) is None
+    fused.graph.node[0].input[15] = ""
+    graph = GraphView.from_onnx(fused)
+    assert "both be present" in check_node(graph.nodes[0], graph)
