@@ -9,7 +9,12 @@ beside them (VISION_LANGUAGE): `qwen2_5_vl`, Qwen2.5-VL's (the builder's `qwen2_
 MRotaryEmbedding over position_ids of three streams, [3, batch, sequence], in contiguous sections)
 and `qwen3_vl`, Qwen3-VL's (the same op with interleaved sections), whose tokens are text
 only here, so its three position streams agree; a VLM's image tokens reach it as the same op with
-streams that differ, which the op's own tests cover. And a mixture of experts (MIXTURE_OF_EXPERTS):
+streams that differ, which the op's own tests cover. A decoder that RMS-normalizes each head of Q
+and K (QK_NORM): `qwen3`, whose GPU builds (fp16, int4-f16) fold that into GroupQueryAttention's
+q_norm_weight / k_norm_weight inputs, which ORT's CPU EP has no kernel for; `cpu_ep_folder` gives
+the CPU EP the same model with the norms unfolded again (the Reshape -> SimplifiedLayerNormalization
+-> Reshape stack the fusion folds), the oracle such builds are compared with. And a mixture of
+experts (MIXTURE_OF_EXPERTS):
 `gpt_oss`, whose experts the builder writes as MoE (fused interleaved SwiGLU with a limit, k = 2
 of 4 experts) beside attention sinks and sliding-window layers; fp32 only, since the builder's
 int4 gpt-oss reads the original checkpoint's MXFP4 expert tensors, which a random model lacks. Weights are random but not tiny (initializer range 0.3),
@@ -55,8 +60,11 @@ import subprocess
 import sys
 import tempfile
 
+import numpy as np
+
 ARCHITECTURES = ("llama", "gemma2", "phi")
 VISION_LANGUAGE = ("qwen2_5_vl", "qwen3_vl")
+QK_NORM = ("qwen3",)
 MIXTURE_OF_EXPERTS = ("gpt_oss",)
 _ONLY_PRECISIONS = {"gpt_oss": ("fp32",)}
 PRECISIONS = ("fp32", "fp16", "int4", "int4-f16")
@@ -128,6 +136,10 @@ def _config(arch: str, size: str = "tiny"):
         text = dict(common, num_key_value_heads=kv_heads, head_dim=head_dim,
                     rope_scaling={"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True})
         return Qwen3VLConfig(text_config=text, vision_config=dict(vision, deepstack_visual_indexes=[]))
+    if arch == "qwen3":
+        from transformers import Qwen3Config
+
+        return Qwen3Config(num_key_value_heads=kv_heads, head_dim=head_dim, **common)
     if arch == "gpt_oss":
         if size != "tiny":
             raise ValueError(f"size {size!r} is not built for {arch}: tiny only")
@@ -142,7 +154,7 @@ def _config(arch: str, size: str = "tiny"):
         if size == "tiny":
             common.update(hidden_size=128, intermediate_size=256)
         return PhiConfig(partial_rotary_factor=0.5, **common)
-    known = ARCHITECTURES + VISION_LANGUAGE + MIXTURE_OF_EXPERTS
+    known = ARCHITECTURES + VISION_LANGUAGE + QK_NORM + MIXTURE_OF_EXPERTS
     raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(known)}")
 
 
@@ -206,6 +218,66 @@ def decoder(arch: str, precision: str = "fp32", rebuild: bool = False, size: str
     return out
 
 
+def cpu_ep_folder(folder: str) -> str:
+    """`folder` itself, or where its GroupQueryAttention nodes take q_norm_weight / k_norm_weight
+    (which ORT's CPU EP refuses), a sibling folder with the same model and those norms unfolded:
+    Q and K each through Reshape to heads -> SimplifiedLayerNormalization (epsilon qk_norm_epsilon)
+    -> Reshape back, ahead of the node, as the unfused model computes them. Built once, cached."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    path = os.path.join(folder, "model.onnx")
+    head = onnx.load(path, load_external_data=False)
+    fused = [n for n in head.graph.node if n.op_type == "GroupQueryAttention" and len(n.input) > 15 and n.input[14]]
+    if not fused:
+        return folder
+    out = os.path.normpath(folder) + "-cpu-ep"
+    if os.path.isfile(os.path.join(out, "model.onnx")):
+        return out
+    model = onnx.load(path)
+    graph = model.graph
+    nodes = []
+    for node in graph.node:
+        if node in fused:
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            eps = float(attrs.pop("qk_norm_epsilon", 1e-6))
+            for slot, weight in ((0, node.input[14]), (1, node.input[15])):
+                if not node.input[slot]:
+                    raise ValueError(f"{node.name}: q/k norms on packed QKV are not unfolded here")
+                src, tag = node.input[slot], f"{node.name}/cpu_ep_{'qk'[slot]}_norm"
+                # [B, S, N * H] -> [B, S, N, H] (0 copies a dim; H from the weight's length)
+                shape = f"{tag}/shape"
+                graph.initializer.append(numpy_helper.from_array(
+                    np.array([0, 0, -1, _initializer_length(graph, weight)], np.int64), shape))
+                nodes += [helper.make_node("Reshape", [src, shape], [f"{tag}/heads"], name=f"{tag}/to_heads"),
+                          helper.make_node("SimplifiedLayerNormalization", [f"{tag}/heads", weight], [f"{tag}/normed"],
+                                       name=f"{tag}/norm", axis=-1, epsilon=eps),
+                          helper.make_node("Shape", [src], [f"{tag}/flat"], name=f"{tag}/flat_shape"),
+                          helper.make_node("Reshape", [f"{tag}/normed", f"{tag}/flat"], [f"{tag}/out"],
+                                       name=f"{tag}/back")]
+                node.input[slot] = f"{tag}/out"
+            del node.input[14:]
+            del node.attribute[:]
+            node.attribute.extend(helper.make_attribute(k, v) for k, v in attrs.items())
+        nodes.append(node)
+    graph.ClearField("node")
+    graph.node.extend(nodes)
+    staging = out + ".tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(folder, staging, ignore=shutil.ignore_patterns("model.onnx", "model.onnx.data"))
+    onnx.save(model, os.path.join(staging, "model.onnx"), save_as_external_data=True, location="model.onnx.data")
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(staging, out)
+    return out
+
+
+def _initializer_length(graph, name: str) -> int:
+    init = next((i for i in graph.initializer if i.name == name), None)
+    if init is None or len(init.dims) != 1:
+        raise ValueError(f"the q/k norm weight '{name}' is not a 1-D initializer")
+    return int(init.dims[0])
+
+
 def _drop_provider_options(config_path: str) -> None:
     """Empties the decoder's provider list in a genai_config.json: onnxruntime-genai then runs the
     model on the CPU EP unless the application appends a provider."""
@@ -258,6 +330,9 @@ def decoder_steps(path: str, head_size: int, prompt: int = 5, decode: int = 2, s
     import numpy as np
     import onnxruntime as ort
 
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(path) == "model.onnx" and os.path.isfile(os.path.join(folder, "genai_config.json")):
+        path = os.path.join(cpu_ep_folder(folder), "model.onnx")  # fused Q/K norms unfolded for the CPU EP
     cpu = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     inputs, outputs = cpu.get_inputs(), [o.name for o in cpu.get_outputs()]
     rng = np.random.default_rng(seed)

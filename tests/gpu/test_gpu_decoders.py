@@ -1,11 +1,11 @@
-"""The builder decoders (fp32, fp16, int4; and Qwen2.5-VL's and Qwen3-VL's text decoders) run whole on the GPU (CPU fallback disabled, strict)
-and follow ORT's CPU EP step by step: teacher-forced on the CPU EP's greedy tokens for 32 decode
-steps, each session keeping its own KV cache, the logits stay within a relative L2 error of 1e-3
-(fp32) / 1e-2 (fp16, int4) at every step, and the top-1 token is the CPU EP's wherever the CPU
-EP's top-2 margin exceeds 10x the measured logit error (random-weight models have near-ties that
-flip with no bug present). The comparison is tests/teacher_forcing.py, which the CPU reference
-device's decoder tests run too. Needs the `models` extra (the builder) or the cached models;
-skipped without a GPU."""
+"""The builder decoders (fp32, fp16, int4; Qwen2.5-VL's and Qwen3-VL's text decoders; Qwen3) run whole
+on the GPU (CPU fallback disabled, strict) and follow ORT's CPU EP step by step: teacher-forced on
+the CPU EP's greedy tokens for 32 decode steps, each session keeping its own KV cache, the logits
+stay within a relative L2 error of 1e-3 (fp32) / 1e-2 (fp16, int4) at every step, and the top-1
+token is the CPU EP's wherever the CPU EP's top-2 margin exceeds 10x the measured logit error
+(random-weight models have near-ties that flip with no bug present). The comparison is
+tests/teacher_forcing.py, which the CPU reference device's decoder tests run too. Needs the `models`
+extra (the builder) or the cached models; skipped without a GPU."""
 from __future__ import annotations
 
 import os
@@ -25,7 +25,7 @@ from hipep.tools import model_zoo  # noqa: E402
 from teacher_forcing import assert_follows_the_cpu_ep, decoder_geometry  # noqa: E402
 
 CASES = ([(a, p) for a in model_zoo.ARCHITECTURES for p in model_zoo.PRECISIONS]
-         + [(a, p) for a in model_zoo.VISION_LANGUAGE for p in ("fp32", "int4-f16")])
+         + [(a, p) for a in model_zoo.VISION_LANGUAGE + model_zoo.QK_NORM for p in ("fp32", "int4-f16")])
 STEPS = 32
 PROMPT = 7
 

@@ -1,6 +1,6 @@
 """onnxruntime-genai decoders (built here by its model builder from random-weight configs; fp32,
-fp16 and int4; vision-language models' text decoders, Qwen2.5-VL's and Qwen3-VL's; a mixture of
-experts, gpt-oss) run whole on hipep with CPU fallback disabled, through ORT and through
+fp16 and int4; vision-language models' text decoders, Qwen2.5-VL's and Qwen3-VL's; Qwen3; a
+mixture of experts, gpt-oss) run whole on hipep with CPU fallback disabled, through ORT and through
 onnxruntime-genai, give the CPU EP's tokens, and teacher-forced follow its logits step by step (the
 GPU's criterion, tests/teacher_forcing.py). Needs the `models` extra; skipped without it."""
 from __future__ import annotations
@@ -18,10 +18,11 @@ from hipep.tools import model_zoo  # noqa: E402
 from hipep.tools.generate import greedy  # noqa: E402
 from teacher_forcing import assert_follows_the_cpu_ep, decoder_geometry  # noqa: E402
 
-# the vision-language text decoder in its f32 build and the GPU user's int4 build (f16 activations)
+# the vision-language text decoders and qwen3 in their f32 build and the GPU user's int4 build (f16
+# activations; qwen3's folds its Q/K norms into GroupQueryAttention, which the CPU EP runs unfolded)
 VLM_PRECISIONS = ("fp32", "int4-f16")
 CASES = ([(a, p) for a in model_zoo.ARCHITECTURES for p in model_zoo.PRECISIONS]
-         + [(a, p) for a in model_zoo.VISION_LANGUAGE for p in VLM_PRECISIONS]
+         + [(a, p) for a in model_zoo.VISION_LANGUAGE + model_zoo.QK_NORM for p in VLM_PRECISIONS]
          + [(a, "fp32") for a in model_zoo.MIXTURE_OF_EXPERTS])
 PROMPTS_1 = [[1, 20, 21, 22, 23, 24]]
 PROMPTS_2 = [[1, 14, 15], [1, 30, 31, 32, 33, 34, 35, 36]]  # different lengths: left padding
@@ -48,7 +49,7 @@ def test_greedy_tokens_equal_the_cpu_ep(case, model_folder, prompts):
     if case[0] in model_zoo.VISION_LANGUAGE and len(prompts) > 1:
         pytest.skip("onnxruntime-genai's Qwen-VL text pipelines take one sequence at a time (a padded batch "
                     "fails before any EP runs: 'Not enough image_grid_thw data for image tokens')")
-    want = greedy(model_folder, prompts, 32, ep="cpu")
+    want = greedy(model_zoo.cpu_ep_folder(model_folder), prompts, 32, ep="cpu")
     got = greedy(model_folder, prompts, 32, ep="hipep", provider_options={"device": "cpu", "strict": "1"})
     assert got == want
     # the random weights really make varied tokens (a sequence may end early at EOS, id 2)
@@ -136,3 +137,22 @@ def test_cuda_bindings_accept_every_step(case):
     model = onnx.load(path)
     for feeds in model_zoo.decoder_steps(path, head_size, prompt=5, decode=2, window=window):
         assert dry_run(model, feeds) == 1
+
+
+def test_the_cpu_ep_gets_fused_qk_norms_unfolded():
+    """qwen3's GPU build folds its per-head Q/K norms into GroupQueryAttention (no CPU EP kernel):
+    cpu_ep_folder gives the CPU EP that model with one SimplifiedLayerNormalization per Q and per K
+    ahead of each such node; other folders are their own."""
+    import onnx
+
+    fp32 = model_zoo.decoder("qwen3", "fp32")
+    assert model_zoo.cpu_ep_folder(fp32) == fp32
+    folder = model_zoo.decoder("qwen3", "int4-f16")
+    unfolded = model_zoo.cpu_ep_folder(folder)
+    assert unfolded != folder
+    graphs = [onnx.load(os.path.join(f, "model.onnx"), load_external_data=False).graph for f in (folder, unfolded)]
+    gqa = [[n for n in g.node if n.op_type == "GroupQueryAttention"] for g in graphs]
+    assert all(len(n.input) > 15 and n.input[14] for n in gqa[0])
+    assert all(len(n.input) <= 14 and "qk_norm_epsilon" not in {a.name for a in n.attribute} for n in gqa[1])
+    norms = [sum(n.op_type == "SimplifiedLayerNormalization" for n in g.node) for g in graphs]
+    assert norms[1] == norms[0] + 2 * len(gqa[0])
