@@ -4,22 +4,28 @@ from random-weight `transformers` configs, cached on disk.
 Three architectures cover what the builder's graphs need: `llama` (tied embeddings: the int4
 model gathers them with GatherBlockQuantized), `gemma2` (attention and final-logit softcapping,
 sliding-window attention, GQA's windowed cache) and `phi` (partial rotary, LayerNorm with bias).
-Each comes in `fp32`, `fp16`, `int4` and `int4-f16`. A vision-language model's text decoder stands
-beside them (VISION_LANGUAGE): `qwen2_5_vl`, Qwen2.5-VL's (the builder's `qwen2_5_vl_text` model:
-MRotaryEmbedding over position_ids of three streams, [3, batch, sequence], in contiguous sections)
-and `qwen3_vl`, Qwen3-VL's (the same op with interleaved sections), whose tokens are text
-only here, so its three position streams agree; a VLM's image tokens reach it as the same op with
-streams that differ, which the op's own tests cover. A decoder that RMS-normalizes each head of Q
-and K (QK_NORM): `qwen3`, whose GPU builds (fp16, int4-f16) fold that into GroupQueryAttention's
-q_norm_weight / k_norm_weight inputs, which ORT's CPU EP has no kernel for; `cpu_ep_folder` gives
-the CPU EP the same model with the norms unfolded again (the Reshape -> SimplifiedLayerNormalization
--> Reshape stack the fusion folds), the oracle such builds are compared with. And a mixture of
-experts (MIXTURE_OF_EXPERTS):
-`gpt_oss`, whose experts the builder writes as MoE (fused interleaved SwiGLU with a limit, k = 2
-of 4 experts) beside attention sinks and sliding-window layers; fp32 only, since the builder's
-int4 gpt-oss reads the original checkpoint's MXFP4 expert tensors, which a random model lacks. Weights are random but not tiny (initializer range 0.3),
-so greedy decoding gives varied tokens and a wrong kernel shows. Building needs the `models` extra
-(torch, transformers, onnxruntime-genai).
+Each comes in `fp32`, `fp16`, `int4` and `int4-f16`. Weights are random but not tiny (initializer
+range 0.3), so greedy decoding gives varied tokens and a wrong kernel shows. Building needs the
+`models` extra (torch, transformers, onnxruntime-genai).
+
+Beside them, tiny only, in `fp32` and `int4-f16`:
+  * VISION_LANGUAGE, vision-language models' text decoders (their tokens are text only here, so
+    the three position streams of the multimodal rotary agree; image tokens reach the same op with
+    streams that differ, which the op's own tests cover): `qwen2_5_vl`, Qwen2.5-VL's (the builder's
+    `qwen2_5_vl_text`: MRotaryEmbedding over position_ids [3, batch, sequence], contiguous
+    sections), `qwen3_vl`, Qwen3-VL's (interleaved sections), and `qwen3_5`, Qwen3.5's, a hybrid: a
+    Gated DeltaNet linear-attention layer (CausalConvWithState, LinearAttentionGate,
+    LinearAttention, GatedRMSNorm, with states past.N.conv / past.N.recurrent carried from step to
+    step), then a full-attention layer.
+  * QK_NORM: `qwen3`, which RMS-normalizes each head of Q and K; its GPU builds (fp16, int4-f16)
+    fold that into GroupQueryAttention's q_norm_weight / k_norm_weight inputs, which ORT's CPU EP
+    has no kernel for: `cpu_ep_folder` gives the CPU EP the same model with the norms unfolded again
+    (the Reshape -> SimplifiedLayerNormalization -> Reshape stack the fusion folds), the oracle such
+    builds are compared with.
+  * MIXTURE_OF_EXPERTS: `gpt_oss`, whose experts the builder writes as MoE (fused interleaved
+    SwiGLU with a limit, k = 2 of 4 experts) beside attention sinks and sliding-window layers; fp32
+    only, since the builder's int4 gpt-oss reads the original checkpoint's MXFP4 expert tensors,
+    which a random model lacks.
 
 `int4` is the builder's CPU target (`-p int4 -e cpu`: f32 activations, MatMulNBits at
 accuracy_level 4, which quantizes activations to int8); `int4-f16` its CUDA target (`-p int4 -e
@@ -63,7 +69,7 @@ import tempfile
 import numpy as np
 
 ARCHITECTURES = ("llama", "gemma2", "phi")
-VISION_LANGUAGE = ("qwen2_5_vl", "qwen3_vl")
+VISION_LANGUAGE = ("qwen2_5_vl", "qwen3_vl", "qwen3_5")
 QK_NORM = ("qwen3",)
 MIXTURE_OF_EXPERTS = ("gpt_oss",)
 _ONLY_PRECISIONS = {"gpt_oss": ("fp32",)}
@@ -131,10 +137,20 @@ def _config(arch: str, size: str = "tiny"):
             text = dict(common, num_key_value_heads=kv_heads,
                         rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]})
             return Qwen2_5_VLConfig(text_config=text, vision_config=vision)
+        rope = {"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True}
+        if arch == "qwen3_5":
+            from transformers import Qwen3_5Config
+
+            # one linear-attention layer (2 key heads, 4 value heads, as Qwen3.5's 16 over 32) and one
+            # full-attention layer, small enough for every test
+            text = dict(common, num_key_value_heads=kv_heads, head_dim=head_dim, linear_num_key_heads=2,
+                        linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                        layer_types=["linear_attention", "full_attention"],
+                        rope_parameters=dict(rope, rope_theta=10000.0, partial_rotary_factor=1.0))
+            return Qwen3_5Config(text_config=text, vision_config=vision)
         from transformers import Qwen3VLConfig
 
-        text = dict(common, num_key_value_heads=kv_heads, head_dim=head_dim,
-                    rope_scaling={"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True})
+        text = dict(common, num_key_value_heads=kv_heads, head_dim=head_dim, rope_scaling=rope)
         return Qwen3VLConfig(text_config=text, vision_config=dict(vision, deepstack_visual_indexes=[]))
     if arch == "qwen3":
         from transformers import Qwen3Config
@@ -196,7 +212,8 @@ def decoder(arch: str, precision: str = "fp32", rebuild: bool = False, size: str
             import transformers
 
             model = getattr(transformers, {"qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
-                                           "qwen3_vl": "Qwen3VLForConditionalGeneration"}[arch])(config)
+                                           "qwen3_vl": "Qwen3VLForConditionalGeneration",
+                                           "qwen3_5": "Qwen3_5ForConditionalGeneration"}[arch])(config)
         else:
             model = AutoModelForCausalLM.from_config(config)
         model.save_pretrained(hf)
@@ -310,6 +327,11 @@ def decoder_feeds(inputs, head_size: int, ids, past_len: int, prev: dict | None,
             positions = np.arange(past_len, past_len + ids.shape[1], dtype=np.int64)[None]
             # a VLM text decoder's [3, batch, sequence]: text tokens give all three streams the same
             f[i.name] = np.repeat(positions[None], 3, axis=0) if len(i.shape) == 3 else positions
+        elif i.name.startswith("past.") and prev is not None:  # a linear-attention layer's states
+            f[i.name] = prev[i.name.replace("past.", "present.", 1)]
+        elif i.name.startswith("past."):
+            dtype = np.float16 if "float16" in i.type else np.float32
+            f[i.name] = np.zeros([d if isinstance(d, int) else ids.shape[0] for d in i.shape], dtype)
         elif i.name.startswith("past_key_values."):
             if prev is None:
                 dtype = np.float16 if "float16" in i.type else np.float32
