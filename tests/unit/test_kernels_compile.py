@@ -314,3 +314,37 @@ def test_attention_and_rotary_launches_pass_what_their_entry_points_take():
                      "hipep_gqa_window", "hipep_rotary", "hipep_rms_norm_f32_exact", "hipep_rms_norm_f16"}
     for op in kernels:
         assert [ctypes.sizeof(p) for p in op.params] == params[op.entry], op.entry
+
+
+@needs_nvrtc
+def test_linear_attention_launches_pass_what_their_entry_points_take():
+    """Every Gated DeltaNet launch (hipep/runtime/gpu_linear_attention.py) passes as many parameters
+    as its entry point declares, each of the size the kernel expects (the ctypes structs mirror
+    kernels/linear_attention.hip's)."""
+    from unit.test_gpu_attention_bindings import Memory, _attrs
+    from unit.test_ops_linear_attention import U, _rng, linear_attention_inputs
+
+    params = _param_bytes(_ptx("linear_attention", "compute_90"))
+    rng = _rng("params")
+    launches = []
+    for dtype in (np.float32, np.float16):
+        cases = [("com.microsoft::CausalConvWithState",
+                  [U(rng, 1, 4, 3, dtype=dtype), U(rng, 4, 1, 3, dtype=dtype), U(rng, 4, dtype=dtype),
+                   U(rng, 1, 4, 2, dtype=dtype)], dict(activation="silu"), [(1, 4, 3), (1, 4, 2)]),
+                 ("com.microsoft::LinearAttentionGate",
+                  [U(rng, 1, 2, 4, dtype=dtype), U(rng, 4), U(rng, 4), U(rng, 1, 2, 4, dtype=dtype)], {},
+                  [(1, 2, 4), (1, 2, 4)]),
+                 ("com.microsoft::LinearAttention", linear_attention_inputs(rng, "gated_delta", 2, 2, dtype=dtype),
+                  dict(q_num_heads=2, kv_num_heads=2), [(2, 5, 12), (2, 2, 8, 6)]),
+                 ("com.microsoft::GatedRMSNorm", [U(rng, 2, 32, dtype=dtype), U(rng, 16, dtype=dtype),
+                                                  U(rng, 2, 32, dtype=dtype)], dict(epsilon=1e-6), [(2, 32)])]
+        for key, ins, attrs, out_shapes in cases:
+            mem = Memory()
+            _, full = _attrs(key, attrs, len(out_shapes))
+            launches += gk.BINDINGS[key].bind([mem.arg(a) for a in ins],
+                                              [mem.arg(np.empty(s, dtype)) for s in out_shapes], full,
+                                              gk.Target(sm_count=8))
+    assert {op.entry.rsplit("_", 1)[0] for op in launches} == {
+        "hipep_causal_conv", "hipep_la_gate", "hipep_linear_attention", "hipep_gated_rms_norm"}
+    for op in launches:
+        assert [ctypes.sizeof(p) for p in op.params] == params[op.entry], op.entry
