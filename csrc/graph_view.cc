@@ -196,7 +196,7 @@ py::object read_attribute(const OrtOpAttr* attr) {
   }
 }
 
-py::dict describe_node(const OrtNode* node, py::dict& types) {
+py::dict describe_node(const OrtNode* node, py::dict& types, bool copy_weights = false) {
   const char* s = nullptr;
   py::dict d;
   py::list invalid;  // what of this node is not valid UTF-8, for its rejection
@@ -252,8 +252,10 @@ py::dict describe_node(const OrtNode* node, py::dict& types) {
     std::vector<const OrtGraph*> graphs(num_subgraphs);
     std::vector<const char*> names(num_subgraphs);
     HIPEP_ORT(g_ort->Node_GetSubgraphs(node, graphs.data(), num_subgraphs, names.data()));
+    // Compiling: a Loop/If body's own large initializers (its Constant nodes, say) are read from
+    // the fused node's weight store too, so their data is copied with the enclosing graph's.
     for (size_t i = 0; i < num_subgraphs; ++i)
-      subgraphs[text(names[i] ? names[i] : "")] = describe_graph(graphs[i], nullptr);
+      subgraphs[text(names[i] ? names[i] : "")] = describe_graph(graphs[i], nullptr, copy_weights);
   }
   d["subgraphs"] = subgraphs;
   if (!invalid.empty()) d["invalid_utf8"] = invalid;
@@ -497,7 +499,7 @@ py::dict describe_graph(const OrtGraph* graph, std::vector<const OrtNode*>* node
   d["outputs"] = graph_values(true);
 
   py::list node_list;
-  for (const OrtNode* node : nodes) node_list.append(describe_node(node, types));
+  for (const OrtNode* node : nodes) node_list.append(describe_node(node, types, copy_weights));
   d["nodes"] = node_list;
   d["types"] = types;
   if (nodes_out) *nodes_out = std::move(nodes);

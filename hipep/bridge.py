@@ -31,7 +31,7 @@ import threading
 import time
 
 from . import counters, ort_compat
-from .compiler import compile_subgraph
+from .compiler import body_weights, compile_subgraph
 from .errors import HipepError, OptionError
 from .graph import GraphView, elem_type_of
 from .options import CONFIG_PREFIX, EP_NAME, ProviderOptions
@@ -234,12 +234,18 @@ class EpState:
         if self.strict_failure:
             raise HipepError(self.strict_failure)
         start = time.perf_counter()
-        copied = desc.pop("weight_data", {})  # large initializers, copied by Compile
+        copied = _take_weight_data(desc)  # large initializers, copied by Compile (Loop/If bodies' too)
         graph = _graph_from_ort(desc)
         # Every constant initializer that is no fused-node input is hipep's to hold: ORT passes
-        # none of them to Compute.
+        # none of them to Compute. A Loop/If body's own weights are held with the graph's: the
+        # body reads them as values of the enclosing function.
+        body = body_weights(graph)
+        for name, (data, value_type) in body.items():
+            graph.types.setdefault(name, value_type)
+            if data is not None:
+                copied.setdefault(name, data)
         given = set(inputs)
-        held = sorted(n for n in set(graph.constants) | graph.weights if n not in given)
+        held = sorted(n for n in set(graph.constants) | graph.weights | set(body) if n not in given)
         plan = self._stored_or_compiled(desc, graph, fused_name, inputs, outputs, held)
         weights = WeightStore.for_plan(plan, graph, copied)
         del copied  # the copies the plan does not read go now
@@ -330,3 +336,14 @@ def create_ep(config: dict[str, str], ort_severity: int, ep_name: str = EP_NAME,
     EP's tensors ("gpu", "host", or "emulated": host memory ORT is told is a GPU's, for tests);
     `gpu_ordinal`: the GPU of the EP device ORT selected."""
     return EpState(dict(config), ort_severity, ep_name, memory, gpu_ordinal)
+
+
+def _take_weight_data(desc: dict) -> dict:
+    """The large initializers' data Compile copied, the graph's and its nodes' Loop/If bodies'
+    (nested), taken out of the description."""
+    data = dict(desc.pop("weight_data", {}))
+    for node in desc.get("nodes", ()):
+        for body in (node.get("subgraphs") or {}).values():
+            for name, array in _take_weight_data(body).items():
+                data.setdefault(name, array)
+    return data

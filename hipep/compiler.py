@@ -103,24 +103,51 @@ def _held_weights(plan: Plan, graph: GraphView) -> dict | None:
     return out
 
 
+def body_weights(graph: GraphView) -> dict:
+    """The initializers of `graph`'s Loop/If bodies (nested) that the frontend would make weights
+    rather than IR constants: name -> (data, type), data None for a large one (Compile copies
+    those). The fused node's function takes them as arguments, as it does the graph's own held
+    weights, so a body reads them as values of the enclosing function (an If choosing between two
+    rotary caches held as Constant nodes of its branches, say)."""
+    out = {}
+    for node in graph.nodes:
+        for body in node.subgraphs.values():
+            for name in body.weights:
+                out.setdefault(name, (None, body.type_of(name)))
+            for name, c in body.constants.items():
+                if not _ir_constant(c):
+                    out.setdefault(name, (c, body.type_of(name)))
+            for name, entry in body_weights(body).items():
+                out.setdefault(name, entry)
+    return out
+
+
+def _ir_constant(c) -> bool:
+    """Whether the frontend makes constant data an IR constant (hip.constant): at most
+    MAX_DENSE_ELEMENTS elements of a type the IR holds."""
+    from .ir.dialect import MAX_DENSE_ELEMENTS, ConstantOp
+
+    if c.size > MAX_DENSE_ELEMENTS:
+        return False
+    try:
+        ConstantOp(np.asarray(c))
+        return True
+    except ModelError:
+        return False
+
+
 def _weight_arguments(graph: GraphView, inputs: list[str], held) -> list[str]:
     """The held initializers the plan reads from the weight store: all but the ones ORT passes
     anyway and the small ones the frontend makes IR constants (its rule, hip.constant when
     the value has at most MAX_DENSE_ELEMENTS elements of a type the IR holds)."""
-    from .ir.dialect import MAX_DENSE_ELEMENTS, ConstantOp
-
     given = set(inputs)
     out = []
     for name in held:
         if name in given or name in out:
             continue
         c = graph.constants.get(name)
-        if c is not None and c.size <= MAX_DENSE_ELEMENTS:
-            try:
-                ConstantOp(np.asarray(c))
-                continue
-            except ModelError:
-                pass
+        if c is not None and _ir_constant(c):
+            continue
         out.append(name)
     return out
 

@@ -22,6 +22,9 @@ Beside them, tiny only, in `fp32` and `int4-f16`:
     has no kernel for: `cpu_ep_folder` gives the CPU EP the same model with the norms unfolded again
     (the Reshape -> SimplifiedLayerNormalization -> Reshape stack the fusion folds), the oracle such
     builds are compared with.
+  * LONG_ROPE: `phi3`, Phi-3.5-mini's and Phi-4-mini's LongRoPE: the builder keeps two rotary
+    caches as Constant nodes of an If's branches and picks one by the sequence length (past 16
+    tokens here, so decoding crosses over).
   * MIXTURE_OF_EXPERTS: `gpt_oss`, whose experts the builder writes as MoE (fused interleaved
     SwiGLU with a limit, k = 2 of 4 experts) beside attention sinks and sliding-window layers; fp32
     only, since the builder's int4 gpt-oss reads the original checkpoint's MXFP4 expert tensors,
@@ -71,6 +74,7 @@ import numpy as np
 ARCHITECTURES = ("llama", "gemma2", "phi")
 VISION_LANGUAGE = ("qwen2_5_vl", "qwen3_vl", "qwen3_5")
 QK_NORM = ("qwen3",)
+LONG_ROPE = ("phi3",)
 MIXTURE_OF_EXPERTS = ("gpt_oss",)
 _ONLY_PRECISIONS = {"gpt_oss": ("fp32",)}
 PRECISIONS = ("fp32", "fp16", "int4", "int4-f16")
@@ -152,6 +156,14 @@ def _config(arch: str, size: str = "tiny"):
 
         text = dict(common, num_key_value_heads=kv_heads, head_dim=head_dim, rope_scaling=rope)
         return Qwen3VLConfig(text_config=text, vision_config=dict(vision, deepstack_visual_indexes=[]))
+    if arch == "phi3":
+        from transformers import Phi3Config
+
+        half = common["hidden_size"] // common["num_attention_heads"] // 2
+        longrope = {"type": "longrope", "long_factor": [1.0 + 0.25 * i for i in range(half)],
+                    "short_factor": [1.0] * half}
+        return Phi3Config(num_key_value_heads=kv_heads, original_max_position_embeddings=16, rope_scaling=longrope,
+                          **common)
     if arch == "qwen3":
         from transformers import Qwen3Config
 
@@ -170,7 +182,7 @@ def _config(arch: str, size: str = "tiny"):
         if size == "tiny":
             common.update(hidden_size=128, intermediate_size=256)
         return PhiConfig(partial_rotary_factor=0.5, **common)
-    known = ARCHITECTURES + VISION_LANGUAGE + QK_NORM + MIXTURE_OF_EXPERTS
+    known = ARCHITECTURES + VISION_LANGUAGE + QK_NORM + LONG_ROPE + MIXTURE_OF_EXPERTS
     raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(known)}")
 
 

@@ -1,9 +1,9 @@
 """onnxruntime-genai decoders (built here by its model builder from random-weight configs; fp32, fp16
 and int4; vision-language models' text decoders, Qwen2.5-VL's, Qwen3-VL's and Qwen3.5's (linear
-attention); Qwen3; a mixture of experts, gpt-oss) run whole on hipep with CPU fallback disabled,
-through ORT and through onnxruntime-genai, give the CPU EP's tokens, and teacher-forced follow its
-logits step by step (the GPU's criterion, tests/teacher_forcing.py). Needs the `models` extra;
-skipped without it."""
+attention); Qwen3; Phi-3's LongRoPE; a mixture of experts, gpt-oss) run whole on hipep with CPU
+fallback disabled, through ORT and through onnxruntime-genai, give the CPU EP's tokens, and teacher-
+forced follow its logits step by step (the GPU's criterion, tests/teacher_forcing.py). Needs the
+`models` extra; skipped without it."""
 from __future__ import annotations
 
 import os
@@ -23,7 +23,8 @@ from teacher_forcing import GPU_MISSING_OPS, assert_follows_the_cpu_ep, decoder_
 # activations; qwen3's folds its Q/K norms into GroupQueryAttention, which the CPU EP runs unfolded)
 VLM_PRECISIONS = ("fp32", "int4-f16")
 CASES = ([(a, p) for a in model_zoo.ARCHITECTURES for p in model_zoo.PRECISIONS]
-         + [(a, p) for a in model_zoo.VISION_LANGUAGE + model_zoo.QK_NORM for p in VLM_PRECISIONS]
+         + [(a, p) for a in model_zoo.VISION_LANGUAGE + model_zoo.QK_NORM + model_zoo.LONG_ROPE
+            for p in VLM_PRECISIONS]
          + [(a, "fp32") for a in model_zoo.MIXTURE_OF_EXPERTS])
 PROMPTS_1 = [[1, 20, 21, 22, 23, 24]]
 PROMPTS_2 = [[1, 14, 15], [1, 30, 31, 32, 33, 34, 35, 36]]  # different lengths: left padding

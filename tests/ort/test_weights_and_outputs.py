@@ -233,3 +233,32 @@ def test_allocate_outputs_refuses_to_run_after_its_compute_call(monkeypatch, rng
     sess.run(None, {"x": rng.standard_normal((1, 64)).astype(np.float32)})
     with pytest.raises(RuntimeError, match="allocate_outputs was called after its run ended"):
         kept[0]([(1, 2048)])
+
+
+@pytest.mark.parametrize("length", [3, 6], ids=["else", "then"])
+def test_if_branches_read_their_own_large_constants(length):
+    """An If whose branches hold their own large Constant nodes (the model builder's LongRoPE: two
+    rotary caches, picked by the sequence length): ORT makes them initializers of the branch
+    graphs, which Compile copies and the fused function takes as arguments with the rest of the
+    held weights; both branches against the CPU EP."""
+    caches = [np.arange(4096, dtype=np.float32).reshape(512, 8) / 7, -np.arange(1024, dtype=np.float32).reshape(128, 8)]
+
+    def branch(name, value):
+        node = h.make_node("Constant", [], [name], value=numpy_helper.from_array(value))
+        return h.make_graph([node], name, [], [tensor(name, T.FLOAT, list(value.shape))])
+
+    nodes = [h.make_node("Shape", ["x"], ["s"]), h.make_node("Gather", ["s", "one"], ["n"], axis=0),
+             h.make_node("Greater", ["n", "limit"], ["long"]),
+             h.make_node("If", ["long"], ["cache"], then_branch=branch("large", caches[0]),
+                         else_branch=branch("small", caches[1])),
+             h.make_node("Gather", ["cache", "positions"], ["rows"], axis=0),
+             h.make_node("ReduceSum", ["x"], ["total"], keepdims=1),
+             h.make_node("Mul", ["rows", "total"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array(4, np.int64), "limit")]
+    model = make_model(nodes, [tensor("x", T.FLOAT, [1, "n"]), tensor("positions", T.INT64, [3])],
+                       [tensor("y", T.FLOAT, None)], inits, opset=21)
+    feeds = {"x": np.arange(1, length + 1, dtype=np.float32)[None], "positions": np.array([0, 5, 100], np.int64)}
+    sess = hipep.InferenceSession(model, device="cpu", strict="1")
+    got = assert_matches_cpu(sess, model, feeds)
+    assert got[0][2, 0] == pytest.approx(caches[0 if length > 4 else 1][100, 0] * sum(range(1, length + 1)))
