@@ -156,6 +156,23 @@ def _qmoe_route(logits: np.ndarray, weights, k: int, normalize: bool):
     return order, w
 
 
+def _claim_experts(attrs) -> str | None:
+    """What MoE and QMoE share in their claims: the activation, SwiGLU's layout, the router."""
+    act = attrs["activation_type"]
+    if act not in _QMOE_ACTS:
+        return f"attribute activation_type='{act}' is not supported ({', '.join(_QMOE_ACTS)})"
+    fusion = int(attrs["swiglu_fusion"])
+    if act == "swiglu" and fusion != 1:
+        return f"swiglu with swiglu_fusion={fusion}: ORT's CPU EP runs only fused, interleaved SwiGLU (1)"
+    if act != "swiglu" and fusion != 0:
+        return f"attribute swiglu_fusion={fusion} with activation_type='{act}' is not supported"
+    if int(attrs.get("swiglu_limit_after_activation", 0)) != 0:
+        return "attribute swiglu_limit_after_activation=1 is not supported (hipep clamps before the activation only)"
+    if int(attrs["use_sparse_mixer"]) != 0:
+        return "attribute use_sparse_mixer=1 is not supported"
+    return None
+
+
 def _qmoe_int8(attrs) -> bool:
     bs = int(attrs.get("block_size") or 0)
     return bs > 0 and (_qmoe_bits(attrs) == 8 or int(attrs["accuracy_level"]) == 4)
@@ -225,18 +242,9 @@ def _claim_qmoe(node, graph, attrs):
     for name in ("fc1_expert_weight_bits", "fc2_expert_weight_bits", "fc3_expert_weight_bits"):
         if attrs.get(name) is not None and int(attrs[name]) != bits:
             return f"attribute {name}={attrs[name]} differs from expert_weight_bits={bits}; not supported"
-    act = attrs["activation_type"]
-    if act not in _QMOE_ACTS:
-        return f"attribute activation_type='{act}' is not supported ({', '.join(_QMOE_ACTS)})"
-    fusion = int(attrs["swiglu_fusion"])
-    if act == "swiglu" and fusion != 1:
-        return f"swiglu with swiglu_fusion={fusion}: ORT's CPU EP runs only fused, interleaved SwiGLU (1)"
-    if act != "swiglu" and fusion != 0:
-        return f"attribute swiglu_fusion={fusion} with activation_type='{act}' is not supported"
-    if int(attrs.get("swiglu_limit_after_activation", 0)) != 0:
-        return "attribute swiglu_limit_after_activation=1 is not supported (hipep clamps before the activation only)"
-    if int(attrs["use_sparse_mixer"]) != 0:
-        return "attribute use_sparse_mixer=1 is not supported"
+    why = _claim_experts(attrs)
+    if why:
+        return why
     if int(attrs["weights_prepacked"]) == 1:
         return "attribute weights_prepacked=1: expert weights are in an EP-specific layout hipep does not read"
     if int(attrs["k"]) < 1:
@@ -351,18 +359,9 @@ def _moe_shape(types, values, attrs, num_outputs):
 
 
 def _claim_moe(node, graph, attrs):
-    act = attrs["activation_type"]
-    if act not in _QMOE_ACTS:
-        return f"attribute activation_type='{act}' is not supported ({', '.join(_QMOE_ACTS)})"
-    fusion = int(attrs["swiglu_fusion"])
-    if act == "swiglu" and fusion != 1:
-        return f"swiglu with swiglu_fusion={fusion}: ORT's CPU EP runs only fused, interleaved SwiGLU (1)"
-    if act != "swiglu" and fusion != 0:
-        return f"attribute swiglu_fusion={fusion} with activation_type='{act}' is not supported"
-    if int(attrs.get("swiglu_limit_after_activation", 0)) != 0:
-        return "attribute swiglu_limit_after_activation=1 is not supported (hipep clamps before the activation only)"
-    if int(attrs["use_sparse_mixer"]) != 0:
-        return "attribute use_sparse_mixer=1 is not supported"
+    why = _claim_experts(attrs)
+    if why:
+        return why
     if int(attrs["k"]) < 1:
         return f"attribute k={attrs['k']} must be >= 1"
     if not has_input(node, 4):

@@ -58,11 +58,10 @@ def _gather_cache(op, cache, pos):
 MS_ROPE = "RotaryEmbedding"
 
 
-@kernel(MS_ROPE)
-def _ms_rope(inputs, attrs):
-    x, pos_ids, cos, sin = inputs[:4]
-    op = MS_ROPE
-    n, rd = int(attrs["num_heads"]), int(attrs["rotary_embedding_dim"])
+def _ms_layout(op, x, cos, sin, n: int, rd: int):
+    """com.microsoft's rotary layouts (RotaryEmbedding, MRotaryEmbedding): x as f32 [B, S, N, H],
+    the function back to x's layout, and the head size H (the caches' width x 2 without
+    rotary_embedding_dim, else hidden / num_heads)."""
     if cos.ndim != 2 or sin.shape != cos.shape:
         raise RuntimeShapeError(f"{op}: cos_cache and sin_cache must both be 2-D [max_position, rotary_dim / 2], "
                                 f"got {shape_str(cos.shape)} and {shape_str(sin.shape)}")
@@ -76,6 +75,15 @@ def _ms_rope(inputs, attrs):
         raise RuntimeShapeError(f"{op}: head size {h} (from the caches / attributes) differs from the input's "
                                 f"{x.shape[3]}")
     x4, back = _rope_layout(op, x, n, lambda hidden: h)
+    return x4, back, h
+
+
+@kernel(MS_ROPE)
+def _ms_rope(inputs, attrs):
+    x, pos_ids, cos, sin = inputs[:4]
+    op = MS_ROPE
+    n, rd = int(attrs["num_heads"]), int(attrs["rotary_embedding_dim"])
+    x4, back, h = _ms_layout(op, x, cos, sin, n, rd)
     b, s = x4.shape[:2]
     if s > cos.shape[0]:
         raise RuntimeShapeError(f"{op}: sequence length {s} exceeds the caches' {cos.shape[0]} positions")
@@ -157,19 +165,7 @@ def _mrope(inputs, attrs):
     op = MROPE
     n, rd = int(attrs["num_heads"]), int(attrs["rotary_embedding_dim"])
     section, layout = [int(v) for v in attrs["mrope_section"]], int(attrs["mrope_layout"])
-    if cos.ndim != 2 or sin.shape != cos.shape:
-        raise RuntimeShapeError(f"{op}: cos_cache and sin_cache must both be 2-D [max_position, rotary_dim / 2], "
-                                f"got {shape_str(cos.shape)} and {shape_str(sin.shape)}")
-    if x.ndim not in (3, 4):
-        raise RuntimeShapeError(f"{op}: input must be 3-D or 4-D, got {shape_str(x.shape)}")
-    hidden = x.shape[2] if x.ndim == 3 else x.shape[1] * x.shape[3]
-    h = 2 * cos.shape[1] if rd == 0 else (hidden // n if n else 0)
-    if x.ndim == 4 and n and n != x.shape[1]:
-        raise RuntimeShapeError(f"{op}: num_heads={n} differs from the input's {x.shape[1]} heads")
-    if x.ndim == 4 and h != x.shape[3]:
-        raise RuntimeShapeError(f"{op}: head size {h} (from the caches / attributes) differs from the input's "
-                                f"{x.shape[3]}")
-    x4, back = _rope_layout(op, x, n, lambda hidden: h)
+    x4, back, h = _ms_layout(op, x, cos, sin, n, rd)
     b, s = x4.shape[:2]
     if pos_ids.shape != (3, b, s):
         raise RuntimeShapeError(f"{op}: position_ids must be [3, batch, sequence] = {shape_str((3, b, s))}, got "

@@ -530,11 +530,9 @@ def _rope_ops(a: RopeArgs, x, pos_ids, cos, sin, y, target, pos_input: str | Non
                      [ptr(x), ptr(pos_ids), ptr(cos), ptr(sin), ptr(y), a, fault], module="rotary")]
 
 
-@_binding("com.microsoft::RotaryEmbedding", check=_rope_check, modules=("rotary",))
-def _ms_rope_bind(ins, outs, attrs, target):
-    x, pos_ids, cos, sin = ins[:4]
-    op = "RotaryEmbedding"
-    n, rd = int(attrs.get("num_heads", 0)), int(attrs.get("rotary_embedding_dim", 0))
+def _ms_rope_dims(op: str, x, cos, sin, n: int, rd: int):
+    """(heads, head size, batch, sequence) of a com.microsoft rotary's input (RotaryEmbedding,
+    MRotaryEmbedding: 3-D [B, S, N * H] or 4-D [B, N, S, H]), checked against its caches."""
     if cos.ndim != 2 or tuple(sin.shape) != tuple(cos.shape):
         raise HipepError(f"{op}: cos_cache and sin_cache must both be 2-D [max_position, rotary_dim / 2], "
                          f"got {list(cos.shape)} and {list(sin.shape)}")
@@ -546,6 +544,15 @@ def _ms_rope_bind(ins, outs, attrs, target):
         raise HipepError(f"{op}: head size {h} / num_heads {n} differ from the input's {list(x.shape)}")
     heads = (n or (hidden // h if h else 0)) if x.ndim == 3 else x.shape[1]
     b, s = (x.shape[0], x.shape[1]) if x.ndim == 3 else (x.shape[0], x.shape[2])
+    return heads, h, b, s
+
+
+@_binding("com.microsoft::RotaryEmbedding", check=_rope_check, modules=("rotary",))
+def _ms_rope_bind(ins, outs, attrs, target):
+    x, pos_ids, cos, sin = ins[:4]
+    op = "RotaryEmbedding"
+    n, rd = int(attrs.get("num_heads", 0)), int(attrs.get("rotary_embedding_dim", 0))
+    heads, h, b, s = _ms_rope_dims(op, x, cos, sin, n, rd)
     if s > cos.shape[0]:
         raise HipepError(f"{op}: sequence length {s} exceeds the caches' {cos.shape[0]} positions")
     if pos_ids.size == 1 and pos_ids.ndim <= 1:
@@ -565,17 +572,7 @@ def _mrope_bind(ins, outs, attrs, target):
     op = "MRotaryEmbedding"
     n, rd = int(attrs.get("num_heads", 0)), int(attrs.get("rotary_embedding_dim", 0))
     section, layout = [int(v) for v in attrs["mrope_section"]], int(attrs.get("mrope_layout", 0))
-    if cos.ndim != 2 or tuple(sin.shape) != tuple(cos.shape):
-        raise HipepError(f"{op}: cos_cache and sin_cache must both be 2-D [max_position, rotary_dim / 2], "
-                         f"got {list(cos.shape)} and {list(sin.shape)}")
-    if x.ndim not in (3, 4):
-        raise HipepError(f"{op}: input must be 3-D or 4-D, got {list(x.shape)}")
-    hidden = x.shape[2] if x.ndim == 3 else x.shape[1] * x.shape[3]
-    h = 2 * int(cos.shape[1]) if rd == 0 else (hidden // n if n else 0)
-    if x.ndim == 4 and (h != x.shape[3] or (n and n != x.shape[1])):
-        raise HipepError(f"{op}: head size {h} / num_heads {n} differ from the input's {list(x.shape)}")
-    heads = (n or (hidden // h if h else 0)) if x.ndim == 3 else x.shape[1]
-    b, s = (x.shape[0], x.shape[1]) if x.ndim == 3 else (x.shape[0], x.shape[2])
+    heads, h, b, s = _ms_rope_dims(op, x, cos, sin, n, rd)
     if tuple(pos_ids.shape) != (3, b, s):
         raise HipepError(f"{op}: position_ids must be [3, batch, sequence] = {[3, b, s]}, got {list(pos_ids.shape)}")
     half = (rd or h) // 2
