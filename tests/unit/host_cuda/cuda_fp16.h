@@ -11,6 +11,10 @@
 #include <cstdint>
 #include <cstring>
 
+// CUDA's integer min / max overloads
+using std::max;
+using std::min;
+
 struct hipep_host_dim3 {
   unsigned x = 0, y = 0, z = 0;
 };
@@ -64,6 +68,8 @@ inline double __longlong_as_double(long long i) {
   return f;
 }
 template <class T> T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+// Blocks run one after another on the host: a fence orders nothing more than the atomics do.
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 template <class T> T atomicCAS(T* p, T compare, T value) {
   __atomic_compare_exchange_n(p, &compare, value, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   return compare;  // the old value, as CUDA's atomicCAS returns
