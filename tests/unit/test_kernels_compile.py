@@ -348,3 +348,24 @@ def test_linear_attention_launches_pass_what_their_entry_points_take():
         "hipep_causal_conv", "hipep_la_gate", "hipep_linear_attention", "hipep_gated_rms_norm"}
     for op in launches:
         assert [ctypes.sizeof(p) for p in op.params] == params[op.entry], op.entry
+
+
+@needs_nvrtc
+def test_moe_launches_pass_what_their_entry_points_take():
+    """Every MoE launch (hipep/runtime/gpu_moe.py) passes as many parameters as its entry point in
+    kernels/moe.hip declares, each of the size the kernel expects."""
+    from unit.test_gpu_attention_bindings import Memory, _attrs
+    from unit.test_ops_contrib import W, moe_inputs
+
+    params = _param_bytes(_ptx("moe", "compute_90"))
+    launches = []
+    for dtype in (np.float32, np.float16):
+        ins, attrs, _ = moe_inputs("swiglu", dtype=dtype, extra={"swiglu_limit": 7.0}, H=16, I=8)
+        mem = Memory()
+        _, full = _attrs("com.microsoft::MoE", attrs, 1)
+        launches += gk.BINDINGS["com.microsoft::MoE"].bind(
+            [mem.arg(a.value if isinstance(a, W) else a) for a in ins], [mem.arg(np.empty((5, 16), dtype))], full,
+            gk.Target(sm_count=8, workspace=mem.alloc))
+    assert len({op.entry for op in launches}) == 9  # route, fc1, fc2, combine per type; one act
+    for op in launches:
+        assert [ctypes.sizeof(p) for p in op.params] == params[op.entry], op.entry
