@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import RuntimeShapeError
 from ._common import at, elem_of, input_type, kernel, pshape_str, result, shape_of, shape_rule, shape_str, tensor_type
-from .registry import F32, FLOATS, REQUIRED, OpDef, register
+from .registry import F32, FLOATS, OUTPUT_COUNT, REQUIRED, OpDef, register
 
 MS = "com.microsoft"
 f32 = np.float32
@@ -138,7 +138,7 @@ def _gate(inputs, attrs):
         raise RuntimeShapeError(f"{GATE}: b must have a's shape {shape_str(a.shape)}, got {shape_str(b.shape)}")
     decay = (_f32(scale).reshape(h) * _softplus((_f32(a) + _f32(dt_bias).reshape(h)).astype(f32))).astype(f32)
     out = [result(decay, a.dtype)]
-    if attrs.get("_num_outputs", 2) > 1:
+    if attrs.get(OUTPUT_COUNT, 2) > 1:
         if b is None:
             raise RuntimeShapeError(f"{GATE}: the beta output needs input b")
         out.append(result(_sigmoid(_f32(b)), a.dtype))
