@@ -456,9 +456,12 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_gqa_launches_compute_the_reference(name):
+def case_setup(name, dtype=None):
+    """CASES[name] made concrete (in `dtype` where given): (inputs, output shapes, attributes,
+    sm_count, dtype, spec, rng)."""
     spec = dict(CASES[name])
+    if dtype is not None:
+        spec["dtype"] = dtype
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     attrs = dict(num_heads=spec.get("heads", 4), kv_num_heads=spec.get("kv_heads", 2), **spec.pop("attrs", {}))
     sm = spec.pop("sm", 132)
@@ -466,6 +469,12 @@ def test_gqa_launches_compute_the_reference(name):
         attrs["do_rotary"] = 1
     dtype = spec.get("dtype", F32)
     ins, shapes = gqa_case(rng, **spec)
+    return ins, shapes, attrs, sm, dtype, spec, rng
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gqa_launches_compute_the_reference(name):
+    ins, shapes, attrs, sm, dtype, _, _ = case_setup(name)
     got, want, ops = run_binding(GQA, ins, attrs, shapes, dtype, sm_count=sm)
     if "split" in name:
         assert any(getattr(o, "entry", "").startswith("hipep_gqa_decode") and o.grid[0] > 1 for o in ops)
@@ -599,13 +608,7 @@ def test_mrope_binding_names_bad_shapes():
 def test_gqa_qk_norm_launches_normalize_q_and_k_first(name, dtype):
     """q_norm_weight / k_norm_weight: two RMS norm launches into workspace regions ahead of the
     attention's own (which must not overlap them), then the attention reads the normalized Q and K."""
-    spec = dict(CASES[name])
-    rng = np.random.default_rng(zlib.crc32(name.encode()))
-    sm = spec.pop("sm", 132)
-    attrs = dict(num_heads=spec.get("heads", 4), kv_num_heads=spec.get("kv_heads", 2), **spec.pop("attrs", {}))
-    if spec.get("rotary"):
-        attrs["do_rotary"] = 1
-    ins, shapes = gqa_case(rng, dtype=dtype, **spec)
+    ins, shapes, attrs, sm, dtype, spec, rng = case_setup(name, dtype)
     h = spec.get("head", 16)
     norms = [rng.uniform(0.5, 1.5, h).astype(dtype), rng.uniform(0.5, 1.5, h).astype(dtype)]
     got, want, ops = run_binding(GQA, ins + [None, None] + norms, dict(attrs, qk_norm_epsilon=1e-5), shapes, dtype,

@@ -8,13 +8,12 @@ Skipped without g++."""
 from __future__ import annotations
 
 import shutil
-import zlib
 
 import numpy as np
 import pytest
 
 from unit.host_kernels import EXACT_FLAGS, compile_module, run_on_host
-from unit.test_gpu_attention_bindings import CASES, GQA, gqa_case
+from unit.test_gpu_attention_bindings import GQA, case_setup
 
 F32, F16 = np.float32, np.float16
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
@@ -32,14 +31,7 @@ def libs(tmp_path_factory):
 
 
 def _run(libs, name, norms=False):
-    spec = dict(CASES[name])
-    rng = np.random.default_rng(zlib.crc32(name.encode()))
-    attrs = dict(num_heads=spec.get("heads", 4), kv_num_heads=spec.get("kv_heads", 2), **spec.pop("attrs", {}))
-    sm = spec.pop("sm", 132)
-    if spec.get("rotary"):
-        attrs["do_rotary"] = 1
-    dtype = spec.get("dtype", F32)
-    ins, shapes = gqa_case(rng, **spec)
+    ins, shapes, attrs, sm, dtype, spec, rng = case_setup(name)
     if norms:
         h = spec.get("head", 16)
         ins = ins + [None, None, rng.uniform(0.5, 1.5, h).astype(dtype), rng.uniform(0.5, 1.5, h).astype(dtype)]
