@@ -255,7 +255,8 @@ py::dict describe_node(const OrtNode* node, py::dict& types, bool copy_weights =
     // Compiling: a Loop/If body's own large initializers (its Constant nodes, say) are read from
     // the fused node's weight store too, so their data is copied with the enclosing graph's.
     for (size_t i = 0; i < num_subgraphs; ++i)
-      subgraphs[text(names[i] ? names[i] : "")] = describe_graph(graphs[i], nullptr, copy_weights);
+      subgraphs[text(names[i] ? names[i] : "")] = describe_graph(graphs[i], nullptr, copy_weights,
+                                                                  /*copy_outer=*/false);
   }
   d["subgraphs"] = subgraphs;
   if (!invalid.empty()) d["invalid_utf8"] = invalid;
@@ -387,7 +388,8 @@ py::object describe_parent(const OrtGraph* graph) {
   return d;
 }
 
-py::dict describe_graph(const OrtGraph* graph, std::vector<const OrtNode*>* nodes_out, bool copy_weights) {
+py::dict describe_graph(const OrtGraph* graph, std::vector<const OrtNode*>* nodes_out, bool copy_weights,
+                        bool copy_outer) {
   py::dict d;
   py::dict types;
   const char* name = nullptr;
@@ -417,7 +419,7 @@ py::dict describe_graph(const OrtGraph* graph, std::vector<const OrtNode*>* node
   HIPEP_ORT(g_ort->Graph_GetNumNodes(graph, &num_nodes));
   std::vector<const OrtNode*> nodes(num_nodes);
   if (num_nodes) HIPEP_ORT(g_ort->Graph_GetNodes(graph, nodes.data(), num_nodes));
-  if (copy_weights) {
+  if (copy_weights && copy_outer) {
     // A fused subgraph inside a Loop/If body may read constant initializers of an enclosing graph.
     // They are not among this graph's initializers, and with drop_constant_initializers ORT does
     // not pass them in either: they are this graph's to copy too.

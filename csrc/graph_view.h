@@ -13,11 +13,14 @@ namespace hipep {
 // Returns a dict with the graph's nodes (in ORT's order), inputs, outputs, value types, small
 // constant initializers (copied) and the names of large ones ("weights"). With `copy_weights`
 // (Compile: the OrtGraph and its initializers die after the call) the large ones of this graph
-// level are copied too, into "weight_data" (name -> numpy array; element types numpy lacks are
+// and of its nodes' Loop/If bodies are copied too, into each level's "weight_data" (name -> numpy array; element types numpy lacks are
 // left out). `nodes_out`, when given, receives the OrtNode pointers in the same order as the
 // dict's "nodes". Needs the GIL.
+// `copy_outer`: with copy_weights, also the constant initializers of enclosing graphs that this
+// graph's nodes read (a fused graph inside a Loop/If body); a body described inside such a graph
+// leaves them to it.
 pybind11::dict describe_graph(const OrtGraph* graph, std::vector<const OrtNode*>* nodes_out,
-                             bool copy_weights = false);
+                             bool copy_weights = false, bool copy_outer = true);
 
 // For a nested graph (a Loop/If body): {"node": the enclosing node, "types": its values' types};
 // None for a top-level graph. Needs the GIL.
