@@ -22,16 +22,13 @@ import numpy as np
 
 from ..errors import RuntimeShapeError
 from ._common import at, elem_of, input_type, kernel, pshape_str, result, shape_of, shape_rule, shape_str, tensor_type
+from .contrib_attention import _f32
 from .registry import F32, FLOATS, OUTPUT_COUNT, REQUIRED, OpDef, register
 
 MS = "com.microsoft"
 f32 = np.float32
 f64 = np.float64
 F32S = frozenset({F32})
-
-
-def _f32(a):
-    return np.asarray(a).astype(f32)
 
 
 def _silu(x):

@@ -172,6 +172,36 @@ def _claim_experts(attrs) -> str | None:
     return None
 
 
+def _check_experts(op, attrs, experts: int, n1: int, hidden: int, b1, b2) -> int:
+    """k (checked against the number of experts), with the biases' sizes checked."""
+    k = int(attrs["k"])
+    if not 1 <= k <= experts:
+        raise RuntimeShapeError(f"{op}: k={k} must be between 1 and the number of experts {experts}")
+    for b, n, what in ((b1, n1, "fc1"), (b2, hidden, "fc2")):
+        if b is not None and b.size != experts * n:
+            raise RuntimeShapeError(f"{op}: {what}_experts_bias must be [{experts}, {n}], got {shape_str(b.shape)}")
+    return k
+
+
+def _run_experts(xs, order, mix, attrs, experts: int, b1, b2, fc1, fc2) -> np.ndarray:
+    """Each picked expert e over its tokens' rows: fc1(e, rows) (+ bias), the activation, fc2
+    (+ bias); the outputs summed in f64 with the mixing weights, then rounded to f32 [T, hidden].
+    Weights <= 1e-8 skip their expert, as ORT does."""
+    out = np.zeros((xs.shape[0], xs.shape[1]), f64)
+    for e in np.unique(order):
+        rows, slots = np.nonzero((order == e) & (mix > f32(1e-8)))
+        if rows.size == 0:
+            continue
+        h = fc1(e, xs[rows])
+        if b1 is not None:
+            h = h + b1.astype(f32).reshape(experts, -1)[e]
+        y = fc2(e, _qmoe_activation(h.astype(f32), attrs))
+        if b2 is not None:
+            y = y + b2.astype(f32).reshape(experts, -1)[e]
+        np.add.at(out, rows, mix[rows, slots][:, None].astype(f64) * y.astype(f32))
+    return out.astype(f32)
+
+
 def _qmoe_int8(attrs) -> bool:
     bs = int(attrs.get("block_size") or 0)
     return bs > 0 and (_qmoe_bits(attrs) == 8 or int(attrs["accuracy_level"]) == 4)
@@ -187,15 +217,10 @@ def _qmoe(inputs, attrs):
     bits, bs = _qmoe_bits(attrs), int(attrs.get("block_size") or 0)
     swiglu = attrs["activation_type"] == "swiglu"
     tokens, hidden, inter, experts = _qmoe_dims(op, x.shape, router.shape, w1.shape, w2.shape, bits, swiglu)
-    k = int(attrs["k"])
-    if not 1 <= k <= experts:
-        raise RuntimeShapeError(f"{op}: k={k} must be between 1 and the number of experts {experts}")
+    k = _check_experts(op, attrs, experts, w1.shape[1], hidden, b1, b2)
     n1 = w1.shape[1]
     q1, sc1, zz1 = _qmoe_weights(op, w1, s1, z1, bits, bs, n1, hidden, "fc1")
     q2, sc2, zz2 = _qmoe_weights(op, w2, s2, z2, bits, bs, hidden, inter, "fc2")
-    for b, n, what in ((b1, n1, "fc1"), (b2, hidden, "fc2")):
-        if b is not None and b.size != experts * n:
-            raise RuntimeShapeError(f"{op}: {what}_experts_bias must be [{experts}, {n}], got {shape_str(b.shape)}")
     if rw is not None and rw.size != tokens * experts:
         raise RuntimeShapeError(f"{op}: router_weights must be [{tokens}, {experts}], got {shape_str(rw.shape)}")
     xs = x.astype(f32).reshape(tokens, hidden)
@@ -203,20 +228,10 @@ def _qmoe(inputs, attrs):
                              None if rw is None else rw.astype(f32).reshape(tokens, experts),
                              k, bool(attrs["normalize_routing_weights"]))
     int8 = _qmoe_int8(attrs)
-    out = np.zeros((tokens, hidden), f64)
-    for e in np.unique(order):
-        rows, slots = np.nonzero((order == e) & (mix > f32(1e-8)))
-        if rows.size == 0:
-            continue
-        h = _mnb_matmul(xs[rows], q1[e], sc1[e], zz1[e], int8, bs)
-        if b1 is not None:
-            h = h + b1.astype(f32).reshape(experts, n1)[e]
-        h = _qmoe_activation(h.astype(f32), attrs)
-        y = _mnb_matmul(h, q2[e], sc2[e], zz2[e], int8, bs)
-        if b2 is not None:
-            y = y + b2.astype(f32).reshape(experts, hidden)[e]
-        np.add.at(out, rows, mix[rows, slots][:, None].astype(f64) * y.astype(f32))
-    return [result(out.astype(f32).reshape(x.shape), x.dtype)]
+    out = _run_experts(xs, order, mix, attrs, experts, b1, b2,
+                       lambda e, a: _mnb_matmul(a, q1[e], sc1[e], zz1[e], int8, bs),
+                       lambda e, a: _mnb_matmul(a, q2[e], sc2[e], zz2[e], int8, bs))
+    return [result(out.reshape(x.shape), x.dtype)]
 
 
 @shape_rule("QMoE")
@@ -318,30 +333,13 @@ def _moe(inputs, attrs):
         raise RuntimeShapeError(f"{op}: input fc2_experts_weights is required")
     swiglu = attrs["activation_type"] == "swiglu"
     tokens, hidden, inter, experts = _qmoe_dims(op, x.shape, router.shape, w1.shape, w2.shape, 8, swiglu)
-    k = int(attrs["k"])
-    if not 1 <= k <= experts:
-        raise RuntimeShapeError(f"{op}: k={k} must be between 1 and the number of experts {experts}")
-    n1 = w1.shape[1]
-    for b, n, what in ((b1, n1, "fc1"), (b2, hidden, "fc2")):
-        if b is not None and b.size != experts * n:
-            raise RuntimeShapeError(f"{op}: {what}_experts_bias must be [{experts}, {n}], got {shape_str(b.shape)}")
+    k = _check_experts(op, attrs, experts, w1.shape[1], hidden, b1, b2)
     xs = x.astype(f32).reshape(tokens, hidden)
     order, mix = _moe_route(router.astype(f32).reshape(tokens, experts), k, bool(attrs["normalize_routing_weights"]))
     w1f, w2f = w1.astype(f32), w2.astype(f32)
-    out = np.zeros((tokens, hidden), f64)
-    for e in np.unique(order):
-        rows, slots = np.nonzero((order == e) & (mix > f32(1e-8)))
-        if rows.size == 0:
-            continue
-        h = _gemm_f32(xs[rows], w1f[e])
-        if b1 is not None:
-            h = h + b1.astype(f32).reshape(experts, n1)[e]
-        h = _qmoe_activation(h.astype(f32), attrs)
-        y = _gemm_f32(h, w2f[e])
-        if b2 is not None:
-            y = y + b2.astype(f32).reshape(experts, hidden)[e]
-        np.add.at(out, rows, mix[rows, slots][:, None].astype(f64) * y.astype(f32))
-    return [result(out.astype(f32).reshape(x.shape), x.dtype)]
+    out = _run_experts(xs, order, mix, attrs, experts, b1, b2, lambda e, a: _gemm_f32(a, w1f[e]),
+                       lambda e, a: _gemm_f32(a, w2f[e]))
+    return [result(out.reshape(x.shape), x.dtype)]
 
 
 @shape_rule(MOE)

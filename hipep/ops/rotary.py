@@ -47,12 +47,13 @@ def _rope_apply(op, x4, cos, sin, rotary_dim, interleaved, fused=False):
     return _rotate_heads(x4, cos[:, :, None], sin[:, :, None], rotary_dim, interleaved, fused)
 
 
-def _gather_cache(op, cache, pos):
+def _gather_cache(op, cache, pos, cols=None):
+    """cache's rows at positions `pos` (f32), or with `cols`, element [pos, cols] (broadcast)."""
     if pos.size and (pos.min() < 0 or pos.max() >= cache.shape[0]):
         bad = int(pos.max()) if pos.max() >= cache.shape[0] else int(pos.min())
         raise RuntimeShapeError(f"{op}: position id {bad} "
                                 f"is out of range for a cache of {cache.shape[0]} positions")
-    return _f32(cache)[pos]
+    return _f32(cache)[pos] if cols is None else _f32(cache)[pos, cols]
 
 
 MS_ROPE = "RotaryEmbedding"
@@ -175,10 +176,9 @@ def _mrope(inputs, attrs):
     pos = pos_ids.astype(np.int64)
     stream = mrope_stream(half, section, layout)
     cols = np.arange(half)
-    # [B, S, R/2]: index j takes the cache row of its stream's position
+    # [B, S, R/2]: index j takes column j of the cache row of its stream's position
     rows = np.moveaxis(pos[stream], 0, -1)
-    c = _gather_cache(op, cos, rows)[..., cols, cols] if half else _f32(cos)[:0].reshape(b, s, 0)
-    sn = _gather_cache(op, sin, rows)[..., cols, cols] if half else _f32(sin)[:0].reshape(b, s, 0)
+    c, sn = _gather_cache(op, cos, rows, cols), _gather_cache(op, sin, rows, cols)
     scale = np.float32(attrs["scale"])
     if scale != 1:  # on cos and sin, as ORT's kernel does (so the rotated lanes only; RotaryEmbedding ignores it)
         c, sn = (c * scale).astype(np.float32), (sn * scale).astype(np.float32)

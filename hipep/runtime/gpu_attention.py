@@ -45,7 +45,8 @@ import numpy as np
 from ..errors import HipepError
 from ..ops.registry import OUTPUT_COUNT
 from .gpu_faults import FAULT_SEQLEN, FAULT_SEQLEN_SHORT, NO_FAULT_SITE, fault_param
-from .gpu_kernels import CopyOp, KernelOp, NoKernel, _binding, _cdiv, _dt, flat_config, ptr
+from .gpu_binding_core import workspace_after, workspace_regions
+from .gpu_kernels import CopyOp, KernelOp, NoKernel, RmsArgs, _VEC, _binding, _cdiv, _dt, _rms_launch, flat_config, ptr
 
 GQA = "GroupQueryAttention"
 DEC_THREADS = 128  # kernels/attention_decode.hip HIPEP_DEC_THREADS
@@ -341,9 +342,6 @@ def _qk_norm_ops(q, k, q_norm, k_norm, attrs, target):
     SimplifiedLayerNormalization over Q's and K's heads (rows of head_size), written into workspace
     regions in front of the attention's own: (launches, normalized Q and K as Args, the target whose
     workspace lies past those regions)."""
-    from .gpu_binding_core import workspace_after, workspace_regions
-    from .gpu_kernels import RmsArgs, _VEC, _rms_launch
-
     if q_norm is None or k_norm is None or k is None:
         raise HipepError(f"{GQA}: q_norm_weight and k_norm_weight come together, with a separate key")
     h = int(q_norm.size)
