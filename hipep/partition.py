@@ -164,9 +164,12 @@ def device_claim(claim: Claim, device: str, refused: dict[int, str] | None = Non
         data_inputs = [v for i, v in enumerate(node.inputs) if v and i not in extent_only]
         outputs_integer = all(_dtype_name(graph.type_of(o)) in _HOST_TYPES for o in node.outputs if o)
         host = outputs_integer and all(v in graph.constants or v in host_values for v in data_inputs)
-        if op.control_flow:
-            return f"no kernel for {device}: {node.op_type} (control flow runs on the cpu device only)"
-        why = kernel_reason(op_key(node.domain or "", node.op_type), attrs, dtypes, shapes, values)
+        if op.control_flow and (node.op_type != "If" or node.domain):
+            return f"no kernel for {device}: {node.op_type} (Loop and Scan run on the cpu device only)"
+        # An If runs its branch's kernels; the branch is chosen before any launch, so its condition
+        # must be a value the host knows (the host-input check of _data_dependent_nodes).
+        why = _branch_kernel_reason(node, device) if op.control_flow else \
+            kernel_reason(op_key(node.domain or "", node.op_type), attrs, dtypes, shapes, values)
         if why is not None and not host:
             return why.replace("cuda", device, 1) if device != "cuda" else why
         # Claimed: only now are its results host values for the nodes after it (a rejected
@@ -183,6 +186,40 @@ def device_claim(claim: Claim, device: str, refused: dict[int, str] | None = Non
         return None
 
     return claim_on_device
+
+
+def _branch_kernel_reason(node: Node, device: str) -> str | None:
+    """Why an If's branches cannot run on a GPU device, or None: every node of both branches
+    (nested Ifs included) has a GPU kernel; Constant nodes are weights and need none."""
+    from .ops.registry import lookup, resolve_attributes
+    from .plan import op_key
+    from .runtime.gpu_kernels import kernel_reason
+
+    for attr, body in node.subgraphs.items():
+        for inner in body.nodes:
+            if inner.op_type == "Constant" and not inner.domain:
+                continue
+            if inner.op_type == "If" and not inner.domain:
+                why = _branch_kernel_reason(inner, device)
+            else:
+                op = lookup(inner.domain, inner.op_type)
+                if op is None:
+                    why = "not a registered op"
+                elif op.control_flow:
+                    why = f"{inner.op_type} runs on the cpu device only"
+                else:
+                    types = [body.type_of(v) if v else None for v in inner.inputs]
+                    shapes = [None if t is None or t.shape is None else
+                              tuple(d if isinstance(d, int) and not isinstance(d, bool) else None for d in t.shape)
+                              for t in types]
+                    why = kernel_reason(op_key(inner.domain or "", inner.op_type), resolve_attributes(op, inner),
+                                        [_dtype_name(t) for t in types], shapes,
+                                        [body.constant(v) if v else None for v in inner.inputs])
+            if why is not None:
+                why = why.replace("cuda", device, 1) if device != "cuda" else why
+                return f"its {attr} graph has a node the {device} device cannot run: node '{inner.label}' " \
+                       f"({inner.op_type}): {why}"
+    return None
 
 
 def _host_work_without_host_inputs(graph: GraphView, clusters: list[list[int]], facts: _DeviceFacts,

@@ -17,8 +17,11 @@ A run goes through three levels, each cached:
    them directly. Per run the host computes the symbols from the input shapes (one generated
    function), checks the guards that involve value-only symbols, and replays.
 
-Plans whose shapes depend on values computed on the device (Loop, If, a shape read back from a
-kernel's result) or that end without a Sync run through the step-by-step interpreter.
+An If whose condition follows from shapes (the builder's LongRoPE: `Shape(mask)[1] > original_max`)
+replays: the shape program's guards decide the branch, and its steps are captured in the If's place.
+Plans whose shapes depend on values computed on the device (Loop, an If on a device-computed
+condition, a shape read back from a kernel's result) or that end without a Sync run through the
+step-by-step interpreter.
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ from .device import Device, GraphNode
 from .interpreter import Interpreter, _check_plan, bound_weight
 from .kernels import kernel_of
 from .memory import ALIGN, round_up
-from .shapes import MAX_BYTES, DataDependent, ShapeProgram, check_bytes, trace_shapes
+from .shapes import MAX_BYTES, DataDependent, ShapeProgram, branch_key, check_bytes, trace_shapes
 
 SPECIALIZATION_CACHE = 64  # layout signatures kept per compiled subgraph (LRU)
 TRACES_PER_RANKS = 8  # shape programs kept per rank pattern before the oldest goes
@@ -63,7 +66,9 @@ class Executor:
         self._lock = threading.Lock()  # for what changes rarely: programs, specializations, new contexts
         self._run_index = itertools.count()  # next() is atomic: no lock per run
         self._interpreter: Interpreter | None = None
-        self.replays = not any(isinstance(s, (Loop, If)) for s in walk(plan.steps)) and \
+        # An If replays too: its condition, where the host knows it from shapes, is decided by the
+        # shape program's guards (hipep.runtime.shapes), which then names the branch taken.
+        self.replays = not any(isinstance(s, Loop) for s in walk(plan.steps)) and \
             bool(plan.steps) and isinstance(plan.steps[-1], Sync)
         if not self.replays:
             self._interpreter = Interpreter(plan, device, weights)
@@ -77,6 +82,7 @@ class Executor:
             elif v.kind == "weight" and v.index < 0:
                 self._constants[vid] = bound_weight(plan, vid, weights)
         self._layout = _StaticLayout(plan)
+        self._step_index = {id(step): i for i, step in enumerate(walk(plan.steps))}  # kernels' cache keys
         self._programs: dict[tuple, list[_Program]] = {}
         for data in plan.shape_programs:  # derived at compile time
             try:
@@ -293,7 +299,7 @@ class Executor:
 
     # ---- binding ---------------------------------------------------------------------------
 
-    def _kernel(self, index: int, step, label: str):
+    def _kernel(self, index, step, label: str):
         program = self._kernels.get(index)
         if program is None:
             program = self._kernels[index] = self.device.compile(kernel_of(self.plan, step, label))
@@ -325,10 +331,12 @@ class Executor:
         sites = []
         ext_shapes = spec.program.external_shapes(env) if spec.program.external else ()
         arrays: dict[int, object] = dict(self._constants)
+        aliases = spec.program.aliases
 
         def arg(vid, node, k):
             if vid < 0:
                 return None
+            vid = aliases.get(vid, vid)
             if vid in arrays:
                 return arrays[vid]
             root = layout.root[vid] if values[vid].kind == "buffer" else vid
@@ -344,7 +352,7 @@ class Executor:
             arrays[vid] = a
             return a
 
-        for index, step in enumerate(plan.steps):
+        for index, step in spec.program.steps:
             if isinstance(step, Sync):
                 graph.nodes.append(GraphNode("sync", label=f"sync ({step.reason})"))
                 continue
@@ -436,6 +444,7 @@ class _Program:
         self._ext_ranks = [len(s) for s in ext]
         self._ext = compile_exprs([e for s in ext for e in s], symbols, "external_shapes")
         self.probe = _probe_function(plan, shape, value_guards, [idx[s] for s in self.layout_symbols], outs)
+        self.steps, self.aliases = _taken_steps(plan, layout, shape.branches, ex._step_index)
 
     def output_shapes(self, env):
         return _split(self._outputs(env), self._out_ranks)
@@ -450,6 +459,42 @@ class _Program:
         broken = [format_guard(g, r) for g, r in self.guards.items()
                   if not one({g: r}, self.symbols)(env)]
         return "; ".join(broken[:5]) or "no guard broken"
+
+
+def _taken_steps(plan: Plan, layout: _StaticLayout, branches: dict, index_of: dict):
+    """The plan's steps as runs of one shape program issue them, each with its kernel's cache key:
+    every If replaced by the branch the program's guards decide, then the moves of that branch's
+    results into the If's outputs. A result that is a weight or constant (LongRoPE's two rotary
+    caches) is not moved: the output is read where the result lies (`aliases`: output → result),
+    unless the output is the plan's own or shares its storage with a view. A moved result is an
+    Identity launch (a device copy)."""
+    viewed = {root for vid, root in layout.root.items() if root != vid}
+    steps: list = []
+    aliases: dict[int, int] = {}
+
+    def add(block):
+        for step in block:
+            if not isinstance(step, If):
+                steps.append((index_of[id(step)], step))
+                continue
+            taken = branches.get(branch_key(step))
+            if taken is None:
+                raise HipepError(f"plan '{plan.name}': its shape program does not say which branch If "
+                                 f"'{step.node}' takes")
+            body, results = (step.then_body, step.then_results) if taken else (step.else_body, step.else_results)
+            add(body)
+            for result, out in zip(results, step.outputs):
+                if out < 0:
+                    continue
+                result = aliases.get(result, result)
+                if plan.values[result].kind != "buffer" and plan.values[out].owns_slot and \
+                        out not in plan.outputs and out not in viewed:
+                    aliases[out] = result
+                else:
+                    steps.append((("move", result, out), Launch("::Identity", step.node, {}, (result,), (out,))))
+
+    add(plan.steps)
+    return steps, aliases
 
 
 class _Specialization:
@@ -484,7 +529,7 @@ class _Specialization:
             self.offsets[space], self.arena_bytes[space] = offsets, offset
         self.copied_outputs = layout.copied
         self.reads = len(program.shape.reads)
-        self.launches = sum(1 for s in plan.steps if isinstance(s, Launch))
+        self.launches = sum(1 for _, s in program.steps if isinstance(s, Launch))
         self.graphs: dict[int, tuple] = {}
 
 

@@ -24,6 +24,10 @@ rule reads them, their inputs pinned. Values the host would read from device mem
 reading what a kernel computed from other data) cannot be known before the run: tracing stops
 with `DataDependent`, and the executor runs such plans step by step (hipep.runtime.interpreter),
 which GPU devices do not run.
+
+An If whose condition the host knows this way (comparisons of known integers stay symbolic, each
+decision a guard) is traced through the branch it takes, recorded in `branches`; a run that keeps
+the guards takes the same branch, so the executor replays it like any other step.
 """
 from __future__ import annotations
 
@@ -51,7 +55,11 @@ _INT_KINDS = "iu"
 # Device launches whose results the host follows when their inputs are known integers, whatever
 # their own element type (Cast to float of a Shape: Resize's scales); the partitioner's view of
 # host values on a GPU (hipep.partition) follows the same ops.
-TRACKED_ON_DEVICE = frozenset(_MOVING) | {"Shape", "Size", "Cast", "Add", "Sub", "Mul"}
+# Comparisons of known integers (LongRoPE's `Shape(mask)[1] > original_max`, an If's condition) stay
+# symbolic: each element's decision is a guard, so the condition holds for every run that keeps it.
+_COMPARISONS = {"Greater": np.greater, "Less": np.less, "GreaterOrEqual": np.greater_equal,
+                "LessOrEqual": np.less_equal, "Equal": np.equal}
+TRACKED_ON_DEVICE = frozenset(_MOVING) | frozenset(_COMPARISONS) | {"Shape", "Size", "Cast", "Add", "Sub", "Mul"}
 
 
 MAX_BYTES = 1 << 62  # a tensor's byte count beyond this is an error, not an int64 wrap-around
@@ -130,17 +138,20 @@ class ShapeProgram:
     shapes: dict[int, tuple]  # value id → expressions
     guards: dict[tuple, bool]
     reads: tuple = ()  # (input position, element) pairs whose values are symbols
+    branches: dict[tuple, bool] = field(default_factory=dict)  # branch_key(If) → then-branch taken
     symbols: list[str] = field(default_factory=list)
 
     def to_data(self) -> dict:
         """Plain data for the plan (hipep.plan_io stores it)."""
         return {"ranks": tuple(self.ranks), "shapes": dict(self.shapes),
-                "guards": tuple((op, a, b, r) for (op, a, b), r in self.guards.items()), "reads": tuple(self.reads)}
+                "guards": tuple((op, a, b, r) for (op, a, b), r in self.guards.items()), "reads": tuple(self.reads),
+                "branches": tuple((node, tuple(outs), taken) for (node, outs), taken in self.branches.items())}
 
     @staticmethod
     def from_data(d: dict) -> "ShapeProgram":
         return ShapeProgram(ranks=tuple(d["ranks"]), shapes={int(k): tuple(v) for k, v in d["shapes"].items()},
-                            guards={(op, a, b): bool(r) for op, a, b, r in d["guards"]}, reads=tuple(d["reads"]))
+                            guards={(op, a, b): bool(r) for op, a, b, r in d["guards"]}, reads=tuple(d["reads"]),
+                            branches={(node, tuple(outs)): bool(taken) for node, outs, taken in d.get("branches", ())})
 
     def __post_init__(self):
         if not self.symbols:
@@ -152,6 +163,12 @@ class ShapeProgram:
                 symbols_of(a, names)
                 symbols_of(b, names)
             self.symbols = sorted(names, key=_symbol_order)
+
+
+def branch_key(step: If) -> tuple:
+    """An If step's name in a shape program's branches: its node and its outputs' value ids (unique
+    in a plan, nested Ifs included)."""
+    return (step.node, tuple(step.outputs))
 
 
 def _symbol_order(name: str):
@@ -169,6 +186,7 @@ class _Tracer:
         self.sval: dict[int, Any] = {}  # value id → its value as the host knows it (object array)
         self.reads: set = set()
         self.pending: dict[int, tuple] = {}  # value id → the integer launch that computes it
+        self.branches: dict[tuple, bool] = {}  # branch_key(If) → whether it takes the then-branch
         self.constants = constants
         self.where = f"plan '{plan.name}'"
 
@@ -243,10 +261,32 @@ class _Tracer:
                 self.op(step, host=isinstance(step, HostStep))
             elif isinstance(step, Sync):
                 continue
-            elif isinstance(step, (Loop, If)):
-                raise DataDependent(f"{self.plan.name}: control flow ({type(step).__name__} '{step.node}')")
+            elif isinstance(step, If):
+                self.branch(step)
+            elif isinstance(step, Loop):
+                raise DataDependent(f"{self.plan.name}: control flow (Loop '{step.node}')")
             else:
                 raise HipepError(f"{self.plan.name}: unknown plan step {step!r}")
+
+    def branch(self, step: If) -> None:
+        """An If whose condition the host knows before any launch (a comparison of shapes: the
+        builder's LongRoPE picks its rotary caches by the sequence length): the branch it takes is
+        part of the program, decided by the guards its condition recorded, and only that branch's
+        steps are traced. A condition computed on the device raises DataDependent."""
+        label = self.where = f"node '{step.node}' (If)"
+        cond = np.asarray(self.host_value(step.cond)).reshape(-1)
+        if cond.size != 1:
+            raise RuntimeShapeError(f"{label}: the condition has {cond.size} elements, expected 1")
+        taken = bool(cond[0])
+        self.branches[branch_key(step)] = taken
+        block, results = (step.then_body, step.then_results) if taken else (step.else_body, step.else_results)
+        self.run(block)
+        for result, out in zip(results, step.outputs):
+            if out < 0:
+                continue
+            self.shape[out] = self.shape_of(result)
+            if result in self.sval:
+                self.sval[out] = self.sval[result]
 
     def op(self, step, host: bool) -> None:
         domain, op_type = split_op_key(step.op)
@@ -396,6 +436,8 @@ def _symbolic_host(op_type, op, step, ins, shape_table, values):
     if op_type in ("Add", "Sub", "Mul") and all(x is not None and x.dtype == object for x in ins):
         fn = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}[op_type]
         return [np.asarray(fn(ins[0], ins[1]), dtype=object)]
+    if op_type in _COMPARISONS and all(x is not None and x.dtype == object for x in ins):
+        return [np.asarray(_COMPARISONS[op_type](ins[0], ins[1], dtype=object), dtype=bool)]
     if op_type in _MOVING and all(x is not None for x in ins[:1]):
         moving = _MOVING[op_type] or tuple(range(len(ins)))
         if all(ins[p] is not None and ins[p].dtype == object for p in moving if p < len(ins)):
@@ -438,4 +480,5 @@ def trace_shapes(plan: Plan, inputs, constants: dict[int, np.ndarray]) -> ShapeP
         ranks = tracer.bind()
         tracer.run(plan.steps)
     shapes = {vid: tuple(expr_of(d) for d in dims) for vid, dims in tracer.shape.items()}
-    return ShapeProgram(ranks=ranks, shapes=shapes, guards=dict(trace.guards), reads=tuple(sorted(tracer.reads)))
+    return ShapeProgram(ranks=ranks, shapes=shapes, guards=dict(trace.guards), reads=tuple(sorted(tracer.reads)),
+                        branches=tracer.branches)
