@@ -163,7 +163,10 @@ def device_claim(claim: Claim, device: str, refused: dict[int, str] | None = Non
         extent_only = set(op.extent_only_inputs)
         data_inputs = [v for i, v in enumerate(node.inputs) if v and i not in extent_only]
         outputs_integer = all(_dtype_name(graph.type_of(o)) in _HOST_TYPES for o in node.outputs if o)
-        host = outputs_integer and all(v in graph.constants or v in host_values for v in data_inputs)
+        # An If's results are device values (its branch's kernels, or copies, write them), even
+        # where they are integers the host knows when it traces shapes.
+        host = outputs_integer and not op.control_flow and \
+            all(v in graph.constants or v in host_values for v in data_inputs)
         if op.control_flow and (node.op_type != "If" or node.domain):
             return f"no kernel for {device}: {node.op_type} (Loop and Scan run on the cpu device only)"
         # An If runs its branch's kernels; the branch is chosen before any launch, so its condition
@@ -237,7 +240,8 @@ def _host_work_without_host_inputs(graph: GraphView, clusters: list[list[int]], 
             if node.index not in facts.has_kernel:
                 continue  # claimed by a custom claim function: nothing known
             ins = facts.data_inputs[node.index]
-            host = facts.integer_outputs[node.index] and all(v in host_values for v in ins)
+            # an If's results are device values (see claim_on_device), known to the tracer only
+            host = facts.integer_outputs[node.index] and node.op_type != "If" and all(v in host_values for v in ins)
             if host:
                 host_values.update(o for o in node.outputs if o)
             elif not facts.has_kernel[node.index]:
@@ -287,6 +291,9 @@ def _shapes_from_device_values(graph: GraphView, clusters: list[list[int]], fact
                     where = f"a {_dtype_name(graph.type_of(v)) or 'non-integer'} tensor, read on the device only"
                 bad[node.index] = (f"its output's shape depends on the value of input {i} '{v}', {where}; "
                                    f"the {device} device runs plans whose shapes are known before their launches")
+                # another EP computes its results: they reach the nodes after it from outside
+                for o in node.outputs:
+                    produced.pop(o, None)
                 break
             ins = facts.data_inputs[node.index]
             if all(is_known(v) for v in ins) and (facts.integer_outputs[node.index] or (

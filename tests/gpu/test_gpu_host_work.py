@@ -103,8 +103,9 @@ def test_range_kernel_with_constant_float_bounds(start, limit, delta):
     _check(model, [{"x": np.ones(1, np.float32)}])
 
 
-def test_range_after_an_if_that_another_ep_runs():
-    # AffineGrid's expanded form: If (not claimed on the GPU) yields the extent that Range reads.
+def test_range_after_an_if_on_a_shape_condition():
+    # AffineGrid's expanded form: an If on x's size yields the extent that Range reads; the GPU
+    # runs the branch the size picks.
     then = helper.make_graph([n("Constant", [], ["a"], value=helper.make_tensor("va", TP.INT64, [], [4]))],
                              "then", [], [tensor("a", TP.INT64, [])])
     other = helper.make_graph([n("Constant", [], ["b"], value=helper.make_tensor("vb", TP.INT64, [], [6]))],
@@ -116,7 +117,8 @@ def test_range_after_an_if_that_another_ep_runs():
     inits = [helper.make_tensor(k, TP.INT64, [], [v]) for k, v in (("four", 4), ("zero", 0), ("one", 1))]
     inits.append(helper.make_tensor("half", TP.FLOAT, [], [0.5]))
     model = make_model(nodes, [tensor("x", TP.FLOAT, [None, 2])], [tensor("y", TP.FLOAT, [None])], inits)
-    _check(model, [{"x": np.zeros((2, 2), np.float32)}, {"x": np.zeros((3, 2), np.float32)}], whole=False)
+    _check(model, [{"x": np.zeros((2, 2), np.float32)}, {"x": np.zeros((3, 2), np.float32)},
+                   {"x": np.zeros((2, 2), np.float32)}])
 
 
 def test_host_work_whose_input_crosses_subgraphs_is_left_to_the_cpu_ep():

@@ -21,20 +21,26 @@ def _rejected(report) -> dict[str, str]:
     return {r.node.op_type: r.reason for r in report.rejections}
 
 
-def if_outputs_feed_host_work_model():
-    """An If (not claimed on a GPU) yields integers that an edge-mode Pad (no GPU program) reads:
-    AffineGrid's expanded form feeds Range from such an If. The If's results come from another EP."""
+def if_outputs_feed_host_work_model(condition: str = "data"):
+    """An If yields integers that an edge-mode Pad (no GPU program) reads (AffineGrid's expanded
+    form feeds Range from such an If). condition="data": the If's condition is computed from x's
+    values (ReduceSum > 0), so a GPU leaves the If to another EP and its results come from there;
+    "shape": from x's size, so a GPU claims the If, whose results are then device values."""
     then = h.make_graph([h.make_node("Constant", [], ["a"], value=h.make_tensor("va", T.INT64, [2], [3, 4]))],
                         "then", [], [tensor("a", T.INT64, [2])])
     other = h.make_graph([h.make_node("Constant", [], ["b"], value=h.make_tensor("vb", T.INT64, [2], [5, 6]))],
                          "else", [], [tensor("b", T.INT64, [2])])
-    nodes = [
-        h.make_node("Size", ["x"], ["n"]),
-        h.make_node("Equal", ["n", "four"], ["is_four"]),
+    if condition == "shape":
+        test = [h.make_node("Size", ["x"], ["n"]), h.make_node("Equal", ["n", "four"], ["is_four"])]
+    else:
+        test = [h.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+                h.make_node("Greater", ["total", "zero"], ["is_four"])]
+    nodes = test + [
         h.make_node("If", ["is_four"], ["dims"], then_branch=then, else_branch=other),
         h.make_node("Pad", ["dims", "pads"], ["y"], mode="edge"),
     ]
-    inits = [h.make_tensor("four", T.INT64, [], [4]), h.make_tensor("pads", T.INT64, [2], [0, 0])]
+    inits = [h.make_tensor("four", T.INT64, [], [4]), h.make_tensor("pads", T.INT64, [2], [0, 0]),
+             h.make_tensor("zero", T.FLOAT, [], [0.0])]
     return make_model(nodes, [tensor("x", T.FLOAT, [2, 2])], [tensor("y", T.INT64, [2])], inits)
 
 
@@ -55,13 +61,21 @@ def host_value_crossing_subgraphs_model():
 
 
 def test_results_of_a_rejected_node_are_no_host_values():
-    g = GraphView.from_onnx(if_outputs_feed_host_work_model())
+    g = GraphView.from_onnx(if_outputs_feed_host_work_model("data"))
     report = partition(g, device="cuda")
     rejected = _rejected(report)
-    assert rejected["If"].startswith("no kernel for cuda: If")
+    assert "depends on the value of input 0 'is_four', computed on the device" in rejected["If"], rejected
     assert rejected["Pad"].startswith("no kernel for cuda: Pad")
     # on the CPU device everything is claimed
     assert not partition(g, device="cpu").rejections
+
+
+def test_results_of_a_claimed_if_are_device_values():
+    """An If on a shape condition is claimed on a GPU, but its results are written by its branch
+    (device memory): the host work after it cannot read them, and is left to another EP."""
+    g = GraphView.from_onnx(if_outputs_feed_host_work_model("shape"))
+    rejected = _rejected(partition(g, device="cuda"))
+    assert set(rejected) == {"Pad"} and rejected["Pad"].startswith("no kernel for cuda: Pad"), rejected
 
 
 def test_host_work_whose_host_input_is_in_another_subgraph_is_not_claimed():

@@ -92,6 +92,29 @@ def test_a_gpu_partition_claims_range_whose_bounds_come_from_another_ep():
                         "then", [], [tensor("a", T.INT64, [])])
     other = h.make_graph([h.make_node("Constant", [], ["b"], value=h.make_tensor("vb", T.INT64, [], [6]))],
                          "else", [], [tensor("b", T.INT64, [])])
+    # the If's condition from x's values: the GPU leaves the If to another EP, whose result Range reads
+    nodes = [
+        h.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+        h.make_node("Greater", ["total", "zero_f"], ["is_four"]),
+        h.make_node("If", ["is_four"], ["limit"], then_branch=then, else_branch=other),
+        h.make_node("Range", ["zero", "limit", "one"], ["r"]),
+    ]
+    inits = [h.make_tensor(k, T.INT64, [], [v]) for k, v in (("four", 4), ("zero", 0), ("one", 1))]
+    inits.append(h.make_tensor("zero_f", T.FLOAT, [], [0.0]))
+    g = GraphView.from_onnx(make_model(nodes, [tensor("x", T.FLOAT, [2, 2])], [tensor("r", T.INT64, [None])], inits))
+    report = partition(g, device="cuda")
+    assert [r.node.op_type for r in report.rejections] == ["If"], report.format()
+
+
+def test_range_after_an_if_on_a_shape_condition_is_claimed_and_binds():
+    """The If's condition from x's size: the GPU claims it with the Range after it, and each branch's
+    limit reaches Range's binding as a value the host knows."""
+    from hipep.tools.cuda_dry_run import dry_run
+
+    then = h.make_graph([h.make_node("Constant", [], ["a"], value=h.make_tensor("va", T.INT64, [], [4]))],
+                        "then", [], [tensor("a", T.INT64, [])])
+    other = h.make_graph([h.make_node("Constant", [], ["b"], value=h.make_tensor("vb", T.INT64, [], [6]))],
+                         "else", [], [tensor("b", T.INT64, [])])
     nodes = [
         h.make_node("Size", ["x"], ["n"]),
         h.make_node("Equal", ["n", "four"], ["is_four"]),
@@ -99,6 +122,8 @@ def test_a_gpu_partition_claims_range_whose_bounds_come_from_another_ep():
         h.make_node("Range", ["zero", "limit", "one"], ["r"]),
     ]
     inits = [h.make_tensor(k, T.INT64, [], [v]) for k, v in (("four", 4), ("zero", 0), ("one", 1))]
-    g = GraphView.from_onnx(make_model(nodes, [tensor("x", T.FLOAT, [2, 2])], [tensor("r", T.INT64, [None])], inits))
-    report = partition(g, device="cuda")
-    assert [r.node.op_type for r in report.rejections] == ["If"], report.format()
+    model = make_model(nodes, [tensor("x", T.FLOAT, [None, 2])], [tensor("r", T.INT64, [None])], inits)
+    report = partition(GraphView.from_onnx(model), device="cuda")
+    assert report.all_claimed, report.format()
+    for rows in (2, 3):
+        assert dry_run(model, {"x": np.zeros((rows, 2), np.float32)}) == 1
