@@ -10,6 +10,19 @@
 //   hipep_moe_combine    a thread per output element: the slots' weighted sum
 // The GEMV rows and the activations are computed in f64 and rounded to f32 once, as the reference
 // does (its GEMMs are f64 dot products, its activations f64 expressions); the combine sums in f64.
+//
+// com.microsoft QMoE (quant_type 'int', 4- or 8-bit experts; hipep/ops/moe.py's _qmoe) runs the
+// same launches with its own routing and GEMVs:
+//   hipep_qmoe_route     MoE's routing, the weights softmax over the k or, given router_weights,
+//                        router_weights at the k (divided by their sum when normalizing)
+//   hipep_qmoe_fc1/fc2   the GEMVs over [E, rows, cols * bits / 8] packed weights (low bits first),
+//                        dequantized on the fly: (q - zp) * scale rounded to f32, then f64 dot
+//                        products with the f32 input, as the reference's dequantize + GEMM path
+//   hipep_qmoe_quant_*   (int8-activation path: block-wise 8-bit, or 4-bit at accuracy_level 4)
+//                        each block of block_size input values quantized to int8 as MLAS does
+//   hipep_qmoe_fc*_q8    the GEMVs of that path: (q_a * scale_a) . ((q - zp) * scale), both exact
+//                        in f64, as the reference evaluates MLAS's int8 GEMM
+// Bias is added to the f64 dot product before the one rounding to f32, as in the reference.
 #include "hipep_device.h"
 
 #define HIPEP_MOE_ROWS 8  // output rows of a GEMV block: one a warp
@@ -27,9 +40,11 @@ struct hipep_moe_args {
   float limit, alpha, beta;
 };
 
+// rw: QMoE's router_weights [tokens, experts] or nullptr (MoE, QMoE without them).
 template <typename T>
-HIPEP_DEVICE void hipep_moe_route(const T* HIPEP_RESTRICT router, int* HIPEP_RESTRICT experts,
-                                  float* HIPEP_RESTRICT weights, const hipep_moe_args a) {
+HIPEP_DEVICE void hipep_moe_route(const T* HIPEP_RESTRICT router, const T* HIPEP_RESTRICT rw,
+                                  int* HIPEP_RESTRICT experts, float* HIPEP_RESTRICT weights,
+                                  const hipep_moe_args a) {
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= a.tokens) return;
   const T* r = router + (hipep_i64)t * a.experts;
@@ -51,7 +66,18 @@ HIPEP_DEVICE void hipep_moe_route(const T* HIPEP_RESTRICT router, int* HIPEP_RES
     top[s] = bv;
   }
   float w[HIPEP_MOE_MAX_K];
-  if (a.normalize) {  // softmax over the k: exp(top - top[0]) / their sequential sum, as 1 / sum times each
+  if (rw != nullptr) {  // router_weights at the k; normalized: times 1 / their sequential sum
+    const T* p = rw + (hipep_i64)t * a.experts;
+    float total = 0.0f;
+    for (int s = 0; s < a.k; ++s) {
+      w[s] = hipep_to_float(p[pick[s]]);
+      total = __fadd_rn(total, w[s]);
+    }
+    if (a.normalize) {
+      const float inv = total == 0.0f ? 0.0f : __fdiv_rn(1.0f, total);
+      for (int s = 0; s < a.k; ++s) w[s] = __fmul_rn(w[s], inv);
+    }
+  } else if (a.normalize) {  // softmax over the k: exp(top - top[0]) / their sequential sum, as 1 / sum times each
     float total = 0.0f;
     for (int s = 0; s < a.k; ++s) {
       w[s] = expf(__fsub_rn(top[s], top[0]));
@@ -140,7 +166,7 @@ HIPEP_DEVICE void hipep_moe_combine(const int* HIPEP_RESTRICT experts, const flo
 #define HIPEP_MOE(NAME, T)                                                                                    \
   HIPEP_KERNEL void hipep_moe_route_##NAME(const T* router, int* experts, float* weights,                     \
                                            const hipep_moe_args a) {                                          \
-    hipep_moe_route<T>(router, experts, weights, a);                                                          \
+    hipep_moe_route<T>(router, nullptr, experts, weights, a);                                                 \
   }                                                                                                           \
   HIPEP_KERNEL void hipep_moe_fc1_##NAME(const T* x, const int* experts, const T* w, const T* bias, float* h, \
                                          const hipep_moe_args a) {                                            \
@@ -160,4 +186,125 @@ HIPEP_MOE(f16, hipep_half)
 
 HIPEP_KERNEL void hipep_moe_act(const int* experts, const float* h, float* act, const hipep_moe_args a) {
   hipep_moe_activation(experts, h, act, a);
+}
+
+// ---- QMoE ----------------------------------------------------------------------------------------
+
+struct hipep_qmoe_args {
+  hipep_moe_args m;
+  int bits;        // 4 or 8
+  int block_size;  // 0: one scale (and zero point) per output row
+};
+
+// The zero point of block b of expert e's row `row` (of `rows`, nb blocks a row): block-wise ones
+// packed along each row's blocks, row-wise ones along each expert's rows; 2^(bits-1) without any.
+HIPEP_DEVICE int hipep_qmoe_zero_point(const unsigned char* HIPEP_RESTRICT zp, hipep_i64 e, int row, int rows,
+                                       int b, int nb, const hipep_qmoe_args& a) {
+  if (zp == nullptr) return 1 << (a.bits - 1);
+  const int per = 8 / a.bits;
+  hipep_i64 byte;
+  int field;
+  if (a.block_size) {
+    byte = (e * rows + row) * ((nb + per - 1) / per) + b / per;
+    field = b % per;
+  } else {
+    byte = e * ((rows + per - 1) / per) + row / per;
+    field = row % per;
+  }
+  return (zp[byte] >> (a.bits * field)) & ((1 << a.bits) - 1);
+}
+
+HIPEP_DEVICE double hipep_qmoe_in(double v) { return v; }
+template <typename In> HIPEP_DEVICE double hipep_qmoe_in(In v) { return (double)hipep_to_float(v); }
+
+// One warp per output row `row` of slot (t, s), as hipep_moe_gemv, over expert e's packed weights
+// [rows, cols * bits / 8]. A lane takes whole bytes; the values of a byte share a block (block
+// sizes are even). INT8: `in` holds the quantized input (q_a * scale_a) and a weight is
+// (q - zp) * scale in f64 (exact: a 9-bit integer times an f32); otherwise the weight is
+// (q - zp) * scale rounded to f32 (ORT's dequantization) and `in` the f32 input.
+template <typename T, typename In, bool INT8>
+HIPEP_DEVICE void hipep_qmoe_gemv(const In* HIPEP_RESTRICT in, const int* HIPEP_RESTRICT experts,
+                                  const unsigned char* HIPEP_RESTRICT w, const T* HIPEP_RESTRICT scales,
+                                  const unsigned char* HIPEP_RESTRICT zp, const T* HIPEP_RESTRICT bias,
+                                  float* HIPEP_RESTRICT out, int rows, int cols, int in_per_token,
+                                  const hipep_qmoe_args a) {
+  const int slot = blockIdx.x, t = slot / a.m.k;
+  const int row = blockIdx.y * HIPEP_MOE_ROWS + threadIdx.y;
+  const int e = experts[slot];
+  if (e < 0 || row >= rows) return;  // whole warps leave together: no barrier below
+  const int per = 8 / a.bits, mask = (1 << a.bits) - 1;
+  const int blk = a.block_size ? a.block_size : cols, nb = cols / blk, bytes = cols / per;
+  const hipep_i64 r = (hipep_i64)e * rows + row;
+  const In* x = in + (hipep_i64)(in_per_token ? t : slot) * cols;
+  const unsigned char* wr = w + r * bytes;
+  const T* sr = scales + r * nb;
+  double acc = 0.0;
+  for (int j = threadIdx.x; j < bytes; j += HIPEP_WARP_SIZE) {
+    const int c = j * per, b = c / blk;
+    const int z = hipep_qmoe_zero_point(zp, e, row, rows, b, nb, a);
+    const float s = hipep_to_float(sr[b]);
+    const unsigned int packed = wr[j];
+    for (int p = 0; p < per; ++p) {
+      const int d = (int)((packed >> (a.bits * p)) & mask) - z;
+      const double wv = INT8 ? (double)d * (double)s : (double)__fmul_rn((float)d, s);
+      acc += hipep_qmoe_in(x[c + p]) * wv;
+    }
+  }
+  acc = hipep_warp_sum(acc);
+  if (threadIdx.x == 0) {
+    if (bias != nullptr) acc += (double)hipep_to_float(bias[r]);
+    out[(hipep_i64)slot * rows + row] = (float)acc;
+  }
+}
+
+// MLAS's QuantizeARow_CompInt8 as the reference replays it, a thread per block of block_size
+// values of a row of `in` [rows, cols]: amax = max |v|, scale = amax / 127, q = rint(v * (127 /
+// amax)) in f32 (0 for an all-zero block); out = q * scale, exact in f64. With `experts`, row is a
+// slot and skipped slots are left alone.
+template <typename In>
+HIPEP_DEVICE void hipep_qmoe_quantize(const In* HIPEP_RESTRICT in, const int* HIPEP_RESTRICT experts,
+                                      double* HIPEP_RESTRICT out, int rows, int cols, const hipep_qmoe_args a) {
+  const int bs = a.block_size, nb = cols / bs;
+  const hipep_i64 n = (hipep_i64)rows * nb;
+  for (hipep_i64 i = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (hipep_i64)gridDim.x * blockDim.x) {
+    const hipep_i64 row = i / nb;
+    if (experts != nullptr && experts[row] < 0) continue;
+    const hipep_i64 at = row * cols + (i % nb) * bs;
+    float amax = 0.0f;
+    for (int c = 0; c < bs; ++c) amax = hipep_fmax_nan(amax, fabsf(hipep_to_float(in[at + c])));
+    const float scale = __fdiv_rn(amax, 127.0f);
+    const float inv = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    for (int c = 0; c < bs; ++c)
+      out[at + c] = (double)rintf(__fmul_rn(hipep_to_float(in[at + c]), inv)) * (double)scale;
+  }
+}
+
+#define HIPEP_QMOE_GEMVS(NAME, T, SUFFIX, IN1, IN2, INT8)                                                      \
+  HIPEP_KERNEL void hipep_qmoe_fc1##SUFFIX##_##NAME(const IN1* x, const int* experts, const unsigned char* w,    \
+                                                    const T* scales, const unsigned char* zp, const T* bias,     \
+                                                    float* h, const hipep_qmoe_args a) {                         \
+    hipep_qmoe_gemv<T, IN1, INT8>(x, experts, w, scales, zp, bias, h, a.m.n1, a.m.hidden, 1, a);                 \
+  }                                                                                                             \
+  HIPEP_KERNEL void hipep_qmoe_fc2##SUFFIX##_##NAME(const IN2* act, const int* experts, const unsigned char* w,  \
+                                                    const T* scales, const unsigned char* zp, const T* bias,     \
+                                                    float* y, const hipep_qmoe_args a) {                         \
+    hipep_qmoe_gemv<T, IN2, INT8>(act, experts, w, scales, zp, bias, y, a.m.hidden, a.m.inter, 0, a);            \
+  }
+
+#define HIPEP_QMOE(NAME, T)                                                                                    \
+  HIPEP_KERNEL void hipep_qmoe_route_##NAME(const T* router, const T* rw, int* experts, float* weights,        \
+                                            const hipep_moe_args a) {                                         \
+    hipep_moe_route<T>(router, rw, experts, weights, a);                                                      \
+  }                                                                                                           \
+  HIPEP_KERNEL void hipep_qmoe_quant_##NAME(const T* x, double* qx, const hipep_qmoe_args a) {                 \
+    hipep_qmoe_quantize<T>(x, nullptr, qx, a.m.tokens, a.m.hidden, a);                                        \
+  }                                                                                                           \
+  HIPEP_QMOE_GEMVS(NAME, T, , T, float, false)                                                                \
+  HIPEP_QMOE_GEMVS(NAME, T, _q8, double, double, true)
+
+HIPEP_QMOE(f32, float)
+HIPEP_QMOE(f16, hipep_half)
+
+HIPEP_KERNEL void hipep_qmoe_quant_act(const float* act, const int* experts, double* qa, const hipep_qmoe_args a) {
+  hipep_qmoe_quantize<float>(act, experts, qa, a.m.tokens * a.m.k, a.m.inter, a);
 }

@@ -1,8 +1,9 @@
-"""Mixture of experts (com.microsoft): MoE (float expert weights; on a GPU kernels/moe.hip) and QMoE
-(block-quantized ones), as ONNX Runtime's CPU EP computes them (the oracle). Both route each token
-to k experts, run each selected expert's fc1 (+ bias), activation and fc2 (+ bias), and sum the
-experts' outputs weighted by the routing weights; they differ in the experts' GEMMs (QMoE's are
-MatMulNBits', from contrib_quant.py) and in the routing weights without normalize_routing_weights."""
+"""Mixture of experts (com.microsoft): MoE (float expert weights) and QMoE (4- or 8-bit quantized
+ones), as ONNX Runtime's CPU EP computes them (the oracle); on a GPU both run kernels/moe.hip. Both
+route each token to k experts, run each selected expert's fc1 (+ bias), activation and fc2 (+ bias),
+and sum the experts' outputs weighted by the routing weights; they differ in the experts' GEMMs
+(QMoE's are MatMulNBits', from contrib_quant.py) and in the routing weights without
+normalize_routing_weights."""
 from __future__ import annotations
 
 import numpy as np

@@ -369,3 +369,28 @@ def test_moe_launches_pass_what_their_entry_points_take():
     assert len({op.entry for op in launches}) == 9  # route, fc1, fc2, combine per type; one act
     for op in launches:
         assert [ctypes.sizeof(p) for p in op.params] == params[op.entry], op.entry
+
+
+@needs_nvrtc
+def test_qmoe_launches_pass_what_their_entry_points_take():
+    """Every QMoE launch (hipep/runtime/gpu_moe.py) -- the dequantize path and the int8-activation
+    one, with and without zero points and router_weights -- passes as many parameters as its entry
+    point in kernels/moe.hip declares, each of the size the kernel expects."""
+    from unit.test_gpu_attention_bindings import Memory, _attrs
+    from unit.test_ops_contrib import W, qmoe_inputs
+
+    params = _param_bytes(_ptx("moe", "compute_90"))
+    launches = []
+    for dtype in (np.float32, np.float16):
+        for bits, bs, extra in ((4, 0, {}), (4, 32, {}), (8, 16, {}), (4, 16, {"accuracy_level": 4})):
+            ins, attrs, _ = qmoe_inputs(bits, bs, "swiglu", dtype=dtype, zp=bs == 16, router_weights=bits == 8,
+                                        extra={"swiglu_limit": 7.0, **extra}, H=64, I=32)
+            mem = Memory()
+            _, full = _attrs("com.microsoft::QMoE", attrs, 1)
+            launches += gk.BINDINGS["com.microsoft::QMoE"].bind(
+                [None if a is None else mem.arg(a.value if isinstance(a, W) else a) for a in ins],
+                [mem.arg(np.empty((5, 64), dtype))], full, gk.Target(sm_count=8, workspace=mem.alloc))
+    # per type: route, quant, fc1, fc2, fc1_q8, fc2_q8 and MoE's combine; quant_act and MoE's act
+    assert len({op.entry for op in launches}) == 2 * 7 + 2
+    for op in launches:
+        assert [ctypes.sizeof(p) for p in op.params] == params[op.entry], op.entry
