@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import RuntimeShapeError
+from ..graph import elem_type_name
 from ._common import at, elem_of, has_input, kernel, pshape_str, result, shape_of, shape_rule, shape_str, tensor_type
 from .contrib_quant import _mnb_matmul, _pow2, unpack_bits
 from .registry import F32, FLOATS, U8, OpDef, register
@@ -16,8 +17,13 @@ from .registry import F32, FLOATS, U8, OpDef, register
 MS = "com.microsoft"
 f32 = np.float32
 f64 = np.float64
-U8S = frozenset({U8})
 F32S = frozenset({F32})
+F8E4M3FN, F8E8M0 = 17, 24  # ONNX element types of the fp8 / MXFP4 operands
+# QMoE's schema types (onnxruntime 1.32): weights and zero points T1, scales T2. Wider than what the
+# reference runs so that a node of another quant type reaches `_claim_qmoe`, whose reason names the
+# quant type rather than an operand's element type.
+QMOE_T1 = frozenset({U8, F8E4M3FN})
+QMOE_T2 = FLOATS | {F8E4M3FN, F8E8M0}
 
 
 # ---- QMoE ------------------------------------------------------------------------------------
@@ -36,13 +42,34 @@ F32S = frozenset({F32})
 #    GEMM; block-wise 8-bit weights (any level) and 4-bit at level 4 run MLAS's int8-activation
 #    GEMM when the weights are constant (see MatMulNBits; the reference quantizes each GEMM's input
 #    rows exactly as MLAS does). fp32 math throughout, f16 in and out converted once.
+#    Scales may be f32 or f16 whatever the activations' type (ORT converts them to f32 first).
 # Because fc2's int8 input is fc1's f32 output after the activation, a difference of an f32 ulp
 # there (ORT's own summation order, MLAS's logistic) can move a value across an int8 rounding
 # boundary: the int8 paths agree with ORT up to such single-code flips.
+#
+# The other quant types of the schema ('fp4' = MXFP4, 'nvfp4', 'wfp4afp8', 'fp8') have no CPU
+# implementation in ORT 1.32 (its kernels are CUDA's), so there is no oracle and hipep refuses
+# them. Measured on the CPU EP: its QMoE kernel never reads quant_type or inputs 15-20 -- a node
+# with any quant_type (even an unknown one) and f32/f16 scales computes exactly the 'int' result;
+# with the schema's block scales (float8e8m0 for MXFP4, float8e4m3fn for NVFP4) it fails reading
+# them as floats ("Tensor type mismatch", at session creation for constant scales, else at run
+# time); and float8e4m3fn weights (fp8) have no CPU kernel registered at all.
 
 _QMOE_ACTS = ("relu", "gelu", "silu", "swiglu", "identity")
+# The schema's non-integer quant types, in words (for the claim's reason).
+_QMOE_FP_TYPES = {
+    "fp4": "MXFP4: e2m1 weights with float8e8m0 block scales",
+    "nvfp4": "NVFP4: e2m1 weights with float8e4m3fn block scales",
+    "wfp4afp8": "MXFP4 weights with fp8 activations",
+    "fp8": "float8e4m3fn weights",
+}
+_QMOE_FLOAT_OPERANDS = ((3, "fc1_scales"), (6, "fc2_scales"))
+_QMOE_BYTE_OPERANDS = ((2, "fc1_experts_weights"), (5, "fc2_experts_weights"), (11, "fc1_zero_points"),
+                       (12, "fc2_zero_points"))
 _QMOE_FC3 = (8, 9, 10, 13)         # fc3 weights/scales/bias/zero points: not run by ORT's CPU EP
 _QMOE_FP_ONLY = tuple(range(15, 21))  # global / activation scales of the fp4/fp8 quant types
+_QMOE_FP_NAMES = ("fc1_global_scale", "fc2_global_scale", "fc1_act_scale", "fc2_act_scale",
+                  "fc1_act_block_scale", "fc2_act_block_scale")
 
 
 def _qmoe_bits(attrs):
@@ -249,8 +276,23 @@ def _qmoe_shape(types, values, attrs, num_outputs):
 
 
 def _claim_qmoe(node, graph, attrs):
-    if attrs["quant_type"] != "int":
-        return f"attribute quant_type='{attrs['quant_type']}' is not supported (only 'int')"
+    """quant_type 'int' only (uint8 weights, f32/f16 scales): ORT's CPU EP runs no other quant type."""
+    qt = attrs["quant_type"]
+    if qt != "int":
+        if qt in _QMOE_FP_TYPES:
+            return (f"attribute quant_type='{qt}' ({_QMOE_FP_TYPES[qt]}) is not supported: ORT's CPU EP, "
+                    f"hipep's reference, has no kernel for it (it computes 'int' whatever quant_type says), "
+                    f"so there is no oracle")
+        return (f"attribute quant_type='{qt}' is not supported (only 'int'; the schema also names "
+                f"{', '.join(_QMOE_FP_TYPES)})")
+    for i, what in _QMOE_BYTE_OPERANDS:
+        if has_input(node, i) and graph.type_of(node.inputs[i]).elem_type != U8:
+            return (f"input {i} {what} is {elem_type_name(graph.type_of(node.inputs[i]).elem_type)}; "
+                    f"quant_type 'int' takes packed uint8")
+    for i, what in _QMOE_FLOAT_OPERANDS:
+        if has_input(node, i) and graph.type_of(node.inputs[i]).elem_type not in FLOATS:
+            return (f"input {i} {what} is {elem_type_name(graph.type_of(node.inputs[i]).elem_type)}; "
+                    f"quant_type 'int' takes f32 or f16 scales")
     bits = _qmoe_bits(attrs)
     if bits not in (4, 8):
         return f"attribute expert_weight_bits={bits} is not supported (4 or 8)"
@@ -272,7 +314,8 @@ def _claim_qmoe(node, graph, attrs):
             return "fc3 (unfused gated projection) inputs are not supported (ORT's CPU EP does not run them)"
     for i in _QMOE_FP_ONLY:
         if has_input(node, i):
-            return f"input {i} (global / activation scales of the fp4/fp8 quant types) is not supported"
+            return (f"input {i} ({_QMOE_FP_NAMES[i - _QMOE_FP_ONLY[0]]}, a scale of the fp4/fp8 quant types) "
+                    f"is not supported with quant_type 'int'")
     for i, what in ((3, "fc1_scales"), (5, "fc2_experts_weights"), (6, "fc2_scales")):
         if not has_input(node, i):
             return f"input {what} is required for quant_type 'int'"
@@ -287,9 +330,9 @@ def _claim_qmoe(node, graph, attrs):
     return None
 
 
-register(OpDef("QMoE", (1,), ("T", "T", "T1", "T", "T", "T1", "T", "T", "T1", "T", "T", "T1", "T1", "T1", "T",
-                           "T4", "T4", "T4", "T4", "T", "T"), ("T",),
-               {"T": FLOATS, "T1": U8S, "T4": F32S}, _qmoe,
+register(OpDef("QMoE", (1,), ("T", "T", "T1", "T2", "T", "T1", "T2", "T", "T1", "T2", "T", "T1", "T1", "T1", "T",
+                           "T4", "T4", "T4", "T4", "T2", "T2"), ("T",),
+               {"T": FLOATS, "T1": QMOE_T1, "T2": QMOE_T2, "T4": F32S}, _qmoe,
                attributes={"weights_prepacked": -1, "k": 1, "block_size": None, "swiglu_limit": None,
                            "fc1_expert_weight_bits": None, "fc2_expert_weight_bits": None,
                            "fc3_expert_weight_bits": None, "accuracy_level": 0, "quant_type": "int",

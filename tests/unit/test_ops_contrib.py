@@ -279,8 +279,10 @@ def pack(q, bits):
 
 
 def qmoe_inputs(bits, bs, act, dtype=f32, zp=False, bias=True, k=2, extra=None, router_weights=False,
-                shape=(5,), E=4, H=64, I=32):
-    """(inputs, attrs, id) of a QMoE node with random quantized experts."""
+                shape=(5,), E=4, H=64, I=32, scale_dtype=None):
+    """(inputs, attrs, id) of a QMoE node with random quantized experts (scales of `scale_dtype`,
+    default the activations' type)."""
+    sdt = dtype if scale_dtype is None else scale_dtype
     n1 = I * (2 if act == "swiglu" else 1)
     ins = [N(*shape, H, dtype=dtype), N(int(np.prod(shape)), E, dtype=dtype)]
     weights = {}
@@ -288,7 +290,7 @@ def qmoe_inputs(bits, bs, act, dtype=f32, zp=False, bias=True, k=2, extra=None, 
         nb = cols // bs if bs else 1
         weights[name] = W(pack(RNG.integers(0, 2 ** bits, size=(E, rows, cols)), bits))
         scale = 2.0 ** (4 - bits)  # weights of about +-0.15 for 4 and 8 bits alike
-        weights[name + "_s"] = W(U(0.005 * scale, 0.02 * scale, *((E, rows, nb) if bs else (E, rows)), dtype=dtype))
+        weights[name + "_s"] = W(U(0.005 * scale, 0.02 * scale, *((E, rows, nb) if bs else (E, rows)), dtype=sdt))
         weights[name + "_b"] = W(N(E, rows, dtype=dtype, scale=0.1)) if bias else None
         if zp:
             per = 8 // bits
@@ -308,6 +310,7 @@ def qmoe_inputs(bits, bs, act, dtype=f32, zp=False, bias=True, k=2, extra=None, 
         attrs["block_size"] = bs
     attrs.update(extra or {})
     return ins, attrs, (f"QMoE-b{bits}-bs{bs}-{act}-{np.dtype(dtype).name}{'-zp' if zp else ''}"
+                        f"{'' if sdt == dtype else '-scales_' + np.dtype(sdt).name}{'' if E == 4 else f'-k{k}-E{E}'}"
                         f"{'-rw' if router_weights else ''}{''.join(f'-{k}{v}' for k, v in (extra or {}).items())}")
 
 
@@ -327,6 +330,18 @@ qmoe_case(4, 0, "silu", router_weights=True, k=1)
 qmoe_case(4, 0, "relu", router_weights=True, extra={"normalize_routing_weights": 0})
 qmoe_case(4, 32, "silu", dtype=f16, shape=(2, 3))
 qmoe_case(8, 32, "swiglu", dtype=f16)
+# Scales of the other float type than the activations (ORT converts them to f32 first).
+qmoe_case(4, 32, "silu", scale_dtype=f16)
+qmoe_case(8, 32, "relu", scale_dtype=f16)                                      # int8 activations
+qmoe_case(4, 0, "gelu", dtype=f16, scale_dtype=f32, zp=True)
+# gpt-oss as onnxruntime-genai's builder writes it for the CPU EP (moe_quant_type int4 / int8: the
+# MXFP4 checkpoint dequantized and requantized to 'int'): block-wise symmetric experts, scales of
+# the model's I/O type, fused interleaved SwiGLU with limit 7, alpha 1.702, beta 1, top-4.
+GPT_OSS = {"swiglu_limit": 7.0, "activation_alpha": 1.702, "activation_beta": 1.0}
+qmoe_case(4, 32, "swiglu", k=4, E=8, shape=(7,), extra=GPT_OSS)
+qmoe_case(4, 32, "swiglu", k=1, E=8, shape=(2, 3), extra=GPT_OSS)
+qmoe_case(4, 32, "swiglu", dtype=f16, k=4, E=8, shape=(7,), extra=GPT_OSS)
+qmoe_case(8, 32, "swiglu", k=4, E=8, shape=(7,), extra=GPT_OSS)
 
 
 # ---- MoE (float experts) -----------------------------------------------------------------------
