@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import onnxruntime as ort
 
 ORT_VERSION = tuple(int(p) for p in ort.__version__.split(".")[:2])
+FOLLOWED = (1, 32)  # the release whose CPU kernels hipep's references mirror
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """com.microsoft MoE with float experts and QMoE with 4- and 8-bit ones on the CUDA device
 (kernels/moe.hip), end to end: single-node models through hipep.InferenceSession(device="cuda"),
-every node claimed, compared with ONNX Runtime's CPU EP over three runs (first run, bound replay,
+every node claimed, compared with ONNX Runtime's CPU EP (before 1.32, whose kernels the references
+mirror, with hipep's CPU reference device: gpu_checks.reference_outputs) over three runs (first run, bound replay,
 CUDA graph replay): gpt-oss's fused SwiGLU with a limit and the other activations, routing with and
 without normalization (QMoE: and with router_weights), a decode step's one token and a prefill's
 several, gpt-oss-sized experts; QMoE's row-wise and block-wise scales, with and without zero points,
@@ -47,14 +48,14 @@ def test_moe(act, k, extra, shape, dtype):
     ins, attrs, _ = moe_inputs(act, dtype=dtype, k=k, extra=extra, shape=shape, E=8, H=256, I=128)
     model, feeds = _model(ins, attrs)
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-2, atol=1e-2)
-    check_on_cuda(model, feeds, claimed=True, tol=tol)
+    check_on_cuda(model, feeds, claimed=True, tol=tol, newest=True)
 
 
 def test_moe_gpt_oss_sized_experts():
     """gpt-oss-20b's expert sizes (hidden 2880, intermediate 2880), 4 of 8 experts, one token."""
     ins, attrs, _ = moe_inputs("swiglu", dtype=np.float16, k=4, extra=GPT_OSS, shape=(1,), E=8, H=2880, I=2880)
     model, feeds = _model(ins, attrs)
-    check_on_cuda(model, feeds, claimed=True, tol=dict(rtol=1e-2, atol=1e-2))
+    check_on_cuda(model, feeds, claimed=True, tol=dict(rtol=1e-2, atol=1e-2), newest=True)
 
 
 LEVEL4 = {"accuracy_level": 4}
@@ -77,7 +78,7 @@ def test_qmoe(bits, bs, act, zp, k, extra, shape, rw, dtype):
                                 E=8, H=256, I=128)
     model, feeds = _model(ins, attrs, "QMoE")
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-2, atol=1e-2)
-    check_on_cuda(model, feeds, claimed=True, tol=tol)
+    check_on_cuda(model, feeds, claimed=True, tol=tol, newest=True)
 
 
 def test_qmoe_gpt_oss_sized_experts():
@@ -86,4 +87,4 @@ def test_qmoe_gpt_oss_sized_experts():
     ins, attrs, _ = qmoe_inputs(4, 32, "swiglu", dtype=np.float16, zp=True, k=4, extra=GPT_OSS, shape=(1,), E=8,
                                 H=2880, I=2880)
     model, feeds = _model(ins, attrs, "QMoE")
-    check_on_cuda(model, feeds, claimed=True, tol=dict(rtol=1e-2, atol=1e-2))
+    check_on_cuda(model, feeds, claimed=True, tol=dict(rtol=1e-2, atol=1e-2), newest=True)

@@ -148,7 +148,7 @@ def gqa_inputs(rng, batch=1, seq=4, total=None, past=None, capacity=None, lens=N
            U(rng, batch, kv_heads, capacity, head, dtype=dtype),
            np.array([n - 1 for n in lens], i32), np.array(total, i32)]
     if rotary is not None:
-        angles = rng.uniform(0, 6, (32, rotary // 2))
+        angles = rng.uniform(0, 6, (max(32, total), rotary // 2))  # a row for every position
         ins += [np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)]
     else:
         ins += [None, None]
