@@ -320,7 +320,14 @@ HIPEP_DEVICE void hipep_mnb_gemv_row(const T* HIPEP_RESTRICT A, const unsigned c
 // 21.5). Within one wave the kernel above is faster (its launches overlap better: 4096 x 4096,
 // 4.9 us against 5.9), so the binding picks this one only past a wave. The sums are the kernel
 // above's, chunk for chunk in the same order (hipep_mnb_row_chunk): the same bits.
-template <typename T, bool Q8, int U, bool ZP>
+//
+// SPLIT > 1 (h2, grids of at most half a wave: the ~1.1B model's down and o projections, 256 blocks
+// on 132 SMs): SPLIT warps share a column, each on its own run of U * warp size chunks, so twice
+// the loads are in flight on an SM that would otherwise hold two blocks; the warps' sums meet in
+// shared memory, in warp order (measured on the H200, down 8192 -> 2048 fp16: 5.6 us against the
+// tiled kernel's 7.7, benchmarks/results/2026-12-02-gemv-study-h200.md). Its sums are the tiled
+// kernel's over other groupings of the chunks: not the same bits.
+template <typename T, bool Q8, int U, bool ZP, int SPLIT = 1>
 HIPEP_DEVICE void hipep_mnb_gemv_row1(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
                                       const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
                                       const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
@@ -328,13 +335,15 @@ HIPEP_DEVICE void hipep_mnb_gemv_row1(const T* HIPEP_RESTRICT A, const unsigned 
   HIPEP_DYNAMIC_SHARED(float4, hipep_mnb_smem4);
   unsigned char* smem = reinterpret_cast<unsigned char*>(hipep_mnb_smem4);
   const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
-  const hipep_i64 n = (hipep_i64)blockIdx.x * MNB_WARPS + warp;
+  const int part = warp % SPLIT;  // this warp's run of chunks within its column
+  const hipep_i64 n = (hipep_i64)blockIdx.x * (MNB_WARPS / SPLIT) + warp / SPLIT;
   hipep_mnb_row_col<T> col = hipep_mnb_row_col_at<T>(B, scales, zp, n, a);
   if (!ZP) col.zp = nullptr;  // known when compiling: no zero-point loads, no registers for them
   const int chunks = (int)(a.k_pad >> 5);
+  const int first = part * U * HIPEP_WARP_SIZE + lane;
   uint4 q[U];
   float qs[U], qz[U];
-  hipep_mnb_row_load<T, U>(q, qs, qz, col, lane, chunks, a.log2_bs);  // the whole row's share: one round
+  hipep_mnb_row_load<T, U>(q, qs, qz, col, first, chunks, a.log2_bs);  // the warp's share of the row: one round
   hipep_grid_wait();  // A, and Y's memory, belong to earlier kernels of the stream
   // one word of A a thread in flight where a block's threads cover the row in one pass (U <= 2)
   if constexpr (Q8) {
@@ -346,10 +355,18 @@ HIPEP_DEVICE void hipep_mnb_gemv_row1(const T* HIPEP_RESTRICT A, const unsigned 
   float acc = 0.0f;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    const int ch = lane + u * HIPEP_WARP_SIZE;
+    const int ch = first + u * HIPEP_WARP_SIZE;
     if (ch < chunks) acc = hipep_mnb_row_chunk<Q8>(acc, q[u], qs[u], qz[u], smem, chunks, ch, a.log2_bs);
   }
   acc = hipep_warp_sum(acc);
+  if constexpr (SPLIT > 1) {
+    __shared__ float partial[MNB_WARPS];
+    if (lane == 0) partial[warp] = acc;
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (int p = 1; p < SPLIT; ++p) acc += partial[warp + p];
+  }
   if (lane == 0 && col.live) {
     const float b = bias != 0 ? hipep_to_float(hipep_ld_stream(bias + n)) : 0.0f;
     Y[n] = hipep_from_float<T>(acc + b);
@@ -371,6 +388,14 @@ HIPEP_DEVICE void hipep_mnb_gemv_row1(const T* HIPEP_RESTRICT A, const unsigned 
   HIPEP_MNB_ROW1_ONE(VARIANT, NAME, T, Q8, 2, true, _zp, B2)  \
   HIPEP_MNB_ROW1_ONE(VARIANT, NAME, T, Q8, 4, true, _zp, B4)
 HIPEP_MNB_ROW1(h2, f16, hipep_half, false, 8, 8, 5)
+// K split between two warps of a column (h2 only: what was measured)
+#define HIPEP_MNB_ROW1_SPLIT(U, ZP, SUFFIX, MIN_BLOCKS)                                              \
+  HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, MIN_BLOCKS)                        \
+      hipep_mnb_gemv_row1_h2_f16_b4_u##U##_s2##SUFFIX(HIPEP_MNB_PARAMS(hipep_half)) {                 \
+    hipep_mnb_gemv_row1<hipep_half, false, U, ZP, 2>(A, B, scales, zp, bias, Y, a);                   \
+  }
+HIPEP_MNB_ROW1_SPLIT(1, false, , 8) HIPEP_MNB_ROW1_SPLIT(2, false, , 8) HIPEP_MNB_ROW1_SPLIT(4, false, , 5)
+HIPEP_MNB_ROW1_SPLIT(1, true, _zp, 8) HIPEP_MNB_ROW1_SPLIT(2, true, _zp, 8) HIPEP_MNB_ROW1_SPLIT(4, true, _zp, 5)
 HIPEP_MNB_ROW1(q8, f32, float, true, 8, 6, 4)
 HIPEP_MNB_ROW1(q8, f16, hipep_half, true, 8, 6, 4)
 HIPEP_MNB_ROW1(q8, bf16, hipep_bf16, true, 8, 6, 4)

@@ -224,6 +224,10 @@ def gemv_rows(m: int) -> int:
 # Blocks of hipep_mnb_gemv_row_* resident per SM (its __launch_bounds__): a grid past this many per
 # SM runs in several waves.
 ROW_BLOCKS_PER_SM = 4
+# K split between two warps of a column where the grid is at most half a wave, from this many
+# chunks of the row a lane on: shorter rows gain nothing measurable (the o projection, 2 chunks a
+# lane, 8 %; the down projection, 8, 28 %).
+SPLIT_MIN_CHUNKS_PER_LANE = 2
 
 
 def _mnb_row_op(a_ptr, B, scales, zp, bias, y, layout: MatMulNBitsArgs, bits, dt, target):
@@ -250,11 +254,19 @@ def _mnb_row_op(a_ptr, B, scales, zp, bias, y, layout: MatMulNBitsArgs, bits, dt
     weights = all(w is None or w.constant for w in (B, scales, zp))
     ws, variant = target.warp_size, "q8" if quant_a else "h2"
     entry = f"hipep_mnb_gemv_row_{variant}_{dt}_b4"
+    zp_suffix = '_zp' if layout.zp_mode == 1 else ''
     if tile_chunks == chunks and chunks <= 4 * ws and grid[0] > ROW_BLOCKS_PER_SM * target.sm_count:
         # Past one wave of the kernel's blocks, rows of one round of loads a lane take the variant
         # with fewer registers (hipep_mnb_gemv_row1: more blocks resident, more loads in flight).
         u = next(u for u in (1, 2, 4) if u * ws >= chunks)
-        entry = f"hipep_mnb_gemv_row1_{variant}_{dt}_b4_u{u}{'_zp' if layout.zp_mode == 1 else ''}"
+        entry = f"hipep_mnb_gemv_row1_{variant}_{dt}_b4_u{u}{zp_suffix}"
+    elif (variant == "h2" and tile_chunks == chunks and SPLIT_MIN_CHUNKS_PER_LANE * ws <= chunks <= 8 * ws
+          and 2 * grid[0] <= ROW_BLOCKS_PER_SM * target.sm_count):
+        # A grid of at most half a wave and rows of several chunks a lane (the down and o
+        # projections of decoding): two warps a column, each with one round of loads over its half.
+        u = next(u for u in (1, 2, 4) if 2 * u * ws >= chunks)
+        grid = (_cdiv(layout.n, GEMV_WARPS // 2), 1, 1)
+        entry = f"hipep_mnb_gemv_row1_h2_{dt}_b4_u{u}_s2{zp_suffix}"
     return KernelOp(entry, grid, (GEMV_WARPS * ws, 1, 1), params, module="matmul_nbits_row",
                     smem=row_smem(tile_chunks, bs, bool(quant_a)), overlaps_previous=weights)
 

@@ -150,6 +150,7 @@ def test_every_quantized_entry_point_exists(cubins):
     names |= {("matmul_nbits_row", "hipep_mnb_gemv_row_h2_f16_b4")}
     names |= {("matmul_nbits_row", f"hipep_mnb_gemv_row1_{v}_b4_u{u}{z}") for u in (1, 2, 4) for z in ("", "_zp")
               for v in ("h2_f16", "q8_f32", "q8_f16", "q8_bf16")}
+    names |= {("matmul_nbits_row", f"hipep_mnb_gemv_row1_h2_f16_b4_u{u}_s2{z}") for u in (1, 2, 4) for z in ("", "_zp")}
     names |= {("gather_block_quantized", f"hipep_gbq_{t}_b{b}_{i}{w}") for t in ("f32", "f16", "bf16")
               for b in (2, 4, 8) for i in ("i32", "i64") for w in ("", "_w4")}
     assert {"matmul_nbits", "matmul_nbits_row", "gather_block_quantized"} <= set(gk.modules())
@@ -239,8 +240,9 @@ def test_row_gemv_loads_weights_before_it_waits_for_the_previous_kernel(arch):
     the weights are ld.global.cs (ahead of the wait where the code puts them), A ld.global.cg
     (coherent, after the wait)."""
     bodies = _entry_bodies(_ptx("matmul_nbits_row", arch))
-    # the tiled kernel's q8 f32/f16/bf16 and h2 f16; row1's the same with 1, 2, 4 chunks a lane, zero points or not
-    assert len(bodies) == 4 + 4 * 6
+    # the tiled kernel's q8 f32/f16/bf16 and h2 f16; row1's the same with 1, 2, 4 chunks a lane, zero points or
+    # not; row1's h2 with K split between two warps, the same six
+    assert len(bodies) == 4 + 4 * 6 + 6
     for entry, body in bodies.items():
         if arch == "compute_80":
             assert "griddepcontrol" not in body, entry

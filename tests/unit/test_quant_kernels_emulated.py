@@ -82,11 +82,12 @@ def _emulate_mnb(mem: Memory, op: gk.KernelOp) -> None:
         _emulate_mnb_a_int8(rd, op, _QT[q.group(1)])
         return
     # hipep_mnb_gemv_row1_h2_*: the same sums in the same order over a row staged whole
-    r = re.fullmatch(r"hipep_mnb_gemv_row1?_(q8|h2)_(f32|f16|bf16)_b4(?:_u[124](?:_zp)?)?", op.entry)
+    # hipep_mnb_gemv_row1_h2_*_s2: two warps a column, U chunks a lane each
+    r = re.fullmatch(r"hipep_mnb_gemv_row1?_(q8|h2)_(f32|f16|bf16)_b4(?:_u([124])(_s2)?(?:_zp)?)?", op.entry)
     if r:
         assert len(op.params) == 7 and (r.group(1) == "q8") == bool(op.params[6].int8_a)
         _emulate_mnb_gemv_row(rd, op, op.params[6], r.group(1) == "q8", _QT[r.group(2)],
-                              *[v.value for v in op.params[:6]])
+                              *[v.value for v in op.params[:6]], split_u=int(r.group(3)) if r.group(4) else 0)
         return
     m = re.fullmatch(r"hipep_mnb_(gemv|gemm)_(f32|f16|bf16)_b([48])(?:_m([1248])(?:_c4)?)?", op.entry)
     assert m, op.entry
@@ -227,7 +228,7 @@ def _emulate_mnb_gemv(rd, op, a, m_t, bits, dt, A, B, S, Z, bias, Y):
                     rd.put(Y, mm * a.n + n, dt, total[mm, c] + b)
 
 
-def _emulate_mnb_gemv_row(rd, op, a, q8, dt, A, B, S, Z, bias, Y):
+def _emulate_mnb_gemv_row(rd, op, a, q8, dt, A, B, S, Z, bias, Y, split_u=0):
     """hipep_mnb_gemv_row_*: the staged tile of A (q8: int8 codes per block, the block's scale and
     each chunk's code sum; h2: fp16 values), 16-byte chunks of B (32 values of one block) per lane,
     and per chunk either the exact integer dot product (q8) or the half2 partial sums, each HFMA2
@@ -238,8 +239,8 @@ def _emulate_mnb_gemv_row(rd, op, a, q8, dt, A, B, S, Z, bias, Y):
     assert q8 or dt == np.float16
     tcm = a.k_tile // 32
     assert a.k_tile % bs == 0 and op.smem == gq.row_smem(tcm, bs, q8) <= 48 * 1024
-    assert a.k_split == 1 and op.grid[0] * warps >= a.n  # a warp per output column
-    groups, cols = warps, 1
+    groups, cols = (warps // 2 if split_u else warps), 1  # a warp (split: two) per output column
+    assert a.k_split == 1 and op.grid[0] * groups >= a.n
     e = np.dtype(dt).itemsize
     f32 = np.float32
     for bx in range(op.grid[0]):
@@ -261,10 +262,16 @@ def _emulate_mnb_gemv_row(rd, op, a, q8, dt, A, B, S, Z, bias, Y):
                             rd.raw(A + k0 * e, 16, 16)  # one aligned 16-byte load of 8 halves
                 halves = vals.astype(np.float16)
             for warp in range(warps):
-                group, split = warp % groups, warp // groups
+                if split_u:  # warps 2g and 2g + 1: the first and the second run of split_u * 32 chunks
+                    group, run = warp // 2, warp % 2
+                else:
+                    group, split = warp % groups, warp // groups
                 col0 = (bx * groups + group) * cols
                 for lane in range(32):
-                    for ch in range(split * 32 + lane, tile_chunks, 32 * a.k_split):
+                    chunks_of_lane = ([c for c in range(run * split_u * 32 + lane, (run + 1) * split_u * 32, 32)
+                                       if c < tile_chunks] if split_u else
+                                      range(split * 32 + lane, tile_chunks, 32 * a.k_split))
+                    for ch in chunks_of_lane:
                         kv = kt + ch * 32
                         blk = kv >> a.log2_bs
                         for c in range(cols):
@@ -290,7 +297,8 @@ def _emulate_mnb_gemv_row(rd, op, a, q8, dt, A, B, S, Z, bias, Y):
                             acc[warp, lane, c] = f32(acc[warp, lane, c] + s * part)
         for group in range(groups):
             col0 = (bx * groups + group) * cols
-            total = acc[group::groups].astype(np.float64).sum(axis=(0, 1))
+            mine = acc[2 * group:2 * group + 2] if split_u else acc[group::groups]
+            total = mine.astype(np.float64).sum(axis=(0, 1))
             for c in range(cols):
                 n = col0 + c
                 if n < a.n:
@@ -489,7 +497,8 @@ def test_matmul_nbits_gemv_tiles_hold_whole_blocks(monkeypatch):
 
 @pytest.mark.parametrize("k,n,bs,dtype,zp_kind,level,want", [
     (4096, 16, 32, np.float32, "none", 4, "q8_f32"),     # the builder's int4 decoders: f32 A, level 4
-    (2048, 24, 128, np.float16, "uint8", 0, "h2_f16"),   # fp16 A at level 0, packed zero points
+    (1024, 24, 128, np.float16, "uint8", 0, "h2_f16"),   # fp16 A at level 0, packed zero points
+    # (fp16 rows of 2+ chunks a lane in a grid of at most half a wave: K split, test_quant_kernels_on_host)
     (512, 8, 64, ml_dtypes.bfloat16, "uint8", 4, "q8_bf16"),
     (512, 8, 64, ml_dtypes.bfloat16, "uint8", 0, None),  # bf16 at level 0: f32 arithmetic, general GEMV
     (512, 8, 16, np.float16, "none", 0, None),           # block 16: a chunk spans two blocks

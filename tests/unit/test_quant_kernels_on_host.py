@@ -106,12 +106,27 @@ def test_row_gemv_past_one_wave_on_host(matmul_nbits, k, n, bs, dtype, zp_kind, 
 
 @pytest.mark.parametrize("dtype,level", [(np.float16, 0), (np.float32, 4)])
 def test_row_gemv_variants_give_the_same_bits_on_host(matmul_nbits, dtype, level):
-    """The tiled row GEMV (one wave on 132 SMs) and hipep_mnb_gemv_row1 (past a wave on one SM) on
-    the same case: the same sums in the same order, so the same bits."""
-    tiled, _, entries_tiled = _run(matmul_nbits, 1, 2048, 40, 32, dtype, "uint8", level, True, seed=3)
+    """The tiled row GEMV (one wave on 2 SMs) and hipep_mnb_gemv_row1 (past a wave on one SM) on the
+    same case: the same sums in the same order, so the same bits."""
+    tiled, _, entries_tiled = _run(matmul_nbits, 1, 2048, 40, 32, dtype, "uint8", level, True, seed=3, sm_count=2)
     lean, _, entries_lean = _run(matmul_nbits, 1, 2048, 40, 32, dtype, "uint8", level, True, seed=3, sm_count=1)
     assert "_row_" in entries_tiled[0] and "_row1_" in entries_lean[0]
     np.testing.assert_array_equal(lean, tiled)
+
+
+@pytest.mark.parametrize("k,n,bs,zp_kind,with_bias,entry", [
+    (2048, 40, 32, "none", True, "hipep_mnb_gemv_row1_h2_f16_b4_u1_s2"),        # the o projection's rows
+    (8192, 20, 32, "uint8", False, "hipep_mnb_gemv_row1_h2_f16_b4_u4_s2_zp"),   # the down projection's
+    (4000, 37, 32, "uint8", True, "hipep_mnb_gemv_row1_h2_f16_b4_u2_s2_zp"),    # K short of K_pad, N % 4 != 0
+    (3000, 13, 64, "none", False, "hipep_mnb_gemv_row1_h2_f16_b4_u2_s2"),       # a last half of fewer chunks
+])
+def test_row_gemv_split_between_two_warps_on_host(matmul_nbits, k, n, bs, zp_kind, with_bias, entry):
+    """fp16 rows of several chunks a lane in a grid of at most half a wave (132 SMs): two warps a
+    column, their sums met in shared memory (the registry reference's tolerance)."""
+    got, want, entries = _run(matmul_nbits, 1, k, n, bs, np.float16, zp_kind, 0, with_bias)
+    assert entries == [entry]
+    err = np.abs(got.astype(np.float64) - want.astype(np.float64)).max() / np.abs(want.astype(np.float64)).max()
+    assert err < 1e-2, (entry, err)
 
 
 def test_row_gemv_long_k_tiles_on_host(matmul_nbits, monkeypatch):
