@@ -25,6 +25,19 @@ class MoeArgs(ctypes.Structure):
                 + [(n, ctypes.c_float) for n in ("limit", "alpha", "beta")])
 
 
+def _k_and_type(op: str, attrs, experts: int, x) -> tuple[int, str]:
+    """The node's k, checked against the experts and the routing's limit, and the kernels' type name."""
+    k = int(attrs.get("k", 1))
+    if not 1 <= k <= experts:
+        raise HipepError(f"{op}: k={k} must be between 1 and the number of experts {experts}")
+    if k > MOE_MAX_K:
+        raise NoKernel(f"{op} with k={k} (at most {MOE_MAX_K})")
+    dt = _DT.get(x.dtype.name)
+    if dt is None:
+        raise NoKernel(f"{op} on {x.dtype.name}")
+    return k, dt
+
+
 def _moe_check(attrs, dtypes, shapes, values):
     dtypes = list(dtypes or [])
     present = [d for d in dtypes[:6] if d]
@@ -54,14 +67,7 @@ def _moe_bind(ins, outs, attrs, target):
             or tuple(router.shape) != (tokens, experts)):
         raise HipepError(f"{op}: fc1 {list(w1.shape)}, fc2 {list(w2.shape)} and router_probs {list(router.shape)} "
                          f"do not fit the input {list(x.shape)}")
-    k = int(attrs.get("k", 1))
-    if not 1 <= k <= experts:
-        raise HipepError(f"{op}: k={k} must be between 1 and the number of experts {experts}")
-    if k > MOE_MAX_K:
-        raise NoKernel(f"{op} with k={k} (at most {MOE_MAX_K})")
-    dt = _DT.get(x.dtype.name)
-    if dt is None:
-        raise NoKernel(f"{op} on {x.dtype.name}")
+    k, dt = _k_and_type(op, attrs, experts, x)
     if tokens == 0 or y is None:
         return []
     limit = attrs.get("swiglu_limit")
@@ -158,14 +164,7 @@ def _qmoe_bind(ins, outs, attrs, target):
         _qmoe_operand(op, z, experts * (rows * -(-nb // per) if bs else -(-rows // per)), f"{what}_zero_points")
         _qmoe_operand(op, b, experts * rows, f"{what}_experts_bias")
     _qmoe_operand(op, rw, tokens * experts, "router_weights")
-    k = int(attrs.get("k", 1))
-    if not 1 <= k <= experts:
-        raise HipepError(f"{op}: k={k} must be between 1 and the number of experts {experts}")
-    if k > MOE_MAX_K:
-        raise NoKernel(f"{op} with k={k} (at most {MOE_MAX_K})")
-    dt = _DT.get(x.dtype.name)
-    if dt is None:
-        raise NoKernel(f"{op} on {x.dtype.name}")
+    k, dt = _k_and_type(op, attrs, experts, x)
     if tokens == 0 or y is None:
         return []
     limit = attrs.get("swiglu_limit")
