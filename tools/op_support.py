@@ -97,6 +97,8 @@ def _cuda(op) -> str:
     """What runs the op on the CUDA device (hipep.runtime.gpu_kernels' table: plain Python)."""
     from hipep.runtime import gpu_kernels
 
+    if op.control_flow and op.op_type == "If" and op.domain in ("", "ai.onnx"):
+        return "branch"  # the branch its shape condition picks, replayed in its place (hipep.partition)
     binding = gpu_kernels.binding_for(f"{op.domain}::{op.op_type}")
     if binding is None:
         return "none"
@@ -118,8 +120,9 @@ def registry_section() -> str:
              "Attributes marked * are required. The cuda column says what runs such a node on an NVIDIA GPU: "
              "a hand-written kernel (kernels/*.hip; the binding may still refuse some types, attributes or "
              "layouts, and the fallback report says which), a kernel generated from the op's pointwise "
-             "expression, a copy (view ops), or none: the node is then claimed on a GPU only as host work "
-             "computing integers (shape arithmetic), and left to other EPs otherwise.", "",
+             "expression, a copy (view ops), branch (an If whose condition follows from shapes runs the "
+             "kernels of the branch that condition picks), or none: the node is then claimed on a GPU only "
+             "as host work computing integers (shape arithmetic), and left to other EPs otherwise.", "",
              "| domain | op | since versions | element types | attributes | claim limits | cuda |",
              "|---|---|---|---|---|---|---|"]
     for op in ops:
