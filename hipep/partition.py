@@ -157,8 +157,7 @@ def device_claim(claim: Claim, device: str, refused: dict[int, str] | None = Non
         types = [graph.type_of(v) if v else None for v in node.inputs]
         dtypes = [_dtype_name(t) for t in types]
         # Symbolic dims (names) and unknown ones are None: the kernel table reads static extents only.
-        shapes = [None if t is None or t.shape is None else
-                  tuple(d if isinstance(d, int) and not isinstance(d, bool) else None for d in t.shape) for t in types]
+        shapes = _static_shapes(types)
         values = [graph.constant(v) if v else None for v in node.inputs]
         extent_only = set(op.extent_only_inputs)
         data_inputs = [v for i, v in enumerate(node.inputs) if v and i not in extent_only]
@@ -191,6 +190,12 @@ def device_claim(claim: Claim, device: str, refused: dict[int, str] | None = Non
     return claim_on_device
 
 
+def _static_shapes(types) -> list:
+    """Per input, its static extents (symbolic and unknown dims None), as the kernel table reads them."""
+    return [None if t is None or t.shape is None else
+            tuple(d if isinstance(d, int) and not isinstance(d, bool) else None for d in t.shape) for t in types]
+
+
 def _branch_kernel_reason(node: Node, device: str) -> str | None:
     """Why an If's branches cannot run on a GPU device, or None: every node of both branches
     (nested Ifs included) has a GPU kernel; Constant nodes are weights and need none."""
@@ -212,9 +217,7 @@ def _branch_kernel_reason(node: Node, device: str) -> str | None:
                     why = f"{inner.op_type} runs on the cpu device only"
                 else:
                     types = [body.type_of(v) if v else None for v in inner.inputs]
-                    shapes = [None if t is None or t.shape is None else
-                              tuple(d if isinstance(d, int) and not isinstance(d, bool) else None for d in t.shape)
-                              for t in types]
+                    shapes = _static_shapes(types)
                     why = kernel_reason(op_key(inner.domain or "", inner.op_type), resolve_attributes(op, inner),
                                         [_dtype_name(t) for t in types], shapes,
                                         [body.constant(v) if v else None for v in inner.inputs])
