@@ -56,6 +56,29 @@ HIPEP_DEVICE int hipep_dp4a(int a, int b, int c) {
 #define MNB_ROW_STAGE_Q8 2
 #define MNB_ROW_STAGE_H2 2
 
+// 8 values of A from k0 as floats (zeros past K, or all zeros where !live). A comes from the kernel
+// ahead, which may still run when this one starts: coherent loads after the wait
+// (hipep_ld_produced), which reach L2 only. So a word is one or two 16-byte loads where A allows it
+// (a_vec: K % 8 == 0 and A 16-byte aligned, so every word is): eight 4-byte loads of one word would
+// each fetch the word's sector from L2 again, and every block stages all of A.
+template <typename T>
+HIPEP_DEVICE void hipep_mnb_row_load8(float v[8], const T* HIPEP_RESTRICT A, hipep_i64 k0, bool live,
+                                      const hipep_mnb_args& a) {
+  static_assert((sizeof(T) * 8) % 16 == 0, "a word of A is whole 16-byte loads");
+  if (live && a.a_vec && k0 + 8 <= a.k) {
+    constexpr int loads = (int)(sizeof(T) * 8 / 16);
+    uint4 raw[loads];
+#pragma unroll
+    for (int i = 0; i < loads; ++i) raw[i] = hipep_ld_produced(reinterpret_cast<const uint4*>(A + k0) + i);
+    const T* t = reinterpret_cast<const T*>(raw);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = hipep_to_float(t[j]);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = (live && k0 + j < a.k) ? hipep_to_float(hipep_ld_produced(A + k0 + j)) : 0.0f;
+}
+
 // q8 staging: thread t takes word w = t, t + blockDim.x, ... (8 values); the bs / 8 threads of a
 // block of A (an aligned group of lanes, bs <= 256) find its amax and code sum by shuffles.
 template <typename T, int P = MNB_ROW_STAGE_Q8>
@@ -72,11 +95,7 @@ HIPEP_DEVICE void hipep_mnb_row_stage_q8(unsigned char* smem, const T* HIPEP_RES
 #pragma unroll
     for (int i = 0; i < P; ++i) {
       const int w = w0 + i * blockDim.x + threadIdx.x;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const hipep_i64 k = kt + (hipep_i64)w * 8 + j;
-        v[i][j] = (w < words && k < a.k) ? hipep_to_float(hipep_ld_produced(A + k)) : 0.0f;
-      }
+      hipep_mnb_row_load8(v[i], A, kt + (hipep_i64)w * 8, w < words, a);
     }
 #pragma unroll
     for (int i = 0; i < P; ++i) {

@@ -253,6 +253,9 @@ def test_row_gemv_loads_weights_before_it_waits_for_the_previous_kernel(arch):
         assert body.index("ld.global.cs") < wait, entry          # the first loads of B
         assert "ld.global" not in body[:wait].replace("ld.global.cs", ""), entry  # A only after the wait
         assert "ld.global.cg" in body[wait:], entry              # A, coherent
+        # A's aligned words as 16-byte loads: scalar ld.global.cg loads of one word each fetch its
+        # sector from L2 again (L1 is bypassed), and every block stages all of A
+        assert "ld.global.cg.v4" in body[wait:], entry
 
 
 @needs_nvrtc
