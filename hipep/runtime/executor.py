@@ -40,6 +40,8 @@ from ..plan import MEMORY_SPACES, HostStep, If, Launch, Loop, Plan, Sync, walk
 from ..symbolic import _code as expr_code
 from ..symbolic import compile_exprs, compile_guards, evaluate, format_guard, symbols_of
 from .device import Device, GraphNode
+from .host_values import HostValues, exclusive_host_slots
+from .host_values import write as write_host_values
 from .interpreter import Interpreter, _check_plan, bound_weight
 from .kernels import kernel_of
 from .memory import ALIGN, round_up
@@ -82,6 +84,7 @@ class Executor:
             elif v.kind == "weight" and v.index < 0:
                 self._constants[vid] = bound_weight(plan, vid, weights)
         self._layout = _StaticLayout(plan)
+        self._exclusive_host = exclusive_host_slots(plan)  # host-visible roots with a slot of their own
         self._step_index = {id(step): i for i, step in enumerate(walk(plan.steps))}  # kernels' cache keys
         self._programs: dict[tuple, list[_Program]] = {}
         for data in plan.shape_programs:  # derived at compile time
@@ -313,12 +316,14 @@ class Executor:
         # specialization's bytes, and the arena has not moved since: nothing to reserve.
         if bound is None or bound[0] != context.generation:
             context.reserve(spec.arena_bytes)
-            graph, sites = self._capture(spec, context, inputs, outputs, env)
+            graph, sites, fills = self._capture(spec, context, inputs, outputs, env)
             patches = _patch_function(sites)
             # a device may take ORT's memory straight into the launches (CpuDevice.bind_replay)
             bind = getattr(self.device, "bind_replay", None)
-            bound = (context.generation, graph, patches, None if bind is None else bind(graph, sites, patches))
+            bound = (context.generation, graph, patches, None if bind is None else bind(graph, sites, patches), fills)
             spec.graphs[id(context)] = bound
+        if bound[4]:  # host steps' results that follow from the symbols (hipep.runtime.host_values)
+            write_host_values(bound[4], spec.program.host.values(env))
         ext_shapes = spec.program.external_shapes(env) if spec.program.external else ()
         if bound[3] is not None:
             bound[3](context.stream, inputs, outputs, ext_shapes)
@@ -352,9 +357,12 @@ class Executor:
             arrays[vid] = a
             return a
 
+        skipped = spec.program.host.skipped
         for index, step in spec.program.steps:
             if isinstance(step, Sync):
                 graph.nodes.append(GraphNode("sync", label=f"sync ({step.reason})"))
+                continue
+            if index in skipped:
                 continue
             label = step_label(step)
             node = GraphNode("launch" if isinstance(step, Launch) else "host", self._kernel(index, step, label),
@@ -363,7 +371,12 @@ class Executor:
             if isinstance(step, Launch):
                 node.grid, node.block, node.smem = _launch_config(step, node.args, plan)
             graph.nodes.append(node)
-        return graph, sites
+        fills = []
+        for vid, first, count in spec.program.host.targets:
+            a = arg(vid, None, -1)
+            host = a if isinstance(a, np.ndarray) else a.host_view()
+            fills.append((host.reshape(-1), first, count))
+        return graph, sites, fills
 
     def _value_array(self, vid, context: "_Context", inputs, outputs, env, spec: "_Specialization"):
         """A value's array after the run (for outputs that are copies)."""
@@ -445,6 +458,7 @@ class _Program:
         self._ext = compile_exprs([e for s in ext for e in s], symbols, "external_shapes")
         self.probe = _probe_function(plan, shape, value_guards, [idx[s] for s in self.layout_symbols], outs)
         self.steps, self.aliases = _taken_steps(plan, layout, shape.branches, ex._step_index)
+        self.host = HostValues(plan, self.steps, shape.host_values, symbols, ex._exclusive_host, layout.external)
 
     def output_shapes(self, env):
         return _split(self._outputs(env), self._out_ranks)

@@ -139,24 +139,30 @@ class ShapeProgram:
     guards: dict[tuple, bool]
     reads: tuple = ()  # (input position, element) pairs whose values are symbols
     branches: dict[tuple, bool] = field(default_factory=dict)  # branch_key(If) → then-branch taken
+    # value id → its elements (row-major) as expressions, for the integer results of host steps that
+    # follow from shapes alone (total_sequence_length = Cast(Shape(mask)[1])): the executor writes
+    # them from the run's symbols instead of running the steps (hipep.runtime.host_values)
+    host_values: dict[int, tuple] = field(default_factory=dict)
     symbols: list[str] = field(default_factory=list)
 
     def to_data(self) -> dict:
         """Plain data for the plan (hipep.plan_io stores it)."""
         return {"ranks": tuple(self.ranks), "shapes": dict(self.shapes),
                 "guards": tuple((op, a, b, r) for (op, a, b), r in self.guards.items()), "reads": tuple(self.reads),
-                "branches": tuple((node, tuple(outs), taken) for (node, outs), taken in self.branches.items())}
+                "branches": tuple((node, tuple(outs), taken) for (node, outs), taken in self.branches.items()),
+                "host_values": dict(self.host_values)}
 
     @staticmethod
     def from_data(d: dict) -> "ShapeProgram":
         return ShapeProgram(ranks=tuple(d["ranks"]), shapes={int(k): tuple(v) for k, v in d["shapes"].items()},
                             guards={(op, a, b): bool(r) for op, a, b, r in d["guards"]}, reads=tuple(d["reads"]),
-                            branches={(node, tuple(outs)): bool(taken) for node, outs, taken in d.get("branches", ())})
+                            branches={(node, tuple(outs)): bool(taken) for node, outs, taken in d.get("branches", ())},
+                            host_values={int(k): tuple(v) for k, v in d.get("host_values", {}).items()})
 
     def __post_init__(self):
         if not self.symbols:
             names: set = set()
-            for exprs in self.shapes.values():
+            for exprs in (*self.shapes.values(), *self.host_values.values()):
                 for e in exprs:
                     symbols_of(e, names)
             for (_, a, b) in self.guards:
@@ -187,6 +193,7 @@ class _Tracer:
         self.reads: set = set()
         self.pending: dict[int, tuple] = {}  # value id → the integer launch that computes it
         self.branches: dict[tuple, bool] = {}  # branch_key(If) → whether it takes the then-branch
+        self.folded: dict[int, tuple] = {}  # host steps' integer results as expressions (host_values)
         self.constants = constants
         self.where = f"plan '{plan.name}'"
 
@@ -233,6 +240,10 @@ class _Tracer:
             if isinstance(a, Placeholder):
                 raise DataDependent(f"{self.where}: a shape depends on the data of input '{spec.name}'")
             if a.dtype.kind in _INT_KINDS and a.size <= MAX_READ_ELEMENTS:
+                # its elements are symbols for this length only: the program holds for runs whose
+                # input has the same extents (a longer one has elements no symbol stands for)
+                for d in self.shape.get(vid, ()):
+                    _pin(d)
                 flat = a.reshape(-1)
                 out = np.empty(a.size, dtype=object)
                 for k in range(a.size):
@@ -334,6 +345,8 @@ class _Tracer:
             # A launch that only moves or re-types known integers (the copy of an input's shape
             # operand into host-visible memory) has values the host knows without reading them.
             self.host_values(step, op, op_type, label, host)
+            if host:
+                self.note_integers(step)
         elif self._small_integers(step):
             # Other integer arithmetic on the device (CenterCropPad's Slice bounds from Shape(x)
             # and a small integer input): its values follow on the host too, but only a rule
@@ -341,6 +354,23 @@ class _Tracer:
             for vid in step.outputs:
                 if vid >= 0:
                     self.pending[vid] = (step, op, op_type, label)
+
+    def note_integers(self, step) -> None:
+        """Records a host step's results as expressions (`ShapeProgram.host_values`) where every
+        result is an integer tensor whose elements all follow from the symbols."""
+        found = {}
+        for vid in step.outputs:
+            if vid < 0:
+                continue
+            sv = self.sval.get(vid)
+            if np.dtype(self.values[vid].dtype).kind not in _INT_KINDS or not isinstance(sv, np.ndarray) \
+                    or sv.dtype != object:
+                return
+            flat = sv.reshape(-1).tolist()
+            if not all(isinstance(x, (int, SymInt)) and not isinstance(x, bool) for x in flat):
+                return
+            found[vid] = tuple(expr_of(x) for x in flat)
+        self.folded.update(found)
 
     def _small_integers(self, step) -> bool:
         """Whether every result of `step` is an integer tensor of at most MAX_READ_ELEMENTS."""
@@ -368,11 +398,14 @@ class _Tracer:
                 ins.append(None)  # only its extents matter
             else:
                 try:
-                    ins.append(self.host_value(vid))
+                    v = self.host_value(vid)
                 except DataDependent:
                     return  # computed from device data: known after a sync only (no rule read it yet)
-        if not host and any(x is not None and x.dtype != object for x in ins):
-            return  # a device op on plain data: its values are the device's business
+                if not host and v is not None and v.dtype != object:
+                    # a device op on plain data: its values are the device's business (and the
+                    # inputs after this one are not read, which would add symbols and guards)
+                    return
+                ins.append(v)
         try:
             svals = _symbolic_host(op_type, op, step, ins, self.shape, self.values)
         except Exception as e:  # the run itself reports the real error with its message
@@ -481,4 +514,4 @@ def trace_shapes(plan: Plan, inputs, constants: dict[int, np.ndarray]) -> ShapeP
         tracer.run(plan.steps)
     shapes = {vid: tuple(expr_of(d) for d in dims) for vid, dims in tracer.shape.items()}
     return ShapeProgram(ranks=ranks, shapes=shapes, guards=dict(trace.guards), reads=tuple(sorted(tracer.reads)),
-                        branches=tracer.branches)
+                        branches=tracer.branches, host_values=tracer.folded)
