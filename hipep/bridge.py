@@ -31,7 +31,7 @@ import threading
 import time
 
 from . import counters, ort_compat
-from .compiler import body_weights, compile_subgraph
+from .compiler import compile_subgraph, hold_body_weights
 from .errors import HipepError, OptionError
 from .graph import GraphView, elem_type_of
 from .options import CONFIG_PREFIX, EP_NAME, ProviderOptions
@@ -239,13 +239,11 @@ class EpState:
         # Every constant initializer that is no fused-node input is hipep's to hold: ORT passes
         # none of them to Compute. A Loop/If body's own weights are held with the graph's: the
         # body reads them as values of the enclosing function.
-        body = body_weights(graph)
-        for name, (data, value_type) in body.items():
-            graph.types.setdefault(name, value_type)
-            if data is not None:
-                copied.setdefault(name, data)
+        body, body_data = hold_body_weights(graph)
+        for name, data in body_data.items():
+            copied.setdefault(name, data)
         given = set(inputs)
-        held = sorted(n for n in set(graph.constants) | graph.weights | set(body) if n not in given)
+        held = sorted(n for n in set(graph.constants) | graph.weights | body if n not in given)
         plan = self._stored_or_compiled(desc, graph, fused_name, inputs, outputs, held)
         weights = WeightStore.for_plan(plan, graph, copied)
         del copied  # the copies the plan does not read go now

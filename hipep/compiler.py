@@ -122,6 +122,19 @@ def body_weights(graph: GraphView) -> dict:
     return out
 
 
+def hold_body_weights(graph: GraphView) -> tuple[set[str], dict]:
+    """Makes the Loop/If bodies' own weights (`body_weights`) values of `graph` (their types
+    declared), for the caller to hold with the graph's: (their names, name -> data for those whose
+    data the bodies carry; Compile copies the others)."""
+    body = body_weights(graph)
+    copied = {}
+    for name, (data, value_type) in body.items():
+        graph.types.setdefault(name, value_type)
+        if data is not None:
+            copied[name] = data
+    return set(body), copied
+
+
 def _ir_constant(c) -> bool:
     """Whether the frontend makes constant data an IR constant (hip.constant): at most
     MAX_DENSE_ELEMENTS elements of a type the IR holds."""

@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from hipep.compiler import body_weights, compile_subgraph
+from hipep.compiler import compile_subgraph, hold_body_weights
 from hipep.graph import GraphView
 from hipep.partition import partition
 from hipep.plan import HOST_VISIBLE, HostStep, walk
@@ -155,12 +155,9 @@ def dry_run(model: onnx.ModelProto, feeds: dict, bind: bool = True) -> int:
         raise NoInputs(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
     for k, (sub, inputs, outputs) in enumerate(parts):
         used = {v for n in sub.nodes for v in n.inputs if v}
-        body = body_weights(sub)  # an If's branches' own weights: held with the subgraph's, as Compile does
-        for name, (_, value_type) in body.items():
-            sub.types.setdefault(name, value_type)
-        held = sorted({v for v in used if v in graph.constants} | set(body))
+        body, copied = hold_body_weights(sub)  # an If's branches' own weights: held with the subgraph's, as Compile does
+        held = sorted({v for v in used if v in graph.constants} | body)
         plan = compile_subgraph(sub, f"subgraph {k + 1}", inputs, outputs, held=held)
-        copied = {name: data for name, (data, _) in body.items() if data is not None}
         weights = WeightStore.for_plan(plan, sub, copied).arrays  # held initializers: device memory on a GPU
         arrays = [np.asarray(values[plan.values[v].name]) for v in plan.inputs]
         host_steps = [step_label(s) for s in walk(plan.steps) if isinstance(s, HostStep)]

@@ -11,11 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hipep.plan import DEVICE, HOST_VISIBLE, HostStep, Launch, Plan, Sync, ValueSpec
+from hipep.plan import HOST_VISIBLE, HostStep, Launch, Sync
 from hipep.runtime.cpu import CpuDevice
 from hipep.runtime.executor import Executor
 from hipep.runtime.host_values import write
 from hipep.runtime.shapes import ShapeProgram, trace_shapes
+
+from plan_builder import Builder
 
 SCHEDULES = ("inline", "deferred", "random")
 # the attributes as the compiler gives them (defaults filled in)
@@ -26,44 +28,12 @@ _ADD = {"_num_outputs": 1, "_since_version": 14}
 _SUM = {"keepdims": 0, "axes": None, "noop_with_empty_axes": 0, "_num_outputs": 1, "_since_version": 13}
 
 
-class _Plan:
-    def __init__(self):
-        self.values: dict[int, ValueSpec] = {}
-        self.inputs: list[int] = []
-        self.constants: dict[str, np.ndarray] = {}
-        self.slots = {DEVICE: 0, HOST_VISIBLE: 0}
-
-    def input(self, dtype, name):
-        vid = len(self.values)
-        self.values[vid] = ValueSpec("input", dtype, name, index=len(self.inputs))
-        self.inputs.append(vid)
-        return vid
-
-    def const(self, array, name):
-        vid = len(self.values)
-        self.constants[name] = np.asarray(array)
-        self.values[vid] = ValueSpec("constant", np.asarray(array).dtype.name, name, constant=name)
-        return vid
-
-    def buf(self, dtype, space=DEVICE, slot=None, name=None):
-        vid = len(self.values)
-        if slot is None:
-            slot = self.slots[space]
-            self.slots[space] += 1
-        self.values[vid] = ValueSpec("buffer", dtype, name or f"v{vid}", space=space, slot=slot)
-        return vid
-
-    def plan(self, steps, outputs):
-        return Plan("host_values", dict(self.values), list(self.inputs), list(outputs), tuple(steps),
-                    dict(self.constants))
-
-
 def _total_length_plan(output_cast=False, shared_slot=False):
     """y = x + Cast(Gather(Shape(mask), 1)) as int32: the total-length preamble of a decoder, its
     three steps on the host, then a launch that reads the result. `output_cast`: the cast value is
     a plan output too (ORT's memory); `shared_slot`: the Gather result shares its host-visible slot
     with another buffer the host writes later."""
-    p = _Plan()
+    p = Builder()
     x = p.input("int32", "x")
     mask = p.input("int64", "attention_mask")
     one = p.const(np.array(1, np.int64), "one")
@@ -126,21 +96,26 @@ def test_a_result_in_a_shared_slot_runs_its_step():
     assert _host_nodes(ex) == ["node 'gather' (Gather)", "node 'gather_again' (Gather)"]
 
 
-def test_a_host_step_on_device_data_runs_as_before():
-    """A host step reading what a launch computed from float data has no expression: it stays in
-    the graph."""
-    p = _Plan()
-    x = p.input("float32", "x")
-    s = p.buf("float32", HOST_VISIBLE, name="s")
-    t = p.buf("float32", HOST_VISIBLE, name="t")
-    z = p.buf("float32", name="z")
+def _sum_then_host_add(dtype):
+    """z = 2 * (s + s), s = ReduceSum(x) on the device, s + s a host step."""
+    p = Builder()
+    x = p.input(dtype, "x")
+    s = p.buf(dtype, HOST_VISIBLE, name="s")
+    t = p.buf(dtype, HOST_VISIBLE, name="t")
+    z = p.buf(dtype, name="z")
     plan = p.plan([Launch("::ReduceSum", "sum", _SUM, (x,), (s,)), Sync("the host reads s"),
                    HostStep("::Add", "add", _ADD, (s, s), (t,)), Launch("::Add", "twice", _ADD, (t, t), (z,)),
                    Sync("outputs")], [z])
-    ex = Executor(plan, CpuDevice("random", 3))
+    return Executor(plan, CpuDevice("random", 3))
+
+
+def test_a_host_step_on_device_data_runs_as_before():
+    """A host step reading what a launch computed from float data has no expression: it stays in
+    the graph."""
+    ex = _sum_then_host_add("float32")
     for n in (3, 5):
-        (z_,) = ex.run([np.arange(n, dtype=np.float32)])
-        assert float(z_) == 4 * sum(range(n))
+        (z,) = ex.run([np.arange(n, dtype=np.float32)])
+        assert float(z) == 4 * sum(range(n))
     assert _host_nodes(ex) == ["node 'add' (Add)"]
 
 
@@ -148,18 +123,10 @@ def test_values_read_from_an_inputs_elements_hold_for_its_length_only():
     """The host follows a small integer input's elements (symbols `d<input>.<k>`) through a
     launch; a longer input has elements no symbol of the program stands for, so the program holds
     for that length only (its dims are pinned) and a longer run is traced anew."""
-    p = _Plan()
-    x = p.input("int64", "x")
-    s = p.buf("int64", HOST_VISIBLE, name="s")
-    t = p.buf("int64", HOST_VISIBLE, name="t")
-    z = p.buf("int64", name="z")
-    plan = p.plan([Launch("::ReduceSum", "sum", _SUM, (x,), (s,)), Sync("the host reads s"),
-                   HostStep("::Add", "add", _ADD, (s, s), (t,)), Launch("::Add", "twice", _ADD, (t, t), (z,)),
-                   Sync("outputs")], [z])
-    ex = Executor(plan, CpuDevice("random", 3))
+    ex = _sum_then_host_add("int64")
     for n in (3, 5, 3, 4):
-        (z_,) = ex.run([np.arange(n, dtype=np.int64)])
-        assert int(z_) == 4 * sum(range(n)), n
+        (z,) = ex.run([np.arange(n, dtype=np.int64)])
+        assert int(z) == 4 * sum(range(n)), n
 
 
 def test_the_shape_program_keeps_the_host_values_through_its_data():
@@ -179,3 +146,38 @@ def test_write_wraps_a_value_past_the_element_type_as_cast_does():
     many = np.zeros(3, np.int32)
     write([(many, 1, 3)], (0, 1, 2**32 + 2, 3))
     np.testing.assert_array_equal(many, [1, 2, 3])
+
+
+def test_the_compilers_total_length_preamble_is_written_from_the_symbols():
+    """The model builder's preamble as ONNX (total_sequence_length = Cast(Gather(Shape(mask), 1))),
+    compiled: the compiler puts the three host steps' results in host-visible slots of their own, so
+    the replayed graph keeps only the launches."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from hipep.compiler import compile_subgraph
+    from hipep.graph import GraphView
+
+    nodes = [helper.make_node("Shape", ["mask"], ["mask_shape"]),
+             helper.make_node("Gather", ["mask_shape", "one"], ["length"], axis=0),
+             helper.make_node("Cast", ["length"], ["total"], to=TensorProto.INT32),
+             helper.make_node("ReduceSum", ["mask"], ["seen"], keepdims=0),
+             helper.make_node("Cast", ["seen"], ["seen32"], to=TensorProto.INT32),
+             helper.make_node("Sub", ["total", "seen32"], ["gap"]),
+             helper.make_node("Add", ["x", "gap"], ["y"])]
+    graph = helper.make_graph(nodes, "preamble", [
+        helper.make_tensor_value_info("mask", TensorProto.INT64, [1, "T"]),
+        helper.make_tensor_value_info("x", TensorProto.INT32, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [3])],
+        [numpy_helper.from_array(np.array(1, np.int64), "one")])
+    view = GraphView.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    plan = compile_subgraph(view, "preamble", ["mask", "x"], ["y"], held=sorted(view.constants))
+    assert sum(isinstance(s, HostStep) for s in plan.steps) == 3
+    ex = Executor(plan, CpuDevice("random", 11))
+    x = np.array([1, 2, 3], np.int32)
+    for total in (4, 9, 2, 9):
+        mask = np.zeros((1, total), np.int64)
+        mask[0, :total // 2] = 1
+        (y,) = ex.run([mask, x])
+        np.testing.assert_array_equal(y, x + (total - total // 2))
+    assert _host_nodes(ex) == []

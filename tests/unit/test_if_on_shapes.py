@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import hipep
-from hipep.compiler import body_weights, compile_subgraph
+from hipep.compiler import compile_subgraph, hold_body_weights
 from hipep.graph import GraphView
 from hipep.partition import partition
 from hipep.runtime.cpu import CpuDevice
@@ -74,12 +74,10 @@ def _expected(length: int, x) -> np.ndarray:
 def _executor(model):
     """The whole graph compiled as one subgraph and run by the executor on the CPU device."""
     graph = GraphView.from_onnx(model)
-    body = body_weights(graph)
-    for name, (_, value_type) in body.items():
-        graph.types.setdefault(name, value_type)
-    held = sorted(set(graph.constants) | set(body))
+    body, copied = hold_body_weights(graph)
+    held = sorted(set(graph.constants) | body)
     plan = compile_subgraph(graph, "if_on_shapes", ["mask", "x", "positions"], ["y"], held=held)
-    weights = WeightStore.for_plan(plan, graph, {n: d for n, (d, _) in body.items() if d is not None}).arrays
+    weights = WeightStore.for_plan(plan, graph, copied).arrays
     return Executor(plan, CpuDevice(), weights=weights)
 
 

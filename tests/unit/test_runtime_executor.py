@@ -16,10 +16,12 @@ from hipep.errors import HipepError, RuntimeShapeError
 from hipep.graph import TensorType, elem_type_of
 from hipep.ops import registry
 from hipep.ops.registry import ALL, OpDef
-from hipep.plan import DEVICE, HOST_VISIBLE, HostStep, If, Launch, Loop, Plan, Sync, ValueSpec
+from hipep.plan import DEVICE, HOST_VISIBLE, HostStep, If, Launch, Loop, Sync, ValueSpec
 from hipep.runtime.cpu import CpuDevice
 from hipep.runtime.executor import Executor
 from hipep.runtime.memory import Pool
+
+from plan_builder import Builder
 
 D = "hipep.test"
 SCHEDULES = ("inline", "deferred", "random")
@@ -92,38 +94,6 @@ def test_ops():
 
 
 # ---- plan building -----------------------------------------------------------------------------
-
-class Builder:
-    def __init__(self):
-        self.values: dict[int, ValueSpec] = {}
-        self.inputs: list[int] = []
-        self.constants: dict[str, np.ndarray] = {}
-        self.slots = {DEVICE: 0, HOST_VISIBLE: 0}
-
-    def input(self, dtype="float32", name="x"):
-        vid = len(self.values)
-        self.values[vid] = ValueSpec("input", dtype, name, index=len(self.inputs))
-        self.inputs.append(vid)
-        return vid
-
-    def const(self, array, name=None):
-        vid = len(self.values)
-        key = name or f"c{vid}"
-        self.constants[key] = np.asarray(array)
-        self.values[vid] = ValueSpec("constant", np.asarray(array).dtype.name, key, constant=key)
-        return vid
-
-    def buf(self, dtype="float32", space=DEVICE, slot=None, name=None):
-        vid = len(self.values)
-        if slot is None:
-            slot = self.slots[space]
-            self.slots[space] += 1
-        self.values[vid] = ValueSpec("buffer", dtype, name or f"v{vid}", space=space, slot=slot)
-        return vid
-
-    def plan(self, steps, outputs, name="p"):
-        return Plan(name, dict(self.values), list(self.inputs), list(outputs), tuple(steps), dict(self.constants))
-
 
 def launch(op, ins, outs, node=None):
     return Launch(f"{D}::{op}", node or f"{op.lower()}_{outs[0]}", {}, tuple(ins), tuple(outs))
