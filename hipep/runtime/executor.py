@@ -41,6 +41,7 @@ from ..symbolic import _code as expr_code
 from ..symbolic import compile_exprs, compile_guards, evaluate, format_guard, symbols_of
 from .device import Device, GraphNode
 from .host_values import HostValues, exclusive_host_slots
+from .host_values import enabled as host_values_enabled
 from .host_values import write as write_host_values
 from .interpreter import Interpreter, _check_plan, bound_weight
 from .kernels import kernel_of
@@ -84,7 +85,9 @@ class Executor:
             elif v.kind == "weight" and v.index < 0:
                 self._constants[vid] = bound_weight(plan, vid, weights)
         self._layout = _StaticLayout(plan)
-        self._exclusive_host = exclusive_host_slots(plan)  # host-visible roots with a slot of their own
+        # host-visible roots with a slot of their own, where host steps' results may be written
+        # from symbols (none when HIPEP_HOST_VALUES=0: every host step runs where the plan puts it)
+        self._exclusive_host = exclusive_host_slots(plan) if host_values_enabled() else set()
         self._step_index = {id(step): i for i, step in enumerate(walk(plan.steps))}  # kernels' cache keys
         self._programs: dict[tuple, list[_Program]] = {}
         for data in plan.shape_programs:  # derived at compile time

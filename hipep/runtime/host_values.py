@@ -12,14 +12,23 @@ would have written, as long as no launch of the run touches its memory before th
 must be host-visible memory that no other buffer of the plan shares (its slot its own; the plan's
 host-visible scratch is otherwise reused), and not ORT's (an output). The run before on the same
 context is done: every replayed plan ends with a sync (ORT reads the outputs when Compute returns).
-A step with any other result runs as before.
+A step with any other result runs as before. `HIPEP_HOST_VALUES=0` (read when an executor is made)
+runs every host step where the plan puts it, as the host-buffer rule's tests need.
 """
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
 from ..plan import HOST_VISIBLE, HostStep, Plan
 from ..symbolic import compile_exprs
+
+
+def enabled() -> bool:
+    """Whether host steps' results are written from symbols (HIPEP_HOST_VALUES, default on)."""
+    v = os.environ.get("HIPEP_HOST_VALUES")
+    return v is None or v.strip().lower() not in ("0", "false", "no", "off", "")
 
 
 def exclusive_host_slots(plan: Plan) -> set[int]:

@@ -10,7 +10,9 @@ process per check), so the host steps always run while the device work queued be
 waiting: a host store that does not wait where it must overtakes it every time, not now and then.
 
 * With the memory-space rule on: 1000 runs with random masks (batch 1-3, length 2-8) equal the
-  CPU EP's outputs, and the runs really spent the spin time on the device.
+  CPU EP's outputs, and the runs really spent the spin time on the device; once with the host
+  steps run between the launches (HIPEP_HOST_VALUES=0: the case above), once as they run by default
+  (their results, shape arithmetic, written from the run's symbols before the run's launches).
 * With it off (`pass_options="hip-assign-memory-spaces{host_rule=false}"`, the pass's test-only
   switch): host-written buffers are no longer kept apart from device ones, and the runs must not
   all come out right: each either gives a wrong answer or is refused with a HipepError (the CUDA
@@ -82,9 +84,10 @@ print(json.dumps({**counts, "refusals": refusals, "kernel_us": hipep.stats().get
 """
 
 
-def _run(rule: str) -> dict:
+def _run(rule: str, host_values: str = "0") -> dict:
     env = dict(os.environ)
     env["HIPEP_DEBUG_SPIN_BEFORE"] = f"ReduceSum:{SPIN_US}"
+    env["HIPEP_HOST_VALUES"] = host_values
     env["PYTHONPATH"] = TESTS + os.pathsep + env.get("PYTHONPATH", "")
     # -P: run from a checkout, its hipep/ (no native library) must not shadow the installed package
     proc = subprocess.run([sys.executable, "-P", "-c", _SCRIPT, str(RUNS), rule], capture_output=True, text=True,
@@ -93,8 +96,9 @@ def _run(rule: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_host_buffer_rule_holds_against_a_late_device_stream():
-    got = _run("on")
+@pytest.mark.parametrize("host_values", ["0", "1"])
+def test_host_buffer_rule_holds_against_a_late_device_stream(host_values):
+    got = _run("on", host_values)
     assert got["host_spaces"] == ["host_visible"], got
     assert got["right"] == RUNS and got["wrong"] == 0 and got["refused"] == 0, got
     # the spin really ran before every ReduceSum: at least half of it per run inside device time

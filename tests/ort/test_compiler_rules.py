@@ -3,7 +3,7 @@
 * Shape merge: a Loop body's run-time-bounded Slice keeps the 1x?x12x32 extents ONNX knows; an
   equal Split of a static axis with dynamic declared outputs compiles (extract_slice + cast).
 * Host-buffer safety: the GQA preamble matches the CPU EP over 1000 runs under a random
-  device/host interleaving; with the memory-space rule off, the plan really shares a slot between
+  device/host interleaving, its host steps run between the launches or written from symbols; with the memory-space rule off, the plan really shares a slot between
   the host-written buffer and a device buffer, and some runs go wrong.
 """
 from __future__ import annotations
@@ -12,6 +12,7 @@ import glob
 import os
 
 import numpy as np
+import pytest
 
 import hipep
 from hipep import bridge
@@ -77,7 +78,12 @@ def _host_device_shared_slots(plan):
     return slots(HostStep) & slots(Launch)
 
 
-def test_gqa_preamble_is_right_in_1000_random_schedules(rng):
+@pytest.mark.parametrize("host_values", ["1", "0"])
+def test_gqa_preamble_is_right_in_1000_random_schedules(rng, monkeypatch, host_values):
+    """With HIPEP_HOST_VALUES=1 (the default) the preamble's total length is written from the run's
+    symbols before the launches; with 0 its host steps run between them, where the random schedule
+    lets queued device work fall behind them."""
+    monkeypatch.setenv("HIPEP_HOST_VALUES", host_values)
     model = gqa_preamble_model()
     sess = hipep.InferenceSession(model, cpu_schedule="random", seed="11", device="cpu")
     plan = bridge.compiled_plans()[-1]

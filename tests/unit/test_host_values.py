@@ -181,3 +181,13 @@ def test_the_compilers_total_length_preamble_is_written_from_the_symbols():
         (y,) = ex.run([mask, x])
         np.testing.assert_array_equal(y, x + (total - total // 2))
     assert _host_nodes(ex) == []
+
+
+def test_host_values_off_runs_every_host_step_where_the_plan_puts_it(monkeypatch):
+    monkeypatch.setenv("HIPEP_HOST_VALUES", "0")
+    ex = Executor(_total_length_plan(), CpuDevice("random", 5))
+    for total in (7, 3):
+        x = np.arange(6, dtype=np.int32).reshape(2, 3)
+        (y,) = ex.run([x, np.ones((2, total), np.int64)])
+        np.testing.assert_array_equal(y, x + total)
+    assert _host_nodes(ex) == ["node 'shape' (Shape)", "node 'gather' (Gather)", "node 'cast' (Cast)"]
