@@ -15,7 +15,9 @@ A run goes through three levels, each cached:
 3. **Replay**: `Device.replay` with the run's ORT pointers patched in: the inputs, and the
    outputs, which ORT hands out before the first launch (`allocate_outputs`) so kernels write
    them directly. Per run the host computes the symbols from the input shapes (one generated
-   function), checks the guards that involve value-only symbols, and replays.
+   function), checks the guards that involve value-only symbols, writes the results of host steps
+   that are shape arithmetic from them (hipep.runtime.host_values: those steps are not captured),
+   and replays.
 
 An If whose condition follows from shapes (the builder's LongRoPE: `Shape(mask)[1] > original_max`)
 replays: the shape program's guards decide the branch, and its steps are captured in the If's place.
