@@ -4,12 +4,20 @@ ORT hands them to the EP as session config entries `ep.hipexecutionprovider.<key
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 
 from .errors import OptionError
 
 EP_NAME = "HipExecutionProvider"
 CONFIG_PREFIX = f"ep.{EP_NAME.lower()}."
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """An on/off environment setting (docs/options.md): unset gives `default`; 0, false, no, off
+    and the empty string are off."""
+    v = os.environ.get(name)
+    return default if v is None else v.strip().lower() not in ("0", "false", "no", "off", "")
 
 DEVICES = ("auto", "cpu", "cuda", "hip")
 CPU_SCHEDULES = ("inline", "deferred", "random")

@@ -53,6 +53,7 @@ import ml_dtypes  # noqa: F401  (registers numpy's 'bfloat16' dtype name)
 import numpy as np
 
 from ..errors import HipepError
+from ..options import env_flag
 from . import gpu_kernels as table
 from . import kernel_cache
 from .gpu_faults import FAULT_RECORD_BYTES, FaultSite, FaultSites, take_fault  # noqa: F401
@@ -67,11 +68,6 @@ from .cuda_graphs import (_arg_signature, _Blas, _Copy, _GraphState, _Launch, _N
 log = logging.getLogger("hipep")
 
 POISON = 0xFF  # fresh memory reads as NaN / -1, as on the CPU device
-
-
-def _env_flag(name: str, default: bool) -> bool:
-    v = os.environ.get(name)
-    return default if v is None else v.strip().lower() not in ("0", "false", "no", "off", "")
 
 
 def _debug_spin_setting() -> tuple[str, float] | None:
@@ -128,15 +124,15 @@ class CudaDevice(GraphReplay, Device):
                 f"load; install nvidia-cuda-nvrtc=={driver[0]}.{driver[1]}.* or update the driver")
         self.defines = {"HIPEP_WARP_SIZE": self.warp_size}
         self.target = table.Target(sm_count=self.sm_count, warp_size=self.warp_size, scratch=self._scratch)
-        self.sync_launches = _env_flag("HIPEP_CUDA_SYNC", False)
-        self.use_graphs = _env_flag("HIPEP_CUDA_GRAPHS", True)
+        self.sync_launches = env_flag("HIPEP_CUDA_SYNC", False)
+        self.use_graphs = env_flag("HIPEP_CUDA_GRAPHS", True)
         # A captured launch whose arguments changed (a growing attention mask's length, memory ORT
         # moved) is updated in its graph's executable instead of the segment running launch by
         # launch until it is captured again; HIPEP_CUDA_GRAPH_UPDATE=0 turns that off.
-        self.update_graphs = _env_flag("HIPEP_CUDA_GRAPH_UPDATE", True)
+        self.update_graphs = env_flag("HIPEP_CUDA_GRAPH_UPDATE", True)
         # Kernels that wait for their predecessor in their own code start early (programmatic
         # dependent launch, compute capability 9.0 and newer): KernelOp.overlaps_previous.
-        self.overlap_launches = self.capability >= (9, 0) and _env_flag("HIPEP_CUDA_OVERLAP", True)
+        self.overlap_launches = self.capability >= (9, 0) and env_flag("HIPEP_CUDA_OVERLAP", True)
         spin = _debug_spin_setting()  # (op type, clock cycles): microseconds at the reported clock (kHz)
         self.debug_spin = None if spin is None else (
             spin[0], int(spin[1] * attr(A.CU_DEVICE_ATTRIBUTE_CLOCK_RATE) / 1000))

@@ -17,18 +17,16 @@ runs every host step where the plan puts it, as the host-buffer rule's tests nee
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+from ..options import env_flag
 from ..plan import HOST_VISIBLE, HostStep, Plan
 from ..symbolic import compile_exprs
 
 
 def enabled() -> bool:
     """Whether host steps' results are written from symbols (HIPEP_HOST_VALUES, default on)."""
-    v = os.environ.get("HIPEP_HOST_VALUES")
-    return v is None or v.strip().lower() not in ("0", "false", "no", "off", "")
+    return env_flag("HIPEP_HOST_VALUES", True)
 
 
 def exclusive_host_slots(plan: Plan) -> set[int]:
@@ -62,9 +60,6 @@ class HostValues:
                 self.targets.append((vid, len(exprs), len(host_values[vid])))
                 exprs.extend(host_values[vid])
         self.values = compile_exprs(exprs, symbols, "host_values")
-
-    def __bool__(self) -> bool:
-        return bool(self.skipped)
 
 
 def _own_memory(plan: Plan, vid: int, exclusive: set[int], external: dict) -> bool:
