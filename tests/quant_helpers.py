@@ -116,3 +116,52 @@ def gather_block_quantized_model(vocab, hidden, bits, block_size, idx_shape, ele
     model = make_model([node], [tensor("ids", idx_elem, list(idx_shape))], [tensor("Y", elem, None)], inits,
                        opset=21, extra_opsets=[MS])
     return model, {"ids": ids}
+
+
+def gated_mlp_model(m_shape, k, n, block_size=32, elem=TP.FLOAT16, zp_kind="none", accuracy_level=0, seed=0,
+                    activation="silu", bias_on_up=False, extra_output=False):
+    """A gated MLP's front as onnxruntime-genai's model builder writes it: gate and up MatMulNBits
+    (4 bits) of one A, then act(gate) * up -- SiLU as Sigmoid and Mul, or GELU's tanh form -- and its
+    feeds. `bias_on_up` gives the up projection a bias, `extra_output` makes the up projection's
+    result a graph output too (both keep hip-fuse-gated-matmul away)."""
+    rng = np.random.default_rng(seed)
+    npt = {TP.FLOAT: np.float32, TP.FLOAT16: np.float16}[elem]
+    inits, nodes = [], []
+    for name in ("gate", "up"):
+        B, scales, zp = quantize_blockwise(rng.standard_normal((n, k)).astype(np.float32), 4, block_size, zp_kind, rng)
+        inputs = ["A", f"{name}_B", f"{name}_scales", f"{name}_zp" if zp is not None else ""]
+        inits += [numpy_helper.from_array(B, f"{name}_B"), numpy_helper.from_array(scales.astype(npt).reshape(-1),
+                                                                                    f"{name}_scales")]
+        if zp is not None:
+            inits.append(numpy_helper.from_array((zp if zp.dtype == np.uint8 else zp.astype(npt)).reshape(-1),
+                                                 f"{name}_zp"))
+        if name == "up" and bias_on_up:
+            inputs += ["", "up_bias"]
+            inits.append(numpy_helper.from_array(rng.standard_normal(n).astype(npt), "up_bias"))
+        while inputs[-1] == "":
+            inputs.pop()
+        nodes.append(helper.make_node("MatMulNBits", inputs, [f"{name}_out"], domain="com.microsoft",
+                                      name=f"{name}_proj", K=k, N=n, bits=4, block_size=block_size,
+                                      accuracy_level=accuracy_level))
+    if activation == "silu":
+        nodes += [helper.make_node("Sigmoid", ["gate_out"], ["sig"], name="act_sigmoid"),
+                  helper.make_node("Mul", ["gate_out", "sig"], ["act"], name="act_mul")]
+    else:  # GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        c = {name: numpy_helper.from_array(np.array(v, npt), name)
+             for name, v in (("c_half", 0.5), ("c_one", 1.0), ("c_s", 0.7978845608), ("c_k", 0.044715))}
+        inits += list(c.values())
+        nodes += [helper.make_node("Mul", ["gate_out", "gate_out"], ["x2"], name="g_x2"),
+                  helper.make_node("Mul", ["x2", "gate_out"], ["x3"], name="g_x3"),
+                  helper.make_node("Mul", ["x3", "c_k"], ["kx3"], name="g_kx3"),
+                  helper.make_node("Add", ["gate_out", "kx3"], ["inner"], name="g_inner"),
+                  helper.make_node("Mul", ["inner", "c_s"], ["scaled"], name="g_scaled"),
+                  helper.make_node("Tanh", ["scaled"], ["t"], name="g_tanh"),
+                  helper.make_node("Add", ["t", "c_one"], ["t1"], name="g_t1"),
+                  helper.make_node("Mul", ["gate_out", "t1"], ["xt"], name="g_xt"),
+                  helper.make_node("Mul", ["xt", "c_half"], ["act"], name="g_half")]
+    nodes.append(helper.make_node("Mul", ["act", "up_out"], ["Y"], name="gate_mul_up"))
+    outputs = [tensor("Y", elem, None)] + ([tensor("up_out", elem, None)] if extra_output else [])
+    feed_dims = tuple(d if isinstance(d, int) else 1 for d in m_shape)
+    a = (rng.standard_normal(feed_dims + (k,)) * 0.5).astype(npt)
+    model = make_model(nodes, [tensor("A", elem, list(m_shape) + [k])], outputs, inits, opset=21, extra_opsets=[MS])
+    return model, {"A": a}

@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import RuntimeShapeError
+from ..graph import elem_type_of
 from ._common import (at, elem_of, has_input, input_rank, input_type, kernel, normalize_axis, product, pshape_str,
                       result, shape_of, shape_rule, shape_str, tensor_type, type_name)
 from .mlas import _mnb_int8_blk32, quantize_rows_int8
@@ -213,6 +214,51 @@ register(OpDef("MatMulNBits", (1,), ("T1", "T2", "T1", "T3", "T4", "T1"), ("T1",
                attributes={"K": REQUIRED, "N": REQUIRED, "bits": 4, "block_size": REQUIRED,
                            "accuracy_level": 0, "weight_prepacked": 0},
                claim=_claim_matmul_nbits, domain=MS, min_inputs=3, shape_rule=_matmul_nbits_shape))
+
+
+# ---- hipep::GatedMatMulNBits -------------------------------------------------------------------
+# Two MatMulNBits of one A -- the gate and up projections of a gated MLP -- and the pointwise
+# program that joins their results (SwiGLU's x * sigmoid(x) * up, GELU's), made by the compiler
+# (hip-fuse-gated-matmul), never found in a model. Inputs: A, then B, scales and zero points of
+# the first ("gate", positions 1-3) and of the second ("up", 4-6); attributes: the two nodes'
+# shared MatMulNBits attributes and the pointwise program as hipep::FusedElementwise carries it
+# (`nodes`, `outputs`, `broadcast`, `input_dtypes`, `output_dtypes`, `covers`), whose inputs 0 and 1
+# are the gate's and the up projection's results. The reference runs the three steps as the nodes
+# alone would: the same bits. On a GPU one kernel computes both dot products of an output column
+# and applies the program to them, so the projections' results never reach memory.
+
+GATED_MATMUL_NBITS = "GatedMatMulNBits"
+MNB_ATTRIBUTES = ("K", "N", "bits", "block_size", "accuracy_level")
+
+
+@kernel(GATED_MATMUL_NBITS)
+def _gated_matmul_nbits(inputs, attrs):
+    from .elementwise import fused_expr
+    from .pointwise import evaluate
+
+    a = inputs[0]
+    mnb = {k: attrs[k] for k in MNB_ATTRIBUTES}
+    (gate,) = _matmul_nbits([a, inputs[1], inputs[2], at(inputs, 3)], mnb)
+    (up,) = _matmul_nbits([a, inputs[4], inputs[5], at(inputs, 6)], mnb)
+    return evaluate(fused_expr(attrs), [gate, up], GATED_MATMUL_NBITS, ["gate", "up"])
+
+
+@shape_rule(GATED_MATMUL_NBITS, symbolic=True)
+def _gated_matmul_nbits_shape(types, values, attrs, num_outputs):
+    (y,) = _matmul_nbits_shape([types[0], at(types, 1)], values, attrs, 1)
+    return [tensor_type(elem_type_of(np.dtype(attrs["output_dtypes"][0])), y.shape)]
+
+
+def _claim_gated(node, graph, attrs):
+    return (f"hipep::{GATED_MATMUL_NBITS} is made by hipep's compiler from two MatMulNBits of one input "
+            f"and the pointwise nodes that join them; a model cannot use it")
+
+
+register(OpDef(GATED_MATMUL_NBITS, (1,), ("", "", "", "", "", "", ""), ("",), {}, _gated_matmul_nbits,
+               attributes={"K": REQUIRED, "N": REQUIRED, "bits": 4, "block_size": REQUIRED, "accuracy_level": 0,
+                           "nodes": REQUIRED, "outputs": REQUIRED, "broadcast": REQUIRED,
+                           "input_dtypes": REQUIRED, "output_dtypes": REQUIRED, "covers": []},
+               claim=_claim_gated, domain="hipep", min_inputs=6, shape_rule=_gated_matmul_nbits_shape))
 
 
 # ---- GatherBlockQuantized --------------------------------------------------------------------

@@ -9,6 +9,7 @@ from ..ir.api import ModuleOp, ModulePass, PassPipeline, make_context
 from .assign_memory_spaces import AssignMemorySpacesPass
 from .bufferize import BufferizePass
 from .emit_plan import EmitPlanPass
+from .fuse_gated_matmul import FuseGatedMatMulPass
 from .fuse_pointwise import FusePointwisePass
 from .infer_shapes import InferShapesPass
 from .insert_syncs import InsertSyncsPass
@@ -21,6 +22,7 @@ PASSES: dict[str, type[ModulePass]] = {
     "hip-lower-slices": LowerSlicesPass,
     "hip-bufferize": BufferizePass,
     "hip-fuse-pointwise": FusePointwisePass,
+    "hip-fuse-gated-matmul": FuseGatedMatMulPass,
     "hip-assign-memory-spaces": AssignMemorySpacesPass,
     "hip-materialize-host-scalars": MaterializeHostScalarsPass,
     "hip-reuse-buffers": ReuseBuffersPass,

@@ -246,14 +246,7 @@ def _rewrite(block: Block, group: list[_Pointwise], fold_constants: bool) -> Non
     expr = b.pruned([node_of[id(root.out)]], sorted(broadcast))
     covers = [label for m in group for label in m.covers]
     attrs = {
-        "nodes": ArrayAttr([ArrayAttr([StringAttr(n[0]), StringAttr(n[1]),
-                                       *[IntegerAttr(a, 64) if isinstance(a, int) else StringAttr(a) for a in n[2:]]])
-                            for n in expr.nodes]),
-        "outputs": ArrayAttr([IntegerAttr(o, 64) for o in expr.outputs]),
-        "broadcast": ArrayAttr([IntegerAttr(k, 64) for k in expr.broadcast]),
-        "input_dtypes": ArrayAttr([StringAttr(_dtype(v).name) for v in inputs]),
-        "output_dtypes": ArrayAttr([StringAttr(_dtype(root.out).name)]),
-        "covers": ArrayAttr([StringAttr(c) for c in covers]),
+        **expression_attributes(expr, [_dtype(v) for v in inputs], _dtype(root.out), covers),
         "steps": ArrayAttr([ArrayAttr([StringAttr(s[0]), StringAttr(s[1]), *[IntegerAttr(r, 64) for r in s[2:]]])
                             for s in steps]),
     }
@@ -264,3 +257,18 @@ def _rewrite(block: Block, group: list[_Pointwise], fold_constants: bool) -> Non
         block.erase_op(m.op)
     for m in group[:-1]:
         block.erase_op(m.out.owner)
+
+
+def expression_attributes(expr: Expr, input_dtypes, output_dtype, covers) -> dict:
+    """A fused program as launch attributes (plain data, see hipep.ops.elementwise): `nodes`,
+    `outputs`, `broadcast`, `input_dtypes`, `output_dtypes` and `covers`."""
+    return {
+        "nodes": ArrayAttr([ArrayAttr([StringAttr(n[0]), StringAttr(n[1]),
+                                       *[IntegerAttr(a, 64) if isinstance(a, int) else StringAttr(a) for a in n[2:]]])
+                            for n in expr.nodes]),
+        "outputs": ArrayAttr([IntegerAttr(o, 64) for o in expr.outputs]),
+        "broadcast": ArrayAttr([IntegerAttr(k, 64) for k in expr.broadcast]),
+        "input_dtypes": ArrayAttr([StringAttr(np.dtype(d).name) for d in input_dtypes]),
+        "output_dtypes": ArrayAttr([StringAttr(np.dtype(output_dtype).name)]),
+        "covers": ArrayAttr([StringAttr(c) for c in covers]),
+    }
