@@ -73,6 +73,7 @@ NORM_SHAPES = ((1, 2048), (128, 2048), (2048, 8192), (16384, 8192))
 GQA_SHORT = 256  # GroupQueryAttention's second decode row: total length 256 (the decode benchmark's)
 SOFTMAX_SHAPES = ((1, 32000), (32, 4096), (4096, 4096), (16384, 8192))
 GQA = dict(heads=32, kv_heads=8, head=64)
+GATED_NAME = "gate+up+SiLU"  # the gated MLP front's row (gated_gemv)
 
 
 @dataclasses.dataclass
@@ -139,6 +140,37 @@ def gemv(name: str, k: int, n: int, dtype, l2: int, rng, rows: int = 1, gemm: st
     path = "cuBLASLt on the dequantized weights where it loads" if gemm == "auto" else "hipep's own GEMM"
     return Workload("MatMulNBits int4 GEMM", f"prefill {rows} rows, {label}, HIPEP_GEMM={gemm}: {path}", model,
                     {"a": a}, {}, node_bytes, copies, False, limit, {"HIPEP_GEMM": gemm}, flops=2.0 * rows * k * n)
+
+
+def gated_gemv(k: int, n: int, dtype, l2: int, rng) -> Workload:
+    """R gated MLP fronts as the ~1.1B model has them: gate and up MatMulNBits of one A, then
+    SiLU(gate) * up -- compiled to one hipep::GatedMatMulNBits launch each (hip-fuse-gated-matmul):
+    both weights stream through one kernel, which writes only the product. Its bytes are two
+    GEMVs' weights and scales, A once and one output: the op of 2 x N columns it is."""
+    from onnx import helper, numpy_helper
+
+    level = 4 if dtype == np.float32 else 0
+    blocks, size = k // BLOCK, np.dtype(dtype).itemsize
+    node_bytes = 2 * n * blocks * (BLOCK // 2 + size) + k * size + n * size
+    copies = _copies(node_bytes, l2)
+    nodes, inits, outs = [], [], []
+    for i in range(copies):
+        for proj in ("g", "u"):
+            w = rng.integers(0, 256, (n, blocks, BLOCK // 2), dtype=np.uint8)
+            s = rng.uniform(0.005, 0.02, n * blocks).astype(dtype)
+            inits += [numpy_helper.from_array(w, f"{proj}w{i}"), numpy_helper.from_array(s, f"{proj}s{i}")]
+            nodes.append(helper.make_node("MatMulNBits", ["a", f"{proj}w{i}", f"{proj}s{i}"], [f"{proj}{i}"],
+                                          name=f"{proj}{i}", domain="com.microsoft", K=k, N=n, bits=4,
+                                          block_size=BLOCK, accuracy_level=level))
+        nodes += [helper.make_node("Sigmoid", [f"g{i}"], [f"sig{i}"], name=f"sig{i}"),
+                  helper.make_node("Mul", [f"g{i}", f"sig{i}"], [f"act{i}"], name=f"act{i}"),
+                  helper.make_node("Mul", [f"act{i}", f"u{i}"], [f"y{i}"], name=f"mul{i}")]
+        outs.append(helper.make_tensor_value_info(f"y{i}", _elem(dtype), [1, 1, n]))
+    a = rng.uniform(-1, 1, (1, 1, k)).astype(dtype)
+    model = _model(nodes, [helper.make_tensor_value_info("a", _elem(dtype), [1, 1, k])], outs, inits)
+    label = (f"{GATED_NAME} {k}→{2 * n} {np.dtype(dtype).name} (accuracy_level {level}; gate and up {k}→{n} "
+             f"and SiLU(gate) * up, one launch)")
+    return Workload("MatMulNBits int4 GEMV", label, model, {"a": a}, {}, node_bytes, copies, True, 2e-2)
 
 
 def gemv_bytes(k: int, n: int, dtype) -> int:
@@ -307,6 +339,8 @@ def workloads(families, l2: int, quick: bool, context: int, seed: int = 0):
         for dtype in (np.float16, np.float32):
             for name, k, n in shapes:
                 yield lambda name=name, k=k, n=n, dtype=dtype: gemv(name, k, n, dtype, l2, rng)
+            if not quick:  # the ~1.1B model's gate and up projections as it runs them
+                yield lambda dtype=dtype: gated_gemv(2048, 8192, dtype, l2, rng)
     if "matmul" in families:
         for dtype in (np.float16, np.float32):
             yield lambda dtype=dtype: matmul_gemv(*MATMUL_SHAPE, dtype, l2, rng)
@@ -320,6 +354,8 @@ def workloads(families, l2: int, quick: bool, context: int, seed: int = 0):
     if "copy" in families:
         for name, k, n in (GEMV_SHAPES[:2] if quick else GEMV_SHAPES):
             yield lambda name=name, k=k, n=n: copy_floor(name, k, n, l2, rng)
+        if not quick:
+            yield lambda: copy_floor(GATED_NAME, 2048, 2 * 8192, l2, rng)
     if "gqa" in families:
         yield lambda: gqa(context, l2, rng)
         if not quick and context != GQA_SHORT:  # a decode step early in a conversation

@@ -231,13 +231,25 @@ def render_hip_kernel(expr: Expr, name: str, input_dtypes: Sequence[str], output
             lines.append(f"      off{k} += c * a.strides[{k}][d];")
         lines.append("    }")
         lines.append("    }")
+    lines += _node_lines(expr, lambda k: f"in{k}[off{k}]", lambda k: f"in{k}[0]", "    ")
+    for j, o in enumerate(expr.outputs):
+        lines.append(f"    out{j}[i] = v{o};")
+    lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _node_lines(expr: Expr, element, scalar, indent: str) -> list[str]:
+    """Every node of `expr` as one `const` local v<index>; input k's value is `element(k)`
+    (broadcasting) or `scalar(k)`."""
+    lines = []
     for idx, node in enumerate(expr.nodes):
         op, dtype, args = node[0], node[1], node[2:]
         ctype = _C_TYPES[dtype]
         if op == "in":
-            value = f"in{args[0]}[off{args[0]}]"
+            value = element(args[0])
         elif op == "scalar":
-            value = f"in{args[0]}[0]"
+            value = scalar(args[0])
         elif op == "const":
             value = _c_literal(args[0], dtype)
         elif op == "cast":
@@ -245,9 +257,22 @@ def render_hip_kernel(expr: Expr, name: str, input_dtypes: Sequence[str], output
         else:
             operand_dtype = expr.nodes[args[-1]][1]
             value = _c_call(op, dtype, operand_dtype, [f"v{a}" for a in args])
-        lines.append(f"    const {ctype} v{idx} = {value};")
-    for j, o in enumerate(expr.outputs):
-        lines.append(f"    out{j}[i] = v{o};")
-    lines.append("  }")
-    lines.append("}")
+        lines.append(f"{indent}const {ctype} v{idx} = {value};")
+    return lines
+
+
+def render_hip_functor(expr: Expr, name: str, input_dtypes: Sequence[str]) -> str:
+    """The HIP C++ source of `struct <name>` whose `operator()(in0, in1, ...)` returns `expr`'s one
+    output for one element of each input: a kernel's epilogue (hipep::GatedMatMulNBits). The
+    nodes round as render_hip_kernel's do. Preceded by the prelude (the MLAS replays, numpy's
+    min/max), which the including source must not repeat."""
+    check(expr)
+    if len(expr.outputs) != 1:
+        raise ValueError(f"an epilogue has one output, the program has {len(expr.outputs)}")
+    params = ", ".join(f"const {_C_TYPES[_name(d)]} in{k}" for k, d in enumerate(input_dtypes))
+    out_type = _C_TYPES[expr.nodes[expr.outputs[0]][1]]
+    lines = [_PRELUDE, f"struct {name} {{",
+             f"  __device__ __forceinline__ {out_type} operator()({params}) const {{"]
+    lines += _node_lines(expr, lambda k: f"in{k}", lambda k: f"in{k}", "    ")
+    lines += [f"    return v{expr.outputs[0]};", "  }", "};"]
     return "\n".join(lines) + "\n"

@@ -6,6 +6,7 @@ test_quant_kernels_emulated.py."""
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import re
 
 import ml_dtypes
@@ -205,12 +206,14 @@ def _entry_points_named_by_bindings() -> set[tuple[str, str]]:
     return names
 
 
-def _ptx(name: str, arch: str) -> str:
-    """NVRTC's PTX of kernels/<name>.hip for a virtual architecture (compute_XY)."""
+def _ptx(name: str, arch: str, source: str | None = None) -> str:
+    """NVRTC's PTX of kernels/<name>.hip (or of a rendered `source`) for a virtual architecture
+    (compute_XY)."""
     from hipep.runtime import kernel_cache
 
     nvrtc = kernel_cache._nvrtc()
-    err, prog = nvrtc.nvrtcCreateProgram(kernel_cache.module_source(name).encode(), f"{name}.hip".encode(), 0, [], [])
+    text = source if source is not None else kernel_cache.module_source(name)
+    err, prog = nvrtc.nvrtcCreateProgram(text.encode(), f"{name}.hip".encode(), 0, [], [])
     assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS
     try:
         opts = [o.encode() for o in kernel_cache._options(arch, DEFINES)]
@@ -399,3 +402,52 @@ def test_qmoe_launches_pass_what_their_entry_points_take():
     assert len({op.entry for op in launches}) == 2 * 7 + 2
     for op in launches:
         assert [ctypes.sizeof(p) for p in op.params] == params[op.entry], op.entry
+
+
+def _gated_launch(rows: int, elem, level: int, zp: str, activation: str, k: int = 2048):
+    """hipep::GatedMatMulNBits bound as the cuda device binds it, for A of `rows` rows."""
+    from onnx import numpy_helper
+
+    from hipep.compiler import compile_subgraph
+    from hipep.graph import GraphView
+    from hipep.plan import Launch, walk
+    from quant_helpers import gated_mlp_model
+
+    model, _ = gated_mlp_model([1, rows], k, 256, elem=elem, zp_kind=zp, accuracy_level=level, activation=activation)
+    g = GraphView.from_onnx(model)
+    plan = compile_subgraph(g, "mlp", list(g.inputs), list(g.outputs), None,
+                            held=sorted(set(g.constants) | set(g.weights)))
+    (launch,) = [s for s in walk(plan.steps) if isinstance(s, Launch)]
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    names = ["gate_B", "gate_scales", "gate_zp", "up_B", "up_scales", "up_zp"]
+    ins = [arg(np.zeros((1, rows, k), inits["gate_scales"].dtype), 4096)]
+    ins += [arg(inits[n], 1 << (20 + i), constant=True) if n in inits else None for i, n in enumerate(names)]
+    y = out_arg((1, rows, 256), inits["gate_scales"].dtype)
+    target = dataclasses.replace(TARGET, workspace=lambda n: 0xA000000)
+    return launch, gk.BINDINGS[launch.op].bind(ins, [y], launch.attributes, target)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("elem,level,zp,activation", [(10, 0, "none", "silu"), (1, 4, "uint8", "gelu"),
+                                                      (10, 4, "uint8", "silu")], ids=["h2", "q8-f32", "q8-f16"])
+def test_gated_gemv_is_one_kernel_that_loads_both_weights_before_it_waits(elem, level, zp, activation):
+    """One row of A: the gate and up projections and the program joining them are one rendered
+    kernel with the row GEMV's PTX rules (both weights' first loads ahead of griddepcontrol.wait,
+    A coherent after it, no read-only loads); several rows: the two MatMulNBits as alone, then
+    the program's pointwise kernel."""
+    launch, ops = _gated_launch(1, elem, level, zp, activation)
+    assert launch.op == "hipep::GatedMatMulNBits"
+    (op,) = ops
+    assert op.source and op.overlaps_previous and op.entry.startswith("hipep_mnb_gated_")
+    bodies = _entry_bodies(_ptx(op.entry, "compute_90", op.source))
+    assert list(bodies) == [op.entry]
+    body = bodies[op.entry]
+    wait = body.index("griddepcontrol.wait")
+    assert body.index("griddepcontrol.launch_dependents") < wait
+    assert "ld.global.nc" not in body
+    assert body[:wait].count("ld.global.cs.v4") >= 2   # a chunk of each weight before the wait
+    assert "ld.global" not in body[:wait].replace("ld.global.cs", "")
+    assert "ld.global.cg.v4" in body[wait:]
+    _, prefill = _gated_launch(3, elem, level, zp, activation)
+    assert [o.entry.startswith("hipep_pw_") for o in prefill] == [False] * (len(prefill) - 1) + [True]
+    assert sum(o.entry.startswith("hipep_mnb_gemv_") for o in prefill) == 2

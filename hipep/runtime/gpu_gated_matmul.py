@@ -1,0 +1,122 @@
+"""GPU binding: hipep::GatedMatMulNBits (hip-fuse-gated-matmul's launch: two MatMulNBits of one A
+and the pointwise program joining their results).
+
+One row of A (decoding) where the one-row GEMV in packed arithmetic applies to both weights runs
+one kernel, rendered per program: kernels/matmul_nbits_row.h's hipep_mnb_gemv_row1_gated with the
+program as its epilogue (hipep.ops.pointwise_hip.render_hip_functor). A warp streams column n of both
+weights, A is staged once, and only the program's result is written. Otherwise (prefill, f32 A at
+accuracy level 0, K past one round of loads, float zero points) the two MatMulNBits run as they
+would alone, into the stream's workspace, and the program's kernel reads them there.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+
+import numpy as np
+
+from ..ops.contrib_quant import GATED_MATMUL_NBITS, MNB_ATTRIBUTES
+from .gpu_binding_core import Arg, KernelOp, NoKernel, _binding, _cdiv, _dt, ptr, workspace_after, workspace_regions
+from .gpu_bindings_pointwise import expression_ops
+from .gpu_quant import (GEMV_ROW, GEMV_WARPS, MatMulNBitsArgs, _mnb_bind, _mnb_check, quantizes_a_to_int8,
+                        row_smem)
+
+GATED = f"hipep::{GATED_MATMUL_NBITS}"
+# Blocks resident per SM asked of the compiler per chunks a lane (U): two columns' loads in flight.
+_MIN_BLOCKS = {1: 8, 2: 6, 4: 4}
+_C_TYPE = {"f16": "hipep_half", "f32": "float", "bf16": "hipep_bf16"}
+
+
+def _halves(ins):
+    """A's operands of each MatMulNBits: [A, B, scales, zero points or None]."""
+    at = [ins[i] if i < len(ins) else None for i in range(7)]
+    return [at[0], at[1], at[2], at[3]], [at[0], at[4], at[5], at[6]]
+
+
+def _check(attrs, dtypes, shapes, values):
+    d = list(dtypes) + [""] * (7 - len(dtypes))
+    return _mnb_check(attrs, d[0:4], [], []) or _mnb_check(attrs, [d[0]] + d[4:7], [], [])
+
+
+def _mnb_attrs(attrs) -> dict:
+    return {k: attrs[k] for k in MNB_ATTRIBUTES}
+
+
+def _rendered_source(expr, t: str, out_dtype: str, q8: bool, u: int, zp: bool) -> tuple[str, str]:
+    """(entry name, source) of the gated kernel for this program and variant."""
+    from ..ops.pointwise_hip import render_hip_functor
+    from .kernel_cache import HEADER
+
+    data = json.dumps([expr.to_data(), t, out_dtype, q8, u, zp], sort_keys=True)
+    key = hashlib.sha1(data.encode()).hexdigest()[:16]
+    name = f"hipep_mnb_gated_{key}"
+    epilogue = f"hipep_gated_epilogue_{key}"
+    a_dtype = {"f16": "float16", "f32": "float32", "bf16": "bfloat16"}[t]
+    to = _C_TYPE[_dt(np.dtype(out_dtype), GATED_MATMUL_NBITS)]
+    source = (f'#include "{HEADER}"\n#include "matmul_nbits_row.h"\n'
+              + render_hip_functor(expr, epilogue, [a_dtype, a_dtype])
+              + f"HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, {_MIN_BLOCKS[u]})\n"
+              + f"    {name}(HIPEP_MNB_GATED_PARAMS({_C_TYPE[t]}, {to})) {{\n"
+              + f"  hipep_mnb_gemv_row1_gated<{_C_TYPE[t]}, {to}, {'true' if q8 else 'false'}, {u}, "
+              + f"{'true' if zp else 'false'}, {epilogue}>(A, B0, scales0, zp0, B1, scales1, zp1, Y, a);\n}}\n")
+    return name, source
+
+
+def _gated_row_op(A, first, second, y, expr, attrs, target):
+    """The one-kernel form for one row of A, or None where it does not apply: 4 bits, block_size
+    >= 32, 16-byte aligned rows, no or uint8 zero points on both weights alike, A quantized to int8
+    (accuracy_level 4) or fp16, and a row a warp covers in one round of at most 4 chunks a lane."""
+    k, n, bits, bs = int(attrs["K"]), int(attrs["N"]), int(attrs.get("bits", 4)), int(attrs["block_size"])
+    dt = _dt(A.dtype, GATED_MATMUL_NBITS)
+    zps = [h[3] for h in (first, second)]
+    if any(z is not None and z.dtype != np.uint8 for z in zps) or (zps[0] is None) != (zps[1] is None):
+        return None
+    zp_mode = 0 if zps[0] is None else 1
+    quant_a = quantizes_a_to_int8(attrs, zp_mode)
+    nb = _cdiv(k, bs)
+    row_bytes = nb * bs * bits // 8
+    aligned = row_bytes % 16 == 0 and all(h[1].ptr % 16 == 0 for h in (first, second))
+    chunks, ws = nb * bs // 32, target.warp_size
+    if not (GEMV_ROW and bits == 4 and bs >= 32 and aligned and (quant_a or dt == "f16") and chunks <= 4 * ws):
+        return None
+    u = next(u for u in (1, 2, 4) if u * ws >= chunks)
+    zp_row = _cdiv(nb * bits, 8) if zp_mode else 0
+    args = MatMulNBitsArgs(1, n, k, nb * bs, row_bytes, nb, zp_row, bs.bit_length() - 1, chunks * 32, zp_mode,
+                           1, 1, int(k % 8 == 0 and A.ptr % 16 == 0), int(quant_a))
+    name, source = _rendered_source(expr, dt, y.dtype.name, quant_a, u, bool(zp_mode))
+    params = [ctypes.c_uint64(A.ptr), ptr(first[1]), ptr(first[2]), ptr(first[3]), ptr(second[1]), ptr(second[2]),
+              ptr(second[3]), ctypes.c_uint64(y.ptr), args]
+    weights = all(w is None or w.constant for h in (first, second) for w in h[1:])
+    return KernelOp(name, (_cdiv(n, GEMV_WARPS), 1, 1), (GEMV_WARPS * ws, 1, 1), params, source=source,
+                    smem=row_smem(chunks, bs, quant_a), overlaps_previous=weights)
+
+
+@_binding(GATED, check=_check, modules=("matmul_nbits", "matmul_nbits_row", "matmul_nbits_dequant"))
+def _gated_bind(ins, outs, attrs, target):
+    from ..ops.elementwise import fused_expr
+
+    first, second = _halves(ins)
+    A, y = ins[0], outs[0]
+    if y is None:
+        raise NoKernel(f"{GATED}: an output nobody reads")
+    expr = fused_expr(attrs)
+    k, n = int(attrs["K"]), int(attrs["N"])
+    m = A.size // k if k else 0
+    if m == 0:
+        return []
+    if m == 1:
+        op = _gated_row_op(A, first, second, y, expr, attrs, target)
+        if op is not None:
+            return [op]
+    # Each MatMulNBits as alone, into the workspace; then the program over the two results.
+    nbytes = m * n * A.dtype.itemsize
+    sizes = [nbytes, nbytes]
+    r0, r1 = workspace_regions(target, GATED, sizes)
+    inner = workspace_after(target, sizes)
+    shape = tuple(A.shape[:-1]) + (n,)
+    results = [Arg(r0, shape, A.dtype), Arg(r1, shape, A.dtype)]
+    ops = []
+    for half, res in zip((first, second), results):
+        ops += _mnb_bind([a for a in half], [res], _mnb_attrs(attrs), inner)
+    return ops + expression_ops(expr, results, [y], target, GATED)
