@@ -23,8 +23,11 @@ from .gpu_quant import (GEMV_ROW, GEMV_WARPS, MatMulNBitsArgs, _mnb_bind, _mnb_c
                         row_smem)
 
 GATED = f"hipep::{GATED_MATMUL_NBITS}"
-# Blocks resident per SM asked of the compiler per chunks a lane (U): two columns' loads in flight.
-_MIN_BLOCKS = {1: 8, 2: 6, 4: 4}
+# Blocks resident per SM asked of the compiler per (chunks a lane U, zero points): the most whose
+# register share (65536 / (256 * blocks)) holds both columns' loads and sums without spilling, in
+# every variant (ptxas for sm_90: U 1 spills at 8, U 2 at 6 -- with zero points at 5 --, U 4 at 4
+# -- with zero points at 3; tests/unit/test_kernels_compile.py checks).
+MIN_BLOCKS = {(1, False): 6, (1, True): 6, (2, False): 5, (2, True): 4, (4, False): 3, (4, True): 2}
 _C_TYPE = {"f16": "hipep_half", "f32": "float", "bf16": "hipep_bf16"}
 
 
@@ -56,7 +59,7 @@ def _rendered_source(expr, t: str, out_dtype: str, q8: bool, u: int, zp: bool) -
     to = _C_TYPE[_dt(np.dtype(out_dtype), GATED_MATMUL_NBITS)]
     source = (f'#include "{HEADER}"\n#include "matmul_nbits_row.h"\n'
               + render_hip_functor(expr, epilogue, [a_dtype, a_dtype])
-              + f"HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, {_MIN_BLOCKS[u]})\n"
+              + f"HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, {MIN_BLOCKS[u, zp]})\n"
               + f"    {name}(HIPEP_MNB_GATED_PARAMS({_C_TYPE[t]}, {to})) {{\n"
               + f"  hipep_mnb_gemv_row1_gated<{_C_TYPE[t]}, {to}, {'true' if q8 else 'false'}, {u}, "
               + f"{'true' if zp else 'false'}, {epilogue}>(A, B0, scales0, zp0, B1, scales1, zp1, Y, a);\n}}\n")

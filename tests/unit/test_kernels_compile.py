@@ -451,3 +451,27 @@ def test_gated_gemv_is_one_kernel_that_loads_both_weights_before_it_waits(elem, 
     _, prefill = _gated_launch(3, elem, level, zp, activation)
     assert [o.entry.startswith("hipep_pw_") for o in prefill] == [False] * (len(prefill) - 1) + [True]
     assert sum(o.entry.startswith("hipep_mnb_gemv_") for o in prefill) == 2
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("k", [1024, 2048, 4096], ids=["u1", "u2", "u4"])
+@pytest.mark.parametrize("elem,level", [(10, 0), (1, 4)], ids=["h2", "q8"])
+@pytest.mark.parametrize("zp", ["none", "uint8"])
+def test_gated_gemv_variants_keep_their_registers(k, elem, level, zp):
+    """The gated kernel's launch bounds (gpu_gated_matmul.MIN_BLOCKS) leave every variant's loads of
+    both columns in registers: ptxas reports no spill (a spill is a local-memory round trip per
+    chunk, measured as a slower kernel)."""
+    from hipep.runtime import kernel_cache
+
+    _, (op,) = _gated_launch(1, elem, level, zp, "silu", k)
+    nvrtc = kernel_cache._nvrtc()
+    err, prog = nvrtc.nvrtcCreateProgram(op.source.encode(), f"{op.entry}.hip".encode(), 0, [], [])
+    try:
+        opts = [o.encode() for o in kernel_cache._options(ARCH, DEFINES)] + [b"--ptxas-options=-v"]
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        log = kernel_cache._log(nvrtc, prog)
+        assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, log
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
+    assert spills and not any(spills), log
