@@ -30,10 +30,18 @@ HIPEP_MNB_ROW1(q8, f32, float, true, 8, 6, 4)
 HIPEP_MNB_ROW1(q8, f16, hipep_half, true, 8, 6, 4)
 HIPEP_MNB_ROW1(q8, bf16, hipep_bf16, true, 8, 6, 4)
 
-// The one-row GEMV in packed arithmetic (see above): q8 for accuracy_level 4, h2 for fp16 A.
+// The one-row GEMV in packed arithmetic (see above): q8 for accuracy_level 4, h2 for fp16 A. Two
+// register shares: 4 blocks per SM (64 registers; the q8 variants spill 16 bytes there) for grids
+// past 3 blocks per SM, and 3 per SM (no spill) as `_w3` for grids one wave of those covers (measured
+// on the H200 at 3 per SM: qkv 2048 -> 3072 3.20 -> 2.85 us fp16, 4.37 -> 3.98 f32 level 4; down
+// f32 level 4 8.71 -> 7.82; 4096 x 4096, 512 blocks, 5.70 -> 7.14 us: two waves).
 #define HIPEP_MNB_ROW(VARIANT, NAME, T, Q8)                                                          \
   HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, 4)                                 \
       hipep_mnb_gemv_row_##VARIANT##_##NAME##_b4(HIPEP_MNB_PARAMS(T)) {                               \
+    hipep_mnb_gemv_row<T, Q8>(A, B, scales, zp, bias, Y, a);                                          \
+  }                                                                                                   \
+  HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, 3)                                 \
+      hipep_mnb_gemv_row_##VARIANT##_##NAME##_b4_w3(HIPEP_MNB_PARAMS(T)) {                            \
     hipep_mnb_gemv_row<T, Q8>(A, B, scales, zp, bias, Y, a);                                          \
   }
 HIPEP_MNB_ROW(q8, f32, float, true)

@@ -222,8 +222,10 @@ def gemv_rows(m: int) -> int:
 
 
 # Blocks of hipep_mnb_gemv_row_* resident per SM (its __launch_bounds__): a grid past this many per
-# SM runs in several waves.
+# SM runs in several waves. Grids of at most ROW_W3_BLOCKS_PER_SM per SM take the `_w3` entry, whose
+# larger register share keeps the q8 variants from spilling (kernels/matmul_nbits_row.hip).
 ROW_BLOCKS_PER_SM = 4
+ROW_W3_BLOCKS_PER_SM = 3
 # K split between two warps of a column where the grid is at most half a wave, from this many
 # chunks of the row a lane on: shorter rows gain nothing measurable (the o projection, 2 chunks a
 # lane, 8 %; the down projection, 8, 28 %).
@@ -254,6 +256,8 @@ def _mnb_row_op(a_ptr, B, scales, zp, bias, y, layout: MatMulNBitsArgs, bits, dt
     weights = all(w is None or w.constant for w in (B, scales, zp))
     ws, variant = target.warp_size, "q8" if quant_a else "h2"
     entry = f"hipep_mnb_gemv_row_{variant}_{dt}_b4"
+    if grid[0] <= ROW_W3_BLOCKS_PER_SM * target.sm_count:
+        entry += "_w3"
     zp_suffix = '_zp' if layout.zp_mode == 1 else ''
     if tile_chunks == chunks and chunks <= 4 * ws and grid[0] > ROW_BLOCKS_PER_SM * target.sm_count:
         # Past one wave of the kernel's blocks, rows of one round of loads a lane take the variant

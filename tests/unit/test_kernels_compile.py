@@ -147,8 +147,8 @@ def test_every_quantized_entry_point_exists(cubins):
     names = {("matmul_nbits", f"hipep_mnb_gemv_{t}_b{b}_m{m}") for t in ("f32", "f16", "bf16") for b in (4, 8)
              for m in (1, 2, 4, 8)}
     names |= {("matmul_nbits", f"hipep_mnb_gemm_{t}_b{b}") for t in ("f32", "f16", "bf16") for b in (4, 8)}
-    names |= {("matmul_nbits_row", f"hipep_mnb_gemv_row_q8_{t}_b4") for t in ("f32", "f16", "bf16")}
-    names |= {("matmul_nbits_row", "hipep_mnb_gemv_row_h2_f16_b4")}
+    names |= {("matmul_nbits_row", f"hipep_mnb_gemv_row_q8_{t}_b4{w}") for t in ("f32", "f16", "bf16") for w in ("", "_w3")}
+    names |= {("matmul_nbits_row", f"hipep_mnb_gemv_row_h2_f16_b4{w}") for w in ("", "_w3")}
     names |= {("matmul_nbits_row", f"hipep_mnb_gemv_row1_{v}_b4_u{u}{z}") for u in (1, 2, 4) for z in ("", "_zp")
               for v in ("h2_f16", "q8_f32", "q8_f16", "q8_bf16")}
     names |= {("matmul_nbits_row", f"hipep_mnb_gemv_row1_h2_f16_b4_u{u}_s2{z}") for u in (1, 2, 4) for z in ("", "_zp")}
@@ -243,9 +243,9 @@ def test_row_gemv_loads_weights_before_it_waits_for_the_previous_kernel(arch):
     the weights are ld.global.cs (ahead of the wait where the code puts them), A ld.global.cg
     (coherent, after the wait)."""
     bodies = _entry_bodies(_ptx("matmul_nbits_row", arch))
-    # the tiled kernel's q8 f32/f16/bf16 and h2 f16; row1's the same with 1, 2, 4 chunks a lane, zero points or
-    # not; row1's h2 with K split between two warps, the same six
-    assert len(bodies) == 4 + 4 * 6 + 6
+    # the tiled kernel's q8 f32/f16/bf16 and h2 f16, each in two register shares; row1's the same with 1, 2, 4
+    # chunks a lane, zero points or not; row1's h2 with K split between two warps, the same six
+    assert len(bodies) == 2 * 4 + 4 * 6 + 6
     for entry, body in bodies.items():
         if arch == "compute_80":
             assert "griddepcontrol" not in body, entry

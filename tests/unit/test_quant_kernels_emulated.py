@@ -83,7 +83,7 @@ def _emulate_mnb(mem: Memory, op: gk.KernelOp) -> None:
         return
     # hipep_mnb_gemv_row1_h2_*: the same sums in the same order over a row staged whole
     # hipep_mnb_gemv_row1_h2_*_s2: two warps a column, U chunks a lane each
-    r = re.fullmatch(r"hipep_mnb_gemv_row1?_(q8|h2)_(f32|f16|bf16)_b4(?:_u([124])(_s2)?(?:_zp)?)?", op.entry)
+    r = re.fullmatch(r"hipep_mnb_gemv_row1?_(q8|h2)_(f32|f16|bf16)_b4(?:_w3|_u([124])(_s2)?(?:_zp)?)?", op.entry)
     if r:
         assert len(op.params) == 7 and (r.group(1) == "q8") == bool(op.params[6].int8_a)
         _emulate_mnb_gemv_row(rd, op, op.params[6], r.group(1) == "q8", _QT[r.group(2)],
@@ -512,7 +512,7 @@ def test_matmul_nbits_row_gemv_applies_where_it_can(k, n, bs, dtype, zp_kind, le
     if want is None:
         assert "_row_" not in ops[0].entry
         return
-    assert [op.entry for op in ops] == [f"hipep_mnb_gemv_row_{want}_b4"]
+    assert [op.entry for op in ops] == [f"hipep_mnb_gemv_row_{want}_b4_w3"]  # a grid of one wave at 3 per SM
     a = ops[0].params[6]
     assert a.k_tile % bs == 0 and ops[0].smem <= gq.GEMV_SMEM_BUDGET + 64
     tol = 1e-5 if dtype == np.float32 else 1e-2
@@ -541,7 +541,7 @@ def test_matmul_nbits_row_gemv_tiles_long_rows():
     """K past one shared-memory tile: the row GEMV loops over tiles of whole blocks."""
     ops, got, ref, _ = _mnb_case((1,), 24576, 3, 4, 256, np.float16, "none", False, level=0)
     a = ops[0].params[6]
-    assert ops[0].entry == "hipep_mnb_gemv_row_h2_f16_b4" and a.k_tile < a.k_pad and a.k_tile % 256 == 0
+    assert ops[0].entry == "hipep_mnb_gemv_row_h2_f16_b4_w3" and a.k_tile < a.k_pad and a.k_tile % 256 == 0
     assert np.abs(got - ref).max() / np.abs(ref).max() < 1e-2
 
 

@@ -66,11 +66,11 @@ def _run(lib, m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0, sm_co
 
 
 @pytest.mark.parametrize("k,n,bs,dtype,zp_kind,level,with_bias,entry", [
-    (256, 12, 32, np.float32, "none", 4, False, "hipep_mnb_gemv_row_q8_f32_b4"),   # the builder's int4 form
-    (320, 9, 64, np.float32, "uint8", 4, True, "hipep_mnb_gemv_row_q8_f32_b4"),    # zero points, N % 8 != 0
-    (192, 10, 32, ml_dtypes.bfloat16, "uint8", 4, False, "hipep_mnb_gemv_row_q8_bf16_b4"),
-    (256, 16, 128, np.float16, "uint8", 0, True, "hipep_mnb_gemv_row_h2_f16_b4"),  # fp16 A: half2 pairs
-    (200, 8, 32, np.float16, "none", 0, False, "hipep_mnb_gemv_row_h2_f16_b4"),    # K past A's end in the last block
+    (256, 12, 32, np.float32, "none", 4, False, "hipep_mnb_gemv_row_q8_f32_b4_w3"),   # the builder's int4 form
+    (320, 9, 64, np.float32, "uint8", 4, True, "hipep_mnb_gemv_row_q8_f32_b4_w3"),    # zero points, N % 8 != 0
+    (192, 10, 32, ml_dtypes.bfloat16, "uint8", 4, False, "hipep_mnb_gemv_row_q8_bf16_b4_w3"),
+    (256, 16, 128, np.float16, "uint8", 0, True, "hipep_mnb_gemv_row_h2_f16_b4_w3"),  # fp16 A: half2 pairs
+    (200, 8, 32, np.float16, "none", 0, False, "hipep_mnb_gemv_row_h2_f16_b4_w3"),    # K past A's end in the last block
     (256, 12, 16, np.float32, "none", 4, False, "hipep_mnb_gemv_f32_b4_m1"),       # block 16: the general GEMV
 ])
 def test_row_gemv_on_host(matmul_nbits, k, n, bs, dtype, zp_kind, level, with_bias, entry):
@@ -133,7 +133,7 @@ def test_row_gemv_long_k_tiles_on_host(matmul_nbits, monkeypatch):
     """K past one shared-memory tile: the row GEMV stages A tile by tile, a barrier between."""
     monkeypatch.setattr(gq, "GEMV_SMEM_BUDGET", 1024)  # 16 chunks (512 values) a tile for h2
     got, want, entries = _run(matmul_nbits, 1, 1536, 8, 64, np.float16, "none", 0)
-    assert entries == ["hipep_mnb_gemv_row_h2_f16_b4"]
+    assert entries == ["hipep_mnb_gemv_row_h2_f16_b4_w3"]
     assert np.abs(got.astype(np.float64) - want).max() / np.abs(want.astype(np.float64)).max() < 1e-2
 
 
