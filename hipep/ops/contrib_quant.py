@@ -250,6 +250,8 @@ def _gated_matmul_nbits_shape(types, values, attrs, num_outputs):
 
 
 def _claim_gated(node, graph, attrs):
+    """Made by the compiler from two MatMulNBits of one input and the pointwise nodes joining them;
+    never claimed from a model."""
     return (f"hipep::{GATED_MATMUL_NBITS} is made by hipep's compiler from two MatMulNBits of one input "
             f"and the pointwise nodes that join them; a model cannot use it")
 
