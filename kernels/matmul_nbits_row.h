@@ -332,6 +332,19 @@ HIPEP_DEVICE void hipep_mnb_gemv_row(const T* HIPEP_RESTRICT A, const unsigned c
   }
 }
 
+// All of A (rows one round of U chunks a lane covers) staged for the block, then a barrier: one
+// word of A a thread in flight where a block's threads cover the row in one pass (U <= 2).
+template <typename T, bool Q8, int U>
+HIPEP_DEVICE void hipep_mnb_row_stage_whole(unsigned char* smem, const T* HIPEP_RESTRICT A, int chunks,
+                                           const hipep_mnb_args& a) {
+  if constexpr (Q8) {
+    hipep_mnb_row_stage_q8<T, (U <= 2 ? 1 : MNB_ROW_STAGE_Q8)>(smem, A, 0, chunks, a);
+  } else {
+    hipep_mnb_row_stage_h2<(U <= 2 ? 1 : MNB_ROW_STAGE_H2)>(smem, reinterpret_cast<const hipep_half*>(A), 0, chunks, a);
+  }
+  __syncthreads();
+}
+
 // ---- the row GEMV for grids of several waves ------------------------------------------------------
 //
 // The kernel above holds 64 registers a thread (the tile loop, per-chunk zero points, U = 4 loads
@@ -369,13 +382,7 @@ HIPEP_DEVICE void hipep_mnb_gemv_row1(const T* HIPEP_RESTRICT A, const unsigned 
   float qs[U], qz[U];
   hipep_mnb_row_load<T, U>(q, qs, qz, col, first, chunks, a.log2_bs);  // the warp's share of the row: one round
   hipep_grid_wait();  // A, and Y's memory, belong to earlier kernels of the stream
-  // one word of A a thread in flight where a block's threads cover the row in one pass (U <= 2)
-  if constexpr (Q8) {
-    hipep_mnb_row_stage_q8<T, (U <= 2 ? 1 : MNB_ROW_STAGE_Q8)>(smem, A, 0, chunks, a);
-  } else {
-    hipep_mnb_row_stage_h2<(U <= 2 ? 1 : MNB_ROW_STAGE_H2)>(smem, reinterpret_cast<const hipep_half*>(A), 0, chunks, a);
-  }
-  __syncthreads();
+  hipep_mnb_row_stage_whole<T, Q8, U>(smem, A, chunks, a);
   float acc = 0.0f;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
@@ -426,12 +433,7 @@ HIPEP_DEVICE void hipep_mnb_gemv_row1_gated(const T* HIPEP_RESTRICT A, const uns
   hipep_mnb_row_load<T, U>(q0, qs0, qz0, col0, lane, chunks, a.log2_bs);
   hipep_mnb_row_load<T, U>(q1, qs1, qz1, col1, lane, chunks, a.log2_bs);
   hipep_grid_wait();  // A, and Y's memory, belong to earlier kernels of the stream
-  if constexpr (Q8) {
-    hipep_mnb_row_stage_q8<T, (U <= 2 ? 1 : MNB_ROW_STAGE_Q8)>(smem, A, 0, chunks, a);
-  } else {
-    hipep_mnb_row_stage_h2<(U <= 2 ? 1 : MNB_ROW_STAGE_H2)>(smem, reinterpret_cast<const hipep_half*>(A), 0, chunks, a);
-  }
-  __syncthreads();
+  hipep_mnb_row_stage_whole<T, Q8, U>(smem, A, chunks, a);
   float acc0 = 0.0f, acc1 = 0.0f;
 #pragma unroll
   for (int u = 0; u < U; ++u) {

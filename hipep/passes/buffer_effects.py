@@ -79,3 +79,13 @@ def walk(block: Block) -> Iterator[Operation]:
         for region in op.regions:
             for inner in region.blocks:
                 yield from walk(inner)
+
+
+def function_blocks(module) -> Iterator[Block]:
+    """Every block of the module's functions: their bodies and the regions nested in them."""
+    from ..ir.api import func
+
+    for f in module.ops:
+        if isinstance(f, func.FuncOp):
+            yield f.body.block
+            yield from (b for inner in walk(f.body.block) for r in inner.regions for b in r.blocks)

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir.api import Block, Context, DictionaryAttr, IntegerAttr, ModuleOp, ModulePass, SSAValue, func
+from ..ir.api import Block, Context, DictionaryAttr, IntegerAttr, ModuleOp, ModulePass, SSAValue
 from ..ir.buffer_ops import AllocOp, LaunchOp
 from ..ops.contrib_quant import GATED_MATMUL_NBITS, MNB_ATTRIBUTES
 from ..ops.pointwise import Builder
-from .buffer_effects import device_writes, host_writes, positions, registry_op, storage, walk
+from .buffer_effects import device_writes, function_blocks, host_writes, positions, registry_op, storage
 from .fuse_pointwise import _attributes, _dtype, _pointwise, _shape, expression_attributes
 
 MNB_KEY = "com.microsoft::MatMulNBits"
@@ -40,13 +40,9 @@ class FuseGatedMatMulPass(ModulePass):
     name = "hip-fuse-gated-matmul"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for f in op.ops:
-            if not isinstance(f, func.FuncOp):
-                continue
-            blocks = [f.body.block] + [b for inner in walk(f.body.block) for r in inner.regions for b in r.blocks]
-            for block in blocks:
-                for p in [p for p in (_pointwise(o) for o in list(block.ops)) if p is not None]:
-                    _fuse(block, p)
+        for block in list(function_blocks(op)):
+            for p in [p for p in (_pointwise(o) for o in list(block.ops)) if p is not None]:
+                _fuse(block, p)
 
 
 def _writer(v: SSAValue) -> LaunchOp | None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.api import (ArrayAttr, Block, Context, DictionaryAttr, IntegerAttr, MemRefType, ModuleOp, ModulePass,
-                      SSAValue, StringAttr, TensorType, func)
+                      SSAValue, StringAttr, TensorType)
 from ..ir.buffer_ops import AllocOp, LaunchOp
 from ..ir.dialect import ConstantOp
 from ..ir.types import onnx_elem_type
@@ -35,7 +35,7 @@ from ..graph import numpy_dtype
 from ..ops.elementwise import FUSED_DOMAIN, FUSED_ELEMENTWISE
 from ..ops.pointwise import Builder, Expr, Operand
 from ..ops.registry import OUTPUT_COUNT, REQUIRED, SINCE_VERSION
-from .buffer_effects import positions, registry_op, walk
+from .buffer_effects import function_blocks, positions, registry_op
 from .emit_plan import attribute_value
 
 FUSED_KEY = f"{FUSED_DOMAIN}::{FUSED_ELEMENTWISE}"
@@ -47,12 +47,8 @@ class FusePointwisePass(ModulePass):
     fold_constants: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for f in op.ops:
-            if not isinstance(f, func.FuncOp):
-                continue
-            blocks = [f.body.block] + [b for inner in walk(f.body.block) for r in inner.regions for b in r.blocks]
-            for block in blocks:
-                _fuse_block(block, self.fold_constants)
+        for block in list(function_blocks(op)):
+            _fuse_block(block, self.fold_constants)
 
 
 @dataclass
