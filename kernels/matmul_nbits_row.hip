@@ -48,3 +48,17 @@ HIPEP_MNB_ROW(q8, f32, float, true)
 HIPEP_MNB_ROW(q8, f16, hipep_half, true)
 HIPEP_MNB_ROW(q8, bf16, hipep_bf16, true)
 HIPEP_MNB_ROW(h2, f16, hipep_half, false)
+
+// The gated kernel (hipep::GatedMatMulNBits) is rendered at run time with each program's epilogue
+// (hipep/runtime/gpu_gated_matmul.py); this instance, with the product as its program, lets the
+// compile checks (tools/check_kernels.sh: nvcc, and hipcc for AMD) build the template.
+struct hipep_gated_product {
+  HIPEP_DEVICE hipep_half operator()(hipep_half g, hipep_half u) const {
+    return __float2half_rn(__half2float(g) * __half2float(u));
+  }
+};
+HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, 5)
+    hipep_mnb_gemv_row1_gated_product_f16_u2(HIPEP_MNB_GATED_PARAMS(hipep_half, hipep_half)) {
+  hipep_mnb_gemv_row1_gated<hipep_half, hipep_half, false, 2, false, hipep_gated_product>(A, B0, scales0, zp0, B1,
+                                                                                      scales1, zp1, Y, a);
+}
