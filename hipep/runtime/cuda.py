@@ -372,11 +372,18 @@ class CudaDevice(GraphReplay, Device):
 
     def stream_target(self, stream: CudaStream, label: str = "") -> table.Target:
         """The device's Target with a workspace private to `stream`, and fault reports into the
-        stream's fault record naming the launch `label`."""
+        stream's fault record naming the launch `label` (made once per stream and label: launches
+        bound again every run, a decode step's, ask for it each time)."""
+        target = stream.targets.get(label)
+        if target is not None:
+            return target
+
         def fault(what: str) -> FaultSite:
             return FaultSite(stream.fault_record.ptr, self.fault_sites.site(label or "a launch", what))
 
-        return dataclasses.replace(self.target, workspace=lambda nbytes: self._workspace(stream, nbytes), fault=fault)
+        target = dataclasses.replace(self.target, workspace=lambda nbytes: self._workspace(stream, nbytes), fault=fault)
+        stream.targets[label] = target
+        return target
 
     def _workspace(self, stream: CudaStream, nbytes: int) -> int:
         """Device memory for a launch's intermediate results (split-KV partials, rotated queries),

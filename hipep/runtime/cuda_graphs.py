@@ -194,10 +194,22 @@ class CudaProgram:
         return f"CudaProgram({self.label})"
 
 
+_RECENT_BINDINGS = 4  # bindings a launch keeps for argument signatures it may see again
+
+
 class _NodeState:
     """A captured launch's ops, bound for the arguments it had when last bound; rebound when a
-    patch changes an argument's memory or shape, or every run when its binding reads values."""
-    __slots__ = ("program", "sig", "ops", "version", "reads_values")
+    patch changes an argument's memory or shape, or every run when its binding reads values.
+
+    The last few bindings are kept by argument signature: ORT copies a host input bound through
+    IOBinding into device memory when it is bound, while the previous step's copy is still held,
+    so a decode step's input_ids alternate between two addresses, and binding the embedding's
+    Gather again on every step would cost more host time than the rest of its replay. A binding
+    is a function of its arguments' signatures (addresses, shapes, dtypes and, where it reads
+    them, host-visible values), the attributes and the device, so one kept for an equal signature
+    is the one binding again would make: scratch and workspace memory it points at is never freed
+    while the stream lives (CudaDevice._scratch, _workspace)."""
+    __slots__ = ("program", "sig", "ops", "version", "reads_values", "recent")
 
     def __init__(self, program: CudaProgram):
         self.program = program
@@ -205,11 +217,17 @@ class _NodeState:
         self.ops: list = []
         self.version = 0
         self.reads_values = program.binding is not None and program.binding.reads_values
+        self.recent: dict = {}  # signature -> ops, oldest first
 
     def prepare(self, args: list, stream: CudaStream | None = None) -> list:
         sig = tuple(_arg_signature(a, self.reads_values) for a in args)
         if sig != self.sig:
-            ops = self.program.bind(args, stream)
+            ops = self.recent.pop(sig, None)
+            if ops is None:
+                ops = self.program.bind(args, stream)
+            self.recent[sig] = ops  # (re)inserted as the newest
+            if len(self.recent) > _RECENT_BINDINGS:
+                del self.recent[next(iter(self.recent))]
             if [o.key for o in ops] != [o.key for o in self.ops]:
                 self.version += 1
             self.ops, self.sig = ops, sig
@@ -233,12 +251,13 @@ class _Segment:
     and `kernel_nodes`: each one's kernel node in `graph` (None for copies and library calls), so
     that a launch whose arguments changed since the capture updates its node in `exec` in place
     instead of the whole segment being captured again."""
-    __slots__ = ("nodes", "members", "value_nodes", "spans", "exec", "graph", "ops", "kernel_nodes", "captured",
-                 "last", "captures", "direct", "label", "bound")
+    __slots__ = ("nodes", "members", "position", "value_nodes", "spans", "exec", "graph", "ops", "kernel_nodes",
+                 "captured", "last", "captures", "direct", "label", "bound")
 
     def __init__(self, nodes: list[int]):
         self.nodes = nodes
         self.members = set(nodes)
+        self.position = {node: k for k, node in enumerate(nodes)}  # node -> its place in `nodes`
         self.value_nodes: list[int] = []  # launches whose binding reads values: bound again every run
         self.spans: dict[int, tuple[int, int]] = {}  # node -> (first, count) of its ops in `ops`
         self.label = ""
@@ -430,7 +449,8 @@ class GraphReplay:
         and updates the kernel nodes of those whose launches changed; False (nothing updated) where
         that cannot be done, for the caller's walk over the whole segment."""
         changed = []
-        for i in (*seg.value_nodes, *(j for j in touched if j not in seg.value_nodes)):
+        rebound = (*seg.value_nodes, *(j for j in touched if j not in seg.value_nodes))
+        for i in rebound:
             st = state.nodes[i]
             version = st.version
             ops = _bind(st, graph.nodes[i], stream)
@@ -448,7 +468,12 @@ class GraphReplay:
             return True
         if not _set_nodes(stream, seg, changed):
             return False
-        seg.captured = seg.last = tuple(state.nodes[i].version for i in seg.nodes)
+        # Only the launches bound again here can have a new version since the segment's versions
+        # were last taken (every other binding happens in _run_segment's walk, which takes them).
+        versions = list(seg.captured)
+        for i in rebound:
+            versions[seg.position[i]] = state.nodes[i].version
+        seg.captured = seg.last = tuple(versions)
         return True
 
     def _update_graph(self, stream: CudaStream, seg: _Segment, work) -> bool:

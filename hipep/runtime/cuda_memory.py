@@ -35,7 +35,10 @@ class CudaMemory:
 class DeviceArray(ShapedBuffer):
     """A typed, C-contiguous view of device-addressable memory: what a kernel argument points at.
     Holds the allocation it views, so the memory outlives the view."""
-    __slots__ = ("memory", "ptr", "shape", "dtype", "_host")
+    # size and nbytes are fixed at construction (the shape never changes): a run reads them for
+    # every tensor ORT hands over (the in-place checks), where ShapedBuffer's would multiply out
+    # the shape each time.
+    __slots__ = ("memory", "ptr", "shape", "dtype", "_host", "size", "nbytes")
 
     def __init__(self, memory: CudaMemory | None, ptr: int, shape, dtype):
         self.memory = memory
@@ -43,6 +46,11 @@ class DeviceArray(ShapedBuffer):
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
         self._host = None
+        n = 1
+        for d in self.shape:
+            n *= d
+        self.size = n
+        self.nbytes = n * self.dtype.itemsize
 
     @property
     def host_visible(self) -> bool:
