@@ -159,9 +159,64 @@ int device_ordinal(const OrtValue* value) {
 
 // What Python receives for a tensor in device memory: (address, shape, dtype). hipep.bridge
 // turns it into the device's array at that address (no copy).
-py::tuple device_tensor(const void* data, const py::dtype& dtype, const std::vector<py::ssize_t>& shape) {
-  return py::make_tuple(py::int_(reinterpret_cast<uintptr_t>(data)), py::tuple(py::cast(shape)), dtype);
+template <typename Dim>
+py::tuple device_tensor(const void* data, const py::dtype& dtype, const std::vector<Dim>& shape) {
+  py::tuple dims(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i)
+    PyTuple_SET_ITEM(dims.ptr(), static_cast<py::ssize_t>(i), PyLong_FromLongLong(static_cast<long long>(shape[i])));
+  return py::make_tuple(py::int_(reinterpret_cast<uintptr_t>(data)), dims, dtype);
 }
+
+// The last device_tensor tuple handed to Python per input or output position of a compiled node.
+// With IOBinding ORT hands over the same tensors run after run (a decoder's KV caches, its
+// logits), and the same tuple object lets hipep.bridge find its wrapper by identity, where a new
+// tuple per tensor and run costs a decode step tens of microseconds. Only touched with the GIL
+// held (Compute's and allocate_outputs' work), which serializes concurrent runs' use of it.
+class DeviceTensorCache {
+ public:
+  ~DeviceTensorCache() {
+    if (!python_usable()) return;  // the interpreter is gone: leak on purpose
+    py::gil_scoped_acquire gil;
+    for (auto* v : {&inputs_, &outputs_})
+      for (Entry& e : *v) Py_XDECREF(e.tuple);
+  }
+
+  template <typename Dim>
+  py::object input(size_t i, const void* data, ONNXTensorElementDataType elem, const std::vector<Dim>& shape) {
+    return get(inputs_, i, data, elem, shape);
+  }
+  template <typename Dim>
+  py::object output(size_t i, const void* data, ONNXTensorElementDataType elem, const std::vector<Dim>& shape) {
+    return get(outputs_, i, data, elem, shape);
+  }
+
+ private:
+  struct Entry {
+    const void* data = nullptr;
+    ONNXTensorElementDataType elem = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    std::vector<int64_t> shape;
+    PyObject* tuple = nullptr;  // owned
+  };
+
+  template <typename Dim>
+  py::object get(std::vector<Entry>& entries, size_t i, const void* data, ONNXTensorElementDataType elem,
+                 const std::vector<Dim>& shape) {
+    if (entries.size() <= i) entries.resize(i + 1);
+    Entry& e = entries[i];
+    bool same = e.tuple != nullptr && e.data == data && e.elem == elem && e.shape.size() == shape.size();
+    for (size_t k = 0; same && k < shape.size(); ++k) same = e.shape[k] == static_cast<int64_t>(shape[k]);
+    if (same) return py::reinterpret_borrow<py::object>(e.tuple);
+    py::tuple made = device_tensor(data, numpy_dtype(elem), shape);
+    Py_XDECREF(e.tuple);
+    e.tuple = made.inc_ref().ptr();
+    e.data = data;
+    e.elem = elem;
+    e.shape.assign(shape.begin(), shape.end());
+    return std::move(made);
+  }
+
+  std::vector<Entry> inputs_, outputs_;
+};
 
 // ---- outputs ---------------------------------------------------------------------------------
 
@@ -179,6 +234,7 @@ struct OutputBinding {
   std::vector<bool> on_device;              // per output, whether that buffer is device memory
   int ordinal = 0;                          // the GPU of the device buffers
   std::vector<std::vector<int64_t>> shapes;  // per output, the shape it was obtained with
+  DeviceTensorCache* device_tensors = nullptr;  // the node's, alive while `active`
 };
 
 // allocate_outputs(shapes: list[tuple[int, ...]]) -> list[np.ndarray]: obtains every output from
@@ -223,7 +279,7 @@ py::list allocate_outputs(OutputBinding& b, const py::sequence& shapes) {
     b.on_device[i] = in_device_memory(value);
     if (b.on_device[i]) {
       b.ordinal = device_ordinal(value);
-      out.append(device_tensor(data, dtype, shape));
+      out.append(b.device_tensors->output(i, data, b.types[i], dims[i]));
       continue;
     }
     // An empty output may have no buffer: numpy then makes its own (there is nothing to write).
@@ -245,6 +301,7 @@ struct ComputeInfo : OrtNodeComputeInfo {
   std::string name;
   std::string running;  // "running <name>", what an error of this node's Compute says it was doing
   std::vector<ONNXTensorElementDataType> output_types;
+  DeviceTensorCache device_tensors;
 
   ComputeInfo() {
     ort_version_supported = kOrtApiVersion;
@@ -297,7 +354,7 @@ struct ComputeInfo : OrtNodeComputeInfo {
         const void* data = nullptr;
         HIPEP_ORT(g_ort->GetTensorData(value, &data));
         if (in_device_memory(value)) {
-          item = device_tensor(data, numpy_dtype(layout.elem), layout.shape);
+          item = device_tensors.input(i, data, layout.elem, layout.shape);
         } else {
           py::array arr(numpy_dtype(layout.elem), layout.shape, {}, data, no_owner);
           py::detail::array_proxy(arr.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
@@ -319,6 +376,7 @@ struct ComputeInfo : OrtNodeComputeInfo {
     binding->data.assign(num_outputs, nullptr);
     binding->on_device.assign(num_outputs, false);
     binding->shapes.assign(num_outputs, {});
+    binding->device_tensors = &device_tensors;
     py::object allocate = py::cast(binding);  // an OutputAllocator sharing the binding
     // The GIL stays held through compiled.run: the CPU device never waits, and the CUDA device
     // waits for its stream at the end of a run (CudaStream.sync, hipep/runtime/cuda_stream.py) in

@@ -316,7 +316,9 @@ class CompiledSubgraph:
 
     def _device_tensor(self, desc: tuple, role: str, pos: int):
         last = self._wrapped.get((role, pos))  # (one dict read: runs on other threads may replace it)
-        if last is not None and last[0] == desc:
+        # (C++ hands over the same tuple object while the tensor stays the same: plugin.cc's
+        # DeviceTensorCache)
+        if last is not None and (last[0] is desc or last[0] == desc):
             return last[1]
         ptr, shape, dtype = desc
         wrap = getattr(self.device, "wrap_device_memory", None)
