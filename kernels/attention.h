@@ -164,4 +164,39 @@ HIPEP_DEVICE float hipep_gqa_finish(float acc, float m, float l, bool has_sink, 
   return l > 0.0f ? acc / l : 0.0f;
 }
 
+// ---- rotary ----------------------------------------------------------------------------------------
+
+// The rotation of one element pair (x1, x2) by (cos, sin); f32 in MLAS's fused form (see above).
+template <typename T>
+HIPEP_DEVICE void hipep_rope(float x1, float x2, float c, float s, float& y1, float& y2);
+
+template <> HIPEP_DEVICE void hipep_rope<float>(float x1, float x2, float c, float s, float& y1, float& y2) {
+  y1 = fmaf(x1, c, -__fmul_rn(x2, s));
+  y2 = fmaf(x1, s, __fmul_rn(x2, c));
+}
+
+template <> HIPEP_DEVICE void hipep_rope<hipep_half>(float x1, float x2, float c, float s, float& y1, float& y2) {
+  y1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+  y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+}
+
+// The elements of pair j of a head: j < half rotated (j and j + half, or 2j and 2j + 1
+// interleaved), the head's tail past the rotated part in consecutive pairs.
+HIPEP_DEVICE void hipep_gqa_pair(const hipep_gqa_args& a, int half, int j, int& e1, int& e2) {
+  if (j < half) {
+    e1 = a.interleaved ? 2 * j : j;
+    e2 = a.interleaved ? 2 * j + 1 : j + half;
+  } else {
+    e1 = 2 * half + 2 * (j - half);
+    e2 = e1 + 1;
+  }
+}
+
+// The rotary position of token s of batch row b (unclamped: the caller checks it against max_pos).
+HIPEP_DEVICE hipep_i64 hipep_gqa_position(const hipep_gqa_args& a, const hipep_gqa_row& g, const hipep_i64* pos_ids,
+                                          int b, int s) {
+  return a.has_pos_ids ? (g.first ? pos_ids[0] + s : pos_ids[(hipep_i64)b * a.seq + s])
+                       : (hipep_i64)(g.first ? s : g.t - a.seq + s);
+}
+
 #endif  // HIPEP_ATTENTION_H

@@ -65,19 +65,6 @@ HIPEP_KERNEL void hipep_gqa_window_store(const uint4* HIPEP_RESTRICT cache_k, co
 // pair, so a bad row costs one report and a good one none.
 
 template <typename T>
-HIPEP_DEVICE void hipep_rope(float x1, float x2, float c, float s, float& y1, float& y2);
-
-template <> HIPEP_DEVICE void hipep_rope<float>(float x1, float x2, float c, float s, float& y1, float& y2) {
-  y1 = fmaf(x1, c, -__fmul_rn(x2, s));
-  y2 = fmaf(x1, s, __fmul_rn(x2, c));
-}
-
-template <> HIPEP_DEVICE void hipep_rope<hipep_half>(float x1, float x2, float c, float s, float& y1, float& y2) {
-  y1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
-  y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
-}
-
-template <typename T>
 HIPEP_DEVICE void hipep_gqa_prepare(const T* HIPEP_RESTRICT q, const T* HIPEP_RESTRICT k, const T* HIPEP_RESTRICT v,
                                     const int* seqlens, const int* total, const hipep_i64* pos_ids,
                                     const T* HIPEP_RESTRICT cos_cache, const T* HIPEP_RESTRICT sin_cache,
@@ -109,13 +96,7 @@ HIPEP_DEVICE void hipep_gqa_prepare(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
       src = v + b * a.kin_sb + s * a.kin_ss + (hipep_i64)(slot - a.heads - a.kv_heads) * H;
     const bool rotate = !(slot >= a.heads + a.kv_heads) && j < half;
     int e1, e2;
-    if (j < half) {
-      e1 = a.interleaved ? 2 * j : j;
-      e2 = a.interleaved ? 2 * j + 1 : j + half;
-    } else {
-      e1 = 2 * half + 2 * (j - half);
-      e2 = e1 + 1;
-    }
+    hipep_gqa_pair(a, half, j, e1, e2);
     const hipep_gqa_row g = hipep_gqa_geometry(a, seqlens, total, b);
     const bool reporter = slot == a.heads && j == 0;  // the first key pair of its (batch, token)
     if (reporter && s == 0) {
@@ -125,8 +106,7 @@ HIPEP_DEVICE void hipep_gqa_prepare(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
     }
     float y1 = hipep_to_float(src[e1]), y2 = hipep_to_float(src[e2]);
     if (rotate) {
-      hipep_i64 pos = a.has_pos_ids ? (g.first ? pos_ids[0] + s : pos_ids[(hipep_i64)b * S + s])
-                                    : (hipep_i64)(g.first ? s : g.t - S + s);
+      hipep_i64 pos = hipep_gqa_position(a, g, pos_ids, b, s);
       if (pos < 0 || pos >= a.max_pos) {
         // Not where the row's length is bad: its positions follow from it, and it is reported.
         hipep_i64 unused;

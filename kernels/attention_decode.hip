@@ -57,17 +57,36 @@ HIPEP_DEVICE int hipep_dec_lanes(int H) {
   return p;
 }
 
+// The block's query rows into shared memory as f32 (zeros past H: the idle lanes' dims, and for
+// rows past gn): the query the split-KV kernel reads (the input, or the prepare kernel's rotated
+// copy in workspace).
+template <typename T, int G> struct hipep_dec_stage_q {
+  const T* q;
+  HIPEP_DEVICE void operator()(float (*q_s)[HIPEP_GQA_MAX_HEAD], const hipep_gqa_args& a, int b, int gn,
+                               const int* row_s, const int* row_head) const {
+    const int H = a.head_size, P = hipep_dec_lanes(H);
+    for (int i = threadIdx.x; i < G * 8 * P; i += blockDim.x) {
+      const int h = i / (8 * P), d = i % (8 * P);
+      q_s[h][d] = h < gn && d < H ? hipep_to_float(q[b * a.q_sb + (hipep_i64)row_s[h] * a.q_ss +
+                                                     (hipep_i64)row_head[h] * a.q_sh + d]) : 0.0f;
+    }
+  }
+};
+
 // One split's keys [k0, k1) against the block's rows: per-warp online softmax, then the warps merged
 // in order into the output (`direct`: the block has all the rows' keys) or the split's partials.
-template <typename T, int G>
-HIPEP_DEVICE void hipep_gqa_decode_split(const T* HIPEP_RESTRICT q, const T* HIPEP_RESTRICT cache_k,
+// `stage` writes the queries into q_s once the first pass's keys are requested. Key row `new_row`
+// (>= 0 in the fused kernel: the step's own token) is read from new_k_s / new_v_s, the block's copy
+// in shared memory that `stage` writes, not from the cache, whose row is being written meanwhile.
+template <typename T, int G, typename Stage>
+HIPEP_DEVICE void hipep_gqa_decode_split(const Stage& stage, const T* HIPEP_RESTRICT cache_k,
                                          const T* HIPEP_RESTRICT cache_v, const T* HIPEP_RESTRICT bias,
                                          const T* HIPEP_RESTRICT sink, T* HIPEP_RESTRICT out,
                                          float* part_acc, float* part_ml, const hipep_gqa_args& a, int k0, int k1,
                                          int gn, const int* row_s, const int* row_head, const int* row_lo,
                                          const int* row_hi,
                                          float (*o_s)[G][HIPEP_GQA_MAX_HEAD], float4 (*q_s4)[HIPEP_GQA_MAX_HEAD / 4],
-                                         bool direct) {
+                                         bool direct, int new_row, const T* new_k_s, const T* new_v_s) {
   constexpr int W = HIPEP_WARP_SIZE, NW = HIPEP_DEC_WARPS, KPL = hipep_dec_keys<T, G>::value;
   __shared__ float m_w[NW][G], l_w[NW][G];
   float (*q_s)[HIPEP_GQA_MAX_HEAD] = reinterpret_cast<float (*)[HIPEP_GQA_MAX_HEAD]>(q_s4);
@@ -80,11 +99,11 @@ HIPEP_DEVICE void hipep_gqa_decode_split(const T* HIPEP_RESTRICT q, const T* HIP
   const hipep_i64 kv_base = ((hipep_i64)b * a.kv_heads + kvh) * a.cache_rows;
   hipep_raw8<T> kr[KPL], vr[KPL];
   int j0 = k0 + warp * WT;  // this warp's first key of the pass
-  // The first pass's K and V are requested before the queries are staged.
+  // The first pass's K and V are requested before the queries are staged (the new row's after).
 #pragma unroll
   for (int i = 0; i < KPL; ++i) {
     const int j = j0 + i * KW + kl;
-    if (lane_on && j < k1) {
+    if (lane_on && j < k1 && j != new_row) {
       hipep_raw_load(kr[i], cache_k + (kv_base + j) * H + slice * 8);
       hipep_raw_load(vr[i], cache_v + (kv_base + j) * H + slice * 8);
     } else {
@@ -92,12 +111,17 @@ HIPEP_DEVICE void hipep_gqa_decode_split(const T* HIPEP_RESTRICT q, const T* HIP
       hipep_raw_zero(vr[i]);
     }
   }
-  for (int i = t; i < G * 8 * P; i += blockDim.x) {  // zeros past H: the idle lanes' dims
-    const int h = i / (8 * P), d = i % (8 * P);
-    q_s[h][d] = h < gn && d < H ? hipep_to_float(q[b * a.q_sb + (hipep_i64)row_s[h] * a.q_ss +
-                                                   (hipep_i64)row_head[h] * a.q_sh + d]) : 0.0f;
-  }
+  stage(q_s, a, b, gn, row_s, row_head);
   __syncthreads();
+  if (new_row >= 0) {
+#pragma unroll
+    for (int i = 0; i < KPL; ++i) {
+      if (lane_on && j0 + i * KW + kl == new_row && new_row < k1) {
+        hipep_raw_load(kr[i], new_k_s + slice * 8);
+        hipep_raw_load(vr[i], new_v_s + slice * 8);
+      }
+    }
+  }
 
   float m_run[G], l_run[G], acc[G][8];
 #pragma unroll
@@ -173,8 +197,9 @@ HIPEP_DEVICE void hipep_gqa_decode_split(const T* HIPEP_RESTRICT q, const T* HIP
     for (int i = 0; i < KPL; ++i) {
       const int j = jn + i * KW + kl;
       if (lane_on && j < k1) {
-        hipep_raw_load(kr[i], cache_k + (kv_base + j) * H + slice * 8);
-        hipep_raw_load(vr[i], cache_v + (kv_base + j) * H + slice * 8);
+        const bool own = j == new_row;
+        hipep_raw_load(kr[i], (own ? new_k_s : cache_k + (kv_base + j) * H) + slice * 8);
+        hipep_raw_load(vr[i], (own ? new_v_s : cache_v + (kv_base + j) * H) + slice * 8);
       }
     }
   }
@@ -306,11 +331,18 @@ HIPEP_DEVICE void hipep_gqa_merge_splits(const float* part_acc, const float* par
   }
 }
 
-template <typename T, int G>
-HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RESTRICT cache_k,
-                                   const T* HIPEP_RESTRICT cache_v, const int* seqlens, const int* total,
-                                   const T* HIPEP_RESTRICT bias, const T* HIPEP_RESTRICT sink, T* HIPEP_RESTRICT out,
-                                   float* part_acc, float* part_ml, unsigned int* counters, const hipep_gqa_args a) {
+// The split-KV kernel's body: `stage` puts the queries into shared memory (see
+// hipep_gqa_decode_split); `fused`: the step's new key and value are the block's own (new_kv_s,
+// written by `stage`) at cache row seed (one token, hipep_gqa_decode_fused). The arrival counters
+// are zero when the kernel starts and left zero when it ends: the last split block to arrive resets
+// its counter after merging.
+template <typename T, int G, typename Stage>
+HIPEP_DEVICE void hipep_gqa_decode_body(const Stage& stage, const T* HIPEP_RESTRICT cache_k,
+                                        const T* HIPEP_RESTRICT cache_v, const int* seqlens, const int* total,
+                                        const T* HIPEP_RESTRICT bias, const T* HIPEP_RESTRICT sink,
+                                        T* HIPEP_RESTRICT out, float* part_acc, float* part_ml,
+                                        unsigned int* counters, const hipep_gqa_args& a, bool fused,
+                                        hipep_gqa_row* g_s, const T* new_k_s, const T* new_v_s) {
   // part_acc / part_ml are written and, by the last block, read: no __restrict__ (no read-only loads)
   __shared__ float4 q_s4[G][HIPEP_GQA_MAX_HEAD / 4];  // the block's queries, 4 dims a word
   __shared__ float4 o_s4[HIPEP_DEC_WARPS * G * HIPEP_GQA_MAX_HEAD / 4];  // warps' P @ V; then the merge's parts
@@ -322,6 +354,7 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
   const int gn = min(a.rows_per_block, a.group * a.seq - first_row);  // the block's rows (<= G)
   if (t < G) {
     const hipep_gqa_row g = hipep_gqa_geometry(a, seqlens, total, b);
+    if (t == 0) *g_s = g;
     const int r = first_row + min(t, gn - 1);
     row_s[t] = r / a.group;
     row_head[t] = kvh * a.group + r % a.group;
@@ -329,6 +362,8 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
     if (t >= gn) row_hi[t] = row_lo[t];  // a padding row sees no key
   }
   __syncthreads();
+  // The step's own key row (the fused kernel's one token); -1: every key comes from the cache.
+  const int new_row = fused && g_s->seed >= 0 && g_s->seed < a.cache_rows ? g_s->seed : -1;
   int lo = 0x7fffffff, hi = 0;
 #pragma unroll
   for (int h = 0; h < G; ++h) {
@@ -341,36 +376,160 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
   const int span = max(hi - lo, 0);
   // Uniform over the grid: every block of a (batch, KV head, row group) takes the same branch.
   if (a.splits == 1 || (span + a.key_tile - 1) / a.key_tile <= HIPEP_DEC_DIRECT_PASSES) {
-    if (split == 0)
-      hipep_gqa_decode_split<T, G>(q, cache_k, cache_v, bias, sink, out, part_acc, part_ml, a, lo, hi, gn, row_s,
-                                   row_head, row_lo, row_hi, o_s, q_s4, true);
+    if (split == 0)  // (which stages, and in the fused kernel writes the cache row: split 0 always runs)
+      hipep_gqa_decode_split<T, G>(stage, cache_k, cache_v, bias, sink, out, part_acc, part_ml, a, lo, hi, gn, row_s,
+                                   row_head, row_lo, row_hi, o_s, q_s4, true, new_row, new_k_s, new_v_s);
     return;  // the other split blocks have nothing to do, and nothing is merged
   }
   int chunk = (span + a.splits - 1) / a.splits;
   chunk = (chunk + a.key_tile - 1) / a.key_tile * a.key_tile;
   const int k0 = lo + split * chunk, k1 = min(hi, k0 + chunk);
-  if (k0 >= k1) {  // a split past the rows' keys (the grid is sized by the capacity)
+  if (k0 >= k1) {  // a split past the rows' keys (the grid is sized by the capacity; never split 0)
     if (t < gn) {
       const hipep_i64 p = (((hipep_i64)b * a.seq + row_s[t]) * a.heads + row_head[t]) * a.splits + split;
       part_ml[2 * p] = -HIPEP_INF_F;
       part_ml[2 * p + 1] = 0.0f;
     }
   } else {
-    hipep_gqa_decode_split<T, G>(q, cache_k, cache_v, bias, sink, out, part_acc, part_ml, a, k0, k1, gn, row_s,
-                                 row_head, row_lo, row_hi, o_s, q_s4, false);
+    hipep_gqa_decode_split<T, G>(stage, cache_k, cache_v, bias, sink, out, part_acc, part_ml, a, k0, k1, gn, row_s,
+                                 row_head, row_lo, row_hi, o_s, q_s4, false, new_row, new_k_s, new_v_s);
   }
   // Count this block's split in; the last of the (batch, KV head, row group) to arrive merges them all.
   __shared__ unsigned int last_s;
+  unsigned int* counter = &counters[blockIdx.z * gridDim.y + blockIdx.y];
   __threadfence();  // the partials written above, visible device-wide before they are counted
   __syncthreads();
   if (t == 0) {
-    const unsigned int before = atomicAdd(&counters[blockIdx.z * gridDim.y + blockIdx.y], 1u);
+    const unsigned int before = atomicAdd(counter, 1u);
     last_s = before == (unsigned int)a.splits - 1u;
   }
   __syncthreads();
   if (!last_s) return;
   __threadfence();  // every other split's partials seen
+  if (t == 0) *counter = 0u;  // every split has arrived: zero again for the next launch
   hipep_gqa_merge_splits<T, G>(part_acc, part_ml, sink, out, a, gn, row_s, row_head, o_s4);
+}
+
+template <typename T, int G>
+HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RESTRICT cache_k,
+                                   const T* HIPEP_RESTRICT cache_v, const int* seqlens, const int* total,
+                                   const T* HIPEP_RESTRICT bias, const T* HIPEP_RESTRICT sink, T* HIPEP_RESTRICT out,
+                                   float* part_acc, float* part_ml, unsigned int* counters, const hipep_gqa_args a) {
+  __shared__ hipep_gqa_row g_s;
+  hipep_gqa_decode_body<T, G>(hipep_dec_stage_q<T, G>{q}, cache_k, cache_v, seqlens, total, bias, sink, out, part_acc,
+                              part_ml, counters, a, false, &g_s, (const T*)nullptr, (const T*)nullptr);
+}
+
+// ---- one token, its rotary and cache append fused in ----------------------------------------------------
+// hipep_gqa_decode_fused: what hipep_gqa_prepare and hipep_gqa_decode do for one new token (S == 1)
+// on a cache attention reads in place (no past rows to copy, no sliding window), in one launch: each
+// block rotates its own query rows and the token's key (the prepare kernel's arithmetic, rounded to
+// the element type as it stores them) into shared memory, reads that key and value there instead of
+// from the cache row, and the first block of each KV head (split 0, row group 0) also writes them
+// into the cache. Other blocks read only older rows of the cache, so nothing waits for that write.
+// Faults are reported as the prepare kernel reports them, by the first KV head's writing block.
+
+template <typename T, int G> struct hipep_dec_stage_fused {
+  const T *q, *k, *v;
+  const hipep_i64* pos_ids;
+  const T *cos_cache, *sin_cache;
+  T *cache_k, *cache_v;
+  hipep_fault_site length_fault, position_fault;
+  const hipep_gqa_row* g_s;
+  T *new_k_s, *new_v_s;
+
+  HIPEP_DEVICE void operator()(float (*q_s)[HIPEP_GQA_MAX_HEAD], const hipep_gqa_args& a, int b, int gn,
+                               const int* row_s, const int* row_head) const {
+    const int H = a.head_size, pairs = H / 2, P = hipep_dec_lanes(H), t = threadIdx.x;
+    const int kvh = blockIdx.y / a.row_groups;
+    const bool writer = blockIdx.x == 0 && blockIdx.y % a.row_groups == 0;
+    const hipep_gqa_row g = *g_s;
+    const int half = a.do_rotary ? a.rotary_half : 0;
+    hipep_i64 pos = 0;
+    if (a.do_rotary) {
+      pos = hipep_gqa_position(a, g, pos_ids, b, 0);
+      const bool bad = pos < 0 || pos >= a.max_pos;
+      if (writer && kvh == 0 && t == 0) {
+        hipep_i64 bound;
+        const unsigned int code = hipep_gqa_length_fault(a, g, bound);
+        if (code != 0u)
+          hipep_report_fault(length_fault, code, (hipep_i64)g.t - 1, bound);
+        else if (bad)  // not where the row's length is bad: its positions follow from it, and it is reported
+          hipep_report_fault(position_fault, HIPEP_FAULT_POSITION, pos, a.max_pos);
+      }
+      if (bad) pos = pos < 0 ? 0 : a.max_pos - 1;
+    } else if (writer && kvh == 0 && t == 0) {
+      hipep_i64 bound;
+      const unsigned int code = hipep_gqa_length_fault(a, g, bound);
+      if (code != 0u) hipep_report_fault(length_fault, code, (hipep_i64)g.t - 1, bound);
+    }
+    const int row = g.seed;  // the token's cache row
+    const bool store = writer && row >= 0 && row < a.cache_rows;
+    const hipep_i64 cache_off = (((hipep_i64)b * a.kv_heads + kvh) * a.cache_rows + row) * H;
+    // Items: G query rows' pairs, then the key's, then the value's.
+    for (int i = t; i < (G + 2) * pairs; i += blockDim.x) {
+      const int r = i / pairs, j = i % pairs;
+      int e1, e2;
+      hipep_gqa_pair(a, half, j, e1, e2);
+      if (r < G) {
+        if (r >= gn) {
+          q_s[r][e1] = q_s[r][e2] = 0.0f;
+          continue;
+        }
+        const T* src = q + b * a.qin_sb + (hipep_i64)row_head[r] * H;
+        float y1 = hipep_to_float(src[e1]), y2 = hipep_to_float(src[e2]);
+        if (j < half) {
+          hipep_rope<T>(y1, y2, hipep_to_float(cos_cache[pos * a.rotary_half + j]),
+                        hipep_to_float(sin_cache[pos * a.rotary_half + j]), y1, y2);
+          y1 = hipep_to_float(hipep_from_float<T>(y1));  // as the prepare kernel stores it
+          y2 = hipep_to_float(hipep_from_float<T>(y2));
+        }
+        q_s[r][e1] = y1;
+        q_s[r][e2] = y2;
+        continue;
+      }
+      const bool is_k = r == G;
+      const T* src = (is_k ? k : v) + b * a.kin_sb + (hipep_i64)kvh * H;
+      T o1 = src[e1], o2 = src[e2];
+      if (is_k && j < half) {
+        float y1 = hipep_to_float(o1), y2 = hipep_to_float(o2);
+        hipep_rope<T>(y1, y2, hipep_to_float(cos_cache[pos * a.rotary_half + j]),
+                      hipep_to_float(sin_cache[pos * a.rotary_half + j]), y1, y2);
+        o1 = hipep_from_float<T>(y1);
+        o2 = hipep_from_float<T>(y2);
+      }
+      T* dst_s = is_k ? new_k_s : new_v_s;
+      dst_s[e1] = o1;
+      dst_s[e2] = o2;
+      if (store) {
+        T* dst = (is_k ? cache_k : cache_v) + cache_off;
+        dst[e1] = o1;
+        dst[e2] = o2;
+      }
+    }
+    for (int i = t; i < G * (8 * P - H); i += blockDim.x)  // zeros past H: the idle lanes' dims
+      q_s[i / (8 * P - H)][H + i % (8 * P - H)] = 0.0f;
+  }
+};
+
+template <typename T, int G>
+HIPEP_DEVICE void hipep_gqa_decode_fused(const T* HIPEP_RESTRICT q, const T* HIPEP_RESTRICT k,
+                                         const T* HIPEP_RESTRICT v, const int* seqlens, const int* total,
+                                         const hipep_i64* pos_ids, const T* HIPEP_RESTRICT cos_cache,
+                                         const T* HIPEP_RESTRICT sin_cache, T* cache_k, T* cache_v,
+                                         const T* HIPEP_RESTRICT bias, const T* HIPEP_RESTRICT sink,
+                                         T* HIPEP_RESTRICT out, float* part_acc, float* part_ml,
+                                         unsigned int* counters, const hipep_gqa_args a,
+                                         const hipep_fault_site length_fault, const hipep_fault_site position_fault) {
+  // The cache is written by one block and read by the others (older rows only): no __restrict__
+  __shared__ hipep_gqa_row g_s;
+  __shared__ uint4 new_kv_s[2][HIPEP_GQA_MAX_HEAD * sizeof(T) / 16];  // the token's key and value
+  T* new_k_s = reinterpret_cast<T*>(new_kv_s[0]);
+  T* new_v_s = reinterpret_cast<T*>(new_kv_s[1]);
+  const hipep_dec_stage_fused<T, G> stage{q, k, v, pos_ids, cos_cache, sin_cache, cache_k, cache_v,
+                                          length_fault, position_fault, &g_s, new_k_s, new_v_s};
+  hipep_gqa_decode_body<T, G>(stage, cache_k, cache_v, seqlens, total, bias, sink, out, part_acc, part_ml, counters, a,
+                              true, &g_s, new_k_s, new_v_s);
 }
 
 // ---- entry points ----------------------------------------------------------------------------------------
@@ -384,11 +543,27 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
     hipep_gqa_decode<T, G>(q, cache_k, cache_v, seqlens, total, bias, sink, out, part_acc, part_ml, counters, a); \
   }
 
+// The same for one token, with its rotary and cache append (hipep_gqa_prepare's work) fused in.
+#define HIPEP_GQA_DECODE_FUSED(NAME, T, G)                                                                       \
+  HIPEP_KERNEL void __launch_bounds__(HIPEP_DEC_THREADS) hipep_gqa_decode_fused_##NAME##_g##G(                   \
+      const T* q, const T* k, const T* v, const int* seqlens, const int* total, const hipep_i64* pos_ids,        \
+      const T* cos_cache, const T* sin_cache, T* cache_k, T* cache_v, const T* bias, const T* sink, T* out,      \
+      float* part_acc, float* part_ml, unsigned int* counters, const hipep_gqa_args a,                           \
+      const hipep_fault_site length_fault, const hipep_fault_site position_fault) {                              \
+    hipep_grid_release();                                                                                        \
+    hipep_gqa_decode_fused<T, G>(q, k, v, seqlens, total, pos_ids, cos_cache, sin_cache, cache_k, cache_v, bias, \
+                                 sink, out, part_acc, part_ml, counters, a, length_fault, position_fault);        \
+  }
+
 #define HIPEP_GQA_DECODE_ALL(NAME, T) \
   HIPEP_GQA_DECODE(NAME, T, 1)        \
   HIPEP_GQA_DECODE(NAME, T, 2)        \
   HIPEP_GQA_DECODE(NAME, T, 4)        \
-  HIPEP_GQA_DECODE(NAME, T, 8)
+  HIPEP_GQA_DECODE(NAME, T, 8)        \
+  HIPEP_GQA_DECODE_FUSED(NAME, T, 1)  \
+  HIPEP_GQA_DECODE_FUSED(NAME, T, 2)  \
+  HIPEP_GQA_DECODE_FUSED(NAME, T, 4)  \
+  HIPEP_GQA_DECODE_FUSED(NAME, T, 8)
 
 HIPEP_GQA_DECODE_ALL(f32, float)
 HIPEP_GQA_DECODE_ALL(f16, hipep_half)

@@ -91,6 +91,7 @@ def _debug_spin_setting() -> tuple[str, float] | None:
 
 class CudaDevice(GraphReplay, Device):
     name = "cuda"
+    array_types = (DeviceArray, OrtDeviceArray)
 
     def __init__(self, device_id: int = 0):
         ok, why = cuda_status(device_id)
@@ -381,9 +382,24 @@ class CudaDevice(GraphReplay, Device):
         def fault(what: str) -> FaultSite:
             return FaultSite(stream.fault_record.ptr, self.fault_sites.site(label or "a launch", what))
 
-        target = dataclasses.replace(self.target, workspace=lambda nbytes: self._workspace(stream, nbytes), fault=fault)
+        target = dataclasses.replace(self.target, workspace=lambda nbytes: self._workspace(stream, nbytes), fault=fault,
+                                     counters=lambda nbytes: self._launch_counters(stream, label, nbytes))
         stream.targets[label] = target
         return target
+
+    def _launch_counters(self, stream: CudaStream, label: str, nbytes: int) -> int:
+        """Device memory for the arrival counters of launch `label` on `stream` (Target.counters):
+        zeroed once when made; the kernels that count in it leave it zero. Launches on one stream
+        run in order, so even two launches sharing a label share it safely. Grown, never freed
+        while the stream lives (captured launches keep its address)."""
+        held = stream.counters.setdefault(label, [])
+        if not held or held[-1].nbytes < nbytes:
+            mem = self.alloc("device", max(nbytes, 256))
+            aux, d = self._aux(), _driver()
+            _check(d.cuMemsetD8Async(mem.ptr, 0, mem.nbytes, aux), "cuMemsetD8Async")
+            _check(d.cuStreamSynchronize(aux), "cuStreamSynchronize")
+            held.append(mem)
+        return held[-1].ptr
 
     def _workspace(self, stream: CudaStream, nbytes: int) -> int:
         """Device memory for a launch's intermediate results (split-KV partials, rotated queries),

@@ -130,6 +130,10 @@ class Device(ABC):
     # Whether kernels take ORT's host memory as it is (stage_input/stage_output are identities
     # then, and the executor skips them).
     addresses_host_memory: bool = False
+    # The device's own array classes: ORT's tensors in its memory arrive as these, are used in
+    # place (stage_input/stage_output return them as they are) and need no input check beyond
+    # their dtype.
+    array_types: tuple = ()
 
     # ---- memory ------------------------------------------------------------------------------
 

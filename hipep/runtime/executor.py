@@ -108,7 +108,8 @@ class Executor:
                               f"output '{plan.values[out].name}' and input '{plan.values[src].name}'")
                              for out, src in plan.aliases if out in plan.outputs]
         # Generated once, called every run: see _plain_inputs_function and _alias_function.
-        self._inputs_plain = _plain_inputs_function(self._in_dtypes)
+        self._device_arrays = frozenset(device.array_types)
+        self._inputs_plain = _plain_inputs_function(self._in_dtypes, self._device_arrays)
         self._outputs_exact = _exact_outputs_function(self._out_dtypes)
         self._aliases_of = _alias_function(plan.name, self._alias_pairs) if self._alias_pairs else None
         self._recent: _Program | None = None  # the shape program the latest run used: tried first
@@ -183,9 +184,12 @@ class Executor:
             # cannot address it stages it through buffers of its own (copies on the stream)
             if device.addresses_host_memory:
                 staged_in, staged_out = inputs, outputs
-            else:
-                staged_in = [a if a is None else device.stage_input(stream, pos, a) for pos, a in enumerate(inputs)]
-                staged_out = [device.stage_output(stream, j, a) for j, a in enumerate(outputs)]
+            else:  # (the device's own arrays, ORT's tensors in its memory, pass as they are)
+                own = self._device_arrays
+                staged_in = [a if a is None or a.__class__ in own else device.stage_input(stream, pos, a)
+                             for pos, a in enumerate(inputs)]
+                staged_out = [a if a.__class__ in own else device.stage_output(stream, j, a)
+                              for j, a in enumerate(outputs)]
             self._replay(spec, context, staged_in, staged_out, env)
             for j, src in spec.copied_outputs:  # outputs that are not kernels' own results
                 device.copy_async(stream, staged_out[j],
@@ -676,17 +680,22 @@ def _signature_function(plan: Plan, shape: ShapeProgram):
     exec("\n".join(lines) + "\n", scope)
     return scope["signature"]
 
-def _plain_inputs_function(dtypes):
-    """f(inputs) → True when every input is None or a C-contiguous numpy array of exactly the
-    plan's dtype (what ORT hands Compute), so Executor._check_inputs has nothing to do."""
+def _plain_inputs_function(dtypes, device_arrays=frozenset()):
+    """f(inputs) → True when every input is None, a C-contiguous numpy array or one of the
+    device's own arrays (`device_arrays`: its classes), of exactly the plan's dtype (what ORT
+    hands Compute), so Executor._check_inputs has nothing to do."""
     lines = ["def inputs_plain(ins):"]
-    scope: dict = {"ndarray": np.ndarray}
+    scope: dict = {"ndarray": np.ndarray, "OWN": frozenset(device_arrays)}
     for pos, dtype in enumerate(dtypes):
         scope[f"D{pos}"] = dtype
         lines += [f"    x = ins[{pos}]",
-                  f"    if x is not None and (x.__class__ is not ndarray or x.dtype is not D{pos} "
-                  f"or not x.flags.c_contiguous):",
-                  "        return False"]
+                  "    if x is not None:",
+                  "        c = x.__class__",
+                  "        if c is ndarray:",
+                  f"            if x.dtype is not D{pos} or not x.flags.c_contiguous:",
+                  "                return False",
+                  f"        elif c not in OWN or x.dtype is not D{pos}:",
+                  "            return False"]
     lines.append("    return True")
     exec(compile("\n".join(lines) + "\n", "<hipep inputs_plain>", "exec"), scope)
     return scope["inputs_plain"]

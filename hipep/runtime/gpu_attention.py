@@ -425,8 +425,30 @@ def _gqa_bind(ins, outs, attrs, target):
     if "total" in lay.workspace:  # wherever the plan keeps it (host-visible memory, say): 4 bytes to the device
         ops.append(CopyOp(region("total"), total.ptr, 4))
         tot = ctypes.c_uint64(region("total"))
+    copy_past = a.has_past and (lay.args.windowed or cache_k != pk.ptr or cache_v != pv.ptr)
+    length_fault = fault_param(target, "input 5 (seqlens_k)")  # a seqlens_k that does not fit
+    position_fault = NO_FAULT_SITE  # a rotary position past cos_cache
+    if a.do_rotary:
+        position_fault = fault_param(target, "input 9 (position_ids)" if a.has_pos_ids
+                                     else "input 5 (seqlens_k) as rotary positions")
+    counters = region("counters")
+    if lay.decode and a.seq == 1 and not a.windowed and not copy_past and not ops and (
+            a.splits == 1 or target.counters is not None):
+        # One token on a cache attended in place: the rotary and cache append ride in the decode
+        # launch (hipep_gqa_decode_fused), whose arrival counters keep themselves zero in memory
+        # of the launch's own (the prepare kernel zeroes the workspace's every run).
+        if a.splits > 1:
+            counters = target.counters(a.batch * a.kv_heads * a.row_groups * 4)
+        ops.append(KernelOp(f"hipep_gqa_decode_fused_{dt}_g{dec_variant(a.rows_per_block)}",
+                            (a.splits, a.kv_heads * a.row_groups, a.batch), (DEC_THREADS, 1, 1),
+                            [ctypes.c_uint64(qp), ctypes.c_uint64(kp), ctypes.c_uint64(vp), sl, tot, ptr(pos_ids),
+                             ptr(cos), ptr(sin), ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v), ptr(bias),
+                             ptr(sink), ptr(out), ctypes.c_uint64(region("part_acc")),
+                             ctypes.c_uint64(region("part_ml")), ctypes.c_uint64(counters), a, length_fault,
+                             position_fault], module="attention_decode"))
+        return norm_ops + ops
     # 1. rows taken from past
-    if a.has_past and (lay.args.windowed or cache_k != pk.ptr or cache_v != pv.ptr):
+    if copy_past:
         rows = a.cache_rows
         grid, block = flat_config(a.batch * a.kv_heads * rows * words, target)
         ops.append(KernelOp("hipep_gqa_copy_past", (grid[0], 2, 1), block,
@@ -436,12 +458,6 @@ def _gqa_bind(ins, outs, attrs, target):
     q_rot = region("q")
     items = a.batch * a.seq * (a.heads + 2 * a.kv_heads) * (a.head_size // 2)
     grid, block = flat_config(items, target)
-    # A seqlens_k that does not fit, or a rotary position past cos_cache: the stream's fault record.
-    length_fault = fault_param(target, "input 5 (seqlens_k)")
-    position_fault = NO_FAULT_SITE
-    if a.do_rotary:
-        position_fault = fault_param(target, "input 9 (position_ids)" if a.has_pos_ids
-                                     else "input 5 (seqlens_k) as rotary positions")
     ops.append(KernelOp(f"hipep_gqa_prepare_{dt}", grid, block,
                         [ctypes.c_uint64(qp), ctypes.c_uint64(kp), ctypes.c_uint64(vp), sl, tot, ptr(pos_ids),
                          ptr(cos), ptr(sin), ctypes.c_uint64(q_rot), ctypes.c_uint64(cache_k),

@@ -81,12 +81,15 @@ class Target:
     launch's intermediate results, private to the stream the launch runs on (grown when a launch
     needs more, never freed while the stream lives: captured CUDA graphs keep its address).
     `fault(what) -> FaultSite`: the kernel parameter through which a launch that validates its
-    input reports a bad value of `what` (hipep.runtime.gpu_faults; None: no report)."""
+    input reports a bad value of `what` (hipep.runtime.gpu_faults; None: no report).
+    `counters(nbytes) -> pointer`: device memory of the launch's own for arrival counters, zero
+    when first handed out; a kernel using it must leave it zero when it ends (None: not offered)."""
     sm_count: int = 132
     warp_size: int = 32
     scratch: Callable[[int], int] | None = None
     workspace: Callable[[int], int] | None = None
     fault: Callable[[str], object] | None = None
+    counters: Callable[[int], int] | None = None
 
 
 def ptr(a: Arg | None) -> ctypes.c_uint64:
@@ -111,11 +114,19 @@ def _pow2_at_least(n: int) -> int:
     return p
 
 
+# The same by dtype object: a binding asks for every launch it binds (a decode step binds some
+# launches again every run), and numpy computes a dtype's name in Python each time it is read.
+_DT_OF = {np.dtype(name): short for name, short in _DT.items()}
+
+
 def _dt(dtype: np.dtype, what: str) -> str:
-    name = np.dtype(dtype).name
-    if name not in _DT:
-        raise NoKernel(f"{what} has no kernel for element type {name}")
-    return _DT[name]
+    short = _DT_OF.get(dtype)
+    if short is None:
+        name = np.dtype(dtype).name
+        if name not in _DT:
+            raise NoKernel(f"{what} has no kernel for element type {name}")
+        short = _DT[name]
+    return short
 
 
 class NoKernel(HipepError):

@@ -50,7 +50,8 @@ class _BindingCheck:
         if self.binding is not None:
             converted = [self.device.arg(a) for a in args]
             n = self.kernel.arity
-            target = table.Target(scratch=lambda nbytes: _SCRATCH, workspace=lambda nbytes: _WORKSPACE)
+            target = table.Target(scratch=lambda nbytes: _SCRATCH, workspace=lambda nbytes: _WORKSPACE,
+                                  counters=lambda nbytes: _SCRATCH)
             self.binding.bind(converted[:n], converted[n:], self.kernel.constants, target)
         self.program.run(args)
 

@@ -80,14 +80,15 @@ class HostMemory:
 
 
 def run_on_host(libs: dict, op_key: str, inputs, attrs, n_out=1, offsets=None, sm_count=132, workspace=False,
-                drop=()):
+                drop=(), alias=None):
     """Binds the registry op `op_key` ("domain::Op") for `inputs` (its defaults, OUTPUT_COUNT and the
     newest SINCE_VERSION filled in) and runs the launches on the host with `libs` (module name ->
     compiled library, "warp" -> warp size; generated expression kernels are compiled into
     libs["dir"] with EXACT_FLAGS and kept in libs["generated"]), copies as memmove; (output views, the registry
     reference's outputs, the ops). `offsets` misalign inputs; `workspace` gives the launches a
     stream workspace; outputs whose index is in `drop` get no buffer (None: the graph leaves them
-    out)."""
+    out); `alias` maps an output index to the input whose buffer it is (ORT's in-place pairs: the
+    shared KV cache), whose view is then the output's."""
     domain, op_type = op_key.split("::")
     op = lookup(domain, op_type)
     attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, **attrs, OUTPUT_COUNT: n_out,
@@ -95,9 +96,16 @@ def run_on_host(libs: dict, op_key: str, inputs, attrs, n_out=1, offsets=None, s
     want = op.reference(list(inputs), attrs)[:n_out]
     mem = HostMemory()
     offsets = offsets or {}
-    ins = [None if x is None else mem.put(x, offsets.get(k, 0))[0] for k, x in enumerate(inputs)]
+    placed = [None if x is None else mem.put(x, offsets.get(k, 0)) for k, x in enumerate(inputs)]
+    ins = [None if p is None else p[0] for p in placed]
+    alias = alias or {}
     outs, views = [], []
     for k, w in enumerate(want):
+        if k in alias:
+            arg, view = placed[alias[k]]
+            outs.append(gk.Arg(arg.ptr, arg.shape, arg.dtype))
+            views.append(view)
+            continue
         if k in drop:
             outs.append(None)
             views.append(None)
@@ -106,7 +114,8 @@ def run_on_host(libs: dict, op_key: str, inputs, attrs, n_out=1, offsets=None, s
         outs.append(gk.Arg(a.ptr, a.shape, a.dtype))
         views.append(v)
     target = gk.Target(sm_count=sm_count, warp_size=libs["warp"], scratch=lambda n: 0,
-                       workspace=(lambda n: mem.put(np.zeros(n, np.uint8))[0].ptr) if workspace else None)
+                       workspace=(lambda n: mem.put(np.zeros(n, np.uint8))[0].ptr) if workspace else None,
+                       counters=lambda n: mem.put(np.zeros(n, np.uint8))[0].ptr)
     ops = gk.binding_for(op_key).bind(ins, outs, attrs, target)
     for o in ops:
         if isinstance(o, gk.CopyOp):

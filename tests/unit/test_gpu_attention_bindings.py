@@ -85,6 +85,10 @@ def emulate(mem: Memory, ops, dtype):
             _window_store(mem, [_u64(x) for x in p[:6]], int(p[6].value), p[7], dtype)
         elif name.startswith("hipep_gqa_prepare"):
             _prepare(mem, [_u64(x) for x in p[:12]], p[12], dtype, length_fault=p[13], position_fault=p[14])
+        elif name.startswith("hipep_gqa_decode_fused"):
+            prepare, decode, a = fused_parts(mem, p, dtype)
+            _prepare(mem, prepare, a, dtype, length_fault=p[17], position_fault=p[18])
+            _attend(mem, decode, a, dtype, decode=True)
         elif name.startswith("hipep_gqa_decode"):
             _attend(mem, [_u64(x) for x in p[:11]], p[11], dtype, decode=True)
         elif name.startswith("hipep_gqa_prefill"):
@@ -95,6 +99,18 @@ def emulate(mem: Memory, ops, dtype):
             _rms_rows_kernel(mem, [_u64(x) for x in p[:4]], p[4], dtype)
         else:
             raise AssertionError(f"no emulation for {name}")
+
+
+def fused_parts(mem, params, dtype):
+    """A hipep_gqa_decode_fused launch as the two launches whose work it does: the prepare
+    kernel's pointers (the rotated query into fresh memory; no counters to zero: the fused kernel
+    keeps its own zero) and the decode kernel's, and the launch's args."""
+    x = [_u64(v) for v in params[:16]]
+    a = params[16]
+    q_out = mem.alloc(a.batch * a.heads * a.seq * a.head_size * np.dtype(dtype).itemsize) if a.do_rotary else 0
+    prepare = x[:8] + [q_out, x[8], x[9], 0]
+    decode = [q_out if a.do_rotary else x[0], x[8], x[9], x[3], x[4], x[10], x[11], x[12], x[13], x[14], x[15]]
+    return prepare, decode, a
 
 
 def _report(mem, fault: gf.FaultSite, code: int, value: int, bound: int) -> None:
@@ -395,7 +411,12 @@ def run_binding(op_key, inputs, attrs, out_shapes, dtype, sm_count=132, in_place
         mem.bytes[p:p + nbytes] = 0xFF
         return p
 
-    target = gk.Target(sm_count=sm_count, workspace=workspace)
+    def counters(nbytes):  # Target.counters: zero when handed out
+        p = mem.alloc(nbytes)
+        mem.bytes[p:p + nbytes] = 0
+        return p
+
+    target = gk.Target(sm_count=sm_count, workspace=workspace, counters=counters)
     ops = gk.BINDINGS[op_key].bind(ins, outs, full, target)
     emulate(mem, ops, dtype)
     return [mem.get(o) for o in outs], want, ops
@@ -445,6 +466,16 @@ CASES = {
     "prompt-nine": dict(batch=2, seq=9, lens=[9, 5], rotary=16),
     "decode-ragged-split": dict(batch=2, seq=1, past=300, lens=[301, 140], rotary=8, sm=4),
     "decode-shared": dict(batch=2, seq=1, total=11, capacity=16, lens=[11, 6], rotary=16),
+    # past buffers with room for the step's token, as the shared KV cache has (test_gqa_on_host's
+    # fused decode runs them with present in past's buffer)
+    "decode-shared-split": dict(batch=2, seq=1, total=1301, capacity=1320, lens=[1301, 140], rotary=8, sm=4),
+    "decode-shared-sink-split": dict(batch=2, seq=1, total=261, capacity=272, lens=[261, 3], sink=True, sm=8),
+    "decode-shared-bias-packed": dict(batch=2, seq=1, total=6, capacity=8, lens=[6, 4], bias=True, packed=True,
+                                      rotary=16),
+    "decode-shared-position-ids": dict(batch=2, seq=1, total=10, capacity=12, lens=[10, 6], rotary=16,
+                                       position_ids=True),
+    "decode-shared-mqa-softcap": dict(seq=1, total=21, capacity=24, heads=12, kv_heads=1, attrs=dict(softcap=2.0)),
+    "f16-decode-shared": dict(batch=2, seq=1, total=10, capacity=12, lens=[10, 6], rotary=16, dtype=F16),
     "decode-growing": dict(batch=2, seq=1, total=17, capacity=16, lens=[17, 12]),
     "decode-window-split": dict(batch=2, seq=1, past=290, lens=[291, 200], sm=4, attrs=dict(local_window_size=150)),
     "decode-sink-split": dict(batch=2, seq=1, past=260, lens=[261, 3], sink=True, sm=8),
@@ -491,8 +522,9 @@ def assert_gqa_results(name, got, want, ops, dtype):
 
 
 def test_gqa_shared_buffer_decode_launches_are_the_same_every_step():
-    """present is past's buffer: no copy of past, and the launches (grids, parameters) do not
-    depend on seqlens_k or total_sequence_length, so consecutive steps bind identically."""
+    """present is past's buffer: no copy of past, one launch (the rotary and cache append fused
+    into the decode kernel), and the launch (grid, parameters) does not depend on seqlens_k or
+    total_sequence_length, so consecutive steps bind identically."""
     rng = np.random.default_rng(5)
     attrs = dict(num_heads=4, kv_num_heads=2, do_rotary=1)
     keys = []
@@ -500,7 +532,7 @@ def test_gqa_shared_buffer_decode_launches_are_the_same_every_step():
         ins, shapes = gqa_case(rng, batch=2, seq=1, total=total, capacity=300, lens=lens, rotary=16)
         got, want, ops = run_binding(GQA, ins, attrs, shapes, F32, in_place=True)
         # 2 x 2 KV heads cover few of 132 multiprocessors: a block per query head (_g1)
-        assert [o.entry for o in ops] == ["hipep_gqa_prepare_f32", "hipep_gqa_decode_f32_g1"] and ops[1].grid[0] > 1
+        assert [o.entry for o in ops] == ["hipep_gqa_decode_fused_f32_g1"] and ops[0].grid[0] > 1
         keys.append([(o.entry, o.grid, o.block, [bytes(p) for p in o.params if isinstance(p, ctypes.Structure)])
                      for o in ops])
         np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
@@ -673,7 +705,8 @@ def test_modules_compile_and_hold_every_entry_point_the_bindings_name():
                 names |= {(o.module, o.entry) for o in ops if isinstance(o, gk.KernelOp)}
         names.add(("rotary", f"hipep_rotary_{gk._dt(np.dtype(dtype), 'x')}"))
     names |= {("attention_cache", "hipep_gqa_window_store"), ("attention_cache", "hipep_gqa_copy_past")}
-    names |= {("attention_decode", f"hipep_gqa_decode_{dt}_g{g}") for dt in ("f32", "f16") for g in DEC_VARIANTS}
+    names |= {("attention_decode", f"hipep_gqa_decode_{kind}{dt}_g{g}") for kind in ("", "fused_")
+              for dt in ("f32", "f16") for g in DEC_VARIANTS}
     assert len(names) >= 20
     for module, entry in sorted(names):
         assert entry.encode() + b"\0" in cubins[module], f"{module}: {entry}"

@@ -19,8 +19,8 @@ from hipep.runtime import gpu_kernels as gk
 from hipep.runtime.gpu_attention import (DEC_DIRECT_PASSES, DEC_THREADS, PREFILL, dec_keys_per_lane, dec_lanes,
                                          gqa_bounds)
 
-from unit.test_gpu_attention_bindings import (F16, F32, GQA, Memory, _attrs, _cache, _host, _u64, emulate,
-                                              gqa_case)
+from unit.test_gpu_attention_bindings import (F16, F32, GQA, Memory, _attrs, _cache, _host, _prepare, _u64, emulate,
+                                              fused_parts, gqa_case)
 
 
 
@@ -315,7 +315,12 @@ def emulate_threads(mem, ops, dtype, warp=32):
     for op in ops:
         name = getattr(op, "entry", "")
         if name.startswith("hipep_gqa_decode"):
-            k = Kernel(mem, op.params[11], [_u64(x) for x in op.params[:11]], dtype)
+            if name.startswith("hipep_gqa_decode_fused"):  # the prepare part as its own launch's emulation
+                prepare, decode, a = fused_parts(mem, op.params, dtype)
+                _prepare(mem, prepare, a, dtype, length_fault=op.params[17], position_fault=op.params[18])
+                k = Kernel(mem, a, decode, dtype)
+            else:
+                k = Kernel(mem, op.params[11], [_u64(x) for x in op.params[:11]], dtype)
             gx, gy, gz = op.grid
             variant = int(name.rsplit("_g", 1)[1])
             assert op.block == (DEC_THREADS, 1, 1) and k.a.rows_per_block <= variant and gx == k.a.splits
@@ -327,6 +332,7 @@ def emulate_threads(mem, ops, dtype, warp=32):
                         if rows is not None and counters is not None:  # the last to arrive merges the splits
                             counters[b * gy + by] += 1
                             if counters[b * gy + by] == gx:
+                                counters[b * gy + by] = 0  # the last block zeroes it for the next launch
                                 merge_block(k, b, *rows, W=warp)
         elif name.startswith("hipep_gqa_prefill"):
             k = Kernel(mem, op.params[8], [_u64(x) for x in op.params[:8]] + [0, 0, 0], dtype)
@@ -384,8 +390,13 @@ def test_attention_kernels_thread_by_thread(name):
         mem.view(p, np.float32, nbytes // 4)[:] = np.nan
         return p
 
+    def counters(nbytes):  # Target.counters: zero when handed out
+        p = mem.alloc(nbytes)
+        mem.bytes[p:p + nbytes] = 0
+        return p
+
     ops = gk.BINDINGS[GQA].bind([mem.arg(x) for x in ins], outs, full,
-                                gk.Target(sm_count=sm, warp_size=warp, workspace=workspace))
+                                gk.Target(sm_count=sm, warp_size=warp, workspace=workspace, counters=counters))
     emulate_threads(mem, ops, dtype, warp)
     t = dict(rtol=1e-5, atol=1e-5) if dtype == F32 else dict(rtol=2e-3, atol=2e-3)
     for j, (o, w) in enumerate(zip(outs, want)):

@@ -7,11 +7,13 @@ where test_gpu_attention_bindings.py checks the bindings against a numpy transcr
 Skipped without g++."""
 from __future__ import annotations
 
+import ctypes
 import shutil
 
 import numpy as np
 import pytest
 
+from hipep.runtime.gpu_attention import DEC_DIRECT_PASSES
 from unit.host_kernels import EXACT_FLAGS, compile_module, run_on_host
 from unit.test_gpu_attention_bindings import GQA, assert_gqa_results, case_setup
 
@@ -50,3 +52,31 @@ def test_gqa_kernels_compute_the_reference(libs, name):
 def test_gqa_kernels_with_the_fused_qk_norm(libs, name):
     ops = _run(libs, name, norms=True)
     assert [op.entry.startswith("hipep_rms_norm_") for op in ops[:2]] == [True, True]
+
+
+# Decode steps on the shared KV buffer (present is past's memory): one launch, the rotary and cache
+# append fused into the decode kernel (hipep_gqa_decode_fused); the direct path and the split one.
+FUSED_CASES = ["decode-shared", "decode-shared-split", "decode-shared-sink-split", "decode-shared-bias-packed",
+               "decode-shared-position-ids", "decode-shared-mqa-softcap", "f16-decode-shared"]
+
+
+@pytest.mark.parametrize("name", FUSED_CASES)
+def test_gqa_fused_decode_kernel_computes_the_reference(libs, name):
+    ins, shapes, attrs, sm, dtype, spec, rng = case_setup(name)
+    past_k, past_v = ins[3].copy(), ins[4].copy()
+    views, want, ops = run_on_host(libs, GQA, ins, attrs, n_out=3, sm_count=sm, workspace=True, alias={1: 3, 2: 4})
+    assert [op.entry for op in ops] == [f"hipep_gqa_decode_fused_{'f16' if dtype == F16 else 'f32'}_"
+                                        f"g{ops[0].entry.rsplit('_g', 1)[1]}"]
+    t = dict(rtol=1e-5, atol=1e-5) if dtype == F32 else dict(rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(views[0].astype(F32), want[0].astype(F32), err_msg="output", **t)
+    lens = [int(x) + 1 for x in ins[5]]
+    for b, n in enumerate(lens):  # the rows the step wrote and the ones before it; past's tail untouched
+        for j, old in ((1, past_k), (2, past_v)):
+            np.testing.assert_allclose(views[j][b, :, :n].astype(F32), want[j][b, :, :n].astype(F32), **t)
+            np.testing.assert_array_equal(views[j][b, :, n:], old[b, :, n:])
+    if name == "decode-shared-split":  # past the direct path's keys: split, merged, counters zero again
+        a = ops[0].params[16]
+        assert ops[0].grid[0] > 1 and -(-1301 // a.key_tile) > DEC_DIRECT_PASSES
+        groups = a.batch * a.kv_heads * a.row_groups
+        counters = (ctypes.c_uint32 * groups).from_address(ops[0].params[15].value)
+        assert list(counters) == [0] * groups

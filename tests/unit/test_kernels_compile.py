@@ -309,6 +309,13 @@ def test_attention_and_rotary_launches_pass_what_their_entry_points_take():
                 launches += gk.BINDINGS[GQA].bind([mem.arg(a) for a in ins + norms],
                                                   [mem.arg(np.empty(s, dtype)) for s in shapes],
                                                   full, gk.Target(sm_count=8, workspace=mem.alloc))
+        # one token on the shared KV cache (present in past's buffer): the fused decode launch
+        ins, shapes = gqa_case(rng, dtype=dtype, seq=1, total=301, capacity=320, rotary=16, position_ids=True)
+        mem = Memory()
+        args = [mem.arg(a) for a in ins]
+        _, full = _attrs(GQA, dict(num_heads=4, kv_num_heads=2, do_rotary=1), 3)
+        launches += gk.BINDINGS[GQA].bind(args, [mem.arg(np.empty(shapes[0], dtype)), args[3], args[4]], full,
+                                          gk.Target(sm_count=8, workspace=mem.alloc, counters=mem.alloc))
         x, cos = np.zeros((1, 3, 64), dtype), np.zeros((8, 8), dtype)
         for key, ins, extra in (("com.microsoft::RotaryEmbedding", [x, np.zeros((1, 3), np.int64), cos, cos], {}),
                                 ("com.microsoft::MRotaryEmbedding", [x, np.zeros((3, 1, 3), np.int64), cos, cos],
@@ -320,7 +327,8 @@ def test_attention_and_rotary_launches_pass_what_their_entry_points_take():
     kernels = [op for op in launches if isinstance(op, gk.KernelOp)]
     kinds = {op.entry.rsplit("_", 1)[0] for op in kernels}
     assert kinds >= {"hipep_gqa_copy", "hipep_gqa_prepare", "hipep_gqa_decode_f32", "hipep_gqa_prefill_f32",
-                     "hipep_gqa_window", "hipep_rotary", "hipep_rms_norm_f32_exact", "hipep_rms_norm_f16"}
+                     "hipep_gqa_decode_fused_f32", "hipep_gqa_decode_fused_f16", "hipep_gqa_window", "hipep_rotary",
+                     "hipep_rms_norm_f32_exact", "hipep_rms_norm_f16"}
     for op in kernels:
         assert [ctypes.sizeof(p) for p in op.params] == params[op.entry], op.entry
 
