@@ -274,10 +274,22 @@ def test_shared_kv_buffer_steps(dtype, window):
     48 bound through IOBinding on host memory; a prompt of 5 (batch 2, the second row 3 long), then
     decode steps. Both sessions update their own buffer in place; outputs and the valid cache rows
     must agree every step, and decode steps keep one specialization."""
-    rng = np.random.default_rng(21 + window)
-    batch, heads, kv_heads, head, cap = 2, 8, 2, 64, 48
+    _shared_kv_steps(dtype, window, cap=48, lens=[5, 3], seq=5, steps=8)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_shared_kv_buffer_long_decode_steps(dtype):
+    """Decode steps deep into the shared buffer: rows of ~1400 and ~900 keys of a 1600-row buffer
+    filled with earlier keys, more than one block takes (the fused decode launch's split path), so
+    each step's last split block merges and must leave its arrival counter zero for the next."""
+    _shared_kv_steps(dtype, -1, cap=1600, lens=[1400, 900], seq=1, steps=3)
+
+
+def _shared_kv_steps(dtype, window, cap, lens, seq, steps):
+    rng = np.random.default_rng(21 + window + cap)
+    batch, heads, kv_heads, head = 2, 8, 2, 64
     attrs = dict(num_heads=heads, kv_num_heads=kv_heads, do_rotary=1, local_window_size=window)
-    angles = rng.uniform(0, 6, (64, head // 2))
+    angles = rng.uniform(0, 6, (max(64, cap + steps), head // 2))
     cos, sin = np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
     vi = helper.make_tensor_value_info
     f = elem(dtype)
@@ -295,11 +307,12 @@ def test_shared_kv_buffer_steps(dtype, window):
                               ir_version=10)
     mine = hipep.InferenceSession(model, device="cuda")
     theirs = cpu_session(model)
-    buffers = {who: [np.zeros((batch, kv_heads, cap, head), dtype) for _ in range(2)] for who in ("mine", "theirs")}
-    lens = np.array([5, 3])
-    seq = 5
+    earlier = [U(rng, batch, kv_heads, cap, head, dtype=dtype) if seq == 1 else np.zeros((batch, kv_heads, cap, head),
+                                                                                          dtype) for _ in range(2)]
+    buffers = {who: [a.copy() for a in earlier] for who in ("mine", "theirs")}
+    lens = np.array(lens)
     specializations = []
-    for step in range(8):
+    for step in range(steps):
         qkv = U(rng, batch, seq, (heads + 2 * kv_heads) * head, dtype=dtype)
         total = np.array(int(lens.max()), np.int32)
         outs = {}
@@ -328,7 +341,8 @@ def test_shared_kv_buffer_steps(dtype, window):
         specializations.append(hipep.stats().get("specializations", 0))
         lens = lens + 1
         seq = 1
-    assert specializations[-1] == specializations[2], "decode steps after the first should add no specialization"
+    assert specializations[-1] == specializations[min(2, steps - 1)], \
+        "decode steps after the first should add no specialization"
 
 
 # ---- gemma2's sliding-window cache --------------------------------------------------------------------
