@@ -2,7 +2,7 @@
 #include "attention.h"
 
 // ---- decode: a few query tokens, the KV range split over blocks ---------------------------------------
-// grid (splits, kv_heads * row_groups, batch), DEC_THREADS threads. The query rows of a KV head are
+// grid (splits, kv_heads * row_groups, batch), hipep_dec_threads<G> threads. The query rows of a KV head are
 // its group's (token, head) pairs, row r = token * group + head in group; a block takes up to G of
 // them (the entry's variant: 1, 2, 4 or 8) and the keys any of them sees, [lo of its first row, hi of
 // its last), split into `splits` chunks of whole key tiles (a.key_tile keys: every warp's share of
@@ -15,7 +15,13 @@
 // (batch * S + token) * heads + head.
 
 #define HIPEP_DEC_THREADS 128
-#define HIPEP_DEC_WARPS (HIPEP_DEC_THREADS / HIPEP_WARP_SIZE)
+// Blocks of one or two query rows (a small batch's decode: a block per query head) take twice the
+// threads, so a pass covers twice the keys: a decode step of up to 256 fp16 keys is one round trip
+// of K and V instead of two (blocks of 4 or 8 rows keep 128: their warps' partials fill shared memory).
+#define HIPEP_DEC_THREADS_WIDE 256
+template <int G> struct hipep_dec_threads {
+  static constexpr int value = G <= 2 ? HIPEP_DEC_THREADS_WIDE : HIPEP_DEC_THREADS;
+};
 #define HIPEP_GQA_MAX_HEAD 256
 #define HIPEP_GQA_MAX_SPLITS 64
 // Keys up to this many passes of a block (a.key_tile each) take one block, which writes the output
@@ -87,7 +93,7 @@ HIPEP_DEVICE void hipep_gqa_decode_split(const Stage& stage, const T* HIPEP_REST
                                          const int* row_hi,
                                          float (*o_s)[G][HIPEP_GQA_MAX_HEAD], float4 (*q_s4)[HIPEP_GQA_MAX_HEAD / 4],
                                          bool direct, int new_row, const T* new_k_s, const T* new_v_s) {
-  constexpr int W = HIPEP_WARP_SIZE, NW = HIPEP_DEC_WARPS, KPL = hipep_dec_keys<T, G>::value;
+  constexpr int W = HIPEP_WARP_SIZE, NW = hipep_dec_threads<G>::value / W, KPL = hipep_dec_keys<T, G>::value;
   __shared__ float m_w[NW][G], l_w[NW][G];
   float (*q_s)[HIPEP_GQA_MAX_HEAD] = reinterpret_cast<float (*)[HIPEP_GQA_MAX_HEAD]>(q_s4);
   const int H = a.head_size, t = threadIdx.x, lane = t % W, warp = t / W;
@@ -261,7 +267,7 @@ template <typename T, int G>
 HIPEP_DEVICE void hipep_gqa_merge_splits(const float* part_acc, const float* part_ml, const T* HIPEP_RESTRICT sink,
                                          T* HIPEP_RESTRICT out, const hipep_gqa_args& a, int gn, const int* row_s,
                                          const int* row_head, float4* sum_s4) {
-  constexpr int W = HIPEP_WARP_SIZE, NW = HIPEP_DEC_WARPS;
+  constexpr int W = HIPEP_WARP_SIZE, NW = hipep_dec_threads<G>::value / W;
   __shared__ float w_s[G][HIPEP_GQA_MAX_SPLITS], mr_s[G], lr_s[G];
   const int H = a.head_size, n = a.splits, t = threadIdx.x, lane = t % W, warp = t / W, b = blockIdx.z;
   for (int h = warp; h < gn; h += NW) {
@@ -345,7 +351,8 @@ HIPEP_DEVICE void hipep_gqa_decode_body(const Stage& stage, const T* HIPEP_RESTR
                                         hipep_gqa_row* g_s, const T* new_k_s, const T* new_v_s) {
   // part_acc / part_ml are written and, by the last block, read: no __restrict__ (no read-only loads)
   __shared__ float4 q_s4[G][HIPEP_GQA_MAX_HEAD / 4];  // the block's queries, 4 dims a word
-  __shared__ float4 o_s4[HIPEP_DEC_WARPS * G * HIPEP_GQA_MAX_HEAD / 4];  // warps' P @ V; then the merge's parts
+  // warps' P @ V; then the merge's parts
+  __shared__ float4 o_s4[hipep_dec_threads<G>::value / HIPEP_WARP_SIZE * G * HIPEP_GQA_MAX_HEAD / 4];
   float (*o_s)[G][HIPEP_GQA_MAX_HEAD] = reinterpret_cast<float (*)[G][HIPEP_GQA_MAX_HEAD]>(o_s4);
   __shared__ int row_s[G], row_head[G], row_lo[G], row_hi[G];
   const int t = threadIdx.x, split = blockIdx.x, b = blockIdx.z;
@@ -536,7 +543,7 @@ HIPEP_DEVICE void hipep_gqa_decode_fused(const T* HIPEP_RESTRICT q, const T* HIP
 
 // The split-KV kernel for blocks of up to G query rows.
 #define HIPEP_GQA_DECODE(NAME, T, G)                                                                             \
-  HIPEP_KERNEL void __launch_bounds__(HIPEP_DEC_THREADS) hipep_gqa_decode_##NAME##_g##G(                         \
+  HIPEP_KERNEL void __launch_bounds__(hipep_dec_threads<G>::value) hipep_gqa_decode_##NAME##_g##G(                         \
       const T* q, const T* cache_k, const T* cache_v, const int* seqlens, const int* total, const T* bias,       \
       const T* sink, T* out, float* part_acc, float* part_ml, unsigned int* counters, const hipep_gqa_args a) {   \
     hipep_grid_release();                                                                                        \
@@ -545,7 +552,7 @@ HIPEP_DEVICE void hipep_gqa_decode_fused(const T* HIPEP_RESTRICT q, const T* HIP
 
 // The same for one token, with its rotary and cache append (hipep_gqa_prepare's work) fused in.
 #define HIPEP_GQA_DECODE_FUSED(NAME, T, G)                                                                       \
-  HIPEP_KERNEL void __launch_bounds__(HIPEP_DEC_THREADS) hipep_gqa_decode_fused_##NAME##_g##G(                   \
+  HIPEP_KERNEL void __launch_bounds__(hipep_dec_threads<G>::value) hipep_gqa_decode_fused_##NAME##_g##G(                   \
       const T* q, const T* k, const T* v, const int* seqlens, const int* total, const hipep_i64* pos_ids,        \
       const T* cos_cache, const T* sin_cache, T* cache_k, T* cache_v, const T* bias, const T* sink, T* out,      \
       float* part_acc, float* part_ml, unsigned int* counters, const hipep_gqa_args a,                           \

@@ -50,6 +50,7 @@ from .gpu_kernels import CopyOp, KernelOp, NoKernel, RmsArgs, _VEC, _binding, _c
 
 GQA = "GroupQueryAttention"
 DEC_THREADS = 128  # kernels/attention_decode.hip HIPEP_DEC_THREADS
+DEC_THREADS_WIDE = 256  # HIPEP_DEC_THREADS_WIDE: blocks of up to 2 query rows
 DEC_HEADS = 8  # query rows (token, head) of one KV head per decode block: the largest variant (_g8)
 DEC_VARIANTS = (1, 2, 4, 8)  # hipep_gqa_decode_<dt>_g<G>: blocks of up to G query rows
 DEC_MAX_SEQ = 8  # up to this many new tokens take the split-KV kernel (decode, speculative steps, small chunks)
@@ -127,10 +128,15 @@ def dec_keys_per_lane(itemsize: int, variant: int) -> int:
     return 8 if itemsize == 2 and variant <= 4 else 4
 
 
+def dec_threads(variant: int) -> int:
+    """hipep_dec_threads: threads of a decode block of `variant` query rows."""
+    return DEC_THREADS_WIDE if variant <= 2 else DEC_THREADS
+
+
 def dec_key_tile(itemsize: int, variant: int, head_size: int) -> int:
     """Keys one pass of a decode block reads (its warps' share together), independent of the warp
-    size: DEC_THREADS / lanes-per-key keys per load instruction, times the keys per lane."""
-    return DEC_THREADS // dec_lanes(head_size) * dec_keys_per_lane(itemsize, variant)
+    size: the block's threads / lanes-per-key keys per load instruction, times the keys per lane."""
+    return dec_threads(variant) // dec_lanes(head_size) * dec_keys_per_lane(itemsize, variant)
 
 
 def gqa_layout(attrs: dict, dtype, q_shape, k_shape, past_shape, present_rows, cos_shape, pos_ids: bool,
@@ -440,7 +446,7 @@ def _gqa_bind(ins, outs, attrs, target):
         if a.splits > 1:
             counters = target.counters(a.batch * a.kv_heads * a.row_groups * 4)
         ops.append(KernelOp(f"hipep_gqa_decode_fused_{dt}_g{dec_variant(a.rows_per_block)}",
-                            (a.splits, a.kv_heads * a.row_groups, a.batch), (DEC_THREADS, 1, 1),
+                            (a.splits, a.kv_heads * a.row_groups, a.batch), (dec_threads(dec_variant(a.rows_per_block)), 1, 1),
                             [ctypes.c_uint64(qp), ctypes.c_uint64(kp), ctypes.c_uint64(vp), sl, tot, ptr(pos_ids),
                              ptr(cos), ptr(sin), ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v), ptr(bias),
                              ptr(sink), ptr(out), ctypes.c_uint64(region("part_acc")),
@@ -468,7 +474,7 @@ def _gqa_bind(ins, outs, attrs, target):
     if lay.decode:
         ops.append(KernelOp(f"hipep_gqa_decode_{dt}_g{dec_variant(a.rows_per_block)}",
                             (a.splits, a.kv_heads * a.row_groups, a.batch),
-                            (DEC_THREADS, 1, 1),
+                            (dec_threads(dec_variant(a.rows_per_block)), 1, 1),
                             [ctypes.c_uint64(q_att), ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v), sl, tot,
                              ptr(bias), ptr(sink), ptr(out), ctypes.c_uint64(region("part_acc")),
                              ctypes.c_uint64(region("part_ml")), ctypes.c_uint64(region("counters")), a],

@@ -308,8 +308,8 @@ def _attend(mem, ptrs, a, dtype, decode):
                         pacc = mem.view(pacc_p, np.float32, a.batch * S * n * a.splits * H).reshape(-1, H)
                         pml = mem.view(pml_p, np.float32, a.batch * S * n * a.splits * 2).reshape(-1, 2)
                         pacc[row * a.splits + split], pml[row * a.splits + split] = acc, (m, l)
-            if decode and a.splits > 1 and not direct:
-                _combine_rows(mem, [pacc_p, pml_p, sink_p, out_p], a, dtype, b, block)
+                if not direct:  # every row group's own merge
+                    _combine_rows(mem, [pacc_p, pml_p, sink_p, out_p], a, dtype, b, block)
 
 
 def _combine_rows(mem, ptrs, a, dtype, b, block):
@@ -459,17 +459,17 @@ CASES = {
     "prompt-sink-bias": dict(batch=2, seq=3, sink=True, bias=True),
     "subsequent-prompt": dict(seq=3, past=5, rotary=16, position_ids=True),
     "decode": dict(seq=1, past=6, rotary=16),
-    "few-tokens-split": dict(seq=3, past=290, rotary=16, sm=8),
-    "few-tokens-window-bias-split": dict(seq=5, past=300, sm=8, bias=True, attrs=dict(local_window_size=130)),
+    "few-tokens-split": dict(seq=3, past=2200, rotary=16, sm=8),
+    "few-tokens-window-bias-split": dict(seq=5, past=600, sm=8, bias=True, attrs=dict(local_window_size=130)),
     "few-tokens-mqa": dict(seq=4, past=40, heads=6, kv_heads=1, sink=True),
     "prompt-eight": dict(batch=2, seq=8, lens=[8, 5], rotary=16),
     "prompt-nine": dict(batch=2, seq=9, lens=[9, 5], rotary=16),
-    "decode-ragged-split": dict(batch=2, seq=1, past=300, lens=[301, 140], rotary=8, sm=4),
+    "decode-ragged-split": dict(batch=2, seq=1, past=2300, lens=[2301, 140], rotary=8, sm=4),
     "decode-shared": dict(batch=2, seq=1, total=11, capacity=16, lens=[11, 6], rotary=16),
     # past buffers with room for the step's token, as the shared KV cache has (test_gqa_on_host's
     # fused decode runs them with present in past's buffer)
-    "decode-shared-split": dict(batch=2, seq=1, total=1301, capacity=1320, lens=[1301, 140], rotary=8, sm=4),
-    "decode-shared-sink-split": dict(batch=2, seq=1, total=261, capacity=272, lens=[261, 3], sink=True, sm=8),
+    "decode-shared-split": dict(batch=2, seq=1, total=2601, capacity=2640, lens=[2601, 140], rotary=8, sm=4),
+    "decode-shared-sink-split": dict(batch=2, seq=1, total=2201, capacity=2240, lens=[2201, 3], sink=True, sm=8),
     "decode-shared-bias-packed": dict(batch=2, seq=1, total=6, capacity=8, lens=[6, 4], bias=True, packed=True,
                                       rotary=16),
     "decode-shared-position-ids": dict(batch=2, seq=1, total=10, capacity=12, lens=[10, 6], rotary=16,
@@ -477,8 +477,8 @@ CASES = {
     "decode-shared-mqa-softcap": dict(seq=1, total=21, capacity=24, heads=12, kv_heads=1, attrs=dict(softcap=2.0)),
     "f16-decode-shared": dict(batch=2, seq=1, total=10, capacity=12, lens=[10, 6], rotary=16, dtype=F16),
     "decode-growing": dict(batch=2, seq=1, total=17, capacity=16, lens=[17, 12]),
-    "decode-window-split": dict(batch=2, seq=1, past=290, lens=[291, 200], sm=4, attrs=dict(local_window_size=150)),
-    "decode-sink-split": dict(batch=2, seq=1, past=260, lens=[261, 3], sink=True, sm=8),
+    "decode-window-split": dict(batch=2, seq=1, past=600, lens=[601, 200], sm=4, attrs=dict(local_window_size=150)),
+    "decode-sink-split": dict(batch=2, seq=1, past=2200, lens=[2201, 3], sink=True, sm=8),
     "decode-bias-packed": dict(batch=2, seq=1, past=5, lens=[6, 4], bias=True, packed=True, rotary=16),
     "decode-position-ids": dict(batch=2, seq=1, past=9, lens=[10, 6], rotary=16, position_ids=True),
     "decode-mqa-many-heads": dict(seq=1, past=20, heads=12, kv_heads=1, attrs=dict(softcap=2.0)),
@@ -529,7 +529,7 @@ def test_gqa_shared_buffer_decode_launches_are_the_same_every_step():
     attrs = dict(num_heads=4, kv_num_heads=2, do_rotary=1)
     keys = []
     for total, lens in ((11, [11, 6]), (12, [12, 7])):
-        ins, shapes = gqa_case(rng, batch=2, seq=1, total=total, capacity=300, lens=lens, rotary=16)
+        ins, shapes = gqa_case(rng, batch=2, seq=1, total=total, capacity=1200, lens=lens, rotary=16)
         got, want, ops = run_binding(GQA, ins, attrs, shapes, F32, in_place=True)
         # 2 x 2 KV heads cover few of 132 multiprocessors: a block per query head (_g1)
         assert [o.entry for o in ops] == ["hipep_gqa_decode_fused_f32_g1"] and ops[0].grid[0] > 1

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from hipep.runtime import gpu_kernels as gk
-from hipep.runtime.gpu_attention import (DEC_DIRECT_PASSES, DEC_THREADS, PREFILL, dec_keys_per_lane, dec_lanes,
+from hipep.runtime.gpu_attention import (DEC_DIRECT_PASSES, PREFILL, dec_keys_per_lane, dec_lanes, dec_threads,
                                          gqa_bounds)
 
 from unit.test_gpu_attention_bindings import (F16, F32, GQA, Memory, _attrs, _cache, _host, _prepare, _u64, emulate,
@@ -74,7 +74,7 @@ def _xor(v, m, lanes):
 
 def decode_block(k: Kernel, split, by, b, G, W=32):
     a, H = k.a, k.a.head_size
-    NW, KPL = DEC_THREADS // W, dec_keys_per_lane(k.dtype.itemsize, G)
+    NW, KPL = dec_threads(G) // W, dec_keys_per_lane(k.dtype.itemsize, G)
     kvh, rg = by // a.row_groups, by % a.row_groups
     first_row = rg * a.rows_per_block
     gn = min(a.rows_per_block, a.group * a.seq - first_row)
@@ -190,7 +190,7 @@ def decode_block(k: Kernel, split, by, b, G, W=32):
     return None if direct else (gn, row_s, row_head)
 
 
-def merge_block(k: Kernel, b, gn, row_s, row_head, W=32):
+def merge_block(k: Kernel, b, gn, row_s, row_head, W=32, G=1):
     """hipep_gqa_merge_splits: the last split block of a (batch, KV head, row group) merges its rows'
     partials; one warp per row weighs the splits, threads take 4-dim columns (and parts of the splits)."""
     a, H, n = k.a, k.a.head_size, k.a.splits
@@ -211,7 +211,8 @@ def merge_block(k: Kernel, b, gn, row_s, row_head, W=32):
         l_r[h] = float((k.pml[p0:p0 + n, 1] * w_s[h]).sum())
     H4 = H // 4
     cols = gn * H4
-    parts = DEC_THREADS // cols if DEC_THREADS >= 2 * cols else 1
+    threads = dec_threads(G)
+    parts = threads // cols if threads >= 2 * cols else 1
     for c in range(cols):
         h, d = c // H4, (c % H4) * 4
         p0 = ((b * a.seq + row_s[h]) * a.heads + row_head[h]) * n
@@ -323,7 +324,7 @@ def emulate_threads(mem, ops, dtype, warp=32):
                 k = Kernel(mem, op.params[11], [_u64(x) for x in op.params[:11]], dtype)
             gx, gy, gz = op.grid
             variant = int(name.rsplit("_g", 1)[1])
-            assert op.block == (DEC_THREADS, 1, 1) and k.a.rows_per_block <= variant and gx == k.a.splits
+            assert op.block == (dec_threads(variant), 1, 1) and k.a.rows_per_block <= variant and gx == k.a.splits
             counters = mem.view(k.cnt_p, np.uint32, gy * gz) if gx > 1 else None
             for b in range(gz):
                 for by in range(gy):
@@ -333,7 +334,7 @@ def emulate_threads(mem, ops, dtype, warp=32):
                             counters[b * gy + by] += 1
                             if counters[b * gy + by] == gx:
                                 counters[b * gy + by] = 0  # the last block zeroes it for the next launch
-                                merge_block(k, b, *rows, W=warp)
+                                merge_block(k, b, *rows, W=warp, G=variant)
         elif name.startswith("hipep_gqa_prefill"):
             k = Kernel(mem, op.params[8], [_u64(x) for x in op.params[:8]] + [0, 0, 0], dtype)
             bucket = int(name.rsplit("_h", 1)[1])
@@ -354,8 +355,8 @@ CASES = {
     "decode-many-heads": dict(seq=1, past=30, heads=12, kv_heads=1, head=32, attrs=dict(softcap=2.0)),
     "few-tokens-split": dict(seq=3, past=200, head=32, rotary=16, sm=8, bias=True),
     # spans past DEC_DIRECT_PASSES key tiles: split and merged (the cases above take one block)
-    "decode-split-merged-h16": dict(batch=2, seq=1, past=1100, lens=[1101, 40], head=16, rotary=16, sm=8),
-    "few-tokens-split-merged": dict(seq=3, past=700, head=32, rotary=16, sm=8, bias=True),
+    "decode-split-merged-h16": dict(batch=2, seq=1, past=2300, lens=[2301, 40], head=16, rotary=16, sm=8),
+    "few-tokens-split-merged": dict(seq=3, past=1200, head=32, rotary=16, sm=8, bias=True),
     # the benchmark's shape (group 4, head 64, f16: 8 keys per lane in flight), a few splits dead
     "decode-f16-g4-split": dict(batch=2, seq=1, past=700, lens=[701, 150], heads=8, kv_heads=2, head=64,
                                 rotary=16, dtype=F16, sm=8),
@@ -397,6 +398,10 @@ def test_attention_kernels_thread_by_thread(name):
 
     ops = gk.BINDINGS[GQA].bind([mem.arg(x) for x in ins], outs, full,
                                 gk.Target(sm_count=sm, warp_size=warp, workspace=workspace, counters=counters))
+    if "merged" in name:  # the longest row's keys are past what one block takes: split and merged
+        dec = next(o for o in ops if getattr(o, "entry", "").startswith("hipep_gqa_decode"))
+        a = dec.params[16] if "fused" in dec.entry else dec.params[11]
+        assert dec.grid[0] > 1 and -(-(spec["past"] + spec.get("seq", 1)) // a.key_tile) > DEC_DIRECT_PASSES
     emulate_threads(mem, ops, dtype, warp)
     t = dict(rtol=1e-5, atol=1e-5) if dtype == F32 else dict(rtol=2e-3, atol=2e-3)
     for j, (o, w) in enumerate(zip(outs, want)):
