@@ -286,10 +286,12 @@ class CompiledSubgraph:
         self.executor = executor
         self.weights = weights if weights is not None else WeightStore({})
         self.device = device if device is not None else executor.device
-        # The last wrapper made per input and output position: with IOBinding ORT hands over the
-        # same tensors run after run (a decoder's KV cache), and the same wrapper object lets the
-        # replay see that nothing moved without comparing anything.
-        self._wrapped: dict[tuple[str, int], tuple[tuple, object]] = {}
+        # The last (descriptor, wrapper) per input and output position: with IOBinding ORT hands
+        # over the same tensors run after run (a decoder's KV cache), C++ then the same descriptor
+        # object, and the same wrapper lets the replay see that nothing moved without comparing
+        # anything. (Lists whose items runs on other threads may replace.)
+        plan = executor.plan
+        self._wrapped: dict[str, list] = {"input": [None] * len(plan.inputs), "output": [None] * len(plan.outputs)}
 
     def run(self, inputs, allocate_outputs=None):
         """The outputs of one run. `allocate_outputs`, when given (Compute gives it), obtains
@@ -297,8 +299,7 @@ class CompiledSubgraph:
         Tensors in device memory arrive as (address, shape, dtype) tuples (see the module doc)."""
         counters.bump("runs")
         if tuple in map(type, inputs):  # (a scan in C: most runs have no device tensor)
-            inputs = [self._device_tensor(a, "input", pos) if type(a) is tuple else a
-                      for pos, a in enumerate(inputs)]
+            inputs = self._device_tensors(inputs, "input")
         if allocate_outputs is None:
             return self.executor.run(inputs)
         ort_allocate = allocate_outputs
@@ -306,18 +307,27 @@ class CompiledSubgraph:
         def allocate_outputs(shapes):
             arrays = ort_allocate(shapes)
             if tuple in map(type, arrays):
-                arrays = [self._device_tensor(a, "output", j) if type(a) is tuple else a
-                          for j, a in enumerate(arrays)]
+                arrays = self._device_tensors(arrays, "output")
             return arrays
         self.executor.run(inputs, allocate_outputs=allocate_outputs)
         # Given allocate_outputs, the executor obtains ORT's outputs through it and writes them
         # there (or raises): None tells Compute that nothing is left to check or copy.
         return None
 
+    def _device_tensors(self, items, role: str) -> list:
+        """`items` with each device tensor's descriptor replaced by the device's array at it: the
+        last one made for that position where C++ handed over the same descriptor object (plugin.cc's
+        DeviceTensorCache), without a call per tensor."""
+        last = self._wrapped[role]
+        if len(items) != len(last):  # the executor names the mismatch
+            return [self._device_tensor(a, role, pos) if type(a) is tuple else a for pos, a in enumerate(items)]
+        return [a if type(a) is not tuple else
+                (w[1] if (w := last[pos]) is not None and w[0] is a else self._device_tensor(a, role, pos))
+                for pos, a in enumerate(items)]
+
     def _device_tensor(self, desc: tuple, role: str, pos: int):
-        last = self._wrapped.get((role, pos))  # (one dict read: runs on other threads may replace it)
-        # (C++ hands over the same tuple object while the tensor stays the same: plugin.cc's
-        # DeviceTensorCache)
+        slots = self._wrapped[role]
+        last = slots[pos] if pos < len(slots) else None  # (one read: runs on other threads may replace it)
         if last is not None and (last[0] is desc or last[0] == desc):
             return last[1]
         ptr, shape, dtype = desc
@@ -326,7 +336,8 @@ class CompiledSubgraph:
             raise HipepError(f"{role} {pos} is in GPU memory, but this subgraph runs on the {self.device.name} "
                              f"device, which cannot address it")
         array = wrap(ptr, shape, dtype)
-        self._wrapped[(role, pos)] = (desc, array)
+        if pos < len(slots):
+            slots[pos] = (desc, array)
         return array
 
 

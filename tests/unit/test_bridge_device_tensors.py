@@ -81,3 +81,24 @@ def test_a_device_tensor_on_a_device_that_cannot_address_it_is_a_clear_error():
     x = np.zeros((3, 4), np.float32)
     with pytest.raises(HipepError, match="input 0 is in GPU memory, but this subgraph runs on the cpu device"):
         sub.run([_desc(x), np.zeros(4, np.float32)])
+
+
+def test_the_same_descriptor_object_finds_its_wrapper_without_a_call():
+    """C++ hands over the same descriptor object while a tensor stays the same (plugin.cc's
+    DeviceTensorCache): the bridge then takes the position's wrapper as it is; a new object with
+    the same contents is compared, and another address wrapped anew."""
+    device = HostBackedDevice()
+    sub = _compiled(device)
+    x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
+    b = np.arange(4, dtype=np.float32)
+    out = np.full((3, 4), np.nan, np.float32)
+    dx, dout = _desc(x), _desc(out)
+    calls = []
+    slow = sub._device_tensor
+    sub._device_tensor = lambda desc, role, pos: calls.append((role, pos)) or slow(desc, role, pos)
+    for _ in range(3):
+        sub.run([dx, b], lambda shapes: [dout])
+        np.testing.assert_array_equal(out, np.maximum(x, 0) + b)
+    assert calls == [("input", 0), ("output", 0)]  # the first run only
+    sub.run([_desc(x), b], lambda shapes: [dout])  # equal contents, another object: compared, not wrapped
+    assert calls[2:] == [("input", 0)] and device.wrapped == [x.ctypes.data, out.ctypes.data]
