@@ -109,6 +109,63 @@ HIPEP_DEVICE void hipep_skip_rms_norm(const T* HIPEP_RESTRICT x, const T* HIPEP_
   }
 }
 
+// The skip form for rows of at most one 16-byte vector a thread, a block per row (a decode step's
+// [1, hidden]), launched to overlap the kernel ahead of it (KernelOp.overlaps_previous;
+// hipep_device.h): gamma and bias, the session's weights, are requested before hipep_grid_wait(),
+// the rows after it, so the block starts and fetches its weights while the GEMV ahead finishes.
+// The arithmetic is hipep_skip_rms_norm's, in the same order. x and skip are read through
+// hipep_ld_produced (never the read-only path, which the compiler may move above the wait).
+template <typename T, int VEC>
+HIPEP_DEVICE void hipep_skip_rms_norm_overlap(const T* x, const T* skip, const T* HIPEP_RESTRICT gamma,
+                                              const T* HIPEP_RESTRICT bias, T* y, float* mean, float* inv_std,
+                                              T* sum_out, const hipep_rms_args a) {
+  static_assert(sizeof(T) * VEC == 16, "one 16-byte vector a thread");
+  __shared__ float scratch[HIPEP_MAX_WARPS];
+  typedef hipep_norm_vec<T, VEC> V;
+  const hipep_i64 row = blockIdx.x, nv = a.n / VEC;
+  const int i = threadIdx.x;
+  const bool on = i < nv;
+  const uint4* pg = reinterpret_cast<const uint4*>(gamma);
+  const uint4* pb = reinterpret_cast<const uint4*>(bias);
+  uint4 g = make_uint4(0u, 0u, 0u, 0u), bb = g;
+  if (on) {
+    g = hipep_ld_stream(pg + i);
+    if (pb != 0) bb = hipep_ld_stream(pb + i);
+  }
+  hipep_grid_wait();  // x and skip, and y's memory, belong to earlier kernels of the stream
+  uint4 xu = make_uint4(0u, 0u, 0u, 0u), wu = xu;
+  if (on) {
+    xu = hipep_ld_produced(reinterpret_cast<const uint4*>(x + row * a.n) + i);
+    wu = hipep_ld_produced(reinterpret_cast<const uint4*>(skip + (row % a.skip_rows) * a.n) + i);
+  }
+  const V u = *reinterpret_cast<const V*>(&xu), w = *reinterpret_cast<const V*>(&wu);
+  const V gv = *reinterpret_cast<const V*>(&g), b = *reinterpret_cast<const V*>(&bb);
+  float f[VEC];
+  float sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) {
+    f[k] = hipep_to_float(u.v[k]) + hipep_to_float(w.v[k]);
+    if (pb != 0) f[k] += hipep_to_float(b.v[k]);
+    sq = fmaf(f[k], f[k], sq);
+  }
+  sq = hipep_block_sum(sq, scratch);
+  const float root = sqrtf(sq / (float)a.n + a.eps);
+  if (on) {
+    V o, sv;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      o.v[k] = hipep_from_float<T>(f[k] / root * hipep_to_float(gv.v[k]));
+      sv.v[k] = hipep_from_float<T>(f[k]);
+    }
+    reinterpret_cast<V*>(y + row * a.n)[i] = o;
+    if (sum_out != 0) reinterpret_cast<V*>(sum_out + row * a.n)[i] = sv;
+  }
+  if (threadIdx.x == 0) {
+    if (mean != 0) mean[row] = 0.0f;
+    if (inv_std != 0) inv_std[row] = 1.0f / root;
+  }
+}
+
 #define HIPEP_RMS(NAME, T, VEC)                                                                       \
   HIPEP_KERNEL void hipep_rms_norm_##NAME(const T* HIPEP_RESTRICT x, const T* HIPEP_RESTRICT scale,  \
                                           T* HIPEP_RESTRICT y, float* HIPEP_RESTRICT inv_std,         \
@@ -135,6 +192,12 @@ HIPEP_DEVICE void hipep_skip_rms_norm(const T* HIPEP_RESTRICT x, const T* HIPEP_
       float* HIPEP_RESTRICT inv_std, T* HIPEP_RESTRICT sum_out, const hipep_rms_args a) {             \
     hipep_grid_release();                                                                             \
     hipep_skip_rms_norm<T, VEC>(x, skip, gamma, bias, y, mean, inv_std, sum_out, a);                  \
+  }                                                                                                   \
+  HIPEP_KERNEL void hipep_skip_rms_norm_##NAME##_overlap(                                            \
+      const T* x, const T* skip, const T* HIPEP_RESTRICT gamma, const T* HIPEP_RESTRICT bias, T* y,   \
+      float* mean, float* inv_std, T* sum_out, const hipep_rms_args a) {                              \
+    hipep_grid_release();                                                                             \
+    hipep_skip_rms_norm_overlap<T, VEC>(x, skip, gamma, bias, y, mean, inv_std, sum_out, a);          \
   }
 
 HIPEP_RMS(f16, hipep_half, 8)

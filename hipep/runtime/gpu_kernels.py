@@ -119,6 +119,12 @@ for _op in ("SimplifiedLayerNormalization", "RMSNormalization"):
     _binding(f"::{_op}", check=_float_check, modules=("rms_norm",))(_rms_bind(_op))
 
 
+# Whether a decode step's half-precision skip norms take the form that overlaps the kernel ahead
+# (hipep_skip_rms_norm_<dt>_overlap); off, the same launch runs the block kernel (the tests compare
+# the two bit for bit).
+OVERLAP_SKIP_NORM = True
+
+
 @_binding("com.microsoft::SkipSimplifiedLayerNormalization", check=_float_check, modules=("rms_norm",))
 def _skip_rms_bind(ins, outs, attrs, target):
     x, skip, gamma = ins[0], ins[1], ins[2]
@@ -137,6 +143,14 @@ def _skip_rms_bind(ins, outs, attrs, target):
     use_vec = _vec_ok([x, skip, gamma, bias, y, total], h, vec, x.dtype.itemsize)
     params = [ptr(x), ptr(skip), ptr(gamma), ptr(bias), ptr(y), ptr(mean), ptr(inv), ptr(total),
               RmsArgs(rows, h, skip_rows, float(attrs["epsilon"]))]
+    words = h // vec
+    if (OVERLAP_SKIP_NORM and dt != "f32" and use_vec and rows < target.sm_count
+            and target.warp_size < words <= MAX_BLOCK):
+        # A decode step's rows, a block each with a 16-byte vector a thread (row_config's launch):
+        # the form that overlaps the kernel ahead, fetching gamma while it finishes.
+        threads = min(MAX_BLOCK, _pow2_at_least(words))
+        return [KernelOp(f"hipep_skip_rms_norm_{dt}_overlap", (rows, 1, 1), (threads, 1, 1), params,
+                         module="rms_norm", overlaps_previous=True)]
     return [_rms_launch("hipep_skip_rms_norm", dt, rows, h, vec, use_vec, params, target)]
 
 

@@ -263,6 +263,22 @@ def test_row_gemv_loads_weights_before_it_waits_for_the_previous_kernel(arch):
 
 
 @needs_nvrtc
+def test_overlapping_skip_norm_loads_only_weights_before_it_waits():
+    """The decode step's skip norm (hipep_skip_rms_norm_<dt>_overlap, KernelOp.overlaps_previous)
+    reads gamma and bias (ld.global.cs) before griddepcontrol.wait and nothing else; x and skip
+    after it (ld.global.cg); nothing through the read-only path; and it releases its successor."""
+    bodies = {e: b for e, b in _entry_bodies(_ptx("rms_norm", "compute_90")).items() if e.endswith("_overlap")}
+    assert set(bodies) == {"hipep_skip_rms_norm_f16_overlap", "hipep_skip_rms_norm_bf16_overlap"}
+    for entry, body in bodies.items():
+        wait = body.index("griddepcontrol.wait")
+        assert body.index("griddepcontrol.launch_dependents") < wait, entry
+        assert "ld.global.nc" not in body, entry
+        assert body.index("ld.global.cs") < wait, entry
+        assert "ld.global" not in body[:wait].replace("ld.global.cs", ""), entry
+        assert "ld.global.cg.v4" in body[wait:] and "ld.global.cs" not in body[wait:], entry
+
+
+@needs_nvrtc
 def test_kernels_that_precede_a_gemv_in_decode_release_it():
     """The norms, attention's decode kernel and the general GEMV let an overlapping GEMV after
     them start its loads as they start (griddepcontrol.launch_dependents)."""

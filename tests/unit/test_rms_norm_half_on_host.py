@@ -11,6 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
+from hipep.runtime import gpu_kernels as gk
 from unit.host_kernels import HOST_CUDA, compile_module, run_on_host
 
 f16 = np.float16
@@ -71,3 +72,27 @@ def test_skip_simplified_layer_norm_half_rows(built, rows, n):
     assert _rel(got[0], want[0]) < 2e-3  # the normalized output
     np.testing.assert_array_equal(got[3], want[3])  # input + skip, rounded once to fp16
     np.testing.assert_allclose(got[2].ravel(), np.asarray(want[2], np.float32).ravel(), rtol=1e-3)  # inv_std_var
+
+
+@pytest.mark.parametrize("rows,n,bias", [(1, 2048, False), (1, 4096, True), (3, 1024, True)])
+def test_decode_rows_take_the_overlapping_skip_norm_bit_for_bit(built, rows, n, bias, monkeypatch):
+    """Rows that leave multiprocessors idle (decode) take hipep_skip_rms_norm_f16_overlap, launched
+    to overlap the kernel ahead (gamma and bias fetched before it waits); its outputs are the block
+    kernel's in the same launch shape bit for bit (the same arithmetic in the same order)."""
+    lib, warp = built
+    rng = np.random.default_rng(rows * n + bias)
+    x = rng.standard_normal((1, rows, n)).astype(f16)
+    skip = rng.standard_normal((1, rows, n)).astype(f16)
+    gamma = rng.uniform(0.5, 1.5, n).astype(f16)
+    ins = [x, skip, gamma] + ([rng.standard_normal(n).astype(f16)] if bias else [])
+    key, libs = "com.microsoft::SkipSimplifiedLayerNormalization", {"warp": warp, "rms_norm": lib}
+    got, want, ops = run_on_host(libs, key, ins, {"epsilon": 1e-5}, n_out=4, sm_count=SM_COUNT)
+    assert [(o.entry, o.overlaps_previous) for o in ops] == [("hipep_skip_rms_norm_f16_overlap", True)]
+    assert ops[0].grid == (rows, 1, 1) and ops[0].block == (_expected_block(rows, n, warp), 1, 1)
+    monkeypatch.setattr(gk, "OVERLAP_SKIP_NORM", False)
+    plain, _, plain_ops = run_on_host(libs, key, ins, {"epsilon": 1e-5}, n_out=4, sm_count=SM_COUNT)
+    assert [(o.entry, o.overlaps_previous, o.grid, o.block) for o in plain_ops] == [
+        ("hipep_skip_rms_norm_f16_vec", False, ops[0].grid, ops[0].block)]
+    for j in (0, 2, 3):
+        np.testing.assert_array_equal(got[j], plain[j])
+    assert _rel(got[0], want[0]) < 2e-3
