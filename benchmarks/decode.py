@@ -384,6 +384,25 @@ def build_model(precision: str = "int4") -> tuple[str | None, str]:
         return None, lines[0] + (f" ... {lines[-1]}" if len(lines) > 1 else "")
 
 
+def gpu_and_model(script: str, device_id: int, model: str | None, precision: str):
+    """What a decode benchmark runs on: (device, model folder, model.onnx path), the folder given
+    or model_zoo's ~1.1B llama of `precision` (built once); else the exit status after saying why
+    not (gpu_harness.fail)."""
+    try:
+        device = gh.require_gpu(device_id)
+    except gh.Unavailable as e:
+        return gh.fail(script, str(e))
+    folder = model
+    if folder is None:
+        folder, why = build_model(precision)
+        if folder is None:
+            return gh.fail(script, f"could not build the ~1.1B model: {why}")
+    path = os.path.join(folder, "model.onnx")
+    if not os.path.isfile(path):
+        return gh.fail(script, f"no model.onnx in {folder}")
+    return device, folder, path
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="prompt 16, 16 new tokens, one run: a smoke test")
@@ -406,18 +425,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("prompt", "new", "runs", "compare"):
         if getattr(args, name) < (2 if name == "new" else 1):
             ap.error(f"--{name} must be at least {2 if name == 'new' else 1}")
-    try:
-        device = gh.require_gpu(args.device_id)
-    except gh.Unavailable as e:
-        return gh.fail("decode.py", str(e))
-    folder = args.model
-    if folder is None:
-        folder, why = build_model(args.precision)
-        if folder is None:
-            return gh.fail("decode.py", f"could not build the ~1.1B model: {why}")
-    path = os.path.join(folder, "model.onnx")
-    if not os.path.isfile(path):
-        return gh.fail("decode.py", f"no model.onnx in {folder}")
+    found = gpu_and_model("decode.py", args.device_id, args.model, args.precision)
+    if isinstance(found, int):
+        return found
+    device, folder, path = found
     facts = model_facts(folder)
     if args.prompt + args.new > facts["context"]:
         ap.error(f"--prompt + --new must fit the model's {facts['context']}-token context")

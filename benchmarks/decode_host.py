@@ -154,18 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.steps < 1:
         ap.error("--steps must be at least 1")
-    try:
-        device = gh.require_gpu(args.device_id)
-    except gh.Unavailable as e:
-        return gh.fail("decode_host.py", str(e))
-    folder = args.model
-    if folder is None:
-        folder, why = D.build_model(args.precision)
-        if folder is None:
-            return gh.fail("decode_host.py", f"could not build the ~1.1B model: {why}")
-    path = os.path.join(folder, "model.onnx")
-    if not os.path.isfile(path):
-        return gh.fail("decode_host.py", f"no model.onnx in {folder}")
+    found = D.gpu_and_model("decode_host.py", args.device_id, args.model, args.precision)
+    if isinstance(found, int):
+        return found
+    device, folder, path = found
     facts = D.model_facts(folder)
     if PROMPT + 3 * args.steps + 8 > facts["context"]:
         ap.error(f"--steps too many for the model's {facts['context']}-token context")
