@@ -12,7 +12,7 @@ import pytest
 from hipep.runtime.cuda import cuda_status
 
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks")
-SCRIPTS = ("kernels.py", "decode.py", "decode_profile.py")
+SCRIPTS = ("kernels.py", "decode.py", "decode_profile.py", "decode_host.py")
 
 
 def _run(script: str, *args: str) -> subprocess.CompletedProcess:
@@ -32,6 +32,7 @@ def test_help(script):
     ("kernels.py", ["--only", "gemv,conv"], "--only: unknown conv"),
     ("decode.py", ["--runs", "0"], "--runs must be at least 1"),
     ("decode.py", ["--new", "1"], "--new must be at least 2"),
+    ("decode_host.py", ["--steps", "0"], "--steps must be at least 1"),
 ])
 def test_bad_arguments_are_named(script, args, message):
     done = _run(script, *args)
