@@ -378,12 +378,15 @@ class CudaDevice(GraphReplay, Device):
         target = stream.targets.get(label)
         if target is not None:
             return target
+        # The stream keeps its targets: they reach it only weakly, so that a stream no run holds
+        # any more is freed (its memory with it) as soon as it is dropped, not at a cycle collection.
+        record, ref = stream.fault_record.ptr, weakref.ref(stream)
 
         def fault(what: str) -> FaultSite:
-            return FaultSite(stream.fault_record.ptr, self.fault_sites.site(label or "a launch", what))
+            return FaultSite(record, self.fault_sites.site(label or "a launch", what))
 
-        target = dataclasses.replace(self.target, workspace=lambda nbytes: self._workspace(stream, nbytes), fault=fault,
-                                     counters=lambda nbytes: self._launch_counters(stream, label, nbytes))
+        target = dataclasses.replace(self.target, workspace=lambda nbytes: self._workspace(ref(), nbytes), fault=fault,
+                                     counters=lambda nbytes: self._launch_counters(ref(), label, nbytes))
         stream.targets[label] = target
         return target
 

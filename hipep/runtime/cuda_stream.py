@@ -189,7 +189,8 @@ class CudaStream(Stream):
                 d.cuEventDestroy(s)
                 d.cuEventDestroy(e)
             d.cuStreamDestroy(self.handle)
-            for mem in [*self.staging.values(), *self.workspace, self.fault_record]:
+            for mem in [*self.staging.values(), *self.workspace, *(m for held in self.counters.values() for m in held),
+                        self.fault_record]:
                 self.device.free(mem)
         except Exception:  # noqa: BLE001 - at interpreter exit the driver may be gone
             pass

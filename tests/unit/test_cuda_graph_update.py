@@ -321,3 +321,34 @@ def test_a_captured_segment_binds_and_updates_only_the_launches_that_changed(dri
         _run(dev, stream, graph, state, seg, values)
         assert driver.ran[-1][7] == ("k7", ((20 + step) % 3 + 1, 1, 1), 20 + step) and len(driver.ran[-1]) == 40
     assert binds == ["k7"] * 3 and stream.counts == [40, 4, 3]
+
+
+def test_a_streams_targets_are_made_once_and_do_not_keep_it_alive():
+    """CudaDevice.stream_target keeps one Target per launch label on the stream (a decode step's
+    launches bound again every run ask for it each time); the target reaches the stream weakly, so
+    a stream no run holds any more is freed, with its memory, as soon as it is dropped."""
+    import gc
+    import weakref
+
+    from hipep.runtime.gpu_binding_core import Target
+    from hipep.runtime.gpu_faults import FaultSites
+
+    class Stream:
+        def __init__(self):
+            self.fault_record = SimpleNamespace(ptr=0x1000)
+            self.targets, self.counters, self.workspace = {}, {}, []
+
+    dev = _device()
+    dev.target, dev.fault_sites = Target(sm_count=8), FaultSites()
+    dev._workspace = lambda stream, nbytes: id(stream)
+    stream = Stream()
+    first = dev.stream_target(stream, "node a")
+    assert dev.stream_target(stream, "node a") is first and dev.stream_target(stream, "node b") is not first
+    assert first.workspace(64) == id(stream) and first.fault("input 1").record == 0x1000
+    gc.disable()  # freed by reference counting alone, not by a cycle collection
+    try:
+        gone = weakref.ref(stream)
+        del stream
+        assert gone() is None
+    finally:
+        gc.enable()
