@@ -23,7 +23,9 @@
 //                          partial max/sum/acc per split to workspace, and the last split block of a
 //                          KV head to finish merges them (and the head sink) into the output; keys
 //                          of a few passes (short contexts) take the first split block alone, which
-//                          writes the output (no merge);
+//                          writes the output (no merge); hipep_gqa_decode_fused_*: one token on a
+//                          cache attended in place, the prepare kernel's work done in its own blocks
+//                          (so a decode step is this one launch);
 //   attention_prefill.hip  hipep_gqa_prefill_*: several query tokens: one block per (query tile, head,
 //                          batch), a loop over KV tiles with an online softmax, causal tiles skipped;
 //   attention_cache.hip    hipep_gqa_window_store: sliding-window cache: the window cache's kept rows
