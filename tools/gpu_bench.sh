@@ -13,7 +13,8 @@
 # Steps as in tools/gpu_check.sh: install the wheels (no index), build and install hipep (no build
 # isolation), then, from outside the checkout so the installed hipep is imported: precompile the
 # kernels, build the model, run both benchmarks. Logs and the results files (<date>-kernels-<gpu>
-# and <date>-decode-<gpu>, .md and .png) go to $OUT when set (else gpu-bench-logs/); the results
+# and <date>-decode-<gpu>, .md and .png; without --quick also <date>-decode-host-<gpu>-int4-f16, where
+# the int4-f16 step's host time goes) go to $OUT when set (else gpu-bench-logs/); the results
 # are also copied into benchmarks/results/. Each benchmark runs under a time limit
 # (HIPEP_BENCH_TIMEOUT seconds, default 200: the whole script stays under 10 minutes); kernels.py
 # rewrites its results file after every workload, so a run cut short keeps the rows it measured.
@@ -77,6 +78,7 @@ run_bench() {  # name, log name, script arguments...
 run_bench kernels kernels "${quick[@]}"
 run_bench decode decode "${quick[@]}"
 [ ${#quick[@]} -eq 0 ] && run_bench decode decode-int4-f16 --precision int4-f16
+[ ${#quick[@]} -eq 0 ] && run_bench decode_host decode-host-int4-f16 --precision int4-f16
 
 results=("$logs/results"/*)
 if [ ${#results[@]} -gt 0 ]; then
