@@ -476,6 +476,8 @@ CASES = {
                                        position_ids=True),
     "decode-shared-mqa-softcap": dict(seq=1, total=21, capacity=24, heads=12, kv_heads=1, attrs=dict(softcap=2.0)),
     "f16-decode-shared": dict(batch=2, seq=1, total=10, capacity=12, lens=[10, 6], rotary=16, dtype=F16),
+    "decode-shared-local-window": dict(batch=2, seq=1, total=40, capacity=48, lens=[40, 20], rotary=16,
+                                       attrs=dict(local_window_size=6)),
     "decode-growing": dict(batch=2, seq=1, total=17, capacity=16, lens=[17, 12]),
     "decode-window-split": dict(batch=2, seq=1, past=600, lens=[601, 200], sm=4, attrs=dict(local_window_size=150)),
     "decode-sink-split": dict(batch=2, seq=1, past=2200, lens=[2201, 3], sink=True, sm=8),

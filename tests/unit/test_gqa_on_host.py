@@ -57,7 +57,8 @@ def test_gqa_kernels_with_the_fused_qk_norm(libs, name):
 # Decode steps on the shared KV buffer (present is past's memory): one launch, the rotary and cache
 # append fused into the decode kernel (hipep_gqa_decode_fused); the direct path and the split one.
 FUSED_CASES = ["decode-shared", "decode-shared-split", "decode-shared-sink-split", "decode-shared-bias-packed",
-               "decode-shared-position-ids", "decode-shared-mqa-softcap", "f16-decode-shared"]
+               "decode-shared-position-ids", "decode-shared-mqa-softcap", "f16-decode-shared",
+               "decode-shared-local-window"]
 
 
 @pytest.mark.parametrize("name", FUSED_CASES)
