@@ -138,6 +138,14 @@ HIPEP_DEVICE unsigned int hipep_gqa_length_fault(const hipep_gqa_args& a, const 
   return HIPEP_FAULT_SEQLEN_SHORT;
 }
 
+// Reports a batch row's seqlens_k that does not fit the step through `length_fault`.
+HIPEP_DEVICE void hipep_gqa_report_length(const hipep_gqa_args& a, const hipep_gqa_row& g,
+                                          const hipep_fault_site length_fault) {
+  hipep_i64 bound;
+  const unsigned int code = hipep_gqa_length_fault(a, g, bound);
+  if (code != 0u) hipep_report_fault(length_fault, code, (hipep_i64)g.t - 1, bound);
+}
+
 // Keys query row s (of batch row g) attends: [lo, hi).
 HIPEP_DEVICE void hipep_gqa_bounds(const hipep_gqa_args& a, const hipep_gqa_row& g, int s, int& lo, int& hi) {
   const int raw = g.past + s + 1;
@@ -194,11 +202,26 @@ HIPEP_DEVICE void hipep_gqa_pair(const hipep_gqa_args& a, int half, int j, int& 
   }
 }
 
-// The rotary position of token s of batch row b (unclamped: the caller checks it against max_pos).
+// The rotary position of token s of batch row b, clamped to the cos/sin caches. One outside them is
+// reported through `position_fault` by the `reporter` thread, unless the row's length is bad: its
+// positions follow from it, and it is reported instead (hipep_gqa_length_fault).
 HIPEP_DEVICE hipep_i64 hipep_gqa_position(const hipep_gqa_args& a, const hipep_gqa_row& g, const hipep_i64* pos_ids,
-                                          int b, int s) {
-  return a.has_pos_ids ? (g.first ? pos_ids[0] + s : pos_ids[(hipep_i64)b * a.seq + s])
-                       : (hipep_i64)(g.first ? s : g.t - a.seq + s);
+                                          int b, int s, bool reporter, const hipep_fault_site position_fault) {
+  const hipep_i64 pos = a.has_pos_ids ? (g.first ? pos_ids[0] + s : pos_ids[(hipep_i64)b * a.seq + s])
+                                      : (hipep_i64)(g.first ? s : g.t - a.seq + s);
+  if (pos >= 0 && pos < a.max_pos) return pos;
+  hipep_i64 unused;
+  if (reporter && hipep_gqa_length_fault(a, g, unused) == 0u)
+    hipep_report_fault(position_fault, HIPEP_FAULT_POSITION, pos, a.max_pos);
+  return pos < 0 ? 0 : a.max_pos - 1;
+}
+
+// Element pair j of a head rotated by the cos/sin caches' row `pos`.
+template <typename T>
+HIPEP_DEVICE void hipep_gqa_rotate(const hipep_gqa_args& a, const T* cos_cache, const T* sin_cache, hipep_i64 pos,
+                                   int j, float& y1, float& y2) {
+  hipep_rope<T>(y1, y2, hipep_to_float(cos_cache[pos * a.rotary_half + j]),
+                hipep_to_float(sin_cache[pos * a.rotary_half + j]), y1, y2);
 }
 
 #endif  // HIPEP_ATTENTION_H

@@ -99,25 +99,11 @@ HIPEP_DEVICE void hipep_gqa_prepare(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
     hipep_gqa_pair(a, half, j, e1, e2);
     const hipep_gqa_row g = hipep_gqa_geometry(a, seqlens, total, b);
     const bool reporter = slot == a.heads && j == 0;  // the first key pair of its (batch, token)
-    if (reporter && s == 0) {
-      hipep_i64 bound;
-      const unsigned int code = hipep_gqa_length_fault(a, g, bound);
-      if (code != 0u) hipep_report_fault(length_fault, code, (hipep_i64)g.t - 1, bound);
-    }
+    if (reporter && s == 0) hipep_gqa_report_length(a, g, length_fault);
     float y1 = hipep_to_float(src[e1]), y2 = hipep_to_float(src[e2]);
-    if (rotate) {
-      hipep_i64 pos = hipep_gqa_position(a, g, pos_ids, b, s);
-      if (pos < 0 || pos >= a.max_pos) {
-        // Not where the row's length is bad: its positions follow from it, and it is reported.
-        hipep_i64 unused;
-        if (reporter && hipep_gqa_length_fault(a, g, unused) == 0u)
-          hipep_report_fault(position_fault, HIPEP_FAULT_POSITION, pos, a.max_pos);
-        pos = pos < 0 ? 0 : a.max_pos - 1;
-      }
-      const float c = hipep_to_float(cos_cache[pos * a.rotary_half + j]);
-      const float sn = hipep_to_float(sin_cache[pos * a.rotary_half + j]);
-      hipep_rope<T>(y1, y2, c, sn, y1, y2);
-    }
+    if (rotate)
+      hipep_gqa_rotate<T>(a, cos_cache, sin_cache, hipep_gqa_position(a, g, pos_ids, b, s, reporter, position_fault),
+                          j, y1, y2);
     T* dst;
     if (is_q) {
       dst = q_out + (((hipep_i64)b * a.heads + slot) * S + s) * H;

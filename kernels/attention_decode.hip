@@ -452,24 +452,9 @@ template <typename T, int G> struct hipep_dec_stage_fused {
     const bool writer = blockIdx.x == 0 && blockIdx.y % a.row_groups == 0;
     const hipep_gqa_row g = *g_s;
     const int half = a.do_rotary ? a.rotary_half : 0;
-    hipep_i64 pos = 0;
-    if (a.do_rotary) {
-      pos = hipep_gqa_position(a, g, pos_ids, b, 0);
-      const bool bad = pos < 0 || pos >= a.max_pos;
-      if (writer && kvh == 0 && t == 0) {
-        hipep_i64 bound;
-        const unsigned int code = hipep_gqa_length_fault(a, g, bound);
-        if (code != 0u)
-          hipep_report_fault(length_fault, code, (hipep_i64)g.t - 1, bound);
-        else if (bad)  // not where the row's length is bad: its positions follow from it, and it is reported
-          hipep_report_fault(position_fault, HIPEP_FAULT_POSITION, pos, a.max_pos);
-      }
-      if (bad) pos = pos < 0 ? 0 : a.max_pos - 1;
-    } else if (writer && kvh == 0 && t == 0) {
-      hipep_i64 bound;
-      const unsigned int code = hipep_gqa_length_fault(a, g, bound);
-      if (code != 0u) hipep_report_fault(length_fault, code, (hipep_i64)g.t - 1, bound);
-    }
+    const bool reporter = writer && kvh == 0 && t == 0;  // one per batch row
+    if (reporter) hipep_gqa_report_length(a, g, length_fault);
+    const hipep_i64 pos = a.do_rotary ? hipep_gqa_position(a, g, pos_ids, b, 0, reporter, position_fault) : 0;
     const int row = g.seed;  // the token's cache row
     const bool store = writer && row >= 0 && row < a.cache_rows;
     const hipep_i64 cache_off = (((hipep_i64)b * a.kv_heads + kvh) * a.cache_rows + row) * H;
@@ -486,8 +471,7 @@ template <typename T, int G> struct hipep_dec_stage_fused {
         const T* src = q + b * a.qin_sb + (hipep_i64)row_head[r] * H;
         float y1 = hipep_to_float(src[e1]), y2 = hipep_to_float(src[e2]);
         if (j < half) {
-          hipep_rope<T>(y1, y2, hipep_to_float(cos_cache[pos * a.rotary_half + j]),
-                        hipep_to_float(sin_cache[pos * a.rotary_half + j]), y1, y2);
+          hipep_gqa_rotate<T>(a, cos_cache, sin_cache, pos, j, y1, y2);
           y1 = hipep_to_float(hipep_from_float<T>(y1));  // as the prepare kernel stores it
           y2 = hipep_to_float(hipep_from_float<T>(y2));
         }
@@ -500,8 +484,7 @@ template <typename T, int G> struct hipep_dec_stage_fused {
       T o1 = src[e1], o2 = src[e2];
       if (is_k && j < half) {
         float y1 = hipep_to_float(o1), y2 = hipep_to_float(o2);
-        hipep_rope<T>(y1, y2, hipep_to_float(cos_cache[pos * a.rotary_half + j]),
-                      hipep_to_float(sin_cache[pos * a.rotary_half + j]), y1, y2);
+        hipep_gqa_rotate<T>(a, cos_cache, sin_cache, pos, j, y1, y2);
         o1 = hipep_from_float<T>(y1);
         o2 = hipep_from_float<T>(y2);
       }

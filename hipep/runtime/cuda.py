@@ -170,14 +170,15 @@ class CudaDevice(GraphReplay, Device):
 
     # ---- memory ------------------------------------------------------------------------------
 
-    def alloc(self, space: str, nbytes: int) -> CudaMemory:
+    def alloc(self, space: str, nbytes: int, fill: int = POISON) -> CudaMemory:
+        """`nbytes` of `space`, every byte `fill` (by default poisoned: see _alloc)."""
         nbytes = int(nbytes)
         if nbytes <= 0:
             return CudaMemory(0, 0, space)
         self._current()
         self._release_pending()
         with self._capture_lock:
-            mem = self._alloc(space, nbytes)
+            mem = self._alloc(space, nbytes, fill)
         with self._lock:
             self._live.add(mem.host_ptr if mem.host_visible else mem.ptr)
         # Memory nobody frees explicitly (a run's arenas, when their executor goes with its
@@ -195,13 +196,13 @@ class CudaDevice(GraphReplay, Device):
             self._finalizers.pop(key, None)
             self._released.append(detached)
 
-    def _alloc(self, space: str, nbytes: int) -> CudaMemory:
+    def _alloc(self, space: str, nbytes: int, fill: int) -> CudaMemory:
         d = _driver()
         if space == "host_visible":
             flags = d.CU_MEMHOSTALLOC_DEVICEMAP | d.CU_MEMHOSTALLOC_PORTABLE
             host = int(_check(d.cuMemHostAlloc(nbytes, flags), f"cuMemHostAlloc({nbytes})"))
             dev = int(_check(d.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer"))
-            ctypes.memset(host, POISON, nbytes)
+            ctypes.memset(host, fill, nbytes)
             return CudaMemory(dev, nbytes, space, host)
         if space != "device":
             raise HipepError(f"unknown memory space {space!r}")
@@ -211,7 +212,7 @@ class CudaDevice(GraphReplay, Device):
         # non-blocking streams' work, and a context-wide sync fails while another thread's
         # stream is capturing a CUDA graph.
         aux = self._aux()
-        _check(d.cuMemsetD8Async(ptr, POISON, nbytes, aux), "cuMemsetD8Async")
+        _check(d.cuMemsetD8Async(ptr, fill, nbytes, aux), "cuMemsetD8Async")
         _check(d.cuStreamSynchronize(aux), "cuStreamSynchronize")
         return CudaMemory(ptr, nbytes, space)
 
@@ -397,11 +398,7 @@ class CudaDevice(GraphReplay, Device):
         while the stream lives (captured launches keep its address)."""
         held = stream.counters.setdefault(label, [])
         if not held or held[-1].nbytes < nbytes:
-            mem = self.alloc("device", max(nbytes, 256))
-            aux, d = self._aux(), _driver()
-            _check(d.cuMemsetD8Async(mem.ptr, 0, mem.nbytes, aux), "cuMemsetD8Async")
-            _check(d.cuStreamSynchronize(aux), "cuStreamSynchronize")
-            held.append(mem)
+            held.append(self.alloc("device", max(nbytes, 256), fill=0))
         return held[-1].ptr
 
     def _workspace(self, stream: CudaStream, nbytes: int) -> int:

@@ -685,7 +685,7 @@ def _plain_inputs_function(dtypes, device_arrays=frozenset()):
     device's own arrays (`device_arrays`: its classes), of exactly the plan's dtype (what ORT
     hands Compute), so Executor._check_inputs has nothing to do."""
     lines = ["def inputs_plain(ins):"]
-    scope: dict = {"ndarray": np.ndarray, "OWN": frozenset(device_arrays)}
+    scope: dict = {"ndarray": np.ndarray, "OWN": device_arrays}
     for pos, dtype in enumerate(dtypes):
         scope[f"D{pos}"] = dtype
         lines += [f"    x = ins[{pos}]",

@@ -437,16 +437,17 @@ def _gqa_bind(ins, outs, attrs, target):
     if a.do_rotary:
         position_fault = fault_param(target, "input 9 (position_ids)" if a.has_pos_ids
                                      else "input 5 (seqlens_k) as rotary positions")
+    variant = dec_variant(a.rows_per_block)
     counters = region("counters")
-    if lay.decode and a.seq == 1 and not a.windowed and not copy_past and not ops and (
+    if lay.decode and a.seq == 1 and not a.windowed and not copy_past and (
             a.splits == 1 or target.counters is not None):
         # One token on a cache attended in place: the rotary and cache append ride in the decode
         # launch (hipep_gqa_decode_fused), whose arrival counters keep themselves zero in memory
         # of the launch's own (the prepare kernel zeroes the workspace's every run).
         if a.splits > 1:
             counters = target.counters(a.batch * a.kv_heads * a.row_groups * 4)
-        ops.append(KernelOp(f"hipep_gqa_decode_fused_{dt}_g{dec_variant(a.rows_per_block)}",
-                            (a.splits, a.kv_heads * a.row_groups, a.batch), (dec_threads(dec_variant(a.rows_per_block)), 1, 1),
+        ops.append(KernelOp(f"hipep_gqa_decode_fused_{dt}_g{variant}",
+                            (a.splits, a.kv_heads * a.row_groups, a.batch), (dec_threads(variant), 1, 1),
                             [ctypes.c_uint64(qp), ctypes.c_uint64(kp), ctypes.c_uint64(vp), sl, tot, ptr(pos_ids),
                              ptr(cos), ptr(sin), ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v), ptr(bias),
                              ptr(sink), ptr(out), ctypes.c_uint64(region("part_acc")),
@@ -472,9 +473,8 @@ def _gqa_bind(ins, outs, attrs, target):
     q_att = q_rot if a.do_rotary else qp
     # 3. attention
     if lay.decode:
-        ops.append(KernelOp(f"hipep_gqa_decode_{dt}_g{dec_variant(a.rows_per_block)}",
-                            (a.splits, a.kv_heads * a.row_groups, a.batch),
-                            (dec_threads(dec_variant(a.rows_per_block)), 1, 1),
+        ops.append(KernelOp(f"hipep_gqa_decode_{dt}_g{variant}",
+                            (a.splits, a.kv_heads * a.row_groups, a.batch), (dec_threads(variant), 1, 1),
                             [ctypes.c_uint64(q_att), ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v), sl, tot,
                              ptr(bias), ptr(sink), ptr(out), ctypes.c_uint64(region("part_acc")),
                              ctypes.c_uint64(region("part_ml")), ctypes.c_uint64(region("counters")), a],

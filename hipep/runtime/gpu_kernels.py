@@ -143,15 +143,14 @@ def _skip_rms_bind(ins, outs, attrs, target):
     use_vec = _vec_ok([x, skip, gamma, bias, y, total], h, vec, x.dtype.itemsize)
     params = [ptr(x), ptr(skip), ptr(gamma), ptr(bias), ptr(y), ptr(mean), ptr(inv), ptr(total),
               RmsArgs(rows, h, skip_rows, float(attrs["epsilon"]))]
-    words = h // vec
-    if (OVERLAP_SKIP_NORM and dt != "f32" and use_vec and rows < target.sm_count
-            and target.warp_size < words <= MAX_BLOCK):
-        # A decode step's rows, a block each with a 16-byte vector a thread (row_config's launch):
-        # the form that overlaps the kernel ahead, fetching gamma while it finishes.
-        threads = min(MAX_BLOCK, _pow2_at_least(words))
-        return [KernelOp(f"hipep_skip_rms_norm_{dt}_overlap", (rows, 1, 1), (threads, 1, 1), params,
-                         module="rms_norm", overlaps_previous=True)]
-    return [_rms_launch("hipep_skip_rms_norm", dt, rows, h, vec, use_vec, params, target)]
+    op = _rms_launch("hipep_skip_rms_norm", dt, rows, h, vec, use_vec, params, target)
+    if (OVERLAP_SKIP_NORM and dt != "f32" and use_vec and op.grid[0] == rows and op.block[1] == 1
+            and op.block[0] * vec >= h):
+        # A decode step's rows, a block each with a 16-byte vector a thread (row_config's launch for
+        # rows that leave multiprocessors idle): the same launch of the form that overlaps the
+        # kernel ahead, fetching gamma while it finishes.
+        op.entry, op.overlaps_previous = f"hipep_skip_rms_norm_{dt}_overlap", True
+    return [op]
 
 
 from .gpu_bindings_data import (COPY, ConcatArgs, GatherArgs, _RANGE_TYPES, _concat_bind, _copy_bind, _expand_bind,  # noqa: E402,F401
