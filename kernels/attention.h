@@ -25,7 +25,8 @@
 //                          of a few passes (short contexts) take the first split block alone, which
 //                          writes the output (no merge); hipep_gqa_decode_fused_*: one token on a
 //                          cache attended in place, the prepare kernel's work done in its own blocks
-//                          (so a decode step is this one launch);
+//                          (so a decode step is this one launch), its first pass of past rows
+//                          requested before it waits for the kernel ahead (launched to overlap it);
 //   attention_prefill.hip  hipep_gqa_prefill_*: several query tokens: one block per (query tile, head,
 //                          batch), a loop over KV tiles with an online softmax, causal tiles skipped;
 //   attention_cache.hip    hipep_gqa_window_store: sliding-window cache: the window cache's kept rows

@@ -45,6 +45,15 @@ HIPEP_DEVICE void hipep_raw_load(hipep_raw8<float>& r, const float* p) {
   r.x = reinterpret_cast<const float4*>(p)[0];
   r.y = reinterpret_cast<const float4*>(p)[1];
 }
+// The same through ld.global.cs (hipep_ld_stream): a load that stays ahead of hipep_grid_wait where the
+// code puts it (the fused kernel's first pass of past keys, requested while the kernel ahead finishes).
+HIPEP_DEVICE void hipep_raw_load_early(hipep_raw8<hipep_half>& r, const hipep_half* p) {
+  r.w = hipep_ld_stream(reinterpret_cast<const uint4*>(p));
+}
+HIPEP_DEVICE void hipep_raw_load_early(hipep_raw8<float>& r, const float* p) {
+  r.x = hipep_ld_stream(reinterpret_cast<const float4*>(p));
+  r.y = hipep_ld_stream(reinterpret_cast<const float4*>(p) + 1);
+}
 HIPEP_DEVICE void hipep_raw_zero(hipep_raw8<hipep_half>& r) { r.w = make_uint4(0u, 0u, 0u, 0u); }
 HIPEP_DEVICE void hipep_raw_zero(hipep_raw8<float>& r) { r.x = r.y = make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 HIPEP_DEVICE void hipep_raw_float(const hipep_raw8<hipep_half>& r, float* f) {
@@ -92,7 +101,9 @@ HIPEP_DEVICE void hipep_gqa_decode_split(const Stage& stage, const T* HIPEP_REST
                                          int gn, const int* row_s, const int* row_head, const int* row_lo,
                                          const int* row_hi,
                                          float (*o_s)[G][HIPEP_GQA_MAX_HEAD], float4 (*q_s4)[HIPEP_GQA_MAX_HEAD / 4],
-                                         bool direct, int new_row, const T* new_k_s, const T* new_v_s) {
+                                         bool direct, int new_row, const T* new_k_s, const T* new_v_s,
+                                         hipep_raw8<T> (&kr)[hipep_dec_keys<T, G>::value],
+                                         hipep_raw8<T> (&vr)[hipep_dec_keys<T, G>::value], bool requested) {
   constexpr int W = HIPEP_WARP_SIZE, NW = hipep_dec_threads<G>::value / W, KPL = hipep_dec_keys<T, G>::value;
   __shared__ float m_w[NW][G], l_w[NW][G];
   float (*q_s)[HIPEP_GQA_MAX_HEAD] = reinterpret_cast<float (*)[HIPEP_GQA_MAX_HEAD]>(q_s4);
@@ -103,15 +114,18 @@ HIPEP_DEVICE void hipep_gqa_decode_split(const Stage& stage, const T* HIPEP_REST
   const bool lane_on = slice * 8 < H;
   const int WT = KPL * KW;  // keys per warp per pass; a pass of the block is a.key_tile = NW * WT keys
   const hipep_i64 kv_base = ((hipep_i64)b * a.kv_heads + kvh) * a.cache_rows;
-  hipep_raw8<T> kr[KPL], vr[KPL];
   int j0 = k0 + warp * WT;  // this warp's first key of the pass
-  // The first pass's K and V are requested before the queries are staged (the new row's after).
+  // The first pass's K and V are requested before the queries are staged (the new row's after);
+  // `requested`: already, from the first key on (hipep_gqa_request_first_pass), so only the rows
+  // outside [k0, k1) and the token's own are zeroed, as if never loaded.
 #pragma unroll
   for (int i = 0; i < KPL; ++i) {
     const int j = j0 + i * KW + kl;
     if (lane_on && j < k1 && j != new_row) {
-      hipep_raw_load(kr[i], cache_k + (kv_base + j) * H + slice * 8);
-      hipep_raw_load(vr[i], cache_v + (kv_base + j) * H + slice * 8);
+      if (!requested) {
+        hipep_raw_load(kr[i], cache_k + (kv_base + j) * H + slice * 8);
+        hipep_raw_load(vr[i], cache_v + (kv_base + j) * H + slice * 8);
+      }
     } else {
       hipep_raw_zero(kr[i]);
       hipep_raw_zero(vr[i]);
@@ -348,7 +362,9 @@ HIPEP_DEVICE void hipep_gqa_decode_body(const Stage& stage, const T* HIPEP_RESTR
                                         const T* HIPEP_RESTRICT bias, const T* HIPEP_RESTRICT sink,
                                         T* HIPEP_RESTRICT out, float* part_acc, float* part_ml,
                                         unsigned int* counters, const hipep_gqa_args& a, bool fused,
-                                        hipep_gqa_row* g_s, const T* new_k_s, const T* new_v_s) {
+                                        hipep_gqa_row* g_s, const T* new_k_s, const T* new_v_s,
+                                        hipep_raw8<T> (&kr)[hipep_dec_keys<T, G>::value],
+                                        hipep_raw8<T> (&vr)[hipep_dec_keys<T, G>::value], bool requested) {
   // part_acc / part_ml are written and, by the last block, read: no __restrict__ (no read-only loads)
   __shared__ float4 q_s4[G][HIPEP_GQA_MAX_HEAD / 4];  // the block's queries, 4 dims a word
   // warps' P @ V; then the merge's parts
@@ -385,7 +401,8 @@ HIPEP_DEVICE void hipep_gqa_decode_body(const Stage& stage, const T* HIPEP_RESTR
   if (a.splits == 1 || (span + a.key_tile - 1) / a.key_tile <= HIPEP_DEC_DIRECT_PASSES) {
     if (split == 0)  // (which stages, and in the fused kernel writes the cache row: split 0 always runs)
       hipep_gqa_decode_split<T, G>(stage, cache_k, cache_v, bias, sink, out, part_acc, part_ml, a, lo, hi, gn, row_s,
-                                   row_head, row_lo, row_hi, o_s, q_s4, true, new_row, new_k_s, new_v_s);
+                                   row_head, row_lo, row_hi, o_s, q_s4, true, new_row, new_k_s, new_v_s, kr, vr,
+                                   requested && lo == 0);
     return;  // the other split blocks have nothing to do, and nothing is merged
   }
   int chunk = (span + a.splits - 1) / a.splits;
@@ -399,7 +416,8 @@ HIPEP_DEVICE void hipep_gqa_decode_body(const Stage& stage, const T* HIPEP_RESTR
     }
   } else {
     hipep_gqa_decode_split<T, G>(stage, cache_k, cache_v, bias, sink, out, part_acc, part_ml, a, k0, k1, gn, row_s,
-                                 row_head, row_lo, row_hi, o_s, q_s4, false, new_row, new_k_s, new_v_s);
+                                 row_head, row_lo, row_hi, o_s, q_s4, false, new_row, new_k_s, new_v_s, kr, vr,
+                                 requested && k0 == 0);
   }
   // Count this block's split in; the last of the (batch, KV head, row group) to arrive merges them all.
   __shared__ unsigned int last_s;
@@ -423,8 +441,9 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
                                    const T* HIPEP_RESTRICT bias, const T* HIPEP_RESTRICT sink, T* HIPEP_RESTRICT out,
                                    float* part_acc, float* part_ml, unsigned int* counters, const hipep_gqa_args a) {
   __shared__ hipep_gqa_row g_s;
+  hipep_raw8<T> kr[hipep_dec_keys<T, G>::value], vr[hipep_dec_keys<T, G>::value];
   hipep_gqa_decode_body<T, G>(hipep_dec_stage_q<T, G>{q}, cache_k, cache_v, seqlens, total, bias, sink, out, part_acc,
-                              part_ml, counters, a, false, &g_s, (const T*)nullptr, (const T*)nullptr);
+                              part_ml, counters, a, false, &g_s, (const T*)nullptr, (const T*)nullptr, kr, vr, false);
 }
 
 // ---- one token, its rotary and cache append fused in ----------------------------------------------------
@@ -435,6 +454,31 @@ HIPEP_DEVICE void hipep_gqa_decode(const T* HIPEP_RESTRICT q, const T* HIPEP_RES
 // from the cache row, and the first block of each KV head (split 0, row group 0) also writes them
 // into the cache. Other blocks read only older rows of the cache, so nothing waits for that write.
 // Faults are reported as the prepare kernel reports them, by the first KV head's writing block.
+
+// The first pass of a split that starts at key 0 (hipep_gqa_decode_split's first loads, the same
+// lanes and rows), requested through ld.global.cs: rows past the cache's are zeros.
+template <typename T, int G>
+HIPEP_DEVICE void hipep_gqa_request_first_pass(const T* cache_k, const T* cache_v, const hipep_gqa_args& a,
+                                               hipep_raw8<T> (&kr)[hipep_dec_keys<T, G>::value],
+                                               hipep_raw8<T> (&vr)[hipep_dec_keys<T, G>::value]) {
+  constexpr int W = HIPEP_WARP_SIZE, KPL = hipep_dec_keys<T, G>::value;
+  const int H = a.head_size, lane = threadIdx.x % W, warp = threadIdx.x / W;
+  const int P = hipep_dec_lanes(H), KW = W / P, slice = lane % P, kl = lane / P;
+  const int kvh = blockIdx.y / a.row_groups;
+  const hipep_i64 kv_base = ((hipep_i64)blockIdx.z * a.kv_heads + kvh) * a.cache_rows;
+  const int j0 = warp * KPL * KW;
+#pragma unroll
+  for (int i = 0; i < KPL; ++i) {
+    const int j = j0 + i * KW + kl;
+    if (slice * 8 < H && j < a.cache_rows) {
+      hipep_raw_load_early(kr[i], cache_k + (kv_base + j) * H + slice * 8);
+      hipep_raw_load_early(vr[i], cache_v + (kv_base + j) * H + slice * 8);
+    } else {
+      hipep_raw_zero(kr[i]);
+      hipep_raw_zero(vr[i]);
+    }
+  }
+}
 
 template <typename T, int G> struct hipep_dec_stage_fused {
   const T *q, *k, *v;
@@ -503,23 +547,31 @@ template <typename T, int G> struct hipep_dec_stage_fused {
 };
 
 template <typename T, int G>
-HIPEP_DEVICE void hipep_gqa_decode_fused(const T* HIPEP_RESTRICT q, const T* HIPEP_RESTRICT k,
-                                         const T* HIPEP_RESTRICT v, const int* seqlens, const int* total,
-                                         const hipep_i64* pos_ids, const T* HIPEP_RESTRICT cos_cache,
-                                         const T* HIPEP_RESTRICT sin_cache, T* cache_k, T* cache_v,
-                                         const T* HIPEP_RESTRICT bias, const T* HIPEP_RESTRICT sink,
-                                         T* HIPEP_RESTRICT out, float* part_acc, float* part_ml,
-                                         unsigned int* counters, const hipep_gqa_args a,
-                                         const hipep_fault_site length_fault, const hipep_fault_site position_fault) {
-  // The cache is written by one block and read by the others (older rows only): no __restrict__
+HIPEP_DEVICE void hipep_gqa_decode_fused(const T* q, const T* k, const T* v, const int* seqlens, const int* total,
+                                         const hipep_i64* pos_ids, const T* cos_cache, const T* sin_cache, T* cache_k,
+                                         T* cache_v, const T* bias, const T* sink, T* HIPEP_RESTRICT out,
+                                         float* part_acc, float* part_ml, unsigned int* counters,
+                                         const hipep_gqa_args a, const hipep_fault_site length_fault,
+                                         const hipep_fault_site position_fault) {
+  // The cache is written by one block and read by the others (older rows only); the inputs may be
+  // the kernel ahead's outputs, read after hipep_grid_wait: no __restrict__, so that no load takes
+  // the read-only path, which ptxas may move ahead of the wait (hipep_device.h).
   __shared__ hipep_gqa_row g_s;
   __shared__ uint4 new_kv_s[2][HIPEP_GQA_MAX_HEAD * sizeof(T) / 16];  // the token's key and value
   T* new_k_s = reinterpret_cast<T*>(new_kv_s[0]);
   T* new_v_s = reinterpret_cast<T*>(new_kv_s[1]);
   const hipep_dec_stage_fused<T, G> stage{q, k, v, pos_ids, cos_cache, sin_cache, cache_k, cache_v,
                                           length_fault, position_fault, &g_s, new_k_s, new_v_s};
+  // Launched to overlap the kernel ahead (KernelOp.overlaps_previous), the first split's blocks ask
+  // for their first pass of cache rows, from row 0 on, before waiting for it: rows older than the
+  // token's are written by earlier runs only (this launch writes the token's row, which it reads
+  // from shared memory instead). Everything else comes after the wait.
+  hipep_raw8<T> kr[hipep_dec_keys<T, G>::value], vr[hipep_dec_keys<T, G>::value];
+  const bool requested = blockIdx.x == 0;
+  if (requested) hipep_gqa_request_first_pass<T, G>(cache_k, cache_v, a, kr, vr);
+  hipep_grid_wait();
   hipep_gqa_decode_body<T, G>(stage, cache_k, cache_v, seqlens, total, bias, sink, out, part_acc, part_ml, counters, a,
-                              true, &g_s, new_k_s, new_v_s);
+                              true, &g_s, new_k_s, new_v_s, kr, vr, requested);
 }
 
 // ---- entry points ----------------------------------------------------------------------------------------

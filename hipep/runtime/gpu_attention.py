@@ -58,6 +58,10 @@ MAX_HEAD = 256  # HIPEP_GQA_MAX_HEAD
 MAX_SPLITS = 64  # HIPEP_GQA_MAX_SPLITS
 DEC_DIRECT_PASSES = 4  # HIPEP_DEC_DIRECT_PASSES: keys of up to this many key tiles take one block, no merge
 ALIGN = 256
+# Whether the fused one-token decode is launched to overlap the kernel ahead (KernelOp.overlaps_previous:
+# its first pass of past cache rows requested while that kernel finishes); off, the same kernel is
+# launched the ordinary way (its early requests then simply come first). The benchmarks compare the two.
+OVERLAP_FUSED_DECODE = True
 # prefill variants: head-size bucket -> (threads, columns per thread); BM = threads / 4 query rows,
 # BN = 8 * columns keys per tile (shared memory stays below 48 KiB in f32)
 PREFILL = {64: (128, 4), 128: (128, 4), 256: (64, 2)}
@@ -452,7 +456,10 @@ def _gqa_bind(ins, outs, attrs, target):
                              ptr(cos), ptr(sin), ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v), ptr(bias),
                              ptr(sink), ptr(out), ctypes.c_uint64(region("part_acc")),
                              ctypes.c_uint64(region("part_ml")), ctypes.c_uint64(counters), a, length_fault,
-                             position_fault], module="attention_decode"))
+                             position_fault], module="attention_decode",
+                            # its first pass of past cache rows requested while the kernel ahead
+                            # (the QKV projection) finishes; after a copy, launched the ordinary way
+                            overlaps_previous=OVERLAP_FUSED_DECODE and not ops))
         return norm_ops + ops
     # 1. rows taken from past
     if copy_past:

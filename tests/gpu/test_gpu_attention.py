@@ -285,7 +285,35 @@ def test_shared_kv_buffer_long_decode_steps(dtype):
     _shared_kv_steps(dtype, -1, cap=1600, lens=[1400, 900], seq=1, steps=3)
 
 
-def _shared_kv_steps(dtype, window, cap, lens, seq, steps):
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_fused_decode_that_starts_early_waits_for_the_kernel_ahead(dtype):
+    """On sm_90+ the fused one-token decode launches to overlap the kernel ahead of it (here the
+    Add that makes the step's QKV) and requests its first pass of past cache rows before it waits:
+    decode steps over the shared buffer, short (one pass, no split) and long (the split path),
+    give the same bits with the overlap as without it, and the CPU EP's values."""
+    from hipep.runtime.cuda import get_device
+
+    dev = get_device(0)
+    if dev.capability < (9, 0):
+        pytest.skip(f"{dev.arch}: no programmatic dependent launch before sm_90")
+    assert dev.overlap_launches
+    for cap, lens in ((300, [200, 130]), (1600, [1400, 900])):
+        results = {}
+        try:
+            for overlap in (True, False):
+                dev.overlap_launches = overlap
+                results[overlap] = _shared_kv_steps(dtype, -1, cap=cap, lens=lens, seq=1, steps=6, producer=True)
+        finally:
+            dev.overlap_launches = True
+        for step, (on, off) in enumerate(zip(results[True], results[False])):
+            for k, (a, b) in enumerate(zip(on, off)):
+                np.testing.assert_array_equal(a, b, err_msg=f"{cap} rows, step {step}, output {k}")
+
+
+def _shared_kv_steps(dtype, window, cap, lens, seq, steps, producer=False):
+    """Steps of a GroupQueryAttention whose past and present share one buffer, against the CPU EP
+    (with `producer`, the QKV input goes through an Add first: a kernel ahead of the attention's);
+    hipep's outputs and caches per step."""
     rng = np.random.default_rng(21 + window + cap)
     batch, heads, kv_heads, head = 2, 8, 2, 64
     attrs = dict(num_heads=heads, kv_num_heads=kv_heads, do_rotary=1, local_window_size=window)
@@ -293,16 +321,23 @@ def _shared_kv_steps(dtype, window, cap, lens, seq, steps):
     cos, sin = np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
     vi = helper.make_tensor_value_info
     f = elem(dtype)
-    node = helper.make_node("GroupQueryAttention", ["qkv", "", "", "past_key", "past_value", "seqlens_k", "total",
-                                                    "cos", "sin"], ["out", "present_key", "present_value"],
-                            domain="com.microsoft", name="gqa", **attrs)
+    width = (heads + 2 * kv_heads) * head
+    nodes = [helper.make_node("GroupQueryAttention", ["qkv", "", "", "past_key", "past_value", "seqlens_k", "total",
+                                                      "cos", "sin"], ["out", "present_key", "present_value"],
+                              domain="com.microsoft", name="gqa", **attrs)]
+    weights = [numpy_helper.from_array(cos, "cos"), numpy_helper.from_array(sin, "sin")]
+    qkv_input = "qkv"
+    if producer:
+        qkv_input = "x"
+        nodes.insert(0, helper.make_node("Add", ["x", "shift"], ["qkv"], name="shift_qkv"))
+        weights.append(numpy_helper.from_array(U(rng, width, dtype=dtype, scale=0.25), "shift"))
     kv_shape = ["batch", kv_heads, "capacity", head]
     graph = helper.make_graph(
-        [node], "shared",
-        [vi("qkv", f, ["batch", "seq", (heads + 2 * kv_heads) * head]), vi("past_key", f, kv_shape),
+        nodes, "shared",
+        [vi(qkv_input, f, ["batch", "seq", width]), vi("past_key", f, kv_shape),
          vi("past_value", f, kv_shape), vi("seqlens_k", TP.INT32, ["batch"]), vi("total", TP.INT32, [])],
         [vi("out", f, ["batch", "seq", heads * head]), vi("present_key", f, kv_shape), vi("present_value", f, kv_shape)],
-        [numpy_helper.from_array(cos, "cos"), numpy_helper.from_array(sin, "sin")])
+        weights)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(*MS)],
                               ir_version=10)
     mine = hipep.InferenceSession(model, device="cuda")
@@ -311,16 +346,16 @@ def _shared_kv_steps(dtype, window, cap, lens, seq, steps):
                                                                                           dtype) for _ in range(2)]
     buffers = {who: [a.copy() for a in earlier] for who in ("mine", "theirs")}
     lens = np.array(lens)
-    specializations = []
+    specializations, steps_out = [], []
     for step in range(steps):
-        qkv = U(rng, batch, seq, (heads + 2 * kv_heads) * head, dtype=dtype)
+        qkv = U(rng, batch, seq, width, dtype=dtype)
         total = np.array(int(lens.max()), np.int32)
         outs = {}
         for who, sess in (("mine", mine), ("theirs", theirs)):
             pk, pv = buffers[who]
             out = np.zeros((batch, seq, heads * head), dtype)
             io = sess.io_binding()
-            io.bind_cpu_input("qkv", qkv)
+            io.bind_cpu_input(qkv_input, qkv)
             io.bind_cpu_input("seqlens_k", (lens - 1).astype(np.int32))
             io.bind_cpu_input("total", total)
             kv = [ort.OrtValue.ortvalue_from_numpy(a) for a in (pk, pv)]
@@ -339,10 +374,12 @@ def _shared_kv_steps(dtype, window, cap, lens, seq, steps):
                                            buffers["theirs"][k][b, :, :lens[b]].astype(F32),
                                            err_msg=f"step {step} row {b} cache {k}", **t)
         specializations.append(hipep.stats().get("specializations", 0))
+        steps_out.append([outs["mine"]] + [c.copy() for c in buffers["mine"]])
         lens = lens + 1
         seq = 1
     assert specializations[-1] == specializations[min(2, steps - 1)], \
         "decode steps after the first should add no specialization"
+    return steps_out
 
 
 # ---- gemma2's sliding-window cache --------------------------------------------------------------------

@@ -535,6 +535,7 @@ def test_gqa_shared_buffer_decode_launches_are_the_same_every_step():
         got, want, ops = run_binding(GQA, ins, attrs, shapes, F32, in_place=True)
         # 2 x 2 KV heads cover few of 132 multiprocessors: a block per query head (_g1)
         assert [o.entry for o in ops] == ["hipep_gqa_decode_fused_f32_g1"] and ops[0].grid[0] > 1
+        assert ops[0].overlaps_previous  # its first past rows requested while the projection ahead finishes
         keys.append([(o.entry, o.grid, o.block, [bytes(p) for p in o.params if isinstance(p, ctypes.Structure)])
                      for o in ops])
         np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)

@@ -279,6 +279,25 @@ def test_overlapping_skip_norm_loads_only_weights_before_it_waits():
 
 
 @needs_nvrtc
+def test_fused_decode_requests_only_past_cache_rows_before_it_waits():
+    """GroupQueryAttention's fused one-token decode (KernelOp.overlaps_previous) requests its first
+    pass of cache rows (ld.global.cs) before griddepcontrol.wait and loads nothing else there: the
+    sequence lengths, the token's query, key and value and the rotary caches may be the kernel
+    ahead's outputs, so they come after it; nothing goes through the read-only path, which ptxas
+    may move ahead of the wait."""
+    bodies = {e: b for e, b in _entry_bodies(_ptx("attention_decode", "compute_90")).items()
+              if e.startswith("hipep_gqa_decode_fused_")}
+    assert len(bodies) == 2 * 4, sorted(bodies)  # f32, f16; blocks of 1, 2, 4, 8 query rows
+    for entry, body in bodies.items():
+        wait = body.index("griddepcontrol.wait")
+        assert body.index("griddepcontrol.launch_dependents") < wait, entry
+        assert "ld.global.nc" not in body, entry
+        assert body.index("ld.global.cs") < wait, entry
+        assert "ld.global" not in body[:wait].replace("ld.global.cs", ""), entry
+        assert "ld.global.cs" not in body[wait:], entry
+
+
+@needs_nvrtc
 def test_kernels_that_precede_a_gemv_in_decode_release_it():
     """The norms, attention's decode kernel and the general GEMV let an overlapping GEMV after
     them start its loads as they start (griddepcontrol.launch_dependents)."""
