@@ -185,8 +185,9 @@ HIPEP_DEVICE double hipep_block_dmax(double v, double* scratch) {
 // kernel of its stream still runs: it must call hipep_grid_wait() before it reads anything an
 // earlier kernel wrote or writes anything an earlier kernel reads; before that it may read only
 // what no kernel of the run writes (the session's weights; a KV cache's rows older than the step's,
-// which only earlier runs wrote). hipep_grid_release() lets such a next kernel start once every block of this one has called it (or exited); it changes nothing
-// for a next kernel launched the ordinary way, which still waits for this one to finish.
+// which only earlier runs wrote). hipep_grid_release() lets such a next kernel start once every
+// block of this one has called it (or exited); it changes nothing for a next kernel launched the
+// ordinary way, which still waits for this one to finish.
 // Elsewhere (AMD, older NVIDIA, the host stand-in) both are nothing: launches are ordered as usual.
 HIPEP_DEVICE void hipep_grid_wait() {
 #if defined(HIPEP_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
