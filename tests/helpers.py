@@ -254,3 +254,11 @@ def needs_nvrtc(test):
     import pytest
 
     return pytest.mark.skipif(not nvrtc_available(), reason="nvidia-cuda-nvrtc (cuda-bindings) is not installed")(test)
+
+
+def window_end(p: int, capacity: int, window: int) -> int:
+    """Rows a sliding-window KV cache of `capacity` rows holds after p tokens, for a window of
+    `window` (GroupQueryAttention's sliding_window_cache: once full, the cache drops the rows the
+    window has left in steps of capacity - window + 1; see contrib_attention._windowed_cache)."""
+    gap = capacity - window + 1
+    return p if p <= capacity else p - gap * ((p - capacity + gap - 1) // gap)

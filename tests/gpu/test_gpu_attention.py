@@ -22,7 +22,7 @@ from onnx import helper, numpy_helper
 
 import hipep
 from hipep.runtime.cuda import cuda_status
-from helpers import cpu_session, make_model, tensor
+from helpers import cpu_session, make_model, tensor, window_end
 
 pytestmark = pytest.mark.gpu
 _ok, _why = cuda_status(0)
@@ -384,11 +384,6 @@ def _shared_kv_steps(dtype, window, cap, lens, seq, steps, producer=False):
 
 # ---- gemma2's sliding-window cache --------------------------------------------------------------------
 
-def _window_end(p, capacity, window):
-    gap = capacity - window + 1
-    return p if p <= capacity else p - gap * ((p - capacity + gap - 1) // gap)
-
-
 @pytest.mark.parametrize("dtype,window,capacity,prompt,extra", [
     (F32, 4, 6, 3, {}),
     (F32, 4, 6, 9, dict(softcap=50.0)),  # a prompt longer than the cache: staged, the tail written back
@@ -416,7 +411,7 @@ def test_sliding_window_cache(dtype, window, capacity, prompt, extra):
         got = sess.run(None, {**named, "past_key": mine[0], "past_value": mine[1]})
         want = cpu_session(model).run(None, {**named, "past_key": theirs[0], "past_value": theirs[1]})
         np.testing.assert_allclose(got[0].astype(F32), want[0].astype(F32), err_msg=f"step {step}", **tol(dtype))
-        rows = _window_end(total, capacity, window)
+        rows = window_end(total, capacity, window)
         for k in (1, 2):
             np.testing.assert_allclose(got[k][:, :, :rows].astype(F32), want[k][:, :, :rows].astype(F32),
                                        err_msg=f"step {step} present {k}", **tol(dtype))

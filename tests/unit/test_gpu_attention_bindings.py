@@ -22,7 +22,7 @@ from hipep.runtime import gpu_faults as gf
 from hipep.runtime import gpu_kernels as gk
 from hipep.runtime.gpu_attention import DEC_DIRECT_PASSES, DEC_VARIANTS, GqaArgs, RopeArgs, gqa_bounds, gqa_length_fault, gqa_rows
 
-from helpers import needs_nvrtc
+from helpers import needs_nvrtc, window_end
 
 ARCH, DEFINES = "sm_90", {"HIPEP_WARP_SIZE": 32}
 F32, F16 = np.float32, np.float16
@@ -545,11 +545,6 @@ def test_gqa_shared_buffer_decode_launches_are_the_same_every_step():
     assert keys[0] == keys[1]
 
 
-def _window_end(p, capacity, window):
-    gap = capacity - window + 1
-    return p if p <= capacity else p - gap * ((p - capacity + gap - 1) // gap)
-
-
 @pytest.mark.parametrize("window,capacity,prompt,extra", [
     (4, 6, 3, {}), (4, 6, 9, dict(softcap=50.0)), (3, 3, 5, dict(do_rotary=1)), (2, 6, 4, dict(smooth_softmax=1)),
 ])
@@ -565,7 +560,7 @@ def test_gqa_sliding_window_cache_steps(window, capacity, prompt, extra):
         shapes = [(batch, seq, 64), (batch, 2, capacity, 16), (batch, 2, capacity, 16)]
         got, want, _ = run_binding(GQA, ins, attrs, shapes, F32)
         np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5, err_msg=f"step {step}")
-        rows = _window_end(total, capacity, window)
+        rows = window_end(total, capacity, window)
         for k in (1, 2):
             np.testing.assert_allclose(got[k][:, :, :rows], want[k][:, :, :rows], rtol=1e-6, atol=1e-6)
         past = [want[1], want[2]]
