@@ -232,6 +232,19 @@ def _entry_bodies(ptx: str) -> dict[str, str]:
     return {p.split("(", 1)[0].strip(): p for p in parts}
 
 
+def _loads_only_streamed_data_before_it_waits(entry: str, body: str) -> int:
+    """Checks an overlapping kernel's PTX: it releases its successor before it waits
+    (griddepcontrol), reads nothing through the read-only path (ld.global.nc, which ptxas moves
+    across the wait either way), and before the wait loads only through ld.global.cs (the data no
+    kernel of the run writes). Returns where the wait is."""
+    wait = body.index("griddepcontrol.wait")
+    assert body.index("griddepcontrol.launch_dependents") < wait, entry
+    assert "ld.global.nc" not in body, entry
+    assert body.index("ld.global.cs") < wait, entry
+    assert "ld.global" not in body[:wait].replace("ld.global.cs", ""), entry
+    return wait
+
+
 @needs_nvrtc
 @pytest.mark.parametrize("arch", ["compute_90", "compute_80"])
 def test_row_gemv_loads_weights_before_it_waits_for_the_previous_kernel(arch):
@@ -251,11 +264,7 @@ def test_row_gemv_loads_weights_before_it_waits_for_the_previous_kernel(arch):
         if arch == "compute_80":
             assert "griddepcontrol" not in body, entry
             continue
-        wait = body.index("griddepcontrol.wait")
-        assert body.index("griddepcontrol.launch_dependents") < wait, entry
-        assert "ld.global.nc" not in body, entry
-        assert body.index("ld.global.cs") < wait, entry          # the first loads of B
-        assert "ld.global" not in body[:wait].replace("ld.global.cs", ""), entry  # A only after the wait
+        wait = _loads_only_streamed_data_before_it_waits(entry, body)  # the first loads of B; A after
         assert "ld.global.cg" in body[wait:], entry              # A, coherent
         # A's aligned words as 16-byte loads: scalar ld.global.cg loads of one word each fetch its
         # sector from L2 again (L1 is bypassed), and every block stages all of A
@@ -270,11 +279,7 @@ def test_overlapping_skip_norm_loads_only_weights_before_it_waits():
     bodies = {e: b for e, b in _entry_bodies(_ptx("rms_norm", "compute_90")).items() if e.endswith("_overlap")}
     assert set(bodies) == {"hipep_skip_rms_norm_f16_overlap", "hipep_skip_rms_norm_bf16_overlap"}
     for entry, body in bodies.items():
-        wait = body.index("griddepcontrol.wait")
-        assert body.index("griddepcontrol.launch_dependents") < wait, entry
-        assert "ld.global.nc" not in body, entry
-        assert body.index("ld.global.cs") < wait, entry
-        assert "ld.global" not in body[:wait].replace("ld.global.cs", ""), entry
+        wait = _loads_only_streamed_data_before_it_waits(entry, body)
         assert "ld.global.cg.v4" in body[wait:] and "ld.global.cs" not in body[wait:], entry
 
 
@@ -289,11 +294,7 @@ def test_fused_decode_requests_only_past_cache_rows_before_it_waits():
               if e.startswith("hipep_gqa_decode_fused_")}
     assert len(bodies) == 2 * 4, sorted(bodies)  # f32, f16; blocks of 1, 2, 4, 8 query rows
     for entry, body in bodies.items():
-        wait = body.index("griddepcontrol.wait")
-        assert body.index("griddepcontrol.launch_dependents") < wait, entry
-        assert "ld.global.nc" not in body, entry
-        assert body.index("ld.global.cs") < wait, entry
-        assert "ld.global" not in body[:wait].replace("ld.global.cs", ""), entry
+        wait = _loads_only_streamed_data_before_it_waits(entry, body)
         assert "ld.global.cs" not in body[wait:], entry
 
 
@@ -486,11 +487,8 @@ def test_gated_gemv_is_one_kernel_that_loads_both_weights_before_it_waits(elem, 
     bodies = _entry_bodies(_ptx(op.entry, "compute_90", op.source))
     assert list(bodies) == [op.entry]
     body = bodies[op.entry]
-    wait = body.index("griddepcontrol.wait")
-    assert body.index("griddepcontrol.launch_dependents") < wait
-    assert "ld.global.nc" not in body
+    wait = _loads_only_streamed_data_before_it_waits(op.entry, body)
     assert body[:wait].count("ld.global.cs.v4") >= 2   # a chunk of each weight before the wait
-    assert "ld.global" not in body[:wait].replace("ld.global.cs", "")
     assert "ld.global.cg.v4" in body[wait:]
     _, prefill = _gated_launch(3, elem, level, zp, activation)
     assert [o.entry.startswith("hipep_pw_") for o in prefill] == [False] * (len(prefill) - 1) + [True]
