@@ -12,6 +12,8 @@ if [ ${#wheels[@]} -gt 0 ]; then
   "$py" -m pip install --quiet --no-index --no-deps --no-compile "${wheels[@]}" >"$logs/pip-wheels.log" 2>&1 \
     || { step "FAILED: wheel install (see pip-wheels.log)"; exit 1; }
 fi
+# (the machine's own onnxruntime, or the newest one a wheelhouse made with --newest-ort carries)
+step "onnxruntime $("$py" -c 'import onnxruntime; print(onnxruntime.__version__)' 2>&1 | tail -1)"
 
 include="${ORT_INCLUDE_DIR:-}"
 if [ -z "$include" ]; then

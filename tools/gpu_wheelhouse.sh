@@ -4,9 +4,18 @@
 # headers from the build cache (tools/fetch_ort_headers.sh fills it), which the plugin builds
 # against. wheelhouse/ is machine-local: list it in .git/info/exclude, not .gitignore.
 #
-# usage: tools/gpu_wheelhouse.sh [wheelhouse_dir]
+# With --newest-ort the wheelhouse also carries the newest onnxruntime (tools/gpu_install.sh installs
+# it over the machine's own, without its dependencies, which the machine's onnxruntime brought) and
+# the newest onnxruntime-genai, so the GPU tests run against the newest release as CI runs the oldest.
+#
+# usage: tools/gpu_wheelhouse.sh [--newest-ort] [wheelhouse_dir]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+newest_ort=0
+if [ "${1:-}" = "--newest-ort" ]; then
+  newest_ort=1
+  shift
+fi
 dest="${1:-wheelhouse}"
 py="${PYTHON:-python3}"
 mkdir -p "$dest"
@@ -14,9 +23,15 @@ mkdir -p "$dest"
 # xdsl is hipep's IR library; immutabledict (< 4.3.2) and ordered-set (4.1) are xdsl's needs;
 # lit and filecheck run tests/lit. onnxruntime-genai and onnx-ir (its model builder's IR library)
 # build and run the decoders of tools/gpu_bench.sh: 0.17.1 is the newest onnxruntime-genai whose
-# onnxruntime requirement (>= 1.30) the GPU machine's onnxruntime 1.30 meets (0.18 asks for 1.31).
-packages=("xdsl==0.74.0" "immutabledict<4.3.2" "ordered-set==4.1.0" "lit" "filecheck"
-          "onnxruntime-genai==0.17.1" "onnx-ir")
+# onnxruntime requirement (>= 1.30) the GPU machine's onnxruntime 1.30 meets (0.18 asks for 1.31);
+# with --newest-ort, the newest of both.
+packages=("xdsl==0.74.0" "immutabledict<4.3.2" "ordered-set==4.1.0" "lit" "filecheck" "onnx-ir")
+rm -f "$dest"/onnxruntime-*.whl "$dest"/onnxruntime_genai-*.whl  # one of each, the one asked for
+if [ "$newest_ort" = 1 ]; then
+  packages+=("onnxruntime" "onnxruntime-genai")
+else
+  packages+=("onnxruntime-genai==0.17.1")
+fi
 "$py" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   -d "$dest" "${packages[@]}"
@@ -31,14 +46,15 @@ mkdir -p "$dest/ort-headers/include"
 cp -r "$include" "$dest/ort-headers/include/onnxruntime"
 # The tiny builder decoders and ORT's conformance probe cache, where this machine has them
 # (tests/models and tests/conformance made them): tools/gpu_check.sh points HIPEP_CACHE_DIR at
-# them, so the GPU machine builds nothing for tests/gpu. A few MB; the larger sizes stay behind.
+# them, so the GPU machine builds nothing for tests/gpu. Every model folder under 4 MB (a few MB in
+# all); the ~1.1B builds (model_zoo size '1b', ~1 GB) stay behind and are built on the GPU machine.
 cache="${HIPEP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hipep}"
 rm -rf "$dest/hipep-cache"
-for arch in llama gemma2 phi; do
-  for precision in fp32 fp16 int4; do
-    src=$(ls -d "$cache/models/$arch-$precision-v"* 2>/dev/null | tail -1)
-    [ -n "$src" ] && mkdir -p "$dest/hipep-cache/models" && cp -r "$src" "$dest/hipep-cache/models/"
-  done
+for src in "$cache"/models/*/; do
+  [ -d "$src" ] || continue
+  if [ "$(du -sk "$src" | cut -f1)" -lt 4096 ]; then
+    mkdir -p "$dest/hipep-cache/models" && cp -r "${src%/}" "$dest/hipep-cache/models/"
+  fi
 done
 [ -d "$cache/conformance" ] && mkdir -p "$dest/hipep-cache" && cp -r "$cache/conformance" "$dest/hipep-cache/"
 
