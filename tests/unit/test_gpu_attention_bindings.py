@@ -523,10 +523,11 @@ def assert_gqa_results(name, got, want, ops, dtype):
         np.testing.assert_allclose(g.astype(F32), w.astype(F32), err_msg=f"output {k}", **t)
 
 
-def test_gqa_shared_buffer_decode_launches_are_the_same_every_step():
+def test_gqa_shared_buffer_decode_launches_are_the_same_every_step(monkeypatch):
     """present is past's buffer: no copy of past, one launch (the rotary and cache append fused
     into the decode kernel), and the launch (grid, parameters) does not depend on seqlens_k or
-    total_sequence_length, so consecutive steps bind identically."""
+    total_sequence_length, so consecutive steps bind identically. It overlaps the kernel ahead
+    unless gpu_attention.OVERLAP_FUSED_DECODE says no."""
     rng = np.random.default_rng(5)
     attrs = dict(num_heads=4, kv_num_heads=2, do_rotary=1)
     keys = []
@@ -543,6 +544,11 @@ def test_gqa_shared_buffer_decode_launches_are_the_same_every_step():
             np.testing.assert_allclose(got[1][b, :, :n], want[1][b, :, :n], rtol=1e-6, atol=1e-6)
             np.testing.assert_allclose(got[2][b, :, :n], want[2][b, :, :n], rtol=1e-6, atol=1e-6)
     assert keys[0] == keys[1]
+    from hipep.runtime import gpu_attention
+
+    monkeypatch.setattr(gpu_attention, "OVERLAP_FUSED_DECODE", False)
+    _, _, ops = run_binding(GQA, ins, attrs, shapes, F32, in_place=True)
+    assert [o.entry for o in ops] == ["hipep_gqa_decode_fused_f32_g1"] and not ops[0].overlaps_previous
 
 
 @pytest.mark.parametrize("window,capacity,prompt,extra", [
