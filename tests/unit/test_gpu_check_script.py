@@ -1,0 +1,44 @@
+"""tools/gpu_check.sh's sharded mode (HIPEP_GPU_SHARDS): how it deals the GPU test files into
+groups that run at once -- every file in exactly one group, no more groups than asked, and the
+groups' bytes balanced (the largest file first, each to the lightest group so far)."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "tools" / "gpu_check.sh"
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+
+
+def _deal(n: int, files: list[Path]) -> list[list[str]]:
+    body = re.search(r"^deal_shards\(\) \{.*?^\}", SCRIPT.read_text(), re.S | re.M).group(0)
+    out = subprocess.run(["bash", "-c", f'{body}\ndeal_shards "$@"', "_", str(n), *map(str, files)],
+                         capture_output=True, text=True, check=True)
+    return [line.split() for line in out.stdout.splitlines()]
+
+
+@pytest.mark.parametrize("n", [1, 3, 6])
+def test_the_gpu_test_files_dealt_into_balanced_groups(n):
+    files = sorted(p for p in (ROOT / "tests" / "gpu").glob("test_*.py") if p.name != "test_gpu_device_memory.py")
+    groups = _deal(n, files)
+    assert len(groups) == min(n, len(files))
+    dealt = [f for g in groups for f in g]
+    assert sorted(dealt) == sorted(map(str, files))  # each file once
+    weights = [sum(Path(f).stat().st_size for f in g) for g in groups]
+    assert max(weights) - min(weights) <= max(p.stat().st_size for p in files)
+
+
+def test_more_groups_than_files_leaves_none_empty(tmp_path):
+    files = []
+    for k, size in enumerate((300, 100, 200)):
+        f = tmp_path / f"test_{k}.py"
+        f.write_text("#" * size)
+        files.append(f)
+    groups = _deal(5, files)
+    assert len(groups) == 3 and all(len(g) == 1 for g in groups)
+    assert _deal(2, files) == [[str(files[0])], [str(files[2]), str(files[1])]]
