@@ -128,6 +128,19 @@ def test_a_broken_kernel_reports_nvrtcs_log():
                                    "broken", ARCH, DEFINES)
 
 
+@needs_nvrtc
+def test_headers_in_the_working_directory_do_not_shadow_hipeps(tmp_path, monkeypatch):
+    """NVRTC looks for a quoted #include in the source's own directory first, the working directory
+    for hipep's programs; a folder holding files named like hipep's headers must not change what
+    is compiled (or what the cache stores under hipep's headers' key)."""
+    from hipep.runtime import kernel_cache
+
+    for header in ("hipep_device.h", "attention.h"):
+        (tmp_path / header).write_text('#error "a header from the working directory"\n')
+    monkeypatch.chdir(tmp_path)
+    kernel_cache.nvrtc_compile(kernel_cache.module_source("attention_decode"), "attention_decode", ARCH, DEFINES)
+
+
 def _defaults(op, attrs):
     out = {k: v for k, v in op.attributes.items() if v is not _required()}
     out.update(attrs)
