@@ -14,8 +14,9 @@
 #
 # HIPEP_GPU_SHARDS=N (default 1) runs tests/gpu as N pytest processes at once on the one GPU, the
 # conformance suite beside them, and test_gpu_device_memory.py (device memory flat over session
-# cycles) alone after them: the whole check in ~6 minutes on a 16-core H200 machine instead of ~20.
-# Logs per shard: gpu-tests-<k>.log.
+# cycles) alone after them (on the 16-core H200 machine seven such processes and the conformance
+# suite took under 5 minutes; one after the other they take about 15). Logs per shard:
+# gpu-tests-<k>.log.
 #
 # usage: [HIPEP_GPU_SHARDS=N] tools/gpu_check.sh [extra pytest arguments]
 set -uo pipefail
