@@ -262,3 +262,17 @@ def window_end(p: int, capacity: int, window: int) -> int:
     window has left in steps of capacity - window + 1; see contrib_attention._windowed_cache)."""
     gap = capacity - window + 1
     return p if p <= capacity else p - gap * ((p - capacity + gap - 1) // gap)
+
+
+def run_bash_function(script, name: str, *args: str) -> str:
+    """The standard output of shell function `name` of `script` (a tools/*.sh path) called with
+    `args`: the function's body taken from the script, so a test runs it without the script's
+    steps around it."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    body = re.search(rf"^{re.escape(name)}\(\) \{{.*?^\}}", Path(script).read_text(), re.S | re.M).group(0)
+    out = subprocess.run(["bash", "-c", f'{body}\n{name} "$@"', "_", *map(str, args)],
+                         capture_output=True, text=True, check=True)
+    return out.stdout

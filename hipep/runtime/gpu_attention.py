@@ -458,8 +458,8 @@ def _gqa_bind(ins, outs, attrs, target):
                              ctypes.c_uint64(region("part_ml")), ctypes.c_uint64(counters), a, length_fault,
                              position_fault], module="attention_decode",
                             # its first pass of past cache rows requested while the kernel ahead
-                            # (the QKV projection) finishes; after a copy, launched the ordinary way
-                            overlaps_previous=OVERLAP_FUSED_DECODE and not ops))
+                            # (the QKV projection) finishes
+                            overlaps_previous=OVERLAP_FUSED_DECODE))
         return norm_ops + ops
     # 1. rows taken from past
     if copy_past:

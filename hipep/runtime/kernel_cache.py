@@ -124,16 +124,16 @@ def _hipep_version() -> str:
     return __version__
 
 
-# NVRTC looks for a quoted #include first in the source's own directory, which for a program
-# named without a folder is the process's working directory: a file there named like one of
-# hipep's headers (attention.h, hipep_device.h) would be compiled in instead of hipep's, and
-# cached under hipep's headers' key. Only the -I folders are searched.
-_NO_SOURCE_INCLUDE = "-no-source-include"
+# The options every compile takes besides the architecture, include folders and defines (part of
+# the cache key). -no-source-include: NVRTC looks for a quoted #include first in the source's own
+# directory, which for a program named without a folder is the process's working directory; a file
+# there named like one of hipep's headers (attention.h, hipep_device.h) would be compiled in
+# instead of hipep's. Only the -I folders are searched.
+_FIXED_OPTIONS = ("-default-device", _STD, "-no-source-include")
 
 
 def _options(arch: str, defines: dict) -> list[str]:
-    opts = [f"--gpu-architecture={arch}", "-default-device", _STD, _NO_SOURCE_INCLUDE,
-            f"-I{kernels_dir()}", f"-I{cuda_include_dir()}"]
+    opts = [f"--gpu-architecture={arch}", *_FIXED_OPTIONS, f"-I{kernels_dir()}", f"-I{cuda_include_dir()}"]
     opts += [f"-D{k}={v}" for k, v in sorted(defines.items())]
     return opts
 
@@ -141,7 +141,7 @@ def _options(arch: str, defines: dict) -> list[str]:
 def cache_key(source: str, arch: str, defines: dict) -> str:
     h = hashlib.sha256()
     for part in (source, header_text(), repr(sorted(defines.items())), repr(nvrtc_version()), arch,
-                 _hipep_version(), _STD, "-default-device", _NO_SOURCE_INCLUDE):
+                 _hipep_version(), *_FIXED_OPTIONS):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:40]

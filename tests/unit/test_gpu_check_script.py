@@ -3,12 +3,12 @@ groups that run at once -- every file in exactly one group, no more groups than 
 groups' bytes balanced (the largest file first, each to the lightest group so far)."""
 from __future__ import annotations
 
-import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from helpers import run_bash_function
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "gpu_check.sh"
@@ -16,10 +16,7 @@ pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="bash is no
 
 
 def _deal(n: int, files: list[Path]) -> list[list[str]]:
-    body = re.search(r"^deal_shards\(\) \{.*?^\}", SCRIPT.read_text(), re.S | re.M).group(0)
-    out = subprocess.run(["bash", "-c", f'{body}\ndeal_shards "$@"', "_", str(n), *map(str, files)],
-                         capture_output=True, text=True, check=True)
-    return [line.split() for line in out.stdout.splitlines()]
+    return [line.split() for line in run_bash_function(SCRIPT, "deal_shards", n, *files).splitlines()]
 
 
 @pytest.mark.parametrize("n", [1, 3, 6])

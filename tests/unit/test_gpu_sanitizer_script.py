@@ -2,24 +2,21 @@
 including a last line that faulthandler's "Timeout (...)!" report continues without a newline."""
 from __future__ import annotations
 
-import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from helpers import run_bash_function
 
 SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "gpu_sanitizer.sh"
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
 
 
 def _passed_so_far(tmp_path, text: str) -> int:
-    body = re.search(r"^passed_so_far\(\) \{.*?^\}", SCRIPT.read_text(), re.S | re.M).group(0)
     log = tmp_path / "pytest.log"
     log.write_text(text)
-    out = subprocess.run(["bash", "-c", f'{body}\npassed_so_far "$1"', "_", str(log)], capture_output=True,
-                         text=True, check=True)
-    return int(out.stdout.strip())
+    return int(run_bash_function(SCRIPT, "passed_so_far", log).strip())
 
 
 def test_dots_of_finished_lines_and_a_line_cut_by_a_timeout_report(tmp_path):
