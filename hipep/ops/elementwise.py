@@ -25,7 +25,7 @@ from ._common import (NP_DTYPES, at, broadcast_partial, broadcast_shape, elem_of
 from .pointwise import Builder, compute_type
 # Re-exported: the contrib, normalization and attention families build on these.
 from .pointwise import erf, fma_f32, mlas_logistic, mlas_tanh  # noqa: F401
-from .registry import (ALL, ALL_INTS, ANY_TENSOR, BF16, BOOL, F16, F32, FLOATS, I32, I64, NUMERIC,
+from .registry import (ALL, ALL_INTS, ANY_TENSOR, BF16, BOOL, F16, F32, FLOATS, I8, I16, I32, I64, NUMERIC,
                        OUTPUT_COUNT, REQUIRED, SINCE_VERSION, U8, U32, U64, OpDef, register)
 
 BOOLS = frozenset({BOOL})
@@ -495,7 +495,7 @@ def _shrink_expr(operands, attrs):
 
 _reg_unary("Selu", (6, 22), _selu, attributes={"alpha": 1.67326319217681884765625,
                                                "gamma": 1.05070102214813232421875}, wide=True)
-_reg_unary("Celu", (12,), _celu, types=frozenset({F32}), attributes={"alpha": 1.0}, wide=True)
+_reg_unary("Celu", (12, 28), _celu, types=frozenset({F32}), attributes={"alpha": 1.0}, wide=True)
 _reg_unary("Softsign", (1, 22), lambda b, x, a: x / (1.0 + b.abs(x)), claim=f16_broken_before(22))
 _reg_unary("HardSwish", (14, 22), _hard_swish)
 _reg_unary("Mish", (18, 22), _mish, wide=True)
@@ -569,16 +569,11 @@ _register_pointwise("PRelu", (7, 9, 16), ("T", "T"), ("T",), {"T": FLOATS | {I32
 
 # ---- bitwise ---------------------------------------------------------------------------------
 
-@kernel("BitShift")
-def _bitshift(inputs, attrs):
-    x, y = inputs
-    broadcast_shape("BitShift", x, y, names=["X", "Y"])
-    bits = x.dtype.itemsize * 8
-    # A shift by the width or more gives 0 (C leaves it undefined; ORT's x86 result differs).
-    big = y >= bits
-    ys = np.where(big, 0, y).astype(x.dtype)
-    out = np.left_shift(x, ys) if attrs["direction"] == "LEFT" else np.right_shift(x, ys)
-    return [result(np.where(big, x.dtype.type(0), out), x.dtype)]
+def _bitshift_expr(operands, attrs):
+    if not _same_types(operands) or attrs["direction"] not in ("LEFT", "RIGHT"):
+        return None
+    b = Builder(operands)
+    return b.build(b.call("shl" if attrs["direction"] == "LEFT" else "shr", b.input(0), b.input(1)))
 
 
 def _claim_bitshift(node, graph, attrs):
@@ -587,9 +582,13 @@ def _claim_bitshift(node, graph, attrs):
     return None
 
 
-register(OpDef("BitShift", (11,), ("T", "T"), ("T",), {"T": frozenset({U8, U32, U64})}, _bitshift,
-               attributes={"direction": REQUIRED}, claim=_claim_bitshift,
-               shape_rule=_broadcast_rule("BitShift", names=["X", "Y"])))
+# Shifts by the width or more give 0 (a right shift of a negative value -1), as opset 28 defines
+# for every version: C leaves it undefined, and ONNX Runtime 1.24's x86 kernels shift by the amount
+# modulo the width. Signed types from opset 28; uint16 is left out: ONNX Runtime before 1.32 has
+# no kernel for it, so its CPU EP could not be the oracle.
+_register_pointwise("BitShift", (11, 28), ("T", "T"), ("T",), {"T": frozenset({U8, U32, U64, I8, I16, I32, I64})},
+                    _bitshift_expr, names=["X", "Y"], attributes={"direction": REQUIRED}, claim=_claim_bitshift,
+                    shape_rule=_broadcast_rule("BitShift", names=["X", "Y"]))
 
 for _name, _prim in (("BitwiseAnd", "bitand"), ("BitwiseOr", "bitor"), ("BitwiseXor", "bitxor")):
     _register_pointwise(_name, (18,), ("T", "T"), ("T",), {"T": ALL_INTS}, _arith(_prim),

@@ -297,6 +297,6 @@ def _claim_one_hot(node, graph, attrs):
 _ONE_HOT_INDEX = frozenset({F32, F16, I32, I64})
 # Fractional float indices convert differently in onnxruntime 1.31 and 1.32: integer indices only.
 _ONE_HOT_INTEGER_INDEX = frozenset({I32, I64})
-register(OpDef("OneHot", (9, 11), ("I", "D", "T"), ("T",),
+register(OpDef("OneHot", (9, 11, 28), ("I", "D", "T"), ("T",),
                {"I": _ONE_HOT_INTEGER_INDEX, "D": _ONE_HOT_INDEX, "T": ANY_TENSOR}, _one_hot,
                attributes={"axis": -1}, claim=_claim_one_hot, shape_rule=_one_hot_shape, host_inputs=(1,)))

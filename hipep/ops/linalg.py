@@ -291,7 +291,7 @@ def _claim_einsum(node, graph, attrs):
     return None
 
 
-register(OpDef("Einsum", (12,), ("T",), ("T",), {"T": NUMERIC}, _einsum,
+register(OpDef("Einsum", (12, 28), ("T",), ("T",), {"T": NUMERIC}, _einsum,
                attributes={"equation": REQUIRED}, claim=_claim_einsum, min_inputs=1, variadic=True,
                shape_rule=_einsum_shape))
 

@@ -148,6 +148,21 @@ def trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return q + fix.astype(q.dtype)
 
 
+def _shift(left: bool) -> Callable:
+    """ONNX's BitShift (opset 28 spells it out for every integer type): a shift by a negative
+    amount, or by the width or more, leaves what the sign fill alone gives: -1 for a right shift
+    of a negative value, else 0. A right shift of a signed value is arithmetic; a left shift drops
+    the bits pushed past the top, the sign bit's place included."""
+    def shift(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        a, b = np.broadcast_arrays(a, b)
+        out_of_range = (b < 0) | (b >= a.dtype.itemsize * 8)
+        amount = np.where(out_of_range, 0, b).astype(a.dtype)
+        shifted = np.left_shift(a, amount) if left else np.right_shift(a, amount)
+        fill = np.zeros_like(a) if left or a.dtype.kind == "u" else np.where(a < 0, -1, 0).astype(a.dtype)
+        return np.where(out_of_range, fill, shifted).astype(a.dtype)
+    return shift
+
+
 @dataclass(frozen=True)
 class Primitive:
     arity: int
@@ -197,6 +212,7 @@ PRIMITIVES: dict[str, Primitive] = {
     "xor": _p(2, np.logical_xor, "bool"), "not": _p(1, np.logical_not, "bool"),
     "bitand": _p(2, np.bitwise_and, "int"), "bitor": _p(2, np.bitwise_or, "int"),
     "bitxor": _p(2, np.bitwise_xor, "int"), "bitnot": _p(1, np.invert, "int"),
+    "shl": _p(2, _shift(True), "int"), "shr": _p(2, _shift(False), "int"),
     # selection: where(condition, x, y)
     "where": _p(3, np.where, "any", exact_f16=True),
 }

@@ -51,6 +51,25 @@ template <typename T> __device__ __forceinline__ T hipep_imod(T a, T b) {
   T r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
+// ONNX's BitShift: a shift amount below 0 or past the width leaves the sign fill (-1 for a right
+// shift of a negative value, else 0), which C leaves undefined. The left shift goes through the
+// unsigned type, whose overflow C defines (a signed one it does not); the right shift of a signed
+// value is arithmetic on every GPU compiler (C++20 defines it so).
+template <typename T> struct hipep_unsigned_of { typedef T type; };
+template <> struct hipep_unsigned_of<signed char> { typedef unsigned char type; };
+template <> struct hipep_unsigned_of<short> { typedef unsigned short type; };
+template <> struct hipep_unsigned_of<int> { typedef unsigned int type; };
+template <> struct hipep_unsigned_of<long long> { typedef unsigned long long type; };
+template <typename T> __device__ __forceinline__ bool hipep_shift_out_of_range(T b) {
+  return b < T(0) || (unsigned long long)b >= 8ULL * sizeof(T);
+}
+template <typename T> __device__ __forceinline__ T hipep_shl(T a, T b) {
+  typedef typename hipep_unsigned_of<T>::type U;
+  return hipep_shift_out_of_range(b) ? T(0) : (T)(U)((U)a << (int)b);
+}
+template <typename T> __device__ __forceinline__ T hipep_shr(T a, T b) {
+  return hipep_shift_out_of_range(b) ? (a < T(0) ? T(-1) : T(0)) : (T)(a >> (int)b);
+}
 __device__ __forceinline__ float hipep_fmodf(float a, float b) { return fmodf(a, b); }
 __device__ __forceinline__ double hipep_fmodd(double a, double b) { return fmod(a, b); }
 __device__ __forceinline__ float hipep_modf(float a, float b) {
@@ -129,6 +148,7 @@ _SPELLINGS = {
     "isnan": "({0} != {0})",
     "isposinf": "({0} == __builtin_inf())", "isneginf": "({0} == -__builtin_inf())",
     "not": "(!{0})", "bitnot": "(~{0})",
+    "shl": "hipep_shl({0}, {1})", "shr": "hipep_shr({0}, {1})",
     "where": "({0} ? {1} : {2})",
 }
 

@@ -248,10 +248,11 @@ def _claim_reduce_more(node, graph, attrs):
     return None
 
 
+# Opset 28 drops ReduceLogSum's and ReduceLogSumExp's integer types (ONNX's checker refuses them there).
 for _name, _fn in (("ReduceProd", _prod), ("ReduceL1", _l1), ("ReduceL2", _l2),
                    ("ReduceLogSum", _log_sum), ("ReduceLogSumExp", _log_sum_exp),
                    ("ReduceSumSquare", _sum_square)):
-    register(OpDef(_name, (1, 11, 13, 18), ("T", "I"), ("T",), {"T": NUMERIC, "I": _I64},
+    register(OpDef(_name, (1, 11, 13, 18, 28) if _name.startswith("ReduceLog") else (1, 11, 13, 18), ("T", "I"), ("T",), {"T": NUMERIC, "I": _I64},
                    _reduce_all(_name, _fn), attributes=dict(_ATTRS), claim=_claim_reduce_more,
                    min_inputs=1, shape_rule=_reduce_shape(_name), host_inputs=(1,)))
 
@@ -580,8 +581,9 @@ def _range_shape(types, values, attrs, num_outputs):
     return [tensor_type(elem, (_range_count(*_range_operands(vals)),))]
 
 
-register(OpDef("Range", (11,), ("T", "T", "T"), ("T",), {"T": frozenset({F32, I16, I32, I64})}, _range,
-               shape_rule=_range_shape, host_inputs=(0, 1, 2)))
+# Opset 27 adds f16 and bf16 with stash_type (their accumulation type), which these types ignore.
+register(OpDef("Range", (11, 27), ("T", "T", "T"), ("T",), {"T": frozenset({F32, I16, I32, I64})}, _range,
+               attributes={"stash_type": 1}, shape_rule=_range_shape, host_inputs=(0, 1, 2)))
 
 
 # ---- ConstantOfShape -------------------------------------------------------------------------------
@@ -730,6 +732,6 @@ def _claim_compress(node, graph, attrs):
     return None
 
 
-register(OpDef("Compress", (9, 11), ("T", "B"), ("T",), {"T": ANY_TENSOR, "B": frozenset({BOOL})},
+register(OpDef("Compress", (9, 11, 28), ("T", "B"), ("T",), {"T": ANY_TENSOR, "B": frozenset({BOOL})},
                _compress, attributes={"axis": None}, claim=_claim_compress,
                shape_rule=_compress_shape, host_inputs=(1,)))

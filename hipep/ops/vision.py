@@ -611,7 +611,11 @@ def _space_to_depth(inputs, attrs):
     if h % b or w % b:
         raise RuntimeShapeError(f"SpaceToDepth: spatial extents {shape_str(x.shape[2:])} are not "
                                 f"divisible by blocksize={b} (input is {shape_str(x.shape)})")
-    y = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+    blocks = x.reshape(n, c, h // b, b, w // b, b)
+    if attrs.get("mode", "DCR") == "CRD":  # opset 28: DepthToSpace's CRD order undone
+        y = blocks.transpose(0, 1, 3, 5, 2, 4)
+    else:
+        y = blocks.transpose(0, 3, 5, 1, 2, 4)
     return [result(y.reshape(n, c * b * b, h // b, w // b))]
 
 
@@ -654,11 +658,11 @@ def _claim_block(node, graph, attrs):
     return None
 
 
-register(OpDef("DepthToSpace", (1, 11, 13), ("T",), ("T",), {"T": ANY_TENSOR}, _depth_to_space,
+register(OpDef("DepthToSpace", (1, 11, 13, 28), ("T",), ("T",), {"T": ANY_TENSOR}, _depth_to_space,
                attributes={"blocksize": REQUIRED, "mode": "DCR"}, claim=_claim_block,
                shape_rule=_block_rule("DepthToSpace", True)))
-register(OpDef("SpaceToDepth", (1, 13), ("T",), ("T",), {"T": ANY_TENSOR}, _space_to_depth,
-               attributes={"blocksize": REQUIRED}, claim=_claim_block,
+register(OpDef("SpaceToDepth", (1, 13, 28), ("T",), ("T",), {"T": ANY_TENSOR}, _space_to_depth,
+               attributes={"blocksize": REQUIRED, "mode": "DCR"}, claim=_claim_block,
                shape_rule=_block_rule("SpaceToDepth", False)))
 
 

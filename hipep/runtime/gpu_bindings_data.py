@@ -159,6 +159,8 @@ def _space_to_depth_bind(ins, outs, attrs, target):
     if x.ndim != 4 or b < 1 or int(x.shape[2]) % b or int(x.shape[3]) % b:
         raise HipepError(f"SpaceToDepth: blocksize {b} for an input of shape {list(x.shape)}")
     n, c, h, w = (int(d) for d in x.shape)
+    if attrs.get("mode", "DCR") == "CRD":
+        return _rearrange(x, y, (n, c, h // b, b, w // b, b), (0, 1, 3, 5, 2, 4), target)
     return _rearrange(x, y, (n, c, h // b, b, w // b, b), (0, 3, 5, 1, 2, 4), target)
 
 

@@ -12,7 +12,6 @@ kernel, with intermediate results in the stream's workspace.
     (axes that are not adjacent are first transposed to the end).
   * LRN: the channel windows of x (zeros past the channels) reduced by ReduceSumSquare, then
     x * (bias + alpha / size * sum) ^ -beta.
-  * BitShift: an expression (shifting by a power of two built from the shift's bits).
   * LpPool (p = 1, 2): the pools' windows copy, then ReduceL1 / ReduceL2 of each window.
 (CumProd runs kernels/scan.hip beside CumSum: gpu_bindings_reduce.py.)"""
 from __future__ import annotations
@@ -344,49 +343,6 @@ def _lrn_bind(ins, outs, attrs, target):
     expr = lrn_expression(x.dtype.name, float(attrs.get("alpha", 1e-4)), float(attrs.get("beta", 0.75)),
                           float(attrs.get("bias", 1.0)), size)
     return ops + expression_ops(expr, [src, sums], [y], target, "LRN")
-
-
-# ---- BitShift ----------------------------------------------------------------------------------
-# x << y is x * 2^y and x >> y is x / 2^y (unsigned: wrapping product, truncating quotient), 2^y
-# the product of 2^(2^b) over y's set bits b; shifts by the width or more give 0, as the CPU
-# reference has it.
-
-_SHIFT_TYPES = ("uint8", "uint32", "uint64")
-
-
-def _bitshift_check(attrs, dtypes, shapes, values):
-    if not dtypes or dtypes[0] not in _SHIFT_TYPES:
-        return f"element type {dtypes[0] if dtypes else '?'}"
-    if attrs.get("direction") not in ("LEFT", "RIGHT"):
-        return f"direction={attrs.get('direction')!r}"
-    if any(s is not None and len(s) > _MAX_RANK for s in shapes or []):
-        return f"inputs of rank above {_MAX_RANK}"
-    return None
-
-
-def bitshift_expression(dtype: str, left: bool):
-    b = _builder([dtype, dtype])
-    x, y = b.input(0), b.input(1)
-    bits = np.dtype(dtype).itemsize * 8
-    zero = b.const(0, dtype)
-    wide = b.ge(y, b.const(bits, dtype))
-    shift = b.where(wide, zero, y)
-    power = b.const(1, dtype)
-    bit = 0
-    while (1 << bit) < bits:
-        set_ = b.call("not", b.eq(b.bitand(shift, b.const(1 << bit, dtype)), zero))
-        power = power * b.where(set_, b.const(1 << (1 << bit), dtype), b.const(1, dtype))
-        bit += 1
-    return b.build(b.where(wide, zero, x * power if left else x / power))
-
-
-@_binding("::BitShift", check=_bitshift_check)
-def _bitshift_bind(ins, outs, attrs, target):
-    x, y = ins[0], ins[1]
-    if x.dtype.name not in _SHIFT_TYPES or y.dtype != x.dtype:
-        raise NoKernel(f"BitShift on {x.dtype.name}, {y.dtype.name}")
-    expr = bitshift_expression(x.dtype.name, attrs["direction"] == "LEFT")
-    return expression_ops(expr, [x, y], outs[:1], target, "BitShift")
 
 
 # ---- LpPool ------------------------------------------------------------------------------------

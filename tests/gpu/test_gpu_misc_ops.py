@@ -14,7 +14,7 @@ from onnx import helper, numpy_helper
 import hipep
 from hipep.runtime.cuda import cuda_status
 from gpu_checks import check_on_cuda
-from helpers import make_model, tensor
+from helpers import ORT_VERSION, make_model, tensor
 
 pytestmark = pytest.mark.gpu
 _ok, _why = cuda_status(0)
@@ -103,8 +103,26 @@ def test_bitshift(elem, direction):
     bits = np.dtype(NP[elem]).itemsize * 8
     rng = np.random.default_rng(5)
     x = rng.integers(0, np.iinfo(NP[elem]).max, (3, bits), dtype=NP[elem], endpoint=True)
-    y = np.arange(bits, dtype=NP[elem])  # every shift below the width (ORT's result past it is the CPU's)
+    y = np.arange(bits, dtype=NP[elem])  # every shift below the width (ORT 1.24's result past it is the CPU's)
     model = single("BitShift", elem, x.shape, opset=11, extra_inputs=[("s", elem, [bits])], direction=direction)
+    run(model, {"x": x, "s": y}, elem)
+
+
+@pytest.mark.parametrize("elem", [TP.INT8, TP.INT16, I32, I64, U8, U64])
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+def test_bitshift_opset_28(elem, direction):
+    """Signed types (arithmetic right shifts) and shift amounts that are negative or past the width,
+    which leave the sign fill: opset 28's rules, which ONNX Runtime 1.32's CPU EP follows."""
+    if ORT_VERSION < (1, 32):
+        pytest.skip(f"onnxruntime {ORT_VERSION} does not load opset 28")
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem))
+    bits, info = dtype.itemsize * 8, np.iinfo(dtype)
+    rng = np.random.default_rng(6)
+    x = rng.integers(info.min, info.max, (4, bits + 8), dtype=dtype, endpoint=True)
+    x[0, :3] = [info.min, info.max, -1 if info.min else 1]
+    y = np.concatenate([np.arange(bits + 4), [-1, -bits, info.min, info.max] if info.min else
+                        [info.max, 2 * bits, bits + 7, 0]]).astype(dtype)
+    model = single("BitShift", elem, x.shape, opset=28, extra_inputs=[("s", elem, [bits + 8])], direction=direction)
     run(model, {"x": x, "s": y}, elem)
 
 

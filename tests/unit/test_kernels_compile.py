@@ -70,6 +70,8 @@ def test_rendered_pointwise_kernels_compile_through_the_header():
         ("::Clip", [f32, f32, f32], {}),
         ("::Mod", [np.dtype(np.int64), np.dtype(np.int64)], {"fmod": 0}),
     ]
+    cases += [("::BitShift", [np.dtype(t)] * 2, {"direction": d})  # hipep_shl/hipep_shr on every type
+              for t in ("uint8", "uint32", "uint64", "int8", "int16", "int32", "int64") for d in ("LEFT", "RIGHT")]
     cases += [  # the GELU family: f64 tanh, exp and erf
         ("com.microsoft::FastGelu", [f16, f16], {}),
         ("com.microsoft::QuickGelu", [f32], {"alpha": 1.702}),

@@ -63,7 +63,7 @@ def last(vs):
 
 # ---- unary activations and math ---------------------------------------------------------------
 _UNARY = {  # op: (since-versions, input range)
-    "Selu": ((6, 22), (-3, 3)), "Celu": ((12,), (-3, 3)), "Softsign": ((1, 22), (-5, 5)),
+    "Selu": ((6, 22), (-3, 3)), "Celu": ((12, 28), (-3, 3)), "Softsign": ((1, 22), (-5, 5)),
     "HardSwish": ((14, 22), (-5, 5)), "Mish": ((18, 22), (-10, 10)),
     "ThresholdedRelu": ((10, 22), (-3, 3)), "Tan": ((7, 22), (-1.5, 1.5)),
     "Asin": ((7, 22), (-1, 1)), "Acos": ((7, 22), (-1, 1)), "Atan": ((7, 22), (-5, 5)),
@@ -113,6 +113,16 @@ for _dt, _bits in ((u8, 8), (u32, 32), (u64, 64)):
     for _dir in ("LEFT", "RIGHT"):
         case("BitShift", 11, [U(3, 4, dtype=_dt, hi=200), U(4, dtype=_dt, hi=_bits - 1)],
              {"direction": _dir}, id=f"BitShift-{np.dtype(_dt)}-{_dir}")
+# Opset 28: signed types (arithmetic right shifts), and shifts by negative amounts or past the
+# width, which leave the sign fill (ONNX Runtime 1.32's CPU EP computes them so)
+for _dt in (i8, i16, i32, i64, u8, u32, u64):
+    _info, _bits = np.iinfo(_dt), np.dtype(_dt).itemsize * 8
+    _x = np.concatenate([A([_info.min, _info.max, 0, -1 if _info.min else 1], _dt),
+                         REF.RNG.integers(_info.min, _info.max, 8, dtype=_dt, endpoint=True)])
+    _y = np.concatenate([U(6, dtype=_dt, hi=_bits - 1), A([_bits, _bits + 3], _dt),
+                         A([-1, -_bits, _info.min, _info.max] if _info.min else [_info.max, 2 * _bits, 1, 0], _dt)])
+    for _dir in ("LEFT", "RIGHT"):
+        case("BitShift", 28, [_x, _y], {"direction": _dir}, id=f"BitShift-28-{np.dtype(_dt)}-{_dir}")
 for _dt in INTS:
     _lo = -100 if np.dtype(_dt).kind == "i" else 0
     for _op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor"):
@@ -188,6 +198,11 @@ for _op in ("ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogS
         case(_op, 18 if _op != "ReduceSum" else 13, [_x, A([1], i64)], id=f"{_op}-{_x.dtype}-double-saturate")
 case("ReduceLogSumExp", 18, [A([[-5, -5, -5, -9], [-5, -6, -7, -8], [-2**62, 2**62, 3, 0]], i64), A([1], i64)],
      id="ReduceLogSumExp-int-negative")
+# Opset 28: the same float forms (its integer types are gone)
+for _op in ("ReduceLogSum", "ReduceLogSumExp"):
+    _lo, _hi = _RED_MORE[_op][0]
+    case(_op, 28, [R(2, 3, 4, lo=_lo, hi=_hi), A([-1, 0], i64)], {"keepdims": 0}, id=f"{_op}-28")
+    case(_op, 28, [R(4, 13, dtype=f16, lo=_lo, hi=_hi), A([1], i64)], id=f"{_op}-28-f16")
 
 for _op in ("ArgMax", "ArgMin"):
     for _v in (1, 11, 12, 13):
@@ -266,6 +281,8 @@ case("Range", 11, [A(-5, i64), A(5, i64), A(1, i64)], id="Range-i64")
 case("Range", 11, [A(10, i64), A(3, i64), A(4, i64)], id="Range-empty")
 case("Range", 11, [A(1.0, f32), A(2.0, f32), A(1e-3, f32)], id="Range-f32-many")
 case("Range", 11, [A([2], i64), A([9], i64), A([2], i64)], id="Range-1-element-operands")
+case("Range", 27, [A(0.1, f32), A(5.0, f32), A(0.3, f32)], id="Range-27-f32")
+case("Range", 27, [A(10, i32), A(-3, i32), A(-4, i32)], {"stash_type": 1}, id="Range-27-i32-stash-type")
 
 for _v in (9, 20, 21, 23, 24, 25):
     case("ConstantOfShape", _v, [A([2, 3], i64)])
@@ -294,6 +311,8 @@ case("Compress", 11, [_X34, A([True, False], b)], {"axis": 1}, id="Compress-shor
 case("Compress", 11, [_X34, A([True, False, True, False, True], b)], {"axis": 1}, id="Compress-long")
 case("Compress", 11, [_X34, A([True, False, True], b)], {"axis": -2}, id="Compress-neg-axis")
 case("Compress", 11, [_X34, A([], b)], {"axis": 1}, id="Compress-none")
+case("Compress", 28, [_X34, A([True, False, True, False, True], b)], {"axis": 1}, id="Compress-28")
+case("Compress", 28, [_X34, A([False, True, True, False, True, False], b)], id="Compress-28-flat")
 for _dt in (f16, i8, i64, b):
     case("Compress", 11, [R(3, 4, dtype=_dt), A([True, True, False], b)], {"axis": 0}, id=f"Compress-{np.dtype(_dt)}")
 
@@ -382,6 +401,7 @@ case("Einsum", 12, [R(2, 8, 16, dtype=f16), R(2, 16, 4, dtype=f16)], {"equation"
 case("Einsum", 12, [R(3, 4, dtype=i32, lo=-9, hi=9), R(4, 5, dtype=i32, lo=-9, hi=9)], {"equation": "ij,jk->ik"},
      id="Einsum-i32")
 case("Einsum", 12, [R(3, 4, dtype=i64, lo=-9, hi=9)], {"equation": "ij->j"}, id="Einsum-i64")
+case("Einsum", 28, [R(2, 3, 4), R(2, 4, 5)], {"equation": "bij,bjk->bik"}, id="Einsum-28")
 
 _Q = {u8: (0, 255), i8: (-128, 127)}
 for _ta in (u8, i8):

@@ -56,7 +56,7 @@ case("ScatterElements", 18, [R(3, 4, dtype=f16), A([[1, 0, 2, 0]], i64), R(1, 4,
 case("Scatter", 9, [R(3, 4), _ie, R(2, 4)])
 case("Scatter", 9, [R(3, 4, dtype=i8, lo=-9, hi=9), A([[3], [0]], i64), R(2, 1, dtype=i8, lo=-9, hi=9)], {"axis": -1},
      id="Scatter-i8")
-for _v in (9, 11):
+for _v in (9, 11, 28):
     case("OneHot", _v, [A([[0, 3], [-1, 5]], i64), A(4, i64), A([0, 1], f32)])
 case("OneHot", 11, [A([0, -4, 2, 9, -9, -3], i32), A([3.7], f32), A([-2, 7], f32)], {"axis": 0},
      id="OneHot-float-depth")

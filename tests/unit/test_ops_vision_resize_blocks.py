@@ -95,6 +95,9 @@ case("DepthToSpace", 13, [R(1, 4, 2, 2, dtype=i64, lo=-9, hi=9)], {"blocksize": 
      id="DepthToSpace-i64")
 for _v in (1, 13):
     case("SpaceToDepth", _v, [R(2, 3, 4, 6)], {"blocksize": 2})
+for _m in ("DCR", "CRD"):  # opset 28: SpaceToDepth's mode (DepthToSpace's orders undone)
+    case("SpaceToDepth", 28, [R(2, 3, 4, 6)], {"blocksize": 2, "mode": _m}, id=f"SpaceToDepth-28-{_m}")
+    case("DepthToSpace", 28, [R(1, 18, 2, 3)], {"blocksize": 3, "mode": _m}, id=f"DepthToSpace-28-{_m}")
 case("SpaceToDepth", 13, [R(1, 2, 6, 3, dtype=i8, lo=-9, hi=9)], {"blocksize": 3}, id="SpaceToDepth-i8")
 case("SpaceToDepth", 13, [R(1, 2, 2, 4, dtype=b)], {"blocksize": 2}, via={b: u8}, id="SpaceToDepth-bool")
 case("Col2Im", 18, [R(2, 3 * 4, 12), _Z(4, 5), _Z(2, 2)])

@@ -4,8 +4,9 @@ CUDA headers, and the launch the binding gives runs over host memory, compared w
 registry reference (the CPU device's). Covers the com.microsoft GELU family (f64 tanh, exp and erf
 rounded to f32; f16 through the function body's constants) beside a few ai.onnx ops whose f32
 forms replay MLAS (Sigmoid, Tanh, Gelu with approximate='tanh'), with broadcasting, NaN and
-infinities; and BatchNormalization, whose generated kernel reads its per-channel parameters along
-axis 1. Skipped without g++."""
+infinities; BatchNormalization, whose generated kernel reads its per-channel parameters along
+axis 1; and BitShift on every integer type it takes, exactly (shift amounts past the width and
+negative ones, the sign fill, broadcasting). Skipped without g++."""
 from __future__ import annotations
 
 import shutil
@@ -96,3 +97,35 @@ def test_batch_normalization_kernel_equals_the_reference(tmp_path, shape, dtype)
     launch_op.grid = (min(launch_op.grid[0], 2), *launch_op.grid[1:])
     launch(_compile(tmp_path, pointwise_source(launch_op.source), launch_op.entry), launch_op)
     np.testing.assert_array_equal(got, want)  # the same f32 operations in the same order
+
+
+def _run_generated(tmp_path, op_type: str, inputs, attrs):
+    """The op's generated kernel over `inputs` on the host: (its output, the reference's)."""
+    op = lookup("", op_type)
+    attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, **attrs, OUTPUT_COUNT: 1}
+    (want,) = op.reference(list(inputs), attrs)
+    mem = HostMemory()
+    out, got = mem.put(np.full(want.shape, 7, want.dtype))
+    ops = gk.binding_for(f"::{op_type}").bind([mem.put(x)[0] for x in inputs], [gk.Arg(out.ptr, out.shape, out.dtype)],
+                                              attrs, gk.Target(sm_count=2, warp_size=32, scratch=lambda n: 0))
+    assert len(ops) == 1 and ops[0].entry.startswith("hipep_pw_")
+    ops[0].grid = (min(ops[0].grid[0], 2), *ops[0].grid[1:])
+    launch(_compile(tmp_path, pointwise_source(ops[0].source), ops[0].entry), ops[0])
+    return got, want
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint32, np.uint64, np.int8, np.int16, np.int32, np.int64])
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+def test_bitshift_kernel_equals_the_reference(tmp_path, dtype, direction):
+    rng = np.random.default_rng(5)
+    bits = np.dtype(dtype).itemsize * 8
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max, (3, 2 * bits + 4), dtype=dtype, endpoint=True)
+    x[0, :4] = [info.min, info.max, 0, -1 if info.min else 1]
+    y = np.arange(2 * bits + 4, dtype=dtype)  # every shift, and past the width
+    if info.min:
+        y[-4:] = [-1, -bits, info.min, info.max]  # negative amounts: the sign fill, as past the width
+    got, want = _run_generated(tmp_path, "BitShift", [x, y], {"direction": direction})
+    np.testing.assert_array_equal(got, want)
+    got, want = _run_generated(tmp_path, "BitShift", [x[:, :1], y.reshape(1, -1)], {"direction": direction})
+    np.testing.assert_array_equal(got, want)
