@@ -559,17 +559,24 @@ def _range_operands(types_or_arrays):
     return [scalar_operand("Range", what, a) for what, a in zip(("start", "limit", "delta"), types_or_arrays)]
 
 
+def _range_stash(operands):
+    """The operands in the type Range computes in: f16 ones in f32 (opset 27's stash_type; ONNX
+    Runtime takes f32 whatever stash_type says), the others as they are."""
+    return [o.astype(np.float32) if o.dtype == np.float16 else o for o in operands]
+
+
 @kernel("Range")
 def _range(inputs, attrs):
-    start, limit, delta = _range_operands(inputs[:3])
+    operands = _range_operands(inputs[:3])
+    dtype = operands[0].dtype
+    start, limit, delta = _range_stash(operands)
     n = _range_count(start, limit, delta)
-    dtype = start.dtype
     if n == 0:
         return [result(np.zeros(0, dtype))]
-    # ONNX Runtime accumulates: y[0] = start, y[i] = y[i-1] + delta (in the operands' type).
-    steps = np.full(n, delta, dtype=dtype)
+    # ONNX Runtime accumulates: y[0] = start, y[i] = y[i-1] + delta (in the compute type).
+    steps = np.full(n, delta, dtype=start.dtype)
     steps[0] = start
-    return [result(np.cumsum(steps, dtype=dtype), dtype)]
+    return [result(np.cumsum(steps, dtype=start.dtype).astype(dtype), dtype)]
 
 
 @shape_rule("Range")
@@ -578,12 +585,18 @@ def _range_shape(types, values, attrs, num_outputs):
     vals = [known_value(types, values, i) for i in range(3)]
     if any(v is None for v in vals):
         return [tensor_type(elem, (None,))]
-    return [tensor_type(elem, (_range_count(*_range_operands(vals)),))]
+    return [tensor_type(elem, (_range_count(*_range_stash(_range_operands(vals))),))]
 
 
-# Opset 27 adds f16 and bf16 with stash_type (their accumulation type), which these types ignore.
-register(OpDef("Range", (11, 27), ("T", "T", "T"), ("T",), {"T": frozenset({F32, I16, I32, I64})}, _range,
-               attributes={"stash_type": 1}, shape_rule=_range_shape, host_inputs=(0, 1, 2)))
+def _claim_range(node, graph, attrs):
+    if node.since_version < 27 and graph.type_of(node.inputs[0]).elem_type == F16:
+        return f"f16 operands need Range opset 27 (this node's is {node.since_version})"
+    return None
+
+
+# Opset 27 adds f16 (and bf16, not claimed) with stash_type, the accumulation type.
+register(OpDef("Range", (11, 27), ("T", "T", "T"), ("T",), {"T": frozenset({F32, F16, I16, I32, I64})}, _range,
+               attributes={"stash_type": 1}, claim=_claim_range, shape_rule=_range_shape, host_inputs=(0, 1, 2)))
 
 
 # ---- ConstantOfShape -------------------------------------------------------------------------------

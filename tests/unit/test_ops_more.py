@@ -283,6 +283,10 @@ case("Range", 11, [A(1.0, f32), A(2.0, f32), A(1e-3, f32)], id="Range-f32-many")
 case("Range", 11, [A([2], i64), A([9], i64), A([2], i64)], id="Range-1-element-operands")
 case("Range", 27, [A(0.1, f32), A(5.0, f32), A(0.3, f32)], id="Range-27-f32")
 case("Range", 27, [A(10, i32), A(-3, i32), A(-4, i32)], {"stash_type": 1}, id="Range-27-i32-stash-type")
+# f16 operands: ORT counts and accumulates in f32 (whatever stash_type says) and rounds each element
+case("Range", 27, [A(0.1, f16), A(2000.0, f16), A(0.0999, f16)], id="Range-27-f16-accumulates-in-f32")
+case("Range", 27, [A(-3.3, f16), A(600.0, f16), A(7.77, f16)], {"stash_type": 10}, id="Range-27-f16-stash-f16")
+case("Range", 27, [A(5.0, f16), A(1.0, f16), A(0.5, f16)], id="Range-27-f16-empty")
 
 for _v in (9, 20, 21, 23, 24, 25):
     case("ConstantOfShape", _v, [A([2, 3], i64)])
