@@ -1,18 +1,26 @@
 """Linear-attention contrib ops (com.microsoft), what onnxruntime-genai's model builder emits for
 Gated DeltaNet layers (Qwen3.5's linear attention; the convolution also serves Mamba-style models):
 CausalConvWithState, LinearAttentionGate, LinearAttention and GatedRMSNorm, as ONNX Runtime's CPU
-EP computes them (the oracle; f32 arithmetic throughout, f16 in and out converted once).
+EP computes them (the oracle; f32 arithmetic throughout, f16 in and out converted once). ONNX
+standardised CausalConvWithState and LinearAttention in opset 27 (ai.onnx) as subsets of the
+contrib forms, so those entries share the contrib references, their claims admitting only what the
+standard defines (noted per op below).
 
   * CausalConvWithState (ndim 1): a depthwise causal convolution over [B, C, L] whose left context
     is past_state [B, C, k - 1] (zeros without it): y[t] = bias + sum_j w[j] * x'[t + j] over
     x' = past_state ++ input, then the optional SiLU; present_state is x''s last k - 1 columns.
-    Dilation d spaces the taps (the state then holds (k - 1) * d columns).
+    Dilation d spaces the taps (the state then holds (k - 1) * d columns). The ai.onnx op has no
+    dilation (d = 1), no ndim, no layout or state-window attributes and no state_update output.
   * LinearAttentionGate: decay = decay_scale * softplus(a + dt_bias), beta = sigmoid(b).
   * LinearAttention: the recurrence of its update_rule over the tokens in order, per KV head, from
     past_state [B, H_kv, d_k, d_v] (zeros without it); output o_t = scale * q_t^T S_t. Query head i
     reads KV head i // (H_q / H_kv); where H_kv exceeds H_q (Qwen3.5: 16 query-key heads, 32 value
     heads), each KV head j reads query head j // (H_kv / H_q) and gives one output head, and key
-    may have the query's head count (KV head j then reads key head j // (H_kv / H_q)).
+    may have the query's head count (KV head j then reads key head j // (H_kv / H_q)). The ai.onnx
+    op has the query-over-KV layout only (q_num_heads a multiple of kv_num_heads, key in
+    kv_num_heads heads) and no state_window; its type inference refuses a decay or beta input the
+    update rule does not read as well as a missing one it does, and the state's type S differs
+    from the activations' T only through past_state (without it present_state is T).
   * GatedRMSNorm: groups of C = len(scale) elements RMS-normalized, times scale, times the gate's
     activation (silu or sigmoid).
 """
@@ -45,23 +53,29 @@ CONV = "CausalConvWithState"
 _CONV_ACTS = ("none", "silu", "swish")
 
 
+def _dilation(attrs) -> int:
+    # the ai.onnx op has no dilation attribute: its taps are adjacent
+    return int(attrs.get("dilation", 1))
+
+
 @kernel(CONV)
 def _causal_conv(inputs, attrs):
     x, w, bias, past = inputs[0], inputs[1], at(inputs, 2), at(inputs, 3)
     op = CONV
     if x.ndim != 3:
-        raise RuntimeShapeError(f"{op}: input must be 3-D [batch, channels, length] (ndim=1), got {shape_str(x.shape)}")
+        raise RuntimeShapeError(f"{op}: input must be 3-D [batch, channels, length], got {shape_str(x.shape)}")
     b, c, length = x.shape
     if w.ndim != 3 or w.shape[0] != c or w.shape[1] != 1:
         raise RuntimeShapeError(f"{op}: weight must be [channels={c}, 1, k], got {shape_str(w.shape)}")
-    k, d = w.shape[2], int(attrs["dilation"])
+    k, d = w.shape[2], _dilation(attrs)
     if k < 1 or d < 1:
         raise RuntimeShapeError(f"{op}: kernel size {k} and dilation {d} must be positive")
     keep = (k - 1) * d
     if bias is not None and bias.shape != (c,):
         raise RuntimeShapeError(f"{op}: bias must be [channels] = [{c}], got {shape_str(bias.shape)}")
     if past is not None and past.shape != (b, c, keep):
-        raise RuntimeShapeError(f"{op}: past_state must be [batch, channels, (k - 1) * dilation] = "
+        state = "(k - 1) * dilation" if "dilation" in attrs else "k - 1"
+        raise RuntimeShapeError(f"{op}: past_state must be [batch, channels, {state}] = "
                                 f"{shape_str((b, c, keep))}, got {shape_str(past.shape)}")
     xp = np.concatenate([_f32(past) if past is not None else np.zeros((b, c, keep), f32), _f32(x)], axis=2)
     wf = _f32(w)[:, 0, :]
@@ -84,16 +98,24 @@ def _causal_conv_shape(types, values, attrs, num_outputs):
         raise RuntimeShapeError(f"{CONV}: input must be 3-D [batch, channels, length], got {pshape_str(x)}")
     state = None
     if x is not None and w is not None and len(w) == 3 and w[2] is not None:
-        state = (x[0], x[1], (w[2] - 1) * int(attrs["dilation"]))
+        state = (x[0], x[1], (w[2] - 1) * _dilation(attrs))
     elem = elem_of(types[0])
     return [tensor_type(elem, x), tensor_type(elem, state)]
+
+
+def _conv_reason(node, graph, attrs):
+    """What both domains' claims check: the activation, a 3-D input."""
+    if attrs["activation"] not in _CONV_ACTS:
+        return f"attribute activation='{attrs['activation']}' is not one of {', '.join(_CONV_ACTS)}"
+    t = input_type(node, graph, 0)
+    if t is not None and t.rank is not None and t.rank != 3:
+        return f"input rank {t.rank} is not supported (3-D [batch, channels, length])"
+    return None
 
 
 def _claim_causal_conv(node, graph, attrs):
     if int(attrs["ndim"]) != 1:
         return f"attribute ndim={attrs['ndim']} is not implemented (1 only)"
-    if attrs["activation"] not in _CONV_ACTS:
-        return f"attribute activation='{attrs['activation']}' is not one of {', '.join(_CONV_ACTS)}"
     for name, default in (("channels_last", 0), ("state_window", 0), ("state_update_capacity", 0),
                           ("state_length", 0), ("input_channel_offset", 0), ("input_channels", 0),
                           ("state_channels_last", -1)):
@@ -101,10 +123,7 @@ def _claim_causal_conv(node, graph, attrs):
             return f"attribute {name}={attrs[name]} is not implemented (only {default})"
     if len([o for o in node.outputs[2:] if o]):
         return "the state_update output is not implemented"
-    t = input_type(node, graph, 0)
-    if t is not None and t.rank is not None and t.rank != 3:
-        return f"input rank {t.rank} is not supported (3-D [batch, channels, length])"
-    return None
+    return _conv_reason(node, graph, attrs)
 
 
 register(OpDef(CONV, (1,), ("T", "T", "T", "T"), ("T", "T", "T"), {"T": FLOATS}, _causal_conv, domain=MS,
@@ -112,6 +131,25 @@ register(OpDef(CONV, (1,), ("T", "T", "T", "T"), ("T", "T", "T"), {"T": FLOATS},
                            "state_channels_last": -1, "state_window": 0, "state_length": 0,
                            "input_channel_offset": 0, "channels_last": 0, "input_channels": 0},
                claim=_claim_causal_conv, min_inputs=2, shape_rule=_causal_conv_shape))
+
+
+def _missing_output(node, op, names):
+    """A reason when one of the outputs `names` (by position) is absent: the ai.onnx schemas make
+    both outputs required, so a node without one is not the standard op."""
+    for i, name in enumerate(names):
+        if i >= len(node.outputs) or not node.outputs[i]:
+            return f"output {i} ({name}) is missing; ai.onnx::{op} requires it"
+    return None
+
+
+def _claim_onnx_causal_conv(node, graph, attrs):
+    """Every form the standard defines (f16 and f32)."""
+    return _missing_output(node, CONV, ("output", "present_state")) or _conv_reason(node, graph, attrs)
+
+
+register(OpDef(CONV, (27,), ("T", "T", "T", "T"), ("T", "T"), {"T": FLOATS}, _causal_conv,
+               attributes={"activation": "none"}, claim=_claim_onnx_causal_conv, min_inputs=2,
+               shape_rule=_causal_conv_shape))
 
 
 # ---- LinearAttentionGate ------------------------------------------------------------------------
@@ -159,6 +197,12 @@ LIN = "LinearAttention"
 _RULES = ("linear", "gated", "delta", "gated_delta")
 
 
+def key_head_counts(hq: int, hkv: int) -> tuple[int, ...]:
+    """The head counts key may have: kv_num_heads, or with more KV heads than query heads the
+    query's (each KV head then reads key head j // (H_kv / H_q))."""
+    return (hkv, hq) if hkv > hq else (hkv,)
+
+
 def _heads(op, x, heads, what):
     if x.ndim != 3 or heads <= 0 or x.shape[2] % heads:
         raise RuntimeShapeError(f"{op}: {what} must be 3-D [batch, tokens, heads * dim] with {heads} heads, "
@@ -183,9 +227,9 @@ def _linear_attention(inputs, attrs):
     dv = v4.shape[3]
     # key has kv_num_heads heads, or (more KV heads than query heads: Qwen3.5) as many as query
     nk = k.shape[2] // dk if k.ndim == 3 and dk else 0
-    if nk not in (hkv, hq) or nk * dk != k.shape[2]:
-        raise RuntimeShapeError(f"{op}: key {shape_str(k.shape)} must have kv_num_heads={hkv} (or q_num_heads={hq}) "
-                                f"heads of d_k = {dk} (query's)")
+    if nk not in key_head_counts(hq, hkv) or nk * dk != k.shape[2]:
+        heads = f"kv_num_heads={hkv}" + (f" (or q_num_heads={hq})" if hkv > hq else "")
+        raise RuntimeShapeError(f"{op}: key {shape_str(k.shape)} must have {heads} heads of d_k = {dk} (query's)")
     k4 = _heads(op, k, nk, "key")
     if k4.shape[:2] != (b, t) or v4.shape[:2] != (b, t):
         raise RuntimeShapeError(f"{op}: query {shape_str(q.shape)}, key {shape_str(k.shape)} and value "
@@ -266,6 +310,62 @@ register(OpDef(LIN, (1,), ("T", "T", "T", "S", "T", "T"), ("T", "S"), {"T": FLOA
                attributes={"chunk_size": 64, "kv_num_heads": REQUIRED, "state_window": 0, "q_num_heads": REQUIRED,
                            "scale": 0.0, "update_rule": "gated_delta"},
                claim=_claim_linear_attention, min_inputs=3, shape_rule=_linear_attention_shape))
+
+
+def _standard_form_reason(hq, hkv, rule, has_decay, has_beta):
+    """What ai.onnx::LinearAttention's schema (its type inference) refuses among the contrib op's
+    forms: more KV heads than query heads, and a decay or beta input the update rule does not
+    read, or missing one it does."""
+    if hq <= 0 or hkv <= 0 or hq % hkv:
+        return (f"q_num_heads={hq} must be a positive multiple of kv_num_heads={hkv} (ai.onnx::LinearAttention "
+                f"shares KV heads among query heads, never the other way)")
+    if rule not in _RULES:
+        return f"attribute update_rule='{rule}' is not one of {', '.join(_RULES)}"
+    for i, name, used, given in ((4, "decay", rule in ("gated", "gated_delta"), has_decay),
+                                 (5, "beta", rule in ("delta", "gated_delta"), has_beta)):
+        if used and not given:
+            return f"update_rule '{rule}' needs input {i} ({name})"
+        if given and not used:
+            return f"input {i} ({name}) is given, but update_rule '{rule}' takes none"
+    return None
+
+
+@kernel(LIN)
+def _onnx_linear_attention(inputs, attrs):
+    why = _standard_form_reason(int(attrs["q_num_heads"]), int(attrs["kv_num_heads"]), attrs["update_rule"],
+                                at(inputs, 4) is not None, at(inputs, 5) is not None)
+    if why:
+        raise RuntimeShapeError(f"{LIN}: {why}")
+    return _linear_attention(inputs, attrs)
+
+
+def _given(node, i: int) -> bool:
+    return i < len(node.inputs) and bool(node.inputs[i])
+
+
+def _claim_onnx_linear_attention(node, graph, attrs):
+    """Every form the standard defines (f16 and f32; past_state/present_state's S may differ from T)."""
+    why = (_missing_output(node, LIN, ("output", "present_state"))
+           or _standard_form_reason(int(attrs["q_num_heads"]), int(attrs["kv_num_heads"]), attrs["update_rule"],
+                                    _given(node, 4), _given(node, 5)))
+    if why:
+        return why
+    for i, name, rank in ((0, "query", 3), (1, "key", 3), (2, "value", 3), (3, "past_state", 4)):
+        t = input_type(node, graph, i)
+        if t is not None and t.rank is not None and t.rank != rank:
+            return f"input {i} ({name}) has rank {t.rank}; ai.onnx::LinearAttention takes {rank}-D"
+    state, query = graph.type_of(node.outputs[1]), input_type(node, graph, 0)
+    if not _given(node, 3) and state.elem_type not in (0, query.elem_type):
+        return (f"output 1 (present_state) is {state.dtype_name} but without past_state it has the query's type "
+                f"{query.dtype_name}")
+    return None
+
+
+register(OpDef(LIN, (27,), ("T", "T", "T", "S", "T", "T"), ("T", "S"), {"T": FLOATS, "S": FLOATS},
+               _onnx_linear_attention,
+               attributes={"chunk_size": 64, "kv_num_heads": REQUIRED, "q_num_heads": REQUIRED, "scale": 0.0,
+                           "update_rule": "gated_delta"},
+               claim=_claim_onnx_linear_attention, min_inputs=3, shape_rule=_linear_attention_shape))
 
 
 # ---- GatedRMSNorm -------------------------------------------------------------------------------

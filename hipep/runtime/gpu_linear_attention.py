@@ -1,12 +1,14 @@
 """GPU bindings of the Gated DeltaNet linear-attention ops (Qwen3.5): CausalConvWithState,
 LinearAttentionGate, LinearAttention and GatedRMSNorm, one launch each of kernels/linear_attention.hip
-(what each launch computes is written there). Registered in hipep.runtime.gpu_kernels' table on
-import."""
+(what each launch computes is written there). The ai.onnx (opset 27) CausalConvWithState and
+LinearAttention are subsets of the contrib forms (hipep/ops/linear_attention.py says which), so
+they share the contrib bindings. Registered in hipep.runtime.gpu_kernels' table on import."""
 from __future__ import annotations
 
 import ctypes
 
 from ..errors import HipepError
+from ..ops.linear_attention import key_head_counts
 from .gpu_binding_core import KernelOp, NoKernel, _binding, flat_config, ptr, row_config
 
 MODULE = "linear_attention"
@@ -46,6 +48,7 @@ def _conv_check(attrs, dtypes, shapes, values):
     return None
 
 
+@_binding("::CausalConvWithState", check=_conv_check, modules=(MODULE,))
 @_binding("com.microsoft::CausalConvWithState", check=_conv_check, modules=(MODULE,))
 def _causal_conv_bind(ins, outs, attrs, target):
     op = "CausalConvWithState"
@@ -128,6 +131,7 @@ def _la_check(attrs, dtypes, shapes, values):
     return None
 
 
+@_binding("::LinearAttention", check=_la_check, modules=(MODULE,))
 @_binding("com.microsoft::LinearAttention", check=_la_check, modules=(MODULE,))
 def _linear_attention_bind(ins, outs, attrs, target):
     op = "LinearAttention"
@@ -145,8 +149,10 @@ def _linear_attention_bind(ins, outs, attrs, target):
     b, t = int(q.shape[0]), int(q.shape[1])
     dk, dv = int(q.shape[2]) // hq, int(v.shape[2]) // hkv
     nk = int(k.shape[2]) // dk if dk else 0
-    if nk not in (hkv, hq) or nk * dk != k.shape[2] or dk * hq != q.shape[2] or dv * hkv != v.shape[2]:
-        raise HipepError(f"{op}: key {list(k.shape)} must hold kv_num_heads (or q_num_heads) heads of {dk}")
+    if nk not in key_head_counts(hq, hkv) or nk * dk != k.shape[2] or dk * hq != q.shape[2] or dv * hkv != v.shape[2]:
+        heads = "kv_num_heads" + (" (or q_num_heads)" if hkv > hq else "")
+        raise HipepError(f"{op}: key {list(k.shape)} must hold {heads} heads of {dk} (q_num_heads={hq}, "
+                         f"kv_num_heads={hkv})")
     if dk > LA_MAX_DK or dv > LA_MAX_DV:
         raise NoKernel(f"{op} with heads of d_k={dk}, d_v={dv} (at most {LA_MAX_DK} and {LA_MAX_DV})")
     if past is not None and tuple(past.shape) != (b, hkv, dk, dv):

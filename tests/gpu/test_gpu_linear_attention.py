@@ -2,7 +2,8 @@
 device, end to end: single-node models through hipep.InferenceSession(device="cuda"), every node
 claimed, compared with ONNX Runtime's CPU EP over three runs (first run, bound replay, CUDA graph
 replay): CausalConvWithState, LinearAttentionGate, LinearAttention (every update rule, the head
-layouts, Qwen3.5's head sizes) and GatedRMSNorm; f32 within 1e-5, f16 within 1e-2."""
+layouts, Qwen3.5's head sizes) and GatedRMSNorm, and the ai.onnx (opset 27) CausalConvWithState and
+LinearAttention; f32 within 1e-5, f16 within 1e-2."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,35 +23,39 @@ if not _ok:
     pytest.skip(f"no CUDA device: {_why}", allow_module_level=True)
 
 MS = "com.microsoft"
+ONNX = ""  # the default domain: the ops ONNX standardised in opset 27
 
 
-def _model(op, ins, n_out, **attrs):
+def _model(op, ins, n_out, domain, **attrs):
     names = [f"x{i}" if a is not None else "" for i, a in enumerate(ins)]
-    node = helper.make_node(op, names, [f"y{i}" for i in range(n_out)], domain=MS, name="node", **attrs)
+    node = helper.make_node(op, names, [f"y{i}" for i in range(n_out)], domain=domain, name="node", **attrs)
     inputs = [tensor(nm, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape)) for nm, a in zip(names, ins) if nm]
     outputs = [tensor(f"y{i}", helper.np_dtype_to_tensor_dtype(ins[0].dtype), None) for i in range(n_out)]
     feeds = {nm: a for nm, a in zip(names, ins) if nm}
+    if domain == ONNX:
+        return make_model([node], inputs, outputs, opset=27), feeds
     return make_model([node], inputs, outputs, opset=21, extra_opsets=[(MS, 1)]), feeds
 
 
-def _run(op, ins, n_out, dtype, **attrs):
-    if not ort_has(op) and ORT_VERSION >= FOLLOWED:
-        pytest.skip(f"ORT's CPU EP has no {op} to compare with")
-    model, feeds = _model(op, ins, n_out, **attrs)
+def _run(op, ins, n_out, dtype, domain=MS, **attrs):
+    if not ort_has(op, domain) and ORT_VERSION >= FOLLOWED:
+        pytest.skip(f"ORT's CPU EP has no {domain or 'ai.onnx'}::{op} to compare with")
+    model, feeds = _model(op, ins, n_out, domain, **attrs)
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-2, atol=1e-2)
     check_on_cuda(model, feeds, claimed=True, tol=tol, newest=True)
 
 
+@pytest.mark.parametrize("domain", [MS, ONNX], ids=["contrib", "ai.onnx"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("length,past", [(1, True), (9, True), (5, False)], ids=["decode", "prefill", "no-past"])
-def test_causal_conv_with_state(length, past, dtype):
+def test_causal_conv_with_state(length, past, dtype, domain):
     rng = _rng(f"conv{length}{past}")
     b, c, k = 2, 256, 4
     ins = [U(rng, b, c, length, dtype=dtype), U(rng, c, 1, k, dtype=dtype), U(rng, c, dtype=dtype),
            U(rng, b, c, k - 1, dtype=dtype) if past else None]
     while ins[-1] is None:
         ins.pop()
-    _run("CausalConvWithState", ins, 2, dtype, activation="silu")
+    _run("CausalConvWithState", ins, 2, dtype, domain=domain, activation="silu")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
@@ -84,3 +89,12 @@ def test_gated_rms_norm(act, c, dtype):
     rng = _rng(f"grn{act}")
     ins = [U(rng, 1, 3, 32 * c, dtype=dtype), U(rng, c, dtype=dtype) + 1, U(rng, 1, 3, 32 * c, dtype=dtype, scale=4)]
     _run("GatedRMSNorm", ins, 1, dtype, activation=act, epsilon=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("heads", [(2, 2), (4, 2), (4, 1)], ids=["mha", "gqa", "mqa"])
+@pytest.mark.parametrize("rule", ["linear", "gated", "delta", "gated_delta"])
+def test_onnx_linear_attention(rule, heads, dtype):
+    rng = _rng(f"onnx-la{rule}{heads}")
+    ins = linear_attention_inputs(rng, rule, *heads, dtype=dtype, dk=32, dv=48, tokens=6, per_key_decay=True)
+    _run("LinearAttention", ins, 2, dtype, domain=ONNX, q_num_heads=heads[0], kv_num_heads=heads[1], update_rule=rule)

@@ -3,8 +3,9 @@ unchanged kernel source, the launches hipep/runtime/gpu_linear_attention.py give
 on host threads) against the registry's references (hipep/ops/linear_attention.py, themselves
 checked against ORT's CPU EP): CausalConvWithState (decode and prefill, dilation, no past), the
 gate, LinearAttention (every update rule, the three head layouts, per-key decay, shared beta, no
-past) and GatedRMSNorm, f32 and f16, warps of 32 and 64 lanes. Also what the checks refuse.
-Skipped without g++."""
+past) and GatedRMSNorm, f32 and f16, warps of 32 and 64 lanes; the ai.onnx (opset 27)
+CausalConvWithState and LinearAttention through the same launches. Also what the checks and
+bindings refuse. Skipped without g++."""
 from __future__ import annotations
 
 import shutil
@@ -12,6 +13,7 @@ import shutil
 import numpy as np
 import pytest
 
+from hipep.errors import HipepError
 from hipep.runtime import gpu_kernels as gk
 
 from unit.host_kernels import EXACT_FLAGS, compile_module, run_on_host
@@ -106,3 +108,39 @@ def test_checks_name_what_has_no_kernel():
     assert "element types" in la.check(attrs, ["bfloat16"] * 3, [], [])
     conv = gk.BINDINGS["com.microsoft::CausalConvWithState"]
     assert "channels first" in conv.check(dict(channels_last=1), ["float32"] * 2, [], [])
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("k,act,past,length", [(4, "silu", True, 1), (4, "none", False, 2), (1, "swish", False, 3)])
+def test_onnx_causal_conv(libs, k, act, past, length, dtype):
+    rng = _rng(f"onnx-conv{k}{act}{past}{length}")
+    b, c = 2, 6
+    ins = [U(rng, b, c, length, dtype=dtype), U(rng, c, 1, k, dtype=dtype), U(rng, c, dtype=dtype),
+           U(rng, b, c, k - 1, dtype=dtype) if past else None]
+    views, want, ops = run_on_host(libs, "::CausalConvWithState", ins, dict(activation=act), n_out=2)
+    assert [op.entry for op in ops] == [f"hipep_causal_conv_{'f32' if dtype == F32 else 'f16'}"]
+    for g, w in zip(views, want):
+        _close(g, w, dtype)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("heads", [(2, 2), (4, 2), (4, 1)], ids=["mha", "gqa", "mqa"])
+@pytest.mark.parametrize("rule", ["linear", "gated_delta"])
+def test_onnx_linear_attention(libs, rule, heads, dtype):
+    rng = _rng(f"onnx-la{rule}{heads}")
+    ins = linear_attention_inputs(rng, rule, *heads, dtype=dtype, per_key_decay=True)
+    views, want, ops = run_on_host(libs, "::LinearAttention", ins,
+                                   dict(q_num_heads=heads[0], kv_num_heads=heads[1], update_rule=rule), n_out=2)
+    assert ops[0].grid == (heads[1], 2, 1)
+    for g, w in zip(views, want):
+        _close(g, w, dtype)
+
+
+def test_binding_refuses_key_in_the_query_heads_over_fewer_kv_heads():
+    """Key in q_num_heads heads is Qwen3.5's layout only where KV heads outnumber query heads; with
+    more query heads the kernel would divide kv_num_heads by the larger count (0)."""
+    ins = linear_attention_inputs(_rng("key-heads"), "gated_delta", 4, 2, key_heads=4)
+    for key in ("::LinearAttention", "com.microsoft::LinearAttention"):
+        with pytest.raises(HipepError, match=r"key \[2, 5, 32\] must hold kv_num_heads heads of 8"):
+            gk.binding_for(key).bind([gk.Arg(0, a.shape, a.dtype) for a in ins], [None, None],
+                                     dict(q_num_heads=4, kv_num_heads=2), None)
