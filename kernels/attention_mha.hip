@@ -1,4 +1,4 @@
-// com.microsoft::MultiHeadAttention and ai.onnx Attention-23/24 on the GPU (bindings in
+// com.microsoft::MultiHeadAttention and ai.onnx Attention-23/24/25 on the GPU (bindings in
 // hipep/runtime/gpu_attention_ops.py; the semantics are hipep/ops/attention.py's references).
 //
 // GroupQueryAttention's kernels (attention.h) are not reused: their geometry comes from seqlens_k and
@@ -20,10 +20,14 @@
 //   hipep_mha_present_<dt>   present_key / present_value ([B, kv_heads, past + new, H]): past's rows,
 //                            then the new rows (with MultiHeadAttention's bias added in f32).
 //
-// A key takes part unless the causal frontier (bottom-right aligned: key j > past + s) or a false
-// entry of a bool mask excludes it; both stand for the references' finite sentinel, which adds
-// exactly nothing to a row that has any other key (exp(lowest - max) is 0 in f32). A row with no key
-// above the sentinel comes out as zeros for ai.onnx Attention (`dead_zero`), as ORT's CPU kernel.
+// Query token s sits at position past + s. A key j takes part unless the causal frontier (j >
+// past + s), Attention-25's window (j < past + s - left_window or j > past + s + right_window, for
+// each bound >= 0), a false entry of a bool mask or a key past a shorter mask's end excludes it;
+// all stand for the references' sentinel, which adds exactly nothing to a row that has any other key
+// (exp(sentinel - max) is 0 in f32). A row with no key above the sentinel comes out as zeros for
+// ai.onnx Attention (`dead_zero`), as ORT's CPU kernel. The keys a row may attend are a contiguous
+// range, so a tile of rows visits only the key tiles between its first row's start and its last
+// row's end: a window keeps long sequences' work proportional to the window.
 #include "hipep_device.h"
 
 struct hipep_mha_args {
@@ -32,6 +36,9 @@ struct hipep_mha_args {
   int causal;       // key j > past + s is not attended
   int mask_kind;    // 0: no attn_mask, 1: additive (the element type), 2: bool (false: not attended)
   int dead_zero;    // a row whose best score is at most `lowest` is zeros (ai.onnx Attention)
+  int left_window;  // key j < past + s - left_window is not attended (-1: unbounded)
+  int right_window; // key j > past + s + right_window is not attended (-1: unbounded)
+  int mask_keys;    // keys the mask holds per row: keys from there on are not attended
   hipep_i64 q_sb, q_sh, q_ss;  // element strides: batch, head, sequence (a head's dims contiguous)
   hipep_i64 k_sb, k_sh, k_ss;  // the new keys
   hipep_i64 v_sb, v_sh, v_ss;  // the new values
@@ -41,6 +48,19 @@ struct hipep_mha_args {
 };
 
 HIPEP_DEVICE int hipep_mha_min(int x, int y) { return x < y ? x : y; }
+
+// The keys [begin, end) a query at position `pos` may attend before the mask: the causal frontier
+// and the window's bounds.
+HIPEP_DEVICE int hipep_mha_key_end(const hipep_mha_args& a, int pos) {
+  int end = a.total;
+  if (a.causal) end = hipep_mha_min(end, pos + 1);
+  if (a.right_window >= 0) end = hipep_mha_min(end, pos + a.right_window + 1);
+  return end;
+}
+
+HIPEP_DEVICE int hipep_mha_key_begin(const hipep_mha_args& a, int pos) {
+  return a.left_window >= 0 && pos > a.left_window ? pos - a.left_window : 0;
+}
 
 // Element d of key (or value, `dims` its head size) row j of KV head kvh, batch b: from past below
 // `past`, else the new rows (plus the bias, in f32).
@@ -98,16 +118,19 @@ HIPEP_DEVICE void hipep_mha(const T* HIPEP_RESTRICT q, const T* HIPEP_RESTRICT k
     }
     q_s[r * LD + d] = x;
   }
-  // Keys row s sees: [0, hi); the tile's range ends at its last row's.
-  int hi[2], row_s[2], row_head[2];
+  // Keys row s sees: [lo, hi); both bounds grow with s, so the tile's range starts at its first
+  // row's and ends at its last row's.
+  int lo[2], hi[2], row_s[2], row_head[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int r = q0 + r0 + i;
     row_s[i] = r / G;
     row_head[i] = kvh * G + r % G;
-    hi[i] = r >= rows ? 0 : (a.causal ? hipep_mha_min(T_, a.past + row_s[i] + 1) : T_);
+    lo[i] = hipep_mha_key_begin(a, a.past + row_s[i]);
+    hi[i] = r >= rows ? 0 : hipep_mha_key_end(a, a.past + row_s[i]);
   }
-  const int tile_hi = a.causal ? hipep_mha_min(T_, a.past + (hipep_mha_min(q0 + BM, rows) - 1) / G + 1) : T_;
+  const int tile_lo = hipep_mha_key_begin(a, a.past + q0 / G);
+  const int tile_hi = hipep_mha_key_end(a, a.past + (hipep_mha_min(q0 + BM, rows) - 1) / G);
 
   float m[2] = {-HIPEP_INF_F, -HIPEP_INF_F}, l[2] = {0.0f, 0.0f};
   float4 acc[2][DK];
@@ -116,7 +139,7 @@ HIPEP_DEVICE void hipep_mha(const T* HIPEP_RESTRICT q, const T* HIPEP_RESTRICT k
 #pragma unroll
     for (int kk = 0; kk < DK; ++kk) acc[i][kk] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
-  for (int j0 = 0; j0 < tile_hi; j0 += BN) {
+  for (int j0 = tile_lo - tile_lo % BN; j0 < tile_hi; j0 += BN) {
     __syncthreads();  // the previous tile's V is no longer read
     hipep_mha_load_tile<BN, LD>(past_k, k, k_bias, a.k_sb, a.k_sh, a.k_ss, H, H4, a, b, kvh, j0, tile_hi, kv_s, t,
                                 THREADS);
@@ -142,7 +165,7 @@ HIPEP_DEVICE void hipep_mha(const T* HIPEP_RESTRICT q, const T* HIPEP_RESTRICT k
 #pragma unroll
       for (int c = 0; c < CPT; ++c) {
         const int j = j0 + cl + 8 * c;
-        bool on = j < hi[i];
+        bool on = j >= lo[i] && j < hi[i] && (a.mask_kind == 0 || j < a.mask_keys);
         if (on && a.mask_kind == 2) on = mask_bool[mrow + j] != 0;
         float x = -HIPEP_INF_F;
         if (on) {  // the references' order: scale, softcap, key padding, then the mask or bias

@@ -1,7 +1,7 @@
-// Indexing by a tensor of indices, the data moves: GatherElements, GatherND, and ScatterElements
-// (Scatter) and ScatterND with reduction 'none'. The addressing is kernels/indexing.h's; the
-// scatters' reductions are kernels/scatter_reduce.hip (a module of their own, so a model without
-// them does not compile their ~100 entry points).
+// Indexing by a tensor of indices, the data moves: GatherElements, GatherND, ScatterElements
+// (Scatter) and ScatterND with reduction 'none', and TensorScatter's rows. The addressing is
+// kernels/indexing.h's; the scatters' reductions are kernels/scatter_reduce.hip (a module of their
+// own, so a model without them does not compile their ~100 entry points).
 //
 // Gathers move elements as words W of 1 to 16 bytes (GatherND widens the word where a slice's
 // bytes and the pointers allow); nd kernels have threads along x walk a slice's words, blockDim.y
@@ -115,6 +115,46 @@ HIPEP_DEVICE void hipep_scatter_nd(const I* HIPEP_RESTRICT indices, const W* HIP
   }
 }
 
+// ---- TensorScatter --------------------------------------------------------------------------------
+// The cache [outer, max_seq, inner] (outer: batch and the axes before the sequence axis, inner: the
+// axes after it, in words) takes update [outer, seq, inner]: update row (o, i) lands on cache row
+// (o, write_indices[o / per_batch] + i), modulo max_seq in circular mode. The runtime has copied
+// past_cache into the cache first, unless the two share memory (a decode step updating the cache
+// in place): each thread reads update and writes the cache only, so that is the same. A write
+// index out of range (negative; linear mode: past max_seq - seq) writes nothing of its batch entry
+// and is reported.
+
+struct hipep_tensor_scatter_args {
+  hipep_i64 rows;       // update rows: outer * seq
+  hipep_i64 seq;        // update's extent along the sequence axis
+  hipep_i64 max_seq;    // the cache's extent along it
+  hipep_i64 per_batch;  // outer rows per batch entry (the axes between batch and the sequence axis)
+  hipep_i64 inner;      // words per row
+  int circular;
+};
+
+template <typename W>
+HIPEP_DEVICE void hipep_tensor_scatter(const W* HIPEP_RESTRICT update, const hipep_i64* HIPEP_RESTRICT write_indices,
+                                       W* HIPEP_RESTRICT cache, const hipep_tensor_scatter_args a,
+                                       const hipep_fault_site fault) {
+  const hipep_i64 row_step = (hipep_i64)gridDim.y * blockDim.y;
+  const hipep_i64 col_step = (hipep_i64)gridDim.x * blockDim.x;
+  for (hipep_i64 r = (hipep_i64)blockIdx.y * blockDim.y + threadIdx.y; r < a.rows; r += row_step) {
+    const hipep_i64 o = r / a.seq, i = r - o * a.seq;
+    hipep_i64 at = write_indices == nullptr ? 0 : write_indices[o / a.per_batch];
+    if (at < 0 || (!a.circular && at > a.max_seq - a.seq)) {
+      // One thread of the batch entry's first row reports it.
+      if (i == 0 && o % a.per_batch == 0 && blockIdx.x == 0 && threadIdx.x == 0)
+        hipep_report_fault(fault, HIPEP_FAULT_WRITE_INDEX, at, a.circular ? -1 : a.max_seq - a.seq);
+      continue;
+    }
+    // (circular: reduced first, so a write index near the int64 limit does not overflow)
+    at = a.circular ? (at % a.max_seq + i) % a.max_seq : at + i;
+    W* dst = cache + (o * a.max_seq + at) * a.inner;
+    const W* src = update + r * a.inner;
+    for (hipep_i64 t = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; t < a.inner; t += col_step) dst[t] = src[t];
+  }
+}
 
 // ---- entry points (by element or word size) -------------------------------------------------------
 
@@ -175,3 +215,17 @@ HIPEP_DEVICE void hipep_scatter_nd(const I* HIPEP_RESTRICT indices, const W* HIP
 HIPEP_ELEMENTS_FAMILY(i32, int)
 HIPEP_ELEMENTS_FAMILY(i64, hipep_i64)
 HIPEP_ND_FAMILY(i64, hipep_i64)
+
+// TensorScatter moves rows as words of 1 to 16 bytes (the runtime widens them where it can).
+#define HIPEP_TENSOR_SCATTER(WNAME, W)                                                                             \
+  HIPEP_KERNEL void hipep_tensor_scatter_##WNAME(const W* HIPEP_RESTRICT upd, const hipep_i64* HIPEP_RESTRICT idx, \
+                                                 W* HIPEP_RESTRICT cache, const hipep_tensor_scatter_args a,       \
+                                                 const hipep_fault_site f) {                                       \
+    hipep_tensor_scatter<W>(upd, idx, cache, a, f);                                                                \
+  }
+
+HIPEP_TENSOR_SCATTER(w1, unsigned char)
+HIPEP_TENSOR_SCATTER(w2, unsigned short)
+HIPEP_TENSOR_SCATTER(w4, unsigned int)
+HIPEP_TENSOR_SCATTER(w8, hipep_u64)
+HIPEP_TENSOR_SCATTER(w16, uint4)

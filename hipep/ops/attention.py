@@ -1,5 +1,5 @@
 """Multi-head attention other than GroupQueryAttention: com.microsoft MultiHeadAttention and ai.onnx
-Attention-23/24, as ONNX Runtime's CPU EP computes them (scores, softmax and the weighted sum of V
+Attention-23/24/25, as ONNX Runtime's CPU EP computes them (scores, softmax and the weighted sum of V
 in f32, rounded once; ai.onnx Attention in f16 also rounds the scores and the probabilities, see
 there). Shared helpers (`_softmax_rows`, `_f32`, `_round`) live in contrib_attention.py."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from ..errors import RuntimeShapeError
 from ._common import (at, elem_of, has_input, input_type, kernel, pshape_str, result, shape_of, shape_rule, shape_str,
                       tensor_type)
 from .contrib_attention import _f32, _round, _softmax_rows
-from .registry import BOOL, F16, F32, I32, I64, OUTPUT_COUNT, REQUIRED, OpDef, register
+from .registry import BOOL, F16, F32, I32, I64, OUTPUT_COUNT, REQUIRED, SINCE_VERSION, OpDef, register
 
 FLOATS = frozenset({F32, F16})
 I32S = frozenset({I32})
@@ -162,14 +162,16 @@ register(OpDef(
     claim=_claim_mha, min_inputs=1, shape_rule=_mha_shape))
 
 
-# ---- Attention (ai.onnx 23, 24) ----------------------------------------------------------------
+# ---- Attention (ai.onnx 23, 24, 25) ------------------------------------------------------------
 # As ORT's CPU kernel (core/providers/cpu/llm/attention.cc): scores = scale * Q K^T, softcap,
-# then the mask (a bool mask and the causal frontier j > past + i become the finite sentinel
-# float-lowest, a float mask is added as is), then Attention-24's nonpad_kv_seqlen sets keys
-# j >= nonpad[b] to the sentinel (the causal frontier stays top-left aligned without a past).
-# A row whose every key is masked therefore averages V uniformly (it is all sentinels). In f16
-# the scores, the probabilities and the output are each rounded to f16 (ORT's f16 GEMMs write
-# f16); the softmax itself runs in f32.
+# then the mask: a bool mask, the causal frontier and Attention-25's window exclude keys with a
+# sentinel (the lowest finite float before 25, -inf from 25), a float mask is added as is; then
+# Attention-24's nonpad_kv_seqlen sets keys j >= nonpad[b] to the sentinel. Query row i sits at
+# position offset + i (offset: the past length, or without a past nonpad[b] - S): the causal
+# frontier keeps keys j <= position, a window keys position - left <= j <= position + right.
+# A row with no key above the sentinel comes out as zeros. In f16 the scores, the probabilities
+# and the output are each rounded to f16 (ORT's f16 GEMMs write f16); the softmax itself runs in
+# f32.
 
 ATTN = "Attention"
 
@@ -180,6 +182,31 @@ def _attn_heads(x, heads, what):
     if heads <= 0 or d % heads:
         raise RuntimeShapeError(f"{ATTN}: {what} hidden size {d} is not a multiple of its head count {heads}")
     return _f32(x).reshape(b, s, heads, d // heads).transpose(0, 2, 1, 3)
+
+
+def mask_reason(mask_shape, full, since: int) -> str | None:
+    """Why attn_mask's shape does not fit [batch, q_num_heads, q_sequence, total_sequence] (None:
+    it does; unknown extents pass), as ORT's CPU kernel checks it. Before Attention-25: 2-D to
+    4-D, its query and key axes whole, heads and batch 1 or whole. Attention-25: 1-D to 4-D
+    broadcast right-aligned, its key axis at most total_sequence (the missing keys are masked)."""
+    rank = len(mask_shape)
+    if since < 25:
+        if not 2 <= rank <= 4:
+            return f"attn_mask of rank {rank} (Attention-{since} takes 2-D to 4-D)"
+        if any(m is not None and f is not None and m != f for m, f in zip(mask_shape[-2:], full[-2:])):
+            return (f"attn_mask {pshape_str(mask_shape)}: its last two axes must be [q_sequence, total_sequence] "
+                    f"= {pshape_str(full[-2:])}")
+        lead = zip(mask_shape[-3::-1], full[-3::-1])
+    else:
+        if not 1 <= rank <= 4:
+            return f"attn_mask of rank {rank} (1-D to 4-D)"
+        if mask_shape[-1] is not None and full[-1] is not None and mask_shape[-1] > full[-1]:
+            return f"attn_mask {pshape_str(mask_shape)} has more keys than total_sequence {full[-1]}"
+        lead = zip(mask_shape[-2::-1], full[-2::-1])
+    if any(m is not None and f is not None and m not in (1, f) for m, f in lead):
+        return (f"attn_mask {pshape_str(mask_shape)} does not broadcast to [batch, q_num_heads, q_sequence, "
+                f"total_sequence] = {pshape_str(full)}")
+    return None
 
 
 @kernel(ATTN)
@@ -221,7 +248,10 @@ def _attention(inputs, attrs):
     scale = 1.0 / float(np.sqrt(h)) if scale is None else float(scale)
     qk = np.matmul(qh, np.repeat(kh, group, axis=1).transpose(0, 1, 3, 2)).astype(np.float32) * np.float32(scale)
     rnd = (lambda a: _round(a, dtype)) if f16 else (lambda a: np.asarray(a, np.float32))
-    lowest = np.float32(np.finfo(dtype).min)
+    # The sentinel of an excluded key: Attention-25 (ORT as the spec) writes -inf; before, ORT's
+    # kernel wrote the lowest finite float, which qk_matmul_output shows.
+    since = int(attrs.get(SINCE_VERSION, 23))
+    lowest = np.float32(-np.inf if since >= 25 else np.finfo(dtype).min)
     if nonpad is not None:
         if pk is not None or nonpad.shape != (b,):
             raise RuntimeShapeError(f"{ATTN}: nonpad_kv_seqlen must be [batch] = [{b}] without past_key, got "
@@ -230,18 +260,27 @@ def _attention(inputs, attrs):
             raise RuntimeShapeError(f"{ATTN}: nonpad_kv_seqlen values must be in [0, {t}], got {nonpad.tolist()}")
     bias = None
     if mask is not None:
-        if mask.ndim < 2 or mask.ndim > 4 or mask.shape[-1] != t or mask.shape[-2] != s \
-                or (mask.ndim >= 3 and mask.shape[-3] not in (1, nq)) \
-                or (mask.ndim == 4 and mask.shape[0] not in (1, b)):
-            raise RuntimeShapeError(f"{ATTN}: attn_mask {shape_str(mask.shape)} does not broadcast to "
-                                    f"[batch, q_num_heads, q_sequence, total_sequence] = {shape_str((b, nq, s, t))}")
+        why = mask_reason(mask.shape, (b, nq, s, t), since)
+        if why:
+            raise RuntimeShapeError(f"{ATTN}: {why}")
         bias = np.where(mask, 0.0, lowest).astype(np.float32) if mask.dtype == np.bool_ else _f32(mask)
-        bias = np.broadcast_to(bias.reshape((1,) * (4 - mask.ndim) + mask.shape), (b, nq, s, t))
+        # Keys past a shorter mask's end (Attention-25) are masked out, as the spec pads it.
+        bias = np.pad(bias, [(0, 0)] * (mask.ndim - 1) + [(0, t - mask.shape[-1])], constant_values=lowest)
+        bias = np.broadcast_to(bias.reshape((1,) * (4 - mask.ndim) + bias.shape), (b, nq, s, t))
+    # Query row i sits at absolute position offset + i: the past length, or (without a past)
+    # nonpad[b] - S; the causal frontier and Attention-25's window are both aligned to it.
+    position = (np.full(b, p) if nonpad is None else nonpad.astype(np.int64) - s)[:, None] + np.arange(s)[None, :]
+    keys = np.arange(t)[None, None, :]
+    excluded = np.zeros((b, s, t), bool)
     if int(attrs["is_causal"]):
-        # Bottom-right aligned: the past length, or (Attention-24 without a past) nonpad[b] - S.
-        offset = np.full(b, p) if nonpad is None else nonpad.astype(np.int64) - s
-        future = np.arange(t)[None, None, :] > offset[:, None, None] + np.arange(s)[None, :, None]
-        bias = np.where(future[:, None], lowest, 0.0 if bias is None else bias).astype(np.float32)
+        excluded |= keys > position[:, :, None]
+    left, right = int(attrs.get("left_window_size", -1)), int(attrs.get("right_window_size", -1))
+    if left >= 0:
+        excluded |= keys < position[:, :, None] - left
+    if right >= 0:
+        excluded |= keys > position[:, :, None] + right
+    if excluded.any():
+        bias = np.where(excluded[:, None], lowest, 0.0 if bias is None else bias).astype(np.float32)
     mode = int(attrs["qk_matmul_output_mode"]) if int(attrs.get(OUTPUT_COUNT, 1)) > 3 else -1
     softcap = float(attrs["softcap"])
     if bias is not None and softcap <= 0 and mode not in (0, 1):
@@ -334,25 +373,34 @@ def _claim_attention(node, graph, attrs):
         return f"qk_matmul_output_mode={attrs['qk_matmul_output_mode']} is not one of 0, 1, 2, 3"
     if attrs.get("scale") is not None and not float(attrs["scale"]) > 0:
         return f"scale={attrs['scale']} must be positive"
+    for name in ("left_window_size", "right_window_size"):
+        if name in node.attributes and node.since_version < 25:
+            return f"attribute '{name}' is not supported by Attention-{node.since_version} (added in opset 25)"
+        if int(attrs.get(name, -1)) < -1:
+            return f"{name}={attrs[name]} must be -1 (unbounded) or non-negative"
     t = input_type(node, graph, 3)
-    if t is not None and t.rank is not None and not 2 <= t.rank <= 4:
-        return f"attn_mask of rank {t.rank} is not supported (2-D to 4-D)"
+    lowest_rank = 1 if node.since_version >= 25 else 2
+    if t is not None and t.rank is not None and not lowest_rank <= t.rank <= 4:
+        return f"attn_mask of rank {t.rank} is not supported ({lowest_rank}-D to 4-D)"
     if t is not None and t.elem_type not in (BOOL, elem_of(input_type(node, graph, 0))):
         return f"attn_mask of element type {t.dtype_name} is not supported (bool or Q's type, as ORT's CPU kernel)"
     if has_input(node, 6) and has_input(node, 4):
         return "nonpad_kv_seqlen together with past_key is invalid"
     mode = int(attrs["qk_matmul_output_mode"])
-    if len(node.outputs) > 3 and node.outputs[3] and mode in (1, 2) and int(attrs.get("is_causal", 0)):
+    if len(node.outputs) > 3 and node.outputs[3] and mode in (1, 2) and int(attrs.get("is_causal", 0)) \
+            and node.since_version < 25:
         # There the scores output holds masked positions: ONNX writes -inf, ORT's CPU kernel the
         # lowest float (ONNX's own test_attention_4d_*_qk_matmul_bias_*_mask_causal fail on ORT).
+        # Attention-25 writes -inf in both.
         return (f"output qk_matmul_output with qk_matmul_output_mode={mode} and is_causal=1: ONNX Runtime "
                 f"and the ONNX spec write different values (lowest float vs -inf) at masked positions")
     return None
 
 
 register(OpDef(
-    ATTN, (23, 24), ("T", "T", "T", "", "T", "T", "I64"), ("T", "T", "T", "T"),
+    ATTN, (23, 24, 25), ("T", "T", "T", "", "T", "T", "I64"), ("T", "T", "T", "T"),
     {"T": FLOATS, "I64": I64S}, _attention,
     attributes={"is_causal": 0, "kv_num_heads": 0, "q_num_heads": 0, "qk_matmul_output_mode": 0,
-                "scale": None, "softcap": 0.0, "softmax_precision": 0},
+                "scale": None, "softcap": 0.0, "softmax_precision": 0, "left_window_size": -1,
+                "right_window_size": -1},
     claim=_claim_attention, min_inputs=3, shape_rule=_attention_shape))

@@ -1,4 +1,5 @@
-"""Indexing ops: GatherElements, GatherND, ScatterElements, ScatterND, Scatter, OneHot.
+"""Indexing ops: GatherElements, GatherND, ScatterElements, ScatterND, Scatter, OneHot, and
+TensorScatter (the KV-cache update that pairs with Attention).
 
 Indices may be negative (counted from the end of their axis); an index outside [-n, n-1] is a
 RuntimeShapeError naming the offending value, as ONNX Runtime rejects it. Scatter reductions
@@ -12,7 +13,7 @@ import numpy as np
 from ..errors import RuntimeShapeError
 from ._common import (at, elem_of, input_type, kernel, known_value, normalize_axis, pshape_str,
                       result, scalar_operand, shape_of, shape_rule, shape_str, tensor_type, upcast)
-from .registry import ANY_TENSOR, BOOL, F16, F32, I32, I64, INTS, OpDef, register
+from .registry import ANY_TENSOR, ANY_TENSOR_BF16, BOOL, F16, F32, I32, I64, INTS, OpDef, register
 
 I64S = frozenset({I64})
 REDUCTIONS = ("none", "add", "mul", "max", "min")
@@ -300,3 +301,108 @@ _ONE_HOT_INTEGER_INDEX = frozenset({I32, I64})
 register(OpDef("OneHot", (9, 11, 28), ("I", "D", "T"), ("T",),
                {"I": _ONE_HOT_INTEGER_INDEX, "D": _ONE_HOT_INDEX, "T": ANY_TENSOR}, _one_hot,
                attributes={"axis": -1}, claim=_claim_one_hot, shape_rule=_one_hot_shape, host_inputs=(1,)))
+
+
+# ---- TensorScatter ---------------------------------------------------------------------------
+# present_cache = past_cache with update's rows written along `axis` (the sequence axis) from
+# write_indices[b] on for batch entry b (0 without write_indices). Linear mode: the rows must fit,
+# write_indices[b] + sequence_length <= max_sequence_length; circular mode: row positions wrap
+# modulo max_sequence_length. ONNX Runtime rejects a negative write index in either mode, and an
+# update longer than the cache.
+
+TS = "TensorScatter"
+TS_MODES = ("linear", "circular")
+
+
+def _tensor_scatter_axis(rank: int, axis: int) -> int:
+    if rank < 2:
+        raise RuntimeShapeError(f"{TS}: past_cache must have rank >= 2 (batch, then the sequence axis), got "
+                                f"rank {rank}")
+    axis = normalize_axis(TS, axis, rank)
+    if axis == 0:
+        raise RuntimeShapeError(f"{TS}: axis 0 is the batch axis; the sequence axis must be another")
+    return axis
+
+
+def _tensor_scatter_check(past, update, indices, axis):
+    """Validates the partial shapes of past_cache, update and write_indices (None: unknown);
+    returns the normalized axis, or None where past's rank is unknown."""
+    if past is None:
+        return None
+    axis = _tensor_scatter_axis(len(past), axis)
+    if update is not None:
+        if len(update) != len(past):
+            raise RuntimeShapeError(f"{TS}: update {pshape_str(update)} must have the rank of past_cache "
+                                    f"{pshape_str(past)}")
+        for d, (m, u) in enumerate(zip(past, update)):
+            if m is None or u is None:
+                continue
+            if d != axis and m != u:
+                raise RuntimeShapeError(f"{TS}: update {pshape_str(update)} must match past_cache {pshape_str(past)} "
+                                        f"on every axis but the sequence axis {axis} (axis {d}: {u} != {m})")
+            if d == axis and u > m:
+                raise RuntimeShapeError(f"{TS}: update's sequence_length {u} exceeds past_cache's "
+                                        f"max_sequence_length {m} (axis {axis})")
+    if indices is not None:
+        if len(indices) != 1 or (indices[0] is not None and past[0] is not None and indices[0] != past[0]):
+            raise RuntimeShapeError(f"{TS}: write_indices must be [batch] = {pshape_str(past[:1])}, got "
+                                    f"{pshape_str(indices)}")
+    return axis
+
+
+@kernel(TS)
+def _tensor_scatter(inputs, attrs):
+    past, update = inputs[:2]
+    indices = at(inputs, 2)
+    axis = _tensor_scatter_check(past.shape, update.shape, None if indices is None else indices.shape,
+                                 int(attrs["axis"]))
+    batch, max_seq, seq = past.shape[0], past.shape[axis], update.shape[axis]
+    starts = np.zeros(batch, np.int64) if indices is None else indices.astype(np.int64)
+    circular = attrs["mode"] == "circular"
+    for b, start in enumerate(starts.tolist()):
+        if start < 0:
+            raise RuntimeShapeError(f"{TS}: input 2 (write_indices): write_indices[{b}] = {start} is negative")
+        if not circular and start + seq > max_seq:
+            raise RuntimeShapeError(f"{TS}: input 2 (write_indices): write_indices[{b}] = {start} is out of range "
+                                    f"[0, {max_seq - seq}] in linear mode: write_indices[{b}] + sequence_length "
+                                    f"({start} + {seq}) exceeds max_sequence_length {max_seq}")
+    if circular and max_seq:  # (reduced first: a write index near the int64 limit does not overflow)
+        rows = (starts[:, None] % max_seq + np.arange(seq)[None, :]) % max_seq
+    else:
+        rows = starts[:, None] + np.arange(seq)[None, :]
+    out = past.copy()
+    # The sequence axis next to batch (views of out and update): out[b, rows[b, i]] = update[b, i].
+    np.moveaxis(out, axis, 1)[np.arange(batch)[:, None], rows] = np.moveaxis(update, axis, 1)
+    return [result(out, past.dtype)]
+
+
+@shape_rule(TS)
+def _tensor_scatter_shape(types, values, attrs, num_outputs):
+    past, update, indices = shape_of(types[0]), shape_of(types[1]), shape_of(at(types, 2))
+    _tensor_scatter_check(past, update, indices, int(attrs["axis"]))
+    shape = past
+    if shape is not None and update is not None:  # every axis but the sequence axis agrees with update's
+        axis = normalize_axis(TS, int(attrs["axis"]), len(past))
+        shape = tuple(m if m is not None or d == axis else u for d, (m, u) in enumerate(zip(past, update)))
+    return [tensor_type(elem_of(types[0]), shape)]
+
+
+def _claim_tensor_scatter(node, graph, attrs):
+    if attrs["mode"] not in TS_MODES:
+        return f"attribute mode='{attrs['mode']}' is not one of {', '.join(TS_MODES)}"
+    t = input_type(node, graph, 0)
+    if t is not None and t.rank is not None:
+        if t.rank < 2:
+            return f"past_cache of rank {t.rank}: it needs a batch axis and a sequence axis"
+        axis = int(attrs["axis"])
+        if not -t.rank <= axis < t.rank:
+            return f"attribute axis={axis} is out of range for rank-{t.rank} past_cache"
+        if axis % t.rank == 0:
+            return f"attribute axis={axis} is the batch axis; the sequence axis must be another"
+    return None
+
+
+# present_cache may be past_cache's own buffer (a decode step updating the cache in place).
+register(OpDef(TS, (24,), ("T", "T", "I64"), ("T",), {"T": ANY_TENSOR_BF16, "I64": I64S}, _tensor_scatter,
+               attributes={"mode": "linear", "axis": -2}, claim=_claim_tensor_scatter, min_inputs=2,
+               shape_rule=_tensor_scatter_shape, inplace={0: 0}))

@@ -1,4 +1,4 @@
-"""GPU bindings: com.microsoft MultiHeadAttention and ai.onnx Attention-23/24 (kernels/attention_mha.hip).
+"""GPU bindings: com.microsoft MultiHeadAttention and ai.onnx Attention-23/24/25 (kernels/attention_mha.hip).
 
 Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported. The semantics are
 hipep/ops/attention.py's references (ORT's CPU EP); the kernel file says why GroupQueryAttention's
@@ -15,11 +15,13 @@ A launch is at most two kernels, both sized by shapes alone:
 
 What runs: separate Q/K/V, f32 or f16 (f32 scores, softmax and sums, the output rounded once), head
 sizes up to 256 (the V head size may differ), grouped heads (q_num_heads a multiple of
-kv_num_heads), causal masking (is_causal / unidirectional, bottom-right aligned after a past), an
-attn_mask (bool, or additive in Q's type) or attention_bias broadcast over batch and heads,
-MultiHeadAttention's key_padding_mask and bias, scale and softcap. Refused by the checks: the
-qk_matmul_output output, a softmax_precision other than float, Attention-24's nonpad_kv_seqlen, and
-head sizes not known when the node is claimed. ai.onnx Attention in f16 rounds its scores and
+kv_num_heads), causal masking (is_causal / unidirectional, bottom-right aligned after a past),
+Attention-25's left/right window (aligned as the causal frontier), an attn_mask (bool, or additive
+in Q's type; Attention-25's may broadcast over queries and hold fewer keys) or attention_bias
+broadcast over batch and heads, MultiHeadAttention's key_padding_mask and bias, scale and softcap.
+Refused by the checks: the qk_matmul_output output, a softmax_precision other than float,
+Attention-24/25's nonpad_kv_seqlen (so also a window over an external cache), and head sizes not
+known when the node is claimed. ai.onnx Attention in f16 rounds its scores and
 probabilities to f16 on the CPU EP; here they stay f32 (the results agree to f16 rounding).
 
 `mha_layout` computes the kernel arguments from shapes alone, so the unit tests can check them.
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import HipepError
-from ..ops.registry import OUTPUT_COUNT
+from ..ops.registry import OUTPUT_COUNT, SINCE_VERSION
 from .gpu_kernels import KernelOp, NoKernel, _binding, _cdiv, _dt, flat_config, ptr
 
 MHA = "MultiHeadAttention"
@@ -46,7 +48,7 @@ FLOAT_TYPES = ("float32", "float16")
 SOFTMAX_F32 = (0, 1)
 
 _INTS = ("batch", "seq", "heads", "kv_heads", "group", "head_size", "v_head_size", "past", "total", "causal",
-         "mask_kind", "dead_zero")
+         "mask_kind", "dead_zero", "left_window", "right_window", "mask_keys")
 _LONGS = ("q_sb", "q_sh", "q_ss", "k_sb", "k_sh", "k_ss", "v_sb", "v_sh", "v_ss", "o_sb", "o_sh", "o_ss",
           "m_sb", "m_sh", "m_ss")
 MASK_NONE, MASK_ADD, MASK_BOOL = 0, 1, 2
@@ -81,9 +83,11 @@ def _strides(layout4: bool, heads: int, seq: int, dims: int) -> tuple[int, int, 
 def mha_layout(*, batch: int, seq: int, heads: int, kv_heads: int, head_size: int, v_head_size: int, new_keys: int,
                past: int, layout4: bool, mask_shape=None, mask_kind: int = MASK_NONE, causal: bool = False,
                scale: float, softcap: float = 0.0, pad_value: float = 0.0, dead_zero: bool = False,
-               dtype=np.float32) -> MhaLayout:
+               dtype=np.float32, window: tuple[int, int] = (-1, -1), sentinel: float | None = None) -> MhaLayout:
     """The attention kernel's arguments and launch shape. `mask_shape`: attn_mask / attention_bias
-    as [B or 1, heads or 1, seq, total] after leading 1s are added."""
+    as [B or 1, heads or 1, seq or 1, keys] after leading 1s are added (keys up to total: the rest
+    are masked). `window`: Attention-25's (left_window_size, right_window_size). `sentinel`: the
+    score of an excluded key, below which a row is dead (default the lowest finite `dtype`)."""
     bucket = head_bucket(head_size, v_head_size)
     if bucket is None:
         raise NoKernel(f"head sizes {head_size}/{v_head_size}: the GPU kernel takes up to {MAX_HEAD}")
@@ -91,17 +95,23 @@ def mha_layout(*, batch: int, seq: int, heads: int, kv_heads: int, head_size: in
     a.batch, a.seq, a.heads, a.kv_heads, a.group = batch, seq, heads, kv_heads, heads // kv_heads
     a.head_size, a.v_head_size, a.past, a.total = head_size, v_head_size, past, past + new_keys
     a.causal, a.mask_kind, a.dead_zero = int(causal), mask_kind, int(dead_zero)
+    left, right = (int(w) for w in window)
+    # Bounds that exclude no key are unbounded, which also keeps position + bound within int.
+    a.left_window = left if 0 <= left < past + seq else -1
+    a.right_window = right if 0 <= right < a.total else -1
+    a.mask_keys = a.total
     a.q_sb, a.q_sh, a.q_ss = _strides(layout4, heads, seq, head_size)
     a.k_sb, a.k_sh, a.k_ss = _strides(layout4, kv_heads, new_keys, head_size)
     a.v_sb, a.v_sh, a.v_ss = _strides(layout4, kv_heads, new_keys, v_head_size)
     a.o_sb, a.o_sh, a.o_ss = _strides(layout4, heads, seq, v_head_size)
     if mask_shape is not None:
-        mb, mh, _, mt = (int(d) for d in mask_shape)
-        a.m_ss = mt
-        a.m_sh = 0 if mh == 1 else seq * mt
-        a.m_sb = 0 if mb == 1 else mh * seq * mt
+        mb, mh, ms, mt = (int(d) for d in mask_shape)
+        a.m_ss = 0 if ms == 1 else mt
+        a.m_sh = 0 if mh == 1 else ms * mt
+        a.m_sb = 0 if mb == 1 else mh * ms * mt
+        a.mask_keys = min(mt, a.total)
     a.scale, a.softcap, a.pad_value = float(np.float32(scale)), float(softcap), float(pad_value)
-    a.lowest = float(np.finfo(np.dtype(dtype)).min)
+    a.lowest = float(np.finfo(np.dtype(dtype)).min if sentinel is None else sentinel)
     threads = VARIANTS[bucket]
     # a block's rows are (token, query head) pairs of one KV head's group
     return MhaLayout(a, bucket, (_cdiv(seq * a.group, threads // 4), kv_heads, batch), (threads, 1, 1))
@@ -211,7 +221,7 @@ def _mha_bind(ins, outs, attrs, target):
     return _ops(lay, dt, q, k, v, pk, pv, bias, attn_bias, key_pad, out, pres_k, pres_v, target)
 
 
-# ---- Attention (ai.onnx 23, 24) -------------------------------------------------------------------
+# ---- Attention (ai.onnx 23, 24, 25) ---------------------------------------------------------------
 
 def _attention_heads(attrs, shapes):
     """(head size, V head size) from the static shapes, None where unknown."""
@@ -244,6 +254,8 @@ def _attention_check(attrs, dtypes, shapes, values):
 
 @_binding(f"::{ATTN}", check=_attention_check, modules=("attention_mha",))
 def _attention_bind(ins, outs, attrs, target):
+    from ..ops.attention import mask_reason  # the reference's own rule for attn_mask's shape
+
     ins = list(ins) + [None] * (7 - len(ins))
     q, k, v, mask, pk, pv, nonpad = ins[:7]
     outs = list(outs) + [None] * (3 - len(outs))
@@ -281,13 +293,13 @@ def _attention_bind(ins, outs, attrs, target):
             raise HipepError(f"{ATTN}: past_key must be [{b}, {nkv}, P, {h}] and past_value [{b}, {nkv}, P, {hv}]")
         p = int(pk.shape[2])
     t = p + l
+    since = int(attrs.get(SINCE_VERSION, 23))
     mask_shape, kind = None, MASK_NONE
     if mask is not None:
         ms = tuple(int(x) for x in mask.shape)
-        if not 2 <= len(ms) <= 4 or ms[-2:] != (s, t) or (len(ms) >= 3 and ms[-3] not in (1, nq)) \
-                or (len(ms) == 4 and ms[0] not in (1, b)):
-            raise HipepError(f"{ATTN}: attn_mask {list(ms)} does not broadcast to "
-                             f"[batch, q_num_heads, q_sequence, total_sequence] = {[b, nq, s, t]}")
+        why = mask_reason(ms, (b, nq, s, t), since)
+        if why:
+            raise HipepError(f"{ATTN}: {why}")
         if mask.dtype == np.bool_:
             kind = MASK_BOOL
         elif mask.dtype == q.dtype:
@@ -300,5 +312,7 @@ def _attention_bind(ins, outs, attrs, target):
     lay = mha_layout(batch=b, seq=s, heads=nq, kv_heads=nkv, head_size=h, v_head_size=hv, new_keys=l, past=p,
                      layout4=q.ndim == 4, mask_shape=mask_shape, mask_kind=kind,
                      causal=bool(int(attrs.get("is_causal", 0))), scale=scale,
-                     softcap=float(attrs.get("softcap", 0.0)), dead_zero=True, dtype=q.dtype)
+                     softcap=float(attrs.get("softcap", 0.0)), dead_zero=True, dtype=q.dtype,
+                     window=(int(attrs.get("left_window_size", -1)), int(attrs.get("right_window_size", -1))),
+                     sentinel=-np.inf if since >= 25 else None)
     return _ops(lay, dt, q, k, v, pk, pv, None, mask, None, out, pres_k, pres_v, target)

@@ -2,9 +2,10 @@
 
 A kernel cannot raise. Where ONNX Runtime rejects a value only the kernel sees (a Gather index
 out of range, a rotary position past the cos/sin cache, a GroupQueryAttention seqlens_k that does
-not fit the KV cache), the kernel writes what it found into its stream's fault record and carries
-on without touching memory outside its buffers (it writes zeros there, or clamps). The host reads the record
-whenever it synchronizes with the stream and raises a HipepError naming the node, the input, the
+not fit the KV cache, a TensorScatter write index whose rows do not fit the cache), the kernel
+writes what it found into its stream's fault record and carries on without touching memory outside
+its buffers (it writes zeros there, or clamps, or skips). The host reads the record whenever it
+synchronizes with the stream and raises a HipepError naming the node, the input, the
 bad value and the valid range, then clears the record, so the session stays usable.
 
 The record (`FaultRecord`, kernels/hipep_device.h's `hipep_fault_record`) lives in host-mapped
@@ -33,6 +34,7 @@ FAULT_INDEX = 1  # an index outside [-bound, bound - 1]
 FAULT_POSITION = 2  # a rotary position outside [0, bound - 1] (bound: the cos/sin cache's rows)
 FAULT_SEQLEN = 3  # a seqlens_k value outside [0, bound - 1] (bound: the KV cache rows it may fill)
 FAULT_SEQLEN_SHORT = 4  # a seqlens_k value below bound - 1 (bound: the step's new tokens)
+FAULT_WRITE_INDEX = 5  # a write index outside [0, bound] (bound -1: any index >= 0 is valid)
 
 
 class FaultRecord(ctypes.Structure):
@@ -121,6 +123,11 @@ def fault_error(record: FaultRecord, sites: FaultSites) -> InputFault | None:
     if code == FAULT_SEQLEN_SHORT:
         return RangeFault(f"{label}: {what}: seqlens_k {value} is too small for sequence_length {bound}: it must be "
                           f"at least {bound - 1}")
+    if code == FAULT_WRITE_INDEX:
+        if value < 0:
+            return IndexFault(f"{label}: {what}: write index {value} is negative")
+        return IndexFault(f"{label}: {what}: write index {value} is out of range [0, {bound}]: write index + "
+                          f"sequence_length must not exceed max_sequence_length")
     return InputFault(f"{label}: {what}: the kernel reported fault code {code} (value {value}, bound {bound})")
 
 

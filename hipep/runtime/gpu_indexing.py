@@ -1,6 +1,6 @@
 """GPU bindings of the ops that index by a tensor of indices: GatherElements, GatherND,
-ScatterElements, its opset-9 name Scatter, and ScatterND (kernels/indexing.hip; the scatters'
-reductions kernels/scatter_reduce.hip).
+ScatterElements, its opset-9 name Scatter, ScatterND (kernels/indexing.hip; the scatters'
+reductions kernels/scatter_reduce.hip), and TensorScatter (kernels/indexing.hip).
 
 Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported.
 
@@ -15,6 +15,11 @@ element type of the registry runs. Scatters copy data into the output, then appl
     rounding. bfloat16 is not in the registry's types for these ops, so it has no reduction kernel.
 An index out of range is reported through the stream's fault record (hipep.runtime.gpu_faults) as
 the host's error naming the node; the kernels write nothing outside their buffers.
+
+TensorScatter copies past_cache into present_cache, unless ORT gave present the past's own buffer
+(the registry's `inplace`: a decode step updating the cache in place), then one launch writes the
+update's rows: rows of the axes after the sequence axis, moved as the widest words their bytes and
+the pointers allow. A write index out of range is reported; its batch entry keeps past's rows.
 """
 from __future__ import annotations
 
@@ -366,3 +371,51 @@ def _scatter_nd_bind(ins, outs, attrs, target):
     ops.append(KernelOp(f"hipep_scatter_nd_w{word}_{it}", grid, block,
                         [ptr(idx), ptr(updates), ptr(out), ctypes.c_uint64(winner), args, fault], module="indexing"))
     return ops
+
+
+# ---- TensorScatter -------------------------------------------------------------------------------
+
+class TensorScatterArgs(ctypes.Structure):
+    """kernels/indexing.hip's hipep_tensor_scatter_args."""
+    _fields_ = [("rows", ctypes.c_longlong), ("seq", ctypes.c_longlong), ("max_seq", ctypes.c_longlong),
+                ("per_batch", ctypes.c_longlong), ("inner", ctypes.c_longlong), ("circular", ctypes.c_int)]
+
+
+def _tensor_scatter_check(attrs, dtypes, shapes, values):
+    if attrs.get("mode", "linear") not in ("linear", "circular"):
+        return f"mode '{attrs.get('mode')}'"
+    if len(dtypes) > 2 and dtypes[2] and dtypes[2] != "int64":
+        return f"write_indices of type {dtypes[2]}"
+    return _types_reason(dtypes[:1])
+
+
+@_binding("::TensorScatter", check=_tensor_scatter_check, modules=("indexing",))
+def _tensor_scatter_bind(ins, outs, attrs, target):
+    from ..ops.indexing import TS, _tensor_scatter_check as shapes_reason  # the reference's own shape rules
+
+    past, update, out = ins[0], ins[1], outs[0]
+    indices = ins[2] if len(ins) > 2 else None
+    if out is None:
+        return []
+    if indices is not None and indices.dtype != np.int64:
+        raise NoKernel(f"{TS}: write_indices of type {indices.dtype.name}")
+    axis = shapes_reason(past.shape, update.shape, None if indices is None else indices.shape, int(attrs["axis"]))
+    e = past.dtype.itemsize
+    if e not in (1, 2, 4, 8):
+        raise NoKernel(f"{TS} of {e}-byte elements")
+    ops = _copy_data(past, out)
+    seq, max_seq = int(update.shape[axis]), int(past.shape[axis])
+    inner = _prod(past.shape[axis + 1:])
+    rows = _prod(update.shape[:axis]) * seq
+    if rows == 0 or inner == 0:
+        return ops
+    word = _word(e, [out.ptr, update.ptr], [inner * e])
+    a = TensorScatterArgs()
+    a.rows, a.seq, a.max_seq, a.inner = rows, seq, max_seq, inner * e // word
+    a.per_batch, a.circular = _prod(past.shape[1:axis]), int(attrs["mode"] == "circular")
+    mode = "circular" if a.circular else "linear"
+    fault = fault_param(target, f"input 2 (write_indices) in {mode} mode, sequence_length {seq} into "
+                                f"max_sequence_length {max_seq}")
+    grid, block = _row_config(a.inner, rows)
+    params = [ptr(update), ptr(indices), ptr(out), a, fault]
+    return ops + [KernelOp(f"hipep_tensor_scatter_w{word}", grid, block, params, module="indexing")]

@@ -1,4 +1,4 @@
-"""com.microsoft MultiHeadAttention and ai.onnx Attention-23 on the CUDA device (kernels/attention_mha.hip,
+"""com.microsoft MultiHeadAttention and ai.onnx Attention-23/25 on the CUDA device (kernels/attention_mha.hip,
 hipep/runtime/gpu_attention_ops.py), end to end: single-node models through
 hipep.InferenceSession(device="cuda"), claimed whole, every output compared with ONNX Runtime's CPU EP over
 three runs (first run, bound replay, CUDA graph replay).
@@ -11,7 +11,9 @@ the probabilities to f16 while the GPU kernel keeps them in f32.
 Cases: a ViT-like encoder block ([1, 197, 12 heads x 64], MultiHeadAttention with bias, and the same
 as ai.onnx Attention), a causal decoder (grouped heads, prompt then a decode step with past and
 present), MultiHeadAttention's key_padding_mask / attention_bias / unidirectional with past, bool and
-additive attn_mask broadcasts, softcap and scale, head sizes 80/128/256 and a V head size of its own."""
+additive attn_mask broadcasts, softcap and scale, head sizes 80/128/256 and a V head size of its own;
+Attention-25's sliding windows (a causal left window over a long prompt and its decode step, a
+bidirectional window) and its masks that broadcast over queries or hold fewer keys."""
 from __future__ import annotations
 
 import numpy as np
@@ -36,7 +38,7 @@ def _elem(dtype) -> int:
     return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
 
 
-def single_node(op: str, names, feeds: dict, n_out: int, domain: str | None, **attrs):
+def single_node(op: str, names, feeds: dict, n_out: int, domain: str | None, opset: int = 23, **attrs):
     """A one-node model over the inputs `names` (None: omitted) fed by `feeds`, outputs y0..y{n-1}."""
     names = list(names)
     while names and names[-1] is None:
@@ -47,7 +49,7 @@ def single_node(op: str, names, feeds: dict, n_out: int, domain: str | None, **a
     out_elem = _elem(feeds[names[0]].dtype)
     outputs = [tensor(f"y{i}", out_elem, None) for i in range(n_out)]
     extra = [("com.microsoft", 1)] if domain else []
-    return make_model([node], inputs, outputs, opset=23, extra_opsets=extra)
+    return make_model([node], inputs, outputs, opset=opset, extra_opsets=extra)
 
 
 def _tol(dtype, op: str) -> dict:
@@ -62,9 +64,9 @@ def run_mha(inputs: dict, dtype, n_out=3, **attrs):
     check_on_cuda(model, inputs, _elem(dtype), claimed=True, tol=_tol(dtype, "MultiHeadAttention"))
 
 
-def run_attention(inputs: dict, dtype, n_out=1, **attrs):
+def run_attention(inputs: dict, dtype, n_out=1, opset=23, **attrs):
     names = [x if x in inputs else None for x in ATTN_INPUTS]
-    model = single_node("Attention", names, inputs, n_out, None, **attrs)
+    model = single_node("Attention", names, inputs, n_out, None, opset=opset, **attrs)
     check_on_cuda(model, inputs, _elem(dtype), claimed=True, tol=_tol(dtype, "Attention"))
 
 
@@ -167,3 +169,39 @@ def test_attention_head_sizes(h):
     feeds = {"Q": _rand(rng, (b, n, s, h), F16), "K": _rand(rng, (b, n, s, h), F16),
              "V": _rand(rng, (b, n, s, h), F16)}
     run_attention(feeds, F16, n_out=3, is_causal=1)
+
+
+# ---- Attention-25: sliding windows, masks broadcast over queries or holding fewer keys -------------------
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_attention_25_causal_window_prompt_and_decode_step(dtype):
+    rng = np.random.default_rng(8)
+    b, nq, nkv, h, s, p, w = 2, 8, 2, 64, 300, 211, 64
+    prompt = {"Q": _rand(rng, (b, nq, s, h), dtype), "K": _rand(rng, (b, nkv, s, h), dtype),
+              "V": _rand(rng, (b, nkv, s, h), dtype)}
+    run_attention(prompt, dtype, n_out=3, opset=25, is_causal=1, left_window_size=w)
+    step = {"Q": _rand(rng, (b, nq, 1, h), dtype), "K": _rand(rng, (b, nkv, 1, h), dtype),
+            "V": _rand(rng, (b, nkv, 1, h), dtype), "past_key": _rand(rng, (b, nkv, p, h), dtype),
+            "past_value": _rand(rng, (b, nkv, p, h), dtype)}
+    run_attention(step, dtype, n_out=3, opset=25, is_causal=1, left_window_size=w)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_attention_25_bidirectional_window_3d_and_rows_with_no_key(dtype):
+    rng = np.random.default_rng(9)
+    b, nq, nkv, h, s, l = 2, 4, 1, 32, 70, 40
+    feeds = {"Q": _rand(rng, (b, s, nq * h), dtype), "K": _rand(rng, (b, l, nkv * h), dtype),
+             "V": _rand(rng, (b, l, nkv * h), dtype)}
+    # queries past the keys' end plus the right bound see no key: zeros
+    run_attention(feeds, dtype, opset=25, q_num_heads=nq, kv_num_heads=nkv, left_window_size=5, right_window_size=3)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_attention_25_masks_broadcast_over_queries_or_hold_fewer_keys(dtype):
+    rng = np.random.default_rng(10)
+    b, n, s, l, h = 2, 4, 33, 45, 64
+    base = {"Q": _rand(rng, (b, n, s, h), dtype), "K": _rand(rng, (b, n, l, h), dtype),
+            "V": _rand(rng, (b, n, l, h), dtype)}
+    run_attention({**base, "attn_mask": rng.uniform(size=(l,)) > 0.3}, dtype, opset=25, is_causal=1,
+                  left_window_size=9)
+    run_attention({**base, "attn_mask": _rand(rng, (b, 1, 1, 30), dtype)}, dtype, opset=25, right_window_size=4)

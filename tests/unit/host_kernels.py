@@ -81,9 +81,9 @@ class HostMemory:
 
 def run_on_host(libs: dict, op_key: str, inputs, attrs, n_out=1, offsets=None, sm_count=132, workspace=False,
                 drop=(), alias=None):
-    """Binds the registry op `op_key` ("domain::Op") for `inputs` (its defaults, OUTPUT_COUNT and the
-    newest SINCE_VERSION filled in) and runs the launches on the host with `libs` (module name ->
-    compiled library, "warp" -> warp size; generated expression kernels are compiled into
+    """Binds the registry op `op_key` ("domain::Op") for `inputs` (its defaults, OUTPUT_COUNT and,
+    unless `attrs` names one, the newest SINCE_VERSION filled in) and runs the launches on the host
+    with `libs` (module name -> compiled library, "warp" -> warp size; generated expression kernels are compiled into
     libs["dir"] with EXACT_FLAGS and kept in libs["generated"]), copies as memmove; (output views, the registry
     reference's outputs, the ops). `offsets` misalign inputs; `workspace` gives the launches a
     stream workspace; outputs whose index is in `drop` get no buffer (None: the graph leaves them
@@ -92,7 +92,7 @@ def run_on_host(libs: dict, op_key: str, inputs, attrs, n_out=1, offsets=None, s
     domain, op_type = op_key.split("::")
     op = lookup(domain, op_type)
     attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, **attrs, OUTPUT_COUNT: n_out,
-             SINCE_VERSION: max(op.since_versions)}
+             SINCE_VERSION: attrs.get(SINCE_VERSION, max(op.since_versions))}
     want = op.reference(list(inputs), attrs)[:n_out]
     mem = HostMemory()
     offsets = offsets or {}

@@ -14,7 +14,8 @@ import shutil
 import numpy as np
 import pytest
 
-from hipep.ops.registry import OUTPUT_COUNT
+from hipep.errors import HipepError
+from hipep.ops.registry import OUTPUT_COUNT, SINCE_VERSION
 from hipep.runtime import gpu_kernels as gk
 from hipep.runtime.gpu_attention_ops import MASK_ADD, MASK_BOOL, mha_layout
 
@@ -162,7 +163,84 @@ def test_attention_larger_heads_and_their_variants(libraries, h, hv, bucket):
     assert ops[-1].entry == f"hipep_mha_f32_h{bucket}"
 
 
+# ---- Attention-25: left / right windows, masks broadcast over queries or holding fewer keys ----------
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("causal,left,right", [(1, 2, -1), (0, 1, 2), (0, 0, 0), (0, -1, 1), (1, 0, 3)])
+def test_attention_window_with_past_grouped_heads(libraries, dtype, causal, left, right):
+    rng = np.random.default_rng(10)
+    b, nq, nkv, s, l, p, h = 2, 4, 2, 5, 5, 6, 16
+    q, k, v = _rand(rng, (b, nq, s, h), dtype), _rand(rng, (b, nkv, l, h), dtype), _rand(rng, (b, nkv, l, h), dtype)
+    pk, pv = _rand(rng, (b, nkv, p, h), dtype), _rand(rng, (b, nkv, p, h), dtype)
+    attrs = {"is_causal": causal, "left_window_size": left, "right_window_size": right}
+    ops = _check(libraries, ATTN, [q, k, v, None, pk, pv], attrs, 3, dtype)
+    a = ops[-1].params[-1]
+    assert (a.left_window, a.right_window) == (left, right)
+
+
+def test_attention_window_skips_key_tiles_of_a_long_sequence(libraries64):
+    """A left window of 5 over 90 keys: later row tiles start past the first key tiles (tile_lo)."""
+    rng = np.random.default_rng(11)
+    b, n, s, h = 1, 2, 90, 8
+    q, k, v = _rand(rng, (b, n, s, h), F32), _rand(rng, (b, n, s, h), F32), _rand(rng, (b, n, s, h), F32)
+    _check(libraries64, ATTN, [q, k, v], {"is_causal": 1, "left_window_size": 5}, 1, F32)
+    _check(libraries64, ATTN, [q, k, v], {"left_window_size": 3, "right_window_size": 4}, 1, F32)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_attention_window_3d_mqa_and_rows_with_no_key(libraries, dtype):
+    """More queries than keys: the window of the last queries lies past the keys, so those rows
+    attend nothing and come out as zeros."""
+    rng = np.random.default_rng(12)
+    b, nq, nkv, s, l, h, hv = 2, 4, 1, 7, 3, 8, 6
+    q = _rand(rng, (b, s, nq * h), dtype)
+    k, v = _rand(rng, (b, l, nkv * h), dtype), _rand(rng, (b, l, nkv * hv), dtype)
+    attrs = {"q_num_heads": nq, "kv_num_heads": nkv, "left_window_size": 1, "right_window_size": 0}
+    got, want, _ = run_on_host(libraries, ATTN, [q, k, v], attrs, n_out=1)
+    assert not want[0][:, 4:].any() and want[0][:, :4].all()  # rows 4.. see no key
+    np.testing.assert_allclose(got[0].astype(F32), want[0].astype(F32), **_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("shape", [(9,), (1, 9), (1, 6), (3, 5, 7), (2, 1, 1, 9), (2, 3, 5, 1)])
+def test_attention_25_masks_broadcast_over_queries_or_hold_fewer_keys(libraries, dtype, shape):
+    rng = np.random.default_rng(13)
+    b, n, s, l, h = 2, 3, 5, 9, 8
+    q, k, v = _rand(rng, (b, n, s, h), dtype), _rand(rng, (b, n, l, h), dtype), _rand(rng, (b, n, l, h), dtype)
+    bool_mask = rng.uniform(size=shape) > 0.3
+    ops = _check(libraries, ATTN, [q, k, v, bool_mask], {"is_causal": 1, "left_window_size": 4}, 1, dtype)
+    assert ops[-1].params[-1].mask_keys == shape[-1]
+    _check(libraries, ATTN, [q, k, v, _rand(rng, shape, dtype)], {"right_window_size": 2}, 1, dtype)
+
+
+def test_attention_before_25_keeps_its_masks_and_sentinel(libraries):
+    rng = np.random.default_rng(14)
+    b, n, s, l, h = 1, 2, 4, 6, 8
+    q, k, v = _rand(rng, (b, n, s, h), F32), _rand(rng, (b, n, l, h), F32), _rand(rng, (b, n, l, h), F32)
+    mask = rng.uniform(size=(s, l)) > 0.3
+    ops = _check(libraries, ATTN, [q, k, v, mask], {"is_causal": 1, SINCE_VERSION: 23}, 1, F32)
+    assert ops[-1].params[-1].lowest == float(np.finfo(F32).min)
+    ops = _check(libraries, ATTN, [q, k, v, mask], {"is_causal": 1}, 1, F32)
+    assert ops[-1].params[-1].lowest == -np.inf
+    with pytest.raises(HipepError, match="rank 1"):
+        run_on_host(libraries, ATTN, [q, k, v, mask[0]], {SINCE_VERSION: 24})
+    with pytest.raises(HipepError, match=r"more keys than total_sequence 6"):
+        run_on_host(libraries, ATTN, [q, k, v, np.ones((s, l + 1), bool)], {})
+
+
 # ---- launch shapes and the claim step's answers ---------------------------------------------------
+
+def test_layout_windows_and_masks_broadcast_over_queries():
+    lay = mha_layout(batch=2, seq=5, heads=4, kv_heads=2, head_size=8, v_head_size=8, new_keys=3, past=4,
+                     layout4=True, mask_shape=(2, 1, 1, 6), mask_kind=MASK_BOOL, scale=0.5, window=(2, 0))
+    a = lay.args
+    assert (a.m_sb, a.m_sh, a.m_ss, a.mask_keys) == (6, 0, 0, 6)
+    assert (a.left_window, a.right_window) == (2, 0)
+    # bounds no key lies beyond are unbounded (and position + bound stays within int)
+    a = mha_layout(batch=1, seq=5, heads=1, kv_heads=1, head_size=8, v_head_size=8, new_keys=3, past=4,
+                   layout4=True, scale=0.5, window=(9, 2 ** 40)).args
+    assert (a.left_window, a.right_window, a.mask_keys) == (-1, -1, 7)
+
 
 def test_layout_strides_for_both_layouts():
     a3 = mha_layout(batch=2, seq=5, heads=4, kv_heads=2, head_size=8, v_head_size=16, new_keys=7, past=3,

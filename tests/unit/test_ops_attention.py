@@ -124,7 +124,7 @@ CASES = [pytest.param(op, opset, None, None, None, since, None, id=f"{op}-{since
          for op, opset, since in (("GroupQueryAttention", 21, 1), ("MultiHeadAttention", 21, 1),
                                   ("RotaryEmbedding", 21, 1), ("MRotaryEmbedding", 21, 1),
                                   ("RotaryEmbedding", 23, 23),
-                                  ("Attention", 23, 23), ("Attention", 24, 24))]
+                                  ("Attention", 23, 23), ("Attention", 24, 24), ("Attention", 25, 25))]
 
 
 def U(rng, *shape, dtype=f32):
@@ -647,6 +647,21 @@ ATTENTION_CASES = {
     "24-nonpad": dict(opset=24, nonpad=[2, 3]),
     "24-nonpad-causal": dict(opset=24, seq=2, kv_seq=4, nonpad=[3, 4], attrs=dict(is_causal=1)),
     "24-nonpad-empty": dict(opset=24, nonpad=[0, 3]),
+    # Attention-25: windows aligned as the causal frontier, -inf as the sentinel, masks broadcast
+    # right-aligned from rank 1 and shorter in keys (the rest masked out)
+    "25-causal-window": dict(opset=25, seq=4, kv_seq=6, attrs=dict(is_causal=1, left_window_size=2)),
+    "25-bidirectional-window": dict(opset=25, seq=5, attrs=dict(left_window_size=1, right_window_size=2)),
+    "25-window-past-3d": dict(opset=25, rank=3, seq=2, past=5, attrs=dict(is_causal=1, left_window_size=3)),
+    "25-window-no-key": dict(opset=25, seq=6, kv_seq=2, attrs=dict(left_window_size=0, right_window_size=0)),
+    "25-window-nonpad": dict(opset=25, seq=3, kv_seq=7, nonpad=[2, 6], attrs=dict(is_causal=1, left_window_size=1)),
+    "25-f16-window-mask": dict(opset=25, dtype=f16, mask=("float", ["S", "T"]),
+                               attrs=dict(is_causal=1, left_window_size=1)),
+    "25-rank1-mask": dict(opset=25, mask=("bool", ["T"]), attrs=dict(right_window_size=0)),
+    "25-short-mask": dict(opset=25, kv_seq=6, mask=("float", [2, 1, 1, 4]), attrs=dict(left_window_size=3)),
+    "25-qk-masked-causal": dict(opset=25, n_out=4, mask=("float", ["S", "T"]),
+                                attrs=dict(qk_matmul_output_mode=2, is_causal=1, left_window_size=1)),
+    "25-qk-probs-dead-row": dict(opset=25, n_out=4, mask=("bool-dead-row", ["S", "T"]),
+                                 attrs=dict(qk_matmul_output_mode=3, left_window_size=1)),
 }
 
 

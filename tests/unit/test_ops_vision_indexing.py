@@ -1,9 +1,12 @@
-"""The indexing ops (GatherElements, GatherND, ScatterND, ScatterElements, Scatter, OneHot) against
-ONNX Runtime's CPU EP, and their shape rules (tests/ops_vision_harness.py says how)."""
+"""The indexing ops (GatherElements, GatherND, ScatterND, ScatterElements, Scatter, OneHot,
+TensorScatter) against ONNX Runtime's CPU EP, and their shape rules (tests/ops_vision_harness.py says
+how)."""
 from __future__ import annotations
 
-from ops_vision_harness import (A, CaseTable, F16, b, case_tests, f16, f32, i32, i64, i8, random_arrays, u16,
-                                u8)
+import numpy as np
+
+from ops_vision_harness import (A, CaseTable, F16, b, case_tests, f16, f32, f64, i32, i64, i8, random_arrays,
+                                u16, u32, u8)
 
 R = random_arrays()
 CASES = CaseTable(first=160)  # numbered past test_ops_vision_resize_blocks.py's cases
@@ -62,6 +65,21 @@ case("OneHot", 11, [A([0, -4, 2, 9, -9, -3], i32), A([3.7], f32), A([-2, 7], f32
      id="OneHot-float-depth")
 case("OneHot", 11, [A([[1, 4], [0, -2]], i64), A(5, f32), A([0, 3], i32)], {"axis": -2}, id="OneHot-i32-values")
 case("OneHot", 11, [A([1, 0], i64), A(3, i64), A([0, 1], f16)], via=F16, id="OneHot-f16-values")
+
+# TensorScatter: the KV-cache update [batch, heads, max_sequence, head] and other sequence axes.
+_cache, _rows = R(3, 2, 7, 4), R(3, 2, 2, 4)
+case("TensorScatter", 24, [_cache, _rows, A([0, 5, 3], i64)], id="TensorScatter-linear")
+case("TensorScatter", 24, [_cache, _rows], id="TensorScatter-no-write-indices")
+case("TensorScatter", 24, [_cache, _rows, A([6, 13, 2], i64)], {"mode": "circular"}, id="TensorScatter-circular")
+case("TensorScatter", 24, [_cache, R(3, 2, 7, 4), A([0, 0, 0], i64)], id="TensorScatter-whole-cache")
+case("TensorScatter", 24, [R(2, 6, 3, 4), R(2, 1, 3, 4), A([5, 2], i64)], {"axis": 1}, id="TensorScatter-axis1")
+case("TensorScatter", 24, [R(2, 3, 4, 6), R(2, 3, 4, 4), A([2, 4], i64)], {"axis": -1, "mode": "circular"},
+     id="TensorScatter-last-axis-circular")
+case("TensorScatter", 24, [R(2, 5, dtype=f16), R(2, 2, dtype=f16), A([3, 1], i64)], {"axis": 1}, id="TensorScatter-f16")
+for _t in (i64, i32, u8, i8, u16, u32, f64, b):
+    _past, _update = R(2, 3, 5, 2, dtype=_t, lo=0, hi=99), R(2, 3, 2, 2, dtype=_t, lo=0, hi=99)
+    case("TensorScatter", 24, [_past, _update, A([1, 3], i64)], {"axis": 2}, id=f"TensorScatter-{np.dtype(_t).name}")
+case("TensorScatter", 24, [R(0, 2, 4, 3), R(0, 2, 1, 3), A([], i64)], id="TensorScatter-empty-batch")
 
 
 # The cases against ORT's CPU EP, and the shape rules' run-time contract and partial shapes.
