@@ -174,7 +174,7 @@ def test_fault_record_layout_matches_the_device_header():
     assert ctypes.sizeof(gf.FaultRecord) == 24 and ctypes.sizeof(gf.FaultSite) == 16
     codes = {name: int(value) for name, value in re.findall(r"#define HIPEP_FAULT_(\w+) (\d+)u", header)}
     assert codes == {"INDEX": gf.FAULT_INDEX, "POSITION": gf.FAULT_POSITION, "SEQLEN": gf.FAULT_SEQLEN,
-                     "SEQLEN_SHORT": gf.FAULT_SEQLEN_SHORT}
+                     "SEQLEN_SHORT": gf.FAULT_SEQLEN_SHORT, "WRITE_INDEX": gf.FAULT_WRITE_INDEX}
     assert len(set(codes.values())) == len(codes) and gf.FAULT_NONE not in codes.values()
 
 
@@ -199,6 +199,10 @@ def test_fault_messages_name_the_value_and_its_range():
     assert message(gf.FAULT_SEQLEN, -3, 8).endswith("seqlens_k -3 is out of range [0, 8): a length is never negative")
     assert message(gf.FAULT_SEQLEN_SHORT, 1, 4).endswith(
         "seqlens_k 1 is too small for sequence_length 4: it must be at least 3")
+    assert message(gf.FAULT_WRITE_INDEX, 22, 21).endswith(
+        "write index 22 is out of range [0, 21]: write index + sequence_length must not exceed max_sequence_length")
+    assert message(gf.FAULT_WRITE_INDEX, -1, -1).endswith("write index -1 is negative")
+    assert isinstance(gf.fault_error(gf.FaultRecord(gf.FAULT_WRITE_INDEX, site, 9, 3), sites), gf.IndexFault)
     assert message(99, 5, 6).endswith("the kernel reported fault code 99 (value 5, bound 6)")
     assert isinstance(gf.fault_error(gf.FaultRecord(gf.FAULT_POSITION, site, 1, 1), sites), gf.RangeFault)
 
