@@ -209,6 +209,12 @@ def mask_reason(mask_shape, full, since: int) -> str | None:
     return None
 
 
+def excluded_score(since: int, dtype) -> float:
+    """The score an excluded key takes: -inf from Attention-25 (ORT as the spec); before, ORT's
+    kernel writes the lowest finite value of the element type, which qk_matmul_output shows."""
+    return -np.inf if since >= 25 else float(np.finfo(np.dtype(dtype)).min)
+
+
 @kernel(ATTN)
 def _attention(inputs, attrs):
     q, k, v = inputs[:3]
@@ -248,10 +254,8 @@ def _attention(inputs, attrs):
     scale = 1.0 / float(np.sqrt(h)) if scale is None else float(scale)
     qk = np.matmul(qh, np.repeat(kh, group, axis=1).transpose(0, 1, 3, 2)).astype(np.float32) * np.float32(scale)
     rnd = (lambda a: _round(a, dtype)) if f16 else (lambda a: np.asarray(a, np.float32))
-    # The sentinel of an excluded key: Attention-25 (ORT as the spec) writes -inf; before, ORT's
-    # kernel wrote the lowest finite float, which qk_matmul_output shows.
     since = int(attrs.get(SINCE_VERSION, 23))
-    lowest = np.float32(-np.inf if since >= 25 else np.finfo(dtype).min)
+    lowest = np.float32(excluded_score(since, dtype))
     if nonpad is not None:
         if pk is not None or nonpad.shape != (b,):
             raise RuntimeShapeError(f"{ATTN}: nonpad_kv_seqlen must be [batch] = [{b}] without past_key, got "

@@ -324,7 +324,7 @@ def _tensor_scatter_axis(rank: int, axis: int) -> int:
     return axis
 
 
-def _tensor_scatter_check(past, update, indices, axis):
+def tensor_scatter_axis(past, update, indices, axis):
     """Validates the partial shapes of past_cache, update and write_indices (None: unknown);
     returns the normalized axis, or None where past's rank is unknown."""
     if past is None:
@@ -354,7 +354,7 @@ def _tensor_scatter_check(past, update, indices, axis):
 def _tensor_scatter(inputs, attrs):
     past, update = inputs[:2]
     indices = at(inputs, 2)
-    axis = _tensor_scatter_check(past.shape, update.shape, None if indices is None else indices.shape,
+    axis = tensor_scatter_axis(past.shape, update.shape, None if indices is None else indices.shape,
                                  int(attrs["axis"]))
     batch, max_seq, seq = past.shape[0], past.shape[axis], update.shape[axis]
     starts = np.zeros(batch, np.int64) if indices is None else indices.astype(np.int64)
@@ -379,7 +379,7 @@ def _tensor_scatter(inputs, attrs):
 @shape_rule(TS)
 def _tensor_scatter_shape(types, values, attrs, num_outputs):
     past, update, indices = shape_of(types[0]), shape_of(types[1]), shape_of(at(types, 2))
-    _tensor_scatter_check(past, update, indices, int(attrs["axis"]))
+    tensor_scatter_axis(past, update, indices, int(attrs["axis"]))
     shape = past
     if shape is not None and update is not None:  # every axis but the sequence axis agrees with update's
         axis = normalize_axis(TS, int(attrs["axis"]), len(past))

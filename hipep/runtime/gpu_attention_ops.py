@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import HipepError
+from ..ops.attention import excluded_score, mask_reason  # the reference's own rules
 from ..ops.registry import OUTPUT_COUNT, SINCE_VERSION
 from .gpu_kernels import KernelOp, NoKernel, _binding, _cdiv, _dt, flat_config, ptr
 
@@ -254,8 +255,6 @@ def _attention_check(attrs, dtypes, shapes, values):
 
 @_binding(f"::{ATTN}", check=_attention_check, modules=("attention_mha",))
 def _attention_bind(ins, outs, attrs, target):
-    from ..ops.attention import mask_reason  # the reference's own rule for attn_mask's shape
-
     ins = list(ins) + [None] * (7 - len(ins))
     q, k, v, mask, pk, pv, nonpad = ins[:7]
     outs = list(outs) + [None] * (3 - len(outs))
@@ -314,5 +313,5 @@ def _attention_bind(ins, outs, attrs, target):
                      causal=bool(int(attrs.get("is_causal", 0))), scale=scale,
                      softcap=float(attrs.get("softcap", 0.0)), dead_zero=True, dtype=q.dtype,
                      window=(int(attrs.get("left_window_size", -1)), int(attrs.get("right_window_size", -1))),
-                     sentinel=-np.inf if since >= 25 else None)
+                     sentinel=excluded_score(since, q.dtype))
     return _ops(lay, dt, q, k, v, pk, pv, None, mask, None, out, pres_k, pres_v, target)

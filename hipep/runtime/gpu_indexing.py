@@ -28,6 +28,7 @@ import ctypes
 import numpy as np
 
 from ..errors import HipepError
+from ..ops.indexing import TS, tensor_scatter_axis  # the reference's own shape rules
 from .gpu_binding_core import (Arg, CopyOp, KernelOp, NoKernel, _binding, _cdiv, _prod, _word, contiguous_strides,
                                fill_ops, flat_config, merge_dims, ptr, workspace_regions)
 from .gpu_faults import fault_param
@@ -391,15 +392,13 @@ def _tensor_scatter_check(attrs, dtypes, shapes, values):
 
 @_binding("::TensorScatter", check=_tensor_scatter_check, modules=("indexing",))
 def _tensor_scatter_bind(ins, outs, attrs, target):
-    from ..ops.indexing import TS, _tensor_scatter_check as shapes_reason  # the reference's own shape rules
-
     past, update, out = ins[0], ins[1], outs[0]
     indices = ins[2] if len(ins) > 2 else None
     if out is None:
         return []
     if indices is not None and indices.dtype != np.int64:
         raise NoKernel(f"{TS}: write_indices of type {indices.dtype.name}")
-    axis = shapes_reason(past.shape, update.shape, None if indices is None else indices.shape, int(attrs["axis"]))
+    axis = tensor_scatter_axis(past.shape, update.shape, None if indices is None else indices.shape, int(attrs["axis"]))
     e = past.dtype.itemsize
     if e not in (1, 2, 4, 8):
         raise NoKernel(f"{TS} of {e}-byte elements")
