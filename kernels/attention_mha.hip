@@ -20,9 +20,11 @@
 //   hipep_mha_present_<dt>   present_key / present_value ([B, kv_heads, past + new, H]): past's rows,
 //                            then the new rows (with MultiHeadAttention's bias added in f32).
 //
-// Query token s sits at position past + s. A key j takes part unless the causal frontier (j >
-// past + s), Attention-25's window (j < past + s - left_window or j > past + s + right_window, for
-// each bound >= 0), a false entry of a bool mask or a key past a shorter mask's end excludes it;
+// Query token s sits at position past + s; over an external cache (Attention-24's nonpad_kv_seqlen,
+// `kv_len`: batch entry b's first kv_len[b] keys are valid) at kv_len[b] - S + s, with the keys from
+// kv_len[b] on excluded. A key j takes part unless the causal frontier (j > position), Attention-25's
+// window (j < position - left_window or j > position + right_window, for each bound >= 0), a false
+// entry of a bool mask, a key past a shorter mask's end or past the valid keys excludes it;
 // all stand for the references' sentinel, which adds exactly nothing to a row that has any other key
 // (exp(sentinel - max) is 0 in f32). A row with no key above the sentinel comes out as zeros for
 // ai.onnx Attention (`dead_zero`), as ORT's CPU kernel. The keys a row may attend are a contiguous
@@ -50,9 +52,9 @@ struct hipep_mha_args {
 HIPEP_DEVICE int hipep_mha_min(int x, int y) { return x < y ? x : y; }
 
 // The keys [begin, end) a query at position `pos` may attend before the mask: the causal frontier
-// and the window's bounds.
-HIPEP_DEVICE int hipep_mha_key_end(const hipep_mha_args& a, int pos) {
-  int end = a.total;
+// and the window's bounds, below `limit` (the batch entry's valid keys).
+HIPEP_DEVICE int hipep_mha_key_end(const hipep_mha_args& a, int pos, int limit) {
+  int end = limit;
   if (a.causal) end = hipep_mha_min(end, pos + 1);
   if (a.right_window >= 0) end = hipep_mha_min(end, pos + a.right_window + 1);
   return end;
@@ -92,7 +94,8 @@ HIPEP_DEVICE void hipep_mha(const T* HIPEP_RESTRICT q, const T* HIPEP_RESTRICT k
                             const T* HIPEP_RESTRICT past_k, const T* HIPEP_RESTRICT past_v,
                             const T* HIPEP_RESTRICT bias, const T* HIPEP_RESTRICT mask_add,
                             const unsigned char* HIPEP_RESTRICT mask_bool, const int* HIPEP_RESTRICT key_pad,
-                            T* HIPEP_RESTRICT out, const hipep_mha_args a) {
+                            const hipep_i64* HIPEP_RESTRICT kv_len, T* HIPEP_RESTRICT out, const hipep_mha_args a,
+                            const hipep_fault_site fault) {
   // Thread t owns query rows 2 * (t / 8) and the next, score columns t % 8 + 8 * c and the output
   // dims 4 * (t % 8) + 32 * k + [0, 4), as attention_prefill.hip.
   constexpr int BM = THREADS / 4, BN = 8 * CPT, DK = HB / 32, LD = HB + 4;
@@ -118,6 +121,16 @@ HIPEP_DEVICE void hipep_mha(const T* HIPEP_RESTRICT q, const T* HIPEP_RESTRICT k
     }
     q_s[r * LD + d] = x;
   }
+  // The batch entry's valid keys and its first query's position. A count outside [0, total] is
+  // reported (one block per batch entry does) and clamped, so nothing past K and V is read.
+  int limit = T_, offset = a.past;
+  if (kv_len != 0) {
+    const hipep_i64 n = kv_len[b];
+    const bool bad = n < 0 || n > T_;
+    if (bad && blockIdx.x == 0 && kvh == 0 && t == 0) hipep_report_fault(fault, HIPEP_FAULT_KV_LENGTH, n, T_);
+    limit = bad ? (n < 0 ? 0 : T_) : (int)n;
+    offset = limit - S;
+  }
   // Keys row s sees: [lo, hi); both bounds grow with s, so the tile's range starts at its first
   // row's and ends at its last row's.
   int lo[2], hi[2], row_s[2], row_head[2];
@@ -126,11 +139,11 @@ HIPEP_DEVICE void hipep_mha(const T* HIPEP_RESTRICT q, const T* HIPEP_RESTRICT k
     const int r = q0 + r0 + i;
     row_s[i] = r / G;
     row_head[i] = kvh * G + r % G;
-    lo[i] = hipep_mha_key_begin(a, a.past + row_s[i]);
-    hi[i] = r >= rows ? 0 : hipep_mha_key_end(a, a.past + row_s[i]);
+    lo[i] = hipep_mha_key_begin(a, offset + row_s[i]);
+    hi[i] = r >= rows ? 0 : hipep_mha_key_end(a, offset + row_s[i], limit);
   }
-  const int tile_lo = hipep_mha_key_begin(a, a.past + q0 / G);
-  const int tile_hi = hipep_mha_key_end(a, a.past + (hipep_mha_min(q0 + BM, rows) - 1) / G);
+  const int tile_lo = hipep_mha_key_begin(a, offset + q0 / G);
+  const int tile_hi = hipep_mha_key_end(a, offset + (hipep_mha_min(q0 + BM, rows) - 1) / G, limit);
 
   float m[2] = {-HIPEP_INF_F, -HIPEP_INF_F}, l[2] = {0.0f, 0.0f};
   float4 acc[2][DK];
@@ -270,8 +283,10 @@ HIPEP_DEVICE void hipep_mha_present(const T* HIPEP_RESTRICT past_k, const T* HIP
 #define HIPEP_MHA_VARIANT(NAME, T, HB, THREADS, CPT)                                                             \
   HIPEP_KERNEL void __launch_bounds__(THREADS) hipep_mha_##NAME##_h##HB(                                        \
       const T* q, const T* k, const T* v, const T* past_k, const T* past_v, const T* bias, const T* mask_add,    \
-      const unsigned char* mask_bool, const int* key_pad, T* out, const hipep_mha_args a) {                      \
-    hipep_mha<T, THREADS, CPT, HB>(q, k, v, past_k, past_v, bias, mask_add, mask_bool, key_pad, out, a);         \
+      const unsigned char* mask_bool, const int* key_pad, const hipep_i64* kv_len, T* out,                       \
+      const hipep_mha_args a, const hipep_fault_site fault) {                                                    \
+    hipep_mha<T, THREADS, CPT, HB>(q, k, v, past_k, past_v, bias, mask_add, mask_bool, key_pad, kv_len, out, a,  \
+                                   fault);                                                                       \
   }
 
 #define HIPEP_MHA(NAME, T)                                                                                       \

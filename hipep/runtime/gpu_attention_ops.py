@@ -18,10 +18,12 @@ sizes up to 256 (the V head size may differ), grouped heads (q_num_heads a multi
 kv_num_heads), causal masking (is_causal / unidirectional, bottom-right aligned after a past),
 Attention-25's left/right window (aligned as the causal frontier), an attn_mask (bool, or additive
 in Q's type; Attention-25's may broadcast over queries and hold fewer keys) or attention_bias
-broadcast over batch and heads, MultiHeadAttention's key_padding_mask and bias, scale and softcap.
-Refused by the checks: the qk_matmul_output output, a softmax_precision other than float,
-Attention-24/25's nonpad_kv_seqlen (so also a window over an external cache), and head sizes not
-known when the node is claimed. ai.onnx Attention in f16 rounds its scores and
+broadcast over batch and heads, MultiHeadAttention's key_padding_mask and bias, scale and softcap,
+Attention-24/25's nonpad_kv_seqlen (an external cache: each batch entry's count of valid keys,
+read by the kernel from device memory, which also places the entry's queries for the causal
+frontier and the window; a count outside [0, keys] goes to the stream's fault record).
+Refused by the checks: the qk_matmul_output output, a softmax_precision other than float, and head
+sizes not known when the node is claimed. ai.onnx Attention in f16 rounds its scores and
 probabilities to f16 on the CPU EP; here they stay f32 (the results agree to f16 rounding).
 
 `mha_layout` computes the kernel arguments from shapes alone, so the unit tests can check them.
@@ -36,6 +38,7 @@ import numpy as np
 from ..errors import HipepError
 from ..ops.attention import excluded_score, mask_reason  # the reference's own rules
 from ..ops.registry import OUTPUT_COUNT, SINCE_VERSION
+from .gpu_faults import NO_FAULT_SITE, fault_param
 from .gpu_kernels import KernelOp, NoKernel, _binding, _cdiv, _dt, flat_config, ptr
 
 MHA = "MultiHeadAttention"
@@ -84,11 +87,14 @@ def _strides(layout4: bool, heads: int, seq: int, dims: int) -> tuple[int, int, 
 def mha_layout(*, batch: int, seq: int, heads: int, kv_heads: int, head_size: int, v_head_size: int, new_keys: int,
                past: int, layout4: bool, mask_shape=None, mask_kind: int = MASK_NONE, causal: bool = False,
                scale: float, softcap: float = 0.0, pad_value: float = 0.0, dead_zero: bool = False,
-               dtype=np.float32, window: tuple[int, int] = (-1, -1), sentinel: float | None = None) -> MhaLayout:
+               dtype=np.float32, window: tuple[int, int] = (-1, -1), sentinel: float | None = None,
+               external_cache: bool = False) -> MhaLayout:
     """The attention kernel's arguments and launch shape. `mask_shape`: attn_mask / attention_bias
     as [B or 1, heads or 1, seq or 1, keys] after leading 1s are added (keys up to total: the rest
     are masked). `window`: Attention-25's (left_window_size, right_window_size). `sentinel`: the
-    score of an excluded key, below which a row is dead (default the lowest finite `dtype`)."""
+    score of an excluded key, below which a row is dead (default the lowest finite `dtype`).
+    `external_cache`: the kernel places the queries by nonpad_kv_seqlen (up to the last key)
+    rather than after the past."""
     bucket = head_bucket(head_size, v_head_size)
     if bucket is None:
         raise NoKernel(f"head sizes {head_size}/{v_head_size}: the GPU kernel takes up to {MAX_HEAD}")
@@ -98,7 +104,8 @@ def mha_layout(*, batch: int, seq: int, heads: int, kv_heads: int, head_size: in
     a.causal, a.mask_kind, a.dead_zero = int(causal), mask_kind, int(dead_zero)
     left, right = (int(w) for w in window)
     # Bounds that exclude no key are unbounded, which also keeps position + bound within int.
-    a.left_window = left if 0 <= left < past + seq else -1
+    last_position = a.total - 1 if external_cache else past + seq - 1
+    a.left_window = left if 0 <= left <= last_position else -1
     a.right_window = right if 0 <= right < a.total else -1
     a.mask_keys = a.total
     a.q_sb, a.q_sh, a.q_ss = _strides(layout4, heads, seq, head_size)
@@ -118,7 +125,8 @@ def mha_layout(*, batch: int, seq: int, heads: int, kv_heads: int, head_size: in
     return MhaLayout(a, bucket, (_cdiv(seq * a.group, threads // 4), kv_heads, batch), (threads, 1, 1))
 
 
-def _ops(lay: MhaLayout, dt: str, q, k, v, pk, pv, bias, mask, key_pad, out, pres_k, pres_v, target) -> list:
+def _ops(lay: MhaLayout, dt: str, q, k, v, pk, pv, bias, mask, key_pad, out, pres_k, pres_v, target,
+         kv_len=None) -> list:
     a = lay.args
     ops = []
     keep_k = pres_k is not None and pres_k.size > 0
@@ -131,9 +139,10 @@ def _ops(lay: MhaLayout, dt: str, q, k, v, pk, pv, bias, mask, key_pad, out, pre
     if out is not None and a.batch * a.seq * a.heads > 0:
         add = mask if a.mask_kind == MASK_ADD else None
         flags = mask if a.mask_kind == MASK_BOOL else None
+        fault = NO_FAULT_SITE if kv_len is None else fault_param(target, "input 6 (nonpad_kv_seqlen)")
         ops.append(KernelOp(f"hipep_mha_{dt}_h{lay.bucket}", lay.grid, lay.block,
                             [ptr(q), ptr(k), ptr(v), ptr(pk), ptr(pv), ptr(bias), ptr(add), ptr(flags),
-                             ptr(key_pad), ptr(out), a], module="attention_mha"))
+                             ptr(key_pad), ptr(kv_len), ptr(out), a, fault], module="attention_mha"))
     return ops
 
 
@@ -246,8 +255,6 @@ def _attention_check(attrs, dtypes, shapes, values):
         return "the qk_matmul_output output"
     if int(attrs.get("softmax_precision", 0) or 0) not in SOFTMAX_F32:
         return f"softmax_precision={attrs['softmax_precision']} (the kernel's softmax runs in float)"
-    if _present(dtypes, 6):
-        return "nonpad_kv_seqlen"
     if _present(dtypes, 3) and dtypes[3] not in ("bool", dtypes[0]):
         return f"attn_mask of element type {dtypes[3]}"
     return _head_reason(*_attention_heads(attrs, shapes))
@@ -262,8 +269,8 @@ def _attention_bind(ins, outs, attrs, target):
     dt = _dt(q.dtype, ATTN)
     if dt not in ("f32", "f16"):
         raise NoKernel(f"{ATTN} on {q.dtype.name}")
-    if nonpad is not None or (len(outs) > 3 and outs[3] is not None):
-        raise NoKernel(f"{ATTN}: nonpad_kv_seqlen / qk_matmul_output")
+    if len(outs) > 3 and outs[3] is not None:
+        raise NoKernel(f"{ATTN}: qk_matmul_output")
     if not q.ndim == k.ndim == v.ndim or q.ndim not in (3, 4):
         raise HipepError(f"{ATTN}: Q, K and V must all be 3-D or all 4-D, got {list(q.shape)}, {list(k.shape)}, "
                          f"{list(v.shape)}")
@@ -291,6 +298,10 @@ def _attention_bind(ins, outs, attrs, target):
                 or tuple(pv.shape) != (b, nkv, pk.shape[2], hv):
             raise HipepError(f"{ATTN}: past_key must be [{b}, {nkv}, P, {h}] and past_value [{b}, {nkv}, P, {hv}]")
         p = int(pk.shape[2])
+    if nonpad is not None:
+        if p or tuple(nonpad.shape) != (b,) or nonpad.dtype != np.int64:
+            raise HipepError(f"{ATTN}: nonpad_kv_seqlen must be int64 [batch] = [{b}] without past_key, got "
+                             f"{nonpad.dtype.name} {list(nonpad.shape)}{' with past_key' if p else ''}")
     t = p + l
     since = int(attrs.get(SINCE_VERSION, 23))
     mask_shape, kind = None, MASK_NONE
@@ -313,5 +324,5 @@ def _attention_bind(ins, outs, attrs, target):
                      causal=bool(int(attrs.get("is_causal", 0))), scale=scale,
                      softcap=float(attrs.get("softcap", 0.0)), dead_zero=True, dtype=q.dtype,
                      window=(int(attrs.get("left_window_size", -1)), int(attrs.get("right_window_size", -1))),
-                     sentinel=excluded_score(since, q.dtype))
-    return _ops(lay, dt, q, k, v, pk, pv, None, mask, None, out, pres_k, pres_v, target)
+                     sentinel=excluded_score(since, q.dtype), external_cache=nonpad is not None)
+    return _ops(lay, dt, q, k, v, pk, pv, None, mask, None, out, pres_k, pres_v, target, kv_len=nonpad)

@@ -3,8 +3,10 @@ single-node models through hipep.InferenceSession(device="cuda"), claimed whole,
 exactly with ONNX Runtime's CPU EP over three runs (first run, bound replay, CUDA graph replay): both
 modes, sequence axes next to batch, in the middle and last, with and without write_indices, several
 element types. Decode steps with present_cache bound to past_cache's own buffer through IOBinding
-(the in-place update), also before an Attention-25 that reads the updated caches. A write index out of
-range is an error naming the node, and the session runs on."""
+(the in-place update), also before an Attention-25 that reads the updated caches, with a mask of the
+valid rows or with nonpad_kv_seqlen (the standard external-cache decoder step, claimed whole, its caches
+in device memory). A write index or a count of valid keys out of range is an error naming the node,
+and the session runs on."""
 from __future__ import annotations
 
 import numpy as np
@@ -107,7 +109,7 @@ def test_decode_steps_update_the_cache_in_place(rng, mode):
 def test_decode_steps_of_cache_updates_then_attention_25(rng):
     """TensorScatter writes a step's keys and values into the caches in place; Attention-25 reads
     the caches with a bool mask of the valid rows (the external-cache layout without
-    nonpad_kv_seqlen, which the GPU kernel does not take)."""
+    nonpad_kv_seqlen)."""
     batch, heads, kv_heads, cap, head = 2, 8, 2, 40, 64
     f = TP.FLOAT16
     cache = ["batch", kv_heads, cap, head]
@@ -163,3 +165,82 @@ def test_a_write_index_out_of_range_names_the_node_and_the_session_runs_on(monke
     with pytest.raises(Exception, match=where + message):
         sess.run(None, {**good, "write_indices": np.array([bad, 0], np.int64)})
     np.testing.assert_array_equal(sess.run(None, good)[0], want)  # the record was cleared
+
+
+def external_cache_model(dtype, kv_heads, cap, head, heads, **attention):
+    """A decoder step on an external cache, as opset-24 exports write it: TensorScatter puts the
+    step's keys and values into the caches at write_indices, Attention reads the caches with
+    nonpad_kv_seqlen (each batch entry's valid rows)."""
+    f = _elem(dtype)
+    nodes = [n("TensorScatter", ["past_key", "k", "write_indices"], ["present_key"], name="key_update"),
+             n("TensorScatter", ["past_value", "v", "write_indices"], ["present_value"], name="value_update"),
+             n("Attention", ["q", "present_key", "present_value", "", "", "", "nonpad"], ["y"], name="attention",
+               **attention)]
+    cache = ["batch", kv_heads, cap, head]
+    inputs = [tensor("q", f, ["batch", heads, "seq", head]), tensor("k", f, ["batch", kv_heads, "seq", head]),
+              tensor("v", f, ["batch", kv_heads, "seq", head]), tensor("past_key", f, cache),
+              tensor("past_value", f, cache), tensor("write_indices", I64, ["batch"]),
+              tensor("nonpad", I64, ["batch"])]
+    outputs = [tensor("y", f, ["batch", heads, "seq", head]), tensor("present_key", f, cache),
+               tensor("present_value", f, cache)]
+    return make_model(nodes, inputs, outputs, opset=25)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("attention", [dict(is_causal=1), dict(is_causal=1, left_window_size=5)])
+def test_external_cache_decoder_steps_with_nonpad_kv_seqlen(rng, dtype, attention):
+    """A right-padded prompt (7 and 5 valid of 7 tokens), then decode steps; hipep's caches are
+    device OrtValues bound as both past and present (updated in place, never copied), the CPU EP's
+    host arrays fed back. y within f16 / f32 rounding of the CPU EP's at every step, the caches
+    equal bit for bit."""
+    batch, heads, kv_heads, cap, head = 2, 8, 2, 48, 64
+    model = external_cache_model(dtype, kv_heads, cap, head, heads, **attention)
+    assert not hipep.explain(model, device="cuda").rejections
+    mine, theirs = hipep.InferenceSession(model, device="cuda"), cpu_session(model)
+    first = [(_values(rng, (batch, kv_heads, cap, head), dtype) / 20).astype(dtype) for _ in range(2)]
+    device_caches = [ort.OrtValue.ortvalue_from_numpy(a, "cuda", 0) for a in first]
+    host_caches = [a.copy() for a in first]
+    lens, seq = np.zeros(batch, np.int64), 7
+    tol = dict(rtol=2e-2, atol=4e-3) if dtype == np.float16 else dict(rtol=1e-4, atol=1e-5)
+    for step in range(6):
+        q, k, v = ((_values(rng, (batch, h, seq, head), dtype) / 20).astype(dtype) for h in (heads, kv_heads, kv_heads))
+        valid = np.array([7, 5], np.int64) if step == 0 else np.ones(batch, np.int64)
+        feeds = {"q": q, "k": k, "v": v, "write_indices": lens, "nonpad": lens + valid}
+        io = mine.io_binding()
+        for name, value in feeds.items():
+            io.bind_cpu_input(name, value)
+        for name, value in zip(("past_key", "past_value"), device_caches):
+            io.bind_ortvalue_input(name, value)
+        for name, value in zip(("present_key", "present_value"), device_caches):
+            io.bind_ortvalue_output(name, value)
+        io.bind_output("y", "cuda", 0)
+        mine.run_with_iobinding(io)
+        got = io.get_outputs()[0].numpy()
+        want, pk, pv = theirs.run(None, {**feeds, "past_key": host_caches[0], "past_value": host_caches[1]})
+        host_caches = [pk, pv]
+        np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), err_msg=f"step {step}", **tol)
+        for value, want_cache in zip(device_caches, host_caches):
+            np.testing.assert_array_equal(value.numpy(), want_cache, err_msg=f"step {step}")
+        lens, seq = lens + valid, 1
+
+
+@pytest.mark.parametrize("graphs", [True, False])
+@pytest.mark.parametrize("bad", [25, -2])
+def test_a_count_of_valid_keys_out_of_range_names_the_node_and_the_session_runs_on(monkeypatch, rng, graphs, bad):
+    if not graphs:
+        monkeypatch.setattr(device, "use_graphs", False)
+    f = TP.FLOAT
+    model = make_model([n("Attention", ["q", "k", "v", "", "", "", "nonpad"], ["y"], name="attention", is_causal=1)],
+                       [tensor("q", f, [2, 4, 1, 32]), tensor("k", f, [2, 2, 24, 32]), tensor("v", f, [2, 2, 24, 32]),
+                        tensor("nonpad", I64, [2])], [tensor("y", f, None)], opset=24)
+    good = {"q": _values(rng, (2, 4, 1, 32), np.float32) / 20, "k": _values(rng, (2, 2, 24, 32), np.float32) / 20,
+            "v": _values(rng, (2, 2, 24, 32), np.float32), "nonpad": np.array([24, 3], np.int64)}
+    sess = hipep.InferenceSession(model, device="cuda")
+    want = cpu_session(model).run(None, good)[0]
+    for _ in range(3):  # first run, bound replay, CUDA graph replay
+        np.testing.assert_allclose(sess.run(None, good)[0], want, rtol=1e-4, atol=1e-5)
+    message = (rf"node 'attention' \(Attention\): input 6 \(nonpad_kv_seqlen\): {bad} valid keys is out of range "
+               rf"\[0, 24\]: a batch entry has at most the 24 keys of K and V")
+    with pytest.raises(Exception, match=message):
+        sess.run(None, {**good, "nonpad": np.array([3, bad], np.int64)})
+    np.testing.assert_allclose(sess.run(None, good)[0], want, rtol=1e-4, atol=1e-5)  # the record was cleared

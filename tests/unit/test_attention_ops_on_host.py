@@ -6,9 +6,11 @@ Shapes are small (each GPU thread is a host thread) but cover the kernel's tails
 key tiles, head sizes that are not multiples of 4 and a V head size of its own, each variant (head
 sizes up to 64, 128 and 256), grouped heads, both layouts, past + new keys, causal masking, bool and
 additive masks broadcast over batch and heads, fully masked rows, MultiHeadAttention's bias and
-key_padding_mask. Also what the checks refuse (the claim step's answers). Skipped without g++."""
+key_padding_mask, Attention-24/25's nonpad_kv_seqlen (an external cache) and its fault report. Also
+what the checks refuse (the claim step's answers). Skipped without g++."""
 from __future__ import annotations
 
+import ctypes
 import shutil
 
 import numpy as np
@@ -16,10 +18,11 @@ import pytest
 
 from hipep.errors import HipepError
 from hipep.ops.registry import OUTPUT_COUNT, SINCE_VERSION
+from hipep.runtime import gpu_faults as gf
 from hipep.runtime import gpu_kernels as gk
-from hipep.runtime.gpu_attention_ops import MASK_ADD, MASK_BOOL, mha_layout
+from hipep.runtime.gpu_attention_ops import MASK_ADD, MASK_BOOL, MhaArgs, mha_layout
 
-from unit.host_kernels import compile_module, run_on_host
+from unit.host_kernels import HostMemory, compile_module, launch, run_on_host
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 
@@ -51,6 +54,11 @@ def _check(libs, op_key, inputs, attrs, n_out, dtype):
         assert g.shape == w.shape and g.dtype == w.dtype, k
         np.testing.assert_allclose(g.astype(F32), w.astype(F32), err_msg=f"output {k}", **_tol(dtype))
     return ops
+
+
+def _mha_args(op) -> MhaArgs:
+    """The kernel arguments among a launch's parameters."""
+    return next(p for p in op.params if isinstance(p, MhaArgs))
 
 
 def _rand(rng, shape, dtype, scale=1.0):
@@ -113,7 +121,7 @@ def test_attention_4d_grouped_causal_past_bool_mask(libraries, dtype):
     mask = rng.uniform(size=(s, p + l)) > 0.3
     mask[:, 0] = True
     ops = _check(libraries, ATTN, [q, k, v, mask, pk, pv], {"is_causal": 1}, 3, dtype)
-    assert ops[-1].params[-1].mask_kind == MASK_BOOL and ops[-1].params[-1].group == 2
+    assert _mha_args(ops[-1]).mask_kind == MASK_BOOL and _mha_args(ops[-1]).group == 2
     _check(libraries, ATTN, [q, k, v, None, pk, pv], {"is_causal": 1}, 3, dtype)  # bottom-right causal
 
 
@@ -127,7 +135,7 @@ def test_attention_3d_additive_mask_softcap_scale_dead_rows(libraries, dtype):
     mask[1, 0, 2, 3:] = -np.inf
     attrs = {"q_num_heads": n, "kv_num_heads": n, "softcap": 2.0, "scale": 0.4}
     ops = _check(libraries, ATTN, [q, k, v, mask], attrs, 1, dtype)
-    assert ops[-1].params[-1].mask_kind == MASK_ADD and len(ops) == 1  # no present kept: one launch
+    assert _mha_args(ops[-1]).mask_kind == MASK_ADD and len(ops) == 1  # no present kept: one launch
     bmask = np.ones((n, s, l), bool)
     bmask[1, 3, :] = False  # every key masked: zeros (ORT's CPU kernel)
     _check(libraries, ATTN, [q, k, v, bmask], {"q_num_heads": n, "kv_num_heads": n}, 1, dtype)
@@ -174,7 +182,7 @@ def test_attention_window_with_past_grouped_heads(libraries, dtype, causal, left
     pk, pv = _rand(rng, (b, nkv, p, h), dtype), _rand(rng, (b, nkv, p, h), dtype)
     attrs = {"is_causal": causal, "left_window_size": left, "right_window_size": right}
     ops = _check(libraries, ATTN, [q, k, v, None, pk, pv], attrs, 3, dtype)
-    a = ops[-1].params[-1]
+    a = _mha_args(ops[-1])
     assert (a.left_window, a.right_window) == (left, right)
 
 
@@ -209,7 +217,7 @@ def test_attention_25_masks_broadcast_over_queries_or_hold_fewer_keys(libraries,
     q, k, v = _rand(rng, (b, n, s, h), dtype), _rand(rng, (b, n, l, h), dtype), _rand(rng, (b, n, l, h), dtype)
     bool_mask = rng.uniform(size=shape) > 0.3
     ops = _check(libraries, ATTN, [q, k, v, bool_mask], {"is_causal": 1, "left_window_size": 4}, 1, dtype)
-    assert ops[-1].params[-1].mask_keys == shape[-1]
+    assert _mha_args(ops[-1]).mask_keys == shape[-1]
     _check(libraries, ATTN, [q, k, v, _rand(rng, shape, dtype)], {"right_window_size": 2}, 1, dtype)
 
 
@@ -219,13 +227,93 @@ def test_attention_before_25_keeps_its_masks_and_sentinel(libraries):
     q, k, v = _rand(rng, (b, n, s, h), F32), _rand(rng, (b, n, l, h), F32), _rand(rng, (b, n, l, h), F32)
     mask = rng.uniform(size=(s, l)) > 0.3
     ops = _check(libraries, ATTN, [q, k, v, mask], {"is_causal": 1, SINCE_VERSION: 23}, 1, F32)
-    assert ops[-1].params[-1].lowest == float(np.finfo(F32).min)
+    assert _mha_args(ops[-1]).lowest == float(np.finfo(F32).min)
     ops = _check(libraries, ATTN, [q, k, v, mask], {"is_causal": 1}, 1, F32)
-    assert ops[-1].params[-1].lowest == -np.inf
+    assert _mha_args(ops[-1]).lowest == -np.inf
     with pytest.raises(HipepError, match="rank 1"):
         run_on_host(libraries, ATTN, [q, k, v, mask[0]], {SINCE_VERSION: 24})
     with pytest.raises(HipepError, match=r"more keys than total_sequence 6"):
         run_on_host(libraries, ATTN, [q, k, v, np.ones((s, l + 1), bool)], {})
+
+
+# ---- nonpad_kv_seqlen: an external cache ----------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("layout4", [True, False])
+@pytest.mark.parametrize("attrs", [{}, {"is_causal": 1}, {"is_causal": 1, "left_window_size": 3},
+                                   {"left_window_size": 2, "right_window_size": 1}])
+def test_attention_external_cache_valid_keys_per_batch_entry(libraries, dtype, layout4, attrs):
+    """Each batch entry attends its first nonpad[b] keys, its queries placed at nonpad[b] - S: a full
+    cache, a short one, one with fewer valid keys than queries (rows before the first key see
+    nothing under the causal frontier) and an empty one."""
+    rng = np.random.default_rng(21)
+    b, nq, nkv, s, cap, h = 4, 4, 2, 3, 13, 8
+    nonpad = np.array([13, 6, 2, 0], np.int64)
+    if layout4:
+        q, k, v = (_rand(rng, (b, n, x, h), dtype) for n, x in ((nq, s), (nkv, cap), (nkv, cap)))
+        attrs = dict(attrs)
+    else:
+        q, k, v = (_rand(rng, (b, x, n * h), dtype) for n, x in ((nq, s), (nkv, cap), (nkv, cap)))
+        attrs = {**attrs, "q_num_heads": nq, "kv_num_heads": nkv}
+    ops = _check(libraries, ATTN, [q, k, v, None, None, None, nonpad], attrs, 1, dtype)
+    assert ops[-1].params[9].value != 0  # the kernel reads the counts
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_attention_external_cache_with_a_mask_and_a_long_cache(libraries64, dtype):
+    """A bool mask shorter than the cache (Attention-25) and a cache of several key tiles, a
+    decode step (one query) against prefill-sized counts."""
+    rng = np.random.default_rng(22)
+    b, n, cap, h = 2, 2, 70, 16
+    for s, nonpad in ((1, [70, 41]), (5, [9, 64])):
+        q, k, v = _rand(rng, (b, n, s, h), dtype), _rand(rng, (b, n, cap, h), dtype), _rand(rng, (b, n, cap, h), dtype)
+        mask = rng.uniform(size=(1, 1, s, 50)) > 0.2
+        _check(libraries64, ATTN, [q, k, v, mask, None, None, np.array(nonpad, np.int64)],
+               {"is_causal": 1}, 1, dtype)
+        _check(libraries64, ATTN, [q, k, v, None, None, None, np.array(nonpad, np.int64)],
+               {"is_causal": 1, "left_window_size": 7, SINCE_VERSION: 25}, 1, dtype)
+
+
+@pytest.mark.parametrize("bad", [14, -1])
+def test_attention_external_cache_count_out_of_range_is_reported(libraries, bad):
+    """A count past the keys goes to the stream's fault record, named for the node; the kernel
+    clamps it, reads nothing past K and V, and the other batch entries come out right."""
+    rng = np.random.default_rng(23)
+    b, n, s, cap, h = 2, 2, 1, 13, 8
+    q, k, v = _rand(rng, (b, n, s, h), F32), _rand(rng, (b, n, cap, h), F32), _rand(rng, (b, n, cap, h), F32)
+    good = np.array([5, 7], np.int64)
+    mem = HostMemory()
+    record = mem.put(np.zeros(gf.FAULT_RECORD_BYTES, np.uint8))[0].ptr
+    sites = gf.FaultSites()
+    label = "node 'attention' (Attention)"
+    ins = [mem.put(x)[0] for x in (q, k, v)] + [None, None, None, mem.put(np.array([bad, 7], np.int64))[0]]
+    out, view = mem.put(np.full((b, n, s, h), np.nan, F32))
+    target = gk.Target(sm_count=132, warp_size=32, fault=lambda w: gf.FaultSite(record, sites.site(label, w)))
+    attrs = {"is_causal": 1, "softmax_precision": 0, "scale": None, "softcap": 0.0, "qk_matmul_output_mode": 0,
+             OUTPUT_COUNT: 1, SINCE_VERSION: 25}
+    for op in gk.binding_for(ATTN).bind(ins, [gk.Arg(out.ptr, out.shape, out.dtype)], attrs, target):
+        launch(libraries[op.module], op)
+    error = gf.take_fault(record, sites)
+    assert isinstance(error, gf.RangeFault)
+    assert str(error) == (f"{label}: input 6 (nonpad_kv_seqlen): {bad} valid keys is out of range [0, 13]: a batch "
+                          f"entry has at most the 13 keys of K and V")
+    assert gf.take_fault(record, sites) is None  # cleared
+    assert np.isfinite(view).all()
+    got, want, _ = run_on_host(libraries, ATTN, [q, k, v, None, None, None, good], {"is_causal": 1}, n_out=1)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=2e-6)
+    np.testing.assert_array_equal(view[1], got[0][1])  # the good entry as with good counts
+
+
+def test_attention_external_cache_checks_its_shape(libraries):
+    rng = np.random.default_rng(24)
+    q, k, v = _rand(rng, (2, 2, 1, 8), F32), _rand(rng, (2, 2, 6, 8), F32), _rand(rng, (2, 2, 6, 8), F32)
+    mem = HostMemory()
+    ins = [mem.put(x)[0] for x in (q, k, v)] + [None, None, None, mem.put(np.array([1, 2, 3], np.int64))[0]]
+    out = mem.put(np.zeros((2, 2, 1, 8), F32))[0]
+    attrs = {"is_causal": 1, "softmax_precision": 0, "softcap": 0.0, OUTPUT_COUNT: 1, SINCE_VERSION: 24}
+    with pytest.raises(HipepError, match=r"nonpad_kv_seqlen must be int64 \[batch\] = \[2\] without past_key, got "
+                                         r"int64 \[3\]"):
+        gk.binding_for(ATTN).bind(ins, [gk.Arg(out.ptr, out.shape, out.dtype)], attrs, gk.Target())
 
 
 # ---- launch shapes and the claim step's answers ---------------------------------------------------
@@ -272,7 +360,7 @@ def test_checks_claim_what_runs_and_refuse_the_rest():
     assert gk.kernel_reason(ATTN, {**attn, "softmax_precision": 1}, [f32] * 3, q4) is None
     assert "qk_matmul_output" in gk.kernel_reason(ATTN, {**attn, OUTPUT_COUNT: 4}, [f32] * 3, q4)
     assert "softmax_precision" in gk.kernel_reason(ATTN, {**attn, "softmax_precision": 10}, [f32] * 3, q4)
-    assert "nonpad_kv_seqlen" in gk.kernel_reason(ATTN, attn, [f32] * 3 + ["", "", "", "int64"], q4)
+    assert gk.kernel_reason(ATTN, attn, [f32] * 3 + ["", "", "", "int64"], q4) is None  # an external cache
     assert "attn_mask" in gk.kernel_reason(ATTN, attn, [f32] * 3 + ["float16"], q4)
     q3 = [(1, None, 512), (1, None, 128), (1, None, 128)]
     assert gk.kernel_reason(ATTN, {**attn, "q_num_heads": 8, "kv_num_heads": 2}, [f32] * 3, q3) is None

@@ -174,7 +174,8 @@ def test_fault_record_layout_matches_the_device_header():
     assert ctypes.sizeof(gf.FaultRecord) == 24 and ctypes.sizeof(gf.FaultSite) == 16
     codes = {name: int(value) for name, value in re.findall(r"#define HIPEP_FAULT_(\w+) (\d+)u", header)}
     assert codes == {"INDEX": gf.FAULT_INDEX, "POSITION": gf.FAULT_POSITION, "SEQLEN": gf.FAULT_SEQLEN,
-                     "SEQLEN_SHORT": gf.FAULT_SEQLEN_SHORT, "WRITE_INDEX": gf.FAULT_WRITE_INDEX}
+                     "SEQLEN_SHORT": gf.FAULT_SEQLEN_SHORT, "WRITE_INDEX": gf.FAULT_WRITE_INDEX,
+                     "KV_LENGTH": gf.FAULT_KV_LENGTH}
     assert len(set(codes.values())) == len(codes) and gf.FAULT_NONE not in codes.values()
 
 
@@ -203,6 +204,9 @@ def test_fault_messages_name_the_value_and_its_range():
         "write index 22 is out of range [0, 21]: write index + sequence_length must not exceed max_sequence_length")
     assert message(gf.FAULT_WRITE_INDEX, -1, -1).endswith("write index -1 is negative")
     assert isinstance(gf.fault_error(gf.FaultRecord(gf.FAULT_WRITE_INDEX, site, 9, 3), sites), gf.IndexFault)
+    assert message(gf.FAULT_KV_LENGTH, 14, 13).endswith(
+        "14 valid keys is out of range [0, 13]: a batch entry has at most the 13 keys of K and V")
+    assert isinstance(gf.fault_error(gf.FaultRecord(gf.FAULT_KV_LENGTH, site, -1, 13), sites), gf.RangeFault)
     assert message(99, 5, 6).endswith("the kernel reported fault code 99 (value 5, bound 6)")
     assert isinstance(gf.fault_error(gf.FaultRecord(gf.FAULT_POSITION, site, 1, 1), sites), gf.RangeFault)
 
