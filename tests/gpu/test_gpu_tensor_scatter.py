@@ -211,11 +211,13 @@ def test_external_cache_decoder_steps_with_nonpad_kv_seqlen(rng, dtype, attentio
             io.bind_cpu_input(name, value)
         for name, value in zip(("past_key", "past_value"), device_caches):
             io.bind_ortvalue_input(name, value)
+        io.bind_output("y", "cuda", 0)  # first: get_outputs() lists the outputs in binding order
         for name, value in zip(("present_key", "present_value"), device_caches):
             io.bind_ortvalue_output(name, value)
-        io.bind_output("y", "cuda", 0)
         mine.run_with_iobinding(io)
-        got = io.get_outputs()[0].numpy()
+        y = io.get_outputs()[0]
+        assert y.device_name() == "cuda" and y.shape() == [batch, heads, seq, head]
+        got = y.numpy()
         want, pk, pv = theirs.run(None, {**feeds, "past_key": host_caches[0], "past_value": host_caches[1]})
         host_caches = [pk, pv]
         np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), err_msg=f"step {step}", **tol)
