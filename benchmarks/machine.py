@@ -32,10 +32,13 @@ def machine_info() -> dict:
             mem = f"{int(f.readline().split()[1]) / 2**20:.0f} GiB"
     except (OSError, ValueError, IndexError):
         pass
-    # A copy of the tree without .git (an offline GPU machine) names its commit in HIPEP_COMMIT.
-    commit = git("rev-parse", "--short", "HEAD") or os.environ.get("HIPEP_COMMIT") or "unknown"
-    if git("status", "--porcelain", "--untracked-files=no"):
-        commit += "+dirty"
+    # A copy of the tree on an offline GPU machine names its commit in HIPEP_COMMIT: such a copy may
+    # carry a .git of an older commit (its tracked files changed since), so the name given wins.
+    commit = os.environ.get("HIPEP_COMMIT")
+    if not commit:
+        commit = git("rev-parse", "--short", "HEAD") or "unknown"
+        if git("status", "--porcelain", "--untracked-files=no"):
+            commit += "+dirty"
     return {"date": datetime.date.today().isoformat(), "commit": commit, "cpu": cpu, "cores": os.cpu_count(),
             "memory": mem, "onnxruntime": ort.__version__, "numpy": np.__version__,
             "python": platform.python_version(),
