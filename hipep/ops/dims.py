@@ -1,16 +1,18 @@
-"""Ops that add, drop, merge or grow dims, and the two that only make or forward a value: Squeeze,
-Unsqueeze, Constant, Identity, Expand, Flatten, Tile and Pad. Every result is a fresh copy (never a
+"""Ops that add, drop, merge or grow dims, and the three that only make, forward or reinterpret a
+value: Squeeze, Unsqueeze, Constant, Identity, BitCast, Expand, Flatten, Tile and Pad. Every result is a fresh copy (never a
 view of an input); pure data movement carries every element type numpy holds (registry.ANY_TENSOR)."""
 from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import numpy_dtype_for
 from ..errors import RuntimeShapeError
 from ..graph import elem_type_of
-from ._common import (NP_DTYPES, at, broadcast_partial, elem_of, has_input, input_rank, int_list, kernel, known_value,
+from ._common import (NP_DTYPES, at, broadcast_partial, elem_of, has_input, input_rank, input_type, int_list, kernel,
+                      known_value,
                       normalize_axes, num_elements, operand_length, pshape_str, result, scalar_operand, shape_of,
                       shape_rule, shape_str, tensor_type, type_name)
-from .registry import ALL, ANY_TENSOR, ANY_TENSOR_BF16, F32, I64, INTS, OpDef, register
+from .registry import ALL, ANY_TENSOR, ANY_TENSOR_BF16, F32, I64, INTS, REQUIRED, OpDef, register
 
 I64S = frozenset({I64})
 
@@ -196,6 +198,48 @@ def _identity_shape(types, values, attrs, num_outputs):
 register(OpDef("Identity", (1, 13, 14, 16, 19, 21, 23, 24, 25), ("T",), ("T",), {"T": ANY_TENSOR_BF16},
                kernel("Identity")(lambda inputs, attrs: [result(inputs[0])]),
                shape_rule=_identity_shape, view=True))
+
+
+# ---- BitCast ----------------------------------------------------------------------------------
+# The input's bytes read as another type of the same width (little endian, as every device hipep
+# runs on), copied into the output: not a view, since a plan's views keep their source's element
+# type (a GPU moves the bytes with one device copy).
+
+def _bitcast_dtype(elem_type: int) -> np.dtype | None:
+    return numpy_dtype_for(elem_type) if elem_type in ANY_TENSOR_BF16 else None
+
+
+@kernel("BitCast")
+def _bitcast(inputs, attrs):
+    x, to = inputs[0], _bitcast_dtype(int(attrs["to"]))
+    if to is None or x.dtype.itemsize != to.itemsize:
+        raise RuntimeShapeError(f"BitCast: {x.dtype.name} cannot be read as {type_name(int(attrs['to']))}")
+    return [result(np.ascontiguousarray(x).view(to).reshape(x.shape))]
+
+
+@shape_rule("BitCast")
+def _bitcast_shape(types, values, attrs, num_outputs):
+    return [tensor_type(int(attrs["to"]), shape_of(types[0]))]
+
+
+def _claim_bitcast(node, graph, attrs):
+    to, source = int(attrs["to"]), input_type(node, graph, 0).elem_type
+    to_dt, source_dt = _bitcast_dtype(to), _bitcast_dtype(source)
+    if to_dt is None:
+        names = ", ".join(type_name(t) for t in sorted(ANY_TENSOR_BF16))
+        return f"attribute to={type_name(to)} is not a supported target; supported: {names}"
+    if source_dt is None or to_dt.itemsize != source_dt.itemsize:
+        width = "?" if source_dt is None else 8 * source_dt.itemsize
+        return (f"a bit cast from {type_name(source)} ({width} bits) to {type_name(to)} ({8 * to_dt.itemsize} "
+                f"bits): the widths must be equal")
+    if to_dt == np.bool_ and source_dt != np.bool_:
+        # a byte other than 0 or 1 read as a bool is no value a bool can hold
+        return f"a bit cast from {type_name(source)} to bool"
+    return None
+
+
+register(OpDef("BitCast", (26,), ("T1",), ("T2",), {"T1": ANY_TENSOR_BF16, "T2": ANY_TENSOR_BF16}, _bitcast,
+               attributes={"to": REQUIRED}, claim=_claim_bitcast, shape_rule=_bitcast_shape))
 
 
 @kernel("Expand")

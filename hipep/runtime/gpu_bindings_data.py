@@ -331,6 +331,8 @@ def _copy_bind(ins, outs, attrs, target):
 
 
 COPY = Binding("copy", _copy_bind)
+# BitCast: the same bytes under another element type of the same width, into storage of its own
+_binding("::BitCast")(_copy_bind)
 
 
 # Range ------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The ops hipep.runtime.gpu_bindings_misc composes from existing kernels, end to end: small ONNX
 models through hipep.InferenceSession(device="cuda"), every node claimed, compared with ONNX
 Runtime's CPU EP over three runs (first run, bound replay, CUDA graph replay): OneHot, EyeLike,
-Hardmax, LpNormalization, MeanVarianceNormalization, LRN, BitShift and LpPool; f32 within 1e-5,
+Hardmax, LpNormalization, MeanVarianceNormalization, LRN, BitShift, LpPool and BitCast; f32 within 1e-5,
 f16 within 1e-2, integers and one-hot outputs exactly. Hardmax with NaN inputs is compared with
 hipep's CPU device (ORT's result there depends on its vectorization)."""
 from __future__ import annotations
@@ -133,3 +133,23 @@ def test_bitshift_opset_28(elem, direction):
 def test_lp_pool(elem, p, shape, attrs):
     x = np.random.default_rng(6).uniform(-2, 2, shape).astype(NP[elem])
     run(single("LpPool", elem, shape, opset=18, p=p, **attrs), {"x": x}, elem)
+
+
+@pytest.mark.parametrize("src,dst", [(TP.FLOAT, TP.INT32), (TP.INT64, TP.DOUBLE), (TP.FLOAT16, TP.UINT16),
+                                     (TP.INT8, TP.UINT8)])
+def test_bitcast(src, dst):
+    """BitCast-26: the bytes under the new type, bit for bit (NaN and infinity patterns, negative
+    zero included), a device copy into the output's storage."""
+    if ORT_VERSION < (1, 32):
+        pytest.skip(f"onnxruntime {ORT_VERSION} has no BitCast kernel to compare with")
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(src))
+    rng = np.random.default_rng(7)
+    if dtype.kind == "f":
+        x = rng.standard_normal((5, 33)).astype(dtype)
+        x[0, :3] = [np.nan, np.inf, -0.0]
+    else:
+        info = np.iinfo(dtype)
+        x = rng.integers(info.min, info.max, (5, 33), dtype=dtype, endpoint=True)
+    model = make_model([helper.make_node("BitCast", ["x"], ["y"], to=dst)], [tensor("x", src, list(x.shape))],
+                       [tensor("y", dst, list(x.shape))], opset=26)
+    check_on_cuda(model, {"x": x}, dst, claimed=True, bits=True)

@@ -388,6 +388,17 @@ case("LRN", 13, [R(1, 7, 2, 2)], {"size": 5, "alpha": 1e-2, "beta": 0.5, "bias":
 case("LRN", 13, [R(1, 3, 2, 3)], {"size": 5}, id="LRN-size-gt-channels")
 case("LRN", 13, [R(1, 6, 3, 3, dtype=f16)], {"size": 3, "alpha": 0.1}, id="LRN-f16")
 
+# ---- BitCast (the bytes read as another type of the same width) ---------------------------------
+_TP = {f32: TP.FLOAT, i32: TP.INT32, np.float64: TP.DOUBLE, i64: TP.INT64, f16: TP.FLOAT16, u16: TP.UINT16,
+       i16: TP.INT16, u8: TP.UINT8, i8: TP.INT8, u32: TP.UINT32}
+for _src, _dst, _x in ((f32, i32, A([1.5, -0.0, np.inf, np.nan], f32)), (i32, f32, A([0, 1, -1, 2 ** 30], i32)),
+                       (np.float64, i64, R(2, 3).astype(np.float64)), (i64, np.float64, A([7, -9, 2 ** 62], i64)),
+                       (f16, u16, R(3, 4, dtype=f16)), (u16, i16, U(5, dtype=u16, hi=65535)),
+                       (i8, u8, U(2, 2, dtype=i8, lo=-128, hi=127)), (u32, f32, U(4, dtype=u32, hi=2 ** 31)),
+                       (f32, i32, A(3.25, f32))):
+    case("BitCast", 26, [_x], {"to": _TP[_dst]},
+         id=f"BitCast-{np.dtype(_src).name}-{np.dtype(_dst).name}{'-scalar' if _x.ndim == 0 else ''}")
+
 # ---- Einsum / MatMulInteger / QLinearMatMul -------------------------------------------------------
 _EINSUM = [("ij,jk->ik", [(3, 4), (4, 5)]), ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]),
            ("bhqk,bhkd->bhqd", [(2, 3, 4, 6), (2, 3, 6, 5)]), ("ij->ji", [(3, 4)]), ("ij->", [(3, 4)]),
@@ -586,6 +597,9 @@ REJECT = [
     ("Einsum", 12, [(F, [3, 4])], {"equation": "ij->k"}, 1, ["'k' does not occur"]),
     ("Einsum", 12, [(F, [3, 4])], {"equation": "ij->ii"}, 1, ["repeats"]),
     ("Einsum", 12, [(F, [3, 4, 5])], {"equation": "ij->i"}, 1, ["rank 3"]),
+    ("BitCast", 26, [(F, [3])], {"to": TP.INT64}, 1, ["f32 (32 bits) to i64 (64 bits)", "widths must be equal"]),
+    ("BitCast", 26, [(TP.UINT8, [3])], {"to": TP.BOOL}, 1, ["from u8 to bool"]),
+    ("BitCast", 26, [(F, [3])], {"to": TP.FLOAT8E4M3FN}, 1, ["is not a supported target"]),
     ("QLinearMatMul", 10, [(TP.INT8, [2, 3]), (F, []), (TP.INT8, []), (TP.UINT8, [3, 4]), (F, []),
                            (TP.UINT8, []), (F, []), (TP.INT8, [])], {}, 1, ["i8/u8/i8"]),
 ]
