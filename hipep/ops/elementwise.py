@@ -25,7 +25,7 @@ from ._common import (NP_DTYPES, at, broadcast_partial, broadcast_shape, elem_of
 from .pointwise import Builder, compute_type
 # Re-exported: the contrib, normalization and attention families build on these.
 from .pointwise import erf, fma_f32, mlas_logistic, mlas_tanh  # noqa: F401
-from .registry import (ALL, ALL_INTS, ANY_TENSOR, BF16, BOOL, F16, F32, FLOATS, I8, I16, I32, I64, NUMERIC,
+from .registry import (ALL, ALL_INTS, ANY_TENSOR, BF16, BOOL, F16, F32, F64, FLOATS, I8, I16, I32, I64, NUMERIC,
                        OUTPUT_COUNT, REQUIRED, SINCE_VERSION, U8, U32, U64, OpDef, register)
 
 BOOLS = frozenset({BOOL})
@@ -149,9 +149,12 @@ def _variadic(prim: str):
     return expr
 
 
-_register_pointwise("Max", (8, 12, 13), ("T",), ("T",), {"T": NUMERIC}, _variadic("max"), names=_variadic_names,
+# Max and Min select an input's value, exact in every type; not 16-bit integers, for which ONNX
+# Runtime's CPU EP (the oracle) has no kernel.
+_SELECTED = NUMERIC | {I8, U8, U32, U64, F64}
+_register_pointwise("Max", (8, 12, 13), ("T",), ("T",), {"T": _SELECTED}, _variadic("max"), names=_variadic_names,
                     min_inputs=1, variadic=True, shape_rule=_broadcast_rule("Max"))
-_register_pointwise("Min", (8, 12, 13), ("T",), ("T",), {"T": NUMERIC}, _variadic("min"), names=_variadic_names,
+_register_pointwise("Min", (8, 12, 13), ("T",), ("T",), {"T": _SELECTED}, _variadic("min"), names=_variadic_names,
                     min_inputs=1, variadic=True, shape_rule=_broadcast_rule("Min"))
 
 
@@ -355,12 +358,14 @@ def _compare(prim: str):
     return expr
 
 
+# Comparisons are exact in every type, so they take every integer width and f64 too.
+_COMPARED = NUMERIC | ALL_INTS | {F64}
 for _name, _since, _types, _prim in (
-        ("Equal", (7, 11, 13, 19), ALL, "eq"),
-        ("Less", (7, 9, 13), NUMERIC, "lt"),
-        ("Greater", (7, 9, 13), NUMERIC, "gt"),
-        ("LessOrEqual", (12, 16), NUMERIC, "le"),
-        ("GreaterOrEqual", (12, 16), NUMERIC, "ge"),
+        ("Equal", (7, 11, 13, 19), _COMPARED | {BOOL}, "eq"),
+        ("Less", (7, 9, 13), _COMPARED, "lt"),
+        ("Greater", (7, 9, 13), _COMPARED, "gt"),
+        ("LessOrEqual", (12, 16), _COMPARED, "le"),
+        ("GreaterOrEqual", (12, 16), _COMPARED, "ge"),
         ("And", (7,), BOOLS, "and"),
         ("Or", (7,), BOOLS, "or"),
         ("Xor", (7,), BOOLS, "xor")):

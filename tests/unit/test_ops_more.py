@@ -388,6 +388,23 @@ case("LRN", 13, [R(1, 7, 2, 2)], {"size": 5, "alpha": 1e-2, "beta": 0.5, "bias":
 case("LRN", 13, [R(1, 3, 2, 3)], {"size": 5}, id="LRN-size-gt-channels")
 case("LRN", 13, [R(1, 6, 3, 3, dtype=f16)], {"size": 3, "alpha": 0.1}, id="LRN-f16")
 
+# ---- comparisons, Max and Min in every integer width and f64 (exact: no rounding, no overflow) -----
+for _dt in (i8, u8, i16, u16, u32, u64):
+    _info = np.iinfo(_dt)
+    _x = np.array([_info.min, _info.max, 0, 5, _info.max - 1, 7], _dt)
+    _y = np.array([_info.max, _info.min, 0, 6, _info.max, 7], _dt)
+    for _op, _v in (("Equal", 19), ("Less", 13), ("Greater", 13), ("LessOrEqual", 16), ("GreaterOrEqual", 16)):
+        case(_op, _v, [_x, _y], id=f"{_op}-{np.dtype(_dt).name}")
+    if _dt not in (i16, u16):  # ONNX Runtime has no 16-bit Max or Min (hipep claims none)
+        case("Max", 13, [_x, _y, _x[::-1].copy()], id=f"Max-{np.dtype(_dt).name}")
+        case("Min", 13, [_x, _y[None, :]], id=f"Min-{np.dtype(_dt).name}")
+_f64 = np.array([1.5, -np.inf, 0.0, 2.0 ** -1070, 1e300], np.float64)
+_g64 = np.array([1.5, 3.0, -0.0, 0.0, np.inf], np.float64)
+for _op, _v in (("Equal", 19), ("Less", 13), ("GreaterOrEqual", 16)):
+    case(_op, _v, [_f64, _g64], id=f"{_op}-float64")
+case("Max", 13, [_f64, _g64], id="Max-float64")
+case("Min", 13, [_f64, _g64], id="Min-float64")
+
 # ---- BitCast (the bytes read as another type of the same width) ---------------------------------
 _TP = {f32: TP.FLOAT, i32: TP.INT32, np.float64: TP.DOUBLE, i64: TP.INT64, f16: TP.FLOAT16, u16: TP.UINT16,
        i16: TP.INT16, u8: TP.UINT8, i8: TP.INT8, u32: TP.UINT32}
@@ -597,6 +614,7 @@ REJECT = [
     ("Einsum", 12, [(F, [3, 4])], {"equation": "ij->k"}, 1, ["'k' does not occur"]),
     ("Einsum", 12, [(F, [3, 4])], {"equation": "ij->ii"}, 1, ["repeats"]),
     ("Einsum", 12, [(F, [3, 4, 5])], {"equation": "ij->i"}, 1, ["rank 3"]),
+    ("Max", 13, [(TP.INT16, [3]), (TP.INT16, [3])], {}, 1, ["element type i16"]),
     ("BitCast", 26, [(F, [3])], {"to": TP.INT64}, 1, ["f32 (32 bits) to i64 (64 bits)", "widths must be equal"]),
     ("BitCast", 26, [(TP.UINT8, [3])], {"to": TP.BOOL}, 1, ["from u8 to bool"]),
     ("BitCast", 26, [(F, [3])], {"to": TP.FLOAT8E4M3FN}, 1, ["is not a supported target"]),
