@@ -91,12 +91,20 @@ QMOE_SCHEMA = (
     "other float type refused, quant_type not yet ignored by its CPU kernel (1.24-1.26); nvfp4's "
     "float8e4m3fn scales refused by type (to 1.28)")
 
+U64_FMOD = (
+    "its uint64 Mod with fmod=1 computes through double: a dividend past 2**53 comes out rounded "
+    "(1.32 computes in integers, as hipep)")
+
 FUZZ = (
     "the fuzz campaign's oracle is ORT's CPU EP: with these releases it finds their behaviours (a "
     "huge constant ConstantOfShape folded by ORT itself, MatMul and TopK shape checks), none with "
     "1.32")
 
 DIFFERENCES = (
+    # (the release that stopped rounding is not pinned down: a pass between is not reported)
+    Difference(U64_FMOD, since=(1, 24), until=(1, 32), strict=False, cases=(
+        'tests/unit/test_ops_more.py::test_matches_ort[Mod-uint64-fmod]',
+    )),
     Difference(NO_KERNEL, since=(1, 24), until=(1, 25), cases=(
         'tests/unit/test_ops_more.py::test_matches_ort[LpNormalization-22-*]',
         'tests/unit/test_ops_more.py::test_matches_ort[LpNormalization-f16]',

@@ -82,8 +82,10 @@ def _arith(prim: str):
     return expr
 
 
+# Every integer width (wrapping as ONNX Runtime's C++ arithmetic does) and f64 too.
+_ARITH_TYPES = NUMERIC | ALL_INTS | {F64}
 for _name, _prim in (("Add", "add"), ("Sub", "sub"), ("Mul", "mul"), ("Div", "div")):
-    _register_pointwise(_name, (7, 13, 14), ("T", "T"), ("T",), {"T": NUMERIC}, _arith(_prim),
+    _register_pointwise(_name, (7, 13, 14), ("T", "T"), ("T",), {"T": _ARITH_TYPES}, _arith(_prim),
                         shape_rule=_broadcast_rule(_name, names=["A", "B"]))
 
 
@@ -169,13 +171,13 @@ def _claim_mod(node, graph, attrs):
     if fmod not in (0, 1):
         return f"attribute fmod={fmod} is invalid (must be 0 or 1)"
     t = graph.type_of(node.inputs[0])
-    if t.elem_type in FLOATS and fmod == 0 and node.since_version < 28:
+    if t.elem_type in FLOATS | {F64} and fmod == 0 and node.since_version < 28:
         return (f"fmod=0 on floating-point input ({t.dtype_name}) is invalid before opset 28 "
                 f"(ONNX requires fmod=1 for floats)")
     return None
 
 
-_register_pointwise("Mod", (10, 13, 28), ("T", "T"), ("T",), {"T": NUMERIC}, _mod_expr,
+_register_pointwise("Mod", (10, 13, 28), ("T", "T"), ("T",), {"T": _ARITH_TYPES}, _mod_expr,
                     attributes={"fmod": 0}, claim=_claim_mod, shape_rule=_broadcast_rule("Mod", names=["A", "B"]))
 
 

@@ -405,6 +405,22 @@ for _op, _v in (("Equal", 19), ("Less", 13), ("GreaterOrEqual", 16)):
 case("Max", 13, [_f64, _g64], id="Max-float64")
 case("Min", 13, [_f64, _g64], id="Min-float64")
 
+# ---- arithmetic and Mod in every integer width (wrapping, division truncating) and f64 ----------------
+for _dt in (i8, u8, i16, u16, u32, u64):
+    _info = np.iinfo(_dt)
+    _x = np.array([_info.max, _info.min, 7, _info.max // 3, 100 % (_info.max + 1), 9], _dt)
+    _y = np.array([3, 1 if _info.min == 0 else -3, 2, 5, 3, 4], _dt)
+    for _op in ("Add", "Sub", "Mul", "Div"):
+        case(_op, 14, [_x, _y], id=f"{_op}-{np.dtype(_dt).name}-wraps")
+    case("Mod", 13, [_x, _y], id=f"Mod-{np.dtype(_dt).name}")
+    case("Mod", 13, [_x, _y], {"fmod": 1}, id=f"Mod-{np.dtype(_dt).name}-fmod")
+case("Div", 14, [A([-7, 7, -128, 127], i8), A([2, -2, 3, -1], i8)], id="Div-int8-truncates")
+case("Mod", 13, [A([-7, 7, -128, 127], i8), A([2, -2, 3, -5], i8)], id="Mod-int8-sign-of-divisor")
+_a64, _b64 = R(3, 4).astype(np.float64) * 1e3, R(3, 4, lo=0.5, hi=2).astype(np.float64)
+for _op in ("Add", "Sub", "Mul", "Div"):
+    case(_op, 14, [_a64, _b64], id=f"{_op}-float64")
+case("Mod", 13, [_a64, _b64], {"fmod": 1}, id="Mod-float64-fmod")
+
 # ---- BitCast (the bytes read as another type of the same width) ---------------------------------
 _TP = {f32: TP.FLOAT, i32: TP.INT32, np.float64: TP.DOUBLE, i64: TP.INT64, f16: TP.FLOAT16, u16: TP.UINT16,
        i16: TP.INT16, u8: TP.UINT8, i8: TP.INT8, u32: TP.UINT32}
