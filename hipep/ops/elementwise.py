@@ -20,8 +20,8 @@ import numpy as np
 from ..errors import RuntimeShapeError
 from ..graph import elem_type_of
 from . import pointwise as pw
-from ._common import (NP_DTYPES, at, broadcast_partial, broadcast_shape, elem_of, kernel, num_elements,
-                      pshape_str, result, shape_of, shape_rule, tensor_type, type_name)
+from ._common import (NP_DTYPES, at, broadcast_partial, broadcast_shape, elem_of, input_type, kernel,
+                      num_elements, pshape_str, result, shape_of, shape_rule, tensor_type, type_name)
 from .pointwise import Builder, compute_type
 # Re-exported: the contrib, normalization and attention families build on these.
 from .pointwise import erf, fma_f32, mlas_logistic, mlas_tanh  # noqa: F401
@@ -402,12 +402,16 @@ _register_pointwise("Where", (9, 16), ("B", "T", "T"), ("T",), {"B": BOOLS, "T":
 
 # ---- Cast ------------------------------------------------------------------------------------
 
+# Cast's targets: NP_DTYPES and f64.
+_CAST_TARGETS = {**NP_DTYPES, F64: np.dtype(np.float64)}
+
+
 def _cast_to(b: Builder, x, source: np.dtype, to: int):
-    target = NP_DTYPES.get(int(to))
+    target = _CAST_TARGETS.get(int(to))
     if target is None:
         raise RuntimeShapeError(f"Cast: target type {type_name(int(to))} is not supported")
-    if target == np.float16 and source.kind in "iub":
-        # ONNX Runtime converts integers to f16 through f32 (two roundings for large values).
+    if target == np.float16 and (source.kind in "iub" or source == np.float64):
+        # ONNX Runtime converts integers and f64 to f16 through f32 (two roundings)
         return b.cast(b.cast(x, pw.F32), pw.F16)
     # float -> int is C's truncating conversion (NaN/inf/out of range: the x86 result, INT_MIN);
     # float -> bool is x != 0 (NaN -> true).
@@ -426,9 +430,11 @@ def _cast_shape(types, values, attrs, num_outputs):
 
 def _claim_cast(node, graph, attrs):
     to = attrs["to"]
-    if to not in NP_DTYPES:
-        names = ", ".join(type_name(t) for t in sorted(NP_DTYPES))
+    if to not in _CAST_TARGETS:
+        names = ", ".join(type_name(t) for t in sorted(_CAST_TARGETS))
         return f"attribute to={type_name(to)} (elem type {to}) is not a supported target; supported: {names}"
+    if {to, input_type(node, graph, 0).elem_type} == {F64, BF16}:
+        return "a cast between f64 and bf16 (nothing in ONNX Runtime's Python API to compare it with)"
     # 'saturate' only affects float8 targets, none of which is supported: any value is exact.
     if attrs["round_mode"] != "up":
         return (f"attribute round_mode='{attrs['round_mode']}' is not supported "
@@ -437,7 +443,7 @@ def _claim_cast(node, graph, attrs):
 
 
 _register_pointwise("Cast", (6, 9, 13, 19, 21, 23, 24, 25, 28), ("T1",), ("T2",),
-                    {"T1": ALL | {BF16}, "T2": ALL | {BF16}}, _cast_expr,
+                    {"T1": ALL | {BF16, F64}, "T2": ALL | {BF16, F64}}, _cast_expr,
                     attributes={"to": REQUIRED, "saturate": 1, "round_mode": "up"},
                     claim=_claim_cast, shape_rule=_cast_shape)
 
@@ -648,8 +654,8 @@ def _claim_cast_like(node, graph, attrs):
     return None
 
 
-_register_pointwise("CastLike", (15, 19, 21, 23, 24, 25), ("T1", "T2"), ("T2",), {"T1": ALL, "T2": ALL},
-                    _cast_like_expr, attributes={"saturate": 1, "round_mode": "up"}, claim=_claim_cast_like,
+_register_pointwise("CastLike", (15, 19, 21, 23, 24, 25), ("T1", "T2"), ("T2",),
+                    {"T1": ALL | {F64}, "T2": ALL | {F64}}, _cast_like_expr, attributes={"saturate": 1, "round_mode": "up"}, claim=_claim_cast_like,
                     shape_rule=_cast_like_shape)
 
 

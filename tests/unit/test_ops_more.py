@@ -421,6 +421,17 @@ for _op in ("Add", "Sub", "Mul", "Div"):
     case(_op, 14, [_a64, _b64], id=f"{_op}-float64")
 case("Mod", 13, [_a64, _b64], {"fmod": 1}, id="Mod-float64-fmod")
 
+# ---- Cast and CastLike to and from f64 ---------------------------------------------------------------
+# 1 + 2**-11 + 2**-40 rounds up to f16 from f64 once, but to 1 through f32 first (a tie there)
+_D = np.array([1.5, -2.25, 1e10, -1e-8, 1 + 2.0 ** -11 + 2.0 ** -40, 65519.99, 7.9, -7.9, 0.0], np.float64)
+for _to, _dt in ((TP.FLOAT, f32), (TP.FLOAT16, f16), (TP.INT64, i64), (TP.INT32, i32), (TP.BOOL, b)):
+    _src = _D if _to not in (TP.INT32, TP.INT64) else np.clip(_D, -2e9, 2e9)
+    case("Cast", 21, [_src], {"to": _to}, tol=(0, 0), id=f"Cast-float64-{np.dtype(_dt).name}")
+for _x in (R(3, 4), R(3, 4, dtype=f16), A([-(2 ** 60), 3, 2 ** 53 + 1], i64), A([True, False], b)):
+    case("Cast", 21, [_x], {"to": TP.DOUBLE}, tol=(0, 0), id=f"Cast-{_x.dtype.name}-float64")
+case("CastLike", 21, [_D, A(1.0, f16)], tol=(0, 0), id="CastLike-float64-float16")
+case("CastLike", 21, [R(2, 3), A(1.0, np.float64)], tol=(0, 0), id="CastLike-float32-float64")
+
 # ---- BitCast (the bytes read as another type of the same width) ---------------------------------
 _TP = {f32: TP.FLOAT, i32: TP.INT32, np.float64: TP.DOUBLE, i64: TP.INT64, f16: TP.FLOAT16, u16: TP.UINT16,
        i16: TP.INT16, u8: TP.UINT8, i8: TP.INT8, u32: TP.UINT32}
@@ -631,6 +642,7 @@ REJECT = [
     ("Einsum", 12, [(F, [3, 4])], {"equation": "ij->ii"}, 1, ["repeats"]),
     ("Einsum", 12, [(F, [3, 4, 5])], {"equation": "ij->i"}, 1, ["rank 3"]),
     ("Max", 13, [(TP.INT16, [3]), (TP.INT16, [3])], {}, 1, ["element type i16"]),
+    ("Cast", 21, [(TP.DOUBLE, [3])], {"to": TP.BFLOAT16}, 1, ["between f64 and bf16"]),
     ("BitCast", 26, [(F, [3])], {"to": TP.INT64}, 1, ["f32 (32 bits) to i64 (64 bits)", "widths must be equal"]),
     ("BitCast", 26, [(TP.UINT8, [3])], {"to": TP.BOOL}, 1, ["from u8 to bool"]),
     ("BitCast", 26, [(F, [3])], {"to": TP.FLOAT8E4M3FN}, 1, ["is not a supported target"]),
