@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import HipepError
-from .gpu_binding_core import fill_copy, strided_copy, workspace_after, workspace_regions
+from .gpu_binding_core import fill_copy, fill_ops, strided_copy, workspace_after, workspace_regions
 from .gpu_kernels import (_VEC, Arg, BlasOp, KernelOp, NoKernel, Target, _binding, _cdiv, _dt, _prod, _vec_ok,
                           contiguous_strides, flat_config, merge_dims, ptr, row_config)
 
@@ -477,8 +477,11 @@ def _conv_bind(ins, outs, attrs, target):
 # GlobalAveragePool / GlobalMaxPool are ReduceMean / ReduceMax over the spatial axes. MaxPool and
 # AveragePool (f32, f16) copy their windows into the stream's workspace as [N, C, *out, *kernel]
 # (-inf for MaxPool, zeros for AveragePool where a window reaches past the input), then reduce
-# each window's row: AveragePool only where every window's count is the kernel's size (no padding
-# read, or padding counted with count_include_pad), so the mean is the reduction's.
+# each window's row: where every window's count is the kernel's size (no padding read, or padding
+# counted with count_include_pad) the mean is the reduction's. Where windows reaching into the
+# padding count only the inputs they hold (count_include_pad=0, f32), each window's sum is divided
+# by its count, which the same windows over a plane of ones give (zeros where they reach past it):
+# per output position, the same for every image and channel.
 
 
 def _global_pool_bind(reduce_op: str):
@@ -531,7 +534,7 @@ def _pool_check(op_type: str):
             except Exception:  # noqa: BLE001 - a bad geometry: the shape rule reports it
                 return None
             if not _pool_counts_are_the_kernel(win, attrs):
-                return "AveragePool whose windows hold different counts of inputs (no kernel yet)"
+                return _counted_pool_reason(dtypes[0], attrs)
         return None
     return check
 
@@ -547,7 +550,10 @@ def _pool_bind(op_type: str):
             return []
         win = _pool_window(op_type, x.shape, attrs)
         if op_type == "AveragePool" and not _pool_counts_are_the_kernel(win, attrs):
-            raise NoKernel("AveragePool whose windows hold different counts of inputs")
+            why = _counted_pool_reason(x.dtype.name, attrs)
+            if why is not None:
+                raise NoKernel(why)
+            return _counted_average_pool_ops(x, y, win, target)
         rows, kp = int(x.shape[0]) * int(x.shape[1]) * _prod(win.out), _prod(win.kernel)
         (windows_at,) = workspace_regions(target, op_type, [rows * kp * x.dtype.itemsize])
         windows = Arg(windows_at, (rows, kp), x.dtype)
@@ -557,6 +563,41 @@ def _pool_bind(op_type: str):
         flat = Arg(y.ptr, (rows,), y.dtype)
         return ops + _reduce_bind(reduce_op)([windows, None], [flat], {"axes": [1], "keepdims": 0}, target)
     return bind
+
+
+def _counted_pool_reason(dtype: str, attrs) -> str | None:
+    """Why an AveragePool whose windows hold different counts of inputs has no kernel (None: it has)."""
+    if int(attrs.get("count_include_pad", 0)):
+        return "AveragePool counting the padding, with ceil_mode windows past it (no kernel yet)"
+    if dtype != "float32":
+        return f"AveragePool on {dtype} whose windows hold different counts of inputs (f32 only)"
+    return None
+
+
+def _counted_average_pool_ops(x: Arg, y: Arg, win, target) -> list:
+    """AveragePool (f32) as each window's sum over its count of inputs: the windows of X and of a
+    plane of ones (zeros past the input), both summed by rows, then Y = sums / counts, the counts
+    broadcast over images and channels."""
+    from .gpu_bindings_pointwise import _pointwise_bind
+    from .gpu_bindings_reduce import _reduce_bind
+
+    planes, positions, kp = int(x.shape[0]) * int(x.shape[1]), _prod(win.out), _prod(win.kernel)
+    plane = _prod(win.lengths)
+    e = x.dtype.itemsize
+    windows_at, ones_at, ones_windows_at, counts_at = workspace_regions(
+        target, "AveragePool", [planes * positions * kp * e, plane * e, positions * kp * e, positions * e])
+    zero = np.zeros((), x.dtype).tobytes()
+    ones = Arg(ones_at, (1, 1, *win.lengths), x.dtype)
+    ops = _window_ops(x, Arg(windows_at, (planes * positions, kp), x.dtype), win, False, zero, target)
+    ops += fill_ops(ones, np.ones((), x.dtype).tobytes(), target)
+    ops += _window_ops(ones, Arg(ones_windows_at, (positions, kp), x.dtype), win, False, zero, target)
+    sums = Arg(y.ptr, (planes, positions), y.dtype)
+    counts = Arg(counts_at, (positions,), x.dtype)
+    rows = {"axes": [1], "keepdims": 0}
+    ops += _reduce_bind("ReduceSum")([Arg(windows_at, (planes * positions, kp), x.dtype), None],
+                                     [Arg(y.ptr, (planes * positions,), y.dtype)], rows, target)
+    ops += _reduce_bind("ReduceSum")([Arg(ones_windows_at, (positions, kp), x.dtype), None], [counts], rows, target)
+    return ops + _pointwise_bind("::Div")([sums, counts], [sums], {}, target)
 
 
 for _op in ("MaxPool", "AveragePool"):

@@ -152,6 +152,9 @@ POOL_CASES = [
     ("MaxPool", (1, 4, 10, 10), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
     ("AveragePool", (1, 8, 16, 16), {"kernel_shape": [2, 2], "strides": [2, 2]}),
     ("AveragePool", (1, 4, 9, 9), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    # windows reaching into the padding divide by the inputs they hold (Inception's 3x3 stride-1 pool)
+    ("AveragePool", (2, 32, 35, 35), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", (1, 4, 10, 10), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
     ("GlobalAveragePool", (2, 64, 7, 7), {}),
     ("GlobalMaxPool", (2, 8, 30), {}),
 ]

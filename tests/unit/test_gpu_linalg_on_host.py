@@ -23,7 +23,9 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not 
 
 
 def _build(out: Path, warp: int) -> dict:
-    return {"warp": warp, **{m: compile_module(out, m, warp) for m in ("gemm", "layer_norm", "copy", "reduce")}}
+    # "dir": where the generated pointwise kernels some launches take are compiled
+    modules = ("gemm", "layer_norm", "copy", "reduce")
+    return {"warp": warp, "dir": out, "generated": {}, **{m: compile_module(out, m, warp) for m in modules}}
 
 
 @pytest.fixture(scope="module")
@@ -233,9 +235,30 @@ def test_pools(libraries, dtype, op_type, shape, attrs):
     close(got, want, 1e-6 if dtype == np.float32 else 1e-3)
 
 
+COUNTED_POOLS = [  # AveragePool whose windows reaching into the padding count only the inputs they hold
+    ((2, 3, 7, 7), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ((1, 2, 9, 8), {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 2, 1], "dilations": [2, 1]}),
+    ((1, 3, 10, 10), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ((1, 2, 11), {"kernel_shape": [4], "auto_pad": "SAME_UPPER", "strides": [3]}),
+    ((1, 2, 5, 6, 6), {"kernel_shape": [2, 3, 3], "pads": [1, 1, 1, 0, 1, 1]}),
+]
+
+
+@pytest.mark.parametrize("shape,attrs", COUNTED_POOLS, ids=[f"counted-{i}" for i in range(len(COUNTED_POOLS))])
+def test_average_pool_divides_each_window_by_its_count(libraries, shape, attrs):
+    x = np.random.default_rng(7).uniform(-4, 4, shape).astype(np.float32)
+    (got,), (want,), ops = run(libraries, "::AveragePool", [x], attrs, workspace=True)
+    assert sum(o.module == "reduce" for o in ops if hasattr(o, "module")) == 2  # the sums and the counts
+    close(got, want, 1e-6)
+
+
 def test_pools_without_a_kernel():
     f32 = ["float32"]
     assert "Indices" in gk.kernel_reason("::MaxPool", {"kernel_shape": [2, 2], OUTPUT_COUNT: 2}, f32, [(1, 1, 4, 4)])
-    assert "different counts" in gk.kernel_reason("::AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
-                                                  f32, [(1, 1, 6, 6)])
+    padded = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    assert gk.kernel_reason("::AveragePool", padded, f32, [(1, 1, 6, 6)]) is None
+    assert "f32 only" in gk.kernel_reason("::AveragePool", padded, ["float16"], [(1, 1, 6, 6)])
+    assert "counting the padding" in gk.kernel_reason(
+        "::AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1,
+                          "count_include_pad": 1}, f32, [(1, 1, 6, 6)])
     assert gk.kernel_reason("::MaxPool", {"kernel_shape": [2, 2]}, ["int8"], [(1, 1, 4, 4)]) is not None
