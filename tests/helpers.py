@@ -110,6 +110,25 @@ def assert_matches_cpu(sess, model, feeds, rtol=1e-5, atol=1e-6):
     return got
 
 
+def external_cache_model(dtype, kv_heads: int, capacity: int, head: int, heads: int, **attention):
+    """A decoder step on an external cache, as opset-24 exports write it: TensorScatter puts the
+    step's keys and values into the caches at write_indices, Attention-25 reads the caches with
+    nonpad_kv_seqlen (each batch entry's valid rows)."""
+    f = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    n, i64 = helper.make_node, TensorProto.INT64
+    nodes = [n("TensorScatter", ["past_key", "k", "write_indices"], ["present_key"], name="key_update"),
+             n("TensorScatter", ["past_value", "v", "write_indices"], ["present_value"], name="value_update"),
+             n("Attention", ["q", "present_key", "present_value", "", "", "", "nonpad"], ["y"], name="attention",
+               **attention)]
+    cache = ["batch", kv_heads, capacity, head]
+    inputs = [tensor("q", f, ["batch", heads, "seq", head]), tensor("k", f, ["batch", kv_heads, "seq", head]),
+              tensor("v", f, ["batch", kv_heads, "seq", head]), tensor("past_key", f, cache),
+              tensor("past_value", f, cache), tensor("write_indices", i64, ["batch"]), tensor("nonpad", i64, ["batch"])]
+    outputs = [tensor("y", f, ["batch", heads, "seq", head]), tensor("present_key", f, cache),
+               tensor("present_value", f, cache)]
+    return make_model(nodes, inputs, outputs, opset=25)
+
+
 def middle_model():
     """Add → Det (hipep does not implement it) → Mul."""
     nodes = [

@@ -19,7 +19,7 @@ import hipep
 
 from hipep.runtime.cuda import cuda_status, get_device
 from gpu_checks import check_on_cuda
-from helpers import cpu_session, make_model, tensor
+from helpers import cpu_session, external_cache_model, make_model, tensor
 
 pytestmark = pytest.mark.gpu
 _ok, _why = cuda_status(0)
@@ -165,25 +165,6 @@ def test_a_write_index_out_of_range_names_the_node_and_the_session_runs_on(monke
     with pytest.raises(Exception, match=where + message):
         sess.run(None, {**good, "write_indices": np.array([bad, 0], np.int64)})
     np.testing.assert_array_equal(sess.run(None, good)[0], want)  # the record was cleared
-
-
-def external_cache_model(dtype, kv_heads, cap, head, heads, **attention):
-    """A decoder step on an external cache, as opset-24 exports write it: TensorScatter puts the
-    step's keys and values into the caches at write_indices, Attention reads the caches with
-    nonpad_kv_seqlen (each batch entry's valid rows)."""
-    f = _elem(dtype)
-    nodes = [n("TensorScatter", ["past_key", "k", "write_indices"], ["present_key"], name="key_update"),
-             n("TensorScatter", ["past_value", "v", "write_indices"], ["present_value"], name="value_update"),
-             n("Attention", ["q", "present_key", "present_value", "", "", "", "nonpad"], ["y"], name="attention",
-               **attention)]
-    cache = ["batch", kv_heads, cap, head]
-    inputs = [tensor("q", f, ["batch", heads, "seq", head]), tensor("k", f, ["batch", kv_heads, "seq", head]),
-              tensor("v", f, ["batch", kv_heads, "seq", head]), tensor("past_key", f, cache),
-              tensor("past_value", f, cache), tensor("write_indices", I64, ["batch"]),
-              tensor("nonpad", I64, ["batch"])]
-    outputs = [tensor("y", f, ["batch", heads, "seq", head]), tensor("present_key", f, cache),
-               tensor("present_value", f, cache)]
-    return make_model(nodes, inputs, outputs, opset=25)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])

@@ -15,7 +15,7 @@ from onnx import helper
 import hipep
 from hipep.ops import check_node
 
-from helpers import assignment, cpu_session, make_model, tensor
+from helpers import assignment, cpu_session, external_cache_model, make_model, tensor
 from unit.test_ops_attention import U, attention_inputs, node_of
 
 f32, f16, i64 = np.float32, np.float16, np.int64
@@ -105,25 +105,6 @@ def test_tensor_scatter_session_matches_cpu_ep(dtype, mode, starts):
     assert_hipep_matches_cpu_ep(single_node("TensorScatter", list(feeds), feeds, 1, 24, mode=mode, axis=2), feeds)
 
 
-def _cache_model(dtype, batch, kv_heads, cap, head, heads, **attention):
-    """A decoder step on an external cache: TensorScatter writes the step's keys and values into the
-    caches at write_indices, Attention-25 reads the caches (nonpad_kv_seqlen: the valid rows)."""
-    f = _elem(dtype)
-    n = helper.make_node
-    nodes = [n("TensorScatter", ["past_key", "k", "write_indices"], ["present_key"], name="key_update"),
-             n("TensorScatter", ["past_value", "v", "write_indices"], ["present_value"], name="value_update"),
-             n("Attention", ["q", "present_key", "present_value", "", "", "", "nonpad"], ["y"], name="attention",
-               **attention)]
-    cache = ["batch", kv_heads, cap, head]
-    inputs = [tensor("q", f, ["batch", heads, "seq", head]), tensor("k", f, ["batch", kv_heads, "seq", head]),
-              tensor("v", f, ["batch", kv_heads, "seq", head]), tensor("past_key", f, cache),
-              tensor("past_value", f, cache), tensor("write_indices", TP.INT64, ["batch"]),
-              tensor("nonpad", TP.INT64, ["batch"])]
-    outputs = [tensor("y", f, ["batch", heads, "seq", head]), tensor("present_key", f, cache),
-               tensor("present_value", f, cache)]
-    return make_model(nodes, inputs, outputs, opset=25)
-
-
 @pytest.mark.parametrize("dtype", [f32, f16])
 @pytest.mark.parametrize("attention", [dict(is_causal=1), dict(is_causal=1, left_window_size=3)])
 def test_decoder_steps_on_an_external_cache(dtype, attention):
@@ -131,7 +112,7 @@ def test_decoder_steps_on_an_external_cache(dtype, attention):
     own present caches back as past."""
     rng = np.random.default_rng(7)
     batch, heads, kv_heads, cap, head = 2, 4, 2, 12, 8
-    model = _cache_model(dtype, batch, kv_heads, cap, head, heads, **attention)
+    model = external_cache_model(dtype, kv_heads, cap, head, heads, **attention)
     mine = hipep_session(model)
     theirs = cpu_session(model)
     caches = {who: [np.zeros((batch, kv_heads, cap, head), dtype) for _ in range(2)] for who in ("mine", "theirs")}
@@ -228,7 +209,7 @@ def test_cuda_claims_windows_and_the_external_cache():
     model = single_node("Attention", names, feeds, 3, 25, is_causal=1, left_window_size=2, right_window_size=0)
     assert not hipep.explain(model, device="cuda").rejections
     for attention in (dict(is_causal=1), dict(is_causal=1, left_window_size=3)):
-        report = hipep.explain(_cache_model(f16, 2, 2, 12, 16, 4, **attention), device="cuda")
+        report = hipep.explain(external_cache_model(f16, 2, 12, 16, 4, **attention), device="cuda")
         assert not report.rejections, [(r.node.name, r.reason) for r in report.rejections]
 
 
