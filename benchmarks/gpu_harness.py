@@ -1,4 +1,4 @@
-"""What the GPU benchmarks (kernels.py, decode.py) share: the check that a GPU and hipep's native
+"""What the GPU benchmarks (kernel_bandwidth.py, decode.py) share: the check that a GPU and hipep's native
 library are there (else one line saying what is missing), where bound inputs and outputs live
 (OrtValues in device memory through ORT's allocator when hipep offers one, else host memory that
 hipep stages through its own buffers), reading a bound value back, the copy bandwidths a result

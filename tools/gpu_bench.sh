@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds hipep and runs the GPU benchmarks on a machine with an NVIDIA GPU and no package index:
-# benchmarks/kernels.py (achieved bandwidth of the int4 GEMV, GQA decode, norms and Softmax against
+# benchmarks/kernel_bandwidth.py (achieved bandwidth of the int4 GEMV, GQA decode, norms and Softmax against
 # the device-to-device copy) and benchmarks/decode.py (the ~1.1B int4 llama through ORT with
 # IOBinding and through onnxruntime-genai, greedy tokens against the CPU EP), for the builder's CPU
 # target (f32 activations) and, unless --quick, its CUDA target (`--precision int4-f16`).
@@ -16,7 +16,7 @@
 # and <date>-decode-<gpu>, .md and .png; without --quick also <date>-decode-host-<gpu>-int4-f16, where
 # the int4-f16 step's host time goes) go to $OUT when set (else gpu-bench-logs/); the results
 # are also copied into benchmarks/results/. Each benchmark runs under a time limit
-# (HIPEP_BENCH_TIMEOUT seconds, default 200: the whole script stays under 10 minutes); kernels.py
+# (HIPEP_BENCH_TIMEOUT seconds, default 200: the whole script stays under 10 minutes); kernel_bandwidth.py
 # rewrites its results file after every workload, so a run cut short keeps the rows it measured.
 #
 # usage: tools/gpu_bench.sh [--quick]
@@ -75,7 +75,7 @@ run_bench() {  # name, log name, script arguments...
     >>"$logs/summary.txt"
 }
 
-run_bench kernels kernels "${quick[@]}"
+run_bench kernel_bandwidth kernels "${quick[@]}"
 run_bench decode decode "${quick[@]}"
 [ ${#quick[@]} -eq 0 ] && run_bench decode decode-int4-f16 --precision int4-f16
 [ ${#quick[@]} -eq 0 ] && run_bench decode_host decode-host-int4-f16 --precision int4-f16

@@ -259,7 +259,7 @@ def test_skip_layer_norm_long_rows_output_only(rng, elem):
 def test_auto_mode_takes_cublaslt_for_large_products_and_the_gemv_for_a_row(rng, monkeypatch):
     """HIPEP_GEMM=auto binds a 256 x 1024 x 512 f16 product to cuBLASLt (when it loads) and a
     decode row to hipep's GEMV; cuBLASLt and the own tiled kernel agree on the product. (What the
-    choice is worth is measured by benchmarks/kernels.py's prefill rows, not here.)"""
+    choice is worth is measured by benchmarks/kernel_bandwidth.py's prefill rows, not here.)"""
     from hipep.runtime import cublaslt
     from hipep.runtime import cuda as cu
     from hipep.runtime import gpu_kernels as gk

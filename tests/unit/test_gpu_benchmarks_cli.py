@@ -12,7 +12,7 @@ import pytest
 from hipep.runtime.cuda import cuda_status
 
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks")
-SCRIPTS = ("kernels.py", "decode.py", "decode_profile.py", "decode_host.py")
+SCRIPTS = ("kernel_bandwidth.py", "decode.py", "decode_profile.py", "decode_host.py")
 
 
 def _run(script: str, *args: str) -> subprocess.CompletedProcess:
@@ -29,7 +29,7 @@ def test_help(script):
 
 
 @pytest.mark.parametrize("script,args,message", [
-    ("kernels.py", ["--only", "gemv,conv"], "--only: unknown conv"),
+    ("kernel_bandwidth.py", ["--only", "gemv,conv"], "--only: unknown conv"),
     ("decode.py", ["--runs", "0"], "--runs must be at least 1"),
     ("decode.py", ["--new", "1"], "--new must be at least 2"),
     ("decode_host.py", ["--steps", "0"], "--steps must be at least 1"),
@@ -48,3 +48,19 @@ def test_without_a_gpu_one_line_says_why(script, tmp_path):
     assert len(lines) == 1 and lines[0].startswith(f"{script}: ") and "Traceback" not in done.stderr, done.stderr
     assert "GPU" in lines[0] or "native library" in lines[0]
     assert not list(tmp_path.iterdir())  # no results file from a run that measured nothing
+
+
+def test_no_benchmark_shadows_an_installed_module():
+    """The benchmarks put their own folder first on sys.path (they import gpu_harness and machine),
+    so a benchmark named like an installed module would be imported in its place by whatever asks
+    for that module: transformers (5.x) imports the `kernels` package when it is installed."""
+    import importlib.util
+
+    names = {f[:-3] for f in os.listdir(BENCH) if f.endswith(".py")}
+    saved = sys.path[:]
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != BENCH]
+    try:
+        shadowed = sorted(n for n in names if n not in sys.modules and importlib.util.find_spec(n) is not None)
+    finally:
+        sys.path[:] = saved
+    assert shadowed == [], f"benchmarks/ would shadow installed modules: {shadowed}"

@@ -1,4 +1,4 @@
-"""benchmarks/kernels.py's workloads, each run once through its own measuring path on hipep's CPU
+"""benchmarks/kernel_bandwidth.py's workloads, each run once through its own measuring path on hipep's CPU
 device: the models are valid, hipep claims them, the outputs agree with ORT's CPU EP within the
 row's limit, and a workload's environment (the float GEMV's HIPEP_GEMM=own) is set for its session
 and restored after it. The GPU's numbers come from the benchmark itself on a GPU machine."""
@@ -10,7 +10,7 @@ import pytest
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks")
 sys.path.insert(0, BENCH)
 import gpu_harness as gh  # noqa: E402
-import kernels  # noqa: E402
+import kernel_bandwidth as kernels  # noqa: E402
 
 SMALL_L2 = 1 << 16  # one copy of every op: the test checks the models, not the bandwidth
 
@@ -70,6 +70,6 @@ def test_the_report_lists_the_gemv_rows_against_their_copy_rows():
                 driver_cuda="13.0", nvrtc="13.0", cpu="x", cores=16, memory="126 GiB", load=1.0,
                 onnxruntime="1.30.0", numpy="2", python="3.12")
     place = gh.Placement(0, want_device=False)
-    text = kernels.render(info, rows, {"bytes": 1 << 30, "gbps": 4231.0}, place, "python benchmarks/kernels.py")
+    text = kernels.render(info, rows, {"bytes": 1 << 30, "gbps": 4231.0}, place, "python benchmarks/kernel_bandwidth.py")
     assert "| MatMulNBits int4 GEMV qkv 2048→3072 float16 (accuracy_level 0) | 1133 | 1103 | 103 % |" in text
     assert "gates missed: 1" in text  # 27 % of the 1 GB copy: the gate as it stands

@@ -1,5 +1,5 @@
 """The model zoo's sizes are the shapes the benchmarks say they measure: the `1b` llama is the
-~1.1B TinyLlama shape (its GEMV shapes are the ones benchmarks/kernels.py times)."""
+~1.1B TinyLlama shape (its GEMV shapes are the ones benchmarks/kernel_bandwidth.py times)."""
 from __future__ import annotations
 
 import pytest

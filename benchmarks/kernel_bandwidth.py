@@ -40,7 +40,7 @@ CPU EP once. Gates: int4 and float GEMV and the norms at ≥ 50 % of the copy ba
 
 Writes benchmarks/results/<date>-kernels-<gpu>.md and .png (the plot needs matplotlib).
 
-    python benchmarks/kernels.py [--quick] [--only gemv,matmul,gqa,norm,softmax] [--host-io] [--out DIR]
+    python benchmarks/kernel_bandwidth.py [--quick] [--only gemv,matmul,gqa,norm,softmax] [--host-io] [--out DIR]
 """
 from __future__ import annotations
 
@@ -623,7 +623,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         device = gh.require_gpu(args.device_id)
     except gh.Unavailable as e:
-        return gh.fail("kernels.py", str(e))
+        return gh.fail("kernel_bandwidth.py", str(e))
     info = {**machine_info(), **gh.gpu_info(device)}
     print(f"{info['date']} {info['commit']} {info['gpu']} ({info['arch']}, L2 {info['l2_bytes'] / 2**20:.0f} MiB)",
           flush=True)
@@ -631,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device-to-device copy: {copy['gbps']:.0f} GB/s", flush=True)
     place = gh.Placement(args.device_id, want_device=not args.host_io)
     print(f"inputs and outputs: {place.label} ({place.why})", flush=True)
-    command = "python benchmarks/kernels.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
+    command = "python benchmarks/kernel_bandwidth.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f"{info['date']}-kernels-{gh.device_slug(info['gpu'])}")
     rows = []
