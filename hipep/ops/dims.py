@@ -1,6 +1,7 @@
 """Ops that add, drop, merge or grow dims, and the three that only make, forward or reinterpret a
-value: Squeeze, Unsqueeze, Constant, Identity, BitCast, Expand, Flatten, Tile and Pad. Every result is a fresh copy (never a
-view of an input); pure data movement carries every element type numpy holds (registry.ANY_TENSOR)."""
+value: Squeeze, Unsqueeze, Constant, Identity, BitCast, Expand, Flatten, Tile and Pad. Every result
+is a fresh copy (never a view of an input); pure data movement carries every element type numpy
+holds (registry.ANY_TENSOR)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,9 +10,8 @@ from ..dtypes import numpy_dtype_for
 from ..errors import RuntimeShapeError
 from ..graph import elem_type_of
 from ._common import (NP_DTYPES, at, broadcast_partial, elem_of, has_input, input_rank, input_type, int_list, kernel,
-                      known_value,
-                      normalize_axes, num_elements, operand_length, pshape_str, result, scalar_operand, shape_of,
-                      shape_rule, shape_str, tensor_type, type_name)
+                      known_value, normalize_axes, num_elements, operand_length, pshape_str, result, scalar_operand,
+                      shape_of, shape_rule, shape_str, tensor_type, type_name)
 from .registry import ALL, ANY_TENSOR, ANY_TENSOR_BF16, F32, I64, INTS, REQUIRED, OpDef, register
 
 I64S = frozenset({I64})

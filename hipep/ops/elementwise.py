@@ -360,8 +360,8 @@ def _compare(prim: str):
     return expr
 
 
-# Comparisons are exact in every type, so they take every integer width and f64 too.
-_COMPARED = NUMERIC | ALL_INTS | {F64}
+# Comparisons are exact in every type, so they take arithmetic's types: every integer width and f64.
+_COMPARED = _ARITH_TYPES
 for _name, _since, _types, _prim in (
         ("Equal", (7, 11, 13, 19), _COMPARED | {BOOL}, "eq"),
         ("Less", (7, 9, 13), _COMPARED, "lt"),
@@ -655,7 +655,8 @@ def _claim_cast_like(node, graph, attrs):
 
 
 _register_pointwise("CastLike", (15, 19, 21, 23, 24, 25), ("T1", "T2"), ("T2",),
-                    {"T1": ALL | {F64}, "T2": ALL | {F64}}, _cast_like_expr, attributes={"saturate": 1, "round_mode": "up"}, claim=_claim_cast_like,
+                    {"T1": ALL | {F64}, "T2": ALL | {F64}}, _cast_like_expr,
+                    attributes={"saturate": 1, "round_mode": "up"}, claim=_claim_cast_like,
                     shape_rule=_cast_like_shape)
 
 

@@ -587,16 +587,17 @@ def _counted_average_pool_ops(x: Arg, y: Arg, win, target) -> list:
     windows_at, ones_at, ones_windows_at, counts_at = workspace_regions(
         target, "AveragePool", [planes * positions * kp * e, plane * e, positions * kp * e, positions * e])
     zero = np.zeros((), x.dtype).tobytes()
+    windows = Arg(windows_at, (planes * positions, kp), x.dtype)
     ones = Arg(ones_at, (1, 1, *win.lengths), x.dtype)
-    ops = _window_ops(x, Arg(windows_at, (planes * positions, kp), x.dtype), win, False, zero, target)
-    ops += fill_ops(ones, np.ones((), x.dtype).tobytes(), target)
-    ops += _window_ops(ones, Arg(ones_windows_at, (positions, kp), x.dtype), win, False, zero, target)
-    sums = Arg(y.ptr, (planes, positions), y.dtype)
+    ones_windows = Arg(ones_windows_at, (positions, kp), x.dtype)
     counts = Arg(counts_at, (positions,), x.dtype)
+    sums = Arg(y.ptr, (planes, positions), y.dtype)  # Y itself, divided in place
     rows = {"axes": [1], "keepdims": 0}
-    ops += _reduce_bind("ReduceSum")([Arg(windows_at, (planes * positions, kp), x.dtype), None],
-                                     [Arg(y.ptr, (planes * positions,), y.dtype)], rows, target)
-    ops += _reduce_bind("ReduceSum")([Arg(ones_windows_at, (positions, kp), x.dtype), None], [counts], rows, target)
+    ops = _window_ops(x, windows, win, False, zero, target)
+    ops += fill_ops(ones, np.ones((), x.dtype).tobytes(), target)
+    ops += _window_ops(ones, ones_windows, win, False, zero, target)
+    ops += _reduce_bind("ReduceSum")([windows, None], [Arg(y.ptr, (planes * positions,), y.dtype)], rows, target)
+    ops += _reduce_bind("ReduceSum")([ones_windows, None], [counts], rows, target)
     return ops + _pointwise_bind("::Div")([sums, counts], [sums], {}, target)
 
 
