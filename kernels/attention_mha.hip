@@ -32,6 +32,8 @@
 // row's end: a window keeps long sequences' work proportional to the window.
 #include "hipep_device.h"
 
+#define HIPEP_MHA_MAX_HEAD 256  // hipep/runtime/gpu_attention_ops.py MAX_HEAD
+
 struct hipep_mha_args {
   int batch, seq, heads, kv_heads, group, head_size, v_head_size;
   int past, total;  // keys [0, past) from past_key/past_value ([B, kv_heads, past, H]), [past, total) new
@@ -278,6 +280,72 @@ HIPEP_DEVICE void hipep_mha_present(const T* HIPEP_RESTRICT past_k, const T* HIP
   }
 }
 
+// ai.onnx Attention's qk_matmul_output, [B, heads, S, total], one block per (query token, head,
+// batch): mode 0 the scaled products Q.K, 1 after the softcap, 2 after the mask, the exclusions and
+// the external cache's padding, 3 the softmax. Each stage is rounded to T as the reference's (ORT's
+// f16 kernel stores them as f16), and modes 2 and 3 without a softcap add the mask to the unrounded
+// product (ORT folds it into the scores GEMM). hipep_mha computes the attention output itself, with
+// its scores kept in f32; this kernel recomputes them only for this output. A count of valid keys
+// outside [0, total] is clamped here and reported by hipep_mha.
+template <typename T> HIPEP_DEVICE float hipep_mha_round(float x) { return hipep_to_float(hipep_from_float<T>(x)); }
+
+template <typename T>
+HIPEP_DEVICE void hipep_attention_scores(const T* HIPEP_RESTRICT q, const T* HIPEP_RESTRICT k,
+                                         const T* HIPEP_RESTRICT past_k, const T* HIPEP_RESTRICT mask_add,
+                                         const unsigned char* HIPEP_RESTRICT mask_bool,
+                                         const hipep_i64* HIPEP_RESTRICT kv_len, T* HIPEP_RESTRICT scores,
+                                         const hipep_mha_args a, const int mode) {
+  __shared__ float q_s[HIPEP_MHA_MAX_HEAD];
+  __shared__ float scratch[HIPEP_MAX_WARPS];
+  const int s = blockIdx.x, head = blockIdx.y, b = blockIdx.z, t = threadIdx.x;
+  const int H = a.head_size, T_ = a.total, kvh = head / a.group;
+  for (int d = t; d < H; d += blockDim.x) q_s[d] = hipep_to_float(q[b * a.q_sb + head * a.q_sh + (hipep_i64)s * a.q_ss + d]);
+  __syncthreads();
+  int limit = T_, offset = a.past;
+  if (kv_len != 0) {
+    const hipep_i64 n = kv_len[b];
+    limit = n < 0 ? 0 : (n > T_ ? T_ : (int)n);
+    offset = limit - a.seq;
+  }
+  const int pos = offset + s, lo = hipep_mha_key_begin(a, pos), hi = hipep_mha_key_end(a, pos, T_);
+  const hipep_i64 mrow = b * a.m_sb + head * a.m_sh + (hipep_i64)s * a.m_ss;
+  T* row = scores + (((hipep_i64)b * a.heads + head) * a.seq + s) * T_;
+  const bool fold = a.softcap <= 0.0f && mode >= 2;
+  float best = -HIPEP_INF_F;
+  for (int j = t; j < T_; j += blockDim.x) {
+    float dot = 0.0f;
+    for (int d = 0; d < H; ++d) dot = fmaf(q_s[d], hipep_mha_kv(past_k, k, (const T*)0, a.k_sb, a.k_sh, a.k_ss, H, a, b, kvh, j, d), dot);
+    const float qk = dot * a.scale;
+    float bias = 0.0f;  // the key's: the exclusions' sentinel, else the mask's
+    if (j < lo || j >= hi || (a.mask_kind != 0 && j >= a.mask_keys)) bias = a.lowest;
+    else if (a.mask_kind == 2) bias = mask_bool[mrow + j] != 0 ? 0.0f : a.lowest;
+    else if (a.mask_kind == 1) bias = hipep_to_float(mask_add[mrow + j]);
+    float x;
+    if (fold) {
+      x = hipep_mha_round<T>(qk + bias);
+    } else {
+      x = hipep_mha_round<T>(qk);
+      if (mode >= 1 && a.softcap > 0.0f) x = hipep_mha_round<T>(a.softcap * tanhf(x / a.softcap));
+      if (mode >= 2) x = hipep_mha_round<T>(x + bias);
+    }
+    if (mode >= 2 && j >= limit) x = a.lowest;
+    row[j] = hipep_from_float<T>(x);  // exact: x is already a value of T
+    best = hipep_fmax_nan(best, x);
+  }
+  if (mode < 3) return;
+  // The softmax of the row as the reference's: exp(x - max) over the sum; a row with no key above
+  // the sentinel is zeros. Each thread reads back only the entries it wrote.
+  best = hipep_block_max(best, scratch);
+  const float m = fabsf(best) < HIPEP_INF_F ? best : 0.0f;  // a finite max, else 0 (a dead row)
+  float sum = 0.0f;
+  for (int j = t; j < T_; j += blockDim.x) sum += expf(hipep_to_float(row[j]) - m);
+  sum = hipep_block_sum(sum, scratch);
+  if (sum == 0.0f) sum = 1.0f;
+  const bool dead = best <= a.lowest;
+  for (int j = t; j < T_; j += blockDim.x)
+    row[j] = hipep_from_float<T>(dead ? 0.0f : expf(hipep_to_float(row[j]) - m) / sum);
+}
+
 // ---- entry points ----------------------------------------------------------------------------------------
 
 #define HIPEP_MHA_VARIANT(NAME, T, HB, THREADS, CPT)                                                             \
@@ -296,6 +364,11 @@ HIPEP_DEVICE void hipep_mha_present(const T* HIPEP_RESTRICT past_k, const T* HIP
   HIPEP_KERNEL void hipep_mha_present_##NAME(const T* past_k, const T* past_v, const T* k, const T* v,           \
                                              const T* bias, T* present_k, T* present_v, const hipep_mha_args a) { \
     hipep_mha_present<T>(past_k, past_v, k, v, bias, present_k, present_v, a);                                   \
+  }                                                                                                              \
+  HIPEP_KERNEL void hipep_attention_scores_##NAME(const T* q, const T* k, const T* past_k, const T* mask_add,     \
+                                                  const unsigned char* mask_bool, const hipep_i64* kv_len,       \
+                                                  T* scores, const hipep_mha_args a, const int mode) {           \
+    hipep_attention_scores<T>(q, k, past_k, mask_add, mask_bool, kv_len, scores, a, mode);                      \
   }
 
 HIPEP_MHA(f32, float)

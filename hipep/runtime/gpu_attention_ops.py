@@ -4,7 +4,7 @@ Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported
 hipep/ops/attention.py's references (ORT's CPU EP); the kernel file says why GroupQueryAttention's
 kernels are not reused.
 
-A launch is at most two kernels, both sized by shapes alone:
+A launch is at most three kernels, all sized by shapes alone:
 
   present   (where present_key or present_value is kept) past's rows, then the new keys and values
             (MultiHeadAttention: plus its bias) into present, [B, kv_heads, past + new, head_size]
@@ -12,6 +12,8 @@ A launch is at most two kernels, both sized by shapes alone:
             KV head's group; Q/K/V read in place through strides: 3-D [B, S, heads * H] or 4-D
             [B, heads, S, H]; keys below `past` from past_key/past_value, the rest from key/value,
             so attention never waits for present
+  scores    (Attention's qk_matmul_output) one block per (token, query head, batch): the row's
+            scores at the output's mode
 
 What runs: separate Q/K/V, f32 or f16 (f32 scores, softmax and sums, the output rounded once), head
 sizes up to 256 (the V head size may differ), grouped heads (q_num_heads a multiple of
@@ -22,9 +24,11 @@ broadcast over batch and heads, MultiHeadAttention's key_padding_mask and bias, 
 Attention-24/25's nonpad_kv_seqlen (an external cache: each batch entry's count of valid keys,
 read by the kernel from device memory, which also places the entry's queries for the causal
 frontier and the window; a count outside [0, keys] goes to the stream's fault record).
-Refused by the checks: the qk_matmul_output output, a softmax_precision other than float, and head
-sizes not known when the node is claimed. ai.onnx Attention in f16 rounds its scores and
-probabilities to f16 on the CPU EP; here they stay f32 (the results agree to f16 rounding).
+qk_matmul_output (modes 0-3) recomputes the products and rounds each stage to the element type as
+the CPU EP does.
+Refused by the checks: a softmax_precision other than float, and head sizes not known when the node
+is claimed. ai.onnx Attention in f16 rounds its scores and probabilities to f16 on the CPU EP; the
+attention kernel keeps them f32 (the results agree to f16 rounding).
 
 `mha_layout` computes the kernel arguments from shapes alone, so the unit tests can check them.
 """
@@ -50,6 +54,7 @@ VARIANTS = {64: 128, 128: 128, 256: 64}
 FLOAT_TYPES = ("float32", "float16")
 # softmax_precision values the kernel honours: unset, or FLOAT (it always runs the softmax in f32)
 SOFTMAX_F32 = (0, 1)
+SCORE_THREADS = 128  # a block per row of qk_matmul_output, its keys strided over the threads
 
 _INTS = ("batch", "seq", "heads", "kv_heads", "group", "head_size", "v_head_size", "past", "total", "causal",
          "mask_kind", "dead_zero", "left_window", "right_window", "mask_keys")
@@ -251,8 +256,6 @@ def _attention_heads(attrs, shapes):
 def _attention_check(attrs, dtypes, shapes, values):
     if not dtypes or dtypes[0] not in FLOAT_TYPES:
         return f"element type {dtypes[0] if dtypes else '?'}"
-    if int(attrs.get(OUTPUT_COUNT, 1)) > 3:
-        return "the qk_matmul_output output"
     if int(attrs.get("softmax_precision", 0) or 0) not in SOFTMAX_F32:
         return f"softmax_precision={attrs['softmax_precision']} (the kernel's softmax runs in float)"
     if _present(dtypes, 3) and dtypes[3] not in ("bool", dtypes[0]):
@@ -269,8 +272,7 @@ def _attention_bind(ins, outs, attrs, target):
     dt = _dt(q.dtype, ATTN)
     if dt not in ("f32", "f16"):
         raise NoKernel(f"{ATTN} on {q.dtype.name}")
-    if len(outs) > 3 and outs[3] is not None:
-        raise NoKernel(f"{ATTN}: qk_matmul_output")
+    scores = outs[3] if len(outs) > 3 else None
     if not q.ndim == k.ndim == v.ndim or q.ndim not in (3, 4):
         raise HipepError(f"{ATTN}: Q, K and V must all be 3-D or all 4-D, got {list(q.shape)}, {list(k.shape)}, "
                          f"{list(v.shape)}")
@@ -325,4 +327,15 @@ def _attention_bind(ins, outs, attrs, target):
                      softcap=float(attrs.get("softcap", 0.0)), dead_zero=True, dtype=q.dtype,
                      window=(int(attrs.get("left_window_size", -1)), int(attrs.get("right_window_size", -1))),
                      sentinel=excluded_score(since, q.dtype), external_cache=nonpad is not None)
-    return _ops(lay, dt, q, k, v, pk, pv, None, mask, None, out, pres_k, pres_v, target, kv_len=nonpad)
+    ops = _ops(lay, dt, q, k, v, pk, pv, None, mask, None, out, pres_k, pres_v, target, kv_len=nonpad)
+    if scores is not None and scores.size > 0:
+        mode = int(attrs.get("qk_matmul_output_mode", 0))
+        if mode not in (0, 1, 2, 3):
+            raise HipepError(f"{ATTN}: qk_matmul_output_mode={mode} is not one of 0, 1, 2, 3")
+        if tuple(scores.shape) != (b, nq, s, t):
+            raise HipepError(f"{ATTN}: qk_matmul_output must be [{b}, {nq}, {s}, {t}], got {list(scores.shape)}")
+        ops.append(KernelOp(f"hipep_attention_scores_{dt}", (s, nq, b), (SCORE_THREADS, 1, 1),
+                            [ptr(q), ptr(k), ptr(pk), ptr(mask if kind == MASK_ADD else None),
+                             ptr(mask if kind == MASK_BOOL else None), ptr(nonpad), ptr(scores), lay.args,
+                             ctypes.c_int(mode)], module="attention_mha"))
+    return ops

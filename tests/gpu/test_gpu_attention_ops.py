@@ -13,7 +13,9 @@ as ai.onnx Attention), a causal decoder (grouped heads, prompt then a decode ste
 present), MultiHeadAttention's key_padding_mask / attention_bias / unidirectional with past, bool and
 additive attn_mask broadcasts, softcap and scale, head sizes 80/128/256 and a V head size of its own;
 Attention-25's sliding windows (a causal left window over a long prompt and its decode step, a
-bidirectional window) and its masks that broadcast over queries or hold fewer keys."""
+bidirectional window) and its masks that broadcast over queries or hold fewer keys; Attention's
+qk_matmul_output in each mode (the same tolerances: the CPU EP rounds each stage to f16, and a
+product summed in another order may round one f16 step away)."""
 from __future__ import annotations
 
 import numpy as np
@@ -205,3 +207,35 @@ def test_attention_25_masks_broadcast_over_queries_or_hold_fewer_keys(dtype):
     run_attention({**base, "attn_mask": rng.uniform(size=(l,)) > 0.3}, dtype, opset=25, is_causal=1,
                   left_window_size=9)
     run_attention({**base, "attn_mask": _rand(rng, (b, 1, 1, 30), dtype)}, dtype, opset=25, right_window_size=4)
+
+
+# ---- qk_matmul_output ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("mode", [0, 1, 2, 3])
+def test_attention_qk_matmul_output_each_mode(dtype, mode):
+    """The scores output in each mode beside Y and present: a grouped 4-D decoder step over a past with
+    a bool mask (a row with no key), and a 3-D step with an additive mask and a softcap."""
+    rng = np.random.default_rng(11)
+    b, nq, nkv, s, p, h = 2, 8, 2, 5, 37, 64
+    mask = rng.uniform(size=(s, p + s)) > 0.3
+    mask[:, 0] = True
+    mask[2, :] = False
+    feeds = {"Q": _rand(rng, (b, nq, s, h), dtype), "K": _rand(rng, (b, nkv, s, h), dtype),
+             "V": _rand(rng, (b, nkv, s, h), dtype), "attn_mask": mask,
+             "past_key": _rand(rng, (b, nkv, p, h), dtype), "past_value": _rand(rng, (b, nkv, p, h), dtype)}
+    run_attention(feeds, dtype, n_out=4, qk_matmul_output_mode=mode)
+    n, l = 4, 19
+    feeds = {"Q": _rand(rng, (b, s, n * h), dtype), "K": _rand(rng, (b, l, n * h), dtype),
+             "V": _rand(rng, (b, l, n * h), dtype), "attn_mask": _rand(rng, (b, 1, s, l), dtype)}
+    run_attention(feeds, dtype, n_out=4, q_num_heads=n, kv_num_heads=n, softcap=2.5, qk_matmul_output_mode=mode)
+
+
+@pytest.mark.parametrize("mode", [0, 3])
+def test_attention_qk_matmul_output_causal_before_and_in_25(mode):
+    rng = np.random.default_rng(12)
+    b, n, s, h = 1, 4, 40, 64
+    feeds = {"Q": _rand(rng, (b, n, s, h), F16), "K": _rand(rng, (b, n, s, h), F16),
+             "V": _rand(rng, (b, n, s, h), F16)}
+    run_attention(feeds, F16, n_out=4, is_causal=1, qk_matmul_output_mode=mode)
+    run_attention(feeds, F16, n_out=4, opset=25, is_causal=1, left_window_size=7, qk_matmul_output_mode=mode)

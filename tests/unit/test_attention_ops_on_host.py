@@ -6,7 +6,8 @@ Shapes are small (each GPU thread is a host thread) but cover the kernel's tails
 key tiles, head sizes that are not multiples of 4 and a V head size of its own, each variant (head
 sizes up to 64, 128 and 256), grouped heads, both layouts, past + new keys, causal masking, bool and
 additive masks broadcast over batch and heads, fully masked rows, MultiHeadAttention's bias and
-key_padding_mask, Attention-24/25's nonpad_kv_seqlen (an external cache) and its fault report. Also
+key_padding_mask, Attention-24/25's nonpad_kv_seqlen (an external cache) and its fault report,
+Attention's qk_matmul_output in each mode. Also
 what the checks refuse (the claim step's answers). Skipped without g++."""
 from __future__ import annotations
 
@@ -316,6 +317,71 @@ def test_attention_external_cache_checks_its_shape(libraries):
         gk.binding_for(ATTN).bind(ins, [gk.Arg(out.ptr, out.shape, out.dtype)], attrs, gk.Target())
 
 
+# ---- ai.onnx Attention's qk_matmul_output ---------------------------------------------------------
+
+def _scores_tol(dtype):
+    # each stage rounded to f16 as the reference: a product summed in another order may round one
+    # f16 ulp away
+    return dict(rtol=1e-5, atol=2e-6) if dtype == F32 else dict(rtol=2e-3, atol=2e-3)
+
+
+def _check_scores(libs, inputs, attrs, dtype):
+    got, want, ops = run_on_host(libs, ATTN, inputs, attrs, n_out=4)
+    assert ops[-1].entry == f"hipep_attention_scores_{'f32' if dtype == F32 else 'f16'}"
+    np.testing.assert_allclose(got[0].astype(F32), want[0].astype(F32), err_msg="Y", **_tol(dtype))
+    assert got[3].shape == want[3].shape and got[3].dtype == want[3].dtype
+    np.testing.assert_allclose(got[3].astype(F32), want[3].astype(F32), err_msg="qk_matmul_output",
+                               **_scores_tol(dtype))
+    return got[3], want[3]
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("mode", [0, 1, 2, 3])
+def test_attention_scores_4d_grouped_past_bool_mask(libraries, dtype, mode):
+    rng = np.random.default_rng(31)
+    b, nq, nkv, s, l, p, h = 2, 4, 2, 3, 5, 4, 12
+    q, k, v = _rand(rng, (b, nq, s, h), dtype), _rand(rng, (b, nkv, l, h), dtype), _rand(rng, (b, nkv, l, h), dtype)
+    pk, pv = _rand(rng, (b, nkv, p, h), dtype), _rand(rng, (b, nkv, p, h), dtype)
+    mask = rng.uniform(size=(s, p + l)) > 0.3
+    mask[:, 0] = True
+    mask[1, :] = False  # a row with no key: its softmax is zeros
+    attrs = {"qk_matmul_output_mode": mode, SINCE_VERSION: 24}
+    got, _ = _check_scores(libraries, [q, k, v, mask, pk, pv], attrs, dtype)
+    if mode == 3:
+        assert (got[:, :, 1] == 0).all()
+    if mode == 2:  # excluded keys hold the lowest finite value before Attention-25
+        assert (got[:, :, 1] == np.finfo(dtype).min).all()
+    # causal: the scores before the mask (modes 0 and 3 are claimed with is_causal before 25)
+    if mode in (0, 3):
+        _check_scores(libraries, [q, k, v, None, pk, pv], {**attrs, "is_causal": 1}, dtype)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("mode", [0, 1, 2, 3])
+def test_attention_scores_3d_additive_mask_softcap(libraries, dtype, mode):
+    rng = np.random.default_rng(32)
+    b, n, s, l, h = 2, 3, 4, 7, 8
+    q, k, v = _rand(rng, (b, s, n * h), dtype), _rand(rng, (b, l, n * h), dtype), _rand(rng, (b, l, n * h), dtype)
+    mask = _rand(rng, (b, 1, s, l), dtype)
+    attrs = {"q_num_heads": n, "kv_num_heads": n, "qk_matmul_output_mode": mode, SINCE_VERSION: 23}
+    _check_scores(libraries, [q, k, v, mask], {**attrs, "softcap": 1.5, "scale": 0.6}, dtype)
+    _check_scores(libraries, [q, k, v, mask], attrs, dtype)  # the mask folded into the product (modes 2, 3)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("mode", [0, 1, 2, 3])
+def test_attention_25_scores_causal_window_short_mask_external_cache(libraries, dtype, mode):
+    rng = np.random.default_rng(33)
+    b, n, s, cap, h = 2, 2, 2, 9, 8
+    q, k, v = _rand(rng, (b, n, s, h), dtype), _rand(rng, (b, n, cap, h), dtype), _rand(rng, (b, n, cap, h), dtype)
+    attrs = {"qk_matmul_output_mode": mode, "is_causal": 1, "left_window_size": 3, SINCE_VERSION: 25}
+    got, _ = _check_scores(libraries, [q, k, v, np.ones(6, bool)], attrs, dtype)
+    if mode >= 2:  # Attention-25 excludes with -inf
+        assert np.isneginf(got[..., 6:]).all() if mode == 2 else (got[..., 6:] == 0).all()
+    nonpad = np.array([4, 9], np.int64)
+    _check_scores(libraries, [q, k, v, None, None, None, nonpad], attrs, dtype)
+
+
 # ---- launch shapes and the claim step's answers ---------------------------------------------------
 
 def test_layout_windows_and_masks_broadcast_over_queries():
@@ -358,7 +424,7 @@ def test_checks_claim_what_runs_and_refuse_the_rest():
     q4 = [(2, 8, 16, 64), (2, 2, 16, 64), (2, 2, 16, 64)]
     assert gk.kernel_reason(ATTN, attn, [f32] * 3 + ["bool"], q4 + [(16, 16)]) is None
     assert gk.kernel_reason(ATTN, {**attn, "softmax_precision": 1}, [f32] * 3, q4) is None
-    assert "qk_matmul_output" in gk.kernel_reason(ATTN, {**attn, OUTPUT_COUNT: 4}, [f32] * 3, q4)
+    assert gk.kernel_reason(ATTN, {**attn, OUTPUT_COUNT: 4, "qk_matmul_output_mode": 3}, [f32] * 3, q4) is None
     assert "softmax_precision" in gk.kernel_reason(ATTN, {**attn, "softmax_precision": 10}, [f32] * 3, q4)
     assert gk.kernel_reason(ATTN, attn, [f32] * 3 + ["", "", "", "int64"], q4) is None  # an external cache
     assert "attn_mask" in gk.kernel_reason(ATTN, attn, [f32] * 3 + ["float16"], q4)

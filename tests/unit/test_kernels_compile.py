@@ -419,6 +419,35 @@ def test_linear_attention_launches_pass_what_their_entry_points_take():
 
 
 @needs_nvrtc
+def test_mha_and_attention_launches_pass_what_their_entry_points_take():
+    """Every MultiHeadAttention and ai.onnx Attention launch (hipep/runtime/gpu_attention_ops.py),
+    qk_matmul_output's included, passes as many parameters as its entry point in
+    kernels/attention_mha.hip declares, each of the size the kernel expects."""
+    from unit.test_gpu_attention_bindings import Memory, _attrs
+
+    params = _param_bytes(_ptx("attention_mha", "compute_90"))
+    launches = []
+    for dtype in (np.float32, np.float16):
+        b, n, s, l, h = 1, 2, 3, 5, 8
+        q, kv = np.zeros((b, n, s, h), dtype), np.zeros((b, n, l, h), dtype)
+        mem = Memory()
+        _, full = _attrs("::Attention", dict(qk_matmul_output_mode=3), 4)
+        launches += gk.BINDINGS["::Attention"].bind(
+            [mem.arg(a) for a in (q, kv, kv, np.ones((s, l), bool))],
+            [mem.arg(np.empty(x, dtype)) for x in ((b, n, s, h), (b, n, l, h), (b, n, l, h), (b, n, s, l))], full,
+            gk.Target(sm_count=8))
+        mem = Memory()
+        x3 = np.zeros((b, s, n * h), dtype)
+        _, full = _attrs("com.microsoft::MultiHeadAttention", dict(num_heads=n), 1)
+        launches += gk.BINDINGS["com.microsoft::MultiHeadAttention"].bind(
+            [mem.arg(a) for a in (x3, x3, x3)], [mem.arg(np.empty(x3.shape, dtype))], full, gk.Target(sm_count=8))
+    assert {op.entry.rsplit("_", 1)[0] for op in launches} == {
+        "hipep_mha_present", "hipep_mha_f32", "hipep_mha_f16", "hipep_attention_scores"}
+    for op in launches:
+        assert [ctypes.sizeof(p) for p in op.params] == params[op.entry], op.entry
+
+
+@needs_nvrtc
 def test_moe_launches_pass_what_their_entry_points_take():
     """Every MoE launch (hipep/runtime/gpu_moe.py) passes as many parameters as its entry point in
     kernels/moe.hip declares, each of the size the kernel expects."""
