@@ -1,5 +1,5 @@
 // Data movement: strided copies (Transpose, Slice with steps, Expand, Split), a tiled transpose,
-// and Concat.
+// Concat, the copy that fills outside its source, Pad's other modes and Trilu.
 //
 // Elements are moved as words W of 1 to 16 bytes (the runtime widens the word where the innermost
 // run allows: a Slice of whole rows moves 16-byte words).
@@ -12,11 +12,17 @@
 //     both the reads and the writes are coalesced (a strided copy would scatter one of them).
 //   * concat: up to 8 inputs per launch (blockIdx.y picks one), each [outer, len_k] words copied
 //     into columns [offset_k, offset_k + len_k) of the [outer, total] output.
-//   * copy_fill: a strided gather that may fall outside its source (Pad's constant mode, Trilu, the
-//     padded windows of Conv and the pools, and plain fills): checked source axes k, each with its
+//   * copy_fill: a strided gather that may fall outside its source (Pad's constant mode, the padded
+//     windows of Conv and the pools, EyeLike, and plain fills): checked source axes k, each with its
 //     coordinate v_k = bias_k + sum_d coef[k][d] * coord_d, must all lie in [0, limit_k), else the
 //     output element is the fill value (from `fill_src` where given, a value in device memory;
 //     else the bits in the arguments). One element a word, 64-bit indices.
+//   * pad: Pad's edge, reflect and wrap modes, a gather whose source coordinate along each axis is
+//     the output's mapped back into the kept (cropped) source range: clamped (edge), mirrored about
+//     its first and last element (reflect) or taken modulo its extent (wrap), as numpy's pad and
+//     ONNX Runtime's CPU kernel read the input after negative pads crop it.
+//   * trilu: a copy of a stack of matrices with the elements off the kept triangle zeroed; k is read
+//     from device memory (an input the host need not know), so a launch stays bound across runs.
 #include "hipep_device.h"
 
 #define HIPEP_COPY_MAX_RANK 8
@@ -207,3 +213,96 @@ HIPEP_COPY_FILL(w1, unsigned char)
 HIPEP_COPY_FILL(w2, unsigned short)
 HIPEP_COPY_FILL(w4, unsigned int)
 HIPEP_COPY_FILL(w8, hipep_u64)
+
+// ---- Pad's edge, reflect and wrap modes --------------------------------------------------------
+
+#define HIPEP_PAD_EDGE 0
+#define HIPEP_PAD_REFLECT 1
+#define HIPEP_PAD_WRAP 2
+
+struct hipep_pad_args {
+  hipep_i64 n;                             // output words
+  hipep_i64 dims[HIPEP_COPY_MAX_RANK];     // output extents
+  hipep_i64 strides[HIPEP_COPY_MAX_RANK];  // source words per step along each axis
+  hipep_i64 begin[HIPEP_COPY_MAX_RANK];    // output coordinate of the first kept source element
+  hipep_i64 first[HIPEP_COPY_MAX_RANK];    // source coordinate of that element (past a crop)
+  hipep_i64 kept[HIPEP_COPY_MAX_RANK];     // source elements kept along the axis (at least 1)
+  int rank;
+  int mode;
+};
+
+// Position j (relative to the first kept element) mapped into [0, kept). Reflect is periodic with
+// period 2 * (kept - 1), numpy's rule for pads of any width (ONNX Runtime accepts pads up to
+// kept - 1 only, which the claim enforces; the general form keeps every read inside the source).
+HIPEP_DEVICE hipep_i64 hipep_pad_source(hipep_i64 j, hipep_i64 kept, int mode) {
+  if (j >= 0 && j < kept) return j;
+  if (mode == HIPEP_PAD_EDGE) return j < 0 ? 0 : kept - 1;
+  if (mode == HIPEP_PAD_WRAP) {
+    const hipep_i64 r = j % kept;
+    return r < 0 ? r + kept : r;
+  }
+  const hipep_i64 period = 2 * (kept - 1);
+  if (period == 0) return 0;
+  hipep_i64 r = j % period;
+  if (r < 0) r += period;
+  return r < kept ? r : period - r;
+}
+
+template <typename W>
+HIPEP_DEVICE void hipep_pad(const W* HIPEP_RESTRICT src, W* HIPEP_RESTRICT dst, const hipep_pad_args a) {
+  const hipep_i64 step = (hipep_i64)gridDim.x * blockDim.x;
+  for (hipep_i64 i = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += step) {
+    hipep_i64 rem = i, off = 0;
+    for (int d = a.rank - 1; d >= 0; --d) {
+      const hipep_i64 c = d == 0 ? rem : rem % a.dims[d];
+      rem = d == 0 ? 0 : rem / a.dims[d];
+      off += (a.first[d] + hipep_pad_source(c - a.begin[d], a.kept[d], a.mode)) * a.strides[d];
+    }
+    dst[i] = src[off];
+  }
+}
+
+#define HIPEP_PAD(WNAME, W)                                                                           \
+  HIPEP_KERNEL void hipep_pad_##WNAME(const W* HIPEP_RESTRICT src, W* HIPEP_RESTRICT dst, const hipep_pad_args a) { \
+    hipep_pad<W>(src, dst, a);                                                                        \
+  }
+
+HIPEP_PAD(w1, unsigned char)
+HIPEP_PAD(w2, unsigned short)
+HIPEP_PAD(w4, unsigned int)
+HIPEP_PAD(w8, hipep_u64)
+HIPEP_PAD(w16, uint4)
+
+// ---- Trilu -------------------------------------------------------------------------------------
+
+struct hipep_trilu_args {
+  hipep_i64 n;     // elements
+  hipep_i64 rows;  // rows of each matrix (the input's second-last axis)
+  hipep_i64 cols;  // columns (its last axis)
+  int upper;
+};
+
+// Element (r, c) is kept where c - r >= k (upper) or c - r <= k (lower): c - r cannot overflow,
+// so any k, INT64_MIN and INT64_MAX included, selects what ONNX Runtime's CPU kernel does.
+// A null k is the default 0. The zero written elsewhere is all-zero bits, zero in every type.
+template <typename W>
+HIPEP_DEVICE void hipep_trilu(const W* src, const hipep_i64* k_src, W* dst, const hipep_trilu_args a) {
+  const hipep_i64 k = k_src != nullptr ? *k_src : 0;
+  const hipep_i64 step = (hipep_i64)gridDim.x * blockDim.x;
+  for (hipep_i64 i = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += step) {
+    const hipep_i64 row = i / a.cols;
+    const hipep_i64 diagonal = (i - row * a.cols) - row % a.rows;
+    const bool keep = a.upper ? diagonal >= k : diagonal <= k;
+    dst[i] = keep ? src[i] : W(0);
+  }
+}
+
+#define HIPEP_TRILU(WNAME, W)                                                                         \
+  HIPEP_KERNEL void hipep_trilu_##WNAME(const W* src, const hipep_i64* k, W* dst, const hipep_trilu_args a) { \
+    hipep_trilu<W>(src, k, dst, a);                                                                   \
+  }
+
+HIPEP_TRILU(w1, unsigned char)
+HIPEP_TRILU(w2, unsigned short)
+HIPEP_TRILU(w4, unsigned int)
+HIPEP_TRILU(w8, hipep_u64)

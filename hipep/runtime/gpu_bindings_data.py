@@ -1,7 +1,7 @@
 """GPU bindings that move data: Gather, Transpose, Slice, Expand, Tile, DepthToSpace, SpaceToDepth,
-Pad (constant mode), Trilu, ConstantOfShape, Dropout (inference), Split, Concat, the byte copy of
-view ops that got storage of their own (`COPY`), and Range (registered in
-hipep.runtime.gpu_kernels' table on import)."""
+Pad (every mode), Trilu (k a constant or read by the kernel from device memory), ConstantOfShape,
+Dropout (inference), Split, Concat, the byte copy of view ops that got storage of their own
+(`COPY`), and Range (registered in hipep.runtime.gpu_kernels' table on import)."""
 from __future__ import annotations
 
 import ctypes
@@ -164,9 +164,20 @@ def _space_to_depth_bind(ins, outs, attrs, target):
     return _rearrange(x, y, (n, c, h // b, b, w // b, b), (0, 3, 5, 1, 2, 4), target)
 
 
+_PAD_MODES = {"edge": 0, "reflect": 1, "wrap": 2}  # kernels/copy.hip's HIPEP_PAD_EDGE, _REFLECT, _WRAP
+
+
+class PadArgs(ctypes.Structure):
+    _fields_ = [("n", ctypes.c_longlong), ("dims", ctypes.c_longlong * COPY_MAX_RANK),
+                ("strides", ctypes.c_longlong * COPY_MAX_RANK), ("begin", ctypes.c_longlong * COPY_MAX_RANK),
+                ("first", ctypes.c_longlong * COPY_MAX_RANK), ("kept", ctypes.c_longlong * COPY_MAX_RANK),
+                ("rank", ctypes.c_int), ("mode", ctypes.c_int)]
+
+
 def _pad_check(attrs, dtypes, shapes, values):
-    if attrs.get("mode", "constant") != "constant":
-        return f"mode='{attrs.get('mode')}' (the GPU pads with a constant only)"
+    mode = attrs.get("mode", "constant")
+    if mode != "constant" and mode not in _PAD_MODES:
+        return f"mode='{mode}'"
     x = shapes[0] if shapes else None
     if x is not None and len(x) > COPY_MAX_CHECKS:
         return f"Pad of a rank-{len(x)} input (at most {COPY_MAX_CHECKS} axes)"
@@ -176,12 +187,14 @@ def _pad_check(attrs, dtypes, shapes, values):
 @_binding("::Pad", check=_pad_check, reads_values=True, modules=("copy",))
 def _pad_bind(ins, outs, attrs, target):
     """Output coordinate c reads input coordinate c - pad_begin along each axis (a negative pad
-    crops); axes that grow are checked, and what falls outside is constant_value."""
+    crops); in constant mode axes that grow are checked, and what falls outside is constant_value;
+    the other modes map it back into the kept input (`_mode_pad_ops`)."""
     from ..ops.dims import _pad_check as pad_extents, _pad_widths
 
     x, y = ins[0], outs[0]
-    if attrs.get("mode", "constant") != "constant":
-        raise NoKernel(f"Pad mode '{attrs.get('mode')}'")
+    mode = attrs.get("mode", "constant")
+    if mode != "constant" and mode not in _PAD_MODES:
+        raise NoKernel(f"Pad mode '{mode}'")
     if len(ins) > 1 and ins[1] is not None:  # opset 11+: pads, constant_value, axes as inputs
         pads = _values_or_attr(ins, 1, attrs, "pads")
         axes = _values_or_attr(ins, 3, attrs, "axes") if len(ins) > 3 and ins[3] is not None else None
@@ -191,9 +204,11 @@ def _pad_bind(ins, outs, attrs, target):
         pads, axes, fill_src = [int(p) for p in attrs.get("pads") or []], None, None
         fill = np.asarray(float(attrs.get("value") or 0.0)).astype(x.dtype).tobytes()
     widths = _pad_widths("Pad", x.shape, pads, axes)
-    pad_extents("Pad", [int(d) for d in x.shape], widths, "constant")
-    if y.size == 0:
+    pad_extents("Pad", [int(d) for d in x.shape], widths, mode)  # raises where ONNX Runtime does
+    if y is None or y.size == 0:
         return []
+    if mode != "constant":
+        return _mode_pad_ops(x, y, widths, _PAD_MODES[mode], target)
     st = contiguous_strides(x.shape)
     offset = -sum(pb * s for (pb, _), s in zip(widths, st))
     checks = []
@@ -203,30 +218,77 @@ def _pad_bind(ins, outs, attrs, target):
     return fill_copy(x, y, y.shape, st, offset, checks, target, fill=fill, fill_src=fill_src)
 
 
-def _trilu_check(attrs, dtypes, shapes, values):
-    if len(dtypes) > 1 and dtypes[1] and (len(values) < 2 or values[1] is None):
-        return "a k the host knows only at run time (not a constant)"
-    return None
+def _mode_pad_ops(x, y, widths, mode: int, target) -> list:
+    """Pad's edge, reflect and wrap modes: kernels/copy.hip's pad, one output word a thread. Axes
+    that neither grow nor shrink read straight through: adjacent ones merge, those of extent 1
+    drop, and a run of them at the end moves as wider words (ONNX Runtime's kernel copies that run
+    whole as well)."""
+    e = x.dtype.itemsize
+    if e not in (1, 2, 4, 8):
+        raise NoKernel(f"Pad of {e}-byte elements")
+    # per axis: [output extent, source stride, begin, first, kept, whether the pads change it]
+    axes: list[list] = []
+    for (pb, pe), extent, stride, out in zip(widths, x.shape, contiguous_strides(x.shape), y.shape):
+        extent = int(extent)
+        if pb == 0 and pe == 0:
+            if extent == 1:
+                continue
+            if axes and not axes[-1][5]:
+                merged = axes[-1][0] * extent
+                axes[-1] = [merged, stride, 0, 0, merged, False]
+            else:
+                axes.append([extent, stride, 0, 0, extent, False])
+            continue
+        first = max(-pb, 0)
+        kept = extent - first - max(-pe, 0)
+        if kept < 1:
+            raise HipepError(f"Pad: pads {(pb, pe)} leave none of an axis of extent {extent} to pad from")
+        axes.append([int(out), stride, max(pb, 0), first, kept, True])
+    if not any(a[5] for a in axes):
+        return [] if y.ptr == x.ptr else [CopyOp(y.ptr, x.ptr, y.nbytes)]
+    word = e
+    if not axes[-1][5]:
+        word = _word(e, [x.ptr, y.ptr], [axes[-1][0] * e])
+        ratio = word // e
+        axes[-1][0] //= ratio
+        axes[-1][4] //= ratio
+        for a in axes[:-1]:
+            a[1] //= ratio
+    args = PadArgs()
+    args.n, args.rank, args.mode = y.size * e // word, len(axes), mode
+    for d, (extent, stride, begin, first, kept, _) in enumerate(axes):
+        args.dims[d], args.strides[d], args.begin[d], args.first[d], args.kept[d] = extent, stride, begin, first, kept
+    grid, block = flat_config(args.n, target)
+    return [KernelOp(f"hipep_pad_w{word}", grid, block, [ptr(x), ptr(y), args], module="copy")]
 
 
-@_binding("::Trilu", check=_trilu_check, reads_values=True, modules=("copy",))
+class TriluArgs(ctypes.Structure):
+    _fields_ = [("n", ctypes.c_longlong), ("rows", ctypes.c_longlong), ("cols", ctypes.c_longlong),
+                ("upper", ctypes.c_int)]
+
+
+@_binding("::Trilu", modules=("copy",))
 def _trilu_bind(ins, outs, attrs, target):
-    """A copy of x whose elements off the kept triangle are zeros: with row i and column j of the
-    last two axes, lower keeps j - i <= k (k + i - j >= 0), upper keeps j - i >= k."""
+    """A copy of x whose elements off the kept triangle are zeros (kernels/copy.hip's trilu): with
+    row i and column j of the last two axes, lower keeps j - i <= k, upper keeps j - i >= k. The
+    kernel reads k from device memory, so a k computed on the device or handed in at run time
+    needs neither a host read nor a new binding each run."""
     x, y = ins[0], outs[0]
+    k = ins[1] if len(ins) > 1 else None
     if x.ndim < 2:
         raise HipepError(f"Trilu: input must have rank >= 2, got shape {list(x.shape)}")
-    k = _values_or_attr(ins, 1, attrs, "k") if len(ins) > 1 and ins[1] is not None else [0]
-    if len(k) != 1:
-        raise HipepError(f"Trilu: k must hold one value, got {len(k)}")
-    rank = x.ndim
-    coef = [0] * rank
-    if int(attrs.get("upper", 1)):
-        coef[-2], coef[-1], bias = -1, 1, -k[0]
-    else:
-        coef[-2], coef[-1], bias = 1, -1, k[0]
-    limit = 1 << 62  # only the lower bound matters
-    return fill_copy(x, y, x.shape, contiguous_strides(x.shape), 0, [(coef, bias, limit)], target)
+    if k is not None and k.size != 1:
+        raise HipepError(f"Trilu: k must hold one value, got {k.size}")
+    if k is not None and k.dtype != np.int64:
+        raise NoKernel(f"Trilu with a k of type {k.dtype.name}")
+    if y is None or y.size == 0:
+        return []
+    e = x.dtype.itemsize
+    if e not in (1, 2, 4, 8):
+        raise NoKernel(f"Trilu of {e}-byte elements")
+    args = TriluArgs(y.size, int(x.shape[-2]), int(x.shape[-1]), int(bool(int(attrs.get("upper", 1)))))
+    grid, block = flat_config(y.size, target)
+    return [KernelOp(f"hipep_trilu_w{e}", grid, block, [ptr(x), ptr(k), ptr(y), args], module="copy")]
 
 
 @_binding("::ConstantOfShape", reads_values=True, modules=("copy",))

@@ -12,8 +12,8 @@ kernel, with intermediate results in the stream's workspace.
     (axes that are not adjacent are first transposed to the end).
   * LRN: the channel windows of x (zeros past the channels) reduced by ReduceSumSquare, then
     x * (bias + alpha / size * sum) ^ -beta.
-  * LpPool (p = 1, 2): the pools' windows copy, then ReduceL1 / ReduceL2 of each window.
-(CumProd runs kernels/scan.hip beside CumSum: gpu_bindings_reduce.py.)"""
+(CumProd runs kernels/scan.hip beside CumSum: gpu_bindings_reduce.py; LpPool kernels/pool.hip
+beside the other pools: gpu_pool.py.)"""
 from __future__ import annotations
 
 import ml_dtypes  # noqa: F401  (registers numpy's 'bfloat16' dtype name)
@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import HipepError
 from ..ops._common import normalize_axes, normalize_axis
-from ..ops.registry import OUTPUT_COUNT, SINCE_VERSION
+from ..ops.registry import SINCE_VERSION
 from .gpu_binding_core import (Arg, NoKernel, _binding, _prod, fill_copy, fill_ops, permuted_copy,
                                workspace_regions)
 from .gpu_bindings_pointwise import expression_ops
@@ -343,50 +343,3 @@ def _lrn_bind(ins, outs, attrs, target):
     expr = lrn_expression(x.dtype.name, float(attrs.get("alpha", 1e-4)), float(attrs.get("beta", 0.75)),
                           float(attrs.get("bias", 1.0)), size)
     return ops + expression_ops(expr, [src, sums], [y], target, "LRN")
-
-
-# ---- LpPool ------------------------------------------------------------------------------------
-# As MaxPool and AveragePool (gpu_linalg): the windows [N, C, *out, *kernel] in the workspace, zeros
-# where they reach past the input (which add nothing to either norm), then one reduction per
-# window: ReduceL1 (p = 1) or ReduceL2 (p = 2).
-
-def _lp_pool_p(attrs) -> float:
-    return float(attrs.get("p", 2))
-
-
-def _lp_pool_check(attrs, dtypes, shapes, values):
-    from .gpu_linalg import CONV_MAX_SPATIAL
-
-    why = _float_check(attrs, dtypes, shapes, values)
-    if why is not None:
-        return why
-    if _lp_pool_p(attrs) not in (1.0, 2.0):
-        return f"p={attrs.get('p')} (1 and 2 have a kernel)"
-    if int(attrs.get(OUTPUT_COUNT, 1)) > 1:
-        return "more than one output"
-    x = shapes[0] if shapes else None
-    if x is not None and len(x) - 2 > CONV_MAX_SPATIAL:
-        return f"LpPool over {len(x) - 2} spatial axes (at most {CONV_MAX_SPATIAL})"
-    return None
-
-
-@_binding("::LpPool", check=_lp_pool_check, modules=("copy", "reduce"))
-def _lp_pool_bind(ins, outs, attrs, target):
-    from .gpu_bindings_reduce import _reduce_bind
-    from .gpu_linalg import _pool_window, _window_ops
-
-    x, y = ins[0], outs[0]
-    p = _lp_pool_p(attrs)
-    if p not in (1.0, 2.0):
-        raise NoKernel(f"LpPool with p={p}")
-    if y is None or y.size == 0:
-        return []
-    win = _pool_window("LpPool", x.shape, attrs)
-    rows, taps = int(x.shape[0]) * int(x.shape[1]) * _prod(win.out), _prod(win.kernel)
-    (windows_at,) = workspace_regions(target, "LpPool", [rows * taps * x.dtype.itemsize])
-    windows = Arg(windows_at, (rows, taps), x.dtype)
-    ops = _window_ops(x, windows, win, False, b"", target)
-    reduce_op = "ReduceL1" if p == 1.0 else "ReduceL2"
-    return ops + _reduce_bind(reduce_op)([windows, None], [Arg(y.ptr, (rows,), y.dtype)],
-                                         {"axes": [1], "keepdims": 0}, target)
-

@@ -1,4 +1,5 @@
-"""GPU bindings: MatMul and Gemm, Conv, the pools, LayerNormalization and SkipLayerNormalization.
+"""GPU bindings: MatMul and Gemm, Conv, LayerNormalization and SkipLayerNormalization (the pools,
+which share Conv's window copy, are in gpu_pool).
 
 Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported.
 
@@ -26,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import HipepError
-from .gpu_binding_core import fill_copy, fill_ops, strided_copy, workspace_after, workspace_regions
+from .gpu_binding_core import fill_copy, strided_copy, workspace_after, workspace_regions
 from .gpu_kernels import (_VEC, Arg, BlasOp, KernelOp, NoKernel, Target, _binding, _cdiv, _dt, _prod, _vec_ok,
                           contiguous_strides, flat_config, merge_dims, ptr, row_config)
 
@@ -471,138 +472,6 @@ def _conv_bind(ins, outs, attrs, target):
                             Arg(b.ptr + g * mg * e, (mg,), b.dtype),
                             Arg(y.ptr + (i * m * p + g * mg * p) * e, (mg, p), y.dtype), gemm_target)
     return ops
-
-
-# ---- pooling: a reduction over the windows ------------------------------------------------------
-# GlobalAveragePool / GlobalMaxPool are ReduceMean / ReduceMax over the spatial axes. MaxPool and
-# AveragePool (f32, f16) copy their windows into the stream's workspace as [N, C, *out, *kernel]
-# (-inf for MaxPool, zeros for AveragePool where a window reaches past the input), then reduce
-# each window's row: where every window's count is the kernel's size (no padding read, or padding
-# counted with count_include_pad) the mean is the reduction's. Where windows reaching into the
-# padding count only the inputs they hold (count_include_pad=0, f32), each window's sum is divided
-# by its count, which the same windows over a plane of ones give (zeros where they reach past it):
-# per output position, the same for every image and channel.
-
-
-def _global_pool_bind(reduce_op: str):
-    def bind(ins, outs, attrs, target):
-        from .gpu_bindings_reduce import _reduce_bind
-
-        x = ins[0]
-        if x.ndim < 3:
-            raise HipepError(f"{reduce_op}: X must have rank >= 3 (N, C, D1, ...), got {list(x.shape)}")
-        return _reduce_bind(reduce_op)([x, None], outs, {"axes": list(range(2, x.ndim)), "keepdims": 1}, target)
-    return bind
-
-
-def _global_pool_check(attrs, dtypes, shapes, values):
-    return _float_type(dtypes)
-
-
-for _op, _reduce in (("GlobalAveragePool", "ReduceMean"), ("GlobalMaxPool", "ReduceMax")):
-    _binding(f"::{_op}", check=_global_pool_check, modules=("reduce",))(_global_pool_bind(_reduce))
-
-
-def _pool_counts_are_the_kernel(win, attrs) -> bool:
-    """Whether every window of an AveragePool divides by the kernel's size."""
-    if not int(attrs.get("count_include_pad", 0)):
-        return not _conv_reads_padding(win)
-    # ceil_mode's overhang past the padding is not counted
-    return all(_window_reach(win, i) <= length + win.pb[i] + win.pe[i] for i, length in enumerate(win.lengths))
-
-
-def _pool_window(op_type: str, shape, attrs):
-    from ..ops.vision import _Window
-
-    return _Window(op_type, shape[2:], [int(k) for k in attrs["kernel_shape"]], attrs, int(attrs.get("ceil_mode", 0)))
-
-
-def _pool_check(op_type: str):
-    def check(attrs, dtypes, shapes, values):
-        from ..ops.registry import OUTPUT_COUNT
-
-        if not dtypes or dtypes[0] not in ("float32", "float16"):
-            return f"element type {dtypes[0] if dtypes else '?'}"
-        if int(attrs.get(OUTPUT_COUNT, 1)) > 1:
-            return "MaxPool's Indices output"
-        x = shapes[0] if shapes else None
-        if x is not None and len(x) - 2 > CONV_MAX_SPATIAL:
-            return f"{op_type} over {len(x) - 2} spatial axes (at most {CONV_MAX_SPATIAL})"
-        if op_type == "AveragePool" and x is not None and all(d is not None for d in x):
-            try:
-                win = _pool_window(op_type, x, attrs)
-            except Exception:  # noqa: BLE001 - a bad geometry: the shape rule reports it
-                return None
-            if not _pool_counts_are_the_kernel(win, attrs):
-                return _counted_pool_reason(dtypes[0], attrs)
-        return None
-    return check
-
-
-def _pool_bind(op_type: str):
-    def bind(ins, outs, attrs, target):
-        from .gpu_bindings_reduce import _reduce_bind
-
-        x, y = ins[0], outs[0]
-        if len(outs) > 1 and outs[1] is not None:
-            raise NoKernel("MaxPool's Indices output")
-        if y is None or y.size == 0:
-            return []
-        win = _pool_window(op_type, x.shape, attrs)
-        if op_type == "AveragePool" and not _pool_counts_are_the_kernel(win, attrs):
-            why = _counted_pool_reason(x.dtype.name, attrs)
-            if why is not None:
-                raise NoKernel(why)
-            return _counted_average_pool_ops(x, y, win, target)
-        rows, kp = int(x.shape[0]) * int(x.shape[1]) * _prod(win.out), _prod(win.kernel)
-        (windows_at,) = workspace_regions(target, op_type, [rows * kp * x.dtype.itemsize])
-        windows = Arg(windows_at, (rows, kp), x.dtype)
-        fill = np.asarray(-np.inf if op_type == "MaxPool" else 0.0).astype(x.dtype).tobytes()
-        ops = _window_ops(x, windows, win, False, fill, target)
-        reduce_op = "ReduceMax" if op_type == "MaxPool" else "ReduceMean"
-        flat = Arg(y.ptr, (rows,), y.dtype)
-        return ops + _reduce_bind(reduce_op)([windows, None], [flat], {"axes": [1], "keepdims": 0}, target)
-    return bind
-
-
-def _counted_pool_reason(dtype: str, attrs) -> str | None:
-    """Why an AveragePool whose windows hold different counts of inputs has no kernel (None: it has)."""
-    if int(attrs.get("count_include_pad", 0)):
-        return "AveragePool counting the padding, with ceil_mode windows past it (no kernel yet)"
-    if dtype != "float32":
-        return f"AveragePool on {dtype} whose windows hold different counts of inputs (f32 only)"
-    return None
-
-
-def _counted_average_pool_ops(x: Arg, y: Arg, win, target) -> list:
-    """AveragePool (f32) as each window's sum over its count of inputs: the windows of X and of a
-    plane of ones (zeros past the input), both summed by rows, then Y = sums / counts, the counts
-    broadcast over images and channels."""
-    from .gpu_bindings_pointwise import _pointwise_bind
-    from .gpu_bindings_reduce import _reduce_bind
-
-    planes, positions, kp = int(x.shape[0]) * int(x.shape[1]), _prod(win.out), _prod(win.kernel)
-    plane = _prod(win.lengths)
-    e = x.dtype.itemsize
-    windows_at, ones_at, ones_windows_at, counts_at = workspace_regions(
-        target, "AveragePool", [planes * positions * kp * e, plane * e, positions * kp * e, positions * e])
-    zero = np.zeros((), x.dtype).tobytes()
-    windows = Arg(windows_at, (planes * positions, kp), x.dtype)
-    ones = Arg(ones_at, (1, 1, *win.lengths), x.dtype)
-    ones_windows = Arg(ones_windows_at, (positions, kp), x.dtype)
-    counts = Arg(counts_at, (positions,), x.dtype)
-    sums = Arg(y.ptr, (planes, positions), y.dtype)  # Y itself, divided in place
-    rows = {"axes": [1], "keepdims": 0}
-    ops = _window_ops(x, windows, win, False, zero, target)
-    ops += fill_ops(ones, np.ones((), x.dtype).tobytes(), target)
-    ops += _window_ops(ones, ones_windows, win, False, zero, target)
-    ops += _reduce_bind("ReduceSum")([windows, None], [Arg(y.ptr, (planes * positions,), y.dtype)], rows, target)
-    ops += _reduce_bind("ReduceSum")([ones_windows, None], [counts], rows, target)
-    return ops + _pointwise_bind("::Div")([sums, counts], [sums], {}, target)
-
-
-for _op in ("MaxPool", "AveragePool"):
-    _binding(f"::{_op}", check=_pool_check(_op), modules=("copy", "reduce"))(_pool_bind(_op))
 
 
 # ---- LayerNormalization, SkipLayerNormalization ------------------------------------------------

@@ -1,6 +1,7 @@
-"""MatMul, Gemm, LayerNormalization and SkipLayerNormalization on the CUDA device, end to end: small
-ONNX models through hipep.InferenceSession(device="cuda"), three runs each (first run, bound
-replay, CUDA graph replay), compared with ONNX Runtime's CPU EP.
+"""MatMul, Gemm, Conv, the pools, LayerNormalization and SkipLayerNormalization on the CUDA device,
+end to end: small ONNX models through hipep.InferenceSession(device="cuda"), three runs each (first
+run, bound replay, CUDA graph replay), compared with ONNX Runtime's CPU EP. MaxPool's Indices and
+its int8 / uint8 forms (kernels/pool.hip) are compared exactly, ties and NaN included.
 
 Tolerances: products in f32 use ONNX's backend-test tolerance (rtol 1e-3, the conformance suite's
 default) with atol 1e-5, because long K sums are added in another order than MLAS's (inputs are
@@ -165,6 +166,59 @@ def test_pools(rng, op_type, shape, attrs):
     model = make_model([n(op_type, ["x"], ["y"], name="pool", **attrs)], [tensor("x", F32, list(shape))],
                        [tensor("y", F32, None)], opset=19)
     check(model, {"x": rand(rng, shape, F32, -4, 4)}, NORM_TOL[F32])
+
+
+# ---- MaxPool from kernels/pool.hip: Indices, int8 and uint8 --------------------------------------
+
+I8, U8, I64 = TP.INT8, TP.UINT8, TP.INT64
+POOL_NP = {F32: np.float32, F16: np.float16, I8: np.int8, U8: np.uint8}
+MAX_POOL_INDEX_CASES = [
+    ((2, 3, 9, 8), {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 1, 1], "dilations": [1, 2]}),
+    ((1, 4, 10, 10), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ((2, 3, 13), {"kernel_shape": [4], "strides": [3], "auto_pad": "SAME_UPPER"}),
+    ((1, 2, 5, 6, 4), {"kernel_shape": [2, 3, 2], "pads": [1, 1, 0, 0, 1, 1]}),
+    ((4, 32, 28, 28), {"kernel_shape": [2, 2], "strides": [2, 2]}),  # many blocks
+]
+
+
+def _ties(rng, shape, elem):
+    """Few distinct values: windows with equal maxima, where the first must win."""
+    return rng.integers(0, 6, shape).astype(POOL_NP[elem]) - (0 if elem == U8 else 3)
+
+
+def _max_pool_model(shape, elem, indices=True, opset=12, **attrs):
+    outputs = [tensor("y", elem, None)] + ([tensor("i", I64, None)] if indices else [])
+    return make_model([n("MaxPool", ["x"], ["y", "i"] if indices else ["y"], name="pool", **attrs)],
+                      [tensor("x", elem, list(shape))], outputs, opset=opset)
+
+
+@pytest.mark.parametrize("storage_order", [0, 1])
+@pytest.mark.parametrize("elem", [F32, F16, I8, U8])
+@pytest.mark.parametrize("shape,attrs", MAX_POOL_INDEX_CASES,
+                         ids=[f"idx-{i}" for i in range(len(MAX_POOL_INDEX_CASES))])
+def test_max_pool_with_indices(rng, elem, storage_order, shape, attrs):
+    """Y and Indices equal to ORT's CPU EP's: the first of equal maxima, flat positions over the
+    whole input (image and channel included), row-major or column-major by storage_order."""
+    model = _max_pool_model(shape, elem, storage_order=storage_order, **attrs)
+    check_on_cuda(model, {"x": _ties(rng, shape, elem)}, elem, claimed=True, exact=True)
+
+
+@pytest.mark.parametrize("elem", [I8, U8])
+@pytest.mark.parametrize("shape,attrs", MAX_POOL_INDEX_CASES[:3], ids=[f"int-{i}" for i in range(3)])
+def test_max_pool_of_integers(rng, elem, shape, attrs):
+    """int8 and uint8 MaxPool without Indices, over the types' whole ranges."""
+    info = np.iinfo(POOL_NP[elem])
+    x = rng.integers(info.min, info.max, shape, endpoint=True).astype(POOL_NP[elem])
+    check_on_cuda(_max_pool_model(shape, elem, indices=False, **attrs), {"x": x}, elem, claimed=True, exact=True)
+
+
+def test_max_pool_indices_with_nan():
+    """NaN wins only as its window's first input, as ORT's CPU kernel compares (x > max)."""
+    x = np.array([[[[1, np.nan, 3, 2, 0], [np.nan, 0, 1, 5, 1], [2, 2, np.nan, np.nan, 4],
+                    [0, 1, 2, 3, np.nan]]]], np.float32)
+    for attrs in ({"kernel_shape": [2, 2]}, {"kernel_shape": [2, 2], "pads": [1, 1, 1, 1], "storage_order": 1},
+                  {"kernel_shape": [3, 2], "strides": [1, 2], "ceil_mode": 1}):
+        check_on_cuda(_max_pool_model(x.shape, F32, **attrs), {"x": x}, F32, claimed=True, exact=True)
 
 
 @pytest.mark.parametrize("elem", [F32, F16])

@@ -1,9 +1,9 @@
-"""The ops hipep.runtime.gpu_bindings_misc composes from existing kernels, end to end: small ONNX
-models through hipep.InferenceSession(device="cuda"), every node claimed, compared with ONNX
-Runtime's CPU EP over three runs (first run, bound replay, CUDA graph replay): OneHot, EyeLike,
-Hardmax, LpNormalization, MeanVarianceNormalization, LRN, BitShift, LpPool and BitCast; f32 within 1e-5,
-f16 within 1e-2, integers and one-hot outputs exactly. Hardmax with NaN inputs is compared with
-hipep's CPU device (ORT's result there depends on its vectorization)."""
+"""The ops hipep.runtime.gpu_bindings_misc composes from existing kernels, and LpPool (kernels/pool.hip,
+any p), end to end: small ONNX models through hipep.InferenceSession(device="cuda"), every node
+claimed, compared with ONNX Runtime's CPU EP over three runs (first run, bound replay, CUDA graph
+replay): OneHot, EyeLike, Hardmax, LpNormalization, MeanVarianceNormalization, LRN, BitShift, LpPool
+and BitCast; f32 within 1e-5, f16 within 1e-2, integers and one-hot outputs exactly. Hardmax with
+NaN inputs is compared with hipep's CPU device (ORT's result there depends on its vectorization)."""
 from __future__ import annotations
 
 import numpy as np
@@ -126,11 +126,22 @@ def test_bitshift_opset_28(elem, direction):
     run(model, {"x": x, "s": y}, elem)
 
 
+LP_POOL_CASES = [
+    ((1, 3, 8, 8), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ((2, 4, 7, 9), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ((2, 3, 17), {"kernel_shape": [4], "strides": [3], "auto_pad": "SAME_UPPER"}),
+    ((1, 2, 6, 5, 7), {"kernel_shape": [2, 3, 2], "pads": [1, 0, 1, 0, 1, 1]}),
+    ((1, 4, 9, 9), {"kernel_shape": [3, 3], "dilations": [2, 1], "strides": [2, 2], "ceil_mode": 1}),
+    ((8, 16, 40, 40), {"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "SAME_LOWER"}),  # many blocks
+]
+
+
 @pytest.mark.parametrize("elem", [F32, F16])
-@pytest.mark.parametrize("p", [1, 2])
-@pytest.mark.parametrize("shape,attrs", [((1, 3, 8, 8), {"kernel_shape": [2, 2], "strides": [2, 2]}),
-                                         ((2, 4, 7, 9), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]})])
+@pytest.mark.parametrize("p", [1, 2, 3, 4])
+@pytest.mark.parametrize("shape,attrs", LP_POOL_CASES, ids=[f"lp-{i}" for i in range(len(LP_POOL_CASES))])
 def test_lp_pool(elem, p, shape, attrs):
+    """kernels/pool.hip's lp_pool for any p: ORT's arithmetic (powers in double rounded to f32,
+    summed in window order, the root by the f32 exponent 1/p)."""
     x = np.random.default_rng(6).uniform(-2, 2, shape).astype(NP[elem])
     run(single("LpPool", elem, shape, opset=18, p=p, **attrs), {"x": x}, elem)
 

@@ -1,5 +1,6 @@
 """kernels/gemm.hip and kernels/layer_norm.hip (with kernels/copy.hip and kernels/reduce.hip: Conv's
-and the pools' windows and their products and reductions) run on the CPU: g++ compiles the unchanged kernel
+and the pools' windows and their products and reductions; kernels/pool.hip: MaxPool's Indices and
+integer types) run on the CPU: g++ compiles the unchanged kernel
 source against a host stand-in for the CUDA headers (tests/unit/host_cuda: every GPU thread of a
 block a host thread, __syncthreads and warp shuffles as barriers), and the launches the bindings
 give (grid, block, parameter struct) are run block by block over host memory, then compared with
@@ -7,6 +8,7 @@ numpy. This checks what the numpy emulation of the bindings cannot: the kernels'
 mappings, tiles, k-group reductions, register blocks and tails. Skipped without g++."""
 from __future__ import annotations
 
+import ctypes
 import shutil
 from pathlib import Path
 
@@ -17,6 +19,7 @@ import pytest
 from hipep.ops.registry import OUTPUT_COUNT
 from hipep.runtime import gpu_kernels as gk
 
+from helpers import needs_nvrtc
 from unit.host_kernels import HostMemory, compile_module, launch, run_on_host
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
@@ -24,7 +27,7 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not 
 
 def _build(out: Path, warp: int) -> dict:
     # "dir": where the generated pointwise kernels some launches take are compiled
-    modules = ("gemm", "layer_norm", "copy", "reduce")
+    modules = ("gemm", "layer_norm", "copy", "reduce", "pool")
     return {"warp": warp, "dir": out, "generated": {}, **{m: compile_module(out, m, warp) for m in modules}}
 
 
@@ -254,11 +257,132 @@ def test_average_pool_divides_each_window_by_its_count(libraries, shape, attrs):
 
 def test_pools_without_a_kernel():
     f32 = ["float32"]
-    assert "Indices" in gk.kernel_reason("::MaxPool", {"kernel_shape": [2, 2], OUTPUT_COUNT: 2}, f32, [(1, 1, 4, 4)])
     padded = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
     assert gk.kernel_reason("::AveragePool", padded, f32, [(1, 1, 6, 6)]) is None
     assert "f32 only" in gk.kernel_reason("::AveragePool", padded, ["float16"], [(1, 1, 6, 6)])
     assert "counting the padding" in gk.kernel_reason(
         "::AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1,
                           "count_include_pad": 1}, f32, [(1, 1, 6, 6)])
-    assert gk.kernel_reason("::MaxPool", {"kernel_shape": [2, 2]}, ["int8"], [(1, 1, 4, 4)]) is not None
+    assert "element type int8" in gk.kernel_reason("::AveragePool", {"kernel_shape": [2, 2]}, ["int8"], [(1, 1, 4, 4)])
+    assert "element type float64" in gk.kernel_reason("::MaxPool", {"kernel_shape": [2, 2]}, ["float64"],
+                                                      [(1, 1, 4, 4)])
+    assert "4 spatial axes" in gk.kernel_reason("::MaxPool", {"kernel_shape": [2] * 4, OUTPUT_COUNT: 2}, f32,
+                                                [(1, 1, 4, 4, 4, 4)])
+
+
+def test_max_pool_indices_and_integer_types_are_claimed():
+    for dtype in ("float32", "float16", "int8", "uint8"):
+        for outputs in (1, 2):
+            assert gk.kernel_reason("::MaxPool", {"kernel_shape": [2, 2], OUTPUT_COUNT: outputs, "storage_order": 1},
+                                    [dtype], [(1, 1, 4, 4)]) is None
+
+
+# ---- MaxPool from kernels/pool.hip: Indices, int8 and uint8 --------------------------------------
+
+MAX_POOL_INDICES = [  # (X, attributes): windows with padding, dilations, ceil_mode's overhang, 1 to 3 axes
+    ((2, 3, 7, 6), {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 1, 1], "dilations": [1, 2]}),
+    ((1, 2, 9, 9), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ((2, 2, 11), {"kernel_shape": [4], "strides": [3], "auto_pad": "SAME_UPPER"}),
+    ((1, 2, 4, 5, 3), {"kernel_shape": [2, 3, 2], "pads": [1, 1, 0, 0, 1, 1]}),
+    ((1, 1, 5, 5), {"kernel_shape": [2, 2], "auto_pad": "SAME_LOWER"}),
+]
+
+
+_SHORT = {"float32": "f32", "float16": "f16", "int8": "i8", "uint8": "u8"}
+
+
+def _pool_input(rng, shape, dtype):
+    """Values in a small range: many ties inside the windows (the first maximum must win)."""
+    return rng.integers(-3, 3 if np.dtype(dtype).kind != "u" else 6, shape).astype(dtype) + (
+        np.asarray(3, dtype) if np.dtype(dtype).kind == "u" else 0)
+
+
+@pytest.mark.parametrize("storage_order", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8, np.uint8])
+@pytest.mark.parametrize("shape,attrs", MAX_POOL_INDICES, ids=[f"indices-{i}" for i in range(len(MAX_POOL_INDICES))])
+def test_max_pool_with_indices(libraries, dtype, storage_order, shape, attrs):
+    """Y and Indices equal to the reference: the first of equal maxima in window order, flat
+    positions over the whole input, row-major or column-major."""
+    x = _pool_input(np.random.default_rng(8), shape, dtype)
+    (y, idx), (want_y, want_idx), ops = run(libraries, "::MaxPool", [x], {**attrs, "storage_order": storage_order},
+                                            n_out=2, sm_count=1)
+    assert [o.entry for o in ops] == [f"hipep_max_pool_{_SHORT[np.dtype(dtype).name]}"]
+    np.testing.assert_array_equal(y, want_y)
+    assert idx.dtype == np.int64
+    np.testing.assert_array_equal(idx, want_idx)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+@pytest.mark.parametrize("shape,attrs", MAX_POOL_INDICES[:3], ids=[f"int-{i}" for i in range(3)])
+def test_max_pool_of_integers(libraries, dtype, shape, attrs):
+    """int8 and uint8 without Indices: the type's own extremes included."""
+    info = np.iinfo(dtype)
+    x = np.random.default_rng(9).integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+    x.flat[:4] = [info.min, info.max, info.min, 0]
+    (y,), (want,), ops = run(libraries, "::MaxPool", [x], attrs, sm_count=1)
+    assert [o.module for o in ops] == ["pool"]
+    np.testing.assert_array_equal(y, want)
+
+
+def test_max_pool_indices_alone(libraries):
+    """The graph keeps Indices only: Y gets no buffer and the kernel writes none."""
+    x = np.random.default_rng(10).standard_normal((1, 2, 6, 6)).astype(np.float32)
+    (y, idx), (_, want_idx), _ = run(libraries, "::MaxPool", [x], {"kernel_shape": [2, 2], "strides": [2, 2]},
+                                     n_out=2, drop=(0,), sm_count=1)
+    assert y is None
+    np.testing.assert_array_equal(idx, want_idx)
+
+
+def test_max_pool_indices_with_nan_follow_onnx_runtime(libraries):
+    """A NaN is the maximum only where it is its window's first input (ONNX Runtime's CPU kernel
+    replaces a maximum only by a greater value); hipep's CPU reference propagates NaN instead, so
+    ORT's CPU EP is the oracle here."""
+    from onnx import TensorProto as TP
+    from onnx import helper
+
+    from helpers import cpu_session, make_model, tensor
+
+    x = np.array([[[[1, np.nan, 3, 2], [np.nan, 0, 1, 5], [2, 2, np.nan, np.nan]]]], np.float32)
+    for attrs in ({"kernel_shape": [2, 2]}, {"kernel_shape": [2, 2], "pads": [1, 1, 1, 1], "storage_order": 1}):
+        model = make_model([helper.make_node("MaxPool", ["x"], ["y", "i"], **attrs)],
+                           [tensor("x", TP.FLOAT, list(x.shape))],
+                           [tensor("y", TP.FLOAT, None), tensor("i", TP.INT64, None)], opset=12)
+        want_y, want_idx = cpu_session(model).run(None, {"x": x})
+        mem = HostMemory()
+        xa = mem.put(x)[0]
+        ya, y = mem.put(np.full(want_y.shape, -7, np.float32))
+        ia, idx = mem.put(np.full(want_idx.shape, -7, np.int64))
+        full = {"auto_pad": "NOTSET", "ceil_mode": 0, "dilations": None, "pads": None, "strides": None,
+                "storage_order": 0, **attrs, OUTPUT_COUNT: 2}
+        outs = [gk.Arg(ya.ptr, ya.shape, ya.dtype), gk.Arg(ia.ptr, ia.shape, ia.dtype)]
+        ops = gk.binding_for("::MaxPool").bind([xa], outs, full, gk.Target(sm_count=1, warp_size=32))
+        for o in ops:
+            launch(libraries[o.module], o)
+        np.testing.assert_array_equal(y, want_y)
+        np.testing.assert_array_equal(idx, want_idx)
+
+
+@needs_nvrtc
+def test_pool_entry_points_take_what_the_bindings_pass():
+    """Every kernels/pool.hip entry point MaxPool and LpPool bind exists in NVRTC's sm_90 build and
+    takes parameters of the sizes the bindings pass (PoolArgs mirrors hipep_pool_args)."""
+    from unit.test_kernels_compile import _param_bytes, _ptx
+
+    params = _param_bytes(_ptx("pool", "compute_90"))
+    mem = HostMemory()
+    target = gk.Target(sm_count=1, warp_size=32)
+    launches = []
+    for dtype in (np.float32, np.float16, np.int8, np.uint8):
+        x = mem.put(np.zeros((1, 2, 4, 4), dtype))[0]
+        y = gk.Arg(mem.put(np.zeros((1, 2, 2, 2), dtype))[0].ptr, (1, 2, 2, 2), np.dtype(dtype))
+        idx = gk.Arg(mem.put(np.zeros((1, 2, 2, 2), np.int64))[0].ptr, (1, 2, 2, 2), np.dtype(np.int64))
+        launches += gk.binding_for("::MaxPool").bind([x], [y, idx], {"kernel_shape": [2, 2], "strides": [2, 2],
+                                                                     OUTPUT_COUNT: 2}, target)
+        if dtype in (np.float32, np.float16):
+            launches += gk.binding_for("::LpPool").bind([x], [y], {"kernel_shape": [2, 2], "strides": [2, 2], "p": 3},
+                                                        target)
+    assert {op.entry for op in launches} == {"hipep_max_pool_f32", "hipep_max_pool_f16", "hipep_max_pool_i8",
+                                             "hipep_max_pool_u8", "hipep_lp_pool_f32", "hipep_lp_pool_f16"}
+    assert set(params) == {op.entry for op in launches}
+    for op in launches:
+        assert [ctypes.sizeof(p) for p in op.params] == params[op.entry], op.entry

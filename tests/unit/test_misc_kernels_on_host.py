@@ -1,13 +1,14 @@
-"""The composed GPU programs of hipep.runtime.gpu_bindings_misc run on the CPU: their launches
-(kernels/copy.hip, range.hip, argmax.hip and reduce.hip, and the generated pointwise kernels)
-compiled by g++ against the host stand-in for the CUDA headers (tests/unit/host_cuda) and run
-block by block over host memory, with the stream workspace they ask for, then compared with the
-op registry's references: OneHot (negative and out-of-range indices, every axis), EyeLike (k past
-the matrix), Hardmax (ties, NaN first and later, inner axes, opset 11's flattened rows),
-LpNormalization (p = 1, 2, zero rows, inner axes), MeanVarianceNormalization (adjacent and
-transposed axes), LRN and LpPool (padding, ceil_mode); f32 within
-1e-5, f16 within 1e-2, integers exactly. The claim checks refuse what has no program. Skipped
-without g++."""
+"""The composed GPU programs of hipep.runtime.gpu_bindings_misc, and LpPool (kernels/pool.hip,
+bound in gpu_pool), run on the CPU: their launches (kernels/copy.hip, range.hip, argmax.hip,
+reduce.hip and pool.hip, and the generated pointwise kernels) compiled by g++ against the host
+stand-in for the CUDA headers (tests/unit/host_cuda) and run block by block over host memory, with
+the stream workspace they ask for, then compared with the op registry's references: OneHot
+(negative and out-of-range indices, every axis), EyeLike (k past the matrix), Hardmax (ties, NaN
+first and later, inner axes, opset 11's flattened rows), LpNormalization (p = 1, 2, zero rows,
+inner axes), MeanVarianceNormalization (adjacent and transposed axes), LRN and LpPool (p = 1 to 4,
+padding, ceil_mode, dilations; p = 3 and 4 against ONNX Runtime's CPU EP too); f32 within 1e-5,
+f16 within 1e-2, integers exactly. The claim checks refuse what has no program. Skipped without
+g++."""
 from __future__ import annotations
 
 import ctypes
@@ -26,9 +27,9 @@ from unit.host_kernels import HOST_CUDA, HostMemory, compile_module, compile_sou
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 
-MODULES = ("copy", "range", "argmax", "reduce")
+MODULES = ("copy", "range", "argmax", "reduce", "pool")
 # Entry points that loop over their elements (grid-stride): a few blocks cover any size on the host.
-_GRID_STRIDE = ("hipep_pw_", "hipep_copy_", "hipep_range_")
+_GRID_STRIDE = ("hipep_pw_", "hipep_copy_", "hipep_range_", "hipep_lp_pool_")
 # The device's round-to-nearest intrinsics (__fadd_rn...) as host functions, FMA contraction off.
 _RN = ("-ffp-contract=off", "-include", str(HOST_CUDA / "rn_intrinsics.h"))
 
@@ -171,23 +172,45 @@ def test_lrn(libs, dtype, shape, size, attrs):
 LP_POOL = [((1, 2, 5, 5), {"kernel_shape": [2, 2]}), ((2, 3, 6, 7), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
            ((1, 2, 7, 6), {"kernel_shape": [3, 2], "strides": [2, 2], "ceil_mode": 1}),
            ((2, 2, 9), {"kernel_shape": [4], "strides": [2], "auto_pad": "SAME_UPPER"}),
-           ((1, 1, 4, 4, 4), {"kernel_shape": [2, 2, 2], "dilations": [1, 2, 1]})]
+           ((1, 1, 4, 4, 4), {"kernel_shape": [2, 2, 2], "dilations": [1, 2, 1]}),
+           ((1, 2, 6, 6), {"kernel_shape": [3, 3], "auto_pad": "SAME_LOWER", "dilations": [2, 1]})]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("p", [1, 2, 3, 4])
 @pytest.mark.parametrize("shape,attrs", LP_POOL)
 def test_lp_pool(libs, dtype, p, shape, attrs):
     rng = np.random.default_rng(6)
-    got, want, _ = run(libs, "LpPool", [_x(rng, shape, dtype)], {"p": p, **attrs})
+    got, want, ops = run(libs, "LpPool", [_x(rng, shape, dtype)], {"p": p, **attrs})
+    assert [o.entry for o in ops] == [f"hipep_lp_pool_{'f32' if dtype == np.float32 else 'f16'}"]
     close(got, want)
+
+
+@pytest.mark.parametrize("p", [3, 4])
+def test_lp_pool_equals_onnx_runtimes_cpu_ep(libs, p):
+    """The kernel's arithmetic is ONNX Runtime's (each power in double rounded to f32, summed in
+    f32 in window order, the root by the f32 exponent 1/p): within an ulp or two of its CPU EP,
+    over magnitudes where the sums' rounding shows."""
+    from onnx import TensorProto as TP
+    from onnx import helper
+
+    from helpers import cpu_session, make_model, tensor
+
+    rng = np.random.default_rng(13)
+    x = (rng.standard_normal((2, 3, 9, 8)) * rng.choice([1e-3, 1.0, 30.0], (2, 3, 9, 8))).astype(np.float32)
+    attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 1], "p": p}
+    model = make_model([helper.make_node("LpPool", ["x"], ["y"], **attrs)], [tensor("x", TP.FLOAT, list(x.shape))],
+                       [tensor("y", TP.FLOAT, None)], opset=18)
+    (want,) = cpu_session(model).run(None, {"x": x})
+    got, _, _ = run(libs, "LpPool", [x], attrs)
+    np.testing.assert_allclose(got, want, rtol=3e-7, atol=0)
 
 
 # ---- what the checks refuse ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("op_type,attrs,dtypes", [
     ("LpNormalization", {"p": 3}, ["float32"]),
-    ("LpPool", {"p": 3, "kernel_shape": [2, 2]}, ["float32"]),
+    ("LpPool", {"p": 2, "kernel_shape": [2, 2]}, ["float64"]),
     ("MeanVarianceNormalization", {"axes": [0, 2, 3]}, ["float16"]),
     ("MeanVarianceNormalization", {"axes": []}, ["float32"]),
     ("OneHot", {"axis": -1}, ["float32", "int64", "float32"]),
@@ -205,6 +228,8 @@ def test_unsupported_forms_are_refused(op_type, attrs, dtypes):
 @pytest.mark.parametrize("op_type,attrs,dtypes", [
     ("LpNormalization", {"p": 1}, ["float16"]),
     ("LpPool", {"p": 2, "kernel_shape": [2, 2]}, ["float32"]),
+    ("LpPool", {"p": 3, "kernel_shape": [2, 2]}, ["float32"]),
+    ("LpPool", {"p": 7, "kernel_shape": [2, 2]}, ["float16"]),
     ("MeanVarianceNormalization", {}, ["float32"]),
     ("BitShift", {"direction": "RIGHT"}, ["uint64", "uint64"]),
     ("BitShift", {"direction": "LEFT"}, ["int8", "int8"]),

@@ -22,7 +22,7 @@ def _rejected(report) -> dict[str, str]:
 
 
 def if_outputs_feed_host_work_model(condition: str = "data"):
-    """An If yields integers that an edge-mode Pad (no GPU program) reads (AffineGrid's expanded
+    """An If yields integers that a Compress (no GPU program) reads (AffineGrid's expanded
     form feeds Range from such an If). condition="data": the If's condition is computed from x's
     values (ReduceSum > 0), so a GPU leaves the If to another EP and its results come from there;
     "shape": from x's size, so a GPU claims the If, whose results are then device values."""
@@ -37,16 +37,16 @@ def if_outputs_feed_host_work_model(condition: str = "data"):
                 h.make_node("Greater", ["total", "zero"], ["is_four"])]
     nodes = test + [
         h.make_node("If", ["is_four"], ["dims"], then_branch=then, else_branch=other),
-        h.make_node("Pad", ["dims", "pads"], ["y"], mode="edge"),
+        h.make_node("Compress", ["dims", "keep"], ["y"], axis=0),
     ]
-    inits = [h.make_tensor("four", T.INT64, [], [4]), h.make_tensor("pads", T.INT64, [2], [0, 0]),
+    inits = [h.make_tensor("four", T.INT64, [], [4]), h.make_tensor("keep", T.BOOL, [2], [1, 1]),
              h.make_tensor("zero", T.FLOAT, [], [0.0])]
     return make_model(nodes, [tensor("x", T.FLOAT, [2, 2])], [tensor("y", T.INT64, [2])], inits)
 
 
 def host_value_crossing_subgraphs_model():
     """Shape(x) lands in one subgraph; the Concat reading it is pushed into a second one by a path
-    through an unclaimed Det; the edge-mode Pad (no GPU program) after the Concat reads a value that
+    through an unclaimed Det; the Compress (no GPU program) after the Concat reads a value that
     reached the second subgraph in device memory."""
     nodes = [
         h.make_node("Shape", ["x"], ["xs"]),
@@ -54,10 +54,10 @@ def host_value_crossing_subgraphs_model():
         h.make_node("Det", ["r"], ["d"]),  # no hipep implementation: another EP runs it
         h.make_node("Shape", ["d"], ["ds"]),
         h.make_node("Concat", ["xs", "ds"], ["cat"], axis=0),
-        h.make_node("Pad", ["cat", "pads"], ["y"], mode="edge"),
+        h.make_node("Compress", ["cat", "keep"], ["y"], axis=0),
     ]
     return make_model(nodes, [tensor("x", T.FLOAT, [3, 3])], [tensor("y", T.INT64, [2])],
-                      [h.make_tensor("pads", T.INT64, [2], [0, 0])])
+                      [h.make_tensor("keep", T.BOOL, [2], [1, 1])])
 
 
 def test_results_of_a_rejected_node_are_no_host_values():
@@ -65,7 +65,7 @@ def test_results_of_a_rejected_node_are_no_host_values():
     report = partition(g, device="cuda")
     rejected = _rejected(report)
     assert "depends on the value of input 0 'is_four', computed on the device" in rejected["If"], rejected
-    assert rejected["Pad"].startswith("no kernel for cuda: Pad")
+    assert rejected["Compress"].startswith("no kernel for cuda: Compress")
     # on the CPU device everything is claimed
     assert not partition(g, device="cpu").rejections
 
@@ -75,19 +75,19 @@ def test_results_of_a_claimed_if_are_device_values():
     (device memory): the host work after it cannot read them, and is left to another EP."""
     g = GraphView.from_onnx(if_outputs_feed_host_work_model("shape"))
     rejected = _rejected(partition(g, device="cuda"))
-    assert set(rejected) == {"Pad"} and rejected["Pad"].startswith("no kernel for cuda: Pad"), rejected
+    assert set(rejected) == {"Compress"} and rejected["Compress"].startswith("no kernel for cuda: Compress"), rejected
 
 
 def test_host_work_whose_host_input_is_in_another_subgraph_is_not_claimed():
     g = GraphView.from_onnx(host_value_crossing_subgraphs_model())
     cpu = partition(g, device="cpu")
-    assert "Pad" not in _rejected(cpu)
+    assert "Compress" not in _rejected(cpu)
     report = partition(g, device="cuda")
-    reason = _rejected(report).get("Pad", "")
+    reason = _rejected(report).get("Compress", "")
     assert "cannot run as host work" in reason and "'cat'" in reason, report.format()
     assert len(report.clusters) == 2, report.format()
     # the rest stays claimed as before
-    assert set(_rejected(report)) == {"Det", "Pad"}
+    assert set(_rejected(report)) == {"Det", "Compress"}
 
 
 def test_host_work_within_its_subgraph_stays_claimed():
