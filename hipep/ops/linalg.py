@@ -7,7 +7,7 @@ import numpy as np
 from ..errors import RuntimeShapeError
 from ._common import (at, broadcast_partial, elem_of, kernel, pshape_str, result, shape_of,
                       shape_rule, shape_str, tensor_type, type_name, unidirectional_ok, upcast)
-from .registry import F32, FLOATS, I8, I32, NUMERIC, REQUIRED, U8, OpDef, register
+from .registry import F32, F64, FLOATS, I8, I32, NUMERIC, REQUIRED, U8, OpDef, register
 
 
 def _check_matmul_shapes(op_type: str, a: np.ndarray, b: np.ndarray) -> None:
@@ -291,7 +291,7 @@ def _claim_einsum(node, graph, attrs):
     return None
 
 
-register(OpDef("Einsum", (12, 28), ("T",), ("T",), {"T": NUMERIC}, _einsum,
+register(OpDef("Einsum", (12, 28), ("T",), ("T",), {"T": NUMERIC | {F64}}, _einsum,
                attributes={"equation": REQUIRED}, claim=_claim_einsum, min_inputs=1, variadic=True,
                shape_rule=_einsum_shape))
 

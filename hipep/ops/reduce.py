@@ -23,7 +23,7 @@ from ._common import (at, elem_of, has_input, int_list, is_float, kernel, known_
                       normalize_axes, normalize_axis, num_elements, operand_length, pshape_str,
                       result, scalar_operand, shape_of, shape_rule, shape_str, tensor_type,
                       type_name, upcast)
-from .registry import (ALL, ANY_TENSOR, BOOL, F16, F32, FLOATS, I8, I16, I32, I64, NUMERIC, U8,
+from .registry import (ALL, ANY_TENSOR, BOOL, F16, F32, F64, FLOATS, I8, I16, I32, I64, NUMERIC, U8,
                        U32, U64, OpDef, register)
 
 
@@ -168,7 +168,7 @@ register(OpDef("ReduceMin", (1, 11, 12, 13, 18, 20), ("T", "I"), ("T",), {"T": A
 
 
 # ---- more reductions: ReduceProd, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp, ReduceSumSquare
-# As ONNX Runtime computes them: floats in f32 (f16 upcast, rounded once); integers in double,
+# As ONNX Runtime computes them: floats in f32 (f16 upcast, rounded once), f64 in f64; integers in double,
 # converted back saturating (int_from_double). noop_with_empty_axes reduces over no axis at all:
 # each element alone (ReduceL1 gives |x|, ReduceSumSquare x*x, ReduceLogSum log(x)), which is
 # what ONNX Runtime returns.
@@ -208,10 +208,10 @@ def _log_sum(x, axes, keepdims):
 
 def _log_sum_exp(x, axes, keepdims):
     if is_float(x):
-        v = upcast(x)
+        v = upcast(x)  # f64 stays f64, as ONNX Runtime's double kernel
         m = np.max(v, axis=axes, keepdims=True, initial=-np.inf)
-        m = np.where(np.isfinite(m), m, np.float32(0))  # all -inf (or empty): log(0) + 0 = -inf
-        out = np.log(np.sum(np.exp(v - m), axis=axes, keepdims=True, dtype=np.float32)) + m
+        m = np.where(np.isfinite(m), m, v.dtype.type(0))  # all -inf (or empty): log(0) + 0 = -inf
+        out = np.log(np.sum(np.exp(v - m), axis=axes, keepdims=True, dtype=v.dtype)) + m
     else:
         # ONNX Runtime: max + log(sum of exp(x - max)), each term truncated to the integer type
         # (1 for each maximal element, 0 for the rest), the rest in double.
@@ -252,7 +252,7 @@ def _claim_reduce_more(node, graph, attrs):
 for _name, _fn, _since in (("ReduceProd", _prod, ()), ("ReduceL1", _l1, ()), ("ReduceL2", _l2, ()),
                            ("ReduceLogSum", _log_sum, (28,)), ("ReduceLogSumExp", _log_sum_exp, (28,)),
                            ("ReduceSumSquare", _sum_square, ())):
-    register(OpDef(_name, (1, 11, 13, 18) + _since, ("T", "I"), ("T",), {"T": NUMERIC, "I": _I64},
+    register(OpDef(_name, (1, 11, 13, 18) + _since, ("T", "I"), ("T",), {"T": NUMERIC | {F64}, "I": _I64},
                    _reduce_all(_name, _fn), attributes=dict(_ATTRS), claim=_claim_reduce_more,
                    min_inputs=1, shape_rule=_reduce_shape(_name), host_inputs=(1,)))
 
@@ -378,10 +378,10 @@ def _claim_cumulative(node, graph, attrs):
 
 
 _AXIS_TYPES = frozenset({I32, I64})
-register(OpDef("CumSum", (11, 14), ("T", "A"), ("T",), {"T": NUMERIC, "A": _AXIS_TYPES},
+register(OpDef("CumSum", (11, 14), ("T", "A"), ("T",), {"T": NUMERIC | {F64}, "A": _AXIS_TYPES},
                _cumulative("CumSum", np.cumsum, 0), attributes={"exclusive": 0, "reverse": 0},
                claim=_claim_cumulative, shape_rule=_same_shape_rule("CumSum")))
-register(OpDef("CumProd", (26,), ("T", "A"), ("T",), {"T": NUMERIC | {U32, U64}, "A": _AXIS_TYPES},
+register(OpDef("CumProd", (26,), ("T", "A"), ("T",), {"T": NUMERIC | {F64, U32, U64}, "A": _AXIS_TYPES},
                _cumulative("CumProd", np.cumprod, 1), attributes={"exclusive": 0, "reverse": 0},
                claim=_claim_cumulative, shape_rule=_same_shape_rule("CumProd")))
 
@@ -498,6 +498,8 @@ def _trilu(inputs, attrs):
     k = int(scalar_operand("Trilu", "k", inputs[1])) if len(inputs) > 1 and inputs[1] is not None else 0
     if x.ndim < 2:
         raise RuntimeShapeError(f"Trilu: input must have rank >= 2, got shape {shape_str(x.shape)}")
+    # a k past either end of the matrix acts as that end (numpy overflows on int64's extremes)
+    k = max(-(x.shape[-2] + 1), min(k, x.shape[-1] + 1))
     return [result(np.triu(x, k) if attrs["upper"] else np.tril(x, k), x.dtype)]
 
 
@@ -651,7 +653,7 @@ register(OpDef("ConstantOfShape", (9, 20, 21, 23, 24, 25), ("I",), ("T",), {"I":
 
 # ---- EyeLike -----------------------------------------------------------------------------------------
 
-_EYE_TYPES = frozenset({F32, F16, I32, I64})
+_EYE_TYPES = frozenset({F32, F16, F64, I32, I64})
 
 
 def _eye_elem(types_elem: int, attrs) -> int:
@@ -678,7 +680,7 @@ def _eye_like_shape(types, values, attrs, num_outputs):
 def _claim_eye_like(node, graph, attrs):
     d = attrs.get("dtype")
     if d is not None and d not in _EYE_TYPES:
-        return f"attribute dtype={type_name(d)} is not supported (supported: f16, f32, i32, i64)"
+        return f"attribute dtype={type_name(d)} is not supported (supported: f16, f32, f64, i32, i64)"
     x = graph.type_of(node.inputs[0]).elem_type
     if d == F16 and x != F16:
         return (f"dtype=f16 from a {type_name(x)} input is not claimed: ONNX Runtime's CPU EP has no "

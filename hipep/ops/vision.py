@@ -444,8 +444,19 @@ def _max_pool(inputs, attrs):
     flat = view.reshape(lead + (-1,))
     real = win.windows(win.padded(np.ones((1, 1) + tuple(win.lengths), bool), False))
     real = real.reshape(real.shape[:x.ndim] + (-1,))
-    top = y.astype(xs.dtype)[..., None]
-    hit = ((flat == top) | (np.isnan(flat) & np.isnan(top))) & real
+    if xs.dtype.kind == "f" and flat.shape[-1]:
+        # ORT's kernel with Indices takes the window's first input and replaces it only by a
+        # strictly greater one: a NaN wins only as the first input, later NaNs never do.
+        real_all = np.broadcast_to(real, flat.shape)
+        first = np.argmax(real_all, axis=-1)[..., None]
+        first_value = np.take_along_axis(flat, first, axis=-1)[..., 0]
+        numbers = np.where(real_all & ~np.isnan(flat), flat, -np.inf)
+        top = np.where(np.isnan(first_value), first_value, numbers.max(axis=-1))
+        y = result(top, x.dtype)
+        hit = np.where(np.isnan(top)[..., None], np.arange(flat.shape[-1]) == first, (flat == top[..., None]) & real)
+    else:
+        top = y.astype(xs.dtype)[..., None]
+        hit = (flat == top) & real
     arg = np.argmax(hit, axis=-1) if flat.shape[-1] else np.zeros(lead, np.int64)
     offsets = np.unravel_index(arg, win.kernel)
     lengths = win.lengths

@@ -190,6 +190,10 @@ case("ReduceLogSumExp", 18, [A([[5, 5, 4, 4, 4, 4, 4, 4], [5, 5, 5, 1, 1, 1, 1, 
 case("ReduceLogSumExp", 18, [A([[-np.inf, -np.inf], [np.inf, 1.0], [-np.inf, 2.0]], f32), A([1], i64)],
      id="ReduceLogSumExp-inf")
 case("ReduceL2", 18, [A([[3, 4, 12, 1], [1, 1, 1, 1]], i32), A([1], i64)], id="ReduceL2-int-trunc")
+for _op, ((_lo, _hi), _) in _RED_MORE.items():  # f64 in f64, beyond f32's range where exp overflows it
+    case(_op, 18, [R(3, 40, dtype=np.float64, lo=_lo, hi=_hi), A([1], i64)], id=f"{_op}-f64")
+case("ReduceLogSumExp", 18, [A([[100.0, 300.0, -np.inf], [-np.inf, -np.inf, -np.inf]], np.float64), A([1], i64)],
+     id="ReduceLogSumExp-f64-wide")
 # Integer reductions run in double and convert back saturating (NaN -> min).
 _BIG = A([[2**40, 2**40, -1], [-1, 2**62, 2], [3**20, 3**19, 1], [2**62, 2**62, 2**62]], i64)
 _BIG32 = A([[2**31 - 1, 5, 0], [50000, 50000, -7], [-2**31, -1, 3], [2**16, 2**16, 1]], i32)
@@ -236,6 +240,9 @@ for _op, _lo, _hi in (("CumSum", -3, 3), ("CumProd", 0.5, 1.5)):
 case("CumProd", 26, [U(3, 4, dtype=u32, lo=1, hi=9), A(1, i64)], {"exclusive": 1}, id="CumProd-u32")
 case("CumProd", 26, [U(3, 4, dtype=u64, lo=1, hi=9), A(0, i64)], id="CumProd-u64")
 case("CumSum", 14, [R(2, 5000, lo=-1, hi=1), A(1, i64)], tol=(1e-5, 1e-5), id="CumSum-long-sequential")
+# f64 runs in f64 (ONNX Runtime's double kernels), sequentially
+case("CumSum", 14, [R(3, 700, dtype=np.float64, lo=-1, hi=1), A(-1, i64)], {"reverse": 1}, id="CumSum-f64")
+case("CumProd", 26, [R(4, 9, dtype=np.float64, lo=0.5, hi=1.5), A(0, i32)], {"exclusive": 1}, id="CumProd-f64")
 
 _TIES = A([[3, 1, 3, 2, 1, 3, 0, 5, 5], [1, 1, 1, 1, 1, 1, 1, 1, 1]], f32)
 case("TopK", 1, [R(3, 6)], {"k": 2}, n_out=2)
@@ -262,6 +269,9 @@ for _up in (0, 1):
 for _dt in (f16, i32, i64, b):
     case("Trilu", 14, [R(3, 3, dtype=_dt, lo=-9, hi=9), A(1, i64)], {"upper": 0}, id=f"Trilu-{np.dtype(_dt)}")
 case("Trilu", 14, [R(4, 0, 3)], id="Trilu-empty")
+for _k in (2**63 - 1, -2**63, 2**40):  # k past the matrix's ends, up to int64's extremes
+    for _up in (0, 1):
+        case("Trilu", 14, [R(3, 4), A(_k, i64)], {"upper": _up}, id=f"Trilu-k{_k}-upper{_up}")
 
 for _v in (9, 13):
     case("NonZero", _v, [R(3, 4) * (R(3, 4) > 0)])
@@ -306,6 +316,8 @@ case("EyeLike", 22, [R(2, 5, dtype=f16)], {"dtype": TP.INT64}, id="EyeLike-f16-t
 case("EyeLike", 22, [R(2, 5, dtype=f16)], {"dtype": TP.FLOAT16}, id="EyeLike-f16-to-f16")
 case("EyeLike", 9, [R(3, 3, dtype=f16)], {"k": 5}, id="EyeLike-f16-k-out")
 case("EyeLike", 22, [R(0, 3)], id="EyeLike-empty")
+case("EyeLike", 22, [R(3, 5, dtype=i32, lo=0, hi=5)], {"k": 2, "dtype": TP.DOUBLE}, id="EyeLike-to-f64")
+case("EyeLike", 22, [R(4, 2, dtype=np.float64)], {"k": -1}, id="EyeLike-f64")
 
 _X34 = R(3, 4)
 for _v in (9, 11):
@@ -460,6 +472,8 @@ case("Einsum", 12, [R(2, 8, 16, dtype=f16), R(2, 16, 4, dtype=f16)], {"equation"
 case("Einsum", 12, [R(3, 4, dtype=i32, lo=-9, hi=9), R(4, 5, dtype=i32, lo=-9, hi=9)], {"equation": "ij,jk->ik"},
      id="Einsum-i32")
 case("Einsum", 12, [R(3, 4, dtype=i64, lo=-9, hi=9)], {"equation": "ij->j"}, id="Einsum-i64")
+case("Einsum", 12, [R(2, 3, 5, dtype=np.float64), R(2, 5, 4, dtype=np.float64)], {"equation": "bij,bjk->bik"},
+     id="Einsum-f64")
 case("Einsum", 28, [R(2, 3, 4), R(2, 4, 5)], {"equation": "bij,bjk->bik"}, id="Einsum-28")
 
 _Q = {u8: (0, 255), i8: (-128, 127)}

@@ -74,6 +74,9 @@ case("MaxPool", 12, [_x6], {"kernel_shape": [2, 3], "strides": [2, 1], "storage_
 case("MaxPool", 8, [R(2, 2, 4, 3, 5)], {"kernel_shape": [2, 2, 2]}, n_out=2, id="MaxPool-3d-indices")
 case("MaxPool", 12, [R(2, 3, 9)], {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}, id="MaxPool-1d")
 case("MaxPool", 12, [A([[[[1, 5, 5], [5, 2, 5]]]], f32)], {"kernel_shape": [2, 2]}, n_out=2, id="MaxPool-ties")
+# with Indices a NaN wins only as a window's first input; -inf windows stay -inf
+case("MaxPool", 12, [A([[[np.nan, 1, 2, 5, np.nan, 3, -np.inf, -np.inf, -np.inf, np.nan, np.nan, 7]]], f32)],
+     {"kernel_shape": [3], "strides": [3], "pads": [1, 1]}, n_out=2, id="MaxPool-indices-nan")
 case("MaxPool", 22, [R(1, 2, 6, 6, dtype=i8, lo=-128, hi=127)], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
      id="MaxPool-i8")
 case("MaxPool", 22, [R(1, 2, 6, 6, dtype=u8, lo=0, hi=255)], {"kernel_shape": [2, 2], "strides": [2, 2]},
