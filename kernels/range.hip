@@ -5,7 +5,9 @@
 // type. For integers that running sum equals start + i * delta in wrap-around arithmetic, so every
 // thread computes its elements directly (unsigned arithmetic: wrap-around without signed
 // overflow). For f32 every step rounds, and start + i * delta would round differently: one thread
-// adds delta n times, as the CPU kernel does (Range outputs are index vectors: n is small).
+// adds delta n times, as the CPU kernel does (Range outputs are index vectors: n is small). f16
+// (opset 27) accumulates the same way in f32 (ONNX Runtime takes f32 whatever stash_type says)
+// and rounds each output once to f16.
 // start and delta are one-element tensors read from memory the device addresses.
 #include "hipep_device.h"
 
@@ -29,6 +31,17 @@ HIPEP_KERNEL void hipep_range_f32(const float* HIPEP_RESTRICT start, const float
   float v = start[0];
   for (hipep_i64 i = 0; i < n; ++i) {
     out[i] = v;
+    v = __fadd_rn(v, d);
+  }
+}
+
+HIPEP_KERNEL void hipep_range_f16(const hipep_half* HIPEP_RESTRICT start, const hipep_half* HIPEP_RESTRICT delta,
+                                  hipep_half* HIPEP_RESTRICT out, hipep_i64 n) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  const float d = __half2float(delta[0]);
+  float v = __half2float(start[0]);
+  for (hipep_i64 i = 0; i < n; ++i) {
+    out[i] = __float2half_rn(v);
     v = __fadd_rn(v, d);
   }
 }

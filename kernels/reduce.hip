@@ -12,10 +12,11 @@
 // Arithmetic as ONNX Runtime's CPU EP: float sums and means accumulate in f32 (f16/bf16 widened)
 // and round once; the mean divides the f32 sum by the f32 count; integer sums and means
 // accumulate in double and convert back saturating (out of range: the type's min/max, NaN: min);
-// max and min propagate NaN. Empty reductions give sum 0, mean 0, max -inf / the type's minimum,
-// min +inf / its maximum, prod 1, L1 / L2 / sum of squares 0, log-sum -inf. The other float
-// reductions transform each element as it is read (the square, the absolute value) and the
-// accumulated value once at the end (L2's square root, LogSum's log), all in f32.
+// max and min propagate NaN; over bool they are any and all. Empty reductions give sum 0, mean 0,
+// max -inf / the type's minimum / false, min +inf / its maximum / true, prod 1, L1 / L2 / sum of
+// squares 0, log-sum -inf. The other float reductions transform each element as it is read (the
+// square, the absolute value) and the accumulated value once at the end (L2's square root,
+// LogSum's log), all in f32.
 #include "hipep_device.h"
 
 struct hipep_reduce_args {
@@ -113,6 +114,38 @@ template <> HIPEP_DEVICE int hipep_int_highest<int>() { return 2147483647; }
 template <> HIPEP_DEVICE hipep_i64 hipep_int_highest<hipep_i64>() { return (hipep_i64)9223372036854775807LL; }
 template <bool MAXIMUM, typename T> HIPEP_DEVICE T hipep_int_identity() {
   return MAXIMUM ? hipep_int_lowest<T>() : hipep_int_highest<T>();
+}
+
+// ReduceMax / ReduceMin over bool (one byte each, nonzero true): any and all, kept in an int so
+// that the warp shuffles move words; an empty reduction gives false / true (ONNX 20's identities;
+// ONNX Runtime's CPU EP refuses it).
+template <bool ANY> HIPEP_DEVICE int hipep_bool_combine(int a, int b) { return ANY ? (a | b) : (a & b); }
+
+template <bool ANY>
+HIPEP_DEVICE void hipep_reduce_rows_bool(const unsigned char* HIPEP_RESTRICT x, unsigned char* HIPEP_RESTRICT y,
+                                         const hipep_reduce_args a) {
+  __shared__ int scratch[HIPEP_MAX_WARPS];
+  const hipep_i64 row = (hipep_i64)blockIdx.x * blockDim.y + threadIdx.y;
+  if (row >= a.rows) return;  // only when blockDim.x is one warp: no block barrier below
+  const unsigned char* p = x + row * a.r;
+  const int identity = ANY ? 0 : 1;
+  int acc = identity;
+  for (hipep_i64 i = threadIdx.x; i < a.r; i += blockDim.x) acc = hipep_bool_combine<ANY>(acc, p[i] != 0);
+  acc = hipep_block_reduce(acc, scratch, identity, [](int u, int v) { return hipep_bool_combine<ANY>(u, v); });
+  if (threadIdx.x == 0) y[row] = (unsigned char)acc;
+}
+
+template <bool ANY>
+HIPEP_DEVICE void hipep_reduce_cols_bool(const unsigned char* HIPEP_RESTRICT x, unsigned char* HIPEP_RESTRICT y,
+                                         const hipep_reduce_args a) {
+  const hipep_i64 step = (hipep_i64)gridDim.x * blockDim.x;
+  for (hipep_i64 o = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; o < a.rows; o += step) {
+    const hipep_i64 outer = o / a.inner, k = o - outer * a.inner;
+    const unsigned char* p = x + outer * a.r * a.inner + k;
+    int acc = ANY ? 0 : 1;
+    for (hipep_i64 i = 0; i < a.r; ++i) acc = hipep_bool_combine<ANY>(acc, p[i * a.inner] != 0);
+    y[o] = (unsigned char)acc;
+  }
 }
 
 // Loads VEC consecutive elements as one 16-byte (or smaller) transaction.
@@ -268,3 +301,16 @@ HIPEP_REDUCE_IEXTREME(max_i32, int, true)
 HIPEP_REDUCE_IEXTREME(max_i64, hipep_i64, true)
 HIPEP_REDUCE_IEXTREME(min_i32, int, false)
 HIPEP_REDUCE_IEXTREME(min_i64, hipep_i64, false)
+
+#define HIPEP_REDUCE_BOOL(NAME, ANY)                                                                  \
+  HIPEP_KERNEL void hipep_reduce_##NAME##_rows(const unsigned char* HIPEP_RESTRICT x,                \
+                                               unsigned char* HIPEP_RESTRICT y, const hipep_reduce_args a) { \
+    hipep_reduce_rows_bool<ANY>(x, y, a);                                                             \
+  }                                                                                                   \
+  HIPEP_KERNEL void hipep_reduce_##NAME##_cols(const unsigned char* HIPEP_RESTRICT x,                \
+                                               unsigned char* HIPEP_RESTRICT y, const hipep_reduce_args a) { \
+    hipep_reduce_cols_bool<ANY>(x, y, a);                                                             \
+  }
+
+HIPEP_REDUCE_BOOL(max_bool, true)
+HIPEP_REDUCE_BOOL(min_bool, false)

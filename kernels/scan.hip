@@ -2,10 +2,17 @@
 // thread per (outer, inner) line, combining the line's n elements in order (forward, or backward for
 // `reverse`), writing each running sum or product (after the element, or before it for `exclusive`,
 // the first being 0 or 1). The order is ONNX Runtime's CPU EP's (and numpy's accumulate), so f32
-// results are bit-identical to it; f16 combines in f32 and rounds each output once; integers wrap in
+// and f64 results are bit-identical to it; f16 combines in f32 and rounds each output once; integers wrap in
 // their own type. Lines are independent, so the loads of a line are issued ahead of the operations
 // that need them.
+//
+// An axis known only at run time (a graph input) is read from device memory by every thread, which
+// views the input as [outer, n, inner] itself from the shape passed by value: one launch serves
+// every axis, bound once, with no copy to the host. An axis outside [-rank, rank - 1] is reported to
+// the stream's fault record (ONNX Runtime rejects it) and nothing is written.
 #include "hipep_device.h"
+
+#define HIPEP_SCAN_MAX_RANK 8
 
 struct hipep_scan_args {
   hipep_i64 lines;  // outer * inner
@@ -22,6 +29,13 @@ template <> struct hipep_scan_traits<float> {
   static HIPEP_DEVICE float mul(float a, float v) { return a * v; }
   static HIPEP_DEVICE float widen(float v) { return v; }
   static HIPEP_DEVICE float narrow(float v) { return v; }
+};
+template <> struct hipep_scan_traits<double> {
+  typedef double acc;
+  static HIPEP_DEVICE double add(double a, double v) { return a + v; }
+  static HIPEP_DEVICE double mul(double a, double v) { return a * v; }
+  static HIPEP_DEVICE double widen(double v) { return v; }
+  static HIPEP_DEVICE double narrow(double v) { return v; }
 };
 template <> struct hipep_scan_traits<hipep_half> {
   typedef float acc;
@@ -72,17 +86,49 @@ HIPEP_DEVICE void hipep_scan(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y, con
   }
 }
 
+struct hipep_scan_axis_args {
+  hipep_i64 dims[HIPEP_SCAN_MAX_RANK];  // the input's extents
+  hipep_i64 size;                       // its elements (> 0)
+  int rank;
+  int wide_axis;  // the axis tensor holds an int64 (else an int32)
+  int exclusive;
+  int reverse;
+};
+
+template <typename T, bool PRODUCT>
+HIPEP_DEVICE void hipep_scan_device_axis(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y, const void* HIPEP_RESTRICT axis_at,
+                                         const hipep_scan_axis_args a, const hipep_fault_site fault) {
+  const hipep_i64 axis = a.wide_axis ? *(const hipep_i64*)axis_at : (hipep_i64)*(const int*)axis_at;
+  if (axis < -a.rank || axis >= a.rank) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) hipep_report_fault(fault, HIPEP_FAULT_AXIS, axis, a.rank);
+    return;
+  }
+  const int d = (int)(axis < 0 ? axis + a.rank : axis);
+  hipep_i64 inner = 1;
+  for (int k = d + 1; k < a.rank; ++k) inner *= a.dims[k];
+  const hipep_scan_args lines = {a.size / a.dims[d], a.dims[d], inner, a.exclusive, a.reverse};
+  hipep_scan<T, PRODUCT>(x, y, lines);
+}
+
 #define HIPEP_SCAN(OP, NAME, T, PRODUCT)                                                              \
   HIPEP_KERNEL void hipep_##OP##_##NAME(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y, const hipep_scan_args a) { \
     hipep_grid_release();                                                                             \
     hipep_scan<T, PRODUCT>(x, y, a);                                                                  \
+  }                                                                                                   \
+  HIPEP_KERNEL void hipep_##OP##_device_axis_##NAME(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y,    \
+                                                    const void* HIPEP_RESTRICT axis,                    \
+                                                    const hipep_scan_axis_args a, const hipep_fault_site fault) { \
+    hipep_grid_release();                                                                             \
+    hipep_scan_device_axis<T, PRODUCT>(x, y, axis, a, fault);                                         \
   }
 
 HIPEP_SCAN(cumsum, f32, float, false)
+HIPEP_SCAN(cumsum, f64, double, false)
 HIPEP_SCAN(cumsum, f16, hipep_half, false)
 HIPEP_SCAN(cumsum, i32, int, false)
 HIPEP_SCAN(cumsum, i64, hipep_i64, false)
 HIPEP_SCAN(cumprod, f32, float, true)
+HIPEP_SCAN(cumprod, f64, double, true)
 HIPEP_SCAN(cumprod, f16, hipep_half, true)
 HIPEP_SCAN(cumprod, i32, int, true)
 HIPEP_SCAN(cumprod, i64, hipep_i64, true)

@@ -1,7 +1,8 @@
-"""Ops that add, drop, merge or grow dims, and the three that only make, forward or reinterpret a
-value: Squeeze, Unsqueeze, Constant, Identity, BitCast, Expand, Flatten, Tile and Pad. Every result
-is a fresh copy (never a view of an input); pure data movement carries every element type numpy
-holds (registry.ANY_TENSOR)."""
+"""Ops that add, drop, merge or grow dims, those that only make, forward or reinterpret a value,
+and those that read only an input's extents: Squeeze, Unsqueeze, Constant, Identity, BitCast,
+Expand, Flatten, Tile, Pad, Dropout (inference: the input forwarded) and Size. Every result is a
+fresh copy (never a view of an input); pure data movement carries every element type numpy holds
+(registry.ANY_TENSOR)."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,7 +13,9 @@ from ..graph import elem_type_of
 from ._common import (NP_DTYPES, at, broadcast_partial, elem_of, has_input, input_rank, input_type, int_list, kernel,
                       known_value, normalize_axes, num_elements, operand_length, pshape_str, result, scalar_operand,
                       shape_of, shape_rule, shape_str, tensor_type, type_name)
-from .registry import ALL, ANY_TENSOR, ANY_TENSOR_BF16, F32, I64, INTS, REQUIRED, OpDef, register
+from .elementwise import f16_broken_before
+from .registry import (ALL, ANY_TENSOR, ANY_TENSOR_BF16, BOOL, F32, FLOATS, I64, INTS, OUTPUT_COUNT, REQUIRED,
+                       SINCE_VERSION, OpDef, register)
 
 I64S = frozenset({I64})
 
@@ -476,3 +479,62 @@ register(OpDef("Pad", (2, 11, 13, 18, 19, 21, 23, 24, 25), ("T", "P", "T", "A"),
                {"T": ANY_TENSOR, "P": I64S, "A": INTS}, _pad,
                attributes={"mode": "constant", "pads": None, "value": None}, claim=_claim_pad,
                min_inputs=1, shape_rule=_pad_shape, host_inputs=(1, 3)))
+
+
+# ---- Dropout (inference) -----------------------------------------------------------------------
+
+def dropout_mask_value(since_version: int, x_dtype) -> np.ndarray:
+    """The one value of Dropout's mask in inference. ORT's CPU kernel (the oracle) writes zeros of
+    the input type (opset 7) or false (opset 10); from opset 12 it is all true, as the spec says."""
+    if since_version < 10:
+        return np.zeros((), x_dtype)
+    return np.asarray(since_version >= 12, np.bool_)
+
+
+@kernel("Dropout")
+def _dropout(inputs, attrs):
+    x = inputs[0]
+    out = [result(x)]
+    if attrs[OUTPUT_COUNT] > 1:  # inference: nothing is dropped
+        value = dropout_mask_value(int(attrs.get(SINCE_VERSION, 12)), x.dtype)
+        out.append(np.full(x.shape, value, value.dtype))
+    return out
+
+
+@shape_rule("Dropout")
+def _dropout_shape(types, values, attrs, num_outputs):
+    shape = shape_of(types[0])
+    mask_elem = elem_of(types[0]) if int(attrs.get(SINCE_VERSION, 12)) < 10 else BOOL  # opset 7: mask is T
+    return [tensor_type(elem_of(types[0]), shape), tensor_type(mask_elem, shape)]
+
+
+def _claim_dropout(node, graph, attrs):
+    v = node.since_version
+    if v >= 12 and len(node.inputs) > 2 and node.inputs[2]:
+        name = node.inputs[2]
+        value = graph.constant(name)
+        if value is None:
+            return (f"input 2 (training_mode) '{name}' is not a constant; hipep runs Dropout in "
+                    f"inference only and needs training_mode to be a constant false")
+        if np.asarray(value).size != 1 or bool(np.asarray(value).reshape(-1)[0]):
+            return "training_mode=true is not supported (hipep runs Dropout in inference only)"
+    return None
+
+
+register(OpDef("Dropout", (7, 10, 12, 13, 22), ("T", "T1", "B"), ("T", ""),
+               {"T": FLOATS, "T1": FLOATS, "B": frozenset({BOOL})}, _dropout,
+               attributes={"ratio": 0.5, "seed": None}, claim=_claim_dropout, min_inputs=1,
+               shape_rule=_dropout_shape))
+
+
+# ---- Size ----------------------------------------------------------------------------------------
+
+@shape_rule("Size")
+def _size_shape(types, values, attrs, num_outputs):
+    return [tensor_type(I64, ())]
+
+
+register(OpDef("Size", (1, 13, 19, 21, 23, 24, 25), ("T",), ("I",),
+               {"T": ANY_TENSOR, "I": frozenset({I64})},
+               kernel("Size")(lambda inputs, attrs: [result(inputs[0].size, np.int64)]),
+               claim=f16_broken_before(13), shape_rule=_size_shape, extent_only_inputs=(0,)))

@@ -7,8 +7,10 @@ references always did: broadcasting is ONNX multidirectional broadcasting (= num
 arithmetic follows the C semantics ONNX Runtime's CPU kernels use (Div truncates toward zero,
 Mod fmod=1 is C's %), not numpy's floor semantics; f16 math runs in f32 and is rounded once per
 op; f32 Sigmoid, Tanh and Gelu(approximate='tanh') replay MLAS's FMA3 kernels bit for bit
-(the pointwise primitives mlas_logistic, mlas_tanh). Integer Pow keeps a kernel of its own: C's
-pow in double with a truncating conversion is not one of the expression primitives.
+(the pointwise primitives mlas_logistic, mlas_tanh). Pow computes x*x and x*x*x for a
+one-element exponent of 2 and 3, as ONNX Runtime does (tested in the kernel where the exponent
+is known only at run time); integer Pow is C's pow in double (the primitive libm_pow) converted
+back as x86 converts.
 """
 from __future__ import annotations
 
@@ -20,13 +22,13 @@ import numpy as np
 from ..errors import RuntimeShapeError
 from ..graph import elem_type_of
 from . import pointwise as pw
-from ._common import (NP_DTYPES, at, broadcast_partial, broadcast_shape, elem_of, input_type, kernel,
-                      num_elements, pshape_str, result, shape_of, shape_rule, tensor_type, type_name)
+from ._common import (NP_DTYPES, at, broadcast_partial, elem_of, input_type, kernel, num_elements, pshape_str,
+                      shape_of, shape_rule, tensor_type, type_name)
 from .pointwise import Builder, compute_type
 # Re-exported: the contrib, normalization and attention families build on these.
 from .pointwise import erf, fma_f32, mlas_logistic, mlas_tanh  # noqa: F401
-from .registry import (ALL, ALL_INTS, ANY_TENSOR, BF16, BOOL, F16, F32, F64, FLOATS, I8, I16, I32, I64, NUMERIC,
-                       OUTPUT_COUNT, REQUIRED, SINCE_VERSION, U8, U32, U64, OpDef, register)
+from .registry import (ALL, ALL_INTS, BF16, BOOL, F16, F64, FLOATS, I8, I16, I32, I64, NUMERIC, REQUIRED,
+                       SINCE_VERSION, U8, U32, U64, OpDef, register)
 
 BOOLS = frozenset({BOOL})
 
@@ -54,10 +56,10 @@ def _same_rule(op_type: str):
     return rule
 
 
-def _register_pointwise(op_type, since, inputs, outputs, constraints, expr, names=None, fallback=None, **kw):
+def _register_pointwise(op_type, since, inputs, outputs, constraints, expr, names=None, **kw):
     """Registers a pointwise op: its reference evaluates `expr`'s expression."""
     register(OpDef(op_type, since, inputs, outputs, constraints,
-                   pw.reference(op_type, expr, names, fallback), pointwise=expr, **kw))
+                   pw.reference(op_type, expr, names), pointwise=expr, **kw))
 
 
 def _same_types(operands) -> bool:
@@ -89,52 +91,59 @@ for _name, _prim in (("Add", "add"), ("Sub", "sub"), ("Mul", "mul"), ("Div", "di
                         shape_rule=_broadcast_rule(_name, names=["A", "B"]))
 
 
+def _x86_to_int(b: Builder, r, dtype):
+    """f64 `r` to int32/int64 as ONNX Runtime's x86 build converts: toward zero, NaN and out of
+    range to the minimum (cvttsd2si), which C leaves undefined and GPUs saturate; the cast node
+    itself sees only values in range."""
+    info = np.iinfo(dtype)
+    top = b.const(-float(info.min), pw.F64)  # 2^31, 2^63: the first value past the maximum
+    if float(info.min) - 1.0 != float(info.min):  # int32: -2^31 - 1 is a double, the bound is open
+        above_min = b.gt(r, b.const(float(info.min) - 1.0, pw.F64))
+    else:  # int64: the doubles below -2^63 are out of range, -2^63 itself is not
+        above_min = b.ge(r, b.const(float(info.min), pw.F64))
+    ok = b.call("and", above_min, b.lt(r, top))
+    converted = b.cast(b.where(ok, r, b.const(0.0, pw.F64)), dtype)
+    return b.where(ok, converted, b.const(int(info.min), dtype))
+
+
+def _pow_general(b: Builder, x, y):
+    """ORT's std::pow, converted to X's type: in X's float type where both are it (f16 in f32),
+    else C's pow in double (an integer operand promotes both), which an integer X truncates."""
+    if x.dtype.kind == "f":
+        t = compute_type(x.dtype) if compute_type(x.dtype) == compute_type(y.dtype) else pw.F64
+        return b.cast(b.pow(b.cast(b.input(0), t), b.cast(b.input(1), t)), x.dtype)
+    r = b.libm_pow(b.cast(b.input(0), pw.F64), b.cast(b.input(1), pw.F64))
+    return _x86_to_int(b, r, x.dtype)
+
+
 def _pow_expr(operands, attrs):
-    # ONNX Runtime: a single-element exponent equal to 2 or 3 is computed as x*x (x*x*x) in
-    # X's type (integers wrap); everything else is std::pow, in double unless both are the same
-    # float type, then cast to X's type. Which of the two applies depends on the exponent's
-    # value: without it (a run-time exponent of one element) there is no single expression.
+    # ONNX Runtime computes x*x (x*x*x) in X's type (integers wrap) for an exponent of 2 (3) its
+    # broadcast loop reads as one value, std::pow otherwise; a run-time exponent is tested in the
+    # kernel. hipep goes by Y having one element, which every caller knows (claims, the fusion
+    # pass, bindings), so fused and unfused plans agree; ORT's loop (broadcaster.h) goes by the
+    # innermost axis not 1 in both shapes (a scalar's partner: its last axis) and shortcuts where
+    # Y is 1 there and X is not. They differ for X 1 there (one element; [3, 1] with Y []) and Y
+    # [3, 1] with X [3, 4]: only for 2 and 3, integers where x*x overflows (std::pow: INT_MIN),
+    # floats by an ulp of x*x*x.
     x, y = operands
-    b = Builder(operands)
-    if y.size is None or (y.size == 1 and y.value is None):
+    if y.size is None:
         return None
-    if y.size == 1 and float(y.scalar_value) in (2.0, 3.0):
-        xs = b.cast(b.input(0), compute_type(x.dtype))
-        r = xs * xs if float(y.scalar_value) == 2.0 else xs * xs * xs
-        return b.build(b.cast(r, x.dtype))
-    if x.dtype.kind != "f":
-        return None  # C's pow in double, then a truncating conversion: _pow_int
-    t = compute_type(x.dtype) if compute_type(x.dtype) == compute_type(y.dtype) else pw.F64
-    r = b.pow(b.cast(b.input(0), t), b.cast(b.input(1), t))
-    return b.build(b.cast(r, x.dtype))
-
-
-def _pow_int(inputs, attrs):
-    # Integer results are bit-exact: libm's pow in double (numpy's SIMD pow can differ by an
-    # ulp, which shows after the conversion), then C's truncating conversion.
-    x, y = inputs
-    xb, yb = np.broadcast_arrays(x.astype(np.float64), y.astype(np.float64))
-    # np.asarray: a ufunc from frompyfunc returns a bare Python float for 0-d operands
-    r = np.asarray(_C_POW(xb, yb), np.float64) if xb.size else np.empty(xb.shape, np.float64)
-    return [result(r, x.dtype)]
-
-
-def _c_pow_scalar(a: float, b: float) -> float:
-    """C's pow(a, b) for finite integer-valued a (math.pow raises where C returns inf/nan)."""
-    try:
-        return math.pow(a, b)
-    except OverflowError:
-        odd = float(b).is_integer() and int(b) % 2 == 1
-        return -math.inf if a < 0 and odd else math.inf
-    except ValueError:
-        return math.inf if a == 0 else math.nan  # 0 ** negative: pole; negative ** fraction: nan
-
-
-_C_POW = np.frompyfunc(_c_pow_scalar, 2, 1)
+    b = Builder(operands)
+    general = _pow_general(b, x, y)
+    if y.size != 1:
+        return b.build(general)
+    xs = b.cast(b.input(0), compute_type(x.dtype))
+    square, cube = b.cast(xs * xs, x.dtype), b.cast(xs * xs * xs, x.dtype)
+    if y.value is not None:
+        e = float(y.scalar_value)
+        return b.build(square if e == 2.0 else cube if e == 3.0 else general)
+    exponent = b.input(1)
+    is_two, is_three = b.eq(exponent, b.const(2, y.dtype)), b.eq(exponent, b.const(3, y.dtype))
+    return b.build(b.where(is_two, square, b.where(is_three, cube, general)))
 
 
 _register_pointwise("Pow", (7, 12, 13, 15), ("T", "T1"), ("T",), {"T": NUMERIC, "T1": NUMERIC}, _pow_expr,
-                    names=["X", "Y"], fallback=_pow_int, shape_rule=_broadcast_rule("Pow", names=["X", "Y"]))
+                    names=["X", "Y"], shape_rule=_broadcast_rule("Pow", names=["X", "Y"]))
 
 
 def _variadic(prim: str):
@@ -344,7 +353,8 @@ def _clip_shape(types, values, attrs, num_outputs):
     return [tensor_type(elem_of(types[0]), shape_of(types[0]))]
 
 
-_register_pointwise("Clip", (11, 12, 13), ("T", "T", "T"), ("T",), {"T": NUMERIC}, _clip_expr,
+# The integer types ONNX Runtime's CPU EP clips (ONNX allows them from Clip-12): not 16-bit ones.
+_register_pointwise("Clip", (11, 12, 13), ("T", "T", "T"), ("T",), {"T": NUMERIC | {I8, U8, U32, U64}}, _clip_expr,
                     names=["input", "min", "max"], min_inputs=1, shape_rule=_clip_shape)
 
 
@@ -396,7 +406,8 @@ def _where_shape(types, values, attrs, num_outputs):
     return [tensor_type(elem_of(types[1]) or elem_of(types[2]), shape)]
 
 
-_register_pointwise("Where", (9, 16), ("B", "T", "T"), ("T",), {"B": BOOLS, "T": ALL}, _where_expr,
+# The types ONNX Runtime's CPU EP selects among, f64 aside: not the 16-bit integers, nor uint64.
+_register_pointwise("Where", (9, 16), ("B", "T", "T"), ("T",), {"B": BOOLS, "T": ALL | {I8, U8, U32}}, _where_expr,
                     names=["condition", "X", "Y"], shape_rule=_where_shape)
 
 
@@ -508,7 +519,20 @@ def _shrink_expr(operands, attrs):
 
 _reg_unary("Selu", (6, 22), _selu, attributes={"alpha": 1.67326319217681884765625,
                                                "gamma": 1.05070102214813232421875}, wide=True)
-_reg_unary("Celu", (12, 28), _celu, types=frozenset({F32}), attributes={"alpha": 1.0}, wide=True)
+_celu_unary = _unary(_celu, wide=True)
+
+
+def _celu_expr(operands, attrs):
+    # f16 (opset 28): ONNX Runtime computes in f32 with alpha cast to X's type first, as Celu's
+    # function body does (CastLike), and rounds the result once (1.32: the same bits but for an
+    # ulp in about 1 of 10^4 values, as its f32 kernel).
+    if operands[0].dtype == np.float16:
+        attrs = {**attrs, "alpha": float(np.float16(attrs["alpha"]))}
+    return _celu_unary(operands, attrs)
+
+
+_register_pointwise("Celu", (12, 28), ("T",), ("T",), {"T": FLOATS}, _celu_expr, attributes={"alpha": 1.0},
+                    claim=f16_allowed_from(28), shape_rule=_same_rule("Celu"))
 _reg_unary("Softsign", (1, 22), lambda b, x, a: x / (1.0 + b.abs(x)), claim=f16_broken_before(22))
 _reg_unary("HardSwish", (14, 22), _hard_swish)
 _reg_unary("Mish", (18, 22), _mish, wide=True)
@@ -658,65 +682,6 @@ _register_pointwise("CastLike", (15, 19, 21, 23, 24, 25), ("T1", "T2"), ("T2",),
                     {"T1": ALL | {F64}, "T2": ALL | {F64}}, _cast_like_expr,
                     attributes={"saturate": 1, "round_mode": "up"}, claim=_claim_cast_like,
                     shape_rule=_cast_like_shape)
-
-
-# ---- Dropout (inference) -----------------------------------------------------------------------
-
-def dropout_mask_value(since_version: int, x_dtype) -> np.ndarray:
-    """The one value of Dropout's mask in inference. ORT's CPU kernel (the oracle) writes zeros of
-    the input type (opset 7) or false (opset 10); from opset 12 it is all true, as the spec says."""
-    if since_version < 10:
-        return np.zeros((), x_dtype)
-    return np.asarray(since_version >= 12, np.bool_)
-
-
-@kernel("Dropout")
-def _dropout(inputs, attrs):
-    x = inputs[0]
-    out = [result(x)]
-    if attrs[OUTPUT_COUNT] > 1:  # inference: nothing is dropped
-        value = dropout_mask_value(int(attrs.get(SINCE_VERSION, 12)), x.dtype)
-        out.append(np.full(x.shape, value, value.dtype))
-    return out
-
-
-@shape_rule("Dropout")
-def _dropout_shape(types, values, attrs, num_outputs):
-    shape = shape_of(types[0])
-    mask_elem = elem_of(types[0]) if int(attrs.get(SINCE_VERSION, 12)) < 10 else BOOL  # opset 7: mask is T
-    return [tensor_type(elem_of(types[0]), shape), tensor_type(mask_elem, shape)]
-
-
-def _claim_dropout(node, graph, attrs):
-    v = node.since_version
-    if v >= 12 and len(node.inputs) > 2 and node.inputs[2]:
-        name = node.inputs[2]
-        value = graph.constant(name)
-        if value is None:
-            return (f"input 2 (training_mode) '{name}' is not a constant; hipep runs Dropout in "
-                    f"inference only and needs training_mode to be a constant false")
-        if np.asarray(value).size != 1 or bool(np.asarray(value).reshape(-1)[0]):
-            return "training_mode=true is not supported (hipep runs Dropout in inference only)"
-    return None
-
-
-register(OpDef("Dropout", (7, 10, 12, 13, 22), ("T", "T1", "B"), ("T", ""),
-               {"T": FLOATS, "T1": FLOATS, "B": BOOLS}, _dropout,
-               attributes={"ratio": 0.5, "seed": None}, claim=_claim_dropout, min_inputs=1,
-               shape_rule=_dropout_shape))
-
-
-# ---- Size ----------------------------------------------------------------------------------------
-
-@shape_rule("Size")
-def _size_shape(types, values, attrs, num_outputs):
-    return [tensor_type(I64, ())]
-
-
-register(OpDef("Size", (1, 13, 19, 21, 23, 24, 25), ("T",), ("I",),
-               {"T": ANY_TENSOR, "I": frozenset({I64})},
-               kernel("Size")(lambda inputs, attrs: [result(inputs[0].size, np.int64)]),
-               claim=f16_broken_before(13), shape_rule=_size_shape, extent_only_inputs=(0,)))
 
 
 # ---- hipep::FusedElementwise -------------------------------------------------------------------

@@ -21,7 +21,8 @@ Every primitive takes operands of one element type (Where: a bool condition, the
 type) and there is no implicit promotion: an op's expression says where f16 is widened to f32 and
 where the result is rounded back, so evaluating a chain of expressions rounds exactly where the
 chain of ops would. The f32 Sigmoid/Tanh replays of MLAS's kernels are primitives
-(`mlas_logistic`, `mlas_tanh`), as is the f64 `erf` the references use.
+(`mlas_logistic`, `mlas_tanh`), as are the f64 `erf` the references use and C's f64 pow
+(`libm_pow`, which integer Pow truncates).
 
 `evaluate` runs an expression with numpy; `render_hip_kernel` (hipep.ops.pointwise_hip) renders
 it as the source of an elementwise HIP kernel over flat indices with per-input broadcast strides.
@@ -30,6 +31,7 @@ Plain Python: nothing here imports the compiler.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -163,6 +165,33 @@ def _shift(left: bool) -> Callable:
     return shift
 
 
+def _c_pow_scalar(a: float, b: float) -> float:
+    """C's pow(a, b): the C library's value (math.pow calls it), with C's infinities and NaN where
+    math.pow raises instead."""
+    try:
+        return math.pow(a, b)
+    except OverflowError:
+        odd = float(b).is_integer() and int(b) % 2 == 1
+        return -math.inf if a < 0 and odd else math.inf
+    except ValueError:
+        if a == 0:  # a pole: -0 to a negative odd integer power gives -inf
+            odd = float(b).is_integer() and int(b) % 2 == 1
+            return math.copysign(math.inf, a) if odd else math.inf
+        return math.nan  # a negative base to a fractional power
+
+
+_C_POW = np.frompyfunc(_c_pow_scalar, 2, 1)
+
+
+def libm_pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C's pow in f64, element by element through the C library: ONNX Runtime's integer Pow
+    truncates it, and numpy's vectorized pow can differ from it by an ulp, which shows there."""
+    a, b = np.broadcast_arrays(np.asarray(a, np.float64), np.asarray(b, np.float64))
+    if a.size == 0:
+        return np.empty(a.shape, np.float64)
+    return np.asarray(_C_POW(a, b), np.float64)  # (a 0-d result comes back as a bare float)
+
+
 @dataclass(frozen=True)
 class Primitive:
     arity: int
@@ -185,6 +214,7 @@ PRIMITIVES: dict[str, Primitive] = {
     "div": _p(2, lambda a, b: trunc_div(a, b) if a.dtype.kind in "iu" else np.divide(a, b)),
     "fmod": _p(2, np.fmod), "mod": _p(2, np.mod),
     "pow": _p(2, np.power, "float"),
+    "libm_pow": _p(2, libm_pow, "float", only=F64),
     "min": _p(2, np.minimum, "any", exact_f16=True), "max": _p(2, np.maximum, "any", exact_f16=True),
     "logaddexp": _p(2, np.logaddexp, "float"),
     "neg": _p(1, np.negative, exact_f16=True), "abs": _p(1, np.abs, exact_f16=True),
@@ -568,10 +598,9 @@ def _hashable(v):
     return v
 
 
-def reference(op_type: str, fn: PointwiseFn, names=None, fallback=None):
+def reference(op_type: str, fn: PointwiseFn, names=None):
     """The numpy reference of a pointwise op: its expression for the given inputs, evaluated.
-    `names` (a list, or a function of the input count) word errors; `fallback(inputs, attrs)`
-    runs where `fn` gives no expression (integer Pow)."""
+    `names` (a list, or a function of the input count) word errors."""
     from ._common import kernel
 
     # The expression built for each kind of call: building one costs more than evaluating it on
@@ -590,10 +619,8 @@ def reference(op_type: str, fn: PointwiseFn, names=None, fallback=None):
                     exprs.clear()
                 exprs[key] = expr
         if expr is None:
-            if fallback is None:
-                raise RuntimeShapeError(f"{op_type}: no expression for inputs of types "
-                                        f"{[None if o is None else o.dtype.name for o in operands]}")
-            return fallback(inputs, attrs)
+            raise RuntimeShapeError(f"{op_type}: no expression for inputs of types "
+                                    f"{[None if a is None else np.asarray(a).dtype.name for a in inputs]}")
         n = names(len(inputs)) if callable(names) else names
         return evaluate(expr, inputs, op_type, n)
     return run

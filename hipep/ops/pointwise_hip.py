@@ -4,9 +4,9 @@ as the source of an elementwise HIP kernel.
 `render_hip_kernel` turns an `Expr` into an `extern "C" __global__` kernel: a grid-stride loop over
 flat output indices, each input read through its per-input broadcast strides, every node one
 `const` local. Float arithmetic goes through the round-to-nearest intrinsics so each operation
-rounds once, as the numpy evaluator's do; the f32 MLAS tanh/logistic replays and numpy's
-NaN-propagating min/max come from the prelude below. Plain Python: nothing here imports the
-compiler.
+rounds once, as the numpy evaluator's do; the f32 MLAS tanh/logistic replays, numpy's
+NaN-propagating min/max and C's pow as integer Pow reads it come from the prelude below. Plain
+Python: nothing here imports the compiler.
 """
 from __future__ import annotations
 
@@ -80,6 +80,33 @@ __device__ __forceinline__ double hipep_modd(double a, double b) {
   double r = fmod(a, b);
   return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : (r == 0.0 ? copysign(0.0, b) : r);
 }
+// C's pow in double where ONNX Runtime's integer Pow truncates it (glibc's pow, within 0.52 ulp):
+// an integer base to a non-negative integer power below 2^64 in magnitude is computed exactly and
+// rounded once to nearest even, which is glibc's value (exact below 2^53) except where the power
+// lies exactly halfway between two doubles (its odd part 54 bits long, e.g. 3^34), which glibc
+// may round the other way. Everything else (fractional and negative exponents, powers past 2^64)
+// is the device's pow: a few ulps from glibc's at most, so the same once truncated to an integer
+// unless the true value is an integer (4^0.5), where the device's pow must be exact too.
+__device__ __forceinline__ double hipep_libm_pow(double a, double b) {
+  const bool integral = a == trunc(a) && b == trunc(b) && b > -9223372036854775808.0 && b < 9223372036854775808.0;
+  if (!integral) return pow(a, b);
+  const double m = a < 0.0 ? -a : a;
+  const bool odd = ((long long)b & 1LL) != 0LL;
+  if (m == 1.0) return odd ? a : 1.0;  // -1 to any integer power, negative ones too
+  if (b < 0.0 || m >= 18446744073709551616.0) return pow(a, b);
+  unsigned long long base = (unsigned long long)m, r = 1ULL;
+  for (unsigned long long e = (unsigned long long)b; e != 0ULL; e >>= 1) {  // square and multiply
+    if (e & 1ULL) {
+      if (base != 0ULL && r > 18446744073709551615ULL / base) return pow(a, b);  // past 2^64
+      r *= base;
+    }
+    if (e > 1ULL) {
+      if (base > 4294967295ULL) return pow(a, b);  // base^2 >= 2^64, and a higher power follows
+      base *= base;
+    }
+  }
+  return odd ? copysign((double)r, a) : (double)r;
+}
 // numpy's sign: +0 for either zero, NaN stays NaN.
 template <typename T> __device__ __forceinline__ T hipep_sign(T a) { return a > T(0) ? T(1) : (a < T(0) ? T(-1) : (a == T(0) ? T(0) : a)); }
 __device__ __forceinline__ float hipep_logaddexpf(float a, float b) {
@@ -138,6 +165,7 @@ _SPELLINGS = {
     "mod": ("hipep_imod({0}, {1})", "hipep_mod{fd}({0}, {1})"),
     "min": "hipep_min({0}, {1})", "max": "hipep_max({0}, {1})",
     "pow": "pow{f}({0}, {1})",
+    "libm_pow": "hipep_libm_pow({0}, {1})",
     "logaddexp": "hipep_logaddexp{fd}({0}, {1})",
     "neg": "(-{0})",
     "abs": ("({0} < 0 ? -{0} : {0})", "fabs{f}({0})"),

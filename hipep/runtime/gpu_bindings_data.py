@@ -306,7 +306,7 @@ def _constant_of_shape_bind(ins, outs, attrs, target):
 def _dropout_bind(ins, outs, attrs, target):
     """Inference (the claim refuses training): y is x; the mask, where asked for, is the reference's
     one value (`dropout_mask_value`)."""
-    from ..ops.elementwise import dropout_mask_value
+    from ..ops.dims import dropout_mask_value
     from ..ops.registry import SINCE_VERSION
 
     x, y = ins[0], outs[0]
@@ -399,7 +399,7 @@ _binding("::BitCast")(_copy_bind)
 
 # Range ------------------------------------------------------------------------------------------
 
-_RANGE_TYPES = {"int16": "i16", "int32": "i32", "int64": "i64", "float32": "f32"}
+_RANGE_TYPES = {"int16": "i16", "int32": "i32", "int64": "i64", "float32": "f32", "float16": "f16"}
 
 
 def _range_check(attrs, dtypes, shapes, values):
@@ -421,7 +421,7 @@ def _range_bind(ins, outs, attrs, target):
     n = out.size
     if n == 0:
         return []
-    if t == "f32":  # one thread: each step rounds, as ORT's running sum does (kernels/range.hip)
+    if t in ("f32", "f16"):  # one thread: each step rounds, as ORT's running sum does (kernels/range.hip)
         grid, block = (1, 1, 1), (1, 1, 1)
     else:
         grid, block = flat_config(n, target)

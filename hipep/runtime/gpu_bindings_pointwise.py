@@ -58,7 +58,7 @@ def render_pointwise(expr, input_dtypes: Sequence[str], output_dtypes: Sequence[
 
 def pointwise_expression(op_key: str, attrs: dict, operands: Sequence):
     """The expression a pointwise launch computes (None where the op's semantics for these
-    operands do not fit one: integer Pow, an exponent known only at run time)."""
+    operands do not fit one: operand types it does not take, a Pow exponent of unknown size)."""
     from ..ops.elementwise import fused_expr
 
     if op_key == FUSED:

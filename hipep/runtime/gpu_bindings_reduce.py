@@ -1,8 +1,9 @@
-"""GPU bindings of the reductions (ReduceSum, ReduceMean, ReduceMax, ReduceMin; for float types
-also ReduceProd, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, and ReduceLogSumExp over the
-last axes), Softmax and LogSoftmax: kernels/reduce.hip and kernels/softmax.hip, one row per warp
-or block; ArgMax and ArgMin, kernels/argmax.hip; and CumSum, kernels/scan.hip (registered in
-hipep.runtime.gpu_kernels' table on import)."""
+"""GPU bindings of the reductions (ReduceSum, ReduceMean, ReduceMax, ReduceMin, the last two over
+bool too; for float types also ReduceProd, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, and
+ReduceLogSumExp over the last axes), Softmax and LogSoftmax: kernels/reduce.hip and
+kernels/softmax.hip, one row per warp or block; ArgMax and ArgMin, kernels/argmax.hip; and CumSum
+and CumProd, kernels/scan.hip, over a constant axis or one the kernel reads at run time
+(registered in hipep.runtime.gpu_kernels' table on import)."""
 from __future__ import annotations
 
 import ctypes
@@ -10,11 +11,12 @@ from typing import Sequence
 
 import ml_dtypes  # noqa: F401  (registers numpy's 'bfloat16' dtype name)
 
-from ..errors import HipepError
-from ..ops._common import normalize_axes, normalize_axis
+from ..errors import HipepError, RuntimeShapeError
+from ..ops._common import normalize_axes, normalize_axis, shape_str
 from ..ops.registry import SINCE_VERSION
 from .gpu_binding_core import (Arg, KernelOp, NoKernel, _DT, _VEC, _binding, _cdiv, _dt, _pow2_at_least, _prod,
                                _values_or_attr, _vec_ok, flat_config, permuted_copy, ptr, workspace_regions)
+from .gpu_faults import fault_param
 
 
 def _row_config(rows: int, words: int, target) -> tuple[tuple, tuple]:
@@ -32,10 +34,12 @@ class ReduceArgs(ctypes.Structure):
 
 
 _ALL, _FLOATS = ("f32", "f16", "bf16", "i32", "i64"), ("f32", "f16", "bf16")
-# op -> (kernel name, element types it has kernels for)
-_REDUCE_OPS = {"ReduceSum": ("sum", _ALL), "ReduceMean": ("mean", _ALL), "ReduceMax": ("max", _ALL),
-               "ReduceMin": ("min", _ALL), "ReduceProd": ("prod", _FLOATS), "ReduceSumSquare": ("sumsq", _FLOATS),
-               "ReduceL1": ("l1", _FLOATS), "ReduceL2": ("l2", _FLOATS), "ReduceLogSum": ("logsum", _FLOATS)}
+# op -> (kernel name, element types it has kernels for); over bool, max is any and min is all
+_REDUCE_OPS = {"ReduceSum": ("sum", _ALL), "ReduceMean": ("mean", _ALL), "ReduceMax": ("max", _ALL + ("bool",)),
+               "ReduceMin": ("min", _ALL + ("bool",)), "ReduceProd": ("prod", _FLOATS),
+               "ReduceSumSquare": ("sumsq", _FLOATS), "ReduceL1": ("l1", _FLOATS), "ReduceL2": ("l2", _FLOATS),
+               "ReduceLogSum": ("logsum", _FLOATS)}
+_REDUCE_DT = {**_DT, "bool": "bool"}  # element type -> the kernels' name for it
 
 
 def reduce_blocks(shape: Sequence[int], axes, noop: bool) -> tuple[int, int, int] | str:
@@ -68,7 +72,7 @@ def _reduce_check(types):
     axes that are not adjacent, or not the last where the kernel needs rows, are first moved
     behind the kept ones: `rows_last`)."""
     def check(attrs, dtypes, shapes, values):
-        if not dtypes or _DT.get(dtypes[0]) not in types:
+        if not dtypes or _REDUCE_DT.get(dtypes[0]) not in types:
             return f"element type {dtypes[0] if dtypes else '?'}"
         return None
     return check
@@ -104,7 +108,7 @@ def _reduce_bind(op_type: str):
 
     def bind(ins, outs, attrs, target):
         x, y = ins[0], outs[0]
-        dt = _dt(x.dtype, op_type)
+        dt = _REDUCE_DT.get(x.dtype.name)
         if dt not in _REDUCE_OPS[op_type][1]:
             raise NoKernel(f"{op_type} on {x.dtype.name}")
         axes = _values_or_attr(ins, 1, attrs, "axes")
@@ -121,7 +125,7 @@ def _reduce_bind(op_type: str):
             grid, block = _row_config(outer, _cdiv(r, vec) if use_vec else r, target)
             entry = f"hipep_reduce_{kind}_{dt}_rows" + ("_vec" if use_vec else "")
             return ops + [KernelOp(entry, grid, block, params, module="reduce")]
-        if dt in ("i32", "i64") and kind in ("max", "min"):  # one thread per output (kept in the element type)
+        if dt in ("i32", "i64", "bool") and kind in ("max", "min"):  # one thread per output, in the element type
             grid, block = flat_config(outer * inner, target, per_sm=32)
         else:  # 32 outputs per block, the reduced extent split among up to 32 row groups
             groups = min(32, _pow2_at_least(_cdiv(r, 4)))
@@ -279,25 +283,40 @@ class ScanArgs(ctypes.Structure):
                 ("exclusive", ctypes.c_int), ("reverse", ctypes.c_int)]
 
 
-_SCAN_TYPES = ("f32", "f16", "i32", "i64")
+SCAN_MAX_RANK = 8  # kernels/scan.hip's HIPEP_SCAN_MAX_RANK: the ranks whose axis may come at run time
+
+
+class ScanAxisArgs(ctypes.Structure):
+    """kernels/scan.hip's hipep_scan_axis_args: the input's shape, for an axis the kernel reads."""
+    _fields_ = [("dims", ctypes.c_longlong * SCAN_MAX_RANK), ("size", ctypes.c_longlong), ("rank", ctypes.c_int),
+                ("wide_axis", ctypes.c_int), ("exclusive", ctypes.c_int), ("reverse", ctypes.c_int)]
+
+
+_SCAN_DT = {**_DT, "float64": "f64"}  # element type -> the scan kernels' name for it
+_SCAN_TYPES = ("f32", "f64", "f16", "i32", "i64")
 
 
 def _scan_check(attrs, dtypes, shapes, values):
-    if not dtypes or _DT.get(dtypes[0]) not in _SCAN_TYPES:
+    if not dtypes or _SCAN_DT.get(dtypes[0]) not in _SCAN_TYPES:
         return f"element type {dtypes[0] if dtypes else '?'}"
-    if len(values) < 2 or values[1] is None:
-        return "an axis the host knows only at run time (not a constant)"
+    run_time_axis = len(values) < 2 or values[1] is None
+    shape = shapes[0] if shapes else None
+    if run_time_axis and shape is not None and len(shape) > SCAN_MAX_RANK:
+        return f"an axis known only at run time over a rank-{len(shape)} input (at most {SCAN_MAX_RANK})"
     return None
 
 
 def _scan_bind(op_type: str, entry: str):
     def bind(ins, outs, attrs, target):
         x, y = ins[0], outs[0]
-        dt = _dt(x.dtype, op_type)
+        dt = _SCAN_DT.get(x.dtype.name)
         if dt not in _SCAN_TYPES:
             raise NoKernel(f"{op_type} on {x.dtype.name}")
         if x.ndim == 0:
             raise HipepError(f"{op_type}: input must have rank >= 1, got a scalar")
+        exclusive, reverse = int(bool(attrs.get("exclusive", 0))), int(bool(attrs.get("reverse", 0)))
+        if ins[1] is not None and ins[1].value is None:
+            return _scan_device_axis(op_type, entry, dt, x, y, ins[1], exclusive, reverse, target)
         (axis,) = _values_or_attr(ins, 1, attrs, "axis")
         axis = normalize_axis(op_type, axis, x.ndim)
         outer, n, inner = _prod(x.shape[:axis]), int(x.shape[axis]), _prod(x.shape[axis + 1:])
@@ -305,9 +324,34 @@ def _scan_bind(op_type: str, entry: str):
             return []
         grid, block = flat_config(outer * inner, target)
         return [KernelOp(f"hipep_{entry}_{dt}", grid, block,
-                         [ptr(x), ptr(y), ScanArgs(outer * inner, n, inner, int(bool(attrs.get("exclusive", 0))),
-                                                   int(bool(attrs.get("reverse", 0))))], module="scan")]
+                         [ptr(x), ptr(y), ScanArgs(outer * inner, n, inner, exclusive, reverse)], module="scan")]
     return bind
+
+
+def _scan_device_axis(op_type: str, entry: str, dt: str, x: Arg, y: Arg, axis: Arg, exclusive: int, reverse: int,
+                      target) -> list:
+    """The scan over an axis the kernel reads from device memory (a graph input): launched for the
+    most lines any axis gives (the input's size over its smallest extent), each thread finding
+    its lines from the shape; an axis out of range goes to the stream's fault record. An empty
+    input has nothing to scan and its axis is not read (ONNX Runtime checks it after that)."""
+    if axis.size != 1:
+        raise RuntimeShapeError(f"{op_type}: 'axis' must be a scalar (one element), got shape {shape_str(axis.shape)}")
+    if axis.dtype.name not in ("int32", "int64"):
+        raise NoKernel(f"{op_type} with an axis of element type {axis.dtype.name}")
+    if x.ndim > SCAN_MAX_RANK:
+        raise NoKernel(f"{op_type}: an axis known only at run time over a rank-{x.ndim} input "
+                       f"(at most {SCAN_MAX_RANK})")
+    if x.size == 0:
+        return []
+    args = ScanAxisArgs()
+    for d, extent in enumerate(x.shape):
+        args.dims[d] = int(extent)
+    args.size, args.rank, args.wide_axis = x.size, x.ndim, int(axis.dtype.name == "int64")
+    args.exclusive, args.reverse = exclusive, reverse
+    grid, block = flat_config(x.size // min(int(e) for e in x.shape), target)
+    fault = fault_param(target, "input 1 (axis)")
+    return [KernelOp(f"hipep_{entry}_device_axis_{dt}", grid, block, [ptr(x), ptr(y), ptr(axis), args, fault],
+                     module="scan")]
 
 
 for _op, _entry in (("CumSum", "cumsum"), ("CumProd", "cumprod")):

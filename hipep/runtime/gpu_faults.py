@@ -3,7 +3,7 @@
 A kernel cannot raise. Where ONNX Runtime rejects a value only the kernel sees (a Gather index
 out of range, a rotary position past the cos/sin cache, a GroupQueryAttention seqlens_k that does
 not fit the KV cache, a TensorScatter write index whose rows do not fit the cache, an Attention
-nonpad_kv_seqlen past its keys), the kernel
+nonpad_kv_seqlen past its keys, a CumSum axis past the input's rank), the kernel
 writes what it found into its stream's fault record and carries on without touching memory outside
 its buffers (it writes zeros there, or clamps, or skips). The host reads the record whenever it
 synchronizes with the stream and raises a HipepError naming the node, the input, the
@@ -37,6 +37,7 @@ FAULT_SEQLEN = 3  # a seqlens_k value outside [0, bound - 1] (bound: the KV cach
 FAULT_SEQLEN_SHORT = 4  # a seqlens_k value below bound - 1 (bound: the step's new tokens)
 FAULT_WRITE_INDEX = 5  # a write index outside [0, bound] (bound -1: any index >= 0 is valid)
 FAULT_KV_LENGTH = 6  # a count of valid keys (nonpad_kv_seqlen) outside [0, bound] (bound: the keys)
+FAULT_AXIS = 7  # an axis outside [-bound, bound - 1] (bound: the input's rank)
 
 
 class FaultRecord(ctypes.Structure):
@@ -64,7 +65,7 @@ class IndexFault(InputFault):
 
 
 class RangeFault(InputFault):
-    """A kernel found a position or a sequence length out of range in a run's input."""
+    """A kernel found a position, a sequence length or an axis out of range in a run's input."""
 
 
 class FaultSites:
@@ -130,6 +131,9 @@ def fault_error(record: FaultRecord, sites: FaultSites) -> InputFault | None:
             return IndexFault(f"{label}: {what}: write index {value} is negative")
         return IndexFault(f"{label}: {what}: write index {value} is out of range [0, {bound}]: write index + "
                           f"sequence_length must not exceed max_sequence_length")
+    if code == FAULT_AXIS:
+        return RangeFault(f"{label}: {what}: axis {value} is out of range for a rank-{bound} input (expected "
+                          f"{-bound} <= axis < {bound})")
     if code == FAULT_KV_LENGTH:
         return RangeFault(f"{label}: {what}: {value} valid keys is out of range [0, {bound}]: a batch entry has "
                           f"at most the {bound} keys of K and V")

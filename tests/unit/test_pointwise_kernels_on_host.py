@@ -5,8 +5,10 @@ registry reference (the CPU device's). Covers the com.microsoft GELU family (f64
 rounded to f32; f16 through the function body's constants) beside a few ai.onnx ops whose f32
 forms replay MLAS (Sigmoid, Tanh, Gelu with approximate='tanh'), with broadcasting, NaN and
 infinities; BatchNormalization, whose generated kernel reads its per-channel parameters along
-axis 1; and BitShift on every integer type it takes, exactly (shift amounts past the width and
-negative ones, the sign fill, broadcasting). Skipped without g++."""
+axis 1; BitShift on every integer type it takes, exactly (shift amounts past the width and
+negative ones, the sign fill, broadcasting); Clip and Where on the integer types; and Pow of every
+type pair, its exponent a tensor or one element, known when bound or only at run time (integers
+exactly: C's pow in double, converted as x86 converts). Skipped without g++."""
 from __future__ import annotations
 
 import shutil
@@ -14,7 +16,7 @@ import shutil
 import numpy as np
 import pytest
 
-from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, lookup
+from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, SINCE_VERSION, lookup
 from hipep.runtime import gpu_kernels as gk
 from hipep.runtime.kernel_cache import pointwise_source
 
@@ -34,6 +36,7 @@ CASES = [  # (domain, op, inputs as shapes (None: omitted), attributes)
     ("", "Tanh", [SHAPE], {}),
     ("", "Gelu", [SHAPE], {"approximate": "tanh"}),
     ("", "Gelu", [SHAPE], {}),
+    ("", "Celu", [SHAPE], {"alpha": 0.3}),  # f16 from opset 28: alpha rounded to f16 first
 ]
 
 
@@ -55,7 +58,8 @@ def _values(rng, shape, dtype):
                          ids=[f"{c[1]}-{len(c[2])}in-{'-'.join(map(str, c[3].values())) or 'default'}" for c in CASES])
 def test_a_generated_kernel_computes_what_the_reference_does(tmp_path, domain, op_type, shapes, attrs, dtype):
     op = lookup(domain, op_type)
-    attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, **attrs, OUTPUT_COUNT: 1}
+    attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, **attrs, OUTPUT_COUNT: 1,
+             SINCE_VERSION: max(op.since_versions)}
     rng = np.random.default_rng(len(op_type) + len(shapes))
     inputs = [_values(rng, s, dtype) for s in shapes]
     with np.errstate(all="ignore"):
@@ -106,8 +110,9 @@ def _run_generated(tmp_path, op_type: str, inputs, attrs):
     (want,) = op.reference(list(inputs), attrs)
     mem = HostMemory()
     out, got = mem.put(np.full(want.shape, 7, want.dtype))
-    ops = gk.binding_for(f"::{op_type}").bind([mem.put(x)[0] for x in inputs], [gk.Arg(out.ptr, out.shape, out.dtype)],
-                                              attrs, gk.Target(sm_count=2, warp_size=32, scratch=lambda n: 0))
+    ops = gk.binding_for(f"::{op_type}").bind([None if x is None else mem.put(x)[0] for x in inputs],
+                                              [gk.Arg(out.ptr, out.shape, out.dtype)], attrs,
+                                              gk.Target(sm_count=2, warp_size=32, scratch=lambda n: 0))
     assert len(ops) == 1 and ops[0].entry.startswith("hipep_pw_")
     ops[0].grid = (min(ops[0].grid[0], 2), *ops[0].grid[1:])
     launch(_compile(tmp_path, pointwise_source(ops[0].source), ops[0].entry), ops[0])
@@ -129,3 +134,142 @@ def test_bitshift_kernel_equals_the_reference(tmp_path, dtype, direction):
     np.testing.assert_array_equal(got, want)
     got, want = _run_generated(tmp_path, "BitShift", [x[:, :1], y.reshape(1, -1)], {"direction": direction})
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.uint32, np.uint64, np.int32, np.int64])
+def test_clip_and_where_on_the_integer_types_onnx_runtime_takes(tmp_path, dtype):
+    """Clip (both bounds, one, none; min above max) and Where on every integer type ONNX Runtime's
+    CPU EP has them for (Where: not uint64), exactly."""
+    info = np.iinfo(dtype)
+    x = np.array([info.min, info.max, 0, 1, 5, 7, 100, info.max - 1], dtype).reshape(2, 4)
+    for lo, hi in ((1, 100), (None, 6), (5, None), (None, None), (7, 3)):
+        bounds = [None if v is None else np.array(v, dtype) for v in (lo, hi)]
+        got, want = _run_generated(tmp_path, "Clip", [x, *bounds], {SINCE_VERSION: 13})
+        np.testing.assert_array_equal(got, want)
+    if dtype != np.uint64:
+        cond = np.array([[True], [False]])
+        got, want = _run_generated(tmp_path, "Where", [cond, x, x[:, ::-1].copy()], {})
+        np.testing.assert_array_equal(got, want)
+
+
+# ---- Pow: every type pair, exponents known when bound and only at run time ----------------------
+
+POW_TYPES = [np.float32, np.float16, np.int32, np.int64]
+_BUILT: dict = {}  # generated kernel name -> its host library (one build per program)
+
+
+def _run_pow(tmp_path, x: np.ndarray, y: np.ndarray, run_time: bool):
+    """Pow's generated kernel over x and y on the host: (its output, the reference's, the
+    kernel's name). With
+    `run_time` the exponent is bound as a device tensor the host cannot read (a graph input),
+    else as a plan constant whose value the expression may use."""
+    op = lookup("", "Pow")
+    attrs = {OUTPUT_COUNT: 1}
+    with np.errstate(all="ignore"):
+        (want,) = op.reference([x, y], attrs)
+    mem = HostMemory()
+    out, got = mem.put(np.full(want.shape, 7, want.dtype))
+    xa, ya = mem.put(x)[0], mem.put(y)[0]
+    if run_time:
+        ya = gk.Arg(ya.ptr, ya.shape, ya.dtype)
+    ops = gk.binding_for("::Pow").bind([xa, ya], [gk.Arg(out.ptr, out.shape, out.dtype)], attrs,
+                                       gk.Target(sm_count=2, warp_size=32, scratch=lambda n: 0))
+    if want.size == 0:
+        assert ops == []
+        return got, want, None
+    (kernel,) = ops
+    kernel.grid = (min(kernel.grid[0], 2), *kernel.grid[1:])
+    lib = _BUILT.get(kernel.entry)
+    if lib is None:
+        # f16 from a double in one rounding (CUDA's __double2half), which the host stand-in lacks
+        extra = tmp_path / "double2half.h"
+        extra.write_text('#include "cuda_fp16.h"\ninline __half __double2half(double v) { return (__half)v; }\n')
+        path = tmp_path / f"{kernel.entry}.hip"
+        path.write_text(pointwise_source(kernel.source))
+        lib = _BUILT[kernel.entry] = compile_source(tmp_path, path, kernel.entry, 32, (
+            "-ffp-contract=off", "-include", str(HOST_CUDA / "rn_intrinsics.h"), "-include", str(extra)))
+    launch(lib, kernel)
+    return got, want, kernel.entry
+
+
+def _pow_bases(dtype) -> np.ndarray:
+    if np.dtype(dtype).kind == "i":
+        info = np.iinfo(dtype)
+        return np.array([0, 1, -1, 2, -2, 3, -3, 7, -29, 43, 1000, -1000, 46341, 100000, 3037000499,
+                         info.max, info.min], np.int64).clip(info.min, info.max).astype(dtype)
+    return np.array([0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, -3.0, 1.5, 10.0, -7.25, 300.0,
+                     np.inf, -np.inf, np.nan], dtype)
+
+
+def _pow_exponents(dtype) -> np.ndarray:
+    if np.dtype(dtype).kind == "i":
+        info = np.iinfo(dtype)
+        return np.array([0, 1, 2, 3, 4, 5, 10, 13, 31, 32, 62, 63, 64, 200, -1, -2, -3, info.max, info.min],
+                        np.int64).astype(dtype)
+    return np.array([0.0, -0.0, 1.0, 2.0, 3.0, 0.5, -0.5, 1.5, -1.0, -2.0, 2.5, 31.0, 0.25, np.inf, -np.inf,
+                     np.nan], dtype)
+
+
+def _halfway(power: int) -> bool:
+    """Whether an integer lies exactly halfway between two doubles (its odd part 54 bits long)."""
+    power = abs(power)
+    while power and power % 2 == 0:
+        power //= 2
+    return power.bit_length() == 54
+
+
+def _assert_pow_equal(got, want, dtype):
+    if np.dtype(dtype).kind == "i":  # C's pow in double, then the x86 conversion: bit for bit
+        np.testing.assert_array_equal(got, want)
+        return
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    # the host's libm against numpy's pow: an ulp or so (the GPU's pow is within an ulp or two)
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-6 if dtype == np.float32
+                               else 1e-3, atol=0)
+
+
+@pytest.mark.parametrize("xt", POW_TYPES, ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("yt", POW_TYPES, ids=lambda t: np.dtype(t).name)
+def test_pow_with_a_tensor_exponent_equals_the_reference(tmp_path, xt, yt):
+    """Every base against every exponent (broadcast [n, 1] by [1, m]): negative bases, zero and
+    negative exponents, overflow past the integer type (its minimum, as x86 converts), NaN and
+    infinities; the exponent a tensor known only at run time, then one known when bound."""
+    x, y = _pow_bases(xt)[:, None], _pow_exponents(yt)[None, :]
+    if np.dtype(xt).kind == "i" and np.dtype(yt).kind == "i":  # (the kernel rounds those to even)
+        assert not any(_halfway(int(a) ** int(e)) for a in x.ravel() for e in y.ravel() if 0 <= e <= 64)
+    for run_time in (True, False):
+        got, want, _ = _run_pow(tmp_path, x, y, run_time)
+        _assert_pow_equal(got, want, xt)
+
+
+@pytest.mark.parametrize("xt", POW_TYPES, ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("yt", POW_TYPES, ids=lambda t: np.dtype(t).name)
+def test_pow_with_a_one_element_exponent_tests_its_value_in_the_kernel(tmp_path, xt, yt):
+    """A one-element exponent known only at run time: one kernel tests for 2 and 3 (ONNX
+    Runtime's x*x and x*x*x, which wrap for integers where std::pow gives the type's minimum)
+    and computes std::pow otherwise; the same values as the reference, which knows the value."""
+    x = _pow_bases(xt).reshape(1, -1)
+    entries = set()
+    for e in (2, 3, 0, 1, -1, 5):
+        for y in (np.array(e, yt), np.array([[e]], yt)):
+            got, want, entry = _run_pow(tmp_path, x, y, run_time=True)
+            _assert_pow_equal(got, want, xt)
+            entries.add(entry)
+    assert len(entries) == 1  # one program whatever the exponent's value
+    if np.dtype(xt).kind == "i":  # the wrapped square, not std::pow's minimum
+        got, _, _ = _run_pow(tmp_path, np.array([100000, 3], xt), np.array(2, yt), run_time=True)
+        assert got.tolist() == [(np.array([100000], xt) * np.array([100000], xt)).item(), 9]
+
+
+def test_integer_pow_is_exact_past_two_to_the_53(tmp_path):
+    """int64 powers up to 2^63 in magnitude are computed exactly and rounded once to a double,
+    which is what glibc's pow gives (exact below 2^53), then truncated; past 2^63 the type's
+    minimum. 3^34 lies exactly halfway between two doubles: the kernel rounds it to even,
+    glibc's pow (ONNX Runtime's and the reference's) rounds it up."""
+    x = np.array([3, -3, 7, 43, -31, 2, -2, 3037000499, 94906265, 5, 13], np.int64)
+    y = np.array([39, 39, 22, 10, 11, 62, 63, 2, 2, 27, 17], np.int64)
+    assert not any(_halfway(int(a) ** int(e)) for a, e in zip(x, y))
+    got, want, _ = _run_pow(tmp_path, x, y, run_time=True)
+    np.testing.assert_array_equal(got, want)
+    got, want, _ = _run_pow(tmp_path, np.array([3], np.int64), np.array([34], np.int64), run_time=True)
+    assert 3 ** 34 == 16677181699666569 and got.tolist() == [16677181699666568] and want.tolist() == [16677181699666570]

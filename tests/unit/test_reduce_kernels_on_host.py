@@ -4,11 +4,13 @@ block a host thread, barriers and warp shuffles as the GPU has them), and the la
 bindings give run block by block over host memory, compared with the op registry's references.
 Every reduction with a GPU kernel, over the layouts the binding tells apart: rows (the last axes;
 16-byte loads where the row allows, and not), columns (inner axes), everything, and an empty
-reduced extent; f32, f16 and the integer types where the op has integer kernels; warps of 32 and
-64 lanes. Reduced axes that are not adjacent, and Softmax / LogSoftmax / ReduceLogSumExp over axes that are
-not the last, through a strided copy (kernels/copy.hip) into the workspace. Softmax and LogSoftmax
-rows, one element at -inf. CumSum (kernels/scan.hip) and ArgMax /
-ArgMin (kernels/argmax.hip: ties, NaN first and later, select_last_index). Skipped without g++."""
+reduced extent; f32, f16 and the integer types where the op has integer kernels, bool for ReduceMax
+and ReduceMin (any, all); warps of 32 and 64 lanes. Reduced axes that are not adjacent, and Softmax /
+LogSoftmax / ReduceLogSumExp over axes that are not the last, through a strided copy
+(kernels/copy.hip) into the workspace. Softmax and LogSoftmax rows, one element at -inf. CumSum and
+CumProd (kernels/scan.hip), over a constant axis and one the kernel reads at run time (every axis
+through one binding; one out of range reported to the fault record), and ArgMax / ArgMin
+(kernels/argmax.hip: ties, NaN first and later, select_last_index). Skipped without g++."""
 from __future__ import annotations
 
 import ctypes
@@ -126,6 +128,35 @@ def test_integer_reductions_are_exact(lib, op_type, layout):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("op_type", ["ReduceMax", "ReduceMin"])
+def test_bool_max_and_min_are_any_and_all(lib, op_type, layout):
+    """Over bool, ReduceMax is any and ReduceMin all (an empty reduction: false and true), rows
+    and columns alike; lines all true, all false and mixed; keepdims 0 and 1."""
+    shape, axes = LAYOUTS[layout]
+    rng = np.random.default_rng(len(layout) * 3 + len(op_type))
+    x = rng.random(shape) < (0.97 if op_type == "ReduceMin" else 0.03)  # mostly all-true / all-false lines
+    lines = np.moveaxis(x, axes[0], 0)  # a view: some lines set whole one way or the other
+    if lines.size:
+        lines[:, :1] = True
+        lines[:, -1:] = False
+    for keepdims in (0, 1):
+        got, want, ops = _run(lib, op_type, x, axes, keepdims=keepdims)
+        assert ops and all(o.entry.endswith(("_bool_rows", "_bool_cols")) for o in ops)
+        assert want.dtype == np.bool_ and got.view(np.uint8).max(initial=0) <= 1
+        np.testing.assert_array_equal(got, want)
+        if got.size > 1 and layout != "empty":  # lines of both outcomes
+            assert got.any() and not got.all()
+
+
+@pytest.mark.parametrize("shape,axes", [((4, 3, 5), [0, 2]), ((3, 0, 4), [0, 2])])
+def test_bool_max_over_axes_that_are_not_adjacent(lib, copy_lib, shape, axes):
+    x = np.random.default_rng(9).random(shape) < 0.2
+    for op_type in ("ReduceMax", "ReduceMin"):
+        got, want, _ = _run(lib, op_type, x, axes, copy_lib, keepdims=0)
+        np.testing.assert_array_equal(got.reshape(want.shape), want)
+
+
 def test_min_and_max_propagate_nan(lib):
     x = np.arange(3 * 64, dtype=np.float32).reshape(3, 64)
     x[1, 17] = np.nan
@@ -203,11 +234,11 @@ def scan_lib(tmp_path_factory):
 @pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
 @pytest.mark.parametrize("shape,axis", [((1, 300), 1), ((4, 70, 6), 1), ((5, 7), 0), ((3, 4, 9), -1)])
 def test_cumsum_is_bit_identical_to_the_reference(scan_lib, shape, axis, exclusive, reverse):
-    """One thread adds a line in order, as the CPU EP does: f32 and f16 equal bit for bit,
+    """One thread adds a line in order, as the CPU EP does: f32, f64 and f16 equal bit for bit,
     integers wrapping in their type."""
     rng = np.random.default_rng(len(shape) * 7 + exclusive + 2 * reverse)
     attrs = {"exclusive": exclusive, "reverse": reverse, SINCE_VERSION: 14}
-    for dtype in (np.float32, np.float16, np.int32, np.int64):
+    for dtype in (np.float32, np.float64, np.float16, np.int32, np.int64):
         if np.dtype(dtype).kind == "i":
             x = rng.integers(-2**30, 2**30, shape).astype(dtype)  # int32 lines wrap
         else:
@@ -219,11 +250,11 @@ def test_cumsum_is_bit_identical_to_the_reference(scan_lib, shape, axis, exclusi
 @pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
 @pytest.mark.parametrize("shape,axis", [((1, 300), 1), ((4, 70, 6), 1), ((3, 4, 9), -1)])
 def test_cumprod_is_bit_identical_to_the_reference(scan_lib, shape, axis, exclusive, reverse):
-    """CumProd is the same scan with products, starting from 1: f32 and f16 (products in f32,
-    one rounding) equal bit for bit, integers wrapping in their type."""
+    """CumProd is the same scan with products, starting from 1: f32, f64 and f16 (products in
+    f32, one rounding) equal bit for bit, integers wrapping in their type."""
     rng = np.random.default_rng(len(shape) * 5 + exclusive + 2 * reverse)
     attrs = {"exclusive": exclusive, "reverse": reverse, SINCE_VERSION: 26}
-    for dtype in (np.float32, np.float16, np.int32, np.int64):
+    for dtype in (np.float32, np.float64, np.float16, np.int32, np.int64):
         if np.dtype(dtype).kind == "i":
             x = rng.integers(-7, 8, shape).astype(dtype)  # long lines wrap
         else:
@@ -232,10 +263,105 @@ def test_cumprod_is_bit_identical_to_the_reference(scan_lib, shape, axis, exclus
         np.testing.assert_array_equal(view.view(np.uint8), want.view(np.uint8), err_msg=np.dtype(dtype).name)
 
 
-def test_cumsum_needs_a_constant_axis():
-    why = gk.kernel_reason("::CumSum", {}, ["float32", "int64"], [(3, 4), ()], [None, None])
-    assert why is not None and "not a constant" in why
+def test_cumsum_takes_an_axis_known_only_at_run_time_up_to_rank_8():
+    assert gk.kernel_reason("::CumSum", {}, ["float32", "int64"], [(3, 4), ()], [None, None]) is None
     assert gk.kernel_reason("::CumSum", {}, ["float32", "int64"], [(3, 4), ()], [None, np.array(1)]) is None
+    assert gk.kernel_reason("::CumProd", {}, ["int32", "int32"], [(2,) * 8, (1,)], [None, None]) is None
+    why = gk.kernel_reason("::CumSum", {}, ["float32", "int64"], [(2,) * 9, ()], [None, None])
+    assert why == "no kernel for cuda: CumSum (an axis known only at run time over a rank-9 input (at most 8))"
+    assert gk.kernel_reason("::CumSum", {}, ["float32", "int64"], [(2,) * 9, ()], [None, np.array(0)]) is None
+
+
+def _scan_values(rng, op_type: str, shape, dtype) -> np.ndarray:
+    if np.dtype(dtype).kind == "i":
+        return (rng.integers(-2**30, 2**30, shape) if op_type == "CumSum" else rng.integers(-7, 8, shape)).astype(dtype)
+    if op_type == "CumSum":
+        return (rng.uniform(-1, 1, shape) * np.exp2(rng.integers(-8, 8, shape))).astype(dtype)
+    return (rng.uniform(0.6, 1.5, shape) * rng.choice([-1, 1], shape)).astype(dtype)
+
+
+def _bind_device_axis(scan_lib, op_type: str, x: np.ndarray, axis_dtype, attrs: dict, fault=None):
+    """Binds `op_type` over x with its axis a one-element device tensor the host cannot read (a
+    graph input): (the ops, the axis's memory to write an axis into, the output, the memory)."""
+    op = lookup("", op_type)
+    attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, **attrs, OUTPUT_COUNT: 1}
+    mem = HostMemory()
+    xa = mem.put(x)[0]
+    axis_arg, axis_view = mem.put(np.zeros((), axis_dtype))
+    out, view = mem.put(np.full(x.shape, 7, x.dtype))
+    ops = gk.binding_for(f"::{op_type}").bind(
+        [xa, gk.Arg(axis_arg.ptr, axis_arg.shape, axis_arg.dtype)], [gk.Arg(out.ptr, out.shape, out.dtype)], attrs,
+        gk.Target(sm_count=1, warp_size=scan_lib[1], scratch=lambda n: 0, fault=fault))
+    return ops, axis_view, view, attrs, mem
+
+
+DEVICE_AXIS_SHAPES = [(7,), (1, 300), (4, 70, 6), (3, 4, 9), (2, 3, 1, 5)]
+
+
+@pytest.mark.parametrize("op_type", ["CumSum", "CumProd"])
+@pytest.mark.parametrize("shape", DEVICE_AXIS_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_a_scan_over_an_axis_read_at_run_time_is_bit_identical_to_the_reference(scan_lib, op_type, shape):
+    """One binding (the axis is not read by the host) runs for every axis, negative ones too, the
+    kernel viewing the input as [outer, n, inner] itself: the bits of the reference, which knows
+    the axis; with exclusive and reverse, int32 and int64 axes."""
+    rng = np.random.default_rng(len(shape) * 11 + len(op_type))
+    rank = len(shape)
+    for k, dtype in enumerate((np.float32, np.float16, np.int32, np.int64, np.float64)):
+        x = _scan_values(rng, op_type, shape, dtype)
+        exclusive, reverse = k % 2, (k // 2) % 2
+        ops, axis_view, view, attrs, _ = _bind_device_axis(
+            scan_lib, op_type, x, np.int64 if k % 2 else np.int32,
+            {"exclusive": exclusive, "reverse": reverse, SINCE_VERSION: 26 if op_type == "CumProd" else 14})
+        (kernel,) = ops
+        assert kernel.entry.startswith(f"hipep_{op_type.lower()}_device_axis_")
+        for axis in range(-rank, rank):
+            axis_view[...] = axis
+            view[...] = 7
+            launch(scan_lib[0], kernel)
+            (want,) = lookup("", op_type).reference([x, np.array(axis, np.int64)], attrs)
+            np.testing.assert_array_equal(view.view(np.uint8), want.view(np.uint8),
+                                          err_msg=f"{np.dtype(dtype).name} axis {axis}")
+
+
+def test_an_axis_out_of_range_at_run_time_is_reported_as_the_cpu_device_words_it(scan_lib):
+    """The kernel writes nothing and fills the stream's fault record; the host's error names the
+    node, the input and the valid range, in the reference's words."""
+    from hipep.runtime.gpu_faults import FAULT_AXIS, FaultRecord, FaultSite, FaultSites, fault_error
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    sites, record = FaultSites(), FaultRecord()
+    fault = lambda what: FaultSite(ctypes.addressof(record), sites.site("CumSum(y)", what))  # noqa: E731
+    ops, axis_view, view, attrs, _ = _bind_device_axis(scan_lib, "CumSum", x, np.int64, {SINCE_VERSION: 14}, fault)
+    for axis in (2, -3, 2**40):
+        ctypes.memset(ctypes.addressof(record), 0, ctypes.sizeof(record))
+        axis_view[...] = axis
+        view[...] = 7
+        launch(scan_lib[0], ops[0])
+        assert (record.code, record.value, record.bound) == (FAULT_AXIS, axis, 2)
+        assert (view == 7).all()
+        with pytest.raises(Exception) as cpu:
+            lookup("", "CumSum").reference([x, np.array(axis, np.int64)], attrs)
+        message = str(fault_error(record, sites))
+        assert message == "CumSum(y): input 1 (axis): " + str(cpu.value).removeprefix("CumSum: "), message
+    axis_view[...] = -2
+    ctypes.memset(ctypes.addressof(record), 0, ctypes.sizeof(record))
+    launch(scan_lib[0], ops[0])
+    assert record.code == 0 and view.tolist() == [[0, 1, 2], [3, 5, 7]]
+
+
+def test_a_run_time_axis_must_be_one_element_and_an_empty_input_launches_nothing(scan_lib):
+    from hipep.errors import RuntimeShapeError
+
+    mem = HostMemory()
+    x = mem.put(np.ones((2, 3), np.float32))[0]
+    axis = mem.put(np.zeros(2, np.int64))[0]
+    out = mem.put(np.ones((2, 3), np.float32))[0]
+    bind = gk.binding_for("::CumSum").bind
+    target = gk.Target(sm_count=1, warp_size=32, scratch=lambda n: 0)
+    with pytest.raises(RuntimeShapeError, match=r"^CumSum: 'axis' must be a scalar \(one element\), got shape \[2\]"):
+        bind([x, gk.Arg(axis.ptr, axis.shape, axis.dtype)], [out], {"exclusive": 0, "reverse": 0}, target)
+    empty = mem.put(np.ones((0, 3), np.float32))[0]
+    assert bind([empty, gk.Arg(axis.ptr, (1,), axis.dtype)], [empty], {"exclusive": 0, "reverse": 0}, target) == []
 
 
 @pytest.fixture(scope="module", params=[32, 64], ids=["warp32", "warp64"])
