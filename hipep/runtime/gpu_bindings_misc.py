@@ -106,7 +106,7 @@ def _one_hot_bind(ins, outs, attrs, target):
 
 # ---- EyeLike -----------------------------------------------------------------------------------
 
-_EYE_TYPES = ("float32", "float16", "int32", "int64")
+_EYE_TYPES = ("float32", "float16", "float64", "int32", "int64")
 
 
 def _eye_like_check(attrs, dtypes, shapes, values):

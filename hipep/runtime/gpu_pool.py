@@ -3,18 +3,20 @@
 Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported.
 
 GlobalAveragePool / GlobalMaxPool are ReduceMean / ReduceMax over the spatial axes. MaxPool (f32,
-f16) and AveragePool copy their windows into the stream's workspace as [N, C, *out, *kernel] (by
-gpu_linalg's window copy, Conv's im2col: -inf for MaxPool, zeros for AveragePool where a window
-reaches past the input), then reduce each window's row: where every window's count is the kernel's
-size (no padding read, or padding counted with count_include_pad) the mean is the reduction's.
-Where windows reaching into the padding count only the inputs they hold (count_include_pad=0,
-f32), each window's sum is divided by its count, which the same windows over a plane of ones give
-(zeros where they reach past it): per output position, the same for every image and channel.
+f16, without Indices) copies its windows into the stream's workspace as [N, C, *out, *kernel] (by
+gpu_linalg's window copy, Conv's im2col, -inf where a window reaches past the input), then takes
+each window's row's maximum.
 
 kernels/pool.hip reads the windows straight from X, a thread per output element, in ONNX Runtime's
 CPU order: MaxPool with its Indices output or on int8 / uint8 (the first of equal maxima, Indices
-row- or column-major by storage_order), and LpPool for any p (each |x|^p a double power rounded to
-f32, summed in f32, the root of the sum by the f32 exponent 1/p).
+row- or column-major by storage_order), AveragePool (f32, f16) and LpPool for any p (each |x|^p a
+double power rounded to f32, summed in f32, the root of the sum by the f32 exponent 1/p).
+
+AveragePool is ONNX Runtime's CPU EP's bit for bit (f16 as its f32 kernel on the widened input,
+rounded once): the window's inputs summed in f32 in the order the node's opset runs there
+(_average_pool_order), divided by the f32 count: the inputs the window holds (count_include_pad=0),
+or its taps inside X and its explicit padding (count_include_pad=1; a ceil_mode window running past
+the padding counts only the taps before its end).
 """
 from __future__ import annotations
 
@@ -23,14 +25,14 @@ import ctypes
 import numpy as np
 
 from ..errors import HipepError
-from ..ops.registry import OUTPUT_COUNT
-from .gpu_binding_core import (Arg, KernelOp, NoKernel, _binding, _prod, fill_ops, flat_config, ptr,
-                               workspace_regions)
-from .gpu_linalg import CONV_MAX_SPATIAL, _conv_reads_padding, _float_type, _window_ops, _window_reach
+from ..ops.registry import OUTPUT_COUNT, SINCE_VERSION
+from .gpu_binding_core import Arg, KernelOp, NoKernel, _binding, _prod, flat_config, ptr, workspace_regions
+from .gpu_linalg import CONV_MAX_SPATIAL, _float_type, _window_ops
 
 POOL_AXES = 3  # kernels/pool.hip's HIPEP_POOL_AXES
 _MAX_POOL_TYPES = {"float32": "f32", "float16": "f16", "int8": "i8", "uint8": "u8"}  # kernels/pool.hip's max_pool
 _LP_POOL_TYPES = {"float32": "f32", "float16": "f16"}
+_AVERAGE_POOL_TYPES = {"float32": "f32", "float16": "f16"}
 
 
 def _pool_window(op_type: str, shape, attrs):
@@ -67,102 +69,45 @@ for _op, _reduce in (("GlobalAveragePool", "ReduceMean"), ("GlobalMaxPool", "Red
     _binding(f"::{_op}", check=_global_pool_check, modules=("reduce",))(_global_pool_bind(_reduce))
 
 
-# ---- MaxPool, AveragePool: a reduction over the windows -----------------------------------------
+# ---- MaxPool, AveragePool ------------------------------------------------------------------------
 
-def _pool_counts_are_the_kernel(win, attrs) -> bool:
-    """Whether every window of an AveragePool divides by the kernel's size."""
-    if not int(attrs.get("count_include_pad", 0)):
-        return not _conv_reads_padding(win)
-    # ceil_mode's overhang past the padding is not counted
-    return all(_window_reach(win, i) <= length + win.pb[i] + win.pe[i] for i, length in enumerate(win.lengths))
-
-
-def _reads_windows_directly(op_type: str, dtype: str, indices: bool) -> bool:
+def _reads_windows_directly(dtype: str, indices: bool) -> bool:
     """Whether a MaxPool runs kernels/pool.hip's max_pool rather than the windows' reduction."""
-    return op_type == "MaxPool" and (indices or dtype not in ("float32", "float16"))
+    return indices or dtype not in ("float32", "float16")
 
 
 def _pool_check(op_type: str):
     def check(attrs, dtypes, shapes, values):
         dtype = dtypes[0] if dtypes else "?"
-        if dtype not in (_MAX_POOL_TYPES if op_type == "MaxPool" else ("float32", "float16")):
+        if dtype not in (_MAX_POOL_TYPES if op_type == "MaxPool" else _AVERAGE_POOL_TYPES):
             return f"element type {dtype}"
-        why = _spatial_reason(op_type, shapes)
-        if why is not None:
-            return why
-        x = shapes[0] if shapes else None
-        if op_type == "AveragePool" and x is not None and all(d is not None for d in x):
-            try:
-                win = _pool_window(op_type, x, attrs)
-            except Exception:  # noqa: BLE001 - a bad geometry: the shape rule reports it
-                return None
-            if not _pool_counts_are_the_kernel(win, attrs):
-                return _counted_pool_reason(dtype, attrs)
-        return None
+        return _spatial_reason(op_type, shapes)
     return check
 
 
-def _pool_bind(op_type: str):
-    def bind(ins, outs, attrs, target):
-        from .gpu_bindings_reduce import _reduce_bind
-
-        x, y = ins[0], outs[0]
-        indices = outs[1] if len(outs) > 1 else None
-        if _reads_windows_directly(op_type, x.dtype.name, indices is not None):
-            return _max_pool_ops(x, y, indices, attrs, target)
-        if y is None or y.size == 0:
-            return []
-        win = _pool_window(op_type, x.shape, attrs)
-        if op_type == "AveragePool" and not _pool_counts_are_the_kernel(win, attrs):
-            why = _counted_pool_reason(x.dtype.name, attrs)
-            if why is not None:
-                raise NoKernel(why)
-            return _counted_average_pool_ops(x, y, win, target)
-        rows, kp = int(x.shape[0]) * int(x.shape[1]) * _prod(win.out), _prod(win.kernel)
-        (windows_at,) = workspace_regions(target, op_type, [rows * kp * x.dtype.itemsize])
-        windows = Arg(windows_at, (rows, kp), x.dtype)
-        fill = np.asarray(-np.inf if op_type == "MaxPool" else 0.0).astype(x.dtype).tobytes()
-        ops = _window_ops(x, windows, win, False, fill, target)
-        reduce_op = "ReduceMax" if op_type == "MaxPool" else "ReduceMean"
-        flat = Arg(y.ptr, (rows,), y.dtype)
-        return ops + _reduce_bind(reduce_op)([windows, None], [flat], {"axes": [1], "keepdims": 0}, target)
-    return bind
-
-
-def _counted_pool_reason(dtype: str, attrs) -> str | None:
-    """Why an AveragePool whose windows hold different counts of inputs has no kernel (None: it has)."""
-    if int(attrs.get("count_include_pad", 0)):
-        return "AveragePool counting the padding, with ceil_mode windows past it (no kernel yet)"
-    if dtype != "float32":
-        return f"AveragePool on {dtype} whose windows hold different counts of inputs (f32 only)"
-    return None
-
-
-def _counted_average_pool_ops(x: Arg, y: Arg, win, target) -> list:
-    """AveragePool (f32) as each window's sum over its count of inputs: the windows of X and of a
-    plane of ones (zeros past the input), both summed by rows, then Y = sums / counts, the counts
-    broadcast over images and channels."""
-    from .gpu_bindings_pointwise import _pointwise_bind
+@_binding("::MaxPool", check=_pool_check("MaxPool"), modules=("copy", "reduce", "pool"))
+def _max_pool_bind(ins, outs, attrs, target):
     from .gpu_bindings_reduce import _reduce_bind
 
-    planes, positions, kp = int(x.shape[0]) * int(x.shape[1]), _prod(win.out), _prod(win.kernel)
-    plane = _prod(win.lengths)
-    e = x.dtype.itemsize
-    windows_at, ones_at, ones_windows_at, counts_at = workspace_regions(
-        target, "AveragePool", [planes * positions * kp * e, plane * e, positions * kp * e, positions * e])
-    zero = np.zeros((), x.dtype).tobytes()
-    windows = Arg(windows_at, (planes * positions, kp), x.dtype)
-    ones = Arg(ones_at, (1, 1, *win.lengths), x.dtype)
-    ones_windows = Arg(ones_windows_at, (positions, kp), x.dtype)
-    counts = Arg(counts_at, (positions,), x.dtype)
-    sums = Arg(y.ptr, (planes, positions), y.dtype)  # Y itself, divided in place
-    rows = {"axes": [1], "keepdims": 0}
-    ops = _window_ops(x, windows, win, False, zero, target)
-    ops += fill_ops(ones, np.ones((), x.dtype).tobytes(), target)
-    ops += _window_ops(ones, ones_windows, win, False, zero, target)
-    ops += _reduce_bind("ReduceSum")([windows, None], [Arg(y.ptr, (planes * positions,), y.dtype)], rows, target)
-    ops += _reduce_bind("ReduceSum")([ones_windows, None], [counts], rows, target)
-    return ops + _pointwise_bind("::Div")([sums, counts], [sums], {}, target)
+    x, y = ins[0], outs[0]
+    indices = outs[1] if len(outs) > 1 else None
+    if _reads_windows_directly(x.dtype.name, indices is not None):
+        return _max_pool_ops(x, y, indices, attrs, target)
+    if y is None or y.size == 0:
+        return []
+    win = _pool_window("MaxPool", x.shape, attrs)
+    rows, kp = int(x.shape[0]) * int(x.shape[1]) * _prod(win.out), _prod(win.kernel)
+    (windows_at,) = workspace_regions(target, "MaxPool", [rows * kp * x.dtype.itemsize])
+    windows = Arg(windows_at, (rows, kp), x.dtype)
+    fill = np.asarray(-np.inf).astype(x.dtype).tobytes()
+    ops = _window_ops(x, windows, win, False, fill, target)
+    flat = Arg(y.ptr, (rows,), y.dtype)
+    return ops + _reduce_bind("ReduceMax")([windows, None], [flat], {"axes": [1], "keepdims": 0}, target)
+
+
+@_binding("::AveragePool", check=_pool_check("AveragePool"), modules=("pool",))
+def _average_pool_bind(ins, outs, attrs, target):
+    return _average_pool_ops(ins[0], outs[0], attrs, target)
 
 
 # ---- the windows read straight from X (kernels/pool.hip) ----------------------------------------
@@ -171,7 +116,14 @@ class PoolArgs(ctypes.Structure):
     _fields_ = [("outputs", ctypes.c_longlong), ("lengths", ctypes.c_longlong * POOL_AXES),
                 ("out", ctypes.c_longlong * POOL_AXES), ("kernel", ctypes.c_longlong * POOL_AXES),
                 ("strides", ctypes.c_longlong * POOL_AXES), ("dilations", ctypes.c_longlong * POOL_AXES),
-                ("pads", ctypes.c_longlong * POOL_AXES), ("p", ctypes.c_longlong), ("storage_order", ctypes.c_int)]
+                ("pads", ctypes.c_longlong * POOL_AXES), ("pads_end", ctypes.c_longlong * POOL_AXES),
+                ("p", ctypes.c_longlong), ("storage_order", ctypes.c_int), ("count_include_pad", ctypes.c_int),
+                ("order", ctypes.c_int)]
+
+
+# kernels/pool.hip's hipep_pool_order: the order AveragePool adds a window's inputs in
+POOL_WINDOW_ORDER, POOL_MLAS_ROWS_2D, POOL_MLAS_ROWS_3D, POOL_MLAS_GLOBAL = 0, 1, 2, 3
+_MLAS_REDUCTION_BUFFER = 2048 - 3  # MLAS's vector kernels' row buffer (MLAS_POOL_REDUCTION_BUFFER_*)
 
 
 def _pool_args(x: Arg, win, p: int = 0, storage_order: int = 0) -> PoolArgs:
@@ -189,8 +141,53 @@ def _pool_args(x: Arg, win, p: int = 0, storage_order: int = 0) -> PoolArgs:
         args.strides[d] = win.strides[d] if inside else 1
         args.dilations[d] = win.dilations[d] if inside else 1
         args.pads[d] = win.pb[d] if inside else 0
+        args.pads_end[d] = win.pe[d] if inside else 0
     args.p, args.storage_order = int(p), int(storage_order)
     return args
+
+
+def _average_pool_order(win, attrs) -> int:
+    """The order ONNX Runtime's CPU EP adds an AveragePool window's inputs in. From opset 19 on
+    (AveragePoolV19), and at any opset for count_include_pad with ceil_mode, its own loops: the
+    taps in window order. Before, MLAS (MlasPool): the global kernel where the kernel is the whole
+    input (strides 1, no padding); the vector kernels for 2-D and 3-D windows with the last axis'
+    stride at most 2, every kernel extent at most 32 and the last axis with its padding fitting the
+    row buffer; else the generic kernels, in window order. (These are the node's own kernels: ORT's
+    layout optimization, at its default level, rewrites an f32 2-D AveragePool whose channel count
+    is a multiple of its NCHWc block, 8 with AVX2 and 16 with AVX-512, into its NCHWc kernel, which
+    adds in window order; such sessions can differ from this one in the last bit.)"""
+    count_include_pad = int(attrs.get("count_include_pad", 0))
+    if int(attrs.get(SINCE_VERSION, 22)) >= 19 or (count_include_pad and int(attrs.get("ceil_mode", 0))):
+        return POOL_WINDOW_ORDER
+    n = len(win.kernel)
+    if any(d != 1 for d in win.dilations):  # no MLAS kernel has dilations (nor do these opsets)
+        return POOL_WINDOW_ORDER
+    if (all(k == length for k, length in zip(win.kernel, win.lengths)) and all(s == 1 for s in win.strides)
+            and not any(win.pb) and not any(win.pe)):
+        return POOL_MLAS_GLOBAL
+    row = _MLAS_REDUCTION_BUFFER
+    for pad in (win.pb[-1], win.pe[-1]):
+        row = row - pad if row >= pad else 0
+    if n >= 2 and win.strides[-1] <= 2 and all(k <= 32 for k in win.kernel) and row >= win.lengths[-1]:
+        return POOL_MLAS_ROWS_2D if n == 2 else POOL_MLAS_ROWS_3D
+    return POOL_WINDOW_ORDER
+
+
+def _average_pool_ops(x: Arg, y: Arg | None, attrs, target) -> list:
+    """AveragePool by kernels/pool.hip's average_pool."""
+    dt = _AVERAGE_POOL_TYPES.get(x.dtype.name)
+    if dt is None:
+        raise NoKernel(f"AveragePool on {x.dtype.name}")
+    count_include_pad = int(attrs.get("count_include_pad", 0))
+    if count_include_pad not in (0, 1):
+        raise HipepError(f"AveragePool: count_include_pad={count_include_pad} must be 0 or 1")
+    win = _pool_window("AveragePool", x.shape, attrs)
+    args = _pool_args(x, win)
+    if y is None or args.outputs == 0:
+        return []
+    args.count_include_pad, args.order = count_include_pad, _average_pool_order(win, attrs)
+    grid, block = flat_config(args.outputs, target)
+    return [KernelOp(f"hipep_average_pool_{dt}", grid, block, [ptr(x), ptr(y), args], module="pool")]
 
 
 def _max_pool_ops(x: Arg, y: Arg | None, indices: Arg | None, attrs, target) -> list:
@@ -209,11 +206,6 @@ def _max_pool_ops(x: Arg, y: Arg | None, indices: Arg | None, attrs, target) -> 
         return []
     grid, block = flat_config(args.outputs, target)
     return [KernelOp(f"hipep_max_pool_{dt}", grid, block, [ptr(x), ptr(y), ptr(indices), args], module="pool")]
-
-
-for _op in ("MaxPool", "AveragePool"):
-    _binding(f"::{_op}", check=_pool_check(_op),
-             modules=("copy", "reduce", "pool") if _op == "MaxPool" else ("copy", "reduce"))(_pool_bind(_op))
 
 
 # ---- LpPool --------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """MatMul, Gemm, Conv, the pools, LayerNormalization and SkipLayerNormalization on the CUDA device,
 end to end: small ONNX models through hipep.InferenceSession(device="cuda"), three runs each (first
 run, bound replay, CUDA graph replay), compared with ONNX Runtime's CPU EP. MaxPool's Indices and
-its int8 / uint8 forms (kernels/pool.hip) are compared exactly, ties and NaN included.
+its int8 / uint8 forms (kernels/pool.hip) are compared exactly, ties and NaN included, and
+AveragePool (kernels/pool.hip) bit for bit.
 
 Tolerances: products in f32 use ONNX's backend-test tolerance (rtol 1e-3, the conformance suite's
 default) with atol 1e-5, because long K sums are added in another order than MLAS's (inputs are
@@ -12,6 +13,8 @@ MatMul and Gemm run twice: with hipep's own kernels (HIPEP_GEMM=own) and with cu
 it loads (HIPEP_GEMM=blas)."""
 from __future__ import annotations
 
+import platform
+
 import numpy as np
 import pytest
 from onnx import TensorProto as TP
@@ -21,7 +24,7 @@ import hipep
 
 from hipep.runtime.cuda import cuda_status
 from gpu_checks import check_on_cuda
-from helpers import cpu_session, make_model, tensor
+from helpers import ORT_VERSION, cpu_session, make_model, tensor
 
 pytestmark = pytest.mark.gpu
 _ok, _why = cuda_status(0)
@@ -146,7 +149,7 @@ def test_conv(rng, gemm_mode, elem, x_shape, w_shape, bias, attrs):
     check(model, {"x": rand(rng, x_shape, elem)}, PRODUCT_TOL[elem])
 
 
-# ---- pools (the windows copied, each reduced) ---------------------------------------------------
+# ---- pools (MaxPool's windows copied, each reduced; AveragePool a thread per output) -------------
 
 POOL_CASES = [
     ("MaxPool", (2, 16, 56, 56), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),  # ResNet's
@@ -219,6 +222,82 @@ def test_max_pool_indices_with_nan():
     for attrs in ({"kernel_shape": [2, 2]}, {"kernel_shape": [2, 2], "pads": [1, 1, 1, 1], "storage_order": 1},
                   {"kernel_shape": [3, 2], "strides": [1, 2], "ceil_mode": 1}):
         check_on_cuda(_max_pool_model(x.shape, F32, **attrs), {"x": x}, F32, claimed=True, exact=True)
+
+
+# ---- AveragePool from kernels/pool.hip: ONNX Runtime's sums and divisors --------------------------
+
+AVERAGE_POOL_CASES = [  # (X, attributes); dilations from opset 19 only
+    ((2, 32, 35, 35), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # Inception's 3x3 stride-1 pool
+    ((1, 4, 9, 8), {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 2, 1]}),
+    ((1, 4, 9, 8), {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 2, 1], "dilations": [2, 1]}),
+    ((1, 4, 10, 10), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ((1, 4, 7, 6), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 0, 0], "ceil_mode": 1}),
+    ((2, 3, 17), {"kernel_shape": [4], "strides": [3], "auto_pad": "SAME_UPPER"}),
+    ((2, 3, 9, 11), {"kernel_shape": [3, 2], "strides": [2, 1], "auto_pad": "SAME_LOWER"}),
+    ((1, 2, 5, 6, 7), {"kernel_shape": [2, 3, 3], "strides": [1, 2, 2], "pads": [1, 1, 1, 0, 1, 1]}),
+    # ONNX's test_averagepool_3d_dilations_large_*: the last windows run past X
+    ((1, 1, 32, 32, 32), {"kernel_shape": [5, 5, 5], "strides": [3, 3, 3], "dilations": [2, 2, 2], "ceil_mode": 1}),
+    ((2, 64, 7, 7), {"kernel_shape": [7, 7]}),  # the whole plane: MLAS's global kernel before opset 19
+    ((8, 16, 40, 40), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),  # many blocks
+]
+
+
+def _ort_divides_as_hipep(opset: int, attrs) -> bool:
+    """Whether this onnxruntime's CPU EP divides as 1.32 does, which hipep follows (measured with
+    1.24, 1.28, 1.30 and 1.32): 1.24 counts opset 19's padding by the wrong axes' pads, and up to
+    1.28 opsets 7-18 divide a ceil_mode window counting the padding by the kernel's size."""
+    if not attrs.get("count_include_pad"):
+        return True
+    if opset >= 19:
+        return ORT_VERSION >= (1, 28)
+    return not attrs.get("ceil_mode") or ORT_VERSION >= (1, 30)
+
+
+def _mlas_lanes_as_hipep(opset: int, shape, attrs) -> bool:
+    """MLAS's global kernel (opsets 7-18, the window the whole plane) ends by adding its four lanes
+    in x86's order, which the kernel follows; ARM's pairs them otherwise."""
+    whole_plane = list(attrs["kernel_shape"]) == list(shape[2:]) and "pads" not in attrs and "strides" not in attrs
+    return opset >= 19 or not whole_plane or platform.machine().lower() in ("x86_64", "amd64")
+
+
+def _ort_without_layout_rewrites(model, x):
+    """ORT's CPU EP's outputs with its layout optimizations off: at its default level it rewrites an
+    f32 2-D AveragePool of opsets 7-18 whose channels are a multiple of its NCHWc block (8 with
+    AVX2, 16 with AVX-512) into its NCHWc kernel, which adds in window order, where the node's own
+    kernel (MLAS's, which hipep follows) adds the window's columns first."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})
+
+
+@pytest.mark.parametrize("opset", [11, 22])
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+@pytest.mark.parametrize("elem", [F32, F16])
+@pytest.mark.parametrize("shape,attrs", AVERAGE_POOL_CASES, ids=[f"avg-{i}" for i in range(len(AVERAGE_POOL_CASES))])
+def test_average_pool(rng, elem, count_include_pad, opset, shape, attrs):
+    """kernels/pool.hip's average_pool, equal to ORT's CPU EP bit for bit (f16: its f32 kernel on the
+    widened input, rounded once): each window's inputs summed in f32 in the order of the kernel the
+    opset runs there (MLAS's at 11, its own loops at 22), divided by the inputs the window holds
+    or, counting the padding, by its taps inside X and the padding (a ceil_mode window past the
+    padding: the taps before its end). Where this onnxruntime divides otherwise, hipep's CPU
+    reference device is the oracle, within rounding."""
+    if "dilations" in attrs and opset < 19:
+        pytest.skip("AveragePool takes dilations from opset 19")
+    full = {**attrs, "count_include_pad": count_include_pad}
+    model = make_model([n("AveragePool", ["x"], ["y"], name="pool", **full)], [tensor("x", elem, list(shape))],
+                       [tensor("y", elem, None)], opset=opset)
+    # magnitudes over five decades: sums whose rounding shows the order of the additions
+    x = (rng.uniform(-4, 4, shape) * rng.choice([1e-2, 1.0, 1e2], shape)).astype(NP[elem])
+    if _ort_divides_as_hipep(opset, full) and _mlas_lanes_as_hipep(opset, shape, full):
+        check_on_cuda(model, {"x": x}, elem, claimed=True, bits=True, want=_ort_without_layout_rewrites(model, x))
+        return
+    eps = float(np.finfo(NP[elem]).eps)
+    want = hipep.InferenceSession(model, device="cpu").run(None, {"x": x})
+    check_on_cuda(model, {"x": x}, elem, claimed=True, want=want,
+                  tol=dict(rtol=8 * eps, atol=8 * eps * float(np.abs(x).max())))
 
 
 @pytest.mark.parametrize("elem", [F32, F16])

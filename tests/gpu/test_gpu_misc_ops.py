@@ -21,9 +21,10 @@ _ok, _why = cuda_status(0)
 if not _ok:
     pytest.skip(f"no CUDA device: {_why}", allow_module_level=True)
 
-F32, F16, I32, I64 = TP.FLOAT, TP.FLOAT16, TP.INT32, TP.INT64
+F32, F16, F64, I32, I64 = TP.FLOAT, TP.FLOAT16, TP.DOUBLE, TP.INT32, TP.INT64
 U8, U32, U64 = TP.UINT8, TP.UINT32, TP.UINT64
-NP = {F32: np.float32, F16: np.float16, I32: np.int32, I64: np.int64, U8: np.uint8, U32: np.uint32, U64: np.uint64}
+NP = {F32: np.float32, F16: np.float16, F64: np.float64, I32: np.int32, I64: np.int64, U8: np.uint8, U32: np.uint32,
+      U64: np.uint64}
 n = helper.make_node
 
 
@@ -53,11 +54,14 @@ def test_one_hot(axis, index_elem, value_elem):
     run(model, {"x": idx}, value_elem)
 
 
-@pytest.mark.parametrize("elem,k,dtype", [(F32, 0, None), (F32, 2, I64), (F16, -1, None), (I32, 1, F32)])
+@pytest.mark.parametrize("elem,k,dtype", [(F32, 0, None), (F32, 2, I64), (F16, -1, None), (I32, 1, F32),
+                                           (I32, 0, F64), (F64, 1, None), (F32, -2, F64)])
 def test_eye_like(elem, k, dtype):
+    """Every output type, f64 included (ONNX's test_eyelike_with_dtype: an int32 input, dtype=DOUBLE):
+    the padded copy moves the element's bytes, exact."""
     attrs = {"k": k} if dtype is None else {"k": k, "dtype": dtype}
     model = single("EyeLike", elem, (5, 7), dtype or elem, opset=22, **attrs)
-    run(model, {"x": np.zeros((5, 7), NP[elem])}, dtype or elem)
+    check_on_cuda(model, {"x": np.zeros((5, 7), NP[elem])}, dtype or elem, claimed=True, bits=True)
 
 
 @pytest.mark.parametrize("elem", [F32, F16])

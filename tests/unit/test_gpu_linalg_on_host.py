@@ -1,6 +1,7 @@
 """kernels/gemm.hip and kernels/layer_norm.hip (with kernels/copy.hip and kernels/reduce.hip: Conv's
-and the pools' windows and their products and reductions; kernels/pool.hip: MaxPool's Indices and
-integer types) run on the CPU: g++ compiles the unchanged kernel
+and MaxPool's windows and their products and reductions; kernels/pool.hip: MaxPool's Indices and
+integer types, AveragePool, whose comparison with ONNX Runtime bit for bit is
+test_average_pool_on_host.py's) run on the CPU: g++ compiles the unchanged kernel
 source against a host stand-in for the CUDA headers (tests/unit/host_cuda: every GPU thread of a
 block a host thread, __syncthreads and warp shuffles as barriers), and the launches the bindings
 give (grid, block, parameter struct) are run block by block over host memory, then compared with
@@ -224,6 +225,9 @@ POOLS = [  # (op, X, attributes)
     ("AveragePool", (1, 3, 8, 8), {"kernel_shape": [2, 2], "strides": [2, 2]}),
     ("AveragePool", (2, 2, 7, 7), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
     ("AveragePool", (1, 2, 4, 6, 6), {"kernel_shape": [2, 3, 3], "strides": [2, 3, 3]}),
+    ("AveragePool", (2, 3, 7, 7), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # each window by its inputs
+    ("AveragePool", (1, 2, 7, 6), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 0, 0], "ceil_mode": 1,
+                                   "count_include_pad": 1}),  # the last rows' windows past the padding
     ("GlobalAveragePool", (2, 5, 7, 3), {}),
     ("GlobalMaxPool", (2, 5, 9), {}),
 ]
@@ -234,35 +238,15 @@ POOLS = [  # (op, X, attributes)
 def test_pools(libraries, dtype, op_type, shape, attrs):
     x = np.random.default_rng(6).uniform(-4, 4, shape).astype(dtype)
     (got,), (want,), ops = run(libraries, f"::{op_type}", [x], attrs, workspace=True)
-    assert any(o.module == "reduce" for o in ops if hasattr(o, "module"))
+    if op_type == "AveragePool":  # kernels/pool.hip's, a thread per output
+        assert [o.entry for o in ops] == [f"hipep_average_pool_{_SHORT[np.dtype(dtype).name]}"]
+    else:
+        assert any(o.module == "reduce" for o in ops if hasattr(o, "module"))
     close(got, want, 1e-6 if dtype == np.float32 else 1e-3)
-
-
-COUNTED_POOLS = [  # AveragePool whose windows reaching into the padding count only the inputs they hold
-    ((2, 3, 7, 7), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
-    ((1, 2, 9, 8), {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 2, 1], "dilations": [2, 1]}),
-    ((1, 3, 10, 10), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
-    ((1, 2, 11), {"kernel_shape": [4], "auto_pad": "SAME_UPPER", "strides": [3]}),
-    ((1, 2, 5, 6, 6), {"kernel_shape": [2, 3, 3], "pads": [1, 1, 1, 0, 1, 1]}),
-]
-
-
-@pytest.mark.parametrize("shape,attrs", COUNTED_POOLS, ids=[f"counted-{i}" for i in range(len(COUNTED_POOLS))])
-def test_average_pool_divides_each_window_by_its_count(libraries, shape, attrs):
-    x = np.random.default_rng(7).uniform(-4, 4, shape).astype(np.float32)
-    (got,), (want,), ops = run(libraries, "::AveragePool", [x], attrs, workspace=True)
-    assert sum(o.module == "reduce" for o in ops if hasattr(o, "module")) == 2  # the sums and the counts
-    close(got, want, 1e-6)
 
 
 def test_pools_without_a_kernel():
     f32 = ["float32"]
-    padded = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
-    assert gk.kernel_reason("::AveragePool", padded, f32, [(1, 1, 6, 6)]) is None
-    assert "f32 only" in gk.kernel_reason("::AveragePool", padded, ["float16"], [(1, 1, 6, 6)])
-    assert "counting the padding" in gk.kernel_reason(
-        "::AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1,
-                          "count_include_pad": 1}, f32, [(1, 1, 6, 6)])
     assert "element type int8" in gk.kernel_reason("::AveragePool", {"kernel_shape": [2, 2]}, ["int8"], [(1, 1, 4, 4)])
     assert "element type float64" in gk.kernel_reason("::MaxPool", {"kernel_shape": [2, 2]}, ["float64"],
                                                       [(1, 1, 4, 4)])
@@ -364,7 +348,7 @@ def test_max_pool_indices_with_nan_follow_onnx_runtime(libraries):
 
 @needs_nvrtc
 def test_pool_entry_points_take_what_the_bindings_pass():
-    """Every kernels/pool.hip entry point MaxPool and LpPool bind exists in NVRTC's sm_90 build and
+    """Every kernels/pool.hip entry point MaxPool, AveragePool and LpPool bind exists in NVRTC's sm_90 build and
     takes parameters of the sizes the bindings pass (PoolArgs mirrors hipep_pool_args)."""
     from unit.test_kernels_compile import _param_bytes, _ptx
 
@@ -381,8 +365,11 @@ def test_pool_entry_points_take_what_the_bindings_pass():
         if dtype in (np.float32, np.float16):
             launches += gk.binding_for("::LpPool").bind([x], [y], {"kernel_shape": [2, 2], "strides": [2, 2], "p": 3},
                                                         target)
+            launches += gk.binding_for("::AveragePool").bind([x], [y], {"kernel_shape": [2, 2], "strides": [2, 2]},
+                                                             target)
     assert {op.entry for op in launches} == {"hipep_max_pool_f32", "hipep_max_pool_f16", "hipep_max_pool_i8",
-                                             "hipep_max_pool_u8", "hipep_lp_pool_f32", "hipep_lp_pool_f16"}
+                                             "hipep_max_pool_u8", "hipep_lp_pool_f32", "hipep_lp_pool_f16",
+                                             "hipep_average_pool_f32", "hipep_average_pool_f16"}
     assert set(params) == {op.entry for op in launches}
     for op in launches:
         assert [ctypes.sizeof(p) for p in op.params] == params[op.entry], op.entry

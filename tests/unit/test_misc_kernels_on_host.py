@@ -3,7 +3,7 @@ bound in gpu_pool), run on the CPU: their launches (kernels/copy.hip, range.hip,
 reduce.hip and pool.hip, and the generated pointwise kernels) compiled by g++ against the host
 stand-in for the CUDA headers (tests/unit/host_cuda) and run block by block over host memory, with
 the stream workspace they ask for, then compared with the op registry's references: OneHot
-(negative and out-of-range indices, every axis), EyeLike (k past the matrix), Hardmax (ties, NaN
+(negative and out-of-range indices, every axis), EyeLike (k past the matrix, f64), Hardmax (ties, NaN
 first and later, inner axes, opset 11's flattened rows), LpNormalization (p = 1, 2, zero rows,
 inner axes), MeanVarianceNormalization (adjacent and transposed axes), LRN and LpPool (p = 1 to 4,
 padding, ceil_mode, dilations; p = 3 and 4 against ONNX Runtime's CPU EP too); f32 within 1e-5,
@@ -17,6 +17,7 @@ import shutil
 import numpy as np
 import pytest
 from onnx import TensorProto as TP
+from onnx import helper
 
 from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, SINCE_VERSION, lookup
 from hipep.runtime import gpu_kernels as gk
@@ -106,17 +107,34 @@ def test_one_hot(libs, axis, index_type, value_type):
 
 
 @pytest.mark.parametrize("shape,k,dtype", [((3, 4), 0, np.float32), ((4, 3), 1, np.int64), ((5, 5), -2, np.float16),
-                                           ((2, 6), 4, np.int32), ((3, 3), 5, np.float32), ((3, 3), -3, np.int64)])
+                                           ((2, 6), 4, np.int32), ((3, 3), 5, np.float32), ((3, 3), -3, np.int64),
+                                           ((4, 6), -1, np.float64), ((1, 1), 0, np.float64)])
 def test_eye_like(libs, shape, k, dtype):
     got, want, _ = run(libs, "EyeLike", [np.zeros(shape, dtype)], {"k": k})
     assert want.dtype == dtype
     close(got, want)
 
 
-def test_eye_like_to_another_type(libs):
-    got, want, _ = run(libs, "EyeLike", [np.zeros((3, 4), np.float32)], {"k": 1, "dtype": TP.INT64})
-    assert got.dtype == np.int64
+@pytest.mark.parametrize("x_type,to,k", [(np.float32, TP.INT64, 1), (np.int32, TP.DOUBLE, 0),
+                                         (np.float32, TP.DOUBLE, -2)])
+def test_eye_like_to_another_type(libs, x_type, to, k):
+    got, want, _ = run(libs, "EyeLike", [np.zeros((3, 4), x_type)], {"k": k, "dtype": to})
+    assert got.dtype == helper.tensor_dtype_to_np_dtype(to)
     close(got, want)
+
+
+def test_eye_like_producing_f64_is_claimed_whole_on_cuda():
+    """ONNX's test_eyelike_with_dtype (an int32 input, dtype=DOUBLE) and an f64 input: the one node
+    claimed by the cuda device."""
+    import hipep
+
+    from helpers import make_model, tensor
+
+    for x_elem, attrs in ((TP.INT32, {"dtype": TP.DOUBLE}), (TP.DOUBLE, {"k": 1})):
+        model = make_model([helper.make_node("EyeLike", ["x"], ["y"], **attrs)], [tensor("x", x_elem, [3, 4])],
+                           [tensor("y", TP.DOUBLE, None)], opset=22)
+        report = hipep.explain(model, device="cuda")
+        assert report.all_claimed, report.rejection_lines()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
@@ -191,9 +209,6 @@ def test_lp_pool_equals_onnx_runtimes_cpu_ep(libs, p):
     """The kernel's arithmetic is ONNX Runtime's (each power in double rounded to f32, summed in
     f32 in window order, the root by the f32 exponent 1/p): within an ulp or two of its CPU EP,
     over magnitudes where the sums' rounding shows."""
-    from onnx import TensorProto as TP
-    from onnx import helper
-
     from helpers import cpu_session, make_model, tensor
 
     rng = np.random.default_rng(13)
@@ -215,8 +230,9 @@ def test_lp_pool_equals_onnx_runtimes_cpu_ep(libs, p):
     ("MeanVarianceNormalization", {"axes": []}, ["float32"]),
     ("OneHot", {"axis": -1}, ["float32", "int64", "float32"]),
     ("Hardmax", {"axis": -1}, ["float64"]),
-    ("EyeLike", {"k": 0, "dtype": TP.DOUBLE}, ["float32"]),
-    ("CumProd", {}, ["float64", "int64"]),
+    ("EyeLike", {"k": 0, "dtype": TP.UINT8}, ["float32"]),
+    ("EyeLike", {"k": 0}, ["bfloat16"]),
+    ("CumProd", {}, ["bfloat16", "int64"]),
 ])
 def test_unsupported_forms_are_refused(op_type, attrs, dtypes):
     op = lookup("", op_type)
@@ -236,6 +252,9 @@ def test_unsupported_forms_are_refused(op_type, attrs, dtypes):
     ("OneHot", {"axis": -1}, ["int64", "int64", "float16"]),
     ("Hardmax", {"axis": -1}, ["float16"]),
     ("EyeLike", {"k": 0, "dtype": TP.INT32}, ["float32"]),
+    ("EyeLike", {"k": 0, "dtype": TP.DOUBLE}, ["int32"]),
+    ("EyeLike", {"k": 2}, ["float64"]),
+    ("CumProd", {}, ["float64", "int64"]),
     ("LRN", {"size": 5}, ["float32"]),
 ])
 def test_supported_forms_are_claimed(op_type, attrs, dtypes):
