@@ -30,9 +30,9 @@ from .gpu_binding_core import Arg, KernelOp, NoKernel, _binding, _prod, flat_con
 from .gpu_linalg import CONV_MAX_SPATIAL, _float_type, _window_ops
 
 POOL_AXES = 3  # kernels/pool.hip's HIPEP_POOL_AXES
-_MAX_POOL_TYPES = {"float32": "f32", "float16": "f16", "int8": "i8", "uint8": "u8"}  # kernels/pool.hip's max_pool
-_LP_POOL_TYPES = {"float32": "f32", "float16": "f16"}
-_AVERAGE_POOL_TYPES = {"float32": "f32", "float16": "f16"}
+# element type -> kernels/pool.hip's name for it: max_pool's, and average_pool's and lp_pool's
+_MAX_POOL_TYPES = {"float32": "f32", "float16": "f16", "int8": "i8", "uint8": "u8"}
+_FLOAT_POOL_TYPES = {"float32": "f32", "float16": "f16"}
 
 
 def _pool_window(op_type: str, shape, attrs):
@@ -79,7 +79,7 @@ def _reads_windows_directly(dtype: str, indices: bool) -> bool:
 def _pool_check(op_type: str):
     def check(attrs, dtypes, shapes, values):
         dtype = dtypes[0] if dtypes else "?"
-        if dtype not in (_MAX_POOL_TYPES if op_type == "MaxPool" else _AVERAGE_POOL_TYPES):
+        if dtype not in (_MAX_POOL_TYPES if op_type == "MaxPool" else _FLOAT_POOL_TYPES):
             return f"element type {dtype}"
         return _spatial_reason(op_type, shapes)
     return check
@@ -146,6 +146,20 @@ def _pool_args(x: Arg, win, p: int = 0, storage_order: int = 0) -> PoolArgs:
     return args
 
 
+def _pool_type(op_type: str, types: dict, x: Arg) -> str:
+    """kernels/pool.hip's name for X's element type (NoKernel where it has no entry point)."""
+    dt = types.get(x.dtype.name)
+    if dt is None:
+        raise NoKernel(f"{op_type} on {x.dtype.name}")
+    return dt
+
+
+def _pool_launch(entry: str, args: PoolArgs, pointers: list, target) -> list:
+    """One kernels/pool.hip launch: a thread per output element."""
+    grid, block = flat_config(args.outputs, target)
+    return [KernelOp(entry, grid, block, [*(ptr(a) for a in pointers), args], module="pool")]
+
+
 def _average_pool_order(win, attrs) -> int:
     """The order ONNX Runtime's CPU EP adds an AveragePool window's inputs in. From opset 19 on
     (AveragePoolV19), and at any opset for count_include_pad with ceil_mode, its own loops: the
@@ -175,9 +189,7 @@ def _average_pool_order(win, attrs) -> int:
 
 def _average_pool_ops(x: Arg, y: Arg | None, attrs, target) -> list:
     """AveragePool by kernels/pool.hip's average_pool."""
-    dt = _AVERAGE_POOL_TYPES.get(x.dtype.name)
-    if dt is None:
-        raise NoKernel(f"AveragePool on {x.dtype.name}")
+    dt = _pool_type("AveragePool", _FLOAT_POOL_TYPES, x)
     count_include_pad = int(attrs.get("count_include_pad", 0))
     if count_include_pad not in (0, 1):
         raise HipepError(f"AveragePool: count_include_pad={count_include_pad} must be 0 or 1")
@@ -186,15 +198,12 @@ def _average_pool_ops(x: Arg, y: Arg | None, attrs, target) -> list:
     if y is None or args.outputs == 0:
         return []
     args.count_include_pad, args.order = count_include_pad, _average_pool_order(win, attrs)
-    grid, block = flat_config(args.outputs, target)
-    return [KernelOp(f"hipep_average_pool_{dt}", grid, block, [ptr(x), ptr(y), args], module="pool")]
+    return _pool_launch(f"hipep_average_pool_{dt}", args, [x, y], target)
 
 
 def _max_pool_ops(x: Arg, y: Arg | None, indices: Arg | None, attrs, target) -> list:
     """MaxPool by kernels/pool.hip's max_pool: Y (where kept) and Indices (where asked for)."""
-    dt = _MAX_POOL_TYPES.get(x.dtype.name)
-    if dt is None:
-        raise NoKernel(f"MaxPool on {x.dtype.name}")
+    dt = _pool_type("MaxPool", _MAX_POOL_TYPES, x)
     storage_order = int(attrs.get("storage_order", 0))
     if storage_order not in (0, 1):
         raise HipepError(f"MaxPool: storage_order={storage_order} must be 0 or 1")
@@ -204,8 +213,7 @@ def _max_pool_ops(x: Arg, y: Arg | None, indices: Arg | None, attrs, target) -> 
     args = _pool_args(x, win, storage_order=storage_order)
     if args.outputs == 0 or (y is None and indices is None):
         return []
-    grid, block = flat_config(args.outputs, target)
-    return [KernelOp(f"hipep_max_pool_{dt}", grid, block, [ptr(x), ptr(y), ptr(indices), args], module="pool")]
+    return _pool_launch(f"hipep_max_pool_{dt}", args, [x, y, indices], target)
 
 
 # ---- LpPool --------------------------------------------------------------------------------------
@@ -216,7 +224,7 @@ def _lp_pool_p(attrs) -> float:
 
 def _lp_pool_check(attrs, dtypes, shapes, values):
     dtype = dtypes[0] if dtypes else "?"
-    if dtype not in _LP_POOL_TYPES:
+    if dtype not in _FLOAT_POOL_TYPES:
         return f"element type {dtype}"
     p = _lp_pool_p(attrs)
     if p != int(p) or p < 1:
@@ -229,14 +237,11 @@ def _lp_pool_check(attrs, dtypes, shapes, values):
 @_binding("::LpPool", check=_lp_pool_check, modules=("pool",))
 def _lp_pool_bind(ins, outs, attrs, target):
     x, y = ins[0], outs[0]
-    dt = _LP_POOL_TYPES.get(x.dtype.name)
-    if dt is None:
-        raise NoKernel(f"LpPool on {x.dtype.name}")
+    dt = _pool_type("LpPool", _FLOAT_POOL_TYPES, x)
     p = _lp_pool_p(attrs)
     if p != int(p) or p < 1:
         raise NoKernel(f"LpPool with p={p}")
     if y is None or y.size == 0:
         return []
     args = _pool_args(x, _pool_window("LpPool", x.shape, attrs), p=int(p))
-    grid, block = flat_config(args.outputs, target)
-    return [KernelOp(f"hipep_lp_pool_{dt}", grid, block, [ptr(x), ptr(y), args], module="pool")]
+    return _pool_launch(f"hipep_lp_pool_{dt}", args, [x, y], target)
