@@ -26,8 +26,9 @@ read by the kernel from device memory, which also places the entry's queries for
 frontier and the window; a count outside [0, keys] goes to the stream's fault record).
 qk_matmul_output (modes 0-3) recomputes the products and rounds each stage to the element type as
 the CPU EP does.
-Refused by the checks: a softmax_precision other than float, and head sizes not known when the node
-is claimed. ai.onnx Attention in f16 rounds its scores and probabilities to f16 on the CPU EP; the
+softmax_precision is accepted whatever its value: ONNX Runtime's CPU kernel, which both devices
+follow, computes the softmax in the same arithmetic for every value of it (f32, and f16 inputs
+alike). Refused by the checks: head sizes not known when the node is claimed. ai.onnx Attention in f16 rounds its scores and probabilities to f16 on the CPU EP; the
 attention kernel keeps them f32 (the results agree to f16 rounding).
 
 `mha_layout` computes the kernel arguments from shapes alone, so the unit tests can check them.
@@ -52,8 +53,6 @@ MAX_HEAD = 256
 # a block takes threads / 4 rows (token, query head)
 VARIANTS = {64: 128, 128: 128, 256: 64}
 FLOAT_TYPES = ("float32", "float16")
-# softmax_precision values the kernel honours: unset, or FLOAT (it always runs the softmax in f32)
-SOFTMAX_F32 = (0, 1)
 SCORE_THREADS = 128  # a block per row of qk_matmul_output, its keys strided over the threads
 
 _INTS = ("batch", "seq", "heads", "kv_heads", "group", "head_size", "v_head_size", "past", "total", "causal",
@@ -256,8 +255,6 @@ def _attention_heads(attrs, shapes):
 def _attention_check(attrs, dtypes, shapes, values):
     if not dtypes or dtypes[0] not in FLOAT_TYPES:
         return f"element type {dtypes[0] if dtypes else '?'}"
-    if int(attrs.get("softmax_precision", 0) or 0) not in SOFTMAX_F32:
-        return f"softmax_precision={attrs['softmax_precision']} (the kernel's softmax runs in float)"
     if _present(dtypes, 3) and dtypes[3] not in ("bool", dtypes[0]):
         return f"attn_mask of element type {dtypes[3]}"
     return _head_reason(*_attention_heads(attrs, shapes))

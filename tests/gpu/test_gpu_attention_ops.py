@@ -11,7 +11,7 @@ the probabilities to f16 while the GPU kernel keeps them in f32.
 Cases: a ViT-like encoder block ([1, 197, 12 heads x 64], MultiHeadAttention with bias, and the same
 as ai.onnx Attention), a causal decoder (grouped heads, prompt then a decode step with past and
 present), MultiHeadAttention's key_padding_mask / attention_bias / unidirectional with past, bool and
-additive attn_mask broadcasts, softcap and scale, head sizes 80/128/256 and a V head size of its own;
+additive attn_mask broadcasts, softcap and scale, every softmax_precision, head sizes 80/128/256 and a V head size of its own;
 Attention-25's sliding windows (a causal left window over a long prompt and its decode step, a
 bidirectional window) and its masks that broadcast over queries or hold fewer keys; Attention's
 qk_matmul_output in each mode (the same tolerances: the CPU EP rounds each stage to f16, and a
@@ -162,6 +162,16 @@ def test_attention_bool_mask_4d_and_additive_mask_2d(dtype):
     add[:, -7:] = -np.inf
     run_attention({**base, "attn_mask": add}, dtype, softcap=5.0, scale=0.2)
     run_attention({**base, "attn_mask": add}, dtype, is_causal=1)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("precision", [10, 11, 16])
+def test_attention_softmax_precision_as_the_cpu_ep(dtype, precision):
+    """Every softmax_precision is claimed: the CPU EP computes alike for each value."""
+    rng = np.random.default_rng(12)
+    b, n, s, h = 1, 4, 9, 64
+    feeds = {x: _rand(rng, (b, n, s, h), dtype, 2.0) for x in ("Q", "K", "V")}
+    run_attention(feeds, dtype, is_causal=1, softmax_precision=precision)
 
 
 @pytest.mark.parametrize("h", [80, 128, 256])
