@@ -10,13 +10,15 @@
 //   * cols (inner > 1): 32 neighbouring outputs per block (coalesced loads), the r extent split
 //     among row groups of the block, partial results combined in shared memory.
 // Arithmetic as ONNX Runtime's CPU EP: float sums and means accumulate in f32 (f16/bf16 widened)
-// and round once; the mean divides the f32 sum by the f32 count; integer sums and means
-// accumulate in double and convert back saturating (out of range: the type's min/max, NaN: min);
-// max and min propagate NaN; over bool they are any and all. Empty reductions give sum 0, mean 0,
-// max -inf / the type's minimum / false, min +inf / its maximum / true, prod 1, L1 / L2 / sum of
-// squares 0, log-sum -inf. The other float reductions transform each element as it is read (the
-// square, the absolute value) and the accumulated value once at the end (L2's square root,
-// LogSum's log), all in f32.
+// and round once, f64 ones in double (its double kernels); the mean divides the sum by the count
+// in the accumulator's type; integer sums and means accumulate in double and convert back
+// saturating (out of range: the type's min/max, NaN: min); max and min propagate NaN; over bool
+// they are any and all. Empty reductions give sum 0, mean 0, max -inf / the type's minimum /
+// false, min +inf / its maximum / true, prod 1, L1 / L2 / sum of squares 0, log-sum -inf. The
+// other float reductions transform each element as it is read (the square, the absolute value)
+// and the accumulated value once at the end (L2's square root, LogSum's log), all in f32 (f64:
+// in double). ReduceLogSumExp over f64 rows is here too (the f32, f16 and bf16 ones are
+// kernels/softmax.hip's online pass, which works in f32).
 #include "hipep_device.h"
 
 struct hipep_reduce_args {
@@ -50,6 +52,13 @@ template <> struct hipep_reduce_traits<hipep_bf16> {
   static HIPEP_DEVICE float highest() { return HIPEP_INF_F; }
   static HIPEP_DEVICE float widen(hipep_bf16 v) { return __bfloat162float(v); }
   static HIPEP_DEVICE hipep_bf16 narrow(float v) { return __float2bfloat16(v); }
+};
+template <> struct hipep_reduce_traits<double> {
+  typedef double acc;
+  static HIPEP_DEVICE double lowest() { return -HIPEP_INF_D; }
+  static HIPEP_DEVICE double highest() { return HIPEP_INF_D; }
+  static HIPEP_DEVICE double widen(double v) { return v; }
+  static HIPEP_DEVICE double narrow(double v) { return v; }
 };
 template <> struct hipep_reduce_traits<int> {
   typedef double acc;
@@ -270,6 +279,33 @@ HIPEP_REDUCE_FLOAT(max_bf16, hipep_bf16, HIPEP_MAX, 8)
 HIPEP_REDUCE_MORE(f32, float, 4)
 HIPEP_REDUCE_MORE(f16, hipep_half, 8)
 HIPEP_REDUCE_MORE(bf16, hipep_bf16, 8)
+
+// f64: every float reduction in double, two elements (16 bytes) per vector load.
+HIPEP_REDUCE_FLOAT(sum_f64, double, HIPEP_SUM, 2)
+HIPEP_REDUCE_FLOAT(mean_f64, double, HIPEP_MEAN, 2)
+HIPEP_REDUCE_FLOAT(max_f64, double, HIPEP_MAX, 2)
+HIPEP_REDUCE_MORE(f64, double, 2)
+
+// ReduceLogSumExp over f64 rows (the runtime moves the reduced axes last): two passes in double,
+// the reference's form of ONNX Runtime's double kernel: m, the row's maximum (NaN propagating),
+// is taken as 0 where it is not finite, then y = log(sum of exp(x - m)) + m. So a row holding NaN
+// gives NaN, an empty or all -inf row log(0) + 0 = -inf, a row holding +inf +inf (softmax.hip's
+// online pass, which shifts by the running maximum, gives inf - inf = NaN where +inf repeats).
+HIPEP_KERNEL void hipep_reduce_logsumexp_f64_rows(const double* HIPEP_RESTRICT x, double* HIPEP_RESTRICT y,
+                                                  const hipep_reduce_args a) {
+  __shared__ double scratch[HIPEP_MAX_WARPS];
+  const hipep_i64 row = (hipep_i64)blockIdx.x * blockDim.y + threadIdx.y;
+  if (row >= a.rows) return;  // only when blockDim.x is one warp: no block barrier below
+  const double* p = x + row * a.r;
+  double m = -HIPEP_INF_D;
+  for (hipep_i64 i = threadIdx.x; i < a.r; i += blockDim.x) m = hipep_dmax_nan(m, p[i]);
+  m = hipep_block_dmax(m, scratch);
+  if (!(m == m && m != HIPEP_INF_D && m != -HIPEP_INF_D)) m = 0.0;
+  double s = 0.0;
+  for (hipep_i64 i = threadIdx.x; i < a.r; i += blockDim.x) s += exp(p[i] - m);
+  s = hipep_block_sum(s, scratch);
+  if (threadIdx.x == 0) y[row] = log(s) + m;
+}
 
 // Integer sums and means: double accumulation (no vector loads: the row is read as it is).
 #define HIPEP_REDUCE_INT(NAME, T, OP)                                                                 \

@@ -1,8 +1,8 @@
 """GPU bindings of the reductions (ReduceSum, ReduceMean, ReduceMax, ReduceMin, the last two over
-bool too; for float types also ReduceProd, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, and
-ReduceLogSumExp over the last axes), Softmax and LogSoftmax: kernels/reduce.hip and
-kernels/softmax.hip, one row per warp or block; ArgMax and ArgMin, kernels/argmax.hip; and CumSum
-and CumProd, kernels/scan.hip, over a constant axis or one the kernel reads at run time
+bool too; for float types, f64 included, also ReduceProd, ReduceSumSquare, ReduceL1, ReduceL2,
+ReduceLogSum, and ReduceLogSumExp over the last axes), Softmax and LogSoftmax: kernels/reduce.hip
+and kernels/softmax.hip, one row per warp or block; ArgMax and ArgMin, kernels/argmax.hip; and
+CumSum and CumProd, kernels/scan.hip, over a constant axis or one the kernel reads at run time
 (registered in hipep.runtime.gpu_kernels' table on import)."""
 from __future__ import annotations
 
@@ -33,13 +33,17 @@ class ReduceArgs(ctypes.Structure):
     _fields_ = [("rows", ctypes.c_longlong), ("r", ctypes.c_longlong), ("inner", ctypes.c_longlong)]
 
 
-_ALL, _FLOATS = ("f32", "f16", "bf16", "i32", "i64"), ("f32", "f16", "bf16")
+_FLOATS = ("f32", "f16", "bf16", "f64")
+_ALL = _FLOATS + ("i32", "i64")
 # op -> (kernel name, element types it has kernels for); over bool, max is any and min is all
 _REDUCE_OPS = {"ReduceSum": ("sum", _ALL), "ReduceMean": ("mean", _ALL), "ReduceMax": ("max", _ALL + ("bool",)),
                "ReduceMin": ("min", _ALL + ("bool",)), "ReduceProd": ("prod", _FLOATS),
                "ReduceSumSquare": ("sumsq", _FLOATS), "ReduceL1": ("l1", _FLOATS), "ReduceL2": ("l2", _FLOATS),
                "ReduceLogSum": ("logsum", _FLOATS)}
-_REDUCE_DT = {**_DT, "bool": "bool"}  # element type -> the kernels' name for it
+# Element type -> the kernels' name for it, and elements per 16-byte load of the row kernels (the
+# shared tables leave f64 out: other ops read a type missing there as one without kernels).
+_REDUCE_DT = {**_DT, "bool": "bool", "float64": "f64"}
+_REDUCE_VEC = {**_VEC, "f64": 2}
 
 
 def reduce_blocks(shape: Sequence[int], axes, noop: bool) -> tuple[int, int, int] | str:
@@ -120,7 +124,7 @@ def _reduce_bind(op_type: str):
             return []
         params = [ptr(x), ptr(y), ReduceArgs(outer * inner, r, inner)]
         if inner == 1:
-            vec = _VEC.get(dt, 1)
+            vec = _REDUCE_VEC.get(dt, 1)
             use_vec = _vec_ok([x], r, vec, x.dtype.itemsize)
             grid, block = _row_config(outer, _cdiv(r, vec) if use_vec else r, target)
             entry = f"hipep_reduce_{kind}_{dt}_rows" + ("_vec" if use_vec else "")
@@ -205,12 +209,14 @@ for _op, _prefix in (("Softmax", "hipep_softmax"), ("LogSoftmax", "hipep_log_sof
 
 
 # ReduceLogSumExp: kernels/softmax.hip's first pass (max, then the sum of exp(x - max)) per row, so
-# only where the reduced axes are the last ones (reduce_blocks' inner extent is 1).
+# only where the reduced axes are the last ones (reduce_blocks' inner extent is 1); f64 rows are
+# kernels/reduce.hip's, two passes in double.
 
-@_binding("::ReduceLogSumExp", check=_reduce_check(_FLOATS), reads_values=True, modules=("softmax", "copy"))
+@_binding("::ReduceLogSumExp", check=_reduce_check(_FLOATS), reads_values=True,
+          modules=("softmax", "reduce", "copy"))
 def _logsumexp_bind(ins, outs, attrs, target):
     x, y = ins[0], outs[0]
-    dt = _dt(x.dtype, "ReduceLogSumExp")
+    dt = _REDUCE_DT.get(x.dtype.name)
     if dt not in _FLOATS:
         raise NoKernel(f"ReduceLogSumExp on {x.dtype.name}")
     axes = _values_or_attr(ins, 1, attrs, "axes") or []
@@ -221,6 +227,10 @@ def _logsumexp_bind(ins, outs, attrs, target):
         raise HipepError(f"ReduceLogSumExp: output of {y.size} elements for a reduction to {rows}")
     if rows == 0:
         return []
+    if dt == "f64":
+        grid, block = _row_config(rows, max(cols, 1), target)
+        return ops + [KernelOp("hipep_reduce_logsumexp_f64_rows", grid, block,
+                               [ptr(x), ptr(y), ReduceArgs(rows, cols, 1)], module="reduce")]
     vec = _VEC.get(dt, 1)
     use_vec = _vec_ok([x], cols, vec, x.dtype.itemsize)
     grid, block = _row_config(rows, _cdiv(cols, vec) if use_vec else max(cols, 1), target)

@@ -15,24 +15,41 @@ operands' ranks are known at launch), broadcast where an operand's extent is 1.
   * One operand: a Transpose (strided copy) where no subscript is summed; else ReduceSum over
     the summed subscripts, after a copy that moves them last where they are not adjacent or the
     kept ones are out of the output's order.
-Refused, naming the equation: more than two operands, a subscript repeated within one term (a
-diagonal), a subscript summed within one of two operands alone, integer products and sums, "..."
-in an operand of unknown rank, and terms of more than COPY_MAX_RANK subscripts.
+  * Two f64 operands: kernels/einsum.hip, one sum of products per output in double (there is no
+    f64 GEMM), any subscripts (one summed within one operand alone too).
+A subscript repeated within an operand's term (a diagonal) is one axis of that operand whose
+stride is the sum of its axes' strides: copies and the f64 kernel read the diagonal directly; the
+GEMM path copies such an operand out first, so the product sees the layouts it sees elsewhere.
+Refused, naming the equation: more than two operands, a subscript summed within one of two f32 /
+f16 operands alone, integer products and sums, "..." in an operand of unknown rank, terms of more
+than COPY_MAX_RANK subscripts, and f64 products summing more than EINSUM_MAX_RANK subscripts.
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 from typing import Sequence
 
 from ..errors import HipepError
 from ..ops.linalg import EinsumError, parse_einsum
 from .gpu_binding_core import workspace_after, workspace_regions
-from .gpu_kernels import (COPY_MAX_RANK, Arg, NoKernel, _binding, _prod, contiguous_strides, merge_dims,
-                          strided_copy)
+from .gpu_kernels import (COPY_MAX_RANK, Arg, KernelOp, NoKernel, _binding, _prod, contiguous_strides, merge_dims,
+                          ptr, row_config, strided_copy)
 from .gpu_linalg import GEMM_MAX_BATCH_RANK, GemmProblem, gemm_ops
 
-_FLOATS = ("float32", "float16")
+_FLOATS = ("float32", "float16", "float64")  # element types with products and sums
 _TYPES = _FLOATS + ("int32", "int64")
+EINSUM_MAX_RANK = 8  # kernels/einsum.hip's HIPEP_EINSUM_MAX_RANK: output axes, and summed axes, each
+
+
+class EinsumArgs(ctypes.Structure):
+    """kernels/einsum.hip's hipep_einsum_args."""
+    _fields_ = [("outputs", ctypes.c_longlong), ("summed", ctypes.c_longlong),
+                *((name, ctypes.c_longlong * EINSUM_MAX_RANK)
+                  for name in ("out_dims", "a_out", "b_out", "sum_dims", "a_sum", "b_sum")),
+                ("out_rank", ctypes.c_int), ("sum_rank", ctypes.c_int)]
+
+
 _ELLIPSIS_LETTERS = "0123456789"  # fresh subscripts for the axes of "..." (letters are a-z, A-Z)
 
 
@@ -57,8 +74,15 @@ def _expand_ellipsis(terms: list[str], out: str, ranks: Sequence[int | None]) ->
     return expanded, out.replace(".", fresh)
 
 
-def _structure(equation: str, n_inputs: int, ranks: Sequence[int | None]) -> tuple[list[str], str] | str:
-    """(terms, output) of an equation the binding runs, "..." expanded, or why it has no kernel."""
+def _distinct(term: str) -> str:
+    """A term's subscripts, each once, in the order they first occur."""
+    return "".join(dict.fromkeys(term))
+
+
+def _structure(equation: str, n_inputs: int, ranks: Sequence[int | None],
+               dtype: str) -> tuple[list[str], str] | str:
+    """(terms, output) of an equation the binding runs on `dtype` operands, "..." expanded, or why
+    it has no kernel."""
     try:
         terms, out, _ = parse_einsum(equation, n_inputs)
     except EinsumError as e:
@@ -70,16 +94,18 @@ def _structure(equation: str, n_inputs: int, ranks: Sequence[int | None]) -> tup
         return expanded
     terms, out = expanded
     for t in terms + [out]:
-        if len(set(t)) != len(t):
-            ch = next(c for c in t if t.count(c) > 1)
-            return f"subscript '{ch}' repeats within a term (a diagonal)"
-        if len(t) > COPY_MAX_RANK:
-            return f"a term of {len(t)} subscripts (at most {COPY_MAX_RANK})"
+        if len(_distinct(t)) > COPY_MAX_RANK:
+            return f"a term of {len(_distinct(t))} subscripts (at most {COPY_MAX_RANK})"
     if n_inputs == 2:
         a, b = terms
-        alone = [ch for ch in a + b if ch not in out and (ch in a) != (ch in b)]
-        if alone:
-            return f"subscript '{alone[0]}' is summed within one operand alone"
+        summed = _distinct("".join(ch for ch in a + b if ch not in out))
+        if dtype == "float64":
+            if len(summed) > EINSUM_MAX_RANK:
+                return f"{len(summed)} summed subscripts (at most {EINSUM_MAX_RANK})"
+        else:
+            alone = [ch for ch in summed if (ch in a) != (ch in b)]
+            if alone:
+                return f"subscript '{alone[0]}' is summed within one operand alone"
     return terms, out
 
 
@@ -89,11 +115,12 @@ def _einsum_check(attrs, dtypes, shapes, values):
         return "no equation"
     n_inputs = len(dtypes)
     shapes = list(shapes) + [None] * n_inputs
-    structure = _structure(str(equation), n_inputs, [None if s is None else len(s) for s in shapes[:n_inputs]])
+    dtype = dtypes[0] if dtypes else "?"
+    structure = _structure(str(equation), n_inputs, [None if s is None else len(s) for s in shapes[:n_inputs]],
+                           dtype)
     if isinstance(structure, str):
         return f"equation '{equation}': {structure}"
     terms, out = structure
-    dtype = dtypes[0] if dtypes else "?"
     if dtype not in _TYPES:
         return f"element type {dtype}"
     summed = n_inputs == 2 or any(ch not in out for ch in terms[0])
@@ -102,11 +129,11 @@ def _einsum_check(attrs, dtypes, shapes, values):
     return None
 
 
-@_binding("::Einsum", check=_einsum_check, modules=("copy", "gemm", "reduce"))
+@_binding("::Einsum", check=_einsum_check, modules=("copy", "gemm", "reduce", "einsum"))
 def _einsum_bind(ins, outs, attrs, target):
     equation = str(attrs["equation"])
     y = outs[0]
-    structure = _structure(equation, len(ins), [x.ndim for x in ins])
+    structure = _structure(equation, len(ins), [x.ndim for x in ins], ins[0].dtype.name)
     if isinstance(structure, str):
         raise NoKernel(f"Einsum: equation '{equation}': {structure}")
     terms, out = structure
@@ -122,23 +149,31 @@ def _einsum_bind(ins, outs, attrs, target):
     operands = [_Operand(x, t, extent) for x, t in zip(ins, terms)]
     if len(ins) == 1:
         return _one_operand_ops(operands[0], y, out, extent, target)
+    if y.dtype.name == "float64":
+        return _f64_product_ops(operands[0], operands[1], y, out, extent, target)
     return _product_ops(operands[0], operands[1], y, out, extent, target)
 
 
 @dataclasses.dataclass
 class _Operand:
     arg: Arg
-    term: str
+    axes: str  # the subscript of each of arg's axes (one repeats along a diagonal)
     extent: dict
 
+    @property
+    def term(self) -> str:
+        """The operand's subscripts, each once."""
+        return _distinct(self.axes)
+
+    @property
+    def diagonal(self) -> bool:
+        return len(self.term) != len(self.axes)
+
     def stride(self, ch: str) -> int:
-        """Elements per step of subscript ch (0 where the operand broadcasts it or lacks it)."""
-        if ch not in self.term:
-            return 0
-        i = self.term.index(ch)
-        if int(self.arg.shape[i]) == 1:
-            return 0
-        return contiguous_strides(self.arg.shape)[i]
+        """Elements per step of subscript ch (0 where the operand broadcasts it or lacks it): the
+        sum of the strides of the axes it names, a diagonal's step where it names several."""
+        strides = contiguous_strides(self.arg.shape)
+        return sum(s for c, s, d in zip(self.axes, strides, self.arg.shape) if c == ch and int(d) != 1)
 
     def copy_to(self, letters: str, at: int, target) -> tuple["_Operand", list]:
         """This operand copied to `at`, laid out contiguously along `letters` (broadcasts expanded)."""
@@ -204,8 +239,8 @@ def _product_ops(a: _Operand, b: _Operand, y: Arg, out: str, extent: dict, targe
         out_strides = [s * m * n for s in contiguous_strides([extent[ch] for ch in batch])]
         return merge_dims([extent[ch] for ch in batch], [[o.stride(ch) for ch in batch] for o in ops_] + [out_strides])
 
-    need_a = _matrix(a, rows, inner) is None
-    need_b = _matrix(b, inner, cols) is None
+    need_a = a.diagonal or _matrix(a, rows, inner) is None
+    need_b = b.diagonal or _matrix(b, inner, cols) is None
     dims, _ = batch_axes([a, b])
     if len(dims) > GEMM_MAX_BATCH_RANK:
         need_a = need_b = True  # copied contiguously, the batch axes merge into one
@@ -241,12 +276,31 @@ def _one_operand_ops(x: _Operand, y: Arg, out: str, extent: dict, target) -> lis
     from .gpu_bindings_reduce import _reduce_bind, reduce_blocks
 
     kept = "".join(ch for ch in x.term if ch in out)
-    axes = [x.term.index(ch) for ch in summed]
+    axes = [x.axes.index(ch) for ch in summed]
     ops: list = []
     src = x.arg
-    if kept != out or isinstance(reduce_blocks(src.shape, axes, False), str):
+    if x.diagonal or kept != out or isinstance(reduce_blocks(src.shape, axes, False), str):
         space = _Workspace(target, [src.dtype.itemsize * _prod(extent[ch] for ch in out + summed)])
         moved, ops = x.copy_to(out + summed, space.at(0), target)
         src, axes = moved.arg, list(range(len(out), len(out) + len(summed)))
     flat = Arg(y.ptr, (y.size,), y.dtype)
     return ops + _reduce_bind("ReduceSum")([src, None], [flat], {"axes": axes, "keepdims": 0}, target)
+
+
+def _f64_product_ops(a: _Operand, b: _Operand, y: Arg, out: str, extent: dict, target) -> list:
+    """Two f64 operands: kernels/einsum.hip reads them through their strides, the output's axes
+    and the summed ones each merged where both operands step through them as one."""
+    summed = _distinct("".join(ch for ch in a.term + b.term if ch not in out))
+    out_dims, (a_out, b_out) = merge_dims([extent[ch] for ch in out],
+                                          [[a.stride(ch) for ch in out], [b.stride(ch) for ch in out]])
+    sum_dims, (a_sum, b_sum) = merge_dims([extent[ch] for ch in summed],
+                                          [[a.stride(ch) for ch in summed], [b.stride(ch) for ch in summed]])
+    args = EinsumArgs()
+    args.outputs, args.summed = y.size, _prod(sum_dims)
+    args.out_rank, args.sum_rank = len(out_dims), len(sum_dims)
+    for d, (e, sa, sb) in enumerate(zip(out_dims, a_out, b_out)):
+        args.out_dims[d], args.a_out[d], args.b_out[d] = e, sa, sb
+    for d, (e, sa, sb) in enumerate(zip(sum_dims, a_sum, b_sum)):
+        args.sum_dims[d], args.a_sum[d], args.b_sum[d] = e, sa, sb
+    grid, block = row_config(y.size, max(args.summed, 1), target)
+    return [KernelOp("hipep_einsum_f64", grid, block, [ptr(a.arg), ptr(b.arg), ptr(y), args], module="einsum")]

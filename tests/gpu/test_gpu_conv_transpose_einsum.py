@@ -3,7 +3,8 @@ hipep.InferenceSession(device="cuda"), three runs each (first run, bound replay,
 replay), compared with ONNX Runtime's CPU EP, every node claimed by the cuda device.
 
 ConvTranspose is a product (cuBLASLt or hipep's GEMM, both modes run) and kernels/col2im.hip;
-Col2Im is the col2im alone; Einsum a product, a transpose or a sum with copies around them.
+Col2Im is the col2im alone; Einsum a product, a transpose or a sum with copies around them, in f64
+kernels/einsum.hip's sums of products (in double, within 1e-12 of the CPU EP's) for two operands.
 Tolerances: products in f32 rtol 1e-3, atol 1e-5 (long sums added in another order than
 MLAS's; inputs scaled so outputs are O(1)); f16 rtol 1e-2, atol 2e-3 (the columns are rounded
 to f16 before col2im sums them). f16 is compared with the CPU EP running the same model in f32
@@ -140,6 +141,9 @@ EINSUM = [  # (equation, operand shapes)
     ("bhwc,hkc->bhwk", [(2, 14, 14, 32), (14, 14, 32)]),  # relative position terms (SAM, ViTDet)
     ("ijk->kji", [(8, 16, 24)]),
     ("bij->bj", [(4, 33, 70)]),
+    ("...ii->...i", [(4, 3, 20, 20)]),  # diagonals: read through their summed strides
+    ("bii->b", [(6, 40, 40)]),  # traces: the diagonal copied out, then summed
+    ("bjj,bjk->bk", [(4, 24, 24), (4, 24, 32)]),  # a diagonal contracted: copied out for the product
 ]
 
 
@@ -153,3 +157,33 @@ def test_einsum(rng, gemm_mode, elem, equation, shapes):
                           [tensor(v, e, list(s)) for v, s in zip(names, shapes)], [tensor("y", e, None)], opset=12)
 
     check(build, elem, {}, {v: rand(rng, s, elem) for v, s in zip(names, shapes)}, PRODUCT_TOL[elem])
+
+
+F64_EINSUM = EINSUM + [  # the f64 kernel takes subscripts summed within one operand alone too
+    ("ij,jk->k", [(40, 30), (30, 20)]),
+    ("bij,bjk->", [(3, 20, 16), (3, 16, 24)]),
+    ("i,i", [(100000,), (100000,)]),  # one long sum over the whole block
+    ("ij,kl->ijkl", [(6, 7), (5, 8)]),  # an outer product: one term per output
+]
+
+
+@pytest.mark.parametrize("equation,shapes", F64_EINSUM)
+def test_einsum_f64(rng, equation, shapes):
+    """f64 in double: two operands through kernels/einsum.hip, one through copies and the f64
+    ReduceSum; within 1e-12 of ORT's CPU EP (its double products add in another order)."""
+    from gpu_checks import assert_claimed_whole
+
+    import hipep
+
+    names = [f"x{i}" for i in range(len(shapes))]
+    model = make_model([n("Einsum", names, ["y"], equation=equation, name="einsum")],
+                       [tensor(v, TP.DOUBLE, list(s)) for v, s in zip(names, shapes)], [tensor("y", TP.DOUBLE, None)],
+                       opset=12)
+    feeds = {v: rng.uniform(-1, 1, s) for v, s in zip(names, shapes)}
+    assert_claimed_whole(model)
+    (want,) = cpu_session(model).run(None, feeds)
+    sess = hipep.InferenceSession(model, device="cuda")
+    for _ in range(3):
+        (got,) = sess.run(None, feeds)
+        assert got.dtype == np.float64 and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max(initial=1.0))

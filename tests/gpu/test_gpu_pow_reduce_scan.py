@@ -1,11 +1,12 @@
-"""Pow of every type pair with its exponent a graph input, ReduceMax / ReduceMin over bool,
-CumSum / CumProd in f64 and over an axis that is a graph input, and Clip / Where on the integer
+"""Pow of every type pair with its exponent a graph input, ReduceMax / ReduceMin over bool, the f64
+reductions (in double) and ReduceLogSumExp's NaN and infinite lines, CumSum / CumProd in f64 and
+over an axis that is a graph input, and Clip / Where on the integer
 types and Celu on f16 that ONNX Runtime's CPU EP takes, end to end: small ONNX models through
 hipep.InferenceSession(device="cuda"), run three times (first run, bound replay, CUDA graph replay)
 and compared with ONNX Runtime's CPU EP, or hipep's CPU device where ORT cannot serve as the oracle
 (CumProd, which ORT releases before opset 26 cannot load; empty bool reductions, which ORT's CPU EP
 refuses). Integers and scans bit for bit; Pow's f32 within 1e-5 (the GPU's pow against glibc's),
-f16 within 1e-2.
+f16 within 1e-2; f64 reductions within 1e-12 (double sums added in another order).
 
 The exponent and the axis change between runs of one session whose shapes stay the same, so the
 CUDA graph captured once replays with the new value: the kernels read it, nothing is bound again.
@@ -21,7 +22,7 @@ import hipep
 
 from hipep.runtime.cuda import cuda_status
 from gpu_checks import assert_claimed_whole, check_on_cuda, reference_outputs
-from helpers import ORT_VERSION, make_model, tensor
+from helpers import ORT_VERSION, cpu_session, make_model, tensor
 
 pytestmark = pytest.mark.gpu
 _ok, _why = cuda_status(0)
@@ -176,6 +177,62 @@ def test_empty_bool_reductions_give_false_and_true(op_type):
     want = hipep.InferenceSession(model, device="cpu").run(None, feeds)
     assert want[0].tolist() == [[op_type == "ReduceMin"] * 3]
     check_on_cuda(model, feeds, BOOL, want=want, claimed=True)
+
+
+# ---- f64 reductions ------------------------------------------------------------------------------------
+
+# The reductions the registry takes over f64 (ReduceSum, ReduceMean, ReduceMax and ReduceMin stop at
+# f32 there; their f64 kernels run Einsum's f64 sums, tests/gpu/test_gpu_conv_transpose_einsum.py).
+F64_REDUCTIONS = ["ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceSumSquare", "ReduceLogSumExp"]
+F64_LAYOUTS = [((3, 5, 64), [-1]), ((3, 5, 63), [-1]), ((2, 3000), [1]), ((4, 70, 6), [1]), ((300, 5), [0]),
+               ((5, 7, 9), [0, 1, 2]), ((4, 3, 5), [0, 2])]
+
+
+def reduce_model(op_type, elem, shape, axes, keepdims=1):
+    return make_model([n(op_type, ["x", "axes"], ["y"], keepdims=keepdims, name="reduce")],
+                      [tensor("x", elem, list(shape)), tensor("axes", I64, [len(axes)])],
+                      [tensor("y", elem, None)], opset=18)
+
+
+def check_f64(model, feeds, rtol=1e-12):
+    """Three runs on the CUDA device against ORT's CPU EP in double (hipep's CPU device where this
+    onnxruntime has no double kernel for the op), NaN and infinities where the oracle has them."""
+    assert_claimed_whole(model)
+    try:
+        want = cpu_session(model).run(None, feeds)
+    except Exception:  # noqa: BLE001 - an onnxruntime release without the op's double kernel
+        want = hipep.InferenceSession(model, device="cpu").run(None, feeds)
+    sess = hipep.InferenceSession(model, device="cuda")
+    for _ in range(3):
+        got = sess.run(None, feeds)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype == np.float64 and g.shape == w.shape
+            scale = np.abs(w[np.isfinite(w)]).max(initial=1.0)
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale)
+
+
+@pytest.mark.parametrize("op_type", F64_REDUCTIONS)
+@pytest.mark.parametrize("shape,axes", F64_LAYOUTS)
+def test_f64_reductions_in_double(rng, op_type, shape, axes):
+    """Rows (16-byte loads and not), long rows, columns, everything, and axes moved last by a copy;
+    values 2^30 apart, which an f32 accumulator would lose."""
+    x = {"ReduceProd": rng.uniform(0.9, 1.1, shape), "ReduceLogSum": rng.uniform(0.1, 1.0, shape)}.get(
+        op_type, rng.uniform(-2, 2, shape))
+    if op_type in ("ReduceL1", "ReduceLogSum"):
+        x.reshape(-1)[::3] *= 2.0 ** 30
+    check_f64(reduce_model(op_type, F64, shape, axes), {"x": x, "axes": np.array(axes, np.int64)})
+
+
+@pytest.mark.parametrize("shape,axes", [((4, 7), [1]), ((7, 4), [0])])
+def test_f64_logsumexp_of_nan_and_infinite_lines(shape, axes):
+    """A line holding NaN gives NaN, one of -inf only -inf, one holding +inf twice +inf, as ORT's
+    double kernel gives (the maximum is not subtracted where it is not finite)."""
+    lines = np.linspace(-300, 300, 28).reshape(4, 7)
+    lines[0, 3] = np.nan
+    lines[1] = -np.inf
+    lines[2, 1:3] = np.inf
+    x = lines if axes == [1] else lines.T.copy()
+    check_f64(reduce_model("ReduceLogSumExp", F64, shape, axes), {"x": x, "axes": np.array(axes, np.int64)})
 
 
 # ---- CumSum / CumProd over an axis the kernel reads ----------------------------------------------------

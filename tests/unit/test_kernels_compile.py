@@ -185,9 +185,12 @@ def _entry_points_named_by_bindings() -> set[tuple[str, str]]:
             if isinstance(op, gk.KernelOp) and op.module:
                 names.add((op.module, op.entry))
 
-    for key in ("::ReduceSum", "::ReduceMean", "::ReduceMax"):
-        for dt in float_types + [np.int32, np.int64]:
-            for base in (aligned, odd) if dt in float_types else (aligned,):
+    for key in ("::ReduceSum", "::ReduceMean", "::ReduceMax", "::ReduceMin", "::ReduceProd", "::ReduceL2",
+                "::ReduceLogSum", "::ReduceSumSquare", "::ReduceL1"):
+        for dt in float_types + [np.float64, np.int32, np.int64]:
+            if dt in (np.int32, np.int64) and key not in ("::ReduceSum", "::ReduceMean", "::ReduceMax"):
+                continue
+            for base in (aligned, odd) if dt not in (np.int32, np.int64) else (aligned,):
                 for shape, axes, out in (((4, 64), [-1], (4, 1)), ((4, 64, 3), [1], (4, 1, 3))):
                     x = np.zeros(shape, dt)
                     add(gk.BINDINGS[key].bind([arg(x, base), arg(np.array(axes), IDX, True)], [out_arg(out, dt)],
@@ -202,6 +205,15 @@ def _entry_points_named_by_bindings() -> set[tuple[str, str]]:
             add(gk.BINDINGS["com.microsoft::SkipSimplifiedLayerNormalization"].bind(
                 [arg(x, base), arg(x, base), arg(np.zeros(64, dt), IDX)], [out_arg(x.shape, dt)], {"epsilon": 1e-5},
                 TARGET))
+    for dt in float_types + [np.float64]:
+        x = np.zeros((4, 64), dt)
+        add(gk.BINDINGS["::ReduceLogSumExp"].bind([arg(x, aligned), arg(np.array([-1]), IDX, True)],
+                                                  [out_arg((4, 1), dt)], {"keepdims": 1}, TARGET))
+    for shapes, equation in ((((2, 3), (3, 4)), "ij,jk->ik"), (((3, 3),), "ii->"), (((4, 5),), "ij->j")):
+        ins = [arg(np.zeros(s), SRC + 4096 * k) for k, s in enumerate(shapes)]
+        out = np.einsum(equation, *[np.zeros(s) for s in shapes]).shape
+        add(gk.BINDINGS["::Einsum"].bind(ins, [out_arg(out, np.float64)], {"equation": equation},
+                                         dataclasses.replace(TARGET, workspace=lambda n: 0xA00000)))
     for e, word_shapes in ((1, 16), (2, 8), (4, 4), (8, 2)):
         dt = {1: np.uint8, 2: np.float16, 4: np.float32, 8: np.int64}[e]
         for inner in (1, 2, 4, 8, 16):

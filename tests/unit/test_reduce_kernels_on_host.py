@@ -4,10 +4,11 @@ block a host thread, barriers and warp shuffles as the GPU has them), and the la
 bindings give run block by block over host memory, compared with the op registry's references.
 Every reduction with a GPU kernel, over the layouts the binding tells apart: rows (the last axes;
 16-byte loads where the row allows, and not), columns (inner axes), everything, and an empty
-reduced extent; f32, f16 and the integer types where the op has integer kernels, bool for ReduceMax
-and ReduceMin (any, all); warps of 32 and 64 lanes. Reduced axes that are not adjacent, and Softmax /
+reduced extent; f32, f16, f64 (in double) and the integer types where the op has integer kernels,
+bool for ReduceMax and ReduceMin (any, all); warps of 32 and 64 lanes. Reduced axes that are not adjacent, and Softmax /
 LogSoftmax / ReduceLogSumExp over axes that are not the last, through a strided copy
-(kernels/copy.hip) into the workspace. Softmax and LogSoftmax rows, one element at -inf. CumSum and
+(kernels/copy.hip) into the workspace; ReduceLogSumExp over f64 (kernels/reduce.hip, in double)
+against the reference and ONNX Runtime's CPU EP. Softmax and LogSoftmax rows, one element at -inf. CumSum and
 CumProd (kernels/scan.hip), over a constant axis and one the kernel reads at run time (every axis
 through one binding; one out of range reported to the fault record), and ArgMax / ArgMin
 (kernels/argmax.hip: ties, NaN first and later, select_last_index). Skipped without g++."""
@@ -157,14 +158,56 @@ def test_bool_max_over_axes_that_are_not_adjacent(lib, copy_lib, shape, axes):
         np.testing.assert_array_equal(got.reshape(want.shape), want)
 
 
-def test_min_and_max_propagate_nan(lib):
-    x = np.arange(3 * 64, dtype=np.float32).reshape(3, 64)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_min_and_max_propagate_nan(lib, dtype):
+    x = np.arange(3 * 64, dtype=dtype).reshape(3, 64)
     x[1, 17] = np.nan
     for op_type in ("ReduceMin", "ReduceMax"):
         for axes in ([1], [0]):
             got, want, _ = _run(lib, op_type, x, axes)
             np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
             np.testing.assert_array_equal(got[~np.isnan(got)], want[~np.isnan(want)])
+
+
+def _f64_want(op_type: str, x: np.ndarray, axes) -> np.ndarray:
+    """numpy in double (keepdims): ReduceSum and ReduceMean, whose registry references take f32
+    and f16 only (their f64 form would sum in f32), and the others' references, which compute
+    f64 in double as ONNX Runtime's double kernels do."""
+    axes = tuple(a % x.ndim for a in axes)
+    if op_type == "ReduceSum":
+        return np.sum(x, axis=axes, keepdims=True)
+    if op_type == "ReduceMean":
+        n = int(np.prod([x.shape[a] for a in axes]))
+        return np.sum(x, axis=axes, keepdims=True) / n if n else np.zeros_like(np.sum(x, axis=axes, keepdims=True))
+    (want,) = lookup("", op_type).reference([x, np.array(axes, np.int64)], {"keepdims": 1, "noop_with_empty_axes": 0,
+                                                                            OUTPUT_COUNT: 1, SINCE_VERSION: 18})
+    return want
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("op_type", list(_REDUCE_OPS))
+def test_f64_reductions_accumulate_in_double(lib, op_type, layout):
+    """f64 rows (two elements a 16-byte load, and not), columns, everything, empty: double
+    accumulation, so within a few ulps of numpy's double sums (another order of addition); values
+    that an f32 accumulator would lose (2^30 apart) stay."""
+    shape, axes = LAYOUTS[layout]
+    rng = np.random.default_rng(len(op_type) * 17 + len(layout))
+    x = _values(rng, op_type, shape, np.float64)
+    if op_type in ("ReduceSum", "ReduceMean", "ReduceL1") and x.size:
+        x.reshape(-1)[::3] *= 2.0 ** 30
+    got, _, ops = _run(lib, op_type, x, axes)
+    assert ops and all(o.module == "reduce" and "_f64_" in o.entry for o in ops)
+    want = _f64_want(op_type, x, axes)
+    np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-12, atol=0)
+    assert got.dtype == np.float64
+
+
+def test_f64_sum_has_no_f32_rounding(lib):
+    """2^-30 added to 1 survives in double (an f32 accumulator would drop it), rows and columns."""
+    x = np.array([[1.0, 2.0 ** -30, 2.0 ** -30, 0.0]] * 3)
+    for axes in ([1], [0]):
+        got, _, _ = _run(lib, "ReduceSum", x, axes)
+        np.testing.assert_array_equal(got.reshape(-1), np.sum(x, axis=axes[0]))
 
 
 def test_float_only_reductions_have_no_integer_kernel():
@@ -202,6 +245,45 @@ def test_logsumexp_over_the_last_axes_follows_the_reference(softmax_lib, shape, 
         x = rng.uniform(-4, 4, shape).astype(dtype)
         view, want, _ = _run(softmax_lib, "ReduceLogSumExp", x, axes)
         np.testing.assert_allclose(view.astype(np.float64), want.astype(np.float64), err_msg=dtype.__name__, **tol)
+
+
+@pytest.fixture(scope="module")
+def reduce_lib(tmp_path_factory):
+    return compile_module(tmp_path_factory.mktemp("reduce_lse"), "reduce", 32), 32
+
+
+LOGSUMEXP_F64 = [((3, 5, 64), [-1]), ((3, 5, 63), [1, 2]), ((2, 3000), [1]), ((5, 7, 9), [0, 1, 2]), ((4, 6), []),
+                 ((3, 0), [1]), ((3, 2, 2), [1]), ((3, 2, 2), [0]), ((3, 4, 5), [0, 2])]
+
+
+@pytest.mark.parametrize("shape,axes", LOGSUMEXP_F64)
+def test_logsumexp_of_f64_is_computed_in_double(reduce_lib, copy_lib, shape, axes):
+    """kernels/reduce.hip's f64 rows (axes that are not the last moved there by a copy): the
+    reference (max, then log of the sum of exp(x - max), in double), and ONNX Runtime's CPU EP;
+    values far apart (exp of their differences underflows f32) and lines holding NaN, only -inf
+    and +inf twice."""
+    from onnx import TensorProto as TP
+    from onnx import helper
+
+    from helpers import cpu_session, make_model, tensor
+
+    rng = np.random.default_rng(len(shape) * 3 + len(axes))
+    x = rng.uniform(-4, 4, shape) * 40.0
+    special = x.ndim == 2 and x.shape[0] >= 3 and x.shape[1] >= 2 and axes in ([1], [-1])
+    if special:
+        x[0, 0] = np.nan
+        x[1, :] = -np.inf
+        x[2, :2] = np.inf
+    view, want, ops = _run(reduce_lib, "ReduceLogSumExp", x, axes, copy_lib)
+    assert ops and ops[-1].entry == "hipep_reduce_logsumexp_f64_rows"
+    np.testing.assert_allclose(view.reshape(want.shape), want, rtol=1e-13, atol=1e-13)
+    if special:
+        assert np.isnan(view[0, 0]) and view[1, 0] == -np.inf and view[2, 0] == np.inf
+    node = helper.make_node("ReduceLogSumExp", ["x", "axes"], ["y"], keepdims=1)
+    model = make_model([node], [tensor("x", TP.DOUBLE, list(shape)), tensor("axes", TP.INT64, [len(axes)])],
+                       [tensor("y", TP.DOUBLE, None)])
+    (ort_y,) = cpu_session(model).run(None, {"x": x, "axes": np.array(axes, np.int64)})
+    np.testing.assert_allclose(view.reshape(ort_y.shape), ort_y, rtol=1e-13, atol=1e-13)
 
 
 @pytest.mark.parametrize("shape,axes", [((3, 4, 5), [1]), ((3, 4, 5), [0, 2]), ((2, 3, 4), [0])])
