@@ -259,13 +259,16 @@ def _shapes_from_device_values(graph: GraphView, clusters: list[list[int]], fact
     """Claimed nodes whose output shapes would depend on values known only once the device has
     computed them. A GPU device replays plans whose shapes follow, before any launch, from the
     input shapes and from values the host knows (hipep.runtime.shapes traces them); it does not
-    run plans step by step. Within a subgraph the host knows: constant initializers; integer
-    values handed in from outside (the host reads small ones at run time); and the integer
-    results of members whose data inputs it knows (shape arithmetic, evaluated on the host). A
-    float value from outside (Resize's scales, Range's bounds as a float input) or a result of
-    device arithmetic on data is not known: its consumer is left to other EPs, which run it
-    after the value exists. Like the tracer, it also follows the launches that only move or
-    re-type known integers (TRACKED_ON_DEVICE: Cast of a Shape to float is known)."""
+    run plans step by step. Within a subgraph the host knows: constant initializers; small values
+    handed in from outside, which the host reads at run time (integers element by element as
+    symbols; floats and bools whole, their values pinned, so that a run with other values is
+    traced anew); and the integer results of members whose data inputs it knows (shape
+    arithmetic, evaluated on the host). Small means at most MAX_READ_ELEMENTS elements: a value
+    whose static extents hold more is not read, and one of unknown extents that holds more at run
+    time is an error there. Like the tracer, it also follows the launches that only move or
+    re-type known integers (TRACKED_ON_DEVICE: Cast of a Shape to float is known), but no
+    arithmetic on a float or bool value from outside, and no result of device arithmetic on data:
+    a node reading such a value is left to other EPs, which run it after the value exists."""
     from .runtime.shapes import TRACKED_ON_DEVICE
 
     nodes = graph.nodes
@@ -274,10 +277,17 @@ def _shapes_from_device_values(graph: GraphView, clusters: list[list[int]], fact
         produced = {o: nodes[pos] for pos in members for o in nodes[pos].outputs if o}
         known: set[str] = set()
 
-        def is_known(v: str) -> bool:
+        def from_outside(v: str) -> bool:
+            """A value handed in that the host may read (its static extents small enough)."""
+            return v not in graph.constants and v not in produced and _read_elements(graph, v) is None
+
+        def is_known(v: str) -> bool:  # as integers the host follows through shape arithmetic
             if v in graph.constants or v in known:
                 return True
-            return v not in produced and _integer(graph, v)
+            return from_outside(v) and _integer(graph, v)
+
+        def is_read(v: str) -> bool:  # what a rule may read: those, and floats and bools pinned
+            return is_known(v) or (from_outside(v) and _pinnable(graph, v))
 
         for pos in members:
             node = nodes[pos]
@@ -285,14 +295,19 @@ def _shapes_from_device_values(graph: GraphView, clusters: list[list[int]], fact
                 known.update(o for o in node.outputs if o)
                 continue
             for i, v in facts.shape_inputs[node.index]:
-                if is_known(v):
+                if is_read(v):
                     continue
+                dtype = _dtype_name(graph.type_of(v))
                 if v in produced:
                     p = produced[v]
                     where = f"computed on the device by node '{p.label}' ({p.op_type})"
+                elif _read_elements(graph, v) is not None:
+                    where = (f"a {dtype} tensor of {_read_elements(graph, v)} elements, more than the host reads "
+                             f"({_max_read()})")
                 else:
-                    where = f"a {_dtype_name(graph.type_of(v)) or 'non-integer'} tensor, read on the device only"
-                bad[node.index] = (f"its output's shape depends on the value of input {i} '{v}', {where}; "
+                    where = f"a {dtype or 'non-numeric'} tensor, read on the device only"
+                what = "the branch it takes" if node.op_type == "If" and not node.domain else "its output's shape"
+                bad[node.index] = (f"{what} depends on the value of input {i} '{v}', {where}; "
                                    f"the {device} device runs plans whose shapes are known before their launches")
                 # another EP computes its results: they reach the nodes after it from outside
                 for o in node.outputs:
@@ -304,6 +319,32 @@ def _shapes_from_device_values(graph: GraphView, clusters: list[list[int]], fact
                     and all(_integer(graph, v) for v in ins))):
                 known.update(o for o in node.outputs if o)
     return bad
+
+
+def _max_read() -> int:
+    from .runtime.shapes import MAX_READ_ELEMENTS
+
+    return MAX_READ_ELEMENTS
+
+
+def _read_elements(graph: GraphView, v: str) -> int | None:
+    """`v`'s element count where its static extents say it is more than the host reads of a
+    value handed in (hipep.runtime.shapes.MAX_READ_ELEMENTS), else None."""
+    t = graph.type_of(v)
+    if t is None or t.shape is None or not all(isinstance(d, int) and not isinstance(d, bool) for d in t.shape):
+        return None
+    n = 1
+    for d in t.shape:
+        n *= d
+    return n if n > _max_read() else None
+
+
+def _pinnable(graph: GraphView, v: str) -> bool:
+    """Whether `v` is a float or bool, which the host reads whole and pins (hipep.runtime.shapes)."""
+    from .runtime.shapes import pinnable
+
+    name = _dtype_name(graph.type_of(v))
+    return bool(name) and pinnable(name)
 
 
 def _integer(graph: GraphView, v: str) -> bool:

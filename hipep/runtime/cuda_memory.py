@@ -96,8 +96,9 @@ class DeviceArray(ShapedBuffer):
 class OrtDeviceArray(DeviceArray):
     """A tensor ORT keeps in this GPU's device memory (hipep's EP device offers it; IOBinding and
     device OrtValues put the caller's tensors there), used in place as a kernel argument. The
-    host may read single elements of a 1-D view: a shape program reading an input's values
-    (Reshape's shape as a graph input), counted among the run's host reads."""
+    host may read single elements of a 1-D view (a shape program reading an integer input's
+    values: Reshape's shape as a graph input) or a small tensor whole (`tobytes`: a float or bool
+    input a shape program pins, Resize's scales), counted among the run's host reads."""
     __slots__ = ("device",)
 
     def __init__(self, device: "CudaDevice", ptr: int, shape, dtype):
@@ -113,8 +114,8 @@ class OrtDeviceArray(DeviceArray):
         # tensors reach the host only through a plan's copies; what reads them as arrays is the
         # step-by-step interpreter, which this device does not run.
         raise HipepError(f"a tensor of shape {list(self.shape)} ({self.dtype}) is in GPU memory, which the host "
-                         f"reads one element at a time only; plans that run step by step (Loop, If, or shapes "
-                         f"computed on the device) are not supported on the cuda device yet")
+                         f"reads only by element, or whole where small; plans that run step by step (Loop, If, "
+                         f"or shapes computed on the device) are not supported on the cuda device yet")
 
     def __getitem__(self, k):
         if self.ndim != 1 or not isinstance(k, (int, np.integer)):
@@ -125,13 +126,23 @@ class OrtDeviceArray(DeviceArray):
             raise IndexError(f"index {k} is out of bounds for a device tensor of {n} elements")
         k = int(k) % n
         out = np.empty(1, self.dtype)
+        self._read(out.ctypes.data, self.ptr + k * self.dtype.itemsize, self.dtype.itemsize)
+        return out[0]
+
+    def tobytes(self) -> bytes:
+        """The whole tensor's bytes, in one copy (numpy's `tobytes` for what a shape program pins:
+        small tensors only, hipep.runtime.shapes.MAX_READ_ELEMENTS)."""
+        out = np.empty(self.nbytes, np.uint8)
+        if self.nbytes:
+            self._read(out.ctypes.data, self.ptr, self.nbytes)
+        return out.tobytes()
+
+    def _read(self, dst: int, src: int, nbytes: int) -> None:
         dev = self.device
         dev._current()
         # On the device's own stream, waited for (the legacy stream's implicit syncs are not
         # wanted beside other threads' captures). ORT's copies into its tensors are complete
         # (hipep's data transfer waits for them) and hipep's own runs end with a sync.
         d, aux = _driver(), dev._aux()
-        _check(d.cuMemcpyDtoHAsync(out.ctypes.data, self.ptr + k * self.dtype.itemsize, self.dtype.itemsize, aux),
-               "cuMemcpyDtoHAsync")
+        _check(d.cuMemcpyDtoHAsync(dst, src, nbytes, aux), "cuMemcpyDtoHAsync")
         _check(d.cuStreamSynchronize(aux), "cuStreamSynchronize")
-        return out[0]

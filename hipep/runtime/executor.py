@@ -15,9 +15,10 @@ A run goes through three levels, each cached:
 3. **Replay**: `Device.replay` with the run's ORT pointers patched in: the inputs, and the
    outputs, which ORT hands out before the first launch (`allocate_outputs`) so kernels write
    them directly. Per run the host computes the symbols from the input shapes (one generated
-   function), checks the guards that involve value-only symbols, writes the results of host steps
-   that are shape arithmetic from them (hipep.runtime.host_values: those steps are not captured),
-   and replays.
+   function, hipep.runtime.run_functions), compares the bytes of the small float and bool inputs
+   the program pinned (hipep.runtime.shapes), checks the guards that involve value-only symbols,
+   writes the results of host steps that are shape arithmetic from them (hipep.runtime.host_values:
+   those steps are not captured), and replays.
 
 An If whose condition follows from shapes (the builder's LongRoPE: `Shape(mask)[1] > original_max`)
 replays: the shape program's guards decide the branch, and its steps are captured in the If's place.
@@ -39,7 +40,6 @@ import numpy as np
 from .. import counters
 from ..errors import HipepError, RuntimeShapeError
 from ..plan import MEMORY_SPACES, HostStep, If, Launch, Loop, Plan, Sync, walk
-from ..symbolic import _code as expr_code
 from ..symbolic import compile_exprs, compile_guards, evaluate, format_guard, symbols_of
 from .device import Device, GraphNode
 from .host_values import HostValues, exclusive_host_slots
@@ -48,6 +48,8 @@ from .host_values import write as write_host_values
 from .interpreter import Interpreter, _check_plan, bound_weight
 from .kernels import kernel_of
 from .memory import ALIGN, round_up
+from .run_functions import (alias_function, exact_outputs_function, patch_function, picker, plain_inputs_function,
+                            probe_function, signature_function)
 from .shapes import MAX_BYTES, DataDependent, ShapeProgram, branch_key, check_bytes, trace_shapes
 
 SPECIALIZATION_CACHE = 64  # layout signatures kept per compiled subgraph (LRU)
@@ -107,11 +109,11 @@ class Executor:
         self._alias_pairs = [(plan.outputs.index(out), plan.values[src].index,
                               f"output '{plan.values[out].name}' and input '{plan.values[src].name}'")
                              for out, src in plan.aliases if out in plan.outputs]
-        # Generated once, called every run: see _plain_inputs_function and _alias_function.
+        # Generated once, called every run (hipep.runtime.run_functions).
         self._device_arrays = frozenset(device.array_types)
-        self._inputs_plain = _plain_inputs_function(self._in_dtypes, self._device_arrays)
-        self._outputs_exact = _exact_outputs_function(self._out_dtypes)
-        self._aliases_of = _alias_function(plan.name, self._alias_pairs) if self._alias_pairs else None
+        self._inputs_plain = plain_inputs_function(self._in_dtypes, self._device_arrays)
+        self._outputs_exact = exact_outputs_function(self._out_dtypes)
+        self._aliases_of = alias_function(plan.name, self._alias_pairs) if self._alias_pairs else None
         self._recent: _Program | None = None  # the shape program the latest run used: tried first
 
     @property
@@ -326,7 +328,7 @@ class Executor:
         if bound is None or bound[0] != context.generation:
             context.reserve(spec.arena_bytes)
             graph, sites, fills = self._capture(spec, context, inputs, outputs, env)
-            patches = _patch_function(sites)
+            patches = patch_function(sites)
             # a device may take ORT's memory straight into the launches (CpuDevice.bind_replay)
             bind = getattr(self.device, "bind_replay", None)
             bound = (context.generation, graph, patches, None if bind is None else bind(graph, sites, patches), fills)
@@ -440,14 +442,14 @@ class _Program:
         self.shape = shape
         plan, layout = ex.plan, ex._layout
         symbols = shape.symbols
-        self.signature = _signature_function(plan, shape)
+        self.signature = signature_function(plan, shape)
         layout_names: set = set()
         for vid in layout.arena:
             for e in shape.shapes.get(vid, ()):
                 symbols_of(e, layout_names)
         self.layout_symbols = [s for s in symbols if s in layout_names]
         idx = {s: i for i, s in enumerate(symbols)}
-        self.layout_key = _picker([idx[s] for s in self.layout_symbols])
+        self.layout_key = picker([idx[s] for s in self.layout_symbols])
         layout_guards, value_guards = {}, {}
         for g, r in shape.guards.items():
             names = symbols_of(g[1]) | symbols_of(g[2])
@@ -465,7 +467,7 @@ class _Program:
         ext = [shape.shapes[v] for v in self.external]
         self._ext_ranks = [len(s) for s in ext]
         self._ext = compile_exprs([e for s in ext for e in s], symbols, "external_shapes")
-        self.probe = _probe_function(plan, shape, value_guards, [idx[s] for s in self.layout_symbols], outs)
+        self.probe = probe_function(plan, shape, value_guards, [idx[s] for s in self.layout_symbols], outs)
         self.steps, self.aliases = _taken_steps(plan, layout, shape.branches, ex._step_index)
         self.host = HostValues(plan, self.steps, shape.host_values, symbols, ex._exclusive_host, layout.external)
 
@@ -551,7 +553,9 @@ class _Specialization:
                 offset += round_up(max(slots[slot], 1), ALIGN)
             self.offsets[space], self.arena_bytes[space] = offsets, offset
         self.copied_outputs = layout.copied
-        self.reads = len(program.shape.reads)
+        # elements read by the host this run: the integer reads and the pinned inputs' elements
+        self.reads = len(program.shape.reads) + program.shape.pinned_elements(
+            [plan.values[vid].dtype for vid in plan.inputs])
         self.launches = sum(1 for _, s in program.steps if isinstance(s, Launch))
         self.graphs: dict[int, tuple] = {}
 
@@ -601,16 +605,6 @@ def _launch_config(step: Launch, args, plan: Plan):
                          f"arguments") from None
 
 
-def _data_pointers_py(arrays):
-    return [0 if a is None else a.__array_interface__["data"][0] for a in arrays]
-
-
-try:  # one native call for all pointers of a run (numpy's own way costs ~1.7 us per array)
-    from .._native import data_pointers as _data_pointers
-except ImportError:  # the runtime without the plugin library (a plan run on its own)
-    _data_pointers = _data_pointers_py
-
-
 def _nbytes(plan: Plan, vid: int, shape) -> int:
     spec = plan.values[vid]
     n = 1
@@ -631,158 +625,3 @@ def _split(flat, ranks):
         out.append(tuple(flat[i:i + r]))
         i += r
     return out
-
-
-def _picker(indices):
-    if not indices:
-        return lambda env: ()
-    src = "def pick(env):\n    return (" + ", ".join(f"env[{i}]" for i in indices) + ",)\n"
-    scope: dict = {}
-    exec(src, scope)
-    return scope["pick"]
-
-
-def _signature_lines(plan: Plan, shape: ShapeProgram) -> list[str]:
-    """Source lines that bind x<pos> (the input) and s<pos> (its shape) for every traced input and
-    return None when an input's presence or rank differs from the trace, or an input read by
-    element has fewer elements than the trace read."""
-    lines = []
-    for pos, r in enumerate(shape.ranks):
-        if plan.values[plan.inputs[pos]].kind == "weight":
-            continue
-        if r is None:
-            lines.append(f"    if ins[{pos}] is not None: return None")
-        else:
-            lines.append(f"    x{pos} = ins[{pos}]")
-            lines.append(f"    if x{pos} is None: return None")
-            lines.append(f"    s{pos} = x{pos}.shape")
-            lines.append(f"    if len(s{pos}) != {r}: return None")
-    read_sizes: dict[int, int] = {}
-    for name in shape.symbols:
-        if name[0] == "d":
-            pos, k = map(int, name[1:].split("."))
-            read_sizes[pos] = max(read_sizes.get(pos, 0), k + 1)
-    for pos, n in read_sizes.items():  # an input read by element may have shrunk: trace again
-        lines.append(f"    if x{pos}.size < {n}: return None")
-    return lines
-
-
-def _signature_function(plan: Plan, shape: ShapeProgram):
-    """f(inputs) → the symbol values of this run (in `shape.symbols` order), or None when the
-    inputs' presence or ranks differ from the traced ones."""
-    lines = ["def signature(ins):"] + _signature_lines(plan, shape)
-    terms = []
-    for name in shape.symbols:
-        kind, pos, k = name[0], *map(int, name[1:].split("."))
-        terms.append(f"s{pos}[{k}]" if kind == "i" else f"int(x{pos}.reshape(-1)[{k}])")
-    lines.append("    return (" + ", ".join(terms) + ("," if terms else "") + ")")
-    scope: dict = {}
-    exec("\n".join(lines) + "\n", scope)
-    return scope["signature"]
-
-def _plain_inputs_function(dtypes, device_arrays=frozenset()):
-    """f(inputs) → True when every input is None, a C-contiguous numpy array or one of the
-    device's own arrays (`device_arrays`: its classes), of exactly the plan's dtype (what ORT
-    hands Compute), so Executor._check_inputs has nothing to do."""
-    lines = ["def inputs_plain(ins):"]
-    scope: dict = {"ndarray": np.ndarray, "OWN": device_arrays}
-    for pos, dtype in enumerate(dtypes):
-        scope[f"D{pos}"] = dtype
-        lines += [f"    x = ins[{pos}]",
-                  "    if x is not None:",
-                  "        c = x.__class__",
-                  "        if c is ndarray:",
-                  f"            if x.dtype is not D{pos} or not x.flags.c_contiguous:",
-                  "                return False",
-                  f"        elif c not in OWN or x.dtype is not D{pos}:",
-                  "            return False"]
-    lines.append("    return True")
-    exec(compile("\n".join(lines) + "\n", "<hipep inputs_plain>", "exec"), scope)
-    return scope["inputs_plain"]
-
-
-def _exact_outputs_function(dtypes):
-    """f(arrays, shapes) → True when `arrays` are exactly one per output, each of the plan's dtype
-    object and of its shape (`shapes` a tuple of tuples); False sends the caller to the detailed
-    check that names what differs."""
-    n = len(dtypes)
-    scope: dict = {f"D{j}": d for j, d in enumerate(dtypes)}
-    names = "".join(f"a{j}, " for j in range(n))
-    dtypes_same = " and ".join(f"a{j}.dtype is D{j}" for j in range(n)) or "True"
-    src = (f"def outputs_exact(arrays, shapes):\n"
-           f"    if len(arrays) != {n}: return False\n"
-           + (f"    ({names}) = arrays\n" if n else "")
-           + f"    return {dtypes_same} and ({''.join(f'a{j}.shape, ' for j in range(n))}) == shapes\n")
-    exec(compile(src, "<hipep outputs_exact>", "exec"), scope)
-    return scope["outputs_exact"]
-
-
-def _alias_function(name: str, pairs):
-    """f(inputs, outputs) → per declared in-place pair (output position, input position, what),
-    whether ORT handed out the output in the input's memory. Memory that overlaps without being
-    the same tensor is an error: no kernel is written for it."""
-    lines = ["def aliases(ins, outs):"]
-    arrays = []
-    for j, pos, _what in pairs:
-        arrays += [f"outs[{j}]", f"ins[{pos}]"]
-    lines.append(f"    p = data_pointers(({', '.join(arrays)},))")
-    for k, (j, pos, _what) in enumerate(pairs):
-        lines += [f"    src = ins[{pos}]",
-                  "    if src is None:",
-                  f"        a{k} = False",
-                  "    else:",
-                  f"        o, i, on, sn = p[{2 * k}], p[{2 * k + 1}], outs[{j}].nbytes, src.nbytes",
-                  f"        a{k} = o == i and on == sn",
-                  f"        if not a{k} and o < i + sn and i < o + on:",
-                  f"            overlap({k})"]
-    lines.append("    return (" + ", ".join(f"a{k}" for k in range(len(pairs))) + ",)")
-
-    def overlap(k):
-        raise HipepError(f"{name}: {pairs[k][2]} overlap in memory without being the same buffer")
-
-    scope: dict = {"data_pointers": _data_pointers, "overlap": overlap}
-    exec(compile("\n".join(lines) + "\n", "<hipep aliases>", "exec"), scope)
-    return scope["aliases"]
-
-
-def _patch_function(sites):
-    """f(inputs, outputs, external view shapes) → a run's replay patches: (node, argument, array)
-    for every captured argument that is ORT's memory, in the order of `sites`."""
-    scope: dict = {}
-    items = []
-    for m, (node, k, (kind, index, view)) in enumerate(sites):
-        scope[f"n{m}"] = node
-        a = f"{'ins' if kind == 'in' else 'outs'}[{index}]"
-        items.append(f"(n{m}, {k}, {a if view < 0 else f'{a}.reshape(ext[{view}])'})")
-    src = "def patches(ins, outs, ext):\n    return [" + ", ".join(items) + "]\n"
-    exec(compile(src, "<hipep patches>", "exec"), scope)
-    return scope["patches"]
-
-
-def _probe_function(plan: Plan, shape: ShapeProgram, value_guards: dict, layout_indices, outs):
-    """f(inputs) → (symbol values, layout signature, output shapes), or None when the inputs'
-    presence or ranks differ from the traced ones, a value guard breaks, or an output would be too
-    large to allocate (the caller's slow path then says which). One call per run: the signature,
-    the value guards, the layout key and the output shapes of _Program in one function."""
-    names = {s: f"v{i}" for i, s in enumerate(shape.symbols)}
-    lines = ["def probe(ins):"] + _signature_lines(plan, shape)
-    for i, name in enumerate(shape.symbols):
-        kind, pos, k = name[0], *map(int, name[1:].split("."))
-        lines.append(f"    v{i} = " + (f"s{pos}[{k}]" if kind == "i" else f"int(x{pos}.reshape(-1)[{k}])"))
-    terms = []
-    for (op, a, b), result in value_guards.items():
-        t = f"({expr_code(a, names)} {op} {expr_code(b, names)})"
-        terms.append(t if result else f"not {t}")
-    if terms:
-        lines.append(f"    if not ({' and '.join(terms)}): return None")
-    for j, (vid, exprs) in enumerate(zip(plan.outputs, outs)):
-        lines.append(f"    o{j} = (" + "".join(f"{expr_code(e, names)}, " for e in exprs) + ")")
-        if any(not isinstance(e, int) for e in exprs):  # static shapes were checked when traced
-            limit = MAX_BYTES // np.dtype(plan.values[vid].dtype).itemsize
-            lines.append(f"    if {' * '.join(f'o{j}[{k}]' for k in range(len(exprs)))} > {limit}: return None")
-    env = "".join(f"v{i}, " for i in range(len(shape.symbols)))
-    layout = "".join(f"v{i}, " for i in layout_indices)
-    lines.append(f"    return ({env}), ({layout}), (" + "".join(f"o{j}, " for j in range(len(outs))) + ")")
-    scope: dict = {}
-    exec(compile("\n".join(lines) + "\n", "<hipep probe>", "exec"), scope)
-    return scope["probe"]

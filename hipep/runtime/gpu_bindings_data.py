@@ -405,8 +405,9 @@ _RANGE_TYPES = {"int16": "i16", "int32": "i32", "int64": "i64", "float32": "f32"
 def _range_check(attrs, dtypes, shapes, values):
     if dtypes and dtypes[0] and dtypes[0] not in _RANGE_TYPES:
         return f"element type {dtypes[0]}"
-    # Float bounds known only at run time leave the output's length unknown before the launches:
-    # the partitioner leaves such a Range to other EPs (hipep.partition._shapes_from_device_values).
+    # Bounds handed in at run time are read by the shape program before the launches (integers as
+    # symbols, floats pinned); bounds computed on the device from data are the partitioner's to
+    # refuse (hipep.partition._shapes_from_device_values).
     return None
 
 

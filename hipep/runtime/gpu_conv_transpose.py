@@ -127,17 +127,23 @@ def _conv_transpose_bind(ins, outs, attrs, target):
 def _col2im_check(attrs, dtypes, shapes, values):
     if not dtypes or dtypes[0] not in _TYPES:
         return f"element type {dtypes[0] if dtypes else '?'}"
-    values = list(values) + [None] * 3
-    # The launch needs block_shape's values; image_shape's are the output's spatial extents.
-    if values[2] is None:
-        return "block_shape is not a constant"
-    count = int(np.asarray(values[2]).size)
+    values, shapes = list(values or ()) + [None] * 3, list(shapes or ()) + [None] * 3
+    # The launch reads block_shape's values at launch, a constant's or, handed in at run time, from
+    # host-visible memory (a registry host input: the plan copies it there, and the shape program
+    # reads its elements as symbols); image_shape's are the output's spatial extents.
+    if values[2] is not None:
+        count = int(np.asarray(values[2]).size)
+    else:  # the number of spatial axes from an operand's static length
+        count = next((int(s[0]) for s in (shapes[2], shapes[1]) if s is not None and len(s) == 1 and s[0] is not None),
+                     None)
+        if count is None:
+            return "block_shape and image_shape of unknown length (the number of spatial axes)"
     if not 1 <= count <= COL2IM_AXES:
         return f"Col2Im over {count} spatial axes (1 to {COL2IM_AXES})"
     return None
 
 
-@_binding("::Col2Im", check=_col2im_check, modules=("col2im",))
+@_binding("::Col2Im", check=_col2im_check, modules=("col2im",), reads_values=True)
 def _col2im_bind(ins, outs, attrs, target):
     from ..ops.vision import _col2im_geometry
 

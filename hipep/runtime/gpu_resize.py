@@ -2,7 +2,8 @@
 
 Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported.
 
-The host reads scales, sizes and roi at launch (`reads_values`) and plans the output with the CPU
+The host reads scales, sizes and roi at launch (`reads_values`: constants, or run-time values the
+plan copies into host-visible memory and the shape program pins) and plans the output with the CPU
 reference's own functions (hipep.ops.resize: output extents, the f32 scale per axis, the roi,
 keep_aspect_ratio_policy, axes), so both devices agree on every extent. Per axis it passes the
 scale and roi and whether the axis is resized at all (the reference leaves an axis of scale 1 and
@@ -64,16 +65,10 @@ def _check(attrs, dtypes, shapes, values, upsample: bool):
     shape = shapes[0] if shapes else None
     if shape is not None and len(shape) > MAX_RANK:
         return f"an input of rank {len(shape)} (at most {MAX_RANK})"
-    # Run-time `scales` (floats: the extents floor(x * scale) are unknown before the launches) are
-    # the partitioner's to refuse (hipep.partition._shapes_from_device_values); run-time `sizes`
-    # are read element by element and are fine. A run-time roi would have to be read whole by the
-    # host where tf_crop_and_resize uses it.
-    names = ("scales",) if upsample or len(dtypes) == 2 else ("roi", "scales", "sizes")
-    given = dict(zip(names, dtypes[1:]))
-    known = dict(zip(names, list(values or [None])[1:]))
-    if (given.get("roi") and known.get("roi") is None
-            and attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize"):
-        return "input 'roi' is not a constant (tf_crop_and_resize reads it on the host)"
+    # Run-time roi, scales and sizes are host inputs (registry host_inputs): the plan copies them
+    # into host-visible memory, where the binding reads them at launch; the shape program reads
+    # them before the launches (sizes as symbols, roi and scales pinned). Where they are computed
+    # on the device from data, the partitioner refuses the node (hipep.partition).
     return None
 
 

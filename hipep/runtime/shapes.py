@@ -1,7 +1,7 @@
 """The shape program of a plan: every value's shape as expressions over the inputs' dims.
 
-`trace_shapes` walks a plan once with the shapes (and, where a rule needs them, the small integer
-values) of one run's inputs, calling each op's registry shape rule on symbolic dims
+`trace_shapes` walks a plan once with the shapes (and, where a rule needs them, the small values)
+of one run's inputs, calling each op's registry shape rule on symbolic dims
 (hipep.symbolic.SymInt). No kernel runs. The result, a `ShapeProgram`, is plain data:
 
   * `shapes`: value id → tuple of expressions (ints and symbols `i<input>.<axis>`, or
@@ -16,6 +16,15 @@ Rules marked `symbolic` (see ops/_common.shape_rule) yield expressions; any othe
 inputs' symbols pinned (a guard `expr == value` each), which is always sound and only costs a new
 trace when those dims change.
 
+A small float or bool input a rule reads (Resize's scales, Range's bounds, OneHot's depth, an If's
+condition handed in) has no symbols: floats follow no integer arithmetic a guard could record.
+Its values are *pinned* instead (`pins`: input position → the bytes the trace used). A run whose
+input holds other bytes does not keep the program and is traced anew, as one that breaks a guard;
+the comparison is bit for bit, so a NaN equals itself and does not make every run trace again.
+A launch that only moves such a value (the plan's copy of it into host-visible memory, where the
+host reads it) is followed where a rule reads its result; values that kernels only move or
+compute on are not pinned, so data does not make a program trace again.
+
 Host steps that compute shape arithmetic (Shape → Gather → Cast → Concat ...) are evaluated
 symbolically too, so a value such as total_sequence_length = Shape(mask)[1] is the expression
 `i3.1`, not a number a guard must pin. Small integer results of device launches whose inputs
@@ -26,8 +35,9 @@ with `DataDependent`, and the executor runs such plans step by step (hipep.runti
 which GPU devices do not run.
 
 An If whose condition the host knows this way (comparisons of known integers stay symbolic, each
-decision a guard) is traced through the branch it takes, recorded in `branches`; a run that keeps
-the guards takes the same branch, so the executor replays it like any other step.
+decision a guard; a bool input is pinned) is traced through the branch it takes, recorded in
+`branches`; a run that keeps the guards takes the same branch, so the executor replays it like any
+other step.
 """
 from __future__ import annotations
 
@@ -42,9 +52,25 @@ from ..ops.registry import lookup
 from ..plan import HostStep, If, Launch, Loop, Plan, Sync, split_op_key
 from ..symbolic import SymInt, Trace, expr_of, sym, symbols_of, value
 
-# Integer inputs at most this long may have their values read by shape rules (Reshape's shape,
-# Slice's bounds as graph inputs): each element becomes a symbol the run reads on the host.
+# Inputs at most this long may have their values read by shape rules (Reshape's shape, Slice's
+# bounds as graph inputs): each integer element becomes a symbol the run reads on the host; float
+# and bool inputs are read whole and pinned (see the module doc).
 MAX_READ_ELEMENTS = 64
+
+
+def pinnable(dtype) -> bool:
+    """Whether an input of element type `dtype` (numpy dtype or name) is pinned where a rule reads
+    it: the floats and bool, whose values are not symbols (integers are)."""
+    return (dtype if isinstance(dtype, str) else np.dtype(dtype).name) in _PINNABLE
+
+
+_PINNABLE = frozenset({"float16", "float32", "float64", "bfloat16", "bool"})
+
+
+def host_bytes(a) -> bytes:
+    """An input's contents as bytes: numpy's, or one read of a tensor in device memory
+    (hipep.runtime.cuda_memory.OrtDeviceArray.tobytes)."""
+    return a.tobytes()
 
 # Host ops that only move elements: evaluated on an index proxy, so symbolic elements move with
 # them. Value: the input positions whose elements move (the rest are indices, axes, shapes).
@@ -138,6 +164,7 @@ class ShapeProgram:
     shapes: dict[int, tuple]  # value id → expressions
     guards: dict[tuple, bool]
     reads: tuple = ()  # (input position, element) pairs whose values are symbols
+    pins: dict[int, bytes] = field(default_factory=dict)  # input position → its bytes (see module doc)
     branches: dict[tuple, bool] = field(default_factory=dict)  # branch_key(If) → then-branch taken
     # value id → its elements (row-major) as expressions, for the integer results of host steps that
     # follow from shapes alone (total_sequence_length = Cast(Shape(mask)[1])): the executor writes
@@ -150,14 +177,20 @@ class ShapeProgram:
         return {"ranks": tuple(self.ranks), "shapes": dict(self.shapes),
                 "guards": tuple((op, a, b, r) for (op, a, b), r in self.guards.items()), "reads": tuple(self.reads),
                 "branches": tuple((node, tuple(outs), taken) for (node, outs), taken in self.branches.items()),
-                "host_values": dict(self.host_values)}
+                "host_values": dict(self.host_values),
+                "pins": tuple((pos, data.hex()) for pos, data in sorted(self.pins.items()))}
 
     @staticmethod
     def from_data(d: dict) -> "ShapeProgram":
         return ShapeProgram(ranks=tuple(d["ranks"]), shapes={int(k): tuple(v) for k, v in d["shapes"].items()},
                             guards={(op, a, b): bool(r) for op, a, b, r in d["guards"]}, reads=tuple(d["reads"]),
                             branches={(node, tuple(outs)): bool(taken) for node, outs, taken in d.get("branches", ())},
-                            host_values={int(k): tuple(v) for k, v in d.get("host_values", {}).items()})
+                            host_values={int(k): tuple(v) for k, v in d.get("host_values", {}).items()},
+                            pins={int(pos): bytes.fromhex(data) for pos, data in d.get("pins", ())})
+
+    def pinned_elements(self, dtypes) -> int:
+        """How many elements a run reads to check the pins (`dtypes`: per input position)."""
+        return sum(len(data) // np.dtype(dtypes[pos]).itemsize for pos, data in self.pins.items())
 
     def __post_init__(self):
         if not self.symbols:
@@ -191,7 +224,10 @@ class _Tracer:
         self.shape: dict[int, tuple] = {}
         self.sval: dict[int, Any] = {}  # value id → its value as the host knows it (object array)
         self.reads: set = set()
-        self.pending: dict[int, tuple] = {}  # value id → the integer launch that computes it
+        self.pins: dict[int, bytes] = {}  # input position → the bytes its pinned values came from
+        # value id → (launch, op, op type, label, moves): the integer launch that computes it, or
+        # a launch that only moves a float or bool value (moves=True), evaluated where a rule reads it
+        self.pending: dict[int, tuple] = {}
         self.branches: dict[tuple, bool] = {}  # branch_key(If) → whether it takes the then-branch
         self.folded: dict[int, tuple] = {}  # host steps' integer results as expressions (host_values)
         self.constants = constants
@@ -223,17 +259,23 @@ class _Tracer:
             self.sval[vid] = _objects(c) if c.dtype.kind in _INT_KINDS + "b" else c
         return tuple(ranks)
 
-    def host_value(self, vid: int):
-        """The value of `vid` as the host knows it before any launch, or DataDependent."""
+    def host_value(self, vid: int, pin: bool = True):
+        """The value of `vid` as the host knows it before any launch, or DataDependent. `pin=False`:
+        a float or bool input not yet pinned stays unknown (only a rule or an If reading it makes
+        the program depend on its values, not a launch or host step that uses it)."""
         if vid in self.sval:
             return self.sval[vid]
         if vid in self.pending:
-            step, op, op_type, label = self.pending[vid]
+            step, op, op_type, label, moves = entry = self.pending[vid]
             for out in step.outputs:
                 self.pending.pop(out, None)
-            self.host_values(step, op, op_type, label, host=False)
+            self.host_values(step, op, op_type, label, host=False, pin=pin and moves)
             if vid in self.sval:
                 return self.sval[vid]
+            if moves and not pin:  # a rule may still read it, pinning what it moves
+                for out in step.outputs:
+                    if out >= 0:
+                        self.pending[out] = entry
         spec = self.values[vid]
         if spec.kind == "input":
             a = self.inputs[spec.index]
@@ -251,6 +293,18 @@ class _Tracer:
                     self.reads.add((spec.index, k))
                 self.sval[vid] = out.reshape(a.shape)
                 return self.sval[vid]
+            if pin and pinnable(a.dtype) and a.size <= MAX_READ_ELEMENTS:
+                # no symbols: the values themselves are part of the program (`pins`), for inputs
+                # of these extents holding these bytes
+                for d in self.shape.get(vid, ()):
+                    _pin(d)
+                data = host_bytes(a)
+                self.pins[spec.index] = data
+                v = np.frombuffer(data, dtype=a.dtype).reshape(a.shape)
+                self.sval[vid] = _objects(v) if v.dtype.kind == "b" else v  # bool as constants hold it
+                return self.sval[vid]
+            raise DataDependent(f"{self.where}: a shape depends on the values of input '{spec.name}' ({a.dtype}, "
+                                f"{a.size} elements), which the host does not read")
         raise DataDependent(f"{self.where}: a shape depends on the value of '{spec.name}', which is computed "
                             f"on the device")
 
@@ -347,13 +401,20 @@ class _Tracer:
             self.host_values(step, op, op_type, label, host)
             if host:
                 self.note_integers(step)
+            elif op_type in _MOVING and any(vid >= 0 and vid not in self.sval for vid in step.outputs):
+                # A move of a float or bool value (the plan's copy of an input into host-visible
+                # memory, where the host reads it): followed where a rule reads the result, which
+                # pins the input; a move nothing reads leaves the program free of its values.
+                for vid in step.outputs:
+                    if vid >= 0:
+                        self.pending[vid] = (step, op, op_type, label, True)
         elif self._small_integers(step):
             # Other integer arithmetic on the device (CenterCropPad's Slice bounds from Shape(x)
             # and a small integer input): its values follow on the host too, but only a rule
             # that reads them asks (evaluating them pins their inputs with guards).
             for vid in step.outputs:
                 if vid >= 0:
-                    self.pending[vid] = (step, op, op_type, label)
+                    self.pending[vid] = (step, op, op_type, label, False)
 
     def note_integers(self, step) -> None:
         """Records a host step's results as expressions (`ShapeProgram.host_values`) where every
@@ -385,8 +446,10 @@ class _Tracer:
                 return False
         return bool(outs)
 
-    def host_values(self, step, op, op_type: str, label: str, host: bool = True) -> None:
-        """The symbolic values of a host step's outputs (shape arithmetic), where they follow."""
+    def host_values(self, step, op, op_type: str, label: str, host: bool = True, pin: bool = False) -> None:
+        """The symbolic values of a host step's outputs (shape arithmetic), where they follow.
+        `pin`: a launch that only moves values, evaluated because a rule reads its result: float
+        and bool inputs are pinned and moved as they are."""
         outs = [vid for vid in step.outputs if vid >= 0]
         if not outs:
             return
@@ -398,10 +461,10 @@ class _Tracer:
                 ins.append(None)  # only its extents matter
             else:
                 try:
-                    v = self.host_value(vid)
+                    v = self.host_value(vid, pin=pin)
                 except DataDependent:
                     return  # computed from device data: known after a sync only (no rule read it yet)
-                if not host and v is not None and v.dtype != object:
+                if not host and not pin and v is not None and v.dtype != object:
                     # a device op on plain data: its values are the device's business (and the
                     # inputs after this one are not read, which would add symbols and guards)
                     return
@@ -514,4 +577,4 @@ def trace_shapes(plan: Plan, inputs, constants: dict[int, np.ndarray]) -> ShapeP
         tracer.run(plan.steps)
     shapes = {vid: tuple(expr_of(d) for d in dims) for vid, dims in tracer.shape.items()}
     return ShapeProgram(ranks=ranks, shapes=shapes, guards=dict(trace.guards), reads=tuple(sorted(tracer.reads)),
-                        branches=tracer.branches, host_values=tracer.folded)
+                        pins=tracer.pins, branches=tracer.branches, host_values=tracer.folded)

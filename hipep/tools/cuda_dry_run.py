@@ -71,6 +71,11 @@ class BindCheckDevice(CpuDevice):
         self._pools: dict[int, bool] = {}  # id of a pool → whether it is host-visible
         self._inputs = {id(a) for a in inputs}
 
+    def hand_in(self, arrays) -> None:
+        """Marks `arrays` as inputs in device memory too (a later run's); they are known by id, so
+        the caller keeps them alive while the device runs."""
+        self._inputs.update(id(a) for a in arrays)
+
     def alloc(self, space: str, nbytes: int):
         memory = super().alloc(space, nbytes)
         self._pools[id(memory)] = space == HOST_VISIBLE

@@ -1,8 +1,9 @@
-"""ConvTranspose, Col2Im and Einsum on the CPU: kernels/col2im.hip, kernels/gemm.hip and
-kernels/copy.hip compiled by g++ against the host stand-in for the CUDA headers
-(tests/unit/host_cuda), the bindings' launches run block by block over host memory and compared
-with the registry's references (hipep.ops). Shapes are small: every GPU thread is a host thread.
-Also what the bindings refuse, and why. Skipped without g++."""
+"""ConvTranspose, Col2Im and Einsum on the CPU: kernels/col2im.hip, kernels/gemm.hip,
+kernels/einsum.hip, kernels/reduce.hip and kernels/copy.hip compiled by g++ against the host
+stand-in for the CUDA headers (tests/unit/host_cuda), the bindings' launches run block by block
+over host memory and compared with the registry's references (hipep.ops), Einsum over f64 also
+with ONNX Runtime's CPU EP. Shapes are small: every GPU thread is a host thread. Also what the
+bindings refuse, and why. Skipped without g++."""
 from __future__ import annotations
 
 import shutil
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not 
 @pytest.fixture(scope="module")
 def libraries(tmp_path_factory):
     out = tmp_path_factory.mktemp("host_kernels")
-    return {"warp": 32, **{m: compile_module(out, m, 32) for m in ("gemm", "copy", "col2im", "reduce")}}
+    return {"warp": 32, **{m: compile_module(out, m, 32) for m in ("gemm", "copy", "col2im", "reduce", "einsum")}}
 
 
 def close(got, want, tol):
@@ -114,7 +115,13 @@ def test_col2im_claims():
     f32, i64 = "float32", "int64"
     assert gk.kernel_reason("::Col2Im", {}, [f32, i64, i64], [(1, 4, 9), (2,), (2,)],
                             [None, None, np.array([2, 2])]) is None
-    assert "not a constant" in gk.kernel_reason("::Col2Im", {}, [f32, i64, i64], [(1, 4, 9), (2,), (2,)])
+    # a run-time block_shape is read at launch from host-visible memory (the plan copies it there):
+    # claimed where an operand's static length gives the number of spatial axes
+    assert gk.kernel_reason("::Col2Im", {}, [f32, i64, i64], [(1, 4, 9), (2,), (2,)]) is None
+    assert gk.kernel_reason("::Col2Im", {}, [f32, i64, i64], [(1, 4, 9), (2,), None]) is None
+    assert "unknown length" in gk.kernel_reason("::Col2Im", {}, [f32, i64, i64], [(1, 4, 9), None, None])
+    assert "4 spatial axes" in gk.kernel_reason("::Col2Im", {}, [f32, i64, i64], [None, None, (4,)])
+    assert gk.binding_for("::Col2Im").reads_values  # bound again when block_shape's values change
     assert "4 spatial axes" in gk.kernel_reason("::Col2Im", {}, [f32, i64, i64], [None, None, None],
                                                 [None, None, np.ones(4, np.int64)])
 
@@ -142,17 +149,79 @@ EINSUM = [  # (equation, operand shapes)
     ("ijk->ki", [(2, 3, 4)]),  # summed axis in the middle, kept ones permuted: copied first
     ("ij->", [(3, 5)]),
     ("i->i", [(6,)]),
+    ("->", [()]),
+]
+DIAGONALS = [  # a subscript repeated within an operand's term
+    ("ii->i", [(4, 4)]),
+    ("...ii ->...i", [(3, 5, 5)]),  # ONNX's batch diagonal case, its space included
+    ("ii->", [(5, 5)]),  # the trace: the diagonal copied out, then summed
+    ("bii->ib", [(2, 3, 3)]),
+    ("iij->ji", [(3, 3, 4)]),
+    ("ii,ij->j", [(3, 3), (3, 4)]),  # a diagonal contracted: copied out for the product
+    ("ij,jj->ij", [(2, 3), (3, 3)]),  # a diagonal as a batch subscript
+    ("bjj,bjk->bk", [(2, 4, 4), (2, 4, 5)]),
 ]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-@pytest.mark.parametrize("equation,shapes", EINSUM)
+@pytest.mark.parametrize("equation,shapes", EINSUM + DIAGONALS)
 def test_einsum(libraries, dtype, equation, shapes):
     rng = np.random.default_rng(11)
     ins = [rng.uniform(-1, 1, s).astype(dtype) for s in shapes]
     assert gk.kernel_reason("::Einsum", {"equation": equation}, [dtype().dtype.name] * len(ins), shapes) is None
     (got,), (want,), _ = run_on_host(libraries, "::Einsum", ins, {"equation": equation}, workspace=True)
     close(got, want, _tol(dtype))
+
+
+F64_ONLY = [  # equations only the f64 kernel takes: a subscript summed within one operand alone
+    ("ij,jk->k", [(2, 3), (3, 4)]),
+    ("ij,jk->", [(3, 4), (4, 2)]),
+    ("ij,k->ik", [(3, 4), (5,)]),  # an outer product over a sum
+]
+
+
+@pytest.mark.parametrize("equation,shapes", EINSUM + DIAGONALS + F64_ONLY)
+def test_einsum_of_f64_sums_in_double(libraries, equation, shapes):
+    """f64: two operands through kernels/einsum.hip (its entry the launch's last), one operand
+    through the copies and the f64 ReduceSum; the reference (numpy in double) and ONNX Runtime's
+    CPU EP within a few ulps. One operand of values 2^30 apart: an f32 sum would lose the small."""
+    from onnx import TensorProto as TP
+    from onnx import helper
+
+    from helpers import cpu_session, make_model, tensor
+
+    rng = np.random.default_rng(12)
+    ins = [rng.uniform(-1, 1, s) for s in shapes]
+    if ins[0].size > 1:
+        ins[0].reshape(-1)[::2] *= 2.0 ** 30
+    assert gk.kernel_reason("::Einsum", {"equation": equation}, ["float64"] * len(ins), shapes) is None
+    (got,), (want,), ops = run_on_host(libraries, "::Einsum", ins, {"equation": equation}, workspace=True)
+    assert got.dtype == np.float64
+    if len(ins) == 2:
+        assert ops[-1].entry == "hipep_einsum_f64" and not any(getattr(o, "module", None) == "gemm" for o in ops)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max(initial=1.0))
+    names = [f"x{i}" for i in range(len(ins))]
+    model = make_model([helper.make_node("Einsum", names, ["y"], equation=equation)],
+                       [tensor(v, TP.DOUBLE, list(s)) for v, s in zip(names, shapes)], [tensor("y", TP.DOUBLE, None)],
+                       opset=12)
+    (ort_y,) = cpu_session(model).run(None, dict(zip(names, ins)))
+    np.testing.assert_allclose(got, ort_y, rtol=1e-12, atol=1e-12 * np.abs(ort_y).max(initial=1.0))
+
+
+def test_einsum_of_f64_merges_axes_and_covers_long_sums(libraries):
+    """The operands' axes that step as one are merged before the launch (a batched product keeps
+    one axis per group), and a sum longer than a warp's passes spreads over the block."""
+    rng = np.random.default_rng(13)
+    a, b = rng.uniform(-1, 1, (2, 3, 4, 5)), rng.uniform(-1, 1, (4, 5, 6))
+    (got,), (want,), ops = run_on_host(libraries, "::Einsum", [a, b], {"equation": "bcij,ijk->bck"})
+    (op,) = ops
+    args = op.params[-1]
+    assert (args.out_rank, args.sum_rank) == (2, 1) and list(args.sum_dims[:1]) == [20]
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
+    x, y = rng.uniform(-1, 1, 3000), rng.uniform(-1, 1, 3000)
+    (got,), (want,), ops = run_on_host(libraries, "::Einsum", [x, y], {"equation": "i,i"}, sm_count=4)
+    assert ops[0].block[0] > 32
+    np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
 def test_einsum_of_integers_rearranges_only(libraries):
@@ -162,13 +231,14 @@ def test_einsum_of_integers_rearranges_only(libraries):
 
 
 @pytest.mark.parametrize("equation,dtypes,shapes,why", [
-    ("ii->i", ["float32"], [(3, 3)], "a diagonal"),
     ("ij,jk,kl->il", ["float32"] * 3, [(2, 2)] * 3, "3 operands"),
+    ("ij,jk,kl->il", ["float64"] * 3, [(2, 2)] * 3, "3 operands"),
     ("ij,jk->k", ["float32"] * 2, [(2, 3), (3, 4)], "'i' is summed within one operand alone"),
     ("ij,jk->ik", ["int32"] * 2, [(2, 3), (3, 4)], "float kernels only"),
     ("ij->i", ["int64"], [(2, 3)], "float kernels only"),
     ("...ij,jk->...ik", ["float32"] * 2, [None, (3, 4)], "unknown rank"),
     ("abcdefghi,i->a", ["float32"] * 2, [(1,) * 9, (1,)], "9 subscripts"),
+    ("abcde,fghij->", ["float64"] * 2, [(1,) * 5] * 2, "10 summed subscripts (at most 8)"),
 ])
 def test_einsum_refusals_name_the_equation(equation, dtypes, shapes, why):
     reason = gk.kernel_reason("::Einsum", {"equation": equation, SINCE_VERSION: 12}, dtypes, shapes)

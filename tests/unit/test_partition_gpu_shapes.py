@@ -1,6 +1,7 @@
 """Partitioning for a GPU device: a node whose output shape would depend on a value the device
-computes (a Reshape to a shape derived from data, Range over float bounds) is left to other EPs,
-since GPU devices replay plans whose shapes are known before their launches. The oracle is the
+computes (a Reshape to a shape derived from data, Resize with scales computed from data) is left to
+other EPs, since GPU devices replay plans whose shapes are known before their launches; small
+values handed in from outside (integers read as symbols, floats and bools pinned) are known. The oracle is the
 shape tracer the executor runs: for each model the refused node's plan raises DataDependent with
 real inputs (it would run step by step), and the claimed ones trace. Runs without a GPU: the
 claims read the kernel table only."""
@@ -67,14 +68,18 @@ def range_model(elem):
 
 
 def resize_model(scales_from: str):
-    """Resize with scales from a float input, or from Cast(Shape) (integer, then float on the device)."""
+    """Resize with scales from a float input, from that input doubled on the device ("data"), or
+    from Cast(Shape) (integer, then float on the device)."""
     nodes = [h.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")]
     inputs = [tensor("x", T.FLOAT, [1, 1, 2, 2])]
-    if scales_from == "input":
+    if scales_from in ("input", "data"):
         inputs.append(tensor("scales", T.FLOAT, [4]))
-    else:
+    if scales_from == "data":
+        nodes = [h.make_node("Mul", ["scales", "two"], ["doubled"]),
+                 h.make_node("Resize", ["x", "", "doubled"], ["y"], mode="nearest")]
+    elif scales_from == "shape":
         nodes[:0] = [h.make_node("Shape", ["x"], ["s"]), h.make_node("Cast", ["s"], ["scales"], to=T.FLOAT)]
-    return make_model(nodes, inputs, [tensor("y", T.FLOAT, None)])
+    return make_model(nodes, inputs, [tensor("y", T.FLOAT, None)], [h.make_tensor("two", T.FLOAT, [], [2.0])])
 
 
 def topk_of_argmax_model():
@@ -109,20 +114,16 @@ def test_a_shape_from_shape_arithmetic_stays_claimed():
     assert len(report.clusters) == 1
 
 
-@pytest.mark.parametrize("elem, claimed", [(T.INT64, True), (T.INT32, True), (T.FLOAT, False)])
-def test_range_over_run_time_bounds(elem, claimed):
+@pytest.mark.parametrize("elem", [T.INT64, T.INT32, T.FLOAT, T.FLOAT16])
+def test_range_over_run_time_bounds_is_claimed(elem):
+    # integer bounds are read as symbols, float ones pinned (hipep.runtime.shapes)
     model = range_model(elem)
-    np_type = {T.INT64: np.int64, T.INT32: np.int32, T.FLOAT: np.float32}[elem]
+    np_type = {T.INT64: np.int64, T.INT32: np.int32, T.FLOAT: np.float32, T.FLOAT16: np.float16}[elem]
     feeds = {"start": np.array(1, np_type), "limit": np.array(9, np_type), "delta": np.array(2, np_type)}
-    assert _traces(model, feeds) is claimed
+    assert _traces(model, feeds)
     report = partition(GraphView.from_onnx(model), device="cuda")
-    if claimed:
-        assert not report.rejections, report.format()
-    else:
-        reason = _rejected(report).get("Range", "")
-        assert "input 0 'start', a float32 tensor, read on the device only" in reason, report.format()
-        # its consumer stays claimed, in a subgraph of its own
-        assert "Neg" not in _rejected(report)
+    assert not report.rejections, report.format()
+    assert len(report.clusters) == 1
 
 
 def test_integer_arithmetic_on_device_data_is_no_host_value():
@@ -135,13 +136,68 @@ def test_integer_arithmetic_on_device_data_is_no_host_value():
     assert {"ArgMax", "Add"}.isdisjoint(_rejected(report))
 
 
-def test_resize_with_scales_from_a_float_input_is_left_to_other_eps():
+def test_resize_with_scales_from_a_float_input_is_claimed():
     model = resize_model("input")
+    feeds = {"x": np.ones((1, 1, 2, 2), np.float32), "scales": np.array([1, 1, 2, 2], np.float32)}
+    assert _traces(model, feeds)  # the scales are pinned
+    report = partition(GraphView.from_onnx(model), device="cuda")
+    assert not report.rejections, report.format()
+
+
+def test_resize_with_scales_computed_from_data_is_left_to_other_eps():
+    model = resize_model("data")
     feeds = {"x": np.ones((1, 1, 2, 2), np.float32), "scales": np.array([1, 1, 2, 2], np.float32)}
     assert not _traces(model, feeds)
     report = partition(GraphView.from_onnx(model), device="cuda")
-    assert "depends on the value of input 2 'scales', a float32 tensor" in _rejected(report).get("Resize", ""), \
-        report.format()
+    assert "depends on the value of input 2 'doubled', computed on the device by node 'Mul(doubled)' (Mul)" in \
+        _rejected(report).get("Resize", ""), report.format()
+    assert "Mul" not in _rejected(report)
+
+
+def test_a_float_input_longer_than_the_host_reads_is_left_to_other_eps():
+    # a 65-element roi (which the half_pixel mode ignores): the host reads at most
+    # MAX_READ_ELEMENTS elements of a value handed in, so the shape rule cannot have it
+    model = make_model([h.make_node("Resize", ["x", "roi", "scales"], ["y"], mode="nearest")],
+                       [tensor("x", T.FLOAT, [1, 1, 2, 2]), tensor("roi", T.FLOAT, [65])], [tensor("y", T.FLOAT, None)],
+                       [h.make_tensor("scales", T.FLOAT, [4], [1, 1, 2, 2])])
+    feeds = {"x": np.ones((1, 1, 2, 2), np.float32), "roi": np.zeros(65, np.float32)}
+    assert not _traces(model, feeds)
+    report = partition(GraphView.from_onnx(model), device="cuda")
+    assert "input 1 'roi', a float32 tensor of 65 elements, more than the host reads (64)" in \
+        _rejected(report).get("Resize", ""), report.format()
+
+
+def if_model(cond_from: str):
+    """y = If(cond, x + 1, x - 1): cond a bool input, or ReduceMax(x) > 0 (device data)."""
+    def branch(name, op):
+        node = h.make_node(op, ["x", "one"], [f"{name}_y"])
+        return h.make_graph([node], name, [], [tensor(f"{name}_y", T.FLOAT, [3])])
+
+    nodes = [h.make_node("If", ["cond"], ["y"], then_branch=branch("then", "Add"), else_branch=branch("else", "Sub"))]
+    inputs = [tensor("x", T.FLOAT, [3])]
+    if cond_from == "input":
+        inputs.append(tensor("cond", T.BOOL, []))
+    else:
+        nodes[:0] = [h.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+                     h.make_node("Greater", ["m", "zero"], ["cond"])]
+    return make_model(nodes, inputs, [tensor("y", T.FLOAT, [3])],
+                      [h.make_tensor("one", T.FLOAT, [], [1.0]), h.make_tensor("zero", T.FLOAT, [], [0.0])])
+
+
+def test_an_if_on_a_bool_input_is_claimed():
+    model = if_model("input")
+    assert _traces(model, {"x": np.ones(3, np.float32), "cond": np.array(True)})
+    report = partition(GraphView.from_onnx(model), device="cuda")
+    assert not report.rejections, report.format()
+
+
+def test_an_if_on_a_condition_from_data_is_left_to_other_eps():
+    model = if_model("data")
+    assert not _traces(model, {"x": np.ones(3, np.float32)})
+    report = partition(GraphView.from_onnx(model), device="cuda")
+    reason = _rejected(report).get("If", "")
+    assert "the branch it takes depends on the value of input 0 'cond', computed on the device by node " \
+           "'Greater(cond)'" in reason, report.format()
 
 
 def test_resize_with_scales_cast_from_a_shape_stays_claimed():

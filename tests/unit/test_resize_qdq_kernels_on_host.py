@@ -265,12 +265,12 @@ def test_resize_claims_and_refusals():
     f32 = "float32"
     scales = np.array([1, 1, 2, 2], np.float32)
     assert gk.has_kernel("::Resize", {"mode": "cubic"}, [f32, f32, f32], None, [None, None, scales])
-    # a run-time roi that tf_crop_and_resize reads is refused; run-time sizes and an unused roi
-    # are not. (Run-time scales leave the extents unknown before the launches: the partitioner
-    # refuses those, tests/unit/test_partition_gpu_shapes.py.)
-    assert "'roi' is not a constant" in gk.kernel_reason(
-        "::Resize", {"coordinate_transformation_mode": "tf_crop_and_resize"}, [f32, f32, f32], None,
-        [None, None, scales])
+    # a run-time roi, scales or sizes is read at launch from host-visible memory (the plan copies
+    # it there; the shape program pins roi and scales): claimed. Where one is computed on the device
+    # from data, the partitioner refuses the node (tests/unit/test_partition_gpu_shapes.py).
+    assert gk.has_kernel("::Resize", {"coordinate_transformation_mode": "tf_crop_and_resize"}, [f32, f32, f32],
+                         None, [None, None, scales])
+    assert gk.has_kernel("::Resize", {"coordinate_transformation_mode": "tf_crop_and_resize"}, [f32, f32, f32])
     assert gk.has_kernel("::Resize", {}, [f32, f32, "", "int64"])
     assert gk.has_kernel("::Resize", {"mode": "nearest"}, ["int8", "", "", "int64"])
     assert gk.has_kernel("::Upsample", {"mode": "linear"}, ["float16", f32], None, [None, scales])
