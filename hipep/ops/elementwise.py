@@ -195,6 +195,7 @@ _register_pointwise("Mod", (10, 13, 28), ("T", "T"), ("T",), {"T": _ARITH_TYPES}
 def _unary(fn, wide: bool = False, f32_fn=None):
     """fn(builder, x, attrs) runs on f32 (f16 widened) or, with wide=True, on f64 for float
     inputs, rounded to f32 (what ORT's f32 kernels approximate) and then once more to f16;
+    f64 (for the ops whose types list it, where ORT's CPU EP has a double kernel) in f64;
     integers as they are. f32_fn, if given, is a bit-exact emulation of ORT's f32 kernel used
     for f32 inputs (it may return None to defer to fn)."""
     def expr(operands, attrs):
@@ -209,6 +210,8 @@ def _unary(fn, wide: bool = False, f32_fn=None):
             if not wide:
                 return b.build(b.cast(fn(b, b.cast(x, compute_type(dtype)), attrs), dtype))
             return b.build(b.cast(b.cast(fn(b, b.cast(x, pw.F64), attrs), pw.F32), dtype))
+        if dtype == pw.F64:
+            return b.build(fn(b, x, attrs))
         if operands[0].dtype.kind in "iu":
             return b.build(b.cast(fn(b, x, attrs), dtype))
         return None
@@ -292,19 +295,24 @@ def _sign_expr(operands, attrs):
 _register_pointwise("Sign", (9, 13), ("T",), ("T",), {"T": NUMERIC | ALL_INTS}, _sign_expr,
                     attributes={}, shape_rule=_same_rule("Sign"))
 _reg_unary("Relu", (6, 13, 14), lambda b, x, a: b.max(x, 0), NUMERIC)
-_reg_unary("Exp", (6, 13), lambda b, x, a: b.exp(x))
-_reg_unary("Log", (6, 13), lambda b, x, a: b.log(x))
-_reg_unary("Sqrt", (6, 13), lambda b, x, a: b.sqrt(x))
-_reg_unary("Reciprocal", (6, 13), lambda b, x, a: b.recip(x))
+# f64 where ONNX Runtime's CPU EP has a double kernel: not Sigmoid (its double kernel loses the
+# digits of small results below 0 by cancellation: sigmoid(-40) is 0 there, sigmoid(-20) off in
+# the 8th digit), Erf, Softplus, Elu, HardSigmoid or Gelu (no double kernel), nor LeakyRelu
+# (double from opset 16 only).
+_F64_MATH = FLOATS | {F64}
+_reg_unary("Exp", (6, 13), lambda b, x, a: b.exp(x), _F64_MATH)
+_reg_unary("Log", (6, 13), lambda b, x, a: b.log(x), _F64_MATH)
+_reg_unary("Sqrt", (6, 13), lambda b, x, a: b.sqrt(x), _F64_MATH)
+_reg_unary("Reciprocal", (6, 13), lambda b, x, a: b.recip(x), _F64_MATH)
 _reg_unary("Sigmoid", (6, 13), lambda b, x, a: 1.0 / (1.0 + b.exp(-x)), wide=True,
            f32_fn=lambda b, x, a: b.mlas_logistic(x))
-_reg_unary("Tanh", (6, 13), lambda b, x, a: b.tanh(x), f32_fn=lambda b, x, a: b.mlas_tanh(x))
+_reg_unary("Tanh", (6, 13), lambda b, x, a: b.tanh(x), _F64_MATH, f32_fn=lambda b, x, a: b.mlas_tanh(x))
 _reg_unary("Erf", (9, 13), lambda b, x, a: b.erf(x), wide=True)
-_reg_unary("Sin", (7, 22), lambda b, x, a: b.sin(x))
-_reg_unary("Cos", (7, 22), lambda b, x, a: b.cos(x))
-_reg_unary("Floor", (6, 13), lambda b, x, a: b.floor(x))
-_reg_unary("Ceil", (6, 13), lambda b, x, a: b.ceil(x))
-_reg_unary("Round", (11, 22), lambda b, x, a: b.rint(x))  # half to even
+_reg_unary("Sin", (7, 22), lambda b, x, a: b.sin(x), _F64_MATH)
+_reg_unary("Cos", (7, 22), lambda b, x, a: b.cos(x), _F64_MATH)
+_reg_unary("Floor", (6, 13), lambda b, x, a: b.floor(x), _F64_MATH)
+_reg_unary("Ceil", (6, 13), lambda b, x, a: b.ceil(x), _F64_MATH)
+_reg_unary("Round", (11, 22), lambda b, x, a: b.rint(x), _F64_MATH)  # half to even
 _reg_unary("Softplus", (1, 22), lambda b, x, a: b.logaddexp(0.0, x), wide=True)
 _reg_unary("LeakyRelu", (6, 16), lambda b, x, a: b.where(b.ge(x, 0), x, _f32(a["alpha"]) * x),
            attributes={"alpha": 0.01})

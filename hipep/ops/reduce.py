@@ -5,7 +5,7 @@ Compress.
 
 'axes' is an attribute before the opset where it became input 1 (ReduceSum 13, the others 18);
 keepdims (default 1) and, from that opset on, noop_with_empty_axes. Float sums accumulate in f32
-(f16 upcast, rounded once); integer sums wrap in the input's type, integer means truncate.
+(f16 upcast, rounded once), f64 ones in f64 (ONNX Runtime's double kernels).
 Empty reductions give what ONNX Runtime gives: sum 0, mean 0, max -inf/INT_MIN/false,
 min +inf/INT_MAX/true. Integer sums and means (like ReduceProd, ReduceL1, ... below) are computed
 in double and converted back saturating, as ONNX Runtime 1.31 does (so int32 sums clamp rather
@@ -43,7 +43,8 @@ def int_from_double(v: np.ndarray, dtype) -> np.ndarray:
 
 def _sum(x, axes, keepdims):
     if is_float(x):
-        return np.sum(upcast(x), axis=axes, keepdims=keepdims, dtype=np.float32)
+        v = upcast(x)  # f16 in f32; f32 and f64 in their own type
+        return np.sum(v, axis=axes, keepdims=keepdims, dtype=v.dtype)
     return int_from_double(np.sum(x, axis=axes, keepdims=keepdims, dtype=np.float64), x.dtype)
 
 
@@ -52,7 +53,8 @@ def _mean(x, axes, keepdims):
     if n == 0:
         return np.zeros_like(_sum(x, axes, keepdims))
     if is_float(x):
-        return _sum(x, axes, keepdims) / np.float32(n)
+        s = _sum(x, axes, keepdims)
+        return s / s.dtype.type(n)  # divided in the accumulator's type, as ONNX Runtime does
     s = np.sum(x, axis=axes, keepdims=keepdims, dtype=np.float64)
     return int_from_double(s / float(n), x.dtype)
 
@@ -151,17 +153,17 @@ def _claim(input_axes_since: int, bool_since: int | None):
 _ATTRS = {"axes": None, "keepdims": 1, "noop_with_empty_axes": 0}
 _I64 = frozenset({I64})
 
-register(OpDef("ReduceSum", (1, 11, 13), ("T", "I"), ("T",), {"T": NUMERIC, "I": _I64},
+register(OpDef("ReduceSum", (1, 11, 13), ("T", "I"), ("T",), {"T": NUMERIC | {F64}, "I": _I64},
                _reduce("ReduceSum", _sum), attributes=dict(_ATTRS), claim=_claim(13, None),
                min_inputs=1, shape_rule=_reduce_shape("ReduceSum"), host_inputs=(1,)))
-register(OpDef("ReduceMean", (1, 11, 13, 18), ("T", "I"), ("T",), {"T": NUMERIC, "I": _I64},
+register(OpDef("ReduceMean", (1, 11, 13, 18), ("T", "I"), ("T",), {"T": NUMERIC | {F64}, "I": _I64},
                _reduce("ReduceMean", _mean), attributes=dict(_ATTRS), claim=_claim(18, None),
                min_inputs=1, shape_rule=_reduce_shape("ReduceMean"), host_inputs=(1,)))
-register(OpDef("ReduceMax", (1, 11, 12, 13, 18, 20), ("T", "I"), ("T",), {"T": ALL, "I": _I64},
+register(OpDef("ReduceMax", (1, 11, 12, 13, 18, 20), ("T", "I"), ("T",), {"T": ALL | {F64}, "I": _I64},
                _reduce("ReduceMax", _extreme(True)), attributes=dict(_ATTRS),
                claim=_claim(18, 20), min_inputs=1, shape_rule=_reduce_shape("ReduceMax"),
                host_inputs=(1,)))
-register(OpDef("ReduceMin", (1, 11, 12, 13, 18, 20), ("T", "I"), ("T",), {"T": ALL, "I": _I64},
+register(OpDef("ReduceMin", (1, 11, 12, 13, 18, 20), ("T", "I"), ("T",), {"T": ALL | {F64}, "I": _I64},
                _reduce("ReduceMin", _extreme(False)), attributes=dict(_ATTRS),
                claim=_claim(18, 20), min_inputs=1, shape_rule=_reduce_shape("ReduceMin"),
                host_inputs=(1,)))

@@ -35,6 +35,14 @@ def A(values, dtype):
     return np.array(values, dtype=dtype)
 
 
+_RNG64 = np.random.default_rng(20260312)
+
+
+def R64(*shape, lo=-2.0, hi=2.0):
+    """Random f64 tensor from a generator of its own (the other cases' inputs stay as they were)."""
+    return _RNG64.uniform(lo, hi, size=shape)
+
+
 def nonzero(*shape, dtype=i32, lo=-20, hi=20):
     x = R(*shape, dtype=dtype, lo=lo, hi=hi)
     x[x == 0] = 1
@@ -96,7 +104,8 @@ def check_against(op, opset, inputs, attrs, n_out, since, tol, expected):
             assert a is None or not np.shares_memory(g, a), f"output {k} aliases an input"
         if e.dtype.kind == "f":
             rtol, atol = tol or TOL[e.dtype]
-            np.testing.assert_allclose(g.astype(f32), e.astype(f32), rtol=rtol, atol=atol,
+            wide = np.float64 if e.dtype == np.float64 else f32  # f64 beyond f32's range and digits
+            np.testing.assert_allclose(g.astype(wide), e.astype(wide), rtol=rtol, atol=atol,
                                        equal_nan=True, err_msg=f"{op}-{opset} output {k}")
         else:
             np.testing.assert_array_equal(g, e, err_msg=f"{op}-{opset} output {k}")
@@ -178,6 +187,20 @@ case("Elu", 22, [R(3, 5, lo=-3, hi=3)], {"alpha": 0.5})
 case("HardSigmoid", 22, [R(3, 5, lo=-5, hi=5)], {"alpha": 0.3, "beta": 0.4})
 case("Gelu", 20, [R(3, 17, lo=-5, hi=5)], {"approximate": "tanh"})
 case("Gelu", 20, [R(3, 17, dtype=f16, lo=-5, hi=5)], {"approximate": "tanh"}, id="Gelu-tanh-f16")
+
+# f64 where ONNX Runtime's CPU EP has double kernels, computed in f64. Its double sin and cos
+# (Eigen's) are within 5e-16 absolute only, near their zeros.
+_TOL64 = {"Sin": (1e-12, 1e-15), "Cos": (1e-12, 1e-15)}
+for _op in ("Exp", "Log", "Sqrt", "Reciprocal", "Tanh", "Sin", "Cos", "Floor", "Ceil", "Round"):
+    _vs, (_lo, _hi) = _UNARY[_op]
+    for _v in _vs:
+        case(_op, _v, [R64(3, 17, lo=_lo, hi=_hi)], id=f"{_op}-{_v}-f64", tol=_TOL64.get(_op))
+    case(_op, _vs[-1], [R64(lo=_lo, hi=_hi)], id=f"{_op}-f64-scalar", tol=_TOL64.get(_op))
+case("Exp", 13, [A([-745.0, -700.5, 0.0, 1e-300, 88.8, 300.25, 709.7, 710.0, np.inf, -np.inf, np.nan], np.float64)],
+     id="Exp-f64-wide")
+case("Log", 13, [A([5e-324, 1e-300, 1.0, 1e300, np.inf, 0.0, -1.0, np.nan], np.float64)], id="Log-f64-wide")
+case("Round", 22, [A([0.5, 1.5, 2.5, -0.5, -2.5, 2.4999999999, 2 ** 52 + 0.5, -3.5], np.float64)],
+     id="Round-f64-half-even")
 
 case("Clip", 11, [R(4, 5, lo=-3, hi=3), A(-1.0, f32)])
 case("Clip", 12, [R(4, 5, dtype=i32, lo=-9, hi=9), A(-2, i32), A(3, i32)])
@@ -361,6 +384,20 @@ case("ReduceMean", 18, [A([[1, 2], [-3, -2], [-7, 0]], i32), A([1], i64)], id="R
 case("ReduceMax", 20, [R(3, 4, dtype=b), A([1], i64)])
 case("ReduceMin", 20, [R(3, 4, dtype=b), A([0], i64)], {"keepdims": 0})
 case("ReduceMin", 20, [R(0, 4, dtype=i32), A([0], i64)], id="ReduceMin-int-empty")
+# f64 accumulates in f64 (ONNX Runtime's double kernels); the wide cases are beyond f32's range
+# and its 24 bits (2^30 + 3 is exact in f64 whatever the order, not in f32).
+_WIDE = A([[2.0 ** 30, 1.0, 1.0, 1.0], [1e300, 1e300, -1e300, 2.5], [-np.inf, -5e-324, 1e-300, 7.0]], np.float64)
+for _op, _iv in _RED.items():
+    for _v in _RED_V[_op]:
+        if _v < _iv:
+            case(_op, _v, [R64(2, 3, 4)], {"axes": [0, 2] if _v == 1 else [-1, 0], "keepdims": 0},
+                 id=f"{_op}-{_v}-f64")
+        else:
+            case(_op, _v, [R64(2, 3, 4), A([-1, 0], i64)], {"keepdims": 0}, id=f"{_op}-{_v}-f64")
+    case(_op, _iv, [R64(3, 70), A([1], i64)], id=f"{_op}-f64-rows")
+    case(_op, _iv, [R64(2, 3, 4)], id=f"{_op}-f64-all")
+    case(_op, _iv, [_WIDE, A([1], i64)], id=f"{_op}-f64-wide")
+    case(_op, _iv, [R64(0, 3), A([0], i64)], id=f"{_op}-f64-empty")
 
 
 @pytest.mark.parametrize("op,opset,inputs,attrs,n_out,since,tol", CASES)
