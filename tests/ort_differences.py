@@ -38,7 +38,7 @@ class Difference:
 
 
 NO_KERNEL = (
-    "its CPU EP has no kernel for this op and type (TopK int8/uint8/int16, Trilu int32, "
+    "its CPU EP has no kernel for this op and type (TopK int8/uint8/int16, Trilu int32, Cos f64, "
     "LpNormalization-22, SpaceToDepth int8/bool, Where uint32 in PRelu's expansion, bf16 Mul in "
     "LayerNormalization's): nothing to compare hipep with")
 
@@ -143,6 +143,9 @@ DIFFERENCES = (
         'tests/unit/test_ops_vision_resize_blocks.py::test_matches_ort[SpaceToDepth-i8]',
     )),
     Difference(NO_KERNEL, since=(1, 24), until=(1, 29), cases=(
+        'tests/unit/test_ops_reference.py::test_matches_ort[Cos-7-f64]',
+        'tests/unit/test_ops_reference.py::test_matches_ort[Cos-22-f64]',
+        'tests/unit/test_ops_reference.py::test_matches_ort[Cos-f64-scalar]',
         'tests/unit/test_ops_more.py::test_matches_ort[Trilu-int32]',
     )),
     Difference(MAXPOOL_NAN, since=(1, 24), until=(1, 29), cases=(
