@@ -289,8 +289,8 @@ HIPEP_REDUCE_MORE(f64, double, 2)
 // ReduceLogSumExp over f64 rows (the runtime moves the reduced axes last): two passes in double,
 // the reference's form of ONNX Runtime's double kernel: m, the row's maximum (NaN propagating),
 // is taken as 0 where it is not finite, then y = log(sum of exp(x - m)) + m. So a row holding NaN
-// gives NaN, an empty or all -inf row log(0) + 0 = -inf, a row holding +inf +inf (softmax.hip's
-// online pass, which shifts by the running maximum, gives inf - inf = NaN where +inf repeats).
+// gives NaN, an empty or all -inf row log(0) + 0 = -inf, a row holding +inf gives +inf (softmax.hip's
+// online pass, which shifts by the running maximum, would give inf - inf = NaN where +inf repeats).
 HIPEP_KERNEL void hipep_reduce_logsumexp_f64_rows(const double* HIPEP_RESTRICT x, double* HIPEP_RESTRICT y,
                                                   const hipep_reduce_args a) {
   __shared__ double scratch[HIPEP_MAX_WARPS];

@@ -55,7 +55,7 @@ def _signature_lines(plan: Plan, shape: ShapeProgram) -> list[str]:
             read_sizes[pos] = max(read_sizes.get(pos, 0), k + 1)
     for pos, n in read_sizes.items():  # an input read by element may have shrunk: trace again
         lines.append(f"    if x{pos}.size < {n}: return None")
-    for pos, data in sorted(shape.pins.items()):  # one read of the whole input (host_bytes)
+    for pos, data in sorted(shape.pins.items()):  # one read of the whole input (OrtDeviceArray.tobytes)
         lines.append(f"    if x{pos}.tobytes() != {data!r}: return None")
     return lines
 

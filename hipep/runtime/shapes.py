@@ -66,12 +66,6 @@ def pinnable(dtype) -> bool:
 
 _PINNABLE = frozenset({"float16", "float32", "float64", "bfloat16", "bool"})
 
-
-def host_bytes(a) -> bytes:
-    """An input's contents as bytes: numpy's, or one read of a tensor in device memory
-    (hipep.runtime.cuda_memory.OrtDeviceArray.tobytes)."""
-    return a.tobytes()
-
 # Host ops that only move elements: evaluated on an index proxy, so symbolic elements move with
 # them. Value: the input positions whose elements move (the rest are indices, axes, shapes).
 _MOVING = {"Gather": (0,), "Slice": (0,), "Concat": None, "Squeeze": (0,), "Unsqueeze": (0,),
@@ -298,7 +292,7 @@ class _Tracer:
                 # of these extents holding these bytes
                 for d in self.shape.get(vid, ()):
                     _pin(d)
-                data = host_bytes(a)
+                data = a.tobytes()  # numpy's, or one read of a tensor in GPU memory (OrtDeviceArray)
                 self.pins[spec.index] = data
                 v = np.frombuffer(data, dtype=a.dtype).reshape(a.shape)
                 self.sval[vid] = _objects(v) if v.dtype.kind == "b" else v  # bool as constants hold it
