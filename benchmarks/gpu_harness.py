@@ -5,6 +5,7 @@ hipep stages through its own buffers), reading a bound value back, the copy band
 is measured against, and the results file's name and header."""
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -44,7 +45,9 @@ def gpu_info(device) -> dict:
     l2 = int(d.cuDeviceGetAttribute(d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device.dev)[1])
     v = device.driver_version
     return {"gpu": device.gpu_name, "arch": device.arch, "sms": device.sm_count, "l2_bytes": l2,
-            "driver_cuda": f"{v // 1000}.{(v % 1000) // 10}", "nvrtc": ".".join(map(str, device.nvrtc_version))}
+            "driver_cuda": f"{v // 1000}.{(v % 1000) // 10}", "nvrtc": ".".join(map(str, device.nvrtc_version)),
+            # the launch-path settings in effect (docs/options.md): a run with one of them is another path
+            "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("HIPEP_CUDA") or k == "HIPEP_GEMM"}}
 
 
 def device_slug(gpu_name: str) -> str:
@@ -60,7 +63,8 @@ def header_lines(title: str, info: dict, command: str) -> list[str]:
             f"driver CUDA {info['driver_cuda']}, NVRTC {info['nvrtc']}",
             f"- host: {info['cpu']} ({info['cores']} cores, {info['memory']}, load {info['load']:.2f}), "
             f"onnxruntime {info['onnxruntime']}, numpy {info['numpy']}, Python {info['python']}",
-            f"- command: `{command}`"]
+            f"- command: `{command}`"] + (
+               [f"- environment: {', '.join(f'`{k}={v}`' for k, v in info['env'].items())}"] if info.get("env") else [])
 
 
 def first_line(e: BaseException) -> str:

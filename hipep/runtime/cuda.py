@@ -89,6 +89,21 @@ def _debug_spin_setting() -> tuple[str, float] | None:
 
 # ---- the device ---------------------------------------------------------------------------------
 
+def prefetch_budget(l2_bytes: int) -> int:
+    """Bytes an L2 prefetch branch may have requested ahead of the launches reading them: half the
+    L2, or HIPEP_CUDA_L2_PREFETCH_MB."""
+    v = os.environ.get("HIPEP_CUDA_L2_PREFETCH_MB", "").strip()
+    if not v:
+        return l2_bytes // 2
+    try:
+        mb = float(v)
+    except ValueError:
+        mb = -1.0
+    if not mb > 0:
+        raise HipepError(f"HIPEP_CUDA_L2_PREFETCH_MB={v!r}: expected a positive number of megabytes")
+    return int(mb * (1 << 20))
+
+
 class CudaDevice(GraphReplay, Device):
     name = "cuda"
     array_types = (DeviceArray, OrtDeviceArray)
@@ -136,9 +151,11 @@ class CudaDevice(GraphReplay, Device):
         self.overlap_launches = self.capability >= (9, 0) and env_flag("HIPEP_CUDA_OVERLAP", True)
         # Replayed graphs fetch the weights of GEMVs into L2 on a branch beside the latency-bound
         # kernels ahead of them (kernels/prefetch.hip: the bulk prefetch of compute capability 9.0
-        # and newer; hipep.runtime.cuda_prefetch), up to half the L2 requested ahead.
+        # and newer; hipep.runtime.cuda_prefetch), up to half the L2 requested ahead
+        # (HIPEP_CUDA_L2_PREFETCH_MB sets that budget: benchmarks/decode.py compares budgets).
         self.l2_bytes = attr(A.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
         self.l2_prefetch = self.capability >= (9, 0) and env_flag("HIPEP_CUDA_L2_PREFETCH", True)
+        self.l2_prefetch_budget = prefetch_budget(self.l2_bytes)
         self._prefetch = None  # (stream, fork event, join event) of the capture's prefetch branch
         spin = _debug_spin_setting()  # (op type, clock cycles): microseconds at the reported clock (kHz)
         self.debug_spin = None if spin is None else (

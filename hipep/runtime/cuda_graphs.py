@@ -340,7 +340,7 @@ class GraphReplay:
     graph, host work and syncs in between, CUDA events around each replay (kernel_ns) and how the
     launches reached the driver (issue_counts), and the L2 prefetch branches captured beside the
     launches (hipep.runtime.cuda_prefetch). Uses the device's use_graphs, sync_launches,
-    update_graphs, l2_prefetch, l2_bytes, sm_count, _capture_lock, _current, _issue, _ready and
+    update_graphs, l2_prefetch, l2_prefetch_budget, sm_count, _capture_lock, _current, _issue, _ready and
     _prefetch_stream."""
 
     def replay(self, stream: CudaStream, graph: Graph, patches: list) -> None:
@@ -522,7 +522,7 @@ class GraphReplay:
         if not any(streams):
             return {}
         out: dict[int, list] = {}
-        for p in prefetch.plan(streams, self.l2_bytes // 2):
+        for p in prefetch.plan(streams, self.l2_prefetch_budget):
             grid, block, param = prefetch.launch_params(p, self.sm_count)
             op = table.KernelOp("hipep_l2_prefetch", grid, block, [param], module="prefetch")
             out.setdefault(p.after, []).append(self._ready(op))

@@ -324,7 +324,7 @@ def test_l2_prefetch_branches_change_no_result(monkeypatch, elem, level):
     """On sm_90+ a replayed graph forks branches that fetch the GEMVs' weights into L2 beside the
     norms and activations ahead of them (hipep.runtime.cuda_prefetch): the chain of norm -> GEMV
     -> SiLU links, replayed 50 times, gives the same bits with the branches as without them. With
-    the real budget (half the L2) one branch at the segment's start takes all eight GEMVs' weights
+    the budget of half the L2 one branch at the segment's start takes all eight GEMVs' weights
     and scales (16 ranges, ~20 MB); with a 2 MB budget a branch forks before every norm (the
     start, then after each GEMV but the last), each going on where the one before stopped."""
     from hipep.runtime.cuda import get_device
@@ -332,32 +332,32 @@ def test_l2_prefetch_branches_change_no_result(monkeypatch, elem, level):
     dev = get_device(0)
     if dev.capability < (9, 0):
         pytest.skip(f"{dev.arch}: no bulk L2 prefetch before sm_90")
-    assert dev.l2_prefetch and dev.l2_bytes > 0
+    assert dev.l2_prefetch and dev.l2_prefetch_budget > 0
     model, feeds = _gemv_chain_model(2048, 8, elem, level)
     planned = []
     plan = dev._prefetch_branches
     monkeypatch.setattr(dev, "_prefetch_branches", lambda work: planned.append(plan(work)) or planned[-1])
-    l2_bytes = dev.l2_bytes
+    budget = dev.l2_prefetch_budget
     results = {}
     try:
-        for on, l2 in ((True, l2_bytes), (True, 4 << 20), (False, l2_bytes)):
-            dev.l2_prefetch, dev.l2_bytes = on, l2
+        for on, b in ((True, budget), (True, 2 << 20), (False, budget)):
+            dev.l2_prefetch, dev.l2_prefetch_budget = on, b
             planned.clear()
             sess = hipep.InferenceSession(model, device="cuda")
             outs = [sess.run(None, feeds)[0] for _ in range(50)]
             for o in outs[1:]:
                 np.testing.assert_array_equal(o, outs[0])
-            results[on, l2] = outs[0]
-            if on and l2 == l2_bytes:
+            results[on, b] = outs[0]
+            if on and b == budget:
                 assert planned and list(planned[-1]) == [-1] and len(planned[-1][-1]) == 1
             elif on:
                 assert planned and len(planned[-1]) == 8 and -1 in planned[-1]
             else:
                 assert not planned
     finally:
-        dev.l2_prefetch, dev.l2_bytes = True, l2_bytes
+        dev.l2_prefetch, dev.l2_prefetch_budget = True, budget
     for key, got in results.items():
-        np.testing.assert_array_equal(got, results[False, l2_bytes], err_msg=str(key))
+        np.testing.assert_array_equal(got, results[False, budget], err_msg=str(key))
 
 
 @pytest.mark.parametrize("gemm", ["auto", "own"])

@@ -283,9 +283,9 @@ class Streaming(Program):
                                                         streams=self.streams))]
 
 
-def _prefetching_device(l2_bytes: int):
+def _prefetching_device(budget: int):
     dev = _device()
-    dev.l2_prefetch, dev.l2_bytes, dev.sm_count = True, l2_bytes, 4
+    dev.l2_prefetch, dev.l2_prefetch_budget, dev.sm_count = True, budget, 4
     dev._prefetch, dev._lock = None, threading.RLock()
     dev._ready = lambda op: cuda_graphs._Launch(op.entry, op)  # the prefetch kernel by its name
     return dev
@@ -299,7 +299,7 @@ def test_a_captured_segment_forks_l2_prefetch_branches_beside_latency_bound_laun
     GEMV's weights and what the budget leaves of the second's) and one after the first GEMV (the
     rest of the second's), on a stream of its own, joined at the end; the segment's launches and
     their kernel nodes stay as without the branches."""
-    dev, stream = _prefetching_device(l2_bytes=3 * MB), FakeStream()  # budget 1.5 MB
+    dev, stream = _prefetching_device(budget=3 * MB // 2), FakeStream()
     w1, w2 = (0x10000000, MB), (0x20000000, MB)
     graph, state, seg = _segment(Program("norm"), Streaming("gemv", (w1,)), Program("attn"), Streaming("gemv2", (w2,)))
     _run(dev, stream, graph, state, seg, [1, 2, 3, 4])  # launch by launch: no branch
@@ -320,7 +320,7 @@ def test_a_captured_segment_forks_l2_prefetch_branches_beside_latency_bound_laun
 
 
 def test_a_refused_prefetch_branch_costs_the_prefetches_not_the_graph(driver):
-    dev, stream = _prefetching_device(l2_bytes=64 * MB), FakeStream()
+    dev, stream = _prefetching_device(budget=32 * MB), FakeStream()
     graph, state, seg = _segment(Program("norm"), Streaming("gemv", ((0x10000000, MB),)))
     driver.refuse_wait = True
     for _ in range(2):
@@ -397,6 +397,19 @@ def test_a_captured_segment_binds_and_updates_only_the_launches_that_changed(dri
         _run(dev, stream, graph, state, seg, values)
         assert driver.ran[-1][7] == ("k7", ((20 + step) % 3 + 1, 1, 1), 20 + step) and len(driver.ran[-1]) == 40
     assert binds == ["k7"] * 3 and stream.counts == [40, 4, 3]
+
+
+def test_the_prefetch_budget_is_half_the_l2_or_the_environments(monkeypatch):
+    from hipep.errors import HipepError
+
+    monkeypatch.delenv("HIPEP_CUDA_L2_PREFETCH_MB", raising=False)
+    assert cuda.prefetch_budget(60 * MB) == 30 * MB
+    monkeypatch.setenv("HIPEP_CUDA_L2_PREFETCH_MB", "12.5")
+    assert cuda.prefetch_budget(60 * MB) == int(12.5 * MB)
+    for bad in ("0", "-3", "lots"):
+        monkeypatch.setenv("HIPEP_CUDA_L2_PREFETCH_MB", bad)
+        with pytest.raises(HipepError, match="HIPEP_CUDA_L2_PREFETCH_MB"):
+            cuda.prefetch_budget(60 * MB)
 
 
 def test_a_streams_targets_are_made_once_and_do_not_keep_it_alive():

@@ -66,3 +66,16 @@ def test_the_report_splits_host_time_into_hipeps_runtime_and_the_rest():
                          hip, cpu, {"error": "skipped"}, None, args, "python benchmarks/decode.py")
     assert "host time per step (median): 0.400 ms in hipep's runtime" in text
     assert "the rest of the 0.640 ms outside it" in text
+
+
+def test_a_results_header_names_the_launch_path_settings_in_effect():
+    import gpu_harness
+
+    info = dict(date="2026-12-04", commit="abc1234", gpu="NVIDIA H200", arch="sm_90", sms=132, l2_bytes=60 << 20,
+                driver_cuda="13.0", nvrtc="13.0", cpu="Xeon", cores=16, memory="126 GiB", load=1.0,
+                onnxruntime="1.32.0", numpy="2.5.2", python="3.12.3")
+    plain = gpu_harness.header_lines("t", info, "cmd")
+    assert not any("environment" in line for line in plain)
+    info["env"] = {"HIPEP_CUDA_L2_PREFETCH": "0", "HIPEP_GEMM": "own"}
+    assert gpu_harness.header_lines("t", info, "cmd")[-1] == \
+        "- environment: `HIPEP_CUDA_L2_PREFETCH=0`, `HIPEP_GEMM=own`"
