@@ -89,21 +89,6 @@ def _debug_spin_setting() -> tuple[str, float] | None:
 
 # ---- the device ---------------------------------------------------------------------------------
 
-def prefetch_budget(l2_bytes: int) -> int:
-    """Bytes an L2 prefetch branch may have requested ahead of the launches reading them: half the
-    L2, or HIPEP_CUDA_L2_PREFETCH_MB."""
-    v = os.environ.get("HIPEP_CUDA_L2_PREFETCH_MB", "").strip()
-    if not v:
-        return l2_bytes // 2
-    try:
-        mb = float(v)
-    except ValueError:
-        mb = -1.0
-    if not mb > 0:
-        raise HipepError(f"HIPEP_CUDA_L2_PREFETCH_MB={v!r}: expected a positive number of megabytes")
-    return int(mb * (1 << 20))
-
-
 class CudaDevice(GraphReplay, Device):
     name = "cuda"
     array_types = (DeviceArray, OrtDeviceArray)
@@ -149,14 +134,6 @@ class CudaDevice(GraphReplay, Device):
         # Kernels that wait for their predecessor in their own code start early (programmatic
         # dependent launch, compute capability 9.0 and newer): KernelOp.overlaps_previous.
         self.overlap_launches = self.capability >= (9, 0) and env_flag("HIPEP_CUDA_OVERLAP", True)
-        # Replayed graphs fetch the weights of GEMVs into L2 on a branch beside the latency-bound
-        # kernels ahead of them (kernels/prefetch.hip: the bulk prefetch of compute capability 9.0
-        # and newer; hipep.runtime.cuda_prefetch), up to half the L2 requested ahead
-        # (HIPEP_CUDA_L2_PREFETCH_MB sets that budget: benchmarks/decode.py compares budgets).
-        self.l2_bytes = attr(A.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
-        self.l2_prefetch = self.capability >= (9, 0) and env_flag("HIPEP_CUDA_L2_PREFETCH", True)
-        self.l2_prefetch_budget = prefetch_budget(self.l2_bytes)
-        self._prefetch = None  # (stream, fork event, join event) of the capture's prefetch branch
         spin = _debug_spin_setting()  # (op type, clock cycles): microseconds at the reported clock (kHz)
         self.debug_spin = None if spin is None else (
             spin[0], int(spin[1] * attr(A.CU_DEVICE_ATTRIBUTE_CLOCK_RATE) / 1000))
@@ -248,19 +225,6 @@ class CudaDevice(GraphReplay, Device):
                     self._aux_stream = _check(d.cuStreamCreate(d.CUstream_flags.CU_STREAM_NON_BLOCKING),
                                               "cuStreamCreate")
         return self._aux_stream
-
-    def _prefetch_stream(self):
-        """(stream, fork event, join event) through which a capture forks its L2 prefetch branch
-        and joins it again (GraphReplay._record; captures hold _capture_lock, so one set serves)."""
-        if self._prefetch is None:
-            d = _driver()
-            flags = d.CUevent_flags.CU_EVENT_DISABLE_TIMING
-            with self._lock:
-                if self._prefetch is None:
-                    self._prefetch = (_check(d.cuStreamCreate(d.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate"),
-                                      _check(d.cuEventCreate(flags), "cuEventCreate"),
-                                      _check(d.cuEventCreate(flags), "cuEventCreate"))
-        return self._prefetch
 
     def free(self, memory: Any) -> None:
         if not isinstance(memory, CudaMemory) or memory.freed or not memory.nbytes:

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import HipepError
-from . import cuda_prefetch as prefetch
 from . import gpu_kernels as table
 from .cuda_driver import CudaError, _check, _driver, _error_text
 from .cuda_memory import DeviceArray
@@ -30,13 +29,11 @@ class _Launch:
     address cuLaunchKernel takes (kept alive with the values it points at). `config`: the
     cuLaunchKernelEx configuration of a launch that may overlap the previous kernel (see
     KernelOp.overlaps_previous), else None."""
-    __slots__ = ("func", "grid", "block", "smem", "values", "argv", "argv_addr", "key", "entry", "config", "streams",
-                 "_params")
+    __slots__ = ("func", "grid", "block", "smem", "values", "argv", "argv_addr", "key", "entry", "config", "_params")
 
     def __init__(self, func, op: table.KernelOp, overlap: bool = False):
         self.func = func
         self.entry = op.entry
-        self.streams = op.streams
         self.grid = tuple(int(g) for g in op.grid) + (1,) * (3 - len(op.grid))
         self.block = tuple(int(b) for b in op.block) + (1,) * (3 - len(op.block))
         self.smem = int(op.smem)
@@ -330,7 +327,6 @@ class _GraphState:
 # ---- replay ----------------------------------------------------------------------------------------
 
 _GRAPH_MIN_LAUNCHES = 2
-_PREFETCH_LABEL = "L2 prefetch branch"
 _GRAPH_MAX_CAPTURES = 8  # a segment re-captured this often runs launch by launch from then on
 
 
@@ -338,10 +334,8 @@ class GraphReplay:
     """The CUDA device's replay of a captured plan graph (a part of CudaDevice): launch segments
     bound once and captured into CUDA graphs, launches whose arguments changed updated inside their
     graph, host work and syncs in between, CUDA events around each replay (kernel_ns) and how the
-    launches reached the driver (issue_counts), and the L2 prefetch branches captured beside the
-    launches (hipep.runtime.cuda_prefetch). Uses the device's use_graphs, sync_launches,
-    update_graphs, l2_prefetch, l2_prefetch_budget, sm_count, _capture_lock, _current, _issue, _ready and
-    _prefetch_stream."""
+    launches reached the driver (issue_counts). Uses the device's use_graphs, sync_launches,
+    update_graphs, _capture_lock, _current and _issue."""
 
     def replay(self, stream: CudaStream, graph: Graph, patches: list) -> None:
         self._current()
@@ -430,22 +424,7 @@ class GraphReplay:
             seg.direct = True
         try:
             with self._capture_lock:
-                branches = {}
-                if self.l2_prefetch:
-                    try:
-                        branches = self._prefetch_branches(work)
-                    except HipepError as e:  # the prefetch kernel did not build or load
-                        log.info("hipep: L2 prefetch off: %s", e)
-                        self.l2_prefetch = False
-                seg.graph, nodes, failed = self._record(stream, work, branches)
-                if failed is not None and failed[0] == _PREFETCH_LABEL:
-                    # A driver refusing the branch costs the prefetches, not the graph.
-                    log.info("hipep: %s: L2 prefetch branch refused (%s); capturing without prefetches",
-                             seg.label, _error_text(failed[1]))
-                    self.l2_prefetch = False
-                    if seg.graph is not None:
-                        d.cuGraphDestroy(seg.graph)
-                    seg.graph, nodes, failed = self._record(stream, work, {})
+                seg.graph, nodes, failed = self._record(stream, work)
             if failed is not None:
                 raise CudaError(f"{failed[0]}: capture failed: {_error_text(failed[1])}")
             seg.exec = _check(d.cuGraphInstantiate(seg.graph, 0), "cuGraphInstantiate")
@@ -513,54 +492,16 @@ class GraphReplay:
                 changed.append((at, new))
         return _set_nodes(stream, seg, changed)
 
-    def _prefetch_branches(self, work) -> dict[int, list]:
-        """The L2 prefetch launches for `work`'s ops (hipep.runtime.cuda_prefetch), by the index
-        of the op after which their branch starts (-1: the segment's start). Made before the
-        capture: a kernel's first launch loads its module, which a capture does not allow."""
-        ops = [op for _, ops in work for op in ops]
-        streams = [getattr(op, "streams", ()) for op in ops]
-        if not any(streams):
-            return {}
-        out: dict[int, list] = {}
-        for p in prefetch.plan(streams, self.l2_prefetch_budget):
-            grid, block, param = prefetch.launch_params(p, self.sm_count)
-            op = table.KernelOp("hipep_l2_prefetch", grid, block, [param], module="prefetch")
-            out.setdefault(p.after, []).append(self._ready(op))
-        self._prefetch_stream()
-        return out
-
-    def _fork(self, stream: CudaStream, launches: list) -> tuple[bool, Any]:
-        """Captures `launches` on the prefetch branch, after what `stream` captured so far:
-        (whether the branch's stream joined the capture, the driver's first failure or None)."""
-        d = _driver()
-        ok = d.CUresult.CUDA_SUCCESS
-        side, fork, _ = self._prefetch_stream()
-        err = d.cuEventRecord(fork, stream.handle)[0]
-        if err != ok:
-            return False, err
-        err = d.cuStreamWaitEvent(side, fork, 0)[0]
-        if err != ok:
-            return False, err
-        for launch in launches:
-            err = launch.launch(side)
-            if err != ok:
-                return True, err
-        return True, None
-
-    def _record(self, stream: CudaStream, work, branches: dict):
-        """Captures `work` on `stream` into a CUDA graph, with `branches` (_prefetch_branches)
-        forked off it: (graph, each op's kernel node or None, the first launch that failed, as
-        (label, error))."""
+    @staticmethod
+    def _record(stream: CudaStream, work):
+        """Captures `work` on `stream` into a CUDA graph: (graph, each op's kernel node or None,
+        the first launch that failed)."""
         d = _driver()
         _check(d.cuStreamBeginCapture(stream.handle, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
                "cuStreamBeginCapture")
         failed = None
         nodes: list = []
-        at, forked = 0, False
         try:
-            if -1 in branches:
-                forked, err = self._fork(stream, branches[-1])
-                failed = None if err is None else (_PREFETCH_LABEL, err)
             for label, ops in work:
                 for op in ops:
                     if isinstance(op, _Launch):
@@ -575,21 +516,9 @@ class GraphReplay:
                         nodes.append(None)
                     if err != d.CUresult.CUDA_SUCCESS and failed is None:
                         failed = (label, err)
-                    if at in branches and failed is None:
-                        joined, err = self._fork(stream, branches[at])
-                        forked = forked or joined
-                        failed = None if err is None else (_PREFETCH_LABEL, err)
-                    at += 1
-            if forked:  # a capture ends with its branches joined
-                side, _, join = self._prefetch_stream()
-                for err in (d.cuEventRecord(join, side)[0], d.cuStreamWaitEvent(stream.handle, join, 0)[0]):
-                    if err != d.CUresult.CUDA_SUCCESS and failed is None:
-                        failed = (_PREFETCH_LABEL, err)
         finally:
-            ended = d.cuStreamEndCapture(stream.handle)  # always leaves capture mode
-        if ended[0] != d.CUresult.CUDA_SUCCESS and failed is not None and failed[0] == _PREFETCH_LABEL:
-            return None, nodes, failed  # a refused branch spoils the capture: the caller captures again
-        return _check(ended, "cuStreamEndCapture"), nodes, failed
+            graph = _check(d.cuStreamEndCapture(stream.handle), "cuStreamEndCapture")  # always leaves capture mode
+        return graph, nodes, failed
 
     def _launch_graph(self, stream: CudaStream, seg: _Segment) -> None:
         d = _driver()

@@ -54,16 +54,6 @@ class KernelOp:
     # launch it to start while the previous kernel of the stream finishes (programmatic dependent
     # launch), so its first loads of weights overlap that kernel's tail.
     overlaps_previous: bool = False
-    # ((address, bytes), ...) of the session's weights the launch reads, each once: a replayed
-    # CUDA graph may fetch them into L2 while latency-bound kernels ahead of it leave memory idle
-    # (hipep/runtime/cuda_prefetch.py). A hint: nothing depends on it.
-    streams: tuple = ()
-
-
-def weight_ranges(*args: "Arg | None") -> tuple:
-    """KernelOp.streams of a launch reading `args` whole: the plan constants among them."""
-    return tuple((a.ptr, a.size * a.dtype.itemsize) for a in args
-                 if a is not None and a.constant and a.size)
 
 
 @dataclass

@@ -17,8 +17,7 @@ import json
 import numpy as np
 
 from ..ops.contrib_quant import GATED_MATMUL_NBITS, MNB_ATTRIBUTES
-from .gpu_binding_core import (Arg, KernelOp, NoKernel, _binding, _cdiv, _dt, ptr, weight_ranges, workspace_after,
-                               workspace_regions)
+from .gpu_binding_core import Arg, KernelOp, NoKernel, _binding, _cdiv, _dt, ptr, workspace_after, workspace_regions
 from .gpu_bindings_pointwise import expression_ops
 from .gpu_quant import (GEMV_ROW, GEMV_WARPS, MatMulNBitsArgs, _mnb_bind, _mnb_check, quantizes_a_to_int8,
                         row_smem)
@@ -93,8 +92,7 @@ def _gated_row_op(A, first, second, y, expr, attrs, target):
               ptr(second[3]), ctypes.c_uint64(y.ptr), args]
     weights = all(w is None or w.constant for h in (first, second) for w in h[1:])
     return KernelOp(name, (_cdiv(n, GEMV_WARPS), 1, 1), (GEMV_WARPS * ws, 1, 1), params, source=source,
-                    smem=row_smem(chunks, bs, quant_a), overlaps_previous=weights,
-                    streams=weight_ranges(*first[1:], *second[1:]))
+                    smem=row_smem(chunks, bs, quant_a), overlaps_previous=weights)
 
 
 @_binding(GATED, check=_check, modules=("matmul_nbits", "matmul_nbits_row", "matmul_nbits_dequant"))

@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import HipepError
-from .gpu_binding_core import fill_copy, strided_copy, weight_ranges, workspace_after, workspace_regions
+from .gpu_binding_core import fill_copy, strided_copy, workspace_after, workspace_regions
 from .gpu_kernels import (_VEC, Arg, BlasOp, KernelOp, NoKernel, Target, _binding, _cdiv, _dt, _prod, _vec_ok,
                           contiguous_strides, flat_config, merge_dims, ptr, row_config)
 
@@ -197,7 +197,7 @@ def gemm_ops(p: GemmProblem, a: Arg, b: Arg, c: Arg | None, y: Arg, target: Targ
             per_block = GEMV_THREADS // warp
             grid = (_cdiv(p.n, per_block), 1, gz)
             entry = f"hipep_gemv_t_{dt}_m{rows}" + ("_vec" if use_vec else "")
-            return [KernelOp(entry, grid, (warp, per_block, 1), params, module="gemm", streams=weight_ranges(b, c))]
+            return [KernelOp(entry, grid, (warp, per_block, 1), params, module="gemm")]
         use_vec = p.n % vec == 0 and _aligned(b.ptr, [p.b_sk if p.k > 1 else 0, *p.b_batch], vec, e)
         v = vec if use_vec else 1
         # Column lanes per block: the most (longer runs of B per k row) that still give every
@@ -214,7 +214,7 @@ def gemm_ops(p: GemmProblem, a: Arg, b: Arg, c: Arg | None, y: Arg, target: Targ
         if splits > 1:
             return _split_gemv_ops(p, a, b, c, y, dt, rows, splits, (gx, gz), (lanes, groups), target)
         entry = f"hipep_gemv_n_{dt}_m{rows}" + ("_vec" if use_vec else "")
-        return [KernelOp(entry, (gx, 1, gz), (lanes, groups, 1), params, module="gemm", streams=weight_ranges(b, c))]
+        return [KernelOp(entry, (gx, 1, gz), (lanes, groups, 1), params, module="gemm")]
     tile = 128
     if _cdiv(p.m, 128) * _cdiv(p.n, 128) * p.batch < target.sm_count:
         tile = 64  # too few 128-wide tiles to fill the GPU
@@ -313,7 +313,7 @@ def _split_gemv_ops(p: GemmProblem, a: Arg, b: Arg, c: Arg | None, y: Arg, dt: s
     gx, gz = grid_xz
     grid, block = flat_config(total, target)
     return [KernelOp(f"hipep_gemv_n_{dt}_m{rows}_vec_split", (gx, splits, gz), (*block_xy, 1),
-                     [ptr(a), ptr(b), partial, args], module="gemm", streams=weight_ranges(b)),
+                     [ptr(a), ptr(b), partial, args], module="gemm"),
             KernelOp(f"hipep_gemm_split_reduce_{dt}", grid, block, [partial, ptr(c if p.has_c else None), ptr(y), args],
                      module="gemm")]
 

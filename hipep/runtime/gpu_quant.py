@@ -24,7 +24,7 @@ import os
 import numpy as np
 
 from ..errors import HipepError
-from .gpu_binding_core import weight_ranges, workspace_after, workspace_regions
+from .gpu_binding_core import workspace_after, workspace_regions
 from .gpu_kernels import Arg, KernelOp, NoKernel, _binding, _cdiv, _dt, _prod, ptr
 
 MNB = "com.microsoft::MatMulNBits"
@@ -272,8 +272,7 @@ def _mnb_row_op(a_ptr, B, scales, zp, bias, y, layout: MatMulNBitsArgs, bits, dt
         grid = (_cdiv(layout.n, GEMV_WARPS // 2), 1, 1)
         entry = f"hipep_mnb_gemv_row1_h2_{dt}_b4_u{u}_s2{zp_suffix}"
     return KernelOp(entry, grid, (GEMV_WARPS * ws, 1, 1), params, module="matmul_nbits_row",
-                    smem=row_smem(tile_chunks, bs, bool(quant_a)), overlaps_previous=weights,
-                    streams=weight_ranges(B, scales, zp, bias))
+                    smem=row_smem(tile_chunks, bs, bool(quant_a)), overlaps_previous=weights)
 
 
 def row_smem(tile_chunks: int, block_size: int, q8: bool) -> int:
@@ -363,10 +362,8 @@ def _mnb_bind(ins, outs, attrs, target):
             grid = (_cdiv(n, GEMV_WARPS // k_split * cols), 1, 1)
             params = [ctypes.c_uint64(a_ptr), ptr(B), ptr(scales), ptr(zp), ptr(bias),
                       ctypes.c_uint64(y.ptr + r0 * n * e), args]
-            # (weights read once per slice: a prefetch ahead of the first serves it alone)
             ops.append(KernelOp(f"hipep_mnb_gemv_{dt}_b{bits}_m{m_t}" + ("_c4" if wide else ""), grid, (GEMV_WARPS * target.warp_size, 1, 1),
-                                params, module="matmul_nbits", smem=smem,
-                                streams=weight_ranges(B, scales, zp, bias) if r0 == 0 else ()))
+                                params, module="matmul_nbits", smem=smem))
         return ops
     args = MatMulNBitsArgs(m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, 0, zp_mode, 0, 1, 0, quant_a)
     blas = _mnb_blas_ops(A, B, scales, zp, bias, y, args, bits, dt, target)

@@ -31,16 +31,12 @@ class FakeDriver:
     CUresult = SimpleNamespace(CUDA_SUCCESS=SUCCESS)
     CUstreamCaptureMode = SimpleNamespace(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL=0)
     CUDA_KERNEL_NODE_PARAMS = _Params
-    CUevent_flags = SimpleNamespace(CU_EVENT_DISABLE_TIMING=2)
-    CUstream_flags = SimpleNamespace(CU_STREAM_NON_BLOCKING=1)
 
     def __init__(self):
         self.ran: list[list] = []  # per stream operation: what ran
         self.capturing: list | None = None
         self.calls: dict[str, int] = {}
         self.refuse_update = False
-        self.waits: list[tuple] = []  # (stream, event) of each cuStreamWaitEvent
-        self.refuse_wait = False
 
     def _count(self, name):
         self.calls[name] = self.calls.get(name, 0) + 1
@@ -54,7 +50,7 @@ class FakeDriver:
         self._count("cuLaunchKernel")
         work = self._work(func, (gx, gy, gz), argv_addr)
         if self.capturing is not None:
-            self.capturing.append({"work": work, "stream": stream})
+            self.capturing.append({"work": work})
         else:
             self.ran.append([work])
         return (SUCCESS,)
@@ -66,17 +62,6 @@ class FakeDriver:
 
     def cuStreamGetCaptureInfo(self, stream):
         return (SUCCESS, 1, 7, None, [self.capturing[-1]], 1)
-
-    def cuStreamCreate(self, flags):
-        return (SUCCESS, "side")
-
-    def cuEventCreate(self, flags):
-        self._count("event")
-        return (SUCCESS, f"event {self.calls['event']}")
-
-    def cuStreamWaitEvent(self, stream, event, flags):
-        self.waits.append((stream, event))
-        return ("refused",) if self.refuse_wait else (SUCCESS,)
 
     def cuStreamEndCapture(self, stream):
         graph, self.capturing = self.capturing, None
@@ -167,7 +152,6 @@ def driver(monkeypatch):
 def _device(update: bool = True):
     dev = object.__new__(cuda.CudaDevice)
     dev.use_graphs, dev.sync_launches, dev.update_graphs, dev.overlap_launches = True, False, update, False
-    dev.l2_prefetch = False
     dev._capture_lock = threading.RLock()
     dev._tls, dev.ctx = threading.local(), object()
     return dev
@@ -270,66 +254,6 @@ def test_an_argument_alternating_between_two_tensors_is_bound_once_for_each(driv
     assert driver.calls["capture"] == 1 and driver.calls["update"] == 6
 
 
-class Streaming(Program):
-    """A launch that streams weights: KernelOp.streams of (address, bytes)."""
-
-    def __init__(self, func: str, streams: tuple):
-        super().__init__(func)
-        self.streams = streams
-
-    def bind(self, args, stream=None):
-        value = int(args[0][0])
-        return [cuda_graphs._Launch(self.func, KernelOp(f"k_{self.func}", (1,), (32,), [ctypes.c_int64(value)],
-                                                        streams=self.streams))]
-
-
-def _prefetching_device(budget: int):
-    dev = _device()
-    dev.l2_prefetch, dev.l2_prefetch_budget, dev.sm_count = True, budget, 4
-    dev._prefetch, dev._lock = None, threading.RLock()
-    dev._ready = lambda op: cuda_graphs._Launch(op.entry, op)  # the prefetch kernel by its name
-    return dev
-
-
-MB = 1 << 20
-
-
-def test_a_captured_segment_forks_l2_prefetch_branches_beside_latency_bound_launches(driver):
-    """norm, gemv, attention, gemv: the capture forks a prefetch branch at its start (the first
-    GEMV's weights and what the budget leaves of the second's) and one after the first GEMV (the
-    rest of the second's), on a stream of its own, joined at the end; the segment's launches and
-    their kernel nodes stay as without the branches."""
-    dev, stream = _prefetching_device(budget=3 * MB // 2), FakeStream()
-    w1, w2 = (0x10000000, MB), (0x20000000, MB)
-    graph, state, seg = _segment(Program("norm"), Streaming("gemv", (w1,)), Program("attn"), Streaming("gemv2", (w2,)))
-    _run(dev, stream, graph, state, seg, [1, 2, 3, 4])  # launch by launch: no branch
-    assert driver.ran == [[("norm", (2, 1, 1), 1)], [("gemv", (1, 1, 1), 2)], [("attn", (1, 1, 1), 3)],
-                          [("gemv2", (1, 1, 1), 4)]]
-    _run(dev, stream, graph, state, seg, [1, 2, 3, 4])  # captured
-    captured = [(n["stream"], n["work"][0], n["work"][2]) for n in seg.graph]  # the fake's graph: its nodes
-    assert captured == [("side", "hipep_l2_prefetch", w1[0]), (0, "norm", 1), (0, "gemv", 2),
-                        ("side", "hipep_l2_prefetch", w2[0] + MB // 2), (0, "attn", 3), (0, "gemv2", 4)]
-    # branch 1: the first GEMV's 1 MB and 0.5 MB of the second's; branch 2: the second's other half
-    forks = [w for w in driver.waits if w[0] == "side"]
-    assert len(forks) == 2 and driver.waits[-1][0] == 0  # the join: the capture's stream waits last
-    assert len(seg.ops) == len(seg.kernel_nodes) == 4 and all(n["stream"] == 0 for n in seg.kernel_nodes)
-    assert driver.ran[-1][:3] == [("hipep_l2_prefetch", (4, 1, 1), w1[0]), ("norm", (2, 1, 1), 1),
-                                  ("gemv", (1, 1, 1), 2)]
-    _run(dev, stream, graph, state, seg, [1, 2, 3, 4])  # replayed as captured
-    assert driver.calls["capture"] == 1 and stream.counts[1] == 2
-
-
-def test_a_refused_prefetch_branch_costs_the_prefetches_not_the_graph(driver):
-    dev, stream = _prefetching_device(budget=32 * MB), FakeStream()
-    graph, state, seg = _segment(Program("norm"), Streaming("gemv", ((0x10000000, MB),)))
-    driver.refuse_wait = True
-    for _ in range(2):
-        _run(dev, stream, graph, state, seg, [1, 2])
-    assert dev.l2_prefetch is False and not seg.direct and seg.exec is not None
-    assert [n["work"][0] for n in seg.graph] == ["norm", "gemv"]
-    assert driver.ran[-1] == [("norm", (2, 1, 1), 1), ("gemv", (1, 1, 1), 2)]
-
-
 class HostStep:
     """A plan host step's program: run_host is what CudaDevice.replay calls for it."""
     binding = None
@@ -397,19 +321,6 @@ def test_a_captured_segment_binds_and_updates_only_the_launches_that_changed(dri
         _run(dev, stream, graph, state, seg, values)
         assert driver.ran[-1][7] == ("k7", ((20 + step) % 3 + 1, 1, 1), 20 + step) and len(driver.ran[-1]) == 40
     assert binds == ["k7"] * 3 and stream.counts == [40, 4, 3]
-
-
-def test_the_prefetch_budget_is_half_the_l2_or_the_environments(monkeypatch):
-    from hipep.errors import HipepError
-
-    monkeypatch.delenv("HIPEP_CUDA_L2_PREFETCH_MB", raising=False)
-    assert cuda.prefetch_budget(60 * MB) == 30 * MB
-    monkeypatch.setenv("HIPEP_CUDA_L2_PREFETCH_MB", "12.5")
-    assert cuda.prefetch_budget(60 * MB) == int(12.5 * MB)
-    for bad in ("0", "-3", "lots"):
-        monkeypatch.setenv("HIPEP_CUDA_L2_PREFETCH_MB", bad)
-        with pytest.raises(HipepError, match="HIPEP_CUDA_L2_PREFETCH_MB"):
-            cuda.prefetch_budget(60 * MB)
 
 
 def test_a_streams_targets_are_made_once_and_do_not_keep_it_alive():

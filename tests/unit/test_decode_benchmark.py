@@ -76,6 +76,5 @@ def test_a_results_header_names_the_launch_path_settings_in_effect():
                 onnxruntime="1.32.0", numpy="2.5.2", python="3.12.3")
     plain = gpu_harness.header_lines("t", info, "cmd")
     assert not any("environment" in line for line in plain)
-    info["env"] = {"HIPEP_CUDA_L2_PREFETCH": "0", "HIPEP_GEMM": "own"}
-    assert gpu_harness.header_lines("t", info, "cmd")[-1] == \
-        "- environment: `HIPEP_CUDA_L2_PREFETCH=0`, `HIPEP_GEMM=own`"
+    info["env"] = {"HIPEP_CUDA_OVERLAP": "0", "HIPEP_GEMM": "own"}
+    assert gpu_harness.header_lines("t", info, "cmd")[-1] == "- environment: `HIPEP_CUDA_OVERLAP=0`, `HIPEP_GEMM=own`"
