@@ -198,12 +198,15 @@ def _static_shapes(types) -> list:
 
 def _branch_kernel_reason(node: Node, device: str) -> str | None:
     """Why an If's branches cannot run on a GPU device, or None: every node of both branches
-    (nested Ifs included) has a GPU kernel; Constant nodes are weights and need none."""
+    (nested Ifs included) has a GPU kernel, or runs as host work there by the rule device_claim
+    applies (integer results of inputs whose data are the branch's constants or such host results:
+    a Shape of a device value reads its extents only); Constant nodes are weights and need none."""
     from .ops.registry import lookup, resolve_attributes
     from .plan import op_key
     from .runtime.gpu_kernels import kernel_reason
 
     for attr, body in node.subgraphs.items():
+        host_values: set[str] = set()
         for inner in body.nodes:
             if inner.op_type == "Constant" and not inner.domain:
                 continue
@@ -221,6 +224,12 @@ def _branch_kernel_reason(node: Node, device: str) -> str | None:
                     why = kernel_reason(op_key(inner.domain or "", inner.op_type), resolve_attributes(op, inner),
                                         [_dtype_name(t) for t in types], shapes,
                                         [body.constant(v) if v else None for v in inner.inputs])
+                    extent_only = set(op.extent_only_inputs)
+                    if all(_dtype_name(body.type_of(o)) in _HOST_TYPES for o in inner.outputs if o) and \
+                            all(v in body.constants or v in host_values
+                                for i, v in enumerate(inner.inputs) if v and i not in extent_only):
+                        host_values.update(o for o in inner.outputs if o)
+                        why = None
             if why is not None:
                 why = why.replace("cuda", device, 1) if device != "cuda" else why
                 return f"its {attr} graph has a node the {device} device cannot run: node '{inner.label}' " \

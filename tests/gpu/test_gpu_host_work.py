@@ -18,7 +18,7 @@ from hipep.runtime.cuda import cuda_status
 
 from helpers import cpu_session, make_model, tensor
 from unit.test_host_work_device_memory import center_crop_model, shape_result_read_by_host_model
-from unit.test_partition_gpu_host_work import host_value_crossing_subgraphs_model
+from unit.test_partition_gpu_host_work import host_value_crossing_subgraphs_model, shape_inside_a_branch_model
 
 pytestmark = pytest.mark.gpu
 _ok, _why = cuda_status(0)
@@ -123,3 +123,12 @@ def test_range_after_an_if_on_a_shape_condition():
 def test_host_work_whose_input_crosses_subgraphs_is_left_to_the_cpu_ep():
     x = np.array([[2, 0, 1], [1, 3, 0], [0, 1, 4]], np.float32)
     _check(host_value_crossing_subgraphs_model(), [{"x": x}], whole=False)
+
+
+def test_shape_inside_an_if_branch():
+    """AffineGrid's expanded form reads a device value's extents inside an If's branch: the branch
+    the size picks runs whole on the GPU, its Shape and integer work as host work, each size
+    again (a new trace) and back."""
+    model = shape_inside_a_branch_model()
+    rng = np.random.default_rng(3)
+    _check(model, [{"x": rng.standard_normal(s).astype(np.float32)} for s in ((2, 3), (4, 5), (3, 2), (2, 3))])

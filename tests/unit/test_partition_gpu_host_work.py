@@ -103,3 +103,34 @@ def test_host_work_within_its_subgraph_stays_claimed():
     report = hipep.explain(model, device="cuda")
     assert report.all_claimed, report.format()
     assert len(report.clusters) == 1
+
+
+def shape_inside_a_branch_model(then_tail: str = "Reshape"):
+    """An If on x's size (a shape condition) whose then-branch reads x's extents: Shape(x), the two
+    extents swapped (Gather: host work on integers), then x reshaped to them. With
+    then_tail="Compress" the branch ends in an op without a GPU kernel whose result is float."""
+    then_nodes = [h.make_node("Shape", ["x"], ["s"]),
+                  h.make_node("Gather", ["s", "swap"], ["swapped"], axis=0),
+                  h.make_node("Reshape", ["x", "swapped"], ["t"])]
+    if then_tail == "Compress":
+        then_nodes.append(h.make_node("Compress", ["t", "keep"], ["c"], axis=0))
+    out = "c" if then_tail == "Compress" else "t"
+    then = h.make_graph(then_nodes, "then", [], [tensor(out, T.FLOAT, None)],
+                        initializer=[h.make_tensor("swap", T.INT64, [2], [1, 0]),
+                                     h.make_tensor("keep", T.BOOL, [3], [1, 0, 1])])
+    other = h.make_graph([h.make_node("Identity", ["x"], ["i"])], "else", [], [tensor("i", T.FLOAT, None)])
+    nodes = [h.make_node("Size", ["x"], ["size"]), h.make_node("Equal", ["size", "six"], ["is_six"]),
+             h.make_node("If", ["is_six"], ["y"], then_branch=then, else_branch=other)]
+    return make_model(nodes, [tensor("x", T.FLOAT, [None, None])], [tensor("y", T.FLOAT, None)],
+                      [h.make_tensor("six", T.INT64, [], [6])])
+
+
+def test_host_work_inside_an_if_branch_is_claimed_with_the_if():
+    """Shape of a device value inside a GPU branch reads its extents only, and integer work on its
+    result is host work there too (AffineGrid's expanded form): the If is claimed; a branch node
+    without a kernel that is no such host work still keeps the If off the GPU, named."""
+    report = hipep.explain(shape_inside_a_branch_model(), device="cuda")
+    assert report.all_claimed, report.format()
+    rejected = _rejected(partition(GraphView.from_onnx(shape_inside_a_branch_model("Compress")), device="cuda"))
+    assert "its then_branch graph has a node the cuda device cannot run" in rejected["If"], rejected
+    assert "(Compress): no kernel for cuda: Compress" in rejected["If"]
