@@ -159,13 +159,9 @@ def device_claim(claim: Claim, device: str, refused: dict[int, str] | None = Non
         # Symbolic dims (names) and unknown ones are None: the kernel table reads static extents only.
         shapes = _static_shapes(types)
         values = [graph.constant(v) if v else None for v in node.inputs]
-        extent_only = set(op.extent_only_inputs)
-        data_inputs = [v for i, v in enumerate(node.inputs) if v and i not in extent_only]
-        outputs_integer = all(_dtype_name(graph.type_of(o)) in _HOST_TYPES for o in node.outputs if o)
-        # An If's results are device values (its branch's kernels, or copies, write them), even
-        # where they are integers the host knows when it traces shapes.
-        host = outputs_integer and not op.control_flow and \
-            all(v in graph.constants or v in host_values for v in data_inputs)
+        data_inputs = _data_inputs(op, node)
+        outputs_integer = _integer_outputs(node, graph)
+        host = _host_work(op, node, graph, host_values)
         if op.control_flow and (node.op_type != "If" or node.domain):
             return f"no kernel for {device}: {node.op_type} (Loop and Scan run on the cpu device only)"
         # An If runs its branch's kernels; the branch is chosen before any launch, so its condition
@@ -196,11 +192,30 @@ def _static_shapes(types) -> list:
             tuple(d if isinstance(d, int) and not isinstance(d, bool) else None for d in t.shape) for t in types]
 
 
+def _data_inputs(op, node: Node) -> list[str]:
+    """The inputs whose data `node` reads (not those it reads the extents of only)."""
+    extent_only = set(op.extent_only_inputs)
+    return [v for i, v in enumerate(node.inputs) if v and i not in extent_only]
+
+
+def _integer_outputs(node: Node, graph: GraphView) -> bool:
+    return all(_dtype_name(graph.type_of(o)) in _HOST_TYPES for o in node.outputs if o)
+
+
+def _host_work(op, node: Node, graph: GraphView, host_values: set[str]) -> bool:
+    """Whether a GPU device runs `node` as host work (hip-bufferize's rule): integer results of
+    inputs whose data are `graph`'s small constants or `host_values`. An If's results are device
+    values (its branch's kernels, or copies, write them), even where they are integers the host
+    knows when it traces shapes."""
+    return not op.control_flow and _integer_outputs(node, graph) and \
+        all(v in graph.constants or v in host_values for v in _data_inputs(op, node))
+
+
 def _branch_kernel_reason(node: Node, device: str) -> str | None:
     """Why an If's branches cannot run on a GPU device, or None: every node of both branches
-    (nested Ifs included) has a GPU kernel, or runs as host work there by the rule device_claim
-    applies (integer results of inputs whose data are the branch's constants or such host results:
-    a Shape of a device value reads its extents only); Constant nodes are weights and need none."""
+    (nested Ifs included) has a GPU kernel, or runs as host work there by the main graph's rule
+    (_host_work, over the branch's constants and host results: a Shape of a device value reads its
+    extents only); Constant nodes are weights and need none."""
     from .ops.registry import lookup, resolve_attributes
     from .plan import op_key
     from .runtime.gpu_kernels import kernel_reason
@@ -224,10 +239,7 @@ def _branch_kernel_reason(node: Node, device: str) -> str | None:
                     why = kernel_reason(op_key(inner.domain or "", inner.op_type), resolve_attributes(op, inner),
                                         [_dtype_name(t) for t in types], shapes,
                                         [body.constant(v) if v else None for v in inner.inputs])
-                    extent_only = set(op.extent_only_inputs)
-                    if all(_dtype_name(body.type_of(o)) in _HOST_TYPES for o in inner.outputs if o) and \
-                            all(v in body.constants or v in host_values
-                                for i, v in enumerate(inner.inputs) if v and i not in extent_only):
+                    if _host_work(op, inner, body, host_values):
                         host_values.update(o for o in inner.outputs if o)
                         why = None
             if why is not None:
