@@ -1,9 +1,9 @@
 """Compile: a claimed subgraph (GraphView) → a launch Plan (hipep.plan), through the IR pipeline.
 
 GraphView → frontend (hip dialect) → hip-infer-shapes → hip-lower-slices → hip-bufferize →
-hip-fuse-pointwise → hip-fuse-gated-matmul → hip-assign-memory-spaces → hip-materialize-host-scalars → hip-reuse-buffers →
-hip-insert-syncs → hip-emit-plan → Plan. With the option `fusion=off` hip-fuse-pointwise and
-hip-fuse-gated-matmul are left out (every node stays a launch of its own). With the `dump_ir` option the IR after each pass and the plan are written
+hip-fuse-pointwise → hip-fuse-gated-matmul → hip-fuse-norm-matmul → hip-assign-memory-spaces →
+hip-materialize-host-scalars → hip-reuse-buffers → hip-insert-syncs → hip-emit-plan → Plan. With the
+option `fusion=off` the three fusions are left out (every node stays a launch of its own). With the `dump_ir` option the IR after each pass and the plan are written
 to `<dump_ir>/<subgraph>/NN-<pass>.mlir` and `plan.txt`. The `pass_options` option overrides
 passes' options (tests use it to switch a rule off and see it matter).
 """
@@ -31,7 +31,7 @@ def compile_subgraph(graph: GraphView, name: str, inputs: list[str], outputs: li
     from .passes.emit_plan import take_plan
 
     try:
-        leave_out = ("hip-fuse-pointwise", "hip-fuse-gated-matmul") if getattr(options, "fusion", "on") == "off" else ()
+        leave_out = ("hip-fuse-pointwise", "hip-fuse-gated-matmul", "hip-fuse-norm-matmul") if getattr(options, "fusion", "on") == "off" else ()
         spec = pipeline_with_overrides(getattr(options, "pass_options", "") or "", leave_out)
     except ValueError as e:
         raise OptionError(f"option 'pass_options': {e}") from None

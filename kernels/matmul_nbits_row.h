@@ -171,6 +171,109 @@ HIPEP_DEVICE void hipep_mnb_row_stage_h2(unsigned char* smem, const hipep_half* 
   }
 }
 
+// ---- where the row GEMV's A comes from ----------------------------------------------------------
+// A source stages A's tile into shared memory after hipep_grid_wait(): `stage<Q8, P>(smem, kt,
+// tile_chunks, a)` (P: words of A a thread in flight).
+//
+// hipep_mnb_a_loaded: A in memory, the output of an earlier kernel of the stream.
+template <typename T> struct hipep_mnb_a_loaded {
+  const T* A;
+  template <bool Q8, int P>
+  HIPEP_DEVICE void stage(unsigned char* smem, hipep_i64 kt, int tile_chunks, const hipep_mnb_args& a) const {
+    if constexpr (Q8) {
+      hipep_mnb_row_stage_q8<T, P>(smem, A, kt, tile_chunks, a);
+    } else {
+      hipep_mnb_row_stage_h2<P>(smem, reinterpret_cast<const hipep_half*>(A), kt, tile_chunks, a);
+    }
+  }
+};
+
+// hipep_mnb_skip_norm_src (hipep::SkipNormMatMulNBits, h2 only): A is the fp16 row that
+// com.microsoft::SkipSimplifiedLayerNormalization makes of x and skip (+ bias), computed by every
+// block from the rows themselves, so the norm is no launch of its own. The arithmetic is the skip
+// norm kernel's (kernels/rms_norm.hip hipep_skip_rms_norm, and its _overlap form) in the same order:
+// thread t sums the squares of vectors t, t + blockDim.x, ... (8 values each, f32, fmaf), the block
+// sums the threads' parts (hipep_block_sum), y = (v / root) * gamma rounded once; with the norm
+// kernel's 256 threads a row, the same bits. Block 0 writes the norm's own outputs the plan keeps
+// (y, mean, inv_std, input_skip_bias_sum; null: dropped); the others only stage. W: vectors a
+// thread (the row is at most W * blockDim.x vectors of 8). One row (decode); K % 8 == 0, 16-byte
+// aligned rows, A's tile one tile (the binding checks).
+template <int W> struct hipep_mnb_skip_norm_src {
+  const hipep_half* x;
+  const hipep_half* skip;
+  const hipep_half* gamma;
+  const hipep_half* bias;  // null: none
+  hipep_half* y;
+  float* mean;
+  float* inv_std;
+  hipep_half* sum_out;
+  float eps;
+
+  template <bool Q8, int P>
+  HIPEP_DEVICE void stage(unsigned char* smem, hipep_i64, int tile_chunks, const hipep_mnb_args& a) const {
+    static_assert(!Q8, "the fused norm stages fp16 pairs (h2) only");
+    __shared__ float scratch[HIPEP_MAX_WARPS];
+    uint4* planes = reinterpret_cast<uint4*>(smem);
+    const int nv = (int)(a.k >> 3), words = tile_chunks * 4;
+    // Every load of the row in flight at once: x and skip come from earlier kernels (coherent
+    // loads after the wait), gamma and bias are weights.
+    uint4 xu[W], su[W], gu[W], bu[W];
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      const int w = threadIdx.x + i * blockDim.x;
+      xu[i] = su[i] = gu[i] = bu[i] = make_uint4(0u, 0u, 0u, 0u);
+      if (w < nv) {
+        xu[i] = hipep_ld_produced(reinterpret_cast<const uint4*>(x) + w);
+        su[i] = hipep_ld_produced(reinterpret_cast<const uint4*>(skip) + w);
+        gu[i] = hipep_ld_stream(reinterpret_cast<const uint4*>(gamma) + w);
+        if (bias != 0) bu[i] = hipep_ld_stream(reinterpret_cast<const uint4*>(bias) + w);
+      }
+    }
+    float f[W][8];
+    float sq = 0.0f;
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      const hipep_half* xh = reinterpret_cast<const hipep_half*>(&xu[i]);
+      const hipep_half* sh = reinterpret_cast<const hipep_half*>(&su[i]);
+      const hipep_half* bh = reinterpret_cast<const hipep_half*>(&bu[i]);
+      const bool on = (int)(threadIdx.x + i * blockDim.x) < nv;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        f[i][k] = hipep_to_float(xh[k]) + hipep_to_float(sh[k]);
+        if (bias != 0) f[i][k] += hipep_to_float(bh[k]);
+        if (on) sq = fmaf(f[i][k], f[i][k], sq);
+      }
+    }
+    sq = hipep_block_sum(sq, scratch);
+    const float root = sqrtf(sq / (float)a.k + eps);
+    const bool writer = blockIdx.x == 0;
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      const int w = threadIdx.x + i * blockDim.x;
+      if (w >= words) break;
+      const hipep_half* gh = reinterpret_cast<const hipep_half*>(&gu[i]);
+      hipep_half o[8], s[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        o[k] = hipep_from_float<hipep_half>(w < nv ? f[i][k] / root * hipep_to_float(gh[k]) : 0.0f);
+        s[k] = hipep_from_float<hipep_half>(f[i][k]);
+      }
+      __half2 pr[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) pr[j] = __halves2half2(o[j], o[j + 4]);
+      planes[(w % 4) * tile_chunks + w / 4] = *reinterpret_cast<const uint4*>(pr);
+      if (writer && w < nv) {
+        if (y != 0) reinterpret_cast<uint4*>(y)[w] = *reinterpret_cast<const uint4*>(o);
+        if (sum_out != 0) reinterpret_cast<uint4*>(sum_out)[w] = *reinterpret_cast<const uint4*>(s);
+      }
+    }
+    if (writer && threadIdx.x == 0) {
+      if (mean != 0) *mean = 0.0f;
+      if (inv_std != 0) *inv_std = 1.0f / root;
+    }
+  }
+};
+
 HIPEP_DEVICE __half2 hipep_u32_half2(unsigned int v) { return *reinterpret_cast<__half2*>(&v); }
 
 // The h2 sum over one word x of B (8 values) against its pairs of A: a half2 of partial sums.
@@ -280,8 +383,8 @@ HIPEP_DEVICE void hipep_mnb_row_load(uint4 (&q)[U], float (&s)[U], float (&z)[U]
   }
 }
 
-template <typename T, bool Q8>
-HIPEP_DEVICE void hipep_mnb_gemv_row(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
+template <typename T, bool Q8, typename Src = hipep_mnb_a_loaded<T>>
+HIPEP_DEVICE void hipep_mnb_gemv_row(const Src src, const unsigned char* HIPEP_RESTRICT B,
                                      const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
                                      const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
   constexpr int U = MNB_ROW_U, STEP = HIPEP_WARP_SIZE;
@@ -307,11 +410,7 @@ HIPEP_DEVICE void hipep_mnb_gemv_row(const T* HIPEP_RESTRICT A, const unsigned c
       hipep_mnb_row_load<T, U>(q, qs, qz, col, t0 + lane, end, a.log2_bs);
       __syncthreads();  // the previous tile's readers are done
     }
-    if constexpr (Q8) {
-      hipep_mnb_row_stage_q8<T>(smem, A, (hipep_i64)t0 << 5, tile_chunks, a);
-    } else {
-      hipep_mnb_row_stage_h2(smem, reinterpret_cast<const hipep_half*>(A), (hipep_i64)t0 << 5, tile_chunks, a);
-    }
+    src.template stage<Q8, (Q8 ? MNB_ROW_STAGE_Q8 : MNB_ROW_STAGE_H2)>(smem, (hipep_i64)t0 << 5, tile_chunks, a);
     __syncthreads();
     for (int c0 = t0 + lane; c0 < end; c0 += STEP * U) {
       if (c0 != t0 + lane) hipep_mnb_row_load<T, U>(q, qs, qz, col, c0, end, a.log2_bs);
@@ -334,14 +433,9 @@ HIPEP_DEVICE void hipep_mnb_gemv_row(const T* HIPEP_RESTRICT A, const unsigned c
 
 // All of A (rows one round of U chunks a lane covers) staged for the block, then a barrier: one
 // word of A a thread in flight where a block's threads cover the row in one pass (U <= 2).
-template <typename T, bool Q8, int U>
-HIPEP_DEVICE void hipep_mnb_row_stage_whole(unsigned char* smem, const T* HIPEP_RESTRICT A, int chunks,
-                                           const hipep_mnb_args& a) {
-  if constexpr (Q8) {
-    hipep_mnb_row_stage_q8<T, (U <= 2 ? 1 : MNB_ROW_STAGE_Q8)>(smem, A, 0, chunks, a);
-  } else {
-    hipep_mnb_row_stage_h2<(U <= 2 ? 1 : MNB_ROW_STAGE_H2)>(smem, reinterpret_cast<const hipep_half*>(A), 0, chunks, a);
-  }
+template <bool Q8, int U, typename Src>
+HIPEP_DEVICE void hipep_mnb_row_stage_whole(unsigned char* smem, const Src& src, int chunks, const hipep_mnb_args& a) {
+  src.template stage<Q8, (U <= 2 ? 1 : (Q8 ? MNB_ROW_STAGE_Q8 : MNB_ROW_STAGE_H2))>(smem, 0, chunks, a);
   __syncthreads();
 }
 
@@ -364,8 +458,8 @@ HIPEP_DEVICE void hipep_mnb_row_stage_whole(unsigned char* smem, const T* HIPEP_
 // shared memory, in warp order (measured on the H200, down 8192 -> 2048 fp16: 5.6 us against the
 // tiled kernel's 7.7, benchmarks/results/2026-12-02-gemv-study-h200.md). Its sums are the tiled
 // kernel's over other groupings of the chunks: not the same bits.
-template <typename T, bool Q8, int U, bool ZP, int SPLIT = 1>
-HIPEP_DEVICE void hipep_mnb_gemv_row1(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
+template <typename T, bool Q8, int U, bool ZP, int SPLIT = 1, typename Src = hipep_mnb_a_loaded<T>>
+HIPEP_DEVICE void hipep_mnb_gemv_row1(const Src src, const unsigned char* HIPEP_RESTRICT B,
                                       const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
                                       const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
   hipep_grid_release();
@@ -382,7 +476,7 @@ HIPEP_DEVICE void hipep_mnb_gemv_row1(const T* HIPEP_RESTRICT A, const unsigned 
   float qs[U], qz[U];
   hipep_mnb_row_load<T, U>(q, qs, qz, col, first, chunks, a.log2_bs);  // the warp's share of the row: one round
   hipep_grid_wait();  // A, and Y's memory, belong to earlier kernels of the stream
-  hipep_mnb_row_stage_whole<T, Q8, U>(smem, A, chunks, a);
+  hipep_mnb_row_stage_whole<Q8, U>(smem, src, chunks, a);
   float acc = 0.0f;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
@@ -413,8 +507,8 @@ HIPEP_DEVICE void hipep_mnb_gemv_row1(const T* HIPEP_RESTRICT A, const unsigned 
 // has the same bits as hipep_mnb_gemv_row1's), rounds the two sums to T as the projections' outputs
 // are, and writes Epilogue()(first, second): the pointwise program, rendered by the runtime. The
 // two results never reach memory. ZP: both weights have packed 4-bit zero points (a.zp_mode 1).
-template <typename T, typename TO, bool Q8, int U, bool ZP, typename Epilogue>
-HIPEP_DEVICE void hipep_mnb_gemv_row1_gated(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B0,
+template <typename T, typename TO, bool Q8, int U, bool ZP, typename Epilogue, typename Src = hipep_mnb_a_loaded<T>>
+HIPEP_DEVICE void hipep_mnb_gemv_row1_gated(const Src src, const unsigned char* HIPEP_RESTRICT B0,
                                             const T* HIPEP_RESTRICT scales0, const void* HIPEP_RESTRICT zp0,
                                             const unsigned char* HIPEP_RESTRICT B1,
                                             const T* HIPEP_RESTRICT scales1, const void* HIPEP_RESTRICT zp1,
@@ -433,7 +527,7 @@ HIPEP_DEVICE void hipep_mnb_gemv_row1_gated(const T* HIPEP_RESTRICT A, const uns
   hipep_mnb_row_load<T, U>(q0, qs0, qz0, col0, lane, chunks, a.log2_bs);
   hipep_mnb_row_load<T, U>(q1, qs1, qz1, col1, lane, chunks, a.log2_bs);
   hipep_grid_wait();  // A, and Y's memory, belong to earlier kernels of the stream
-  hipep_mnb_row_stage_whole<T, Q8, U>(smem, A, chunks, a);
+  hipep_mnb_row_stage_whole<Q8, U>(smem, src, chunks, a);
   float acc0 = 0.0f, acc1 = 0.0f;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
@@ -448,10 +542,17 @@ HIPEP_DEVICE void hipep_mnb_gemv_row1_gated(const T* HIPEP_RESTRICT A, const uns
   if (lane == 0 && col0.live) Y[n] = Epilogue()(hipep_from_float<T>(acc0), hipep_from_float<T>(acc1));
 }
 
-#define HIPEP_MNB_GATED_PARAMS(T, TO)                                                                 \
-  const T *HIPEP_RESTRICT A, const unsigned char *HIPEP_RESTRICT B0, const T *HIPEP_RESTRICT scales0,   \
+// The gated kernel's parameters after A (a rendered kernel whose A is another source, e.g. the
+// fused norm, puts that source first).
+#define HIPEP_MNB_GATED_WEIGHTS(T, TO)                                                                \
+  const unsigned char *HIPEP_RESTRICT B0, const T *HIPEP_RESTRICT scales0,                            \
       const void *HIPEP_RESTRICT zp0, const unsigned char *HIPEP_RESTRICT B1,                            \
       const T *HIPEP_RESTRICT scales1, const void *HIPEP_RESTRICT zp1, TO *HIPEP_RESTRICT Y,             \
       const hipep_mnb_args a
+#define HIPEP_MNB_GATED_PARAMS(T, TO) const T *HIPEP_RESTRICT A, HIPEP_MNB_GATED_WEIGHTS(T, TO)
+// The row GEMV's parameters after A.
+#define HIPEP_MNB_WEIGHTS(T)                                                                          \
+  const unsigned char *HIPEP_RESTRICT B, const T *HIPEP_RESTRICT scales, const void *HIPEP_RESTRICT zp, \
+      const T *HIPEP_RESTRICT bias, T *HIPEP_RESTRICT Y, const hipep_mnb_args a
 
 #endif  // HIPEP_MATMUL_NBITS_ROW_H

@@ -8,7 +8,7 @@
 #define HIPEP_MNB_ROW1_ONE(VARIANT, NAME, T, Q8, U, ZP, SUFFIX, MIN_BLOCKS)                           \
   HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, MIN_BLOCKS)                        \
       hipep_mnb_gemv_row1_##VARIANT##_##NAME##_b4_u##U##SUFFIX(HIPEP_MNB_PARAMS(T)) {                 \
-    hipep_mnb_gemv_row1<T, Q8, U, ZP>(A, B, scales, zp, bias, Y, a);                                  \
+    hipep_mnb_gemv_row1<T, Q8, U, ZP>(hipep_mnb_a_loaded<T>{A}, B, scales, zp, bias, Y, a);                                  \
   }
 #define HIPEP_MNB_ROW1(VARIANT, NAME, T, Q8, B1, B2, B4)      \
   HIPEP_MNB_ROW1_ONE(VARIANT, NAME, T, Q8, 1, false, , B1)    \
@@ -22,7 +22,7 @@ HIPEP_MNB_ROW1(h2, f16, hipep_half, false, 8, 8, 5)
 #define HIPEP_MNB_ROW1_SPLIT(U, ZP, SUFFIX, MIN_BLOCKS)                                              \
   HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, MIN_BLOCKS)                        \
       hipep_mnb_gemv_row1_h2_f16_b4_u##U##_s2##SUFFIX(HIPEP_MNB_PARAMS(hipep_half)) {                 \
-    hipep_mnb_gemv_row1<hipep_half, false, U, ZP, 2>(A, B, scales, zp, bias, Y, a);                   \
+    hipep_mnb_gemv_row1<hipep_half, false, U, ZP, 2>(hipep_mnb_a_loaded<hipep_half>{A}, B, scales, zp, bias, Y, a);                   \
   }
 HIPEP_MNB_ROW1_SPLIT(1, false, , 8) HIPEP_MNB_ROW1_SPLIT(2, false, , 8) HIPEP_MNB_ROW1_SPLIT(4, false, , 5)
 HIPEP_MNB_ROW1_SPLIT(1, true, _zp, 8) HIPEP_MNB_ROW1_SPLIT(2, true, _zp, 8) HIPEP_MNB_ROW1_SPLIT(4, true, _zp, 5)
@@ -38,11 +38,11 @@ HIPEP_MNB_ROW1(q8, bf16, hipep_bf16, true, 8, 6, 4)
 #define HIPEP_MNB_ROW(VARIANT, NAME, T, Q8)                                                          \
   HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, 4)                                 \
       hipep_mnb_gemv_row_##VARIANT##_##NAME##_b4(HIPEP_MNB_PARAMS(T)) {                               \
-    hipep_mnb_gemv_row<T, Q8>(A, B, scales, zp, bias, Y, a);                                          \
+    hipep_mnb_gemv_row<T, Q8>(hipep_mnb_a_loaded<T>{A}, B, scales, zp, bias, Y, a);                                          \
   }                                                                                                   \
   HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, 3)                                 \
       hipep_mnb_gemv_row_##VARIANT##_##NAME##_b4_w3(HIPEP_MNB_PARAMS(T)) {                            \
-    hipep_mnb_gemv_row<T, Q8>(A, B, scales, zp, bias, Y, a);                                          \
+    hipep_mnb_gemv_row<T, Q8>(hipep_mnb_a_loaded<T>{A}, B, scales, zp, bias, Y, a);                                          \
   }
 HIPEP_MNB_ROW(q8, f32, float, true)
 HIPEP_MNB_ROW(q8, f16, hipep_half, true)
@@ -59,6 +59,14 @@ struct hipep_gated_product {
 };
 HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, 5)
     hipep_mnb_gemv_row1_gated_product_f16_u2(HIPEP_MNB_GATED_PARAMS(hipep_half, hipep_half)) {
-  hipep_mnb_gemv_row1_gated<hipep_half, hipep_half, false, 2, false, hipep_gated_product>(A, B0, scales0, zp0, B1,
-                                                                                      scales1, zp1, Y, a);
+  hipep_mnb_gemv_row1_gated<hipep_half, hipep_half, false, 2, false, hipep_gated_product>(
+      hipep_mnb_a_loaded<hipep_half>{A}, B0, scales0, zp0, B1, scales1, zp1, Y, a);
+}
+
+// hipep::SkipNormMatMulNBits is rendered at run time too (hipep/runtime/gpu_norm_matmul.py), its
+// GEMV and the norm as A's source; this instance lets the compile checks build the source.
+HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, 8)
+    hipep_mnb_gemv_row1_skip_norm_f16_u2(const hipep_mnb_skip_norm_src<1> src, HIPEP_MNB_WEIGHTS(hipep_half)) {
+  hipep_grid_release();
+  hipep_mnb_gemv_row1<hipep_half, false, 2, false, 1, hipep_mnb_skip_norm_src<1>>(src, B, scales, zp, bias, Y, a);
 }

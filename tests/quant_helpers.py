@@ -165,3 +165,30 @@ def gated_mlp_model(m_shape, k, n, block_size=32, elem=TP.FLOAT16, zp_kind="none
     a = (rng.standard_normal(feed_dims + (k,)) * 0.5).astype(npt)
     model = make_model(nodes, [tensor("A", elem, list(m_shape) + [k])], outputs, inits, opset=21, extra_opsets=[MS])
     return model, {"A": a}
+
+
+def with_skip_norm(model, feeds, k, residual=True, norm_bias=False, seed=1, epsilon=1e-6):
+    """`model` (a projection of the graph input "A", as the builders above make) behind a
+    com.microsoft::SkipSimplifiedLayerNormalization of inputs "x" and "skip", as a decoder layer
+    normalizes its hidden state before a projection: the norm's output is A; its residual sum
+    (input_skip_bias_sum) is the graph output "residual" where `residual`. Returns (model, feeds)."""
+    rng = np.random.default_rng(seed)
+    g = model.graph
+    (a_in,) = [i for i in g.input if i.name == "A"]
+    elem = a_in.type.tensor_type.elem_type
+    dims = [d.dim_param or d.dim_value for d in a_in.type.tensor_type.shape.dim]
+    npt = {TP.FLOAT: np.float32, TP.FLOAT16: np.float16}[elem]
+    inits = [numpy_helper.from_array((1 + 0.1 * rng.standard_normal(k)).astype(npt), "norm_gamma")]
+    norm_inputs = ["x", "skip", "norm_gamma"]
+    if norm_bias:
+        inits.append(numpy_helper.from_array((0.1 * rng.standard_normal(k)).astype(npt), "norm_bias"))
+        norm_inputs.append("norm_bias")
+    norm = helper.make_node("SkipSimplifiedLayerNormalization", norm_inputs,
+                            ["A", "", "", "residual" if residual else ""], domain="com.microsoft",
+                            name="input_norm", epsilon=epsilon)
+    nodes = [norm] + list(g.node)
+    outputs = list(g.output) + ([tensor("residual", elem, None)] if residual else [])
+    new = make_model(nodes, [tensor("x", elem, dims), tensor("skip", elem, dims)], outputs,
+                     list(g.initializer) + inits, opset=21, extra_opsets=[MS])
+    shape = feeds["A"].shape
+    return new, {"x": rng.standard_normal(shape).astype(npt), "skip": rng.standard_normal(shape).astype(npt)}

@@ -263,6 +263,61 @@ register(OpDef(GATED_MATMUL_NBITS, (1,), ("", "", "", "", "", "", ""), ("",), {}
                claim=_claim_gated, domain="hipep", min_inputs=6, shape_rule=_gated_matmul_nbits_shape))
 
 
+# ---- SkipNormMatMulNBits (hipep; made by hip-fuse-norm-matmul) ------------------------------
+# A com.microsoft::SkipSimplifiedLayerNormalization whose normalized output is A of one
+# MatMulNBits or GatedMatMulNBits (`matmul`): a decoder layer's input and post-attention norms and
+# the projections after them. Inputs: the norm's x, skip, gamma, bias (0-3), then the matmul's
+# inputs after A (4 on); outputs: the matmul's result (0), then the norm's y, mean, inv_std_var and
+# input_skip_bias_sum (1-4) where the plan keeps them. Attributes: the norm's `epsilon`, the
+# matmul's own. The reference runs the two ops as the nodes would: the unfused plan's bits. On a GPU
+# each GEMV block computes the norm of the one row it stages (kernels/matmul_nbits_row.h,
+# hipep_mnb_skip_norm_src), so the norm is no launch of its own.
+
+SKIP_NORM_MATMUL_NBITS = "SkipNormMatMulNBits"
+NORM_INPUTS = 4  # x, skip, gamma, bias: the matmul's input j (j >= 1) is input NORM_INPUTS - 1 + j
+MATMUL_KINDS = ("MatMulNBits", GATED_MATMUL_NBITS)
+
+
+def _skip_norm_def():
+    from .registry import lookup
+
+    return lookup(MS, "SkipSimplifiedLayerNormalization")
+
+
+def _inner_attrs(attrs) -> dict:
+    return {k: v for k, v in attrs.items() if k not in ("matmul", "epsilon")}
+
+
+@kernel(SKIP_NORM_MATMUL_NBITS)
+def _skip_norm_matmul_nbits(inputs, attrs):
+    norm = _skip_norm_def().reference(list(inputs[:NORM_INPUTS]), {"epsilon": attrs["epsilon"]})
+    inner = _matmul_nbits if attrs["matmul"] == "MatMulNBits" else _gated_matmul_nbits
+    (y,) = inner([norm[0]] + list(inputs[NORM_INPUTS:]), _inner_attrs(attrs))
+    return [y] + list(norm)
+
+
+@shape_rule(SKIP_NORM_MATMUL_NBITS, symbolic=True)
+def _skip_norm_matmul_nbits_shape(types, values, attrs, num_outputs):
+    norm = _skip_norm_def().shape_rule(list(types[:NORM_INPUTS]), list(values[:NORM_INPUTS]),
+                                       {"epsilon": attrs["epsilon"]}, 4)
+    inner = _matmul_nbits_shape if attrs["matmul"] == "MatMulNBits" else _gated_matmul_nbits_shape
+    (y,) = inner([norm[0]] + list(types[NORM_INPUTS:]), [None] + list(values[NORM_INPUTS:]), _inner_attrs(attrs), 1)
+    return ([y] + list(norm))[:num_outputs]
+
+
+def _claim_skip_norm_matmul(node, graph, attrs):
+    return (f"hipep::{SKIP_NORM_MATMUL_NBITS} is made by hipep's compiler from a SkipSimplifiedLayerNormalization "
+            f"and the MatMulNBits that reads its output; a model cannot use it")
+
+
+register(OpDef(SKIP_NORM_MATMUL_NBITS, (1,), ("",) * 10, ("", "", "", "", ""), {}, _skip_norm_matmul_nbits,
+               attributes={"matmul": REQUIRED, "epsilon": REQUIRED, "K": REQUIRED, "N": REQUIRED, "bits": 4,
+                           "block_size": REQUIRED, "accuracy_level": 0, "nodes": [], "outputs": [], "broadcast": [],
+                           "input_dtypes": [], "output_dtypes": [], "covers": []},
+               claim=_claim_skip_norm_matmul, domain="hipep", min_inputs=6,
+               shape_rule=_skip_norm_matmul_nbits_shape))
+
+
 # ---- GatherBlockQuantized --------------------------------------------------------------------
 
 def _gbq_check(op, data, idx, scales, zp, bits, bs):

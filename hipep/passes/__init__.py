@@ -10,6 +10,7 @@ from .assign_memory_spaces import AssignMemorySpacesPass
 from .bufferize import BufferizePass
 from .emit_plan import EmitPlanPass
 from .fuse_gated_matmul import FuseGatedMatMulPass
+from .fuse_norm_matmul import FuseNormMatMulPass
 from .fuse_pointwise import FusePointwisePass
 from .infer_shapes import InferShapesPass
 from .insert_syncs import InsertSyncsPass
@@ -23,6 +24,7 @@ PASSES: dict[str, type[ModulePass]] = {
     "hip-bufferize": BufferizePass,
     "hip-fuse-pointwise": FusePointwisePass,
     "hip-fuse-gated-matmul": FuseGatedMatMulPass,
+    "hip-fuse-norm-matmul": FuseNormMatMulPass,
     "hip-assign-memory-spaces": AssignMemorySpacesPass,
     "hip-materialize-host-scalars": MaterializeHostScalarsPass,
     "hip-reuse-buffers": ReuseBuffersPass,

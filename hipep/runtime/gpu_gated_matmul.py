@@ -46,53 +46,77 @@ def _mnb_attrs(attrs) -> dict:
     return {k: attrs[k] for k in MNB_ATTRIBUTES}
 
 
-def _rendered_source(expr, t: str, out_dtype: str, q8: bool, u: int, zp: bool) -> tuple[str, str]:
-    """(entry name, source) of the gated kernel for this program and variant."""
+def _rendered_source(expr, t: str, out_dtype: str, q8: bool, u: int, zp: bool,
+                     a_source: tuple[str, int] | None = None) -> tuple[str, str]:
+    """(entry name, source) of the gated kernel for this program and variant. `a_source`: where A
+    comes from other than memory, as (the source's type in matmul_nbits_row.h, the launch bounds'
+    blocks per SM its registers allow): the fused norm's (hipep.runtime.gpu_norm_matmul)."""
     from ..ops.pointwise_hip import render_hip_functor
     from .kernel_cache import HEADER
 
-    data = json.dumps([expr.to_data(), t, out_dtype, q8, u, zp], sort_keys=True)
+    data = json.dumps([expr.to_data(), t, out_dtype, q8, u, zp] + ([list(a_source)] if a_source else []),
+                      sort_keys=True)
     key = hashlib.sha1(data.encode()).hexdigest()[:16]
     name = f"hipep_mnb_gated_{key}"
     epilogue = f"hipep_gated_epilogue_{key}"
     a_dtype = {"f16": "float16", "f32": "float32", "bf16": "bfloat16"}[t]
-    to = _C_TYPE[_dt(np.dtype(out_dtype), GATED_MATMUL_NBITS)]
+    c_type, to = _C_TYPE[t], _C_TYPE[_dt(np.dtype(out_dtype), GATED_MATMUL_NBITS)]
+    if a_source is None:
+        src_type, blocks = f"hipep_mnb_a_loaded<{c_type}>", MIN_BLOCKS[u, zp]
+        params, src = f"HIPEP_MNB_GATED_PARAMS({c_type}, {to})", f"{src_type}{{A}}"
+    else:
+        src_type, blocks = a_source
+        params, src = f"const {src_type} src, HIPEP_MNB_GATED_WEIGHTS({c_type}, {to})", "src"
     source = (f'#include "{HEADER}"\n#include "matmul_nbits_row.h"\n'
               + render_hip_functor(expr, epilogue, [a_dtype, a_dtype])
-              + f"HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, {MIN_BLOCKS[u, zp]})\n"
-              + f"    {name}(HIPEP_MNB_GATED_PARAMS({_C_TYPE[t]}, {to})) {{\n"
-              + f"  hipep_mnb_gemv_row1_gated<{_C_TYPE[t]}, {to}, {'true' if q8 else 'false'}, {u}, "
-              + f"{'true' if zp else 'false'}, {epilogue}>(A, B0, scales0, zp0, B1, scales1, zp1, Y, a);\n}}\n")
+              + f"HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, {blocks})\n"
+              + f"    {name}({params}) {{\n"
+              + f"  hipep_mnb_gemv_row1_gated<{c_type}, {to}, {'true' if q8 else 'false'}, {u}, "
+              + f"{'true' if zp else 'false'}, {epilogue}, {src_type}>({src}, B0, scales0, zp0, B1, scales1, zp1, "
+              + "Y, a);\n}\n")
     return name, source
 
 
-def _gated_row_op(A, first, second, y, expr, attrs, target):
-    """The one-kernel form for one row of A, or None where it does not apply: 4 bits, block_size
-    >= 32, 16-byte aligned rows, no or uint8 zero points on both weights alike, A quantized to int8
-    (accuracy_level 4) or fp16, and a row a warp covers in one round of at most 4 chunks a lane."""
-    k, n, bits, bs = int(attrs["K"]), int(attrs["N"]), int(attrs.get("bits", 4)), int(attrs["block_size"])
+def gated_row_variant(A, first, second, attrs, target) -> tuple[bool, int, bool, int] | None:
+    """(q8, U, zero points, launch bounds) of the one-kernel form for one row of A, or None where
+    it does not apply: 4 bits, block_size >= 32, 16-byte aligned rows, no or uint8 zero points on
+    both weights alike, A quantized to int8 (accuracy_level 4) or fp16, and a row a warp covers in
+    one round of at most 4 chunks a lane (U of them)."""
+    k, bits, bs = int(attrs["K"]), int(attrs.get("bits", 4)), int(attrs["block_size"])
     dt = _dt(A.dtype, GATED_MATMUL_NBITS)
     zps = [h[3] for h in (first, second)]
     if any(z is not None and z.dtype != np.uint8 for z in zps) or (zps[0] is None) != (zps[1] is None):
         return None
-    zp_mode = 0 if zps[0] is None else 1
-    quant_a = quantizes_a_to_int8(attrs, zp_mode)
+    zp = zps[0] is not None
+    quant_a = quantizes_a_to_int8(attrs, int(zp))
     nb = _cdiv(k, bs)
-    row_bytes = nb * bs * bits // 8
-    aligned = row_bytes % 16 == 0 and all(h[1].ptr % 16 == 0 for h in (first, second))
+    aligned = (nb * bs * bits // 8) % 16 == 0 and all(h[1].ptr % 16 == 0 for h in (first, second))
     chunks, ws = nb * bs // 32, target.warp_size
     if not (GEMV_ROW and bits == 4 and bs >= 32 and aligned and (quant_a or dt == "f16") and chunks <= 4 * ws):
         return None
     u = next(u for u in (1, 2, 4) if u * ws >= chunks)
+    return bool(quant_a), u, zp, MIN_BLOCKS[u, zp]
+
+
+def _gated_row_op(A, first, second, y, expr, attrs, target, a_source: tuple[str, int] | None = None):
+    """The one-kernel form for one row of A (gated_row_variant), or None where it does not apply.
+    `a_source`: see _rendered_source."""
+    variant = gated_row_variant(A, first, second, attrs, target)
+    if variant is None:
+        return None
+    quant_a, u, zp, _ = variant
+    k, n, bits, bs = int(attrs["K"]), int(attrs["N"]), int(attrs.get("bits", 4)), int(attrs["block_size"])
+    nb = _cdiv(k, bs)
+    chunks, zp_mode = nb * bs // 32, int(zp)
     zp_row = _cdiv(nb * bits, 8) if zp_mode else 0
-    args = MatMulNBitsArgs(1, n, k, nb * bs, row_bytes, nb, zp_row, bs.bit_length() - 1, chunks * 32, zp_mode,
-                           1, 1, int(k % 8 == 0 and A.ptr % 16 == 0), int(quant_a))
-    name, source = _rendered_source(expr, dt, y.dtype.name, quant_a, u, bool(zp_mode))
+    args = MatMulNBitsArgs(1, n, k, nb * bs, nb * bs * bits // 8, nb, zp_row, bs.bit_length() - 1, chunks * 32,
+                           zp_mode, 1, 1, int(k % 8 == 0 and A.ptr % 16 == 0), int(quant_a))
+    name, source = _rendered_source(expr, _dt(A.dtype, GATED_MATMUL_NBITS), y.dtype.name, quant_a, u, zp, a_source)
     params = [ctypes.c_uint64(A.ptr), ptr(first[1]), ptr(first[2]), ptr(first[3]), ptr(second[1]), ptr(second[2]),
               ptr(second[3]), ctypes.c_uint64(y.ptr), args]
     weights = all(w is None or w.constant for h in (first, second) for w in h[1:])
-    return KernelOp(name, (_cdiv(n, GEMV_WARPS), 1, 1), (GEMV_WARPS * ws, 1, 1), params, source=source,
-                    smem=row_smem(chunks, bs, quant_a), overlaps_previous=weights)
+    return KernelOp(name, (_cdiv(n, GEMV_WARPS), 1, 1), (GEMV_WARPS * target.warp_size, 1, 1), params,
+                    source=source, smem=row_smem(chunks, bs, quant_a), overlaps_previous=weights)
 
 
 @_binding(GATED, check=_check, modules=("matmul_nbits", "matmul_nbits_row", "matmul_nbits_dequant"))

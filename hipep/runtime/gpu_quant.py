@@ -18,6 +18,8 @@ data with gather_axis 0 and quantize_axis last, the only form the op registry cl
 """
 from __future__ import annotations
 
+import dataclasses
+
 import ctypes
 import os
 
@@ -232,12 +234,34 @@ ROW_W3_BLOCKS_PER_SM = 3
 SPLIT_MIN_CHUNKS_PER_LANE = 2
 
 
-def _mnb_row_op(a_ptr, B, scales, zp, bias, y, layout: MatMulNBitsArgs, bits, dt, target):
+@dataclasses.dataclass
+class RowPlan:
+    """How the one-row GEMV in packed arithmetic runs a node: the kernel template
+    (kernels/matmul_nbits_row.h) and its instance. `form`: "row" (hipep_mnb_gemv_row, tiled),
+    "row1" (hipep_mnb_gemv_row1: one round of U chunks a lane) or "split" (row1 with two warps a
+    column); `min_blocks`: the instance's launch bounds; `entry`: its name in matmul_nbits_row.hip."""
+    form: str
+    q8: bool
+    u: int
+    zp: bool
+    min_blocks: int
+    entry: str
+    grid: tuple
+    smem: int
+    tile_chunks: int
+
+
+# Launch bounds of the precompiled row1 instances (kernels/matmul_nbits_row.hip) per (q8, U).
+_ROW1_MIN_BLOCKS = {(False, 1): 8, (False, 2): 8, (False, 4): 5, (True, 1): 8, (True, 2): 6, (True, 4): 4}
+_SPLIT_MIN_BLOCKS = {1: 8, 2: 8, 4: 5}
+
+
+def mnb_row_plan(layout: MatMulNBitsArgs, bits, dt, target) -> RowPlan | None:
     """The one-row GEMV in packed arithmetic (kernels/matmul_nbits_row.hip, hipep_mnb_gemv_row_*) where
     it applies -- 4 bits, block_size >= 32, 16-byte aligned rows, integer or no zero points, and
     A quantized to int8 (q8) or fp16 (h2) -- else None (the general GEMV runs). `layout`: the
     node's arguments as the binding derived them (m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs,
-    zp_mode, aligned16, int8_a), completed here with the row GEMV's tile and A's alignment."""
+    zp_mode, aligned16, int8_a), completed here with the row GEMV's tile."""
     bs, quant_a = 1 << layout.log2_bs, layout.int8_a
     if not (GEMV_ROW and bits == 4 and bs >= 32 and layout.aligned16 and layout.zp_mode in (0, 1)
             and (quant_a or dt == "f16")):
@@ -248,31 +272,41 @@ def _mnb_row_op(a_ptr, B, scales, zp, bias, y, layout: MatMulNBitsArgs, bits, dt
     if tile_chunks < chunks:
         tile_chunks -= tile_chunks % (bs // 32)  # whole blocks of A per tile
     layout.k_tile, layout.k_split = tile_chunks * 32, 1
-    layout.a_vec = int(layout.k % 8 == 0 and a_ptr % 16 == 0)
     grid = (_cdiv(layout.n, GEMV_WARPS), 1, 1)  # a warp per output column
-    params = [ctypes.c_uint64(a_ptr), ptr(B), ptr(scales), ptr(zp), ptr(bias), ctypes.c_uint64(y.ptr), layout]
-    # The kernel loads its first chunks of B, scales and zero points before it waits for the
-    # previous kernel: only where those are the session's weights, which no kernel writes.
-    weights = all(w is None or w.constant for w in (B, scales, zp))
-    ws, variant = target.warp_size, "q8" if quant_a else "h2"
-    entry = f"hipep_mnb_gemv_row_{variant}_{dt}_b4"
+    ws, variant, q8 = target.warp_size, "q8" if quant_a else "h2", bool(quant_a)
+    zp = layout.zp_mode == 1
+    entry, form, u, min_blocks = f"hipep_mnb_gemv_row_{variant}_{dt}_b4", "row", 0, ROW_BLOCKS_PER_SM
     if grid[0] <= ROW_W3_BLOCKS_PER_SM * target.sm_count:
-        entry += "_w3"
-    zp_suffix = '_zp' if layout.zp_mode == 1 else ''
+        entry, min_blocks = entry + "_w3", ROW_W3_BLOCKS_PER_SM
+    zp_suffix = '_zp' if zp else ''
     if tile_chunks == chunks and chunks <= 4 * ws and grid[0] > ROW_BLOCKS_PER_SM * target.sm_count:
         # Past one wave of the kernel's blocks, rows of one round of loads a lane take the variant
         # with fewer registers (hipep_mnb_gemv_row1: more blocks resident, more loads in flight).
         u = next(u for u in (1, 2, 4) if u * ws >= chunks)
-        entry = f"hipep_mnb_gemv_row1_{variant}_{dt}_b4_u{u}{zp_suffix}"
+        entry, form = f"hipep_mnb_gemv_row1_{variant}_{dt}_b4_u{u}{zp_suffix}", "row1"
+        min_blocks = _ROW1_MIN_BLOCKS[q8, u]
     elif (variant == "h2" and tile_chunks == chunks and SPLIT_MIN_CHUNKS_PER_LANE * ws <= chunks <= 8 * ws
           and 2 * grid[0] <= ROW_BLOCKS_PER_SM * target.sm_count):
         # A grid of at most half a wave and rows of several chunks a lane (the down and o
         # projections of decoding): two warps a column, each with one round of loads over its half.
         u = next(u for u in (1, 2, 4) if 2 * u * ws >= chunks)
         grid = (_cdiv(layout.n, GEMV_WARPS // 2), 1, 1)
-        entry = f"hipep_mnb_gemv_row1_h2_{dt}_b4_u{u}_s2{zp_suffix}"
-    return KernelOp(entry, grid, (GEMV_WARPS * ws, 1, 1), params, module="matmul_nbits_row",
-                    smem=row_smem(tile_chunks, bs, bool(quant_a)), overlaps_previous=weights)
+        entry, form, min_blocks = f"hipep_mnb_gemv_row1_h2_{dt}_b4_u{u}_s2{zp_suffix}", "split", _SPLIT_MIN_BLOCKS[u]
+    return RowPlan(form, q8, u, zp, min_blocks, entry, grid, row_smem(tile_chunks, bs, q8), tile_chunks)
+
+
+def _mnb_row_op(a_ptr, B, scales, zp, bias, y, layout: MatMulNBitsArgs, bits, dt, target):
+    """The one-row GEMV's launch (mnb_row_plan), or None where it does not apply."""
+    plan = mnb_row_plan(layout, bits, dt, target)
+    if plan is None:
+        return None
+    layout.a_vec = int(layout.k % 8 == 0 and a_ptr % 16 == 0)
+    params = [ctypes.c_uint64(a_ptr), ptr(B), ptr(scales), ptr(zp), ptr(bias), ctypes.c_uint64(y.ptr), layout]
+    # The kernel loads its first chunks of B, scales and zero points before it waits for the
+    # previous kernel: only where those are the session's weights, which no kernel writes.
+    weights = all(w is None or w.constant for w in (B, scales, zp))
+    return KernelOp(plan.entry, plan.grid, (GEMV_WARPS * target.warp_size, 1, 1), params, module="matmul_nbits_row",
+                    smem=plan.smem, overlaps_previous=weights)
 
 
 def row_smem(tile_chunks: int, block_size: int, q8: bool) -> int:

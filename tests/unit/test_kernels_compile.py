@@ -285,8 +285,8 @@ def test_row_gemv_loads_weights_before_it_waits_for_the_previous_kernel(arch):
     bodies = _entry_bodies(_ptx("matmul_nbits_row", arch))
     # the tiled kernel's q8 f32/f16/bf16 and h2 f16, each in two register shares; row1's the same with 1, 2, 4
     # chunks a lane, zero points or not; row1's h2 with K split between two warps, the same six; the gated
-    # kernel's compile-check instance
-    assert len(bodies) == 2 * 4 + 4 * 6 + 6 + 1
+    # kernel's compile-check instance, and the fused norm's
+    assert len(bodies) == 2 * 4 + 4 * 6 + 6 + 1 + 1
     for entry, body in bodies.items():
         if arch == "compute_80":
             assert "griddepcontrol" not in body, entry
@@ -573,3 +573,87 @@ def test_gated_gemv_variants_keep_their_registers(k, elem, level, zp):
         nvrtc.nvrtcDestroyProgram(prog)
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
     assert spills and not any(spills), log
+
+
+def _normed_launch(rows: int, kind: str, k: int, n: int, zp: str = "none", sm_count: int = 132):
+    """hipep::SkipNormMatMulNBits bound as the cuda device binds it, for `rows` rows of x: the launch
+    and its ops. `kind`: "plain" (one MatMulNBits) or "gated" (gate, up and SiLU)."""
+    from onnx import numpy_helper
+
+    from hipep.compiler import compile_subgraph
+    from hipep.graph import GraphView
+    from hipep.plan import Launch, walk
+    from quant_helpers import gated_mlp_model, matmul_nbits_model, with_skip_norm
+
+    if kind == "gated":
+        model, feeds = gated_mlp_model([1, rows], k, n, zp_kind=zp)
+    else:
+        model, feeds, _ = matmul_nbits_model([1, rows], k, n, 4, 32, elem=10, zp_kind=zp)
+    model, feeds = with_skip_norm(model, feeds, k)
+    g = GraphView.from_onnx(model)
+    plan = compile_subgraph(g, "layer", list(g.inputs), list(g.outputs), None,
+                            held=sorted(set(g.constants) | set(g.weights)))
+    (launch,) = [s for s in walk(plan.steps) if isinstance(s, Launch)]
+    assert launch.op == "hipep::SkipNormMatMulNBits"
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    ins = []
+    for i, vid in enumerate(launch.inputs):
+        if vid < 0:
+            ins.append(None)
+            continue
+        name = plan.values[vid].name
+        value = inits[name] if name in inits else np.zeros((1, rows, k), np.float16)
+        ins.append(arg(value, 1 << (20 + i), constant=name in inits))
+    outs = [out_arg((1, rows, n), np.float16)] + [None] * 3 + [out_arg((1, rows, k), np.float16, 0x7000000)]
+    target = dataclasses.replace(TARGET, sm_count=sm_count, workspace=lambda nbytes: 0xA000000)
+    return launch, gk.BINDINGS[launch.op].bind(ins, outs, launch.attributes, target)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("kind,k,n", [("plain", 2048, 3072), ("plain", 2048, 2048), ("plain", 4096, 1024),
+                                      ("plain", 1024, 4608), ("gated", 2048, 8192), ("gated", 1024, 256)],
+                         ids=["qkv-row", "o-split", "k4096-split", "row1", "gated-u2", "gated-u1"])
+@pytest.mark.parametrize("zp", ["none", "uint8"])
+def test_normed_gemv_is_one_kernel_that_waits_before_it_reads_the_rows(kind, k, n, zp):
+    """One fp16 row: the norm and the projection are one rendered kernel, launched to overlap the
+    kernel ahead: before griddepcontrol.wait it loads only weights (ld.global.cs), x and skip after
+    it (coherent ld.global.cg.v4), nothing through the read-only path, and ptxas reports no spill
+    at its launch bounds (gpu_norm_matmul.FUSED_MIN_BLOCKS). Several rows: the norm's own kernel
+    into the workspace, then the projection's."""
+    from hipep.runtime import kernel_cache
+
+    launch, ops = _normed_launch(1, kind, k, n, zp)
+    (op,) = ops
+    assert op.source and op.overlaps_previous, op.entry
+    nvrtc = kernel_cache._nvrtc()
+    err, prog = nvrtc.nvrtcCreateProgram(op.source.encode(), f"{op.entry}.hip".encode(), 0, [], [])
+    try:
+        opts = [o.encode() for o in kernel_cache._options(ARCH, DEFINES)] + [b"--ptxas-options=-v"]
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        log = kernel_cache._log(nvrtc, prog)
+        assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, log
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    spills = [int(v) for v in re.findall(r"(\d+) bytes spill stores", log)]
+    assert spills and not any(spills), log
+    body = _entry_bodies(_ptx(op.entry, "compute_90", op.source))[op.entry]
+    wait = _loads_only_streamed_data_before_it_waits(op.entry, body)
+    assert body[wait:].count("ld.global.cg.v4") >= 2, op.entry  # x and skip, after the wait
+    assert [ctypes.sizeof(p) for p in op.params][0] == 72  # the norm's source struct
+    _, prefill = _normed_launch(3, kind, k, n, zp)
+    assert prefill[0].module == "rms_norm" and len(prefill) >= 2
+    assert not any(o.source and "skip_norm_src" in o.source for o in prefill)
+
+
+@pytest.mark.parametrize("kind,k,n,sm_count,fused", [
+    ("plain", 2048, 32000, 132, False),  # the LM head: 4000 blocks would take 7 waves instead of 4
+    ("plain", 2048, 3072, 132, True), ("gated", 2048, 8192, 132, True),
+    ("plain", 8192, 2048, 132, False),   # a row of 1024 vectors: past FUSED_MAX_WORDS a thread
+    ("gated", 4096, 512, 132, False),    # two vectors a thread and 4 chunks a lane: no spill-free bounds
+    ("plain", 1024, 4096, 132, False),   # 512 blocks: one wave of the tiled GEMV alone, two fused
+])
+def test_the_norm_fuses_only_where_the_gemv_keeps_its_waves(kind, k, n, sm_count, fused):
+    _, ops = _normed_launch(1, kind, k, n, sm_count=sm_count)
+    assert (len(ops) == 1 and "skip_norm_src" in ops[0].source) == fused, [o.entry for o in ops]
+    if not fused:
+        assert ops[0].entry.startswith("hipep_skip_rms_norm_f16") and len(ops) == 2

@@ -1,0 +1,110 @@
+"""hipep::SkipNormMatMulNBits's fused kernels (kernels/matmul_nbits_row.h with the norm as A's
+source, rendered by hipep/runtime/gpu_norm_matmul.py) run on the host stand-in (g++ over the
+unchanged sources, every block's threads as host threads) against the unfused launches the same
+binding gives with the fusion off (the skip norm's kernel into the workspace, then the GEMV's):
+the projection's result and the norm's residual sum bit for bit where the norm's own launch has a
+thread per 16-byte vector (rows up to 2048 values), and both within the registry reference's
+tolerance. Each GEMV form: the tiled kernel, row1, the K split between two warps, the gated MLP.
+Skipped without g++."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from hipep.ops.registry import OUTPUT_COUNT, lookup
+from hipep.runtime import gpu_kernels as gk
+from hipep.runtime import gpu_norm_matmul as gnm
+from unit.host_kernels import EXACT_FLAGS, HostMemory, compile_module, compile_source, launch
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
+f16 = np.float16
+NORMED = "hipep::SkipNormMatMulNBits"
+
+
+@pytest.fixture(scope="module")
+def libs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("host_normed")
+    built = {m: compile_module(out, m, 32, EXACT_FLAGS) for m in ("rms_norm", "matmul_nbits_row", "matmul_nbits")}
+    built["dir"] = out
+    return built
+
+
+def _case(kind: str, k: int, n: int, zp_kind: str, norm_bias: bool, seed: int):
+    """(inputs, attrs) of the fused launch hip-fuse-norm-matmul makes of a skip norm and a
+    MatMulNBits (or a gated MLP) with random weights, for one row."""
+    from onnx import numpy_helper
+
+    from hipep.compiler import compile_subgraph
+    from hipep.graph import GraphView
+    from hipep.plan import Launch, walk
+    from quant_helpers import gated_mlp_model, matmul_nbits_model, with_skip_norm
+
+    if kind == "gated":
+        model, feeds = gated_mlp_model([1, 1], k, n, zp_kind=zp_kind, seed=seed)
+    else:
+        model, feeds, _ = matmul_nbits_model([1, 1], k, n, 4, 32, elem=10, zp_kind=zp_kind, seed=seed)
+    model, feeds = with_skip_norm(model, feeds, k, norm_bias=norm_bias, seed=seed, epsilon=1e-5)
+    g = GraphView.from_onnx(model)
+    plan = compile_subgraph(g, "layer", list(g.inputs), list(g.outputs), None,
+                            held=sorted(set(g.constants) | set(g.weights)))
+    (launch_step,) = [st for st in walk(plan.steps) if isinstance(st, Launch)]
+    assert launch_step.op == NORMED
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    values = {**inits, **feeds}
+    inputs = [None if vid < 0 else values[plan.values[vid].name] for vid in launch_step.inputs]
+    return inputs, {**launch_step.attributes, OUTPUT_COUNT: 5}
+
+
+def _run(libs, inputs, attrs, sm_count):
+    """Binds and runs the launch on the host: (Y, residual, the registry's Y and residual, ops)."""
+    want = lookup("hipep", "SkipNormMatMulNBits").reference(list(inputs), attrs)
+    mem = HostMemory()
+    ins = [None if v is None else mem.put(v)[0] for v in inputs]
+    y, y_view = mem.put(np.full(want[0].shape, np.nan, f16))
+    total, total_view = mem.put(np.full(want[4].shape, np.nan, f16))
+    outs = [gk.Arg(y.ptr, y.shape, y.dtype), None, None, None, gk.Arg(total.ptr, total.shape, total.dtype)]
+    target = gk.Target(sm_count=sm_count, warp_size=32, scratch=lambda nbytes: 0,
+                       workspace=lambda nbytes: mem.put(np.zeros(nbytes, np.uint8))[0].ptr)
+    ops = gk.binding_for(NORMED).bind(ins, outs, attrs, target)
+    for o in ops:
+        if o.module is None:
+            path = libs["dir"] / f"{o.entry}.hip"
+            path.write_text(o.source)
+            lib = libs.setdefault(o.entry, compile_source(libs["dir"], path, o.entry, 32, EXACT_FLAGS))
+            launch(lib, o)
+        else:
+            launch(libs[o.module], o)
+    return y_view.copy(), total_view.copy(), want[0], want[4], ops
+
+
+def _rel(got, want):
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    return np.linalg.norm(got - want) / np.linalg.norm(want)
+
+
+@pytest.mark.parametrize("kind,k,n,sm_count,form", [
+    ("plain", 1024, 24, 132, "row"),      # the tiled kernel (the QKV projection's form)
+    ("plain", 2048, 20, 132, "split"),    # two warps a column (the o projection's)
+    ("plain", 1024, 72, 2, "row1"),       # past one wave of the tiled kernel's blocks
+    ("plain", 3072, 16, 132, "split"),    # two vectors of the row a thread
+    ("gated", 1024, 24, 132, "gated"),    # gate, up and SiLU
+])
+@pytest.mark.parametrize("zp_kind", ["none", "uint8"])
+@pytest.mark.parametrize("norm_bias", [False, True], ids=["", "bias"])
+def test_fused_norm_gives_the_unfused_launches_bits(libs, monkeypatch, kind, k, n, sm_count, form, zp_kind,
+                                                    norm_bias):
+    inputs, attrs = _case(kind, k, n, zp_kind, norm_bias, seed=k + n)
+    y, total, want_y, want_total, ops = _run(libs, inputs, attrs, sm_count)
+    assert len(ops) == 1 and ops[0].overlaps_previous and "skip_norm_src" in ops[0].source, [o.entry for o in ops]
+    assert (f"hipep_mnb_normed_{form}" in ops[0].entry) if form != "gated" else ops[0].entry.startswith(
+        "hipep_mnb_gated_")
+    monkeypatch.setattr(gnm, "FUSE_ONE_ROW", False)
+    y0, total0, _, _, ops0 = _run(libs, inputs, attrs, sm_count)
+    assert ops0[0].entry == "hipep_skip_rms_norm_f16_overlap" and len(ops0) == 2
+    if k <= 2048:  # the norm's own launch then has one vector a thread, as the fused kernel's
+        np.testing.assert_array_equal(y, y0)
+        np.testing.assert_array_equal(total, total0)
+    assert _rel(y, want_y) < 2e-3 and _rel(y0, want_y) < 2e-3
+    assert _rel(total, want_total) < 1e-3
