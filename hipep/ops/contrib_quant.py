@@ -306,6 +306,8 @@ def _skip_norm_matmul_nbits_shape(types, values, attrs, num_outputs):
 
 
 def _claim_skip_norm_matmul(node, graph, attrs):
+    """Made by the compiler from a SkipSimplifiedLayerNormalization and the MatMulNBits (or gated
+    MLP) reading its normalized output; never claimed from a model."""
     return (f"hipep::{SKIP_NORM_MATMUL_NBITS} is made by hipep's compiler from a SkipSimplifiedLayerNormalization "
             f"and the MatMulNBits that reads its output; a model cannot use it")
 
