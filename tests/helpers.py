@@ -295,3 +295,26 @@ def run_bash_function(script, name: str, *args: str) -> str:
     out = subprocess.run(["bash", "-c", f'{body}\n{name} "$@"', "_", *map(str, args)],
                          capture_output=True, text=True, check=True)
     return out.stdout
+
+
+def compiled_executor(model, name: str = "subgraph", **options):
+    """The model compiled whole as one hipep plan (provider options as strings) and an Executor
+    running it on the CPU device (its random schedule): (plan, executor)."""
+    import hipep
+    from hipep.compiler import compile_subgraph
+    from hipep.graph import GraphView
+    from hipep.runtime.cpu import CpuDevice
+    from hipep.runtime.executor import Executor
+    from hipep.weights import WeightStore
+
+    graph = GraphView.from_onnx(model)
+    opts = hipep.ProviderOptions.from_strings(options)
+    plan = compile_subgraph(graph, name, list(graph.inputs), list(graph.outputs), opts, held=sorted(graph.constants))
+    return plan, Executor(plan, CpuDevice("random", 3), weights=WeightStore.for_plan(plan, graph, {}).arrays)
+
+
+def launch_ops(plan) -> list[str]:
+    """The registry keys of a plan's launches, in order."""
+    from hipep.plan import Launch, walk
+
+    return [s.op for s in walk(plan.steps) if isinstance(s, Launch)]

@@ -7,15 +7,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto as TP
 
-import hipep
-from hipep.compiler import compile_subgraph
-from hipep.graph import GraphView
 from hipep.plan import Launch, walk
-from hipep.runtime.cpu import CpuDevice
-from hipep.runtime.executor import Executor
-from hipep.weights import WeightStore
 
-from helpers import assert_matches_cpu, session
+from helpers import assert_matches_cpu, compiled_executor, launch_ops, session
 from quant_helpers import gated_mlp_model
 
 GATED = "hipep::GatedMatMulNBits"
@@ -23,15 +17,10 @@ MNB = "com.microsoft::MatMulNBits"
 
 
 def _executor(model, **options):
-    graph = GraphView.from_onnx(model)
-    held = sorted(graph.constants)
-    opts = hipep.ProviderOptions.from_strings(options)
-    plan = compile_subgraph(graph, "mlp", list(graph.inputs), list(graph.outputs), opts, held=held)
-    return plan, Executor(plan, CpuDevice("random", 3), weights=WeightStore.for_plan(plan, graph, {}).arrays)
+    return compiled_executor(model, "mlp", **options)
 
 
-def _ops(plan) -> list[str]:
-    return [s.op for s in walk(plan.steps) if isinstance(s, Launch)]
+_ops = launch_ops
 
 
 def _same_bits(got, want):
