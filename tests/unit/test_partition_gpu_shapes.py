@@ -206,3 +206,39 @@ def test_resize_with_scales_cast_from_a_shape_stays_claimed():
     assert _traces(model, {"x": np.ones((1, 1, 2, 2), np.float32)})
     report = partition(GraphView.from_onnx(model), device="cuda")
     assert not report.rejections, report.format()
+
+
+def select_model(op: str, from_data: bool):
+    """NonZero(m) or Compress(x, m, axis=0) then Relu: m a bool input, or x > 0 (device data)."""
+    inputs = [tensor("x", T.FLOAT, [6])]
+    nodes = []
+    if from_data:
+        nodes.append(h.make_node("Greater", ["x", "zero"], ["m"]))
+    else:
+        inputs.append(tensor("m", T.BOOL, [6]))
+    if op == "NonZero":
+        nodes += [h.make_node("NonZero", ["m"], ["idx"]), h.make_node("Cast", ["idx"], ["y"], to=T.FLOAT)]
+    else:
+        nodes += [h.make_node("Compress", ["x", "m"], ["c"], axis=0), h.make_node("Relu", ["c"], ["y"])]
+    return make_model(nodes, inputs, [tensor("y", T.FLOAT, None)], [h.make_tensor("zero", T.FLOAT, [], [0.0])],
+                      opset=13)
+
+
+@pytest.mark.parametrize("op", ["NonZero", "Compress"])
+def test_a_selection_from_a_bool_input_is_claimed(op):
+    """The count is read from the input handed in (pinned): the GPU kernels select on the device."""
+    model = select_model(op, from_data=False)
+    feeds = {"x": np.arange(6, dtype=np.float32) - 2, "m": np.array([1, 0, 1, 1, 0, 1], bool)}
+    assert _traces(model, feeds)
+    report = partition(GraphView.from_onnx(model), device="cuda")
+    assert not report.rejections, report.format()
+
+
+@pytest.mark.parametrize("op", ["NonZero", "Compress"])
+def test_a_selection_from_device_data_is_left_to_other_eps(op):
+    model = select_model(op, from_data=True)
+    assert not _traces(model, {"x": np.arange(6, dtype=np.float32) - 2})
+    report = partition(GraphView.from_onnx(model), device="cuda")
+    position = "input 0 'm'" if op == "NonZero" else "input 1 'm'"
+    assert f"depends on the value of {position}, computed on the device by node 'Greater(m)'" in \
+        _rejected(report).get(op, ""), report.format()
