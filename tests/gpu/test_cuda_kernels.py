@@ -475,12 +475,18 @@ def test_concurrent_runs(rng):
 # ---- claiming and errors --------------------------------------------------------------------------
 
 def test_nodes_without_a_gpu_program_are_left_to_the_cpu_ep(rng):
+    """A Compress whose condition the device computes (x's first row > 0.1): its output's extent
+    would wait for the device, which a GPU plan does not do; the node goes to the CPU EP, named."""
     model = make_model([n("Softmax", ["x"], ["s"], axis=-1, name="sm"),
+                        n("Gather", ["s", "zero"], ["row"], axis=0, name="row"),
+                        n("Greater", ["row", "tenth"], ["keep"], name="keep"),
                         n("Compress", ["s", "keep"], ["y"], axis=1, name="cp"),
                         n("Relu", ["y"], ["z"], name="relu")],
                        [tensor("x", F32, [2, 8])], [tensor("z", F32, None)],
-                       [init("keep", np.array([1, 0, 1, 1, 0, 0, 1, 0], dtype=bool))], opset=17)
-    with pytest.raises(hipep.FallbackError, match=r"node 'cp' \(ai.onnx::Compress, opset 11\): no kernel for cuda"):
+                       [init("zero", np.array(0, dtype=np.int64)), init("tenth", np.array(0.1, dtype=np.float32))],
+                       opset=17)
+    with pytest.raises(hipep.FallbackError,
+                       match=r"node 'cp' \(ai.onnx::Compress, opset 11\): .*computed on the device by node 'keep"):
         hipep.InferenceSession(model, device="cuda")
     sess = hipep.InferenceSession(model, device="cuda", disable_cpu_ep_fallback=False)
     x = rand(rng, (2, 8), F32)
