@@ -242,3 +242,11 @@ def test_a_selection_from_device_data_is_left_to_other_eps(op):
     position = "input 0 'm'" if op == "NonZero" else "input 1 'm'"
     assert f"depends on the value of {position}, computed on the device by node 'Greater(m)'" in \
         _rejected(report).get(op, ""), report.format()
+
+
+def test_nonzero_of_a_scalar_is_left_to_other_eps():
+    model = make_model([h.make_node("NonZero", ["x"], ["y"])], [tensor("x", T.FLOAT, [])],
+                       [tensor("y", T.INT64, None)], opset=13)
+    report = partition(GraphView.from_onnx(model), device="cuda")
+    assert "no kernel for cuda: NonZero (scalar input: " in _rejected(report).get("NonZero", ""), report.format()
+    assert not partition(GraphView.from_onnx(model), device="cpu").rejections
