@@ -10,8 +10,7 @@ output, whose extent each binding takes as the count. The kernels still select o
 the memory the device addresses (host-visible memory where the plan staged the values there), so
 no launch waits for the host.
 
-  * NonZero: one block writes the coordinates of the nonzero elements ([rank, count] int64); a
-    scalar input is refused (see _nonzero_check).
+  * NonZero: one block writes the coordinates of the nonzero elements ([rank, count] int64).
   * Compress: the indices of the true conditions (NonZero of the condition, its first extent
     entries: ONNX Runtime ignores the rest) into the stream's workspace, then Gather along the axis
     (the flattened input without one).
@@ -62,23 +61,12 @@ def nonzero_op(x: Arg, shape, y_ptr: int, count: int, what: str) -> KernelOp:
                     module=MODULE)
 
 
-def _nonzero_check(attrs, dtypes, shapes, values):
-    # A scalar input (ONNX Runtime reads it as a one-element vector) is left to other EPs: on the
-    # H200 the f32, f16 and bool scalar cases gave wrong results through the pinned-value path
-    # while the integer ones passed, which is not understood yet.
-    if shapes and shapes[0] is not None and len(shapes[0]) == 0:
-        return "scalar input: the GPU kernel takes tensors of rank 1 and more"
-    return _type_check(0)(attrs, dtypes, shapes, values)
-
-
-@_binding("::NonZero", check=_nonzero_check, modules=(MODULE,))
+@_binding("::NonZero", check=_type_check(0), modules=(MODULE,))
 def _nonzero_bind(ins, outs, attrs, target):
     x, y = ins[0], outs[0]
     if y is None:
         raise NoKernel("NonZero: an output nobody reads")
-    if x.ndim == 0:
-        raise NoKernel("NonZero of a scalar input")
-    rank = x.ndim
+    rank = max(x.ndim, 1)  # a scalar is read as a one-element vector, as ONNX Runtime reads it
     if y.ndim != 2 or int(y.shape[0]) != rank:
         raise HipepError(f"NonZero: output of shape {list(y.shape)} for a rank-{x.ndim} input (expected [{rank}, n])")
     count = int(y.shape[1])

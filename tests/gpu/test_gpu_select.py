@@ -28,9 +28,10 @@ _ELEM = {np.float32: TP.FLOAT, np.float16: TP.FLOAT16, np.uint8: TP.UINT8, np.in
 
 def _values(rng, shape, dtype):
     if dtype == np.bool_:
-        return rng.random(shape) < 0.4
+        return np.asarray(rng.random(shape) < 0.4)
     x = rng.integers(-2, 3, shape).astype(dtype) if np.dtype(dtype).kind in "iu" else \
         (rng.integers(-2, 3, shape) * rng.random(shape)).astype(dtype)
+    x = np.asarray(x)  # arithmetic on 0-d arrays gives numpy scalars, which ORT does not take as inputs
     if np.dtype(dtype).kind == "f" and x.size > 2:
         x.reshape(-1)[0], x.reshape(-1)[1] = np.nan, -0.0
     return x
@@ -50,7 +51,7 @@ def _check(model, feeds_list, runs=3):
     return sess
 
 
-@pytest.mark.parametrize("shape", [(7,), (4, 4), (2, 3, 4), (64,)], ids=str)
+@pytest.mark.parametrize("shape", [(), (7,), (4, 4), (2, 3, 4), (64,)], ids=str)
 @pytest.mark.parametrize("dtype", list(_ELEM), ids=lambda d: np.dtype(d).name)
 def test_nonzero_follows_the_cpu_ep(shape, dtype):
     model = make_model([helper.make_node("NonZero", ["x"], ["y"])], [tensor("x", _ELEM[dtype], list(shape))],

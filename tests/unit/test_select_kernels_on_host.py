@@ -2,7 +2,7 @@
 then gathers through kernels/gather.hip) run on the host stand-in (g++ over the unchanged kernel
 sources, a block's threads as host threads) against the registry's references, which follow ONNX
 Runtime's CPU EP: inputs of several chunks of the one block's scan, every element type the
-registry allows, NaN and -0, nothing selected, and Compress's condition shorter and
+registry allows, NaN and -0, a scalar, nothing selected, and Compress's condition shorter and
 longer than its axis. Skipped without g++."""
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def libs(tmp_path_factory):
 
 def _values(rng, shape, dtype):
     if dtype == np.bool_:
-        return rng.random(shape) < 0.3
+        return np.asarray(rng.random(shape) < 0.3)
     x = rng.integers(-2, 3, shape).astype(dtype) if np.dtype(dtype).kind in "iu" else \
         (rng.integers(-2, 3, shape) * rng.random(shape)).astype(dtype)
     if np.dtype(dtype).kind == "f" and x.size > 2:
@@ -32,7 +32,7 @@ def _values(rng, shape, dtype):
     return x
 
 
-@pytest.mark.parametrize("shape", [(7,), (3000,), (4, 5, 6), (2, 1, 3, 1, 2)], ids=str)
+@pytest.mark.parametrize("shape", [(), (7,), (3000,), (4, 5, 6), (2, 1, 3, 1, 2)], ids=str)
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint8, np.int32, np.int64, np.bool_],
                          ids=lambda d: np.dtype(d).name)
 def test_nonzero_on_host(libs, shape, dtype):
