@@ -318,3 +318,30 @@ def launch_ops(plan) -> list[str]:
     from hipep.plan import Launch, walk
 
     return [s.op for s in walk(plan.steps) if isinstance(s, Launch)]
+
+
+def assert_outputs_match(got, want, rtol=1e-5, atol=1e-6):
+    """Outputs equal in count, dtype and shape; floats within rtol/atol, everything else exact."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        if g.dtype.kind == "f":
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
+def check_runs_against_cpu_ep(model, feeds_list, runs=3, whole=True, device="cuda"):
+    """A hipep session on `device` (whole=True: disable_cpu_ep_fallback, every node hipep's) run
+    `runs` times on each feed dict in turn (first run, bound replay, graph replay), each run against
+    ORT's CPU EP; the session. whole=False: the CPU EP runs what hipep leaves."""
+    import hipep
+
+    data = model.SerializeToString()
+    sess = hipep.InferenceSession(data, device=device, disable_cpu_ep_fallback=whole)
+    ref = cpu_session(data)
+    for feeds in feeds_list:
+        want = ref.run(None, feeds)
+        for _ in range(runs):
+            assert_outputs_match(sess.run(None, feeds), want)
+    return sess

@@ -16,7 +16,7 @@ from onnx import helper
 import hipep
 from hipep.runtime.cuda import cuda_status
 
-from helpers import cpu_session, make_model, tensor
+from helpers import assert_outputs_match, check_runs_against_cpu_ep, cpu_session, make_model, tensor
 from unit.test_host_work_device_memory import center_crop_model, shape_result_read_by_host_model
 from unit.test_partition_gpu_host_work import host_value_crossing_subgraphs_model, shape_inside_a_branch_model
 
@@ -28,26 +28,8 @@ if not _ok:
 n = helper.make_node
 
 
-def _compare(got, want):
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        if g.dtype.kind == "f":
-            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
-        else:
-            np.testing.assert_array_equal(g, w)
-
-
-def _check(model, feeds_list, runs=3, whole=True):
-    data = model.SerializeToString()
-    # whole=False: the CPU EP runs what hipep leaves (an If, a Det); a failed session still raises
-    sess = hipep.InferenceSession(data, device="cuda", disable_cpu_ep_fallback=whole)
-    ref = cpu_session(data)
-    for feeds in feeds_list:
-        want = ref.run(None, feeds)
-        for _ in range(runs):
-            _compare(sess.run(None, feeds), want)
-    return sess
+_compare = assert_outputs_match
+_check = check_runs_against_cpu_ep
 
 
 def _bound_run(model, feeds):

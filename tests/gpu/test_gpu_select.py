@@ -14,7 +14,7 @@ from onnx import helper
 import hipep
 from hipep.runtime.cuda import cuda_status
 
-from helpers import cpu_session, make_model, tensor
+from helpers import check_runs_against_cpu_ep, cpu_session, make_model, tensor
 from unit.test_partition_gpu_shapes import select_model
 
 pytestmark = pytest.mark.gpu
@@ -37,18 +37,7 @@ def _values(rng, shape, dtype):
     return x
 
 
-def _check(model, feeds_list, runs=3):
-    data = model.SerializeToString()
-    sess = hipep.InferenceSession(data, device="cuda", disable_cpu_ep_fallback=True)
-    ref = cpu_session(data)
-    for feeds in feeds_list:
-        want = ref.run(None, feeds)
-        for _ in range(runs):
-            got = sess.run(None, feeds)
-            for g, w in zip(got, want):
-                assert g.dtype == w.dtype and g.shape == w.shape
-                np.testing.assert_array_equal(g, w)
-    return sess
+_check = check_runs_against_cpu_ep
 
 
 @pytest.mark.parametrize("shape", [(), (7,), (4, 4), (2, 3, 4), (64,)], ids=str)
