@@ -194,16 +194,16 @@ template <typename T> struct hipep_mnb_a_loaded {
 // norm kernel's (kernels/rms_norm.hip hipep_skip_rms_norm, and its _overlap form) in the same order:
 // thread t sums the squares of vectors t, t + blockDim.x, ... (8 values each, f32, fmaf), the block
 // sums the threads' parts (hipep_block_sum), y = (v / root) * gamma rounded once; with the norm
-// kernel's 256 threads a row, the same bits. Block 0 writes the norm's own outputs the plan keeps
-// (y, mean, inv_std, input_skip_bias_sum; null: dropped); the others only stage. W: vectors a
-// thread (the row is at most W * blockDim.x vectors of 8). One row (decode); K % 8 == 0, 16-byte
+// kernel's 256 threads a row, the same bits. The normalized row stays in shared memory (only the
+// GEMV reads it); block 0 writes the norm's other outputs the plan keeps (mean, inv_std,
+// input_skip_bias_sum; null: dropped), the others only stage. W: vectors a thread (the row is at
+// most W * blockDim.x vectors of 8). One row (decode); K % 8 == 0, 16-byte
 // aligned rows, A's tile one tile (the binding checks).
 template <int W> struct hipep_mnb_skip_norm_src {
   const hipep_half* x;
   const hipep_half* skip;
   const hipep_half* gamma;
   const hipep_half* bias;  // null: none
-  hipep_half* y;
   float* mean;
   float* inv_std;
   hipep_half* sum_out;
@@ -262,10 +262,7 @@ template <int W> struct hipep_mnb_skip_norm_src {
 #pragma unroll
       for (int j = 0; j < 4; ++j) pr[j] = __halves2half2(o[j], o[j + 4]);
       planes[(w % 4) * tile_chunks + w / 4] = *reinterpret_cast<const uint4*>(pr);
-      if (writer && w < nv) {
-        if (y != 0) reinterpret_cast<uint4*>(y)[w] = *reinterpret_cast<const uint4*>(o);
-        if (sum_out != 0) reinterpret_cast<uint4*>(sum_out)[w] = *reinterpret_cast<const uint4*>(s);
-      }
+      if (writer && w < nv && sum_out != 0) reinterpret_cast<uint4*>(sum_out)[w] = *reinterpret_cast<const uint4*>(s);
     }
     if (writer && threadIdx.x == 0) {
       if (mean != 0) *mean = 0.0f;

@@ -275,7 +275,6 @@ register(OpDef(GATED_MATMUL_NBITS, (1,), ("", "", "", "", "", "", ""), ("",), {}
 
 SKIP_NORM_MATMUL_NBITS = "SkipNormMatMulNBits"
 NORM_INPUTS = 4  # x, skip, gamma, bias: the matmul's input j (j >= 1) is input NORM_INPUTS - 1 + j
-MATMUL_KINDS = ("MatMulNBits", GATED_MATMUL_NBITS)
 
 
 def _skip_norm_def():
@@ -284,7 +283,8 @@ def _skip_norm_def():
     return lookup(MS, "SkipSimplifiedLayerNormalization")
 
 
-def _inner_attrs(attrs) -> dict:
+def matmul_attributes(attrs) -> dict:
+    """A SkipNormMatMulNBits launch's attributes as its matmul's own (all but the norm's)."""
     return {k: v for k, v in attrs.items() if k not in ("matmul", "epsilon")}
 
 
@@ -292,7 +292,7 @@ def _inner_attrs(attrs) -> dict:
 def _skip_norm_matmul_nbits(inputs, attrs):
     norm = _skip_norm_def().reference(list(inputs[:NORM_INPUTS]), {"epsilon": attrs["epsilon"]})
     inner = _matmul_nbits if attrs["matmul"] == "MatMulNBits" else _gated_matmul_nbits
-    (y,) = inner([norm[0]] + list(inputs[NORM_INPUTS:]), _inner_attrs(attrs))
+    (y,) = inner([norm[0]] + list(inputs[NORM_INPUTS:]), matmul_attributes(attrs))
     return [y] + list(norm)
 
 
@@ -301,7 +301,7 @@ def _skip_norm_matmul_nbits_shape(types, values, attrs, num_outputs):
     norm = _skip_norm_def().shape_rule(list(types[:NORM_INPUTS]), list(values[:NORM_INPUTS]),
                                        {"epsilon": attrs["epsilon"]}, 4)
     inner = _matmul_nbits_shape if attrs["matmul"] == "MatMulNBits" else _gated_matmul_nbits_shape
-    (y,) = inner([norm[0]] + list(types[NORM_INPUTS:]), [None] + list(values[NORM_INPUTS:]), _inner_attrs(attrs), 1)
+    (y,) = inner([norm[0]] + list(types[NORM_INPUTS:]), [None] + list(values[NORM_INPUTS:]), matmul_attributes(attrs), 1)
     return ([y] + list(norm))[:num_outputs]
 
 

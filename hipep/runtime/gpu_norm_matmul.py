@@ -18,7 +18,7 @@ import hashlib
 
 from ..errors import HipepError
 from ..options import env_flag
-from ..ops.contrib_quant import GATED_MATMUL_NBITS, NORM_INPUTS, SKIP_NORM_MATMUL_NBITS
+from ..ops.contrib_quant import GATED_MATMUL_NBITS, NORM_INPUTS, SKIP_NORM_MATMUL_NBITS, matmul_attributes
 from .gpu_binding_core import (Arg, BINDINGS, KernelOp, _binding, _cdiv, _dt, workspace_after, workspace_regions)
 from .gpu_gated_matmul import _check as _gated_check
 from .gpu_gated_matmul import _gated_row_op, _halves, gated_row_variant
@@ -57,7 +57,7 @@ FUSE_ONE_ROW = env_flag("HIPEP_CUDA_FUSE_NORM", True)
 class SkipNormSource(ctypes.Structure):
     """kernels/matmul_nbits_row.h hipep_mnb_skip_norm_src: the norm's operands and outputs."""
     _fields_ = [("x", ctypes.c_uint64), ("skip", ctypes.c_uint64), ("gamma", ctypes.c_uint64),
-                ("bias", ctypes.c_uint64), ("y", ctypes.c_uint64), ("mean", ctypes.c_uint64),
+                ("bias", ctypes.c_uint64), ("mean", ctypes.c_uint64),
                 ("inv_std", ctypes.c_uint64), ("sum_out", ctypes.c_uint64), ("eps", ctypes.c_float)]
 
 
@@ -70,7 +70,7 @@ def _parts(ins, outs, attrs):
     inner_key = INNER.get(attrs.get("matmul"))
     if inner_key is None:
         raise HipepError(f"{SKIP_NORM_MATMUL_NBITS}: unknown matmul {attrs.get('matmul')!r}")
-    inner_attrs = {k: v for k, v in attrs.items() if k not in ("matmul", "epsilon")}
+    inner_attrs = matmul_attributes(attrs)
     norm_outs = (list(outs) + [None] * 5)[1:5]
     return at[:NORM_INPUTS], at[NORM_INPUTS:], inner_key, inner_attrs, norm_outs
 
@@ -81,7 +81,7 @@ def _check(attrs, dtypes, shapes, values):
     if why:
         return why
     inner = [d[0]] + d[NORM_INPUTS:]
-    inner_attrs = {k: v for k, v in attrs.items() if k not in ("matmul", "epsilon")}
+    inner_attrs = matmul_attributes(attrs)
     if attrs.get("matmul") == GATED_MATMUL_NBITS:
         return _gated_check(inner_attrs, inner, [], [])
     return _mnb_check(inner_attrs, inner, [], list(values[NORM_INPUTS - 1:]) if values else [])
@@ -95,7 +95,7 @@ def _source(norm, norm_outs, eps: float, words: int) -> tuple[str, SkipNormSourc
     x, skip, gamma, bias = norm
     _, mean, inv, total = norm_outs
     return (f"hipep_mnb_skip_norm_src<{words}>",
-            SkipNormSource(_p(x), _p(skip), _p(gamma), _p(bias), 0, _p(mean), _p(inv), _p(total), eps))
+            SkipNormSource(_p(x), _p(skip), _p(gamma), _p(bias), _p(mean), _p(inv), _p(total), eps))
 
 
 def _fusable(norm, norm_outs, target) -> int | None:
