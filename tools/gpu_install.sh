@@ -3,6 +3,12 @@
 # the wheels in wheelhouse/ (tools/gpu_wheelhouse.sh makes them), then hipep itself, built with the
 # machine's own build tools against ONNX Runtime's headers (wheelhouse/ort-headers, the build cache
 # or ORT_INCLUDE_DIR). Exits the calling script on a failure.
+# HIPEP_GPU_INSTALLED=1 skips all of it: hipep is already built and installed on this machine (a
+# second check beside a first one, which must not rebuild the package the first one is importing).
+if [ "${HIPEP_GPU_INSTALLED:-0}" = "1" ]; then
+  step "hipep already installed (HIPEP_GPU_INSTALLED=1): $("$py" -P -c 'import hipep; print(hipep.__file__)' 2>&1 | tail -1)"
+  return 0
+fi
 step "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); $("$py" --version)"
 
 shopt -s nullglob
