@@ -162,11 +162,11 @@ def device_claim(claim: Claim, device: str, refused: dict[int, str] | None = Non
         data_inputs = _data_inputs(op, node)
         outputs_integer = _integer_outputs(node, graph)
         host = _host_work(op, node, graph, host_values)
-        if op.control_flow and (node.op_type != "If" or node.domain):
-            return f"no kernel for {device}: {node.op_type} (Loop and Scan run on the cpu device only)"
         # An If runs its branch's kernels; the branch is chosen before any launch, so its condition
-        # must be a value the host knows (the host-input check of _data_dependent_nodes).
-        why = _branch_kernel_reason(node, device) if op.control_flow else \
+        # must be a value the host knows (the host-input check of _shapes_from_device_values). A
+        # Loop or Scan runs its body's kernels once per iteration, step by step (its subgraph's
+        # plan goes through the interpreter, which reads the conditions as the device computes them).
+        why = _body_kernel_reason(node, device) if op.control_flow else \
             kernel_reason(op_key(node.domain or "", node.op_type), attrs, dtypes, shapes, values)
         if why is not None and not host:
             return why.replace("cuda", device, 1) if device != "cuda" else why
@@ -211,11 +211,12 @@ def _host_work(op, node: Node, graph: GraphView, host_values: set[str]) -> bool:
         all(v in graph.constants or v in host_values for v in _data_inputs(op, node))
 
 
-def _branch_kernel_reason(node: Node, device: str) -> str | None:
-    """Why an If's branches cannot run on a GPU device, or None: every node of both branches
-    (nested Ifs included) has a GPU kernel, or runs as host work there by the main graph's rule
-    (_host_work, over the branch's constants and host results: a Shape of a device value reads its
-    extents only); Constant nodes are weights and need none."""
+def _body_kernel_reason(node: Node, device: str) -> str | None:
+    """Why a control-flow node's bodies (an If's branches, a Loop's or Scan's body) cannot run on a
+    GPU device, or None: every node of every body (nested control flow included) has a GPU kernel,
+    or runs as host work there by the main graph's rule (_host_work, over the body's constants and
+    host results: a Shape of a device value reads its extents only); Constant nodes are weights and
+    need none."""
     from .ops.registry import lookup, resolve_attributes
     from .plan import op_key
     from .runtime.gpu_kernels import kernel_reason
@@ -225,23 +226,19 @@ def _branch_kernel_reason(node: Node, device: str) -> str | None:
         for inner in body.nodes:
             if inner.op_type == "Constant" and not inner.domain:
                 continue
-            if inner.op_type == "If" and not inner.domain:
-                why = _branch_kernel_reason(inner, device)
+            op = lookup(inner.domain, inner.op_type)
+            if op is None:
+                why = "not a registered op"
+            elif op.control_flow:
+                why = _body_kernel_reason(inner, device)
             else:
-                op = lookup(inner.domain, inner.op_type)
-                if op is None:
-                    why = "not a registered op"
-                elif op.control_flow:
-                    why = f"{inner.op_type} runs on the cpu device only"
-                else:
-                    types = [body.type_of(v) if v else None for v in inner.inputs]
-                    shapes = _static_shapes(types)
-                    why = kernel_reason(op_key(inner.domain or "", inner.op_type), resolve_attributes(op, inner),
-                                        [_dtype_name(t) for t in types], shapes,
-                                        [body.constant(v) if v else None for v in inner.inputs])
-                    if _host_work(op, inner, body, host_values):
-                        host_values.update(o for o in inner.outputs if o)
-                        why = None
+                types = [body.type_of(v) if v else None for v in inner.inputs]
+                why = kernel_reason(op_key(inner.domain or "", inner.op_type), resolve_attributes(op, inner),
+                                    [_dtype_name(t) for t in types], _static_shapes(types),
+                                    [body.constant(v) if v else None for v in inner.inputs])
+                if _host_work(op, inner, body, host_values):
+                    host_values.update(o for o in inner.outputs if o)
+                    why = None
             if why is not None:
                 why = why.replace("cuda", device, 1) if device != "cuda" else why
                 return f"its {attr} graph has a node the {device} device cannot run: node '{inner.label}' " \
@@ -279,8 +276,9 @@ def _shapes_from_device_values(graph: GraphView, clusters: list[list[int]], fact
                                device: str) -> dict[int, str]:
     """Claimed nodes whose output shapes would depend on values known only once the device has
     computed them. A GPU device replays plans whose shapes follow, before any launch, from the
-    input shapes and from values the host knows (hipep.runtime.shapes traces them); it does not
-    run plans step by step. Within a subgraph the host knows: constant initializers; small values
+    input shapes and from values the host knows (hipep.runtime.shapes traces them); it runs a plan
+    step by step only where a Loop or Scan makes that necessary (subgraphs holding one are not
+    checked: the interpreter reads what it needs as the device computes it). Within a subgraph the host knows: constant initializers; small values
     handed in from outside, which the host reads at run time (integers element by element as
     symbols; floats and bools whole, their values pinned, so that a run with other values is
     traced anew); and the integer results of members whose data inputs it knows (shape
@@ -295,6 +293,8 @@ def _shapes_from_device_values(graph: GraphView, clusters: list[list[int]], fact
     nodes = graph.nodes
     bad: dict[int, str] = {}
     for members in clusters:
+        if any(nodes[pos].op_type in _STEP_BY_STEP and not nodes[pos].domain for pos in members):
+            continue  # a Loop's subgraph runs step by step: its shapes are found as its values are
         produced = {o: nodes[pos] for pos in members for o in nodes[pos].outputs if o}
         known: set[str] = set()
 
@@ -340,6 +340,10 @@ def _shapes_from_device_values(graph: GraphView, clusters: list[list[int]], fact
                     and all(_integer(graph, v) for v in ins))):
                 known.update(o for o in node.outputs if o)
     return bad
+
+
+# Ops whose subgraph's plan runs step by step on every device (Scan becomes a loop too).
+_STEP_BY_STEP = frozenset({"Loop", "Scan"})
 
 
 def _max_read() -> int:

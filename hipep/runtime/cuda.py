@@ -327,6 +327,32 @@ class CudaDevice(GraphReplay, Device):
         else:
             stream.issued(label)
 
+    def subview(self, array: Any, offset: int, dtype, shape) -> Any:
+        if not isinstance(array, DeviceArray):
+            return super().subview(array, offset, dtype, shape)
+        dtype = np.dtype(dtype)
+        shape = tuple(int(d) for d in shape)
+        n = 1
+        for d in shape:
+            n *= d
+        if offset < 0 or offset + n * dtype.itemsize > array.nbytes:
+            raise HipepError(f"a view of {n * dtype.itemsize} bytes at offset {offset} exceeds a device array of "
+                             f"{array.nbytes} bytes")
+        return DeviceArray(array.memory, array.ptr + offset, shape, dtype)
+
+    def read(self, stream: CudaStream, array: Any) -> np.ndarray:
+        if not isinstance(array, DeviceArray):
+            return np.array(array)
+        if array.host_visible:
+            return np.array(array.host_view())
+        out = np.empty(array.shape, array.dtype)
+        self.copy_async(stream, out, array, "host read")
+        stream.sync()
+        return out
+
+    def run_host_step(self, stream: CudaStream, program: CudaProgram, args: list) -> None:
+        program.run_host(args, stream)
+
     def _upload_to(self, stream: CudaStream, dst: DeviceArray, src: np.ndarray) -> None:
         """Queues host bytes into device memory on `stream` (pageable source: the driver stages
         it before returning, so `src` may go right after)."""
@@ -440,7 +466,7 @@ class CudaDevice(GraphReplay, Device):
     def stage_input(self, stream: CudaStream, position: int, array: Any) -> Any:
         if isinstance(array, DeviceArray) or array is None:
             return array
-        a = np.ascontiguousarray(array)
+        a = np.asarray(array, order="C")  # (ascontiguousarray would make a 0-d input 1-d)
         mem = self._staging(stream, "in", position, a.nbytes)
         dst = DeviceArray(mem, mem.ptr, a.shape, a.dtype)
         self.copy_async(stream, dst, a, f"input {position}")

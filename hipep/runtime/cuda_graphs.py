@@ -150,10 +150,9 @@ class CudaProgram:
         return [dev._ready(op) for op in ops]
 
     def run(self, args: list) -> None:
-        # The step-by-step interpreter calls programs with numpy views of its pools; on a GPU the
-        # memory is the device's, so such plans are not run here yet.
-        raise HipepError(f"{self.label}: plans that run step by step (Loop, If, or shapes computed on the device) "
-                         f"are not supported on the cuda device yet; use device=cpu for this model")
+        # The CPU device's way of running a program (numpy, on the calling thread). The
+        # step-by-step interpreter issues this device's launches through CudaDevice.launch.
+        raise HipepError(f"{self.label}: a GPU program runs through its device's launch, not on the host")
 
     def run_host(self, args: list, stream: CudaStream) -> None:
         """Runs the op's reference on the host (a plan host step): host-visible memory is read

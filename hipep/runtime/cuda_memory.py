@@ -111,11 +111,9 @@ class OrtDeviceArray(DeviceArray):
 
     def __array__(self, dtype=None, copy=None):
         # numpy would otherwise take this object for a 0-d array of dtype object. Whole device
-        # tensors reach the host only through a plan's copies; what reads them as arrays is the
-        # step-by-step interpreter, which this device does not run.
+        # tensors reach the host only through copies (CudaDevice.read, a plan's copies).
         raise HipepError(f"a tensor of shape {list(self.shape)} ({self.dtype}) is in GPU memory, which the host "
-                         f"reads only by element, or whole where small; plans that run step by step (Loop, If, "
-                         f"or shapes computed on the device) are not supported on the cuda device yet")
+                         f"reads only by element, whole where small, or through the device's copies")
 
     def __getitem__(self, k):
         if self.ndim != 1 or not isinstance(k, (int, np.integer)):

@@ -168,6 +168,31 @@ class Device(ABC):
         (copies back from staging buffers, then a sync)."""
         stream.sync()
 
+    def subview(self, array: Any, offset: int, dtype, shape: tuple[int, ...]) -> Any:
+        """A typed, C-contiguous view of `array`'s bytes from byte `offset` (no copy): a value that
+        views an input or constant, a row of a stacked loop output. Host memory (numpy arrays)
+        here; a GPU device also takes its own arrays."""
+        import numpy as np
+
+        dtype = np.dtype(dtype)
+        n = 1
+        for d in shape:
+            n *= int(d)
+        flat = np.asarray(array).reshape(-1).view(np.uint8)
+        return flat[offset:offset + n * dtype.itemsize].view(dtype).reshape(tuple(int(d) for d in shape))
+
+    def read(self, stream: Stream, array: Any):
+        """A host copy (numpy) of `array`'s contents: device memory after the work queued on
+        `stream` so far (a copy on the stream, waited for); host memory as it is now (no sync: the
+        plan's syncs order the host's reads)."""
+        import numpy as np
+
+        return np.array(array)
+
+    def run_host_step(self, stream: Stream, program: Any, args: list) -> None:
+        """Runs a plan host step's program now, on the host, over `args` (the interpreter's)."""
+        program.run(args)
+
     @abstractmethod
     def copy(self, dst: Any, dst_offset: int, src: Any, src_offset: int, nbytes: int) -> None:
         """Copies bytes between allocations now (the caller has synced the streams using them)."""

@@ -223,7 +223,7 @@ class Executor:
             if not isinstance(a, np.ndarray) and hasattr(a, "ptr"):
                 pass  # a device array (ORT's tensor in device memory), used in place
             elif type(a) is not np.ndarray or not a.flags.c_contiguous:
-                a = out[pos] = np.ascontiguousarray(a)
+                a = out[pos] = np.asarray(a, order="C")  # (0-d stays 0-d)
             if a.dtype != dtype:
                 spec = self.plan.values[self.plan.inputs[pos]]
                 raise HipepError(f"{self.plan.name}: input {pos} ('{spec.name}') is {a.dtype}, "

@@ -12,6 +12,13 @@ runs it at once on the host (HostStep). The closure reads and writes memory thro
 it runs. Shapes live in a per-run table (value id → shape); views are made from the current pool
 whenever needed, so a re-layout never leaves one stale.
 
+On a device whose kernels cannot address host memory (a GPU), the run's values live in the
+device's memory: ORT's host inputs are staged into it, launches are bound and issued on the run's
+stream (Device.launch), host steps run the device's host path (Device.run_host_step), what the host
+reads (a loop's condition, a shape rule's host input) comes back through Device.read, copies are
+the device's, and the outputs are copied into ORT's buffers before the final sync. The CPU device
+computes in place on numpy views.
+
 Runs of one plan may be concurrent (ORT calls Compute from several threads): each run takes a
 PoolSet (pools + stream) from a free list and gives it back at the end, so concurrent runs never
 share memory while sequential runs reuse it — which is why the plan's final Sync matters.
@@ -32,7 +39,7 @@ from ..plan import MEMORY_SPACES, HostStep, If, Launch, Loop, Plan, Sync, split_
 from .. import counters
 from .device import Device
 from .kernels import kernel_of
-from .memory import PoolSet
+from .memory import PoolSet, round_up
 from .shapes import MAX_BYTES
 
 
@@ -65,6 +72,9 @@ class Interpreter:
         self._lock = threading.Lock()
         self._free: list[PoolSet] = []
         self._runs = 0
+        # Whether values live in memory the host cannot address (a GPU's): see the module doc.
+        self.device_memory = not device.addresses_host_memory
+        self._constant_views: dict[tuple, object] = {}  # (value, shape) -> its view of a constant
 
     @property
     def runs(self) -> int:
@@ -92,6 +102,7 @@ class Interpreter:
         if pools is None:
             pools = PoolSet(self.device, self._slot_counts)
         ok = False
+        run = None
         try:
             if not pools.stream.pending:  # nothing queued from a run before: slots may move
                 for pool in pools.pools.values():
@@ -99,20 +110,17 @@ class Interpreter:
             pools.stream.begin_run(index)
             run = _Run(self, pools)
             try:
-                outputs = run.execute(inputs)
+                outputs = run.execute(inputs, allocate_outputs)
             finally:
                 counters.bump_many(launches=run.launches, host_reads=run.host_reads,
                                    kernel_us=self.device.kernel_ns(pools.stream) // 1000)
-            if allocate_outputs is not None:  # shapes known only now: ORT's outputs get copies
-                allocated = list(allocate_outputs([o.shape for o in outputs]))
-                for dst, a in zip(allocated, outputs):
-                    np.copyto(dst, a)
-                outputs = allocated  # ORT's own buffers: nothing left for Compute to copy
             ok = True
             return outputs
         finally:
             if not ok:  # queued work of a failed run would only read garbage: drop it
                 pools.stream.discard()
+            for memory in run.scratch if run is not None else ():  # the stream has no work left that reads it
+                self.device.free(memory)
             with self._lock:
                 self._free.append(pools)
 
@@ -132,11 +140,22 @@ class _Run:
         self._plan_label = plan_label
         self.launches = 0
         self.host_reads = 0
+        self.dev = ex.device
+        self.device_memory = ex.device_memory
+        self.scratch: list = []  # allocations of staged copies, freed when the run ends
 
-    def execute(self, inputs) -> list[np.ndarray]:
+    def execute(self, inputs, allocate_outputs=None) -> list:
         self._bind(inputs)
         self._block(self.plan.steps)
-        return self.stream.run_host("outputs", self._collect)
+        if self.device_memory:
+            return self._copy_out(allocate_outputs)
+        outputs = self.stream.run_host("outputs", self._collect)
+        if allocate_outputs is not None:  # shapes known only now: ORT's outputs get copies
+            allocated = list(allocate_outputs([o.shape for o in outputs]))
+            for dst, a in zip(allocated, outputs):
+                np.copyto(dst, a)
+            outputs = allocated  # ORT's own buffers: nothing left for Compute to copy
+        return outputs
 
     # ---- values --------------------------------------------------------------------------------
 
@@ -147,6 +166,15 @@ class _Run:
                 continue  # the plan holds this one itself
             if a is None:
                 self.arrays[vid] = None
+                continue
+            if self.device_memory:
+                # ORT's tensors in the device's memory are used in place; host ones are staged
+                if a.__class__ not in self.dev.array_types:
+                    a = self.dev.stage_input(self.stream, pos, np.asarray(a, order="C"))
+                if a.dtype != np.dtype(spec.dtype):
+                    raise HipepError(f"{self.plan.name}: input {pos} ('{spec.name}') is {a.dtype}, "
+                                     f"the plan expects {spec.dtype}")
+                self.arrays[vid] = a
                 continue
             a = np.asarray(a)
             if a.dtype != np.dtype(spec.dtype):
@@ -187,17 +215,23 @@ class _Run:
                     f"storage (slot {rspec.slot} of {rspec.space}) holds {pool.capacity[rspec.slot]}")
             return pool.view(rspec.slot, dtype, shape)
         base = self.arrays[root]  # a view of an input, weight or constant
-        flat = base.reshape(-1).view(np.uint8)
-        if nbytes > flat.nbytes:
+        if nbytes > base.nbytes:
             raise RuntimeShapeError(f"{self.where}: value %{vid} ('{spec.name}') needs {nbytes} bytes for shape "
-                                    f"{list(shape)}, but the value it views ('{rspec.name}') has {flat.nbytes}")
-        return flat[:nbytes].view(dtype).reshape(shape)
+                                    f"{list(shape)}, but the value it views ('{rspec.name}') has {base.nbytes}")
+        if self.device_memory and isinstance(base, np.ndarray):
+            # a constant's view: the same array each time, so the device uploads it once
+            key = (vid, tuple(shape))
+            view = self.ex._constant_views.get(key)
+            if view is None:  # (the interpreter holds its constants for its whole life)
+                view = self.ex._constant_views[key] = self.dev.subview(base, 0, dtype, shape)
+            return view
+        return self.dev.subview(base, 0, dtype, shape)
 
     def host_read(self, label: str, vid: int) -> np.ndarray:
         """A copy of the value as the host sees it now (no sync: a missing one shows)."""
         if self.values[vid].kind == "buffer":
             self.host_reads += 1
-        return self.stream.run_host(label, lambda: np.array(self.array(vid)))
+        return self.stream.run_host(label, lambda: self.dev.read(self.stream, self.array(vid)))
 
     def _prepare(self, outputs: list[tuple[int, tuple[int, ...]]], label: str) -> None:
         """Records the outputs' shapes, growing their slots first where too small."""
@@ -227,6 +261,21 @@ class _Run:
         self.where = self._plan_label + " outputs"
         return [np.array(self.array(vid), order="C", copy=True) for vid in self.plan.outputs]
 
+    def _copy_out(self, allocate_outputs) -> list:
+        """The outputs copied out of the device's memory (into ORT's buffers where given), once
+        the stream's work is done."""
+        self.where = self._plan_label + " outputs"
+        results = [self.array(vid) for vid in self.plan.outputs]
+        shapes = [tuple(a.shape) for a in results]
+        if allocate_outputs is not None:
+            outputs = list(allocate_outputs(shapes))
+        else:
+            outputs = [np.empty(s, np.dtype(self.values[vid].dtype)) for s, vid in zip(shapes, self.plan.outputs)]
+        for dst, src in zip(outputs, results):
+            self.dev.copy_async(self.stream, dst, src, self.where)
+        self.stream.sync()
+        return outputs
+
     # ---- steps ---------------------------------------------------------------------------------
 
     def _block(self, block) -> None:
@@ -253,6 +302,14 @@ class _Run:
         outs = [None if vid < 0 else self.array(vid) for vid in step.outputs]
         program = self.ex.program(step, label)
         args = ins + outs
+        if self.device_memory:  # bound and issued now; the stream runs it in order
+            if host:
+                self.stream.run_host(label, lambda: _named_call(
+                    label, lambda: self.dev.run_host_step(self.stream, program, args), ins))
+            else:
+                self.launches += 1
+                _named_call(label, lambda: self.dev.launch(self.stream, program, (), (), 0, args, label), ins)
+            return
 
         def work():  # reads the inputs and writes the outputs when it runs, not when issued
             _named_call(label, lambda: program.run(args), ins)
@@ -272,6 +329,8 @@ class _Run:
             # any missing sync before this step; ops with a rule get the real treatment.
             self.stream.sync()
             ins = [None if vid < 0 else self.array(vid) for vid in step.inputs]
+            if self.device_memory:  # the reference runs on host copies
+                ins = [None if a is None else self.dev.read(self.stream, a) for a in ins]
             results = self.stream.run_host(
                 label, lambda: _named_call(label, lambda: op.reference(ins, step.attributes), ins))
             return [tuple(np.shape(results[j])) if j < len(results) else None for j in range(n_out)]
@@ -321,8 +380,7 @@ class _Run:
         """Queues a write of a host value into a buffer (a host-to-device copy)."""
         spec = self.values[vid]
         self._prepare([(vid, ())], label)
-        dst, v = self.array(vid), np.array(value, dtype=spec.dtype)
-        self.stream.enqueue(label, lambda: np.copyto(dst, v))
+        self.dev.copy_async(self.stream, self.array(vid), np.array(value, dtype=spec.dtype), label)
 
     def _copies(self, label: str, pairs) -> None:
         """Queues copies src → dst (device work). All sources are read before any destination is
@@ -337,13 +395,22 @@ class _Run:
         self._prepare([(d, shape) for (_, d), shape in zip(pairs, src_shapes)], label)
         srcs = [self.array(s, shape) for (s, _), shape in zip(pairs, src_shapes)]
         dsts = [self.array(d) for _, d in pairs]
-
-        def work():
-            staged = [np.array(a) for a in srcs]
-            for dst, a in zip(dsts, staged):
-                np.copyto(dst, a)
-
-        self.stream.enqueue(label, work)
+        if _overlapping(srcs, dsts):
+            # a destination is a later copy's source (carried values that swap places): every
+            # source goes to scratch memory first
+            total = sum(round_up(a.nbytes) for a in srcs)
+            memory = self.dev.alloc("device", total)
+            self.scratch.append(memory)
+            staged, at = [], 0
+            for a in srcs:
+                view = self.dev.view(memory, at, a.dtype, a.shape)
+                self.dev.copy_async(self.stream, view, a, label)
+                staged.append(view)
+                at += round_up(a.nbytes)
+            srcs = staged
+        for dst, a in zip(dsts, srcs):
+            if _address(dst) != _address(a):  # (a value carried onto its own bytes stays)
+                self.dev.copy_async(self.stream, dst, a, label)
 
     def _append(self, label: str, src: int, dst: int, i: int) -> None:
         """Queues the copy of iteration i's scan value into row i of the stacked output."""
@@ -352,8 +419,10 @@ class _Run:
             raise RuntimeShapeError(f"{label}: scan output '{self.values[dst].name}' has shape {list(row)} in "
                                     f"iteration {i} but {list(self.shapes[dst][1:])} before")
         self._prepare([(dst, (i + 1,) + row)], label)
-        s, d = self.array(src), self.array(dst)[i, ...]  # a view, also for 0-d rows
-        self.stream.enqueue(label, lambda: np.copyto(d, s))
+        s = self.array(src)
+        dtype = np.dtype(self.values[dst].dtype)
+        d = self.dev.subview(self.array(dst), i * _nbytes(row, dtype), dtype, row)  # a view, also for 0-d rows
+        self.dev.copy_async(self.stream, d, s, label)
 
     def _loop(self, s: Loop) -> None:
         label = self.where = f"node '{s.node}' (Loop)"
@@ -435,6 +504,26 @@ def bound_weight(plan: Plan, vid: int, weights) -> np.ndarray:
     if a.dtype != np.dtype(spec.dtype):
         raise HipepError(f"plan '{plan.name}': weight '{spec.name}' is {a.dtype}, the plan expects {spec.dtype}")
     return np.ascontiguousarray(a)
+
+
+def _address(a) -> tuple[int, int]:
+    """(start, end) of an array's bytes: a device array's address, else a numpy array's."""
+    start = a.ptr if hasattr(a, "ptr") else a.__array_interface__["data"][0]
+    return start, start + a.nbytes
+
+
+def _overlapping(srcs, dsts) -> bool:
+    """Whether a copy's destination shares bytes with a source (other than its own, exactly the
+    same bytes: a copy onto itself changes nothing)."""
+    spans = [_address(a) for a in srcs]
+    for k, d in enumerate(dsts):
+        lo, hi = _address(d)
+        if hi == lo:
+            continue
+        for j, (s_lo, s_hi) in enumerate(spans):
+            if s_lo < hi and lo < s_hi and not (j == k and (s_lo, s_hi) == (lo, hi)):
+                return True
+    return False
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:
