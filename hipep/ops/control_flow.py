@@ -36,7 +36,8 @@ def _if_types(types, values, attrs, num_outputs):
 
 
 register(OpDef("Loop", VERSIONS, ("I", "B", ""), ("",) * 64, {"I": frozenset({I64}), "B": frozenset({BOOL})},
-               _run_as_plan, attributes={"body": None}, claim=_claim_bodies, min_inputs=2, variadic=True,
+               _run_as_plan, attributes={"body": None}, claim=_claim_bodies, min_inputs=2, optional_inputs=(0, 1),
+               variadic=True,
                shape_rule=_loop_types, host_inputs=(0, 1), control_flow=True))
 register(OpDef("If", VERSIONS, ("B",), ("",) * 64, {"B": frozenset({BOOL})}, _run_as_plan,
                attributes={"then_branch": None, "else_branch": None}, claim=_claim_bodies,

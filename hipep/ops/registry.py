@@ -70,6 +70,8 @@ class OpDef:
     claim: ClaimPredicate | None = None
     domain: str = ""
     min_inputs: int | None = None  # default: all declared inputs are required
+    # Positions below min_inputs that may still be omitted ("" in the node): Loop's M and cond.
+    optional_inputs: tuple[int, ...] = ()
     variadic: bool = False  # the last input position repeats (Concat, Max, ...)
     shape_rule: ShapeRule | None = None
     # Input positions whose *values* the shape rule needs (Reshape's shape, Slice's bounds,
@@ -161,8 +163,11 @@ def check_node(node: Node, graph: GraphView) -> str | None:
 def _check_arity(op: OpDef, node: Node) -> str | None:
     present = len(node.inputs)
     need = op.min_inputs if op.min_inputs is not None else len(op.inputs)
-    if present < need or any(not node.inputs[i] for i in range(min(need, present))):
+    if present < need:
         return f"expects at least {need} inputs, got {present}"
+    omitted = [i for i in range(need) if not node.inputs[i] and i not in op.optional_inputs]
+    if omitted:
+        return f"input {omitted[0]} is omitted, which the op requires"
     if not op.variadic and present > len(op.inputs):
         return f"expects at most {len(op.inputs)} inputs, got {present}"
     if len([o for o in node.outputs if o]) > len(op.outputs):
