@@ -99,6 +99,8 @@ def _cuda(op) -> str:
 
     if op.control_flow and op.op_type == "If" and op.domain in ("", "ai.onnx"):
         return "branch"  # the branch its shape condition picks, replayed in its place (hipep.partition)
+    if op.control_flow and op.domain in ("", "ai.onnx"):
+        return "body"  # Loop, Scan: the body's kernels, iteration by iteration (the interpreter)
     binding = gpu_kernels.binding_for(f"{op.domain}::{op.op_type}")
     if binding is None:
         return "none"
@@ -121,7 +123,8 @@ def registry_section() -> str:
              "a hand-written kernel (kernels/*.hip; the binding may still refuse some types, attributes or "
              "layouts, and the fallback report says which), a kernel generated from the op's pointwise "
              "expression, a copy (view ops), branch (an If whose condition follows from shapes runs the "
-             "kernels of the branch that condition picks), or none: the node is then claimed on a GPU only "
+             "kernels of the branch that condition picks), body (a Loop or Scan runs its body's kernels "
+             "iteration by iteration, its subgraph's plan step by step), or none: the node is then claimed on a GPU only "
              "as host work computing integers (shape arithmetic), and left to other EPs otherwise.", "",
              "| domain | op | since versions | element types | attributes | claim limits | cuda |",
              "|---|---|---|---|---|---|---|"]
