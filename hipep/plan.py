@@ -135,6 +135,9 @@ class Loop:
     body_args: tuple[int, ...]
     body_results: tuple[int, ...]
     outputs: tuple[int, ...]
+    # Per stacked output, the shape of its rows where the body's types fix it (None: not known
+    # before an iteration runs): a loop that runs no iteration gives (0, *rows), else (0,).
+    scan_rows: tuple = ()
 
 
 @dataclass(frozen=True)

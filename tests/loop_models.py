@@ -41,12 +41,12 @@ def fibonacci_model(dtype=TP.FLOAT):
 
 
 def fibonacci_feeds(dtype=np.float32):
-    """Feeds that end by the condition (limit reached), by the trip count, and after one
-    iteration."""
+    """Feeds that end by the condition (limit reached), by the trip count, after one iteration,
+    and at once (cond false, or M = 0: no iteration, an empty stack of (2, 3) rows)."""
     a0 = np.arange(6, dtype=dtype).reshape(2, 3) * dtype(0.5)
     b0 = np.ones((2, 3), dtype)
     feeds = []
-    for m, cond, limit in ((20, True, 200.0), (3, True, 1e9), (1, True, 1e9)):
+    for m, cond, limit in ((20, True, 200.0), (3, True, 1e9), (1, True, 1e9), (5, False, 1e9), (0, True, 1e9)):
         feeds.append({"M": np.array(m, np.int64), "cond": np.array(cond), "a0": a0, "b0": b0,
                       "limit": np.array(limit, dtype)})
     return feeds
@@ -71,7 +71,7 @@ def growing_model():
 
 
 def growing_feeds():
-    return [{"M": np.array(m, np.int64), "v0": np.arange(k, dtype=np.float32)} for m, k in ((40, 3), (7, 1), (1, 5))]
+    return [{"M": np.array(m, np.int64), "v0": np.arange(k, dtype=np.float32)} for m, k in ((40, 3), (7, 1), (1, 5), (0, 2))]
 
 
 def scan_model():

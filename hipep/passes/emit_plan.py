@@ -184,8 +184,15 @@ class PlanEmitter:
         steps = self.block(body)
         results = [self.vid(v) for v in body.last_op.operands]
         outs = [self.bound(r, "loop result") for r in op.outputs]
+        # a stacked output's rows, where its type fixes them: the shape a loop that runs no
+        # iteration gives it ((0, *rows); else (0,))
+        rows = []
+        for r in op.outputs[len(op.carried):]:
+            shape = tuple(int(d) for d in r.type.get_shape())
+            rows.append(shape[1:] if shape and all(d >= 0 for d in shape[1:]) else None)
         return P.Loop(op.node.data, self.vid(op.trip_count), self.vid(op.cond),
-                      tuple(self.vid(v) for v in op.carried), tuple(steps), tuple(args), tuple(results), tuple(outs))
+                      tuple(self.vid(v) for v in op.carried), tuple(steps), tuple(args), tuple(results), tuple(outs),
+                      tuple(rows))
 
     def if_(self, op: BufferIfOp):
         then_steps = self.block(op.then_region.block)

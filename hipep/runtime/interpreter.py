@@ -447,8 +447,10 @@ class _Run:
                     self._append(label, src, dst, i)
             self._copies(label, zip(carried_results, carried_args))
             i += 1
-        if i == 0:  # no iteration: the per-iteration shape is unknown, the stack is empty
-            self._prepare([(dst, (0,)) for dst in scan_outputs if dst >= 0], label)
+        if i == 0:  # no iteration: rows of the shape the body's types give, else an empty vector
+            rows = list(s.scan_rows) + [None] * (len(scan_outputs) - len(s.scan_rows))
+            self._prepare([(dst, (0,) + tuple(row or ())) for dst, row in zip(scan_outputs, rows) if dst >= 0],
+                          label)
         self._copies(label, zip(carried_args, final_outputs))
 
     def _if(self, s: If) -> None:

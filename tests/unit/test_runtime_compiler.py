@@ -244,3 +244,17 @@ def test_loop_lowering(rng):
     # the trip count (ORT's memory) is copied for the host and synced, the condition is synced
     # each iteration, and Compute ends with one
     assert sum(1 for s in walk(plan.steps) if isinstance(s, Sync)) == 3
+
+
+def test_a_loop_without_iterations_stacks_rows_of_the_bodys_shape():
+    """ORT gives a Loop that runs no iteration scan outputs of shape (0, *rows) where the body's
+    types fix the rows: the plan carries them (Loop.scan_rows)."""
+    from loop_models import fibonacci_feeds, fibonacci_model, growing_feeds, growing_model
+
+    for make, feeds in ((fibonacci_model, fibonacci_feeds), (growing_model, growing_feeds)):
+        plan = compile_model(make())
+        (loop,) = [s for s in plan.steps if isinstance(s, Loop)]
+        assert loop.scan_rows == (((2, 3),) if make is fibonacci_model else ((),))
+        empty = [f for f in feeds() if f["M"] == 0 or not f.get("cond", True)]
+        assert empty
+        check(plan, make(), empty)
