@@ -155,6 +155,37 @@ def test_device_memory_returns_after_100_sessions(mlp, x):
     assert free_before - free_after < (16 << 20), (free_before, free_after)
 
 
+def test_device_memory_returns_after_loop_sessions():
+    """A Loop's plan runs step by step, its pools in device memory (grown as its carried value
+    grows), its inputs staged through the stream's buffers: all of it goes with the session."""
+    from loop_models import growing_feeds, growing_model
+
+    model = growing_model().SerializeToString()
+    feeds = growing_feeds()[0]
+
+    def cycle():
+        sess = hipep.InferenceSession(model, device="cuda", disable_cpu_ep_fallback=True)
+        sess.run(None, feeds)
+        del sess
+        gc.collect()
+
+    def driver_free():
+        gc.collect()
+        device._release_pending()
+        err, free, _ = driver.cuMemGetInfo()
+        assert err == driver.CUresult.CUDA_SUCCESS
+        return int(free)
+
+    device = get_device(0)
+    cycle()
+    start, free_before = _native.memory_stats(), driver_free()
+    for _ in range(30):
+        cycle()
+    end, free_after = _native.memory_stats(), driver_free()
+    assert end["device_in_use"] == start["device_in_use"], (start, end)
+    assert free_before - free_after < (16 << 20), (free_before, free_after)
+
+
 def test_cpu_reference_device_is_still_selectable(mlp, x):
     want = cpu_session(mlp).run(None, {"x": x})[0]
     sess = hipep.InferenceSession(mlp, device="cpu")
