@@ -620,3 +620,101 @@ __device__ void h2_splitk(const __half* __restrict__ A, const unsigned char* __r
 PS(4, 4, 2, 0) PS(4, 4, 2, 2) PS(2, 4, 4, 0) PS(2, 4, 4, 2)
 PS(1, 1, 2, 0) PS(1, 1, 2, 2)
 PS(2, 2, 2, 0) PS(2, 2, 2, 2) PS(1, 2, 4, 0) PS(1, 2, 4, 2)
+
+// ---- bulk copies (TMA, NVIDIA sm_90+): a block's columns requested whole at its start ------------------
+// h2_bulk: thread 0 issues one cp.async.bulk per stage (C / STAGES consecutive columns of B, contiguous
+// in memory) into shared memory, each completing its own mbarrier, as soon as the block starts: all of
+// the block's weights are in flight at once, without registers holding them. Meanwhile the block stages
+// A as h2_a_staged does; warp w then waits for the stage holding its columns and computes from shared
+// memory (scales from global). C columns a block, C / 8 a warp. Launched overlapping the kernel ahead,
+// the bulk copies go out before the block waits for that kernel (only A is produced by it).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ unsigned int smem_addr(const void* p) { return (unsigned int)__cvta_generic_to_shared(p); }
+#endif
+
+template <int C, int STAGES>
+__device__ void h2_bulk(const __half* __restrict__ A, const unsigned char* __restrict__ B, const __half* __restrict__ S,
+                        __half* __restrict__ Y, int n, int row_bytes, int nb, int log2_bs, int k) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned long long* bars = reinterpret_cast<unsigned long long*>(smem);
+  unsigned char* wsm = smem + 128;
+  uint4* planes = reinterpret_cast<uint4*>(wsm + C * row_bytes);
+  const int col0 = blockIdx.x * C;
+  const int cols = min(C, n - col0);
+  constexpr int PER = C / STAGES;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bars + s)) : "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      const int c = min(PER, cols - s * PER);
+      const unsigned int bytes = c > 0 ? (unsigned int)(c * row_bytes) : 0u;
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bars + s)), "r"(bytes)
+                   : "memory");
+      if (bytes)
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                     ::"r"(smem_addr(wsm + s * PER * row_bytes)), "l"(B + (i64)(col0 + s * PER) * row_bytes),
+                       "r"(bytes), "r"(smem_addr(bars + s))
+                     : "memory");
+    }
+  }
+  // the weights are the session's: requested before the wait for the kernel ahead, which may write A
+  hipep_grid_release();
+  hipep_grid_wait();
+  const int words = k / 8;
+  for (int w = threadIdx.x; w < words; w += blockDim.x) {
+    const uint4 v = hipep_ld_produced(reinterpret_cast<const uint4*>(A) + w);
+    const __half2* h = reinterpret_cast<const __half2*>(&v);
+    const __half2 p0 = __lows2half2(h[0], h[2]), p1 = __highs2half2(h[0], h[2]);
+    const __half2 p2 = __lows2half2(h[1], h[3]), p3 = __highs2half2(h[1], h[3]);
+    uint4 o;
+    o.x = *reinterpret_cast<const unsigned int*>(&p0);
+    o.y = *reinterpret_cast<const unsigned int*>(&p1);
+    o.z = *reinterpret_cast<const unsigned int*>(&p2);
+    o.w = *reinterpret_cast<const unsigned int*>(&p3);
+    planes[(w & 3) * (words / 4) + (w >> 2)] = o;
+  }
+  __syncthreads();  // A staged; the barriers initialized
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  constexpr int CW = C / 8;  // columns a warp (8 warps)
+  const int chunks = row_bytes / 16, pc = words / 4;
+  const __half2 c_lo = __float2half2_rn(1032.0f), c_hi = __float2half2_rn(-72.0f);
+  const int stage = (warp * CW) / PER;
+  {
+    unsigned int done = 0;
+    while (!done)
+      asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                   : "=r"(done) : "r"(smem_addr(bars + stage)) : "memory");
+  }
+#pragma unroll
+  for (int j = 0; j < CW; ++j) {
+    const int c = warp * CW + j;
+    if (c >= cols) break;
+    const uint4* brow = reinterpret_cast<const uint4*>(wsm + c * row_bytes);
+    const __half* srow = S + (i64)(col0 + c) * nb;
+    float acc = 0.f;
+    for (int ch = lane; ch < chunks; ch += 32) {
+      const uint4 q = brow[ch];
+      const float s = __half2float(__ldg(srow + ((ch * 32) >> log2_bs)));
+      const uint4 a0 = planes[ch], a1 = planes[pc + ch], a2 = planes[2 * pc + ch], a3 = planes[3 * pc + ch];
+      __half2 p = word_h2(q.x, u2h(a0.x), u2h(a0.y), u2h(a0.z), u2h(a0.w), c_lo, c_hi);
+      p = __hadd2(p, word_h2(q.y, u2h(a1.x), u2h(a1.y), u2h(a1.z), u2h(a1.w), c_lo, c_hi));
+      float2 f = __half22float2(p);
+      float part = f.x + f.y;
+      p = word_h2(q.z, u2h(a2.x), u2h(a2.y), u2h(a2.z), u2h(a2.w), c_lo, c_hi);
+      p = __hadd2(p, word_h2(q.w, u2h(a3.x), u2h(a3.y), u2h(a3.z), u2h(a3.w), c_lo, c_hi));
+      f = __half22float2(p);
+      part += f.x + f.y;
+      acc = fmaf(s, part, acc);
+    }
+    for (int o = 16; o; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) Y[col0 + c] = __float2half(acc);
+  }
+#endif
+}
+#define PB(C, STAGES) \
+  extern "C" __global__ void __launch_bounds__(256) h2_bulk_c##C##_s##STAGES(const __half* A, const unsigned char* B, const __half* S, __half* Y, int n, int rb, int nb, int l, int k) { h2_bulk<C, STAGES>(A, B, S, Y, n, rb, nb, l, k); }
+PB(8, 1) PB(8, 2) PB(16, 2) PB(16, 4) PB(32, 4)

@@ -230,6 +230,16 @@ def study(device, ncu: bool) -> list[dict]:
                 kind = OverlappedLaunch if order == 2 else Launch
                 measure(f"h2_splitk, {s_} warps a column, {label}",
                         [kind(f, -(-n * s_ // 8), 256, words * 16, staged_params(i)) for i in range(copies)])
+        # bulk copies of a block's columns into shared memory, issued at its start (sm_90+)
+        if device.capability >= (9, 0):
+            for c_, stages in ((8, 1), (8, 2), (16, 2), (16, 4), (32, 4)):
+                f = fn(study_module, f"h2_bulk_c{c_}_s{stages}")
+                smem = 128 + c_ * row_bytes + 2 * k
+                _ck(d.cuFuncSetAttribute(f, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem))
+                measure(f"h2_bulk, {c_} columns a block in {stages} bulk copies",
+                        [Launch(f, -(-n // c_), 256, smem, staged_params(i)) for i in range(copies)])
+                measure(f"h2_bulk, {c_} columns a block in {stages} bulk copies; overlapped launches",
+                        [OverlappedLaunch(f, -(-n // c_), 256, smem, staged_params(i)) for i in range(copies)])
         if not ncu:  # the copy of the weights' bytes (read and write counted)
             dst = [int(_ck(d.cuMemAlloc(w_bytes))) for _ in range(copies)]
             us = time_graph(stream, lambda: [_ck(d.cuMemcpyDtoDAsync(dst[i], ws[i], w_bytes, stream))
