@@ -228,8 +228,11 @@ class _Run:
         return self.dev.subview(base, 0, dtype, shape)
 
     def host_read(self, label: str, vid: int) -> np.ndarray:
-        """A copy of the value as the host sees it now (no sync: a missing one shows)."""
-        if self.values[vid].kind == "buffer":
+        """A copy of the value as the host sees it now (no sync: a missing one shows). Counted
+        among the run's host reads: a buffer's, and on a device with its own memory any value
+        there (ORT's inputs staged or handed over in device memory)."""
+        spec = self.values[vid]
+        if spec.kind == "buffer" or (self.device_memory and spec.kind in ("input", "weight")):
             self.host_reads += 1
         return self.stream.run_host(label, lambda: self.dev.read(self.stream, self.array(vid)))
 
