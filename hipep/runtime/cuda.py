@@ -550,11 +550,16 @@ class CudaDevice(GraphReplay, Device):
 
     def launch(self, stream: CudaStream, program: CudaProgram, grid, block, smem, args, label: str = "") -> None:
         """Binds and issues one launch now (the binding chooses the configuration: `grid`,
-        `block` and `smem` from the plan are not used)."""
+        `block` and `smem` from the plan are not used). The stream keeps the program's recent
+        bindings by argument signature (_NodeState), as replay does: a loop's body launches the
+        same way every iteration, and binding again would cost more host time than the launch."""
         label = label or program.label
         self._current()
+        state = stream.bound.get(program)
+        if state is None:
+            state = stream.bound[program] = _NodeState(program)
         try:
-            ops = program.bind(list(args), stream)
+            ops = state.prepare(list(args), stream)
         except HipepError as e:
             raise named_error(label, e) from None
         self._issue(stream, ops, label)

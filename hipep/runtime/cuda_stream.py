@@ -68,6 +68,7 @@ class CudaStream(Stream):
         self.workspace: list[CudaMemory] = []  # Target.workspace buffers, newest last (CudaDevice._workspace)
         self.targets: dict[str, object] = {}  # per launch label, its Target (CudaDevice.stream_target)
         self.counters: dict[str, list[CudaMemory]] = {}  # per launch label, Target.counters buffers, newest last
+        self.bound: dict = {}  # per program, its recent bindings on this stream (CudaDevice.launch)
         # Kernels that validate their input report here (gpu_faults); cleared, then read per sync.
         self.fault_record = device.alloc("host_visible", FAULT_RECORD_BYTES)
         ctypes.memset(self.fault_record.host_ptr, 0, FAULT_RECORD_BYTES)
