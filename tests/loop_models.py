@@ -7,7 +7,9 @@ tests: each exercises one thing a loop does to memory, with feeds that make it d
   * growing: a carried value whose shape grows every iteration (its slot grows, and moves, in
     the middle of the loop), trip count from an input;
   * scan: Scan with two states and two scan inputs, one read in reverse along axis 1, its scan
-    output stacked along axis 1.
+    output stacked along axis 1;
+  * swap: carried values that are each other's arguments as they are (their copies overlap, so
+    they are staged through scratch memory every iteration).
 """
 from __future__ import annotations
 
@@ -105,5 +107,29 @@ def scan_feeds():
             for n in (6, 1, 17)]
 
 
+def swap_model():
+    """Loop(M) over (a, b) -> (b, a) and a stack of a: the carried values trade places every
+    iteration (each result is the other's argument as it is, so their copies overlap)."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["b_in"], ["a_out"]),
+         helper.make_node("Identity", ["a_in"], ["b_out"]),
+         helper.make_node("Identity", ["a_in"], ["seen"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "swap_body",
+        [tensor("i", TP.INT64, []), tensor("cond_in", TP.BOOL, []), tensor("a_in", TP.FLOAT, [3]),
+         tensor("b_in", TP.FLOAT, [3])],
+        [tensor("cond_out", TP.BOOL, []), tensor("a_out", TP.FLOAT, [3]), tensor("b_out", TP.FLOAT, [3]),
+         tensor("seen", TP.FLOAT, [3])])
+    loop = helper.make_node("Loop", ["M", "", "a0", "b0"], ["a", "b", "seen_all"], body=body, name="swap")
+    return make_model([loop], [tensor("M", TP.INT64, []), tensor("a0", TP.FLOAT, [3]), tensor("b0", TP.FLOAT, [3])],
+                      [tensor("a", TP.FLOAT, [3]), tensor("b", TP.FLOAT, [3]), tensor("seen_all", TP.FLOAT, None)],
+                      opset=16)
+
+
+def swap_feeds():
+    a0, b0 = np.array([1, 2, 3], np.float32), np.array([-4, -5, -6], np.float32)
+    return [{"M": np.array(m, np.int64), "a0": a0, "b0": b0} for m in (5, 6, 1)]
+
+
 MODELS = {"fibonacci": (fibonacci_model, fibonacci_feeds), "growing": (growing_model, growing_feeds),
-          "scan": (scan_model, scan_feeds)}
+          "scan": (scan_model, scan_feeds), "swap": (swap_model, swap_feeds)}

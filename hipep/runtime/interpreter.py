@@ -142,7 +142,7 @@ class _Run:
         self.host_reads = 0
         self.dev = ex.device
         self.device_memory = ex.device_memory
-        self.scratch: list = []  # allocations of staged copies, freed when the run ends
+        self.scratch: list = []  # allocations of staged copies, the newest last; freed when the run ends
 
     def execute(self, inputs, allocate_outputs=None) -> list:
         self._bind(inputs)
@@ -400,10 +400,14 @@ class _Run:
         dsts = [self.array(d) for _, d in pairs]
         if _overlapping(srcs, dsts):
             # a destination is a later copy's source (carried values that swap places): every
-            # source goes to scratch memory first
+            # source goes to scratch memory first. The run's scratch is reused from one set of
+            # copies to the next (an iteration's): the stream runs them in order, so the next
+            # set's copies into it start after this set's copies out of it.
             total = sum(round_up(a.nbytes) for a in srcs)
-            memory = self.dev.alloc("device", total)
-            self.scratch.append(memory)
+            if not self.scratch or self.scratch[-1].nbytes < total:
+                self.scratch.append(self.dev.alloc("device", max(total, 2 * self.scratch[-1].nbytes)
+                                                   if self.scratch else total))
+            memory = self.scratch[-1]
             staged, at = [], 0
             for a in srcs:
                 view = self.dev.view(memory, at, a.dtype, a.shape)
