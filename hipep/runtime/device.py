@@ -4,12 +4,13 @@ One file per backend (cpu.py here; GPU backends beside it), each owning its allo
 programs and launch, in the manner of tinygrad's `runtime/ops_*.py`:
 
   * memory: `alloc`/`free` in a memory space ("device" or "host_visible"), typed `view`s of an
-    allocation (what a kernel argument points at), `wrap` of memory ORT owns, synchronous `copy`
-    (the interpreter's pool growth) and asynchronous `copy_async` on a stream;
+    allocation (what a kernel argument points at) and `subview`s of an array's bytes, `wrap` of
+    memory ORT owns, synchronous `copy` (the interpreter's pool growth), asynchronous `copy_async`
+    on a stream, and `read`, a host copy of an array after the work queued before it;
   * streams and events: device work queued in order (`Stream.enqueue`), host work run at once
     (`Stream.run_host`), `sync`, and events recorded on a stream and waited for;
   * programs: `compile(kernel)` once per kernel and its specialization constants, `launch(stream,
-    program, grid, block, smem, args)`;
+    program, grid, block, smem, args)`, and `run_host_step` for a plan's host work;
   * capture and replay: `capture()` records launches, host work and syncs into a `Graph`;
     `replay(stream, graph, patches)` issues it again with some arguments replaced (ORT's input
     and output memory, which changes every run). Nothing else may change between replays.
