@@ -67,9 +67,14 @@ def device_writes(op: Operation) -> list[SSAValue]:
 
 
 def loop_condition_yield(loop: BufferLoopOp) -> SSAValue | None:
-    """The condition a loop body yields (read by the host after every iteration)."""
+    """The condition a loop body yields, which the host reads after every iteration; None where
+    there is none, or where the body yields its condition argument as it is (a Scan's loop): the
+    host wrote that value itself before the iteration and reads nothing."""
     term = loop.body.block.last_op
-    return term.values[0] if isinstance(term, BufferYieldOp) and len(term.values) else None
+    if not isinstance(term, BufferYieldOp) or not len(term.values):
+        return None
+    args = loop.body.block.args
+    return None if len(args) > 1 and term.values[0] is args[1] else term.values[0]
 
 
 def walk(block: Block) -> Iterator[Operation]:

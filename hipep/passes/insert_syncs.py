@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from ..ir.api import Block, Context, InsertPoint, ModuleOp, ModulePass, Operation, Rewriter, SSAValue, func
 
 from ..ir.buffer_ops import HOST_VISIBLE, AllocOp, BufferIfOp, BufferLoopOp, BufferYieldOp, SyncOp, memory_space
-from .buffer_effects import device_reads, device_writes, host_reads, host_writes, storage, walk
+from .buffer_effects import device_reads, device_writes, host_reads, host_writes, loop_condition_yield, storage, walk
 
 
 @dataclass
@@ -113,8 +113,9 @@ class _Inserter:
                 self.sync_before(op, "end of Compute: ORT reads the outputs", q)
             elif isinstance(op, BufferYieldOp):
                 parent = op.parent_op()
-                if isinstance(parent, BufferLoopOp) and len(op.values):
-                    self.host_access(op, [op.values[0]], [], q, "the loop condition check")
+                cond = loop_condition_yield(parent) if isinstance(parent, BufferLoopOp) else None
+                if cond is not None:
+                    self.host_access(op, [cond], [], q, "the loop condition check")
             elif isinstance(op, BufferLoopOp):
                 self.host_access(op, host_reads(op), [], q, f"loop '{op.node.data}'")
                 body = op.body.block

@@ -448,7 +448,8 @@ class _Run:
                 self._fill(label, cond_arg, cond)
             self._block(s.body)
             self.where = label
-            cond = bool(self._host_scalar(label, cond_result, "condition result"))  # the host reads it now
+            if cond_result != cond_arg:  # (a body that yields its condition argument keeps the host's value)
+                cond = bool(self._host_scalar(label, cond_result, "condition result"))  # the host reads it now
             for src, dst in zip(scan_results, scan_outputs):
                 if dst >= 0:
                     self._append(label, src, dst, i)

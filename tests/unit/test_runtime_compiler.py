@@ -258,3 +258,17 @@ def test_a_loop_without_iterations_stacks_rows_of_the_bodys_shape():
         empty = [f for f in feeds() if f["M"] == 0 or not f.get("cond", True)]
         assert empty
         check(plan, make(), empty)
+
+
+def test_a_scan_iterates_without_a_sync_between_iterations():
+    """A Scan's loop yields its condition argument as it is: the host wrote that value and reads
+    nothing back, so its iterations queue one after another with no sync (the random schedules
+    would show a missing one), and the condition stays in device memory."""
+    from loop_models import scan_feeds, scan_model
+
+    plan = compile_model(scan_model())
+    (loop,) = [s for s in plan.steps if isinstance(s, Loop)]
+    assert loop.body_results[0] == loop.body_args[1]
+    assert not any(isinstance(s, Sync) for s in walk(loop.body))
+    assert plan.values[loop.body_args[1]].space == DEVICE
+    check(plan, scan_model(), scan_feeds())
