@@ -278,8 +278,8 @@ def _shapes_from_device_values(graph: GraphView, clusters: list[list[int]], fact
     computed them. A GPU device replays plans whose shapes follow, before any launch, from the
     input shapes and from values the host knows (hipep.runtime.shapes traces them); it runs a plan
     step by step only where a Loop or Scan makes that necessary (subgraphs holding one are not
-    checked: the interpreter reads what it needs as the device computes it). Within a subgraph the host knows: constant initializers; small values
-    handed in from outside, which the host reads at run time (integers element by element as
+    checked: the interpreter reads what it needs as the device computes it). Within a subgraph the
+    host knows: constant initializers; small values handed in from outside, which the host reads at run time (integers element by element as
     symbols; floats and bools whole, their values pinned, so that a run with other values is
     traced anew); and the integer results of members whose data inputs it knows (shape
     arithmetic, evaluated on the host). Small means at most MAX_READ_ELEMENTS elements: a value

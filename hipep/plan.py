@@ -126,8 +126,9 @@ class Loop:
     final carried values, then the stacked scan outputs (-1: nobody reads it). The host reads the
     trip count and condition before the first iteration and the body's condition result after
     each one, unless that result is the condition argument itself (a Scan's loop: the host
-    wrote it, and the iterations queue without a sync between them); the iteration number and condition arguments (-1 where the body does not read
-    them) and the carried values are written by device copies queued on the stream."""
+    wrote it, and the iterations queue without a sync between them); the iteration number and
+    condition arguments (-1 where the body does not read them) and the carried values are
+    written by device copies queued on the stream."""
     node: str
     trip_count: int
     cond: int

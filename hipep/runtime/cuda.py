@@ -330,19 +330,15 @@ class CudaDevice(GraphReplay, Device):
     def subview(self, array: Any, offset: int, dtype, shape) -> Any:
         if not isinstance(array, DeviceArray):
             return super().subview(array, offset, dtype, shape)
-        dtype = np.dtype(dtype)
-        shape = tuple(int(d) for d in shape)
-        n = 1
-        for d in shape:
-            n *= d
-        if offset < 0 or offset + n * dtype.itemsize > array.nbytes:
-            raise HipepError(f"a view of {n * dtype.itemsize} bytes at offset {offset} exceeds a device array of "
+        view = DeviceArray(array.memory, array.ptr + offset, shape, dtype)
+        if offset < 0 or offset + view.nbytes > array.nbytes:
+            raise HipepError(f"a view of {view.nbytes} bytes at offset {offset} exceeds a device array of "
                              f"{array.nbytes} bytes")
-        return DeviceArray(array.memory, array.ptr + offset, shape, dtype)
+        return view
 
     def read(self, stream: CudaStream, array: Any) -> np.ndarray:
         if not isinstance(array, DeviceArray):
-            return np.array(array)
+            return super().read(stream, array)
         if array.host_visible:
             return np.array(array.host_view())
         out = np.empty(array.shape, array.dtype)

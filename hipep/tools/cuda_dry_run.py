@@ -8,8 +8,9 @@ asking the GPU kernel table for the launch's program exactly as the cuda device 
 no GPU program and non-integer results is refused) and binding it to the launch's arguments, with
 memory addresses, shapes, dtypes and host-visible contents as the cuda device would give them. A
 binding that refuses or fails for arguments its claim check accepted, and a plan that would run
-step by step without a Loop (which the cuda device does only for loops), are what this finds: the failures GPU
-conformance runs otherwise find first. Numerics are not checked here (the kernels do not run).
+step by step without a Loop (which the cuda device does only for loops), are what this finds: the
+failures GPU conformance runs otherwise find first. Numerics are not checked here (the kernels do
+not run).
 
 Subgraphs after the first take their inputs from ORT's CPU EP running the whole model with those
 values added as outputs."""
@@ -151,8 +152,8 @@ def intermediate_values(model: onnx.ModelProto, feeds: dict, names: list[str]) -
 def dry_run(model: onnx.ModelProto, feeds: dict, bind: bool = True) -> int:
     """Runs every subgraph the cuda device claims of `model` through BindCheckDevice on `feeds`;
     the number of subgraphs. Raises what a binding raised, AssertionError when a plan without a
-    Loop would run step by step, NoInputs when ORT's CPU EP cannot compute the subgraphs' inputs. `bind=False`
-    runs the same subgraphs without binding: what fails then is no binding's doing."""
+    Loop would run step by step, NoInputs when ORT's CPU EP cannot compute the subgraphs' inputs.
+    `bind=False` runs the same subgraphs without binding: what fails then is no binding's doing."""
     graph = GraphView.from_onnx(model)
     parts = subgraphs(graph)
     try:

@@ -125,6 +125,15 @@ def test_an_input_read_by_value_is_a_host_read(x):
         np.testing.assert_allclose(binding.get_outputs()[0].numpy(), want, **TOL)
 
 
+def driver_free() -> int:
+    """Free device memory as the driver reports it, once what finalizers queued has gone back."""
+    gc.collect()
+    get_device(0)._release_pending()
+    err, free, _ = driver.cuMemGetInfo()
+    assert err == driver.CUresult.CUDA_SUCCESS
+    return int(free)
+
+
 def test_device_memory_returns_after_100_sessions(mlp, x):
     def cycle():
         sess = hipep.InferenceSession(mlp, device="cuda")
@@ -135,14 +144,6 @@ def test_device_memory_returns_after_100_sessions(mlp, x):
         del binding, sess
         gc.collect()
 
-    def driver_free():
-        gc.collect()
-        device._release_pending()  # what finalizers queued goes back to the driver now
-        err, free, _ = driver.cuMemGetInfo()
-        assert err == driver.CUresult.CUDA_SUCCESS
-        return int(free)
-
-    device = get_device(0)
     cycle()  # one-time allocations (shared allocators, modules, kernels) happen here
     start, free_before = _native.memory_stats(), driver_free()
     for _ in range(100):
@@ -169,14 +170,6 @@ def test_device_memory_returns_after_loop_sessions():
         del sess
         gc.collect()
 
-    def driver_free():
-        gc.collect()
-        device._release_pending()
-        err, free, _ = driver.cuMemGetInfo()
-        assert err == driver.CUresult.CUDA_SUCCESS
-        return int(free)
-
-    device = get_device(0)
     cycle()
     start, free_before = _native.memory_stats(), driver_free()
     for _ in range(30):

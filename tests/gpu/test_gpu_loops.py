@@ -16,7 +16,7 @@ from onnx import helper
 import hipep
 from hipep.runtime.cuda import cuda_status
 
-from helpers import check_runs_against_cpu_ep, cpu_session, make_model, tensor
+from helpers import assert_outputs_match, check_runs_against_cpu_ep, cpu_session, make_model, tensor
 from loop_models import MODELS
 
 pytestmark = pytest.mark.gpu
@@ -48,10 +48,7 @@ def test_loops_with_device_ortvalues(name):
         for o in outputs:
             binding.bind_output(o, "cuda", 0)
         sess.run_with_iobinding(binding)
-        got = [v.numpy() for v in binding.get_outputs()]
-        for g, w in zip(got, want):
-            assert g.shape == w.shape and g.dtype == w.dtype
-            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+        assert_outputs_match([v.numpy() for v in binding.get_outputs()], want, rtol=1e-6, atol=1e-6)
 
 
 def _gather_in_loop_model():
