@@ -718,3 +718,17 @@ __device__ void h2_bulk(const __half* __restrict__ A, const unsigned char* __res
 #define PB(C, STAGES) \
   extern "C" __global__ void __launch_bounds__(256) h2_bulk_c##C##_s##STAGES(const __half* A, const unsigned char* B, const __half* S, __half* Y, int n, int rb, int nb, int l, int k) { h2_bulk<C, STAGES>(A, B, S, Y, n, rb, nb, l, k); }
 PB(8, 1) PB(8, 2) PB(16, 2) PB(16, 4) PB(32, 4)
+
+// ---- hipep's row1 template with COLS output columns a warp ---------------------------------------
+// A warp's lanes load one round of every column's chunks, and each of A's staged pairs read from
+// shared memory serves all COLS columns. With two columns a warp a 4096-wide grid takes half the
+// warps (and, at <= 64 registers, half the register file) of an SM: the next kernel's blocks, launched
+// early (overlapped launches), find room beside it and issue their weight loads while it computes.
+#include "matmul_nbits_row.h"
+#define PC(U, C, LB)                                                                                \
+  HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, LB)                               \
+      row1_cols_u##U##_c##C##_lb##LB(HIPEP_MNB_PARAMS(hipep_half)) {                                 \
+    hipep_mnb_gemv_row1<hipep_half, false, U, false, 1, hipep_mnb_a_loaded<hipep_half>, C>(          \
+        hipep_mnb_a_loaded<hipep_half>{A}, B, scales, zp, bias, Y, a);                               \
+  }
+PC(2, 2, 4) PC(2, 2, 5) PC(4, 2, 3) PC(4, 2, 4) PC(2, 4, 3) PC(4, 1, 5) PC(4, 1, 6) PC(2, 1, 8)

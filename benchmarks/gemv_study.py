@@ -8,7 +8,7 @@ time per launch holds the gap between graph nodes, as a decode step's replay doe
 ~1.1B llama's projections (hidden 2048, FFN 8192, vocab 32000) and a 4096 x 4096 reference; 4-bit
 weights, block 32, no zero points, fp16 A and scales.
 
-usage: python benchmarks/gemv_study.py [--out results/] [--ncu]
+usage: python benchmarks/gemv_study.py [--out results/] [--ncu] [--only-cols]
   --ncu: one launch of each kernel on the first shape, for `ncu --set ...` runs (no timing)
 """
 from __future__ import annotations
@@ -92,7 +92,7 @@ def time_graph(stream, issue_all, count: int) -> float:
     return ms * 1000.0 / (REPLAYS * count)
 
 
-def study(device, ncu: bool) -> list[dict]:
+def study(device, ncu: bool, only_cols: bool = False) -> list[dict]:
     from hipep.runtime import gpu_quant as gq
 
     d = _driver()
@@ -173,6 +173,23 @@ def study(device, ncu: bool) -> list[dict]:
                         [OverlappedLaunch(f, -(-n // gq.GEMV_WARPS), 256, gq.row_smem(chunks, BLOCK, q8),
                                           [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(0), u64(0), u64(y_ptr), args])
                          for i in range(copies)])
+        # hipep's row1 template with C columns a warp (one round of loads a lane: U * 32 chunks cover the row)
+        chunks = k // 32
+        for u, c_, lb in ((4, 1, 6), (2, 1, 8), (2, 2, 4), (2, 2, 5), (2, 4, 3), (4, 2, 3), (4, 2, 4)):
+            if u * 32 != chunks:
+                continue
+            f = fn(study_module, f"row1_cols_u{u}_c{c_}_lb{lb}")
+            per_sm = _ck(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, 256, chunks * 64))
+            args = gq.MatMulNBitsArgs(1, n, k, k, row_bytes, nb, 0, 5, k, 0, 1, 1, 1, 0)
+            measure(f"row1, {c_} column(s) a warp, U {u}, {per_sm} blocks/SM; overlapped launches",
+                    [OverlappedLaunch(f, -(-n // (gq.GEMV_WARPS * c_)), 256, chunks * 64,
+                                      [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(0), u64(0), u64(y_ptr), args])
+                     for i in range(copies)])
+        if only_cols:
+            _copy_row(d, stream, rows, shape, ws, w_bytes, copies, ncu)
+            for p in ws + ss + [a_ptr, y_ptr, sink]:
+                _ck(d.cuMemFree(p))
+            continue
         # candidates
         f = fn(study_module, "read_only_c1_u4")
         measure("read_only (weights' loads only)",
@@ -240,18 +257,24 @@ def study(device, ncu: bool) -> list[dict]:
                         [Launch(f, -(-n // c_), 256, smem, staged_params(i)) for i in range(copies)])
                 measure(f"h2_bulk, {c_} columns a block in {stages} bulk copies; overlapped launches",
                         [OverlappedLaunch(f, -(-n // c_), 256, smem, staged_params(i)) for i in range(copies)])
-        if not ncu:  # the copy of the weights' bytes (read and write counted)
-            dst = [int(_ck(d.cuMemAlloc(w_bytes))) for _ in range(copies)]
-            us = time_graph(stream, lambda: [_ck(d.cuMemcpyDtoDAsync(dst[i], ws[i], w_bytes, stream))
-                                             for i in range(copies)], copies)
-            rows.append({"shape": shape, "kernel": "device-to-device copy of the weights (read + write)", "us": us,
-                         "gbps": 2 * w_bytes / us / 1e3, "bytes": 2 * w_bytes, "rel_l2": float("nan")})
-            print(f"{shape:10s} {'copy of the weights (read + write)':46s} {us:8.2f} µs {2 * w_bytes / us / 1e3:7.0f} GB/s")
-            for p in dst:
-                _ck(d.cuMemFree(p))
+        _copy_row(d, stream, rows, shape, ws, w_bytes, copies, ncu)
         for p in ws + ss + [a_ptr, y_ptr, sink]:
             _ck(d.cuMemFree(p))
     return rows
+
+
+def _copy_row(d, stream, rows: list, shape: str, ws: list, w_bytes: int, copies: int, ncu: bool) -> None:
+    """The copy of the weights' bytes (read and write counted), timed as the kernels are."""
+    if ncu:
+        return
+    dst = [int(_ck(d.cuMemAlloc(w_bytes))) for _ in range(copies)]
+    us = time_graph(stream, lambda: [_ck(d.cuMemcpyDtoDAsync(dst[i], ws[i], w_bytes, stream))
+                                     for i in range(copies)], copies)
+    rows.append({"shape": shape, "kernel": "device-to-device copy of the weights (read + write)", "us": us,
+                 "gbps": 2 * w_bytes / us / 1e3, "bytes": 2 * w_bytes, "rel_l2": float("nan")})
+    print(f"{shape:10s} {'copy of the weights (read + write)':46s} {us:8.2f} µs {2 * w_bytes / us / 1e3:7.0f} GB/s")
+    for p in dst:
+        _ck(d.cuMemFree(p))
 
 
 def render(info: dict, rows: list[dict], copy_gbps: float, command: str) -> str:
@@ -276,6 +299,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="folder for <date>-gemv-study-<gpu>.md")
     ap.add_argument("--ncu", action="store_true", help="one launch of each kernel, for a profiler")
+    ap.add_argument("--only-cols", action="store_true",
+                    help="hipep's kernels and the columns-a-warp rows only (skip the other candidates)")
     ap.add_argument("--device-id", type=int, default=0)
     args = ap.parse_args(argv)
     try:
@@ -283,7 +308,7 @@ def main(argv=None) -> int:
     except gh.Unavailable as e:
         return gh.fail("gemv_study.py", str(e))
     device._current()
-    rows = study(device, args.ncu)
+    rows = study(device, args.ncu, args.only_cols)
     if args.ncu or not args.out:
         return 0
     info = {**machine_info(), **gh.gpu_info(device)}

@@ -380,11 +380,11 @@ HIPEP_DEVICE void hipep_mnb_row_load(uint4 (&q)[U], float (&s)[U], float (&z)[U]
   }
 }
 
-template <typename T, bool Q8, typename Src = hipep_mnb_a_loaded<T>>
+template <typename T, bool Q8, typename Src = hipep_mnb_a_loaded<T>, int U = MNB_ROW_U>
 HIPEP_DEVICE void hipep_mnb_gemv_row(const Src src, const unsigned char* HIPEP_RESTRICT B,
                                      const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
                                      const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
-  constexpr int U = MNB_ROW_U, STEP = HIPEP_WARP_SIZE;
+  constexpr int STEP = HIPEP_WARP_SIZE;
   hipep_grid_release();  // the next kernel may load its weights while this one works
   HIPEP_DYNAMIC_SHARED(float4, hipep_mnb_smem4);
   unsigned char* smem = reinterpret_cast<unsigned char*>(hipep_mnb_smem4);
@@ -455,43 +455,58 @@ HIPEP_DEVICE void hipep_mnb_row_stage_whole(unsigned char* smem, const Src& src,
 // shared memory, in warp order (measured on the H200, down 8192 -> 2048 fp16: 5.6 us against the
 // tiled kernel's 7.7, benchmarks/results/2026-12-02-gemv-study-h200.md). Its sums are the tiled
 // kernel's over other groupings of the chunks: not the same bits.
-template <typename T, bool Q8, int U, bool ZP, int SPLIT = 1, typename Src = hipep_mnb_a_loaded<T>>
+template <typename T, bool Q8, int U, bool ZP, int SPLIT = 1, typename Src = hipep_mnb_a_loaded<T>, int COLS = 1>
 HIPEP_DEVICE void hipep_mnb_gemv_row1(const Src src, const unsigned char* HIPEP_RESTRICT B,
                                       const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
                                       const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
+  static_assert(SPLIT == 1 || COLS == 1, "a column split between warps is one column a warp");
   hipep_grid_release();
   HIPEP_DYNAMIC_SHARED(float4, hipep_mnb_smem4);
   unsigned char* smem = reinterpret_cast<unsigned char*>(hipep_mnb_smem4);
   const int lane = threadIdx.x % HIPEP_WARP_SIZE, warp = threadIdx.x / HIPEP_WARP_SIZE;
   const int part = warp % SPLIT;  // this warp's run of chunks within its column
-  const hipep_i64 n = (hipep_i64)blockIdx.x * (MNB_WARPS / SPLIT) + warp / SPLIT;
-  hipep_mnb_row_col<T> col = hipep_mnb_row_col_at<T>(B, scales, zp, n, a);
-  if (!ZP) col.zp = nullptr;  // known when compiling: no zero-point loads, no registers for them
+  const hipep_i64 n0 = ((hipep_i64)blockIdx.x * (MNB_WARPS / SPLIT) + warp / SPLIT) * COLS;
+  hipep_mnb_row_col<T> col[COLS];
+#pragma unroll
+  for (int c = 0; c < COLS; ++c) {
+    col[c] = hipep_mnb_row_col_at<T>(B, scales, zp, n0 + c, a);
+    if (!ZP) col[c].zp = nullptr;  // known when compiling: no zero-point loads, no registers for them
+  }
   const int chunks = (int)(a.k_pad >> 5);
   const int first = part * U * HIPEP_WARP_SIZE + lane;
-  uint4 q[U];
-  float qs[U], qz[U];
-  hipep_mnb_row_load<T, U>(q, qs, qz, col, first, chunks, a.log2_bs);  // the warp's share of the row: one round
+  uint4 q[COLS][U];
+  float qs[COLS][U], qz[COLS][U];
+#pragma unroll
+  for (int c = 0; c < COLS; ++c)  // the warp's share of the row: one round
+    hipep_mnb_row_load<T, U>(q[c], qs[c], qz[c], col[c], first, chunks, a.log2_bs);
   hipep_grid_wait();  // A, and Y's memory, belong to earlier kernels of the stream
   hipep_mnb_row_stage_whole<Q8, U>(smem, src, chunks, a);
-  float acc = 0.0f;
+  float acc[COLS];
+#pragma unroll
+  for (int c = 0; c < COLS; ++c) acc[c] = 0.0f;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int ch = first + u * HIPEP_WARP_SIZE;
-    if (ch < chunks) acc = hipep_mnb_row_chunk<Q8>(acc, q[u], qs[u], qz[u], smem, chunks, ch, a.log2_bs);
+#pragma unroll
+    for (int c = 0; c < COLS; ++c)
+      if (ch < chunks) acc[c] = hipep_mnb_row_chunk<Q8>(acc[c], q[c][u], qs[c][u], qz[c][u], smem, chunks, ch, a.log2_bs);
   }
-  acc = hipep_warp_sum(acc);
+#pragma unroll
+  for (int c = 0; c < COLS; ++c) acc[c] = hipep_warp_sum(acc[c]);
   if constexpr (SPLIT > 1) {
     __shared__ float partial[MNB_WARPS];
-    if (lane == 0) partial[warp] = acc;
+    if (lane == 0) partial[warp] = acc[0];
     __syncthreads();
     if (part != 0) return;
 #pragma unroll
-    for (int p = 1; p < SPLIT; ++p) acc += partial[warp + p];
+    for (int p = 1; p < SPLIT; ++p) acc[0] += partial[warp + p];
   }
-  if (lane == 0 && col.live) {
-    const float b = bias != 0 ? hipep_to_float(hipep_ld_stream(bias + n)) : 0.0f;
-    Y[n] = hipep_from_float<T>(acc + b);
+#pragma unroll
+  for (int c = 0; c < COLS; ++c) {
+    if (lane == 0 && col[c].live) {
+      const float b = bias != 0 ? hipep_to_float(hipep_ld_stream(bias + n0 + c)) : 0.0f;
+      Y[n0 + c] = hipep_from_float<T>(acc[c] + b);
+    }
   }
 }
 
