@@ -725,10 +725,15 @@ PB(8, 1) PB(8, 2) PB(16, 2) PB(16, 4) PB(32, 4)
 // warps (and, at <= 64 registers, half the register file) of an SM: the next kernel's blocks, launched
 // early (overlapped launches), find room beside it and issue their weight loads while it computes.
 #include "matmul_nbits_row.h"
-#define PC(U, C, LB)                                                                                \
+#define PC(U, C, S, LB)                                                                             \
   HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, LB)                               \
-      row1_cols_u##U##_c##C##_lb##LB(HIPEP_MNB_PARAMS(hipep_half)) {                                 \
-    hipep_mnb_gemv_row1<hipep_half, false, U, false, 1, hipep_mnb_a_loaded<hipep_half>, C>(          \
+      row1_cols_u##U##_c##C##_s##S##_lb##LB(HIPEP_MNB_PARAMS(hipep_half)) {                          \
+    hipep_mnb_gemv_row1<hipep_half, false, U, false, S, hipep_mnb_a_loaded<hipep_half>, C>(          \
         hipep_mnb_a_loaded<hipep_half>{A}, B, scales, zp, bias, Y, a);                               \
   }
-PC(2, 2, 4) PC(2, 2, 5) PC(4, 2, 3) PC(4, 2, 4) PC(2, 4, 3) PC(4, 1, 5) PC(4, 1, 6) PC(2, 1, 8)
+// K = 2048 (64 chunks): U 2, or U 1 with two warps a column
+PC(2, 2, 1, 4) PC(2, 4, 1, 3) PC(2, 8, 1, 2) PC(1, 4, 2, 4) PC(1, 8, 2, 3) PC(2, 4, 1, 4) PC(2, 2, 1, 5)
+// K = 4096 (128 chunks): U 4, or U 2 with two warps a column, or U 1 with four
+PC(4, 2, 1, 3) PC(4, 4, 1, 2) PC(2, 2, 2, 4) PC(2, 4, 2, 3) PC(1, 4, 4, 4) PC(1, 8, 4, 3) PC(2, 8, 2, 2)
+// K = 8192 (256 chunks): U 4 with two warps a column, U 2 with four
+PC(4, 1, 2, 5) PC(4, 2, 2, 3) PC(2, 2, 4, 4) PC(2, 4, 4, 3) PC(4, 4, 2, 2)

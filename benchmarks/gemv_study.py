@@ -26,6 +26,11 @@ sys.path.insert(0, HERE)
 SHAPES = (("4096x4096", 4096, 4096), ("qkv", 2048, 3072), ("o", 2048, 2048), ("gate/up", 2048, 8192),
           ("down", 8192, 2048), ("lm_head", 2048, 32000))
 BLOCK = 32
+# hipep_mnb_gemv_row1 with C columns a warp and S warps a column, one round of U chunks a lane
+# (U * 32 * S chunks cover the row), launch bounds LB: the entries row1_cols_u{U}_c{C}_s{S}_lb{LB}.
+COLS_VARIANTS = ((2, 2, 1, 4), (2, 4, 1, 3), (2, 8, 1, 2), (1, 4, 2, 4), (1, 8, 2, 3), (2, 4, 1, 4), (2, 2, 1, 5),
+                 (4, 2, 1, 3), (4, 4, 1, 2), (2, 2, 2, 4), (2, 4, 2, 3), (1, 4, 4, 4), (1, 8, 4, 3), (2, 8, 2, 2),
+                 (4, 1, 2, 5), (4, 2, 2, 3), (2, 2, 4, 4), (2, 4, 4, 3), (4, 4, 2, 2))
 SPAN = 400 * 2**20  # bytes of weights the R copies span
 REPLAYS = 20
 
@@ -175,14 +180,16 @@ def study(device, ncu: bool, only_cols: bool = False) -> list[dict]:
                          for i in range(copies)])
         # hipep's row1 template with C columns a warp (one round of loads a lane: U * 32 chunks cover the row)
         chunks = k // 32
-        for u, c_, lb in ((4, 1, 6), (2, 1, 8), (2, 2, 4), (2, 2, 5), (2, 4, 3), (4, 2, 3), (4, 2, 4)):
-            if u * 32 != chunks:
+        for u, c_, s_, lb in COLS_VARIANTS:
+            if u * 32 * s_ != chunks:
                 continue
-            f = fn(study_module, f"row1_cols_u{u}_c{c_}_lb{lb}")
+            f = fn(study_module, f"row1_cols_u{u}_c{c_}_s{s_}_lb{lb}")
             per_sm = _ck(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, 256, chunks * 64))
             args = gq.MatMulNBitsArgs(1, n, k, k, row_bytes, nb, 0, 5, k, 0, 1, 1, 1, 0)
-            measure(f"row1, {c_} column(s) a warp, U {u}, {per_sm} blocks/SM; overlapped launches",
-                    [OverlappedLaunch(f, -(-n // (gq.GEMV_WARPS * c_)), 256, chunks * 64,
+            grid = -(-n * s_ // (gq.GEMV_WARPS * c_))
+            measure(f"row1, {c_} column(s) a warp, {s_} warp(s) a column, U {u}, {grid} blocks, {per_sm}/SM; "
+                    "overlapped launches",
+                    [OverlappedLaunch(f, grid, 256, chunks * 64,
                                       [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(0), u64(0), u64(y_ptr), args])
                      for i in range(copies)])
         if only_cols:

@@ -459,7 +459,6 @@ template <typename T, bool Q8, int U, bool ZP, int SPLIT = 1, typename Src = hip
 HIPEP_DEVICE void hipep_mnb_gemv_row1(const Src src, const unsigned char* HIPEP_RESTRICT B,
                                       const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
                                       const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
-  static_assert(SPLIT == 1 || COLS == 1, "a column split between warps is one column a warp");
   hipep_grid_release();
   HIPEP_DYNAMIC_SHARED(float4, hipep_mnb_smem4);
   unsigned char* smem = reinterpret_cast<unsigned char*>(hipep_mnb_smem4);
@@ -494,12 +493,17 @@ HIPEP_DEVICE void hipep_mnb_gemv_row1(const Src src, const unsigned char* HIPEP_
 #pragma unroll
   for (int c = 0; c < COLS; ++c) acc[c] = hipep_warp_sum(acc[c]);
   if constexpr (SPLIT > 1) {
-    __shared__ float partial[MNB_WARPS];
-    if (lane == 0) partial[warp] = acc[0];
+    __shared__ float partial[MNB_WARPS][COLS];
+    if (lane == 0) {
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) partial[warp][c] = acc[c];
+    }
     __syncthreads();
     if (part != 0) return;
 #pragma unroll
-    for (int p = 1; p < SPLIT; ++p) acc[0] += partial[warp + p];
+    for (int p = 1; p < SPLIT; ++p)
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) acc[c] += partial[warp + p][c];
   }
 #pragma unroll
   for (int c = 0; c < COLS; ++c) {
