@@ -455,6 +455,12 @@ HIPEP_DEVICE void hipep_mnb_row_stage_whole(unsigned char* smem, const Src& src,
 // shared memory, in warp order (measured on the H200, down 8192 -> 2048 fp16: 5.6 us against the
 // tiled kernel's 7.7, benchmarks/results/2026-12-02-gemv-study-h200.md). Its sums are the tiled
 // kernel's over other groupings of the chunks: not the same bits.
+//
+// COLS > 1: a warp (or SPLIT warps) takes COLS adjacent output columns, one round of loads of each,
+// and every pair of A it reads from shared memory serves all of them; the grid is COLS times
+// smaller, so the next kernel's blocks find room beside this one's (matmul_nbits_row.hip has what
+// that was measured to be worth). Each column's sum is the COLS = 1 kernel's, chunk for chunk: the
+// same bits.
 template <typename T, bool Q8, int U, bool ZP, int SPLIT = 1, typename Src = hipep_mnb_a_loaded<T>, int COLS = 1>
 HIPEP_DEVICE void hipep_mnb_gemv_row1(const Src src, const unsigned char* HIPEP_RESTRICT B,
                                       const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,

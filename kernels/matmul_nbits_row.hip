@@ -26,6 +26,28 @@ HIPEP_MNB_ROW1(h2, f16, hipep_half, false, 8, 8, 5)
   }
 HIPEP_MNB_ROW1_SPLIT(1, false, , 8) HIPEP_MNB_ROW1_SPLIT(2, false, , 8) HIPEP_MNB_ROW1_SPLIT(4, false, , 5)
 HIPEP_MNB_ROW1_SPLIT(1, true, _zp, 8) HIPEP_MNB_ROW1_SPLIT(2, true, _zp, 8) HIPEP_MNB_ROW1_SPLIT(4, true, _zp, 5)
+// Several columns a warp (h2): each of A's pairs read from shared memory serves COLS columns, and a
+// grid of COLS times fewer warps leaves room on the SMs for the next kernel's blocks, which load their
+// weights while this one computes. One round of U chunks a lane over the row, SPLIT warps a column.
+// Measured on the H200 against the forms above, as hipep launches them (overlapped; one-wave grids
+// here): 4096 x 4096 4.95 -> 4.71 us (U 4, 2 columns), o 2048 -> 2048 2.61 -> 2.01 and qkv 2048 ->
+// 3072 2.83 -> 2.67 (U 2, 4 columns), the LM head 2048 -> 32000 16.4 -> 14.4 (U 2, 2 columns, 5 per
+// SM), down 8192 -> 2048 6.07 -> 5.40 (U 2, 2 columns, 4 warps a column;
+// benchmarks/results/2026-12-04-gemv-study-cols-h200.md). Launch bounds: the most blocks per SM
+// without a spill, with or without zero points (ptxas, sm_90).
+#define HIPEP_MNB_ROW1_COLS(U, C, S, LB)                                                              \
+  HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, LB)                               \
+      hipep_mnb_gemv_row1_h2_f16_b4_u##U##_c##C##_s##S(HIPEP_MNB_PARAMS(hipep_half)) {                \
+    hipep_mnb_gemv_row1<hipep_half, false, U, false, S, hipep_mnb_a_loaded<hipep_half>, C>(          \
+        hipep_mnb_a_loaded<hipep_half>{A}, B, scales, zp, bias, Y, a);                               \
+  }                                                                                                   \
+  HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, LB)                               \
+      hipep_mnb_gemv_row1_h2_f16_b4_u##U##_c##C##_s##S##_zp(HIPEP_MNB_PARAMS(hipep_half)) {           \
+    hipep_mnb_gemv_row1<hipep_half, false, U, true, S, hipep_mnb_a_loaded<hipep_half>, C>(           \
+        hipep_mnb_a_loaded<hipep_half>{A}, B, scales, zp, bias, Y, a);                               \
+  }
+HIPEP_MNB_ROW1_COLS(2, 4, 1, 3) HIPEP_MNB_ROW1_COLS(2, 2, 1, 5) HIPEP_MNB_ROW1_COLS(4, 2, 1, 3)
+HIPEP_MNB_ROW1_COLS(2, 2, 4, 4)
 HIPEP_MNB_ROW1(q8, f32, float, true, 8, 6, 4)
 HIPEP_MNB_ROW1(q8, f16, hipep_half, true, 8, 6, 4)
 HIPEP_MNB_ROW1(q8, bf16, hipep_bf16, true, 8, 6, 4)

@@ -559,6 +559,8 @@ class CudaDevice(GraphReplay, Device):
         except HipepError as e:
             raise named_error(label, e) from None
         self._issue(stream, ops, label)
+        if stream.failed:  # a launch the driver refused: the next one binds afresh
+            stream.bound.pop(program, None)
 
     def _issue(self, stream: CudaStream, ops: list, label: str) -> None:
         if stream.failed:

@@ -49,6 +49,15 @@ FUSED_MIN_BLOCKS = {
     ("gated", 1, 4, False): 3, ("gated", 1, 4, True): 3,
     ("gated", 2, 1, False): 4, ("gated", 2, 1, True): 4, ("gated", 2, 2, False): 3, ("gated", 2, 2, True): 3,
 }
+# The several-columns-a-warp forms (gpu_quant.row_cols_form), per (vectors a thread, U, columns a
+# warp, warps a column, zero points); fused only where the grid stays one wave (not the LM head's
+# 2000 blocks: the norm again in every block of every wave).
+FUSED_COLS_MIN_BLOCKS = {
+    (1, 2, 4, 1, False): 3, (1, 2, 4, 1, True): 3, (1, 2, 2, 1, False): 4, (1, 2, 2, 1, True): 4,
+    (1, 4, 2, 1, False): 3, (1, 4, 2, 1, True): 3, (1, 2, 2, 4, False): 4, (1, 2, 2, 4, True): 4,
+    (2, 2, 4, 1, False): 2, (2, 2, 4, 1, True): 2, (2, 2, 2, 1, False): 4, (2, 2, 2, 1, True): 3,
+    (2, 4, 2, 1, False): 2, (2, 4, 2, 1, True): 2, (2, 2, 2, 4, False): 4, (2, 2, 2, 4, True): 3,
+}
 # Whether one-row norms fuse into their GEMV (HIPEP_CUDA_FUSE_NORM=0: the norm as alone, into the
 # workspace; benchmarks and tests compare the two forms).
 FUSE_ONE_ROW = env_flag("HIPEP_CUDA_FUSE_NORM", True)
@@ -113,16 +122,20 @@ def _fusable(norm, norm_outs, target) -> int | None:
     return words if words <= FUSED_MAX_WORDS else None
 
 
-def _render(form: str, u: int, zp: bool, src_type: str, blocks: int) -> tuple[str, str]:
+def _render(form: str, u: int, zp: bool, src_type: str, blocks: int, cols: int = 1,
+            split: int = 1) -> tuple[str, str]:
     """(entry, source) of the fused one-row GEMV (non-gated forms)."""
     from .kernel_cache import HEADER
 
     zp_s = "true" if zp else "false"
     call = {"row": "hipep_mnb_gemv_row<hipep_half, false, {S}>",
             "row1": f"hipep_mnb_gemv_row1<hipep_half, false, {u}, {zp_s}, 1, {{S}}>",
-            "split": f"hipep_mnb_gemv_row1<hipep_half, false, {u}, {zp_s}, 2, {{S}}>"}[form].format(S=src_type)
-    key = hashlib.sha1(repr((form, u, zp, src_type, blocks)).encode()).hexdigest()[:12]
-    name = f"hipep_mnb_normed_{form}_u{u}{'_zp' if zp else ''}_{key}"
+            "split": f"hipep_mnb_gemv_row1<hipep_half, false, {u}, {zp_s}, 2, {{S}}>",
+            "cols": f"hipep_mnb_gemv_row1<hipep_half, false, {u}, {zp_s}, {split}, {{S}}, {cols}>"}[form]
+    call = call.format(S=src_type)
+    key = hashlib.sha1(repr((form, u, zp, src_type, blocks, cols, split)).encode()).hexdigest()[:12]
+    shape = f"_c{cols}_s{split}" if form == "cols" else ""
+    name = f"hipep_mnb_normed_{form}_u{u}{shape}{'_zp' if zp else ''}_{key}"
     source = (f'#include "{HEADER}"\n#include "matmul_nbits_row.h"\n'
               f"HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, {blocks})\n"
               f"    {name}(const {src_type} src, HIPEP_MNB_WEIGHTS(hipep_half)) {{\n"
@@ -143,11 +156,16 @@ def _fused_mnb(norm, norm_outs, inner_ins, y, inner_attrs, eps, words, target) -
     plan = mnb_row_plan(layout, int(inner_attrs.get("bits", 4)), "f16", target)
     if plan is None or plan.q8 or plan.tile_chunks * 32 != layout.k_pad or plan.tile_chunks * 4 > words * FUSED_THREADS:
         return None
-    blocks = FUSED_MIN_BLOCKS.get((plan.form, words, plan.u, plan.zp))
+    if plan.form == "cols":
+        blocks = FUSED_COLS_MIN_BLOCKS.get((words, plan.u, plan.cols, plan.split, plan.zp))
+        if blocks is not None and _waves(plan.grid[0], blocks, target) > 1:
+            return None
+    else:
+        blocks = FUSED_MIN_BLOCKS.get((plan.form, words, plan.u, plan.zp))
     if blocks is None or _waves(plan.grid[0], blocks, target) > _waves(plan.grid[0], plan.min_blocks, target):
         return None
     src_type, src = _source(norm, norm_outs, eps, words)
-    name, source = _render(plan.form, plan.u, plan.zp, src_type, blocks)
+    name, source = _render(plan.form, plan.u, plan.zp, src_type, blocks, plan.cols, plan.split)
     return KernelOp(name, plan.grid, op.block, [src] + list(op.params[1:]), source=source, smem=plan.smem,
                     overlaps_previous=op.overlaps_previous)
 

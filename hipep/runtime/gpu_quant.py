@@ -81,6 +81,9 @@ GEMV_WIDE = _env_int(GEMV_WIDE_ENV, 1, (0, 1))
 # HIPEP_MNB_GEMV_ROW: 0 turns off the one-row GEMV in packed arithmetic (_mnb_row_op).
 GEMV_ROW_ENV = "HIPEP_MNB_GEMV_ROW"
 GEMV_ROW = _env_int(GEMV_ROW_ENV, 1, (0, 1))
+# HIPEP_MNB_GEMV_ROW_COLS: 0 keeps the one-row GEMV at one column a warp (see row_cols_form).
+GEMV_ROW_COLS_ENV = "HIPEP_MNB_GEMV_ROW_COLS"
+GEMV_ROW_COLS = _env_int(GEMV_ROW_COLS_ENV, 1, (0, 1))
 
 
 class MatMulNBitsArgs(ctypes.Structure):
@@ -238,8 +241,9 @@ SPLIT_MIN_CHUNKS_PER_LANE = 2
 class RowPlan:
     """How the one-row GEMV in packed arithmetic runs a node: the kernel template
     (kernels/matmul_nbits_row.h) and its instance. `form`: "row" (hipep_mnb_gemv_row, tiled),
-    "row1" (hipep_mnb_gemv_row1: one round of U chunks a lane) or "split" (row1 with two warps a
-    column); `min_blocks`: the instance's launch bounds; `entry`: its name in matmul_nbits_row.hip."""
+    "row1" (hipep_mnb_gemv_row1: one round of U chunks a lane), "split" (row1 with two warps a
+    column) or "cols" (row1 with `cols` columns a warp and `split` warps a column);
+    `min_blocks`: the instance's launch bounds; `entry`: its name in matmul_nbits_row.hip."""
     form: str
     q8: bool
     u: int
@@ -249,6 +253,33 @@ class RowPlan:
     grid: tuple
     smem: int
     tile_chunks: int
+    cols: int = 1
+    split: int = 1
+
+
+# The several-columns-a-warp instances of hipep_mnb_gemv_row1 (kernels/matmul_nbits_row.hip,
+# HIPEP_MNB_ROW1_COLS), per row length in warp-widths of chunks: (U, columns a warp, warps a column,
+# launch bounds). Rows of up to 2 warp-widths (K <= 2048 at warp 32) take 4 columns a warp where the
+# grid is one wave of 3 blocks per SM, else 2 at 5 per SM (the LM head); up to 4 widths, U 4 and 2
+# columns; up to 8, four warps a column of U 2 and 2 columns.
+ROW_COLS_ONE_WAVE = (2, 4, 1, 3)
+ROW_COLS_WAVES = (2, 2, 1, 5)
+ROW_COLS_BY_WIDTHS = {4: (4, 2, 1, 3), 8: (2, 2, 4, 4)}
+
+
+def row_cols_form(chunks: int, n: int, target) -> tuple[int, int, int, int] | None:
+    """(U, columns a warp, warps a column, launch bounds) of the several-columns-a-warp row GEMV for
+    an fp16 row of `chunks` chunks into n columns, or None where no instance was measured to gain (a
+    row of at most one warp-width of chunks, or past eight)."""
+    ws = target.warp_size
+    if not GEMV_ROW_COLS or chunks <= ws or chunks > 8 * ws:
+        return None
+    if chunks <= 2 * ws:
+        u, cols, split, lb = ROW_COLS_ONE_WAVE
+        if _cdiv(n, GEMV_WARPS * cols) > lb * target.sm_count:
+            return ROW_COLS_WAVES
+        return ROW_COLS_ONE_WAVE
+    return ROW_COLS_BY_WIDTHS[4 if chunks <= 4 * ws else 8]
 
 
 # Launch bounds of the precompiled row1 instances (kernels/matmul_nbits_row.hip) per (q8, U).
@@ -279,6 +310,15 @@ def mnb_row_plan(layout: MatMulNBitsArgs, bits, dt, target) -> RowPlan | None:
     if grid[0] <= ROW_W3_BLOCKS_PER_SM * target.sm_count:
         entry, min_blocks = entry + "_w3", ROW_W3_BLOCKS_PER_SM
     zp_suffix = '_zp' if zp else ''
+    cols_form = row_cols_form(chunks, layout.n, target) if variant == "h2" and tile_chunks == chunks else None
+    if cols_form is not None:
+        # Several columns a warp: each pair of A read from shared memory serves them all, and the
+        # smaller grid leaves room for the next kernel's blocks (row_cols_form).
+        u, cols, split, min_blocks = cols_form
+        grid = (_cdiv(layout.n * split, GEMV_WARPS * cols), 1, 1)
+        entry = f"hipep_mnb_gemv_row1_h2_{dt}_b4_u{u}_c{cols}_s{split}{zp_suffix}"
+        return RowPlan("cols", q8, u, zp, min_blocks, entry, grid, row_smem(tile_chunks, bs, q8), tile_chunks,
+                       cols, split)
     if tile_chunks == chunks and chunks <= 4 * ws and grid[0] > ROW_BLOCKS_PER_SM * target.sm_count:
         # Past one wave of the kernel's blocks, rows of one round of loads a lane take the variant
         # with fewer registers (hipep_mnb_gemv_row1: more blocks resident, more loads in flight).

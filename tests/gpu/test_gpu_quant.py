@@ -165,6 +165,30 @@ def test_matmul_nbits_decode_gemv_variants(shape):
         assert rel_l2(got, reference(feeds, weights, attrs)) < (1e-5 if elem == F32 else 2e-3)
 
 
+# (K, N, zero points, warps a column): the shapes of the several-columns-a-warp row GEMV
+# (gpu_quant.row_cols_form): 4 columns a warp (qkv), 2 past a wave of those (an LM head), U 4 and 2
+# columns (4096 x 4096, N odd), four warps a column (down).
+COLS_SHAPES = [(2048, 3072, "uint8", 1), (2048, 32000, "none", 1), (4096, 4097, "none", 1), (8192, 2048, "uint8", 4)]
+
+
+@pytest.mark.parametrize("shape", COLS_SHAPES, ids=[f"K{s[0]}-N{s[1]}-{s[2]}" for s in COLS_SHAPES])
+def test_matmul_nbits_columns_a_warp_against_one_column_a_warp(monkeypatch, shape):
+    """fp16 decode rows: several columns a warp give one column a warp's bits where a warp holds
+    the whole row (each column's sum chunk for chunk the same), and the CPU EP's result within its
+    tolerance where four warps share a column."""
+    from hipep.runtime import gpu_quant as gq
+
+    k, n, zp_kind, split = shape
+    model, feeds, weights = matmul_nbits_model((1, 1), k, n, 4, 32, F16, zp_kind, False, 0, seed=k + n)
+    got = run_gpu(model, feeds)
+    monkeypatch.setattr(gq, "GEMV_ROW_COLS", 0)
+    one = run_gpu(model, feeds)
+    if split == 1:
+        np.testing.assert_array_equal(got, one)
+    assert rel_l2(got, cpu_session(model).run(None, feeds)[0]) < cpu_tolerance(F16, 0, weights[2])
+    assert rel_l2(got, reference(feeds, weights, {"K": k, "N": n, "bits": 4, "block_size": 32})) < 2e-3
+
+
 @pytest.mark.parametrize("elem", [F32, F16])
 @pytest.mark.parametrize("m", [1, 8, 40])
 def test_matmul_nbits_level4_ties_round_half_to_even(m, elem):

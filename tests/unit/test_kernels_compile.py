@@ -16,6 +16,7 @@ import pytest
 from hipep.ops.pointwise import Builder, Operand
 from hipep.ops.registry import OUTPUT_COUNT, SINCE_VERSION, lookup
 from hipep.runtime import gpu_kernels as gk
+from hipep.runtime import gpu_quant as gq
 
 from helpers import needs_nvrtc
 from unit.kernel_emulation import IDX, SRC, TARGET, arg, out_arg
@@ -167,6 +168,9 @@ def test_every_quantized_entry_point_exists(cubins):
     names |= {("matmul_nbits_row", f"hipep_mnb_gemv_row1_{v}_b4_u{u}{z}") for u in (1, 2, 4) for z in ("", "_zp")
               for v in ("h2_f16", "q8_f32", "q8_f16", "q8_bf16")}
     names |= {("matmul_nbits_row", f"hipep_mnb_gemv_row1_h2_f16_b4_u{u}_s2{z}") for u in (1, 2, 4) for z in ("", "_zp")}
+    names |= {("matmul_nbits_row", f"hipep_mnb_gemv_row1_h2_f16_b4_u{u}_c{c}_s{s}{z}")
+              for u, c, s, _ in (gq.ROW_COLS_ONE_WAVE, gq.ROW_COLS_WAVES, *gq.ROW_COLS_BY_WIDTHS.values())
+              for z in ("", "_zp")}
     names |= {("gather_block_quantized", f"hipep_gbq_{t}_b{b}_{i}{w}") for t in ("f32", "f16", "bf16")
               for b in (2, 4, 8) for i in ("i32", "i64") for w in ("", "_w4")}
     assert {"matmul_nbits", "matmul_nbits_row", "gather_block_quantized"} <= set(gk.modules())
@@ -285,8 +289,9 @@ def test_row_gemv_loads_weights_before_it_waits_for_the_previous_kernel(arch):
     bodies = _entry_bodies(_ptx("matmul_nbits_row", arch))
     # the tiled kernel's q8 f32/f16/bf16 and h2 f16, each in two register shares; row1's the same with 1, 2, 4
     # chunks a lane, zero points or not; row1's h2 with K split between two warps, the same six; the gated
-    # kernel's compile-check instance, and the fused norm's
-    assert len(bodies) == 2 * 4 + 4 * 6 + 6 + 1 + 1
+    # kernel's compile-check instance, the fused norm's, and row1's h2 with several columns a warp (four forms,
+    # zero points or not)
+    assert len(bodies) == 2 * 4 + 4 * 6 + 6 + 1 + 1 + 4 * 2
     for entry, body in bodies.items():
         if arch == "compute_80":
             assert "griddepcontrol" not in body, entry
@@ -563,12 +568,33 @@ def test_gated_gemv_variants_keep_their_registers(k, elem, level, zp):
     _assert_no_spills(op)
 
 
-def _assert_no_spills(op) -> None:
-    """NVRTC compiles a rendered launch's source for sm_90 with ptxas' report: no spill."""
+@needs_nvrtc
+def test_row_gemv_columns_a_warp_instances_do_not_spill():
+    """The several-columns-a-warp row GEMV instances (gpu_quant.row_cols_form) at their launch
+    bounds: ptxas reports no spill for any of them, with or without zero points."""
+    from hipep.runtime import kernel_cache
+
+    forms = (gq.ROW_COLS_ONE_WAVE, gq.ROW_COLS_WAVES, *gq.ROW_COLS_BY_WIDTHS.values())
+    log = _ptxas_log(kernel_cache.module_source("matmul_nbits_row"), "matmul_nbits_row")
+    reports, entry = {}, None
+    for line in log.splitlines():  # each entry's "Compiling entry function" line, then its spill line
+        m = re.search(r"Compiling entry function '(\w+)'", line)
+        entry = m.group(1) if m else entry
+        m = re.search(r"(\d+) bytes spill stores", line)
+        if m and entry:
+            reports[entry] = m.group(1)
+    for u, c, s, _ in forms:
+        for z in ("", "_zp"):
+            entry = f"hipep_mnb_gemv_row1_h2_f16_b4_u{u}_c{c}_s{s}{z}"
+            assert reports.get(entry) == "0", (entry, reports.get(entry))
+
+
+def _ptxas_log(source: str, name: str) -> str:
+    """NVRTC's log of compiling `source` for sm_90 with ptxas' report."""
     from hipep.runtime import kernel_cache
 
     nvrtc = kernel_cache._nvrtc()
-    err, prog = nvrtc.nvrtcCreateProgram(op.source.encode(), f"{op.entry}.hip".encode(), 0, [], [])
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.hip".encode(), 0, [], [])
     try:
         opts = [o.encode() for o in kernel_cache._options(ARCH, DEFINES)] + [b"--ptxas-options=-v"]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
@@ -576,6 +602,12 @@ def _assert_no_spills(op) -> None:
         assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+    return log
+
+
+def _assert_no_spills(op) -> None:
+    """NVRTC compiles a rendered launch's source for sm_90 with ptxas' report: no spill."""
+    log = _ptxas_log(op.source, op.entry)
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
     assert spills and not any(spills), log
 
@@ -617,7 +649,7 @@ def _normed_launch(rows: int, kind: str, k: int, n: int, zp: str = "none", sm_co
 @needs_nvrtc
 @pytest.mark.parametrize("kind,k,n", [("plain", 2048, 3072), ("plain", 2048, 2048), ("plain", 4096, 1024),
                                       ("plain", 1024, 4608), ("gated", 2048, 8192), ("gated", 1024, 256)],
-                         ids=["qkv-row", "o-split", "k4096-split", "row1", "gated-u2", "gated-u1"])
+                         ids=["qkv-cols", "o-cols", "k4096-cols", "row1", "gated-u2", "gated-u1"])
 @pytest.mark.parametrize("zp", ["none", "uint8"])
 def test_normed_gemv_is_one_kernel_that_waits_before_it_reads_the_rows(kind, k, n, zp):
     """One fp16 row: the norm and the projection are one rendered kernel, launched to overlap the

@@ -16,6 +16,7 @@ import pytest
 from hipep.ops.registry import OUTPUT_COUNT, lookup
 from hipep.runtime import gpu_kernels as gk
 from hipep.runtime import gpu_norm_matmul as gnm
+from hipep.runtime import gpu_quant as gq
 from unit.host_kernels import EXACT_FLAGS, HostMemory, compile_module, compile_source, launch
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
@@ -85,16 +86,20 @@ def _rel(got, want):
 
 
 @pytest.mark.parametrize("kind,k,n,sm_count,form", [
-    ("plain", 1024, 24, 132, "row"),      # the tiled kernel (the QKV projection's form)
-    ("plain", 2048, 20, 132, "split"),    # two warps a column (the o projection's)
+    ("plain", 1024, 24, 132, "row"),      # the tiled kernel (one chunk a lane)
+    ("plain", 2048, 20, 132, "cols"),     # four columns a warp (the QKV and o projections' form)
+    ("plain", 2048, 20, 132, "split"),    # two warps a column, one column a warp (HIPEP_MNB_GEMV_ROW_COLS=0)
     ("plain", 1024, 72, 2, "row1"),       # past one wave of the tiled kernel's blocks
-    ("plain", 3072, 16, 132, "split"),    # two vectors of the row a thread
+    ("plain", 3072, 16, 132, "cols"),     # two vectors of the row a thread, two columns a warp
+    ("plain", 3072, 16, 132, "split"),
     ("gated", 1024, 24, 132, "gated"),    # gate, up and SiLU
 ])
 @pytest.mark.parametrize("zp_kind", ["none", "uint8"])
 @pytest.mark.parametrize("norm_bias", [False, True], ids=["", "bias"])
 def test_fused_norm_gives_the_unfused_launches_bits(libs, monkeypatch, kind, k, n, sm_count, form, zp_kind,
                                                     norm_bias):
+    if form == "split":
+        monkeypatch.setattr(gq, "GEMV_ROW_COLS", 0)
     inputs, attrs = _case(kind, k, n, zp_kind, norm_bias, seed=k + n)
     y, total, want_y, want_total, ops = _run(libs, inputs, attrs, sm_count)
     assert len(ops) == 1 and ops[0].overlaps_previous and "skip_norm_src" in ops[0].source, [o.entry for o in ops]

@@ -83,11 +83,15 @@ def _emulate_mnb(mem: Memory, op: gk.KernelOp) -> None:
         return
     # hipep_mnb_gemv_row1_h2_*: the same sums in the same order over a row staged whole
     # hipep_mnb_gemv_row1_h2_*_s2: two warps a column, U chunks a lane each
-    r = re.fullmatch(r"hipep_mnb_gemv_row1?_(q8|h2)_(f32|f16|bf16)_b4(?:_w3|_u([124])(_s2)?(?:_zp)?)?", op.entry)
+    # hipep_mnb_gemv_row1_h2_*_c{C}_s{S}: C columns a warp, S warps a column, U chunks a lane each
+    r = re.fullmatch(r"hipep_mnb_gemv_row1?_(q8|h2)_(f32|f16|bf16)_b4(?:_w3|_u([124])(?:_c([1248])_s([124])|(_s2))?"
+                     r"(?:_zp)?)?", op.entry)
     if r:
         assert len(op.params) == 7 and (r.group(1) == "q8") == bool(op.params[6].int8_a)
+        cols, split = (int(r.group(4)), int(r.group(5))) if r.group(4) else (1, 2 if r.group(6) else 1)
         _emulate_mnb_gemv_row(rd, op, op.params[6], r.group(1) == "q8", _QT[r.group(2)],
-                              *[v.value for v in op.params[:6]], split_u=int(r.group(3)) if r.group(4) else 0)
+                              *[v.value for v in op.params[:6]], split_u=int(r.group(3)) if split > 1 else 0,
+                              cols=cols, split=split)
         return
     m = re.fullmatch(r"hipep_mnb_(gemv|gemm)_(f32|f16|bf16)_b([48])(?:_m([1248])(?:_c4)?)?", op.entry)
     assert m, op.entry
@@ -228,19 +232,21 @@ def _emulate_mnb_gemv(rd, op, a, m_t, bits, dt, A, B, S, Z, bias, Y):
                     rd.put(Y, mm * a.n + n, dt, total[mm, c] + b)
 
 
-def _emulate_mnb_gemv_row(rd, op, a, q8, dt, A, B, S, Z, bias, Y, split_u=0):
+def _emulate_mnb_gemv_row(rd, op, a, q8, dt, A, B, S, Z, bias, Y, split_u=0, cols=1, split=1):
     """hipep_mnb_gemv_row_*: the staged tile of A (q8: int8 codes per block, the block's scale and
     each chunk's code sum; h2: fp16 values), 16-byte chunks of B (32 values of one block) per lane,
     and per chunk either the exact integer dot product (q8) or the half2 partial sums, each HFMA2
-    rounded to fp16, of 4 products per half per word (h2)."""
+    rounded to fp16, of 4 products per half per word (h2). `cols` adjacent columns a warp group of
+    `split` warps (split > 1: each warp on its own run of split_u chunks a lane)."""
     bs = 1 << a.log2_bs
     warps = op.block[0] // 32
     assert op.block == (gq.GEMV_WARPS * 32, 1, 1) and a.m == 1 and a.aligned16 and bs >= 32 and a.zp_mode in (0, 1)
     assert q8 or dt == np.float16
     tcm = a.k_tile // 32
     assert a.k_tile % bs == 0 and op.smem == gq.row_smem(tcm, bs, q8) <= 48 * 1024
-    groups, cols = (warps // 2 if split_u else warps), 1  # a warp (split: two) per output column
-    assert a.k_split == 1 and op.grid[0] * groups >= a.n
+    groups = warps // split  # a group of `split` warps per `cols` output columns
+    assert bool(split_u) == (split > 1) and (not split_u or split * split_u * 32 >= a.k_pad // 32)
+    assert a.k_split == 1 and op.grid[0] * groups * cols >= a.n
     e = np.dtype(dt).itemsize
     f32 = np.float32
     for bx in range(op.grid[0]):
@@ -262,8 +268,8 @@ def _emulate_mnb_gemv_row(rd, op, a, q8, dt, A, B, S, Z, bias, Y, split_u=0):
                             rd.raw(A + k0 * e, 16, 16)  # one aligned 16-byte load of 8 halves
                 halves = vals.astype(np.float16)
             for warp in range(warps):
-                if split_u:  # warps 2g and 2g + 1: the first and the second run of split_u * 32 chunks
-                    group, run = warp // 2, warp % 2
+                if split_u:  # warps S g ... S g + S - 1: the runs of split_u * 32 chunks, in order
+                    group, run = warp // split, warp % split
                 else:
                     group, split = warp % groups, warp // groups
                 col0 = (bx * groups + group) * cols
@@ -297,7 +303,7 @@ def _emulate_mnb_gemv_row(rd, op, a, q8, dt, A, B, S, Z, bias, Y, split_u=0):
                             acc[warp, lane, c] = f32(acc[warp, lane, c] + s * part)
         for group in range(groups):
             col0 = (bx * groups + group) * cols
-            mine = acc[2 * group:2 * group + 2] if split_u else acc[group::groups]
+            mine = acc[split * group:split * group + split] if split_u else acc[group::groups]
             total = mine.astype(np.float64).sum(axis=(0, 1))
             for c in range(cols):
                 n = col0 + c

@@ -93,10 +93,13 @@ def test_row_gemv_on_host(matmul_nbits, k, n, bs, dtype, zp_kind, level, with_bi
     (960, 33, 64, ml_dtypes.bfloat16, "uint8", 4, True, "hipep_mnb_gemv_row1_q8_bf16_b4_u1_zp"),
     (1536, 40, 256, np.float16, "none", 4, False, "hipep_mnb_gemv_row1_q8_f16_b4_u2"),      # block 256: 8 lanes a block
 ])
-def test_row_gemv_past_one_wave_on_host(matmul_nbits, k, n, bs, dtype, zp_kind, level, with_bias, entry):
+def test_row_gemv_past_one_wave_on_host(matmul_nbits, monkeypatch, k, n, bs, dtype, zp_kind, level, with_bias,
+                                        entry):
     """One row past one wave of the tiled row GEMV's blocks (here 4 blocks on one SM): rows of one
     round of loads a lane take hipep_mnb_gemv_row1 with U = 1, 2 or 4 chunks a lane, its sums the
-    tiled kernel's (the registry reference's tolerance as test_row_gemv_on_host's)."""
+    tiled kernel's (the registry reference's tolerance as test_row_gemv_on_host's). One column a
+    warp (HIPEP_MNB_GEMV_ROW_COLS=0; test_row_gemv_columns_a_warp_on_host has the other forms)."""
+    monkeypatch.setattr(gq, "GEMV_ROW_COLS", 0)
     got, want, entries = _run(matmul_nbits, 1, k, n, bs, dtype, zp_kind, level, with_bias, sm_count=1)
     assert entries == [entry]
     tol = 1e-5 if dtype == np.float32 else (1e-2 if dtype == np.float16 else 2e-2)
@@ -105,13 +108,39 @@ def test_row_gemv_past_one_wave_on_host(matmul_nbits, k, n, bs, dtype, zp_kind, 
 
 
 @pytest.mark.parametrize("dtype,level", [(np.float16, 0), (np.float32, 4)])
-def test_row_gemv_variants_give_the_same_bits_on_host(matmul_nbits, dtype, level):
-    """The tiled row GEMV (one wave on 2 SMs) and hipep_mnb_gemv_row1 (past a wave on one SM) on the
-    same case: the same sums in the same order, so the same bits."""
+def test_row_gemv_variants_give_the_same_bits_on_host(matmul_nbits, monkeypatch, dtype, level):
+    """The tiled row GEMV (one wave on 2 SMs), hipep_mnb_gemv_row1 (past a wave on one SM) and, for
+    fp16 A, its form with four columns a warp on the same case: the same sums in the same order, so
+    the same bits."""
+    monkeypatch.setattr(gq, "GEMV_ROW_COLS", 0)
     tiled, _, entries_tiled = _run(matmul_nbits, 1, 2048, 40, 32, dtype, "uint8", level, True, seed=3, sm_count=2)
     lean, _, entries_lean = _run(matmul_nbits, 1, 2048, 40, 32, dtype, "uint8", level, True, seed=3, sm_count=1)
     assert "_row_" in entries_tiled[0] and "_row1_" in entries_lean[0]
     np.testing.assert_array_equal(lean, tiled)
+    monkeypatch.setattr(gq, "GEMV_ROW_COLS", 1)
+    cols, _, entries_cols = _run(matmul_nbits, 1, 2048, 40, 32, dtype, "uint8", level, True, seed=3, sm_count=1)
+    if dtype == np.float16:
+        assert entries_cols == ["hipep_mnb_gemv_row1_h2_f16_b4_u2_c4_s1_zp"]
+        np.testing.assert_array_equal(cols, tiled)
+    else:  # A quantized to int8 (q8) keeps one column a warp
+        assert entries_cols == entries_lean
+
+
+@pytest.mark.parametrize("k,n,bs,zp_kind,with_bias,sm_count,entry", [
+    (2048, 44, 64, "uint8", False, 132, "hipep_mnb_gemv_row1_h2_f16_b4_u2_c4_s1_zp"),  # qkv and o: 4 columns
+    (2048, 200, 32, "none", True, 1, "hipep_mnb_gemv_row1_h2_f16_b4_u2_c2_s1"),       # past a wave: 2 columns
+    (4000, 37, 32, "uint8", True, 132, "hipep_mnb_gemv_row1_h2_f16_b4_u4_c2_s1_zp"),  # K short of K_pad, N odd
+    (3000, 13, 64, "none", False, 132, "hipep_mnb_gemv_row1_h2_f16_b4_u4_c2_s1"),     # N past the last warp's pair
+    (8192, 20, 32, "uint8", False, 132, "hipep_mnb_gemv_row1_h2_f16_b4_u2_c2_s4_zp"), # down: 4 warps a column
+    (6000, 9, 32, "none", True, 132, "hipep_mnb_gemv_row1_h2_f16_b4_u2_c2_s4"),       # a last run of fewer chunks
+])
+def test_row_gemv_columns_a_warp_on_host(matmul_nbits, k, n, bs, zp_kind, with_bias, sm_count, entry):
+    """fp16 rows of 2 to 8 warp-widths of chunks: several columns a warp (gpu_quant.row_cols_form),
+    with four warps a column past 4 widths (the registry reference's tolerance)."""
+    got, want, entries = _run(matmul_nbits, 1, k, n, bs, np.float16, zp_kind, 0, with_bias, sm_count=sm_count)
+    assert entries == [entry]
+    err = np.abs(got.astype(np.float64) - want.astype(np.float64)).max() / np.abs(want.astype(np.float64)).max()
+    assert err < 1e-2, (entry, err)
 
 
 @pytest.mark.parametrize("k,n,bs,zp_kind,with_bias,entry", [
@@ -120,9 +149,11 @@ def test_row_gemv_variants_give_the_same_bits_on_host(matmul_nbits, dtype, level
     (4000, 37, 32, "uint8", True, "hipep_mnb_gemv_row1_h2_f16_b4_u2_s2_zp"),    # K short of K_pad, N % 4 != 0
     (3000, 13, 64, "none", False, "hipep_mnb_gemv_row1_h2_f16_b4_u2_s2"),       # a last half of fewer chunks
 ])
-def test_row_gemv_split_between_two_warps_on_host(matmul_nbits, k, n, bs, zp_kind, with_bias, entry):
-    """fp16 rows of several chunks a lane in a grid of at most half a wave (132 SMs): two warps a
-    column, their sums met in shared memory (the registry reference's tolerance)."""
+def test_row_gemv_split_between_two_warps_on_host(matmul_nbits, monkeypatch, k, n, bs, zp_kind, with_bias, entry):
+    """fp16 rows of several chunks a lane in a grid of at most half a wave (132 SMs), one column a
+    warp (HIPEP_MNB_GEMV_ROW_COLS=0): two warps a column, their sums met in shared memory (the
+    registry reference's tolerance)."""
+    monkeypatch.setattr(gq, "GEMV_ROW_COLS", 0)
     got, want, entries = _run(matmul_nbits, 1, k, n, bs, np.float16, zp_kind, 0, with_bias)
     assert entries == [entry]
     err = np.abs(got.astype(np.float64) - want.astype(np.float64)).max() / np.abs(want.astype(np.float64)).max()
