@@ -719,6 +719,147 @@ __device__ void h2_bulk(const __half* __restrict__ A, const unsigned char* __res
   extern "C" __global__ void __launch_bounds__(256) h2_bulk_c##C##_s##STAGES(const __half* A, const unsigned char* B, const __half* S, __half* Y, int n, int rb, int nb, int l, int k) { h2_bulk<C, STAGES>(A, B, S, Y, n, rb, nb, l, k); }
 PB(8, 1) PB(8, 2) PB(16, 2) PB(16, 4) PB(32, 4)
 
+// ---- tensor cores: the weights as mma.sync B operands ------------------------------------------------
+//   h2_mma         a warp takes 8 columns (quad g of lanes 4g..4g+3 on column g) over its share of the row
+//                  (SPLIT warps a column group); in a round thread t of every quad loads chunk 4r + t of its
+//                  column (16 bytes, one block of 32). Each word's nibbles become halves 1024 + q (low
+//                  nibbles) and 1024 + 16 q (high ones) by one AND/OR each -- no subtraction -- and enter
+//                  mma.m16n8k16 (f16 in, f32 accumulate) as B; A's row r holds x only at the k slots thread
+//                  r owns (x / 16 against high nibbles: exact), so D[r][n] is thread r's chunk's sum for
+//                  column n, whose block scale applies after the 8 mmas of the chunk. The offsets 1024 x and
+//                  64 x and the zero point (8) come off per chunk in f32: corr = 1024 sum(x even) + 64
+//                  sum(x odd) + 8 sum(x), staged with A. About half the h2 kernels' instructions a weight.
+//   U: rounds of loads in flight a lane. Only the study's case: block 32, no zero points, chunks a
+//   multiple of 4 * SPLIT.
+__device__ __forceinline__ void mma_f16(float (&d)[4], unsigned int a0, unsigned int a2, unsigned int b0,
+                                        unsigned int b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+#endif
+}
+
+template <int U, int SPLIT>
+__device__ void h2_mma(const __half* __restrict__ A, const unsigned char* __restrict__ B, const __half* __restrict__ S,
+                       __half* __restrict__ Y, int n, int row_bytes, int nb, int log2_bs, int k) {
+  hipep_grid_release();
+  extern __shared__ uint4 mma_smem[];  // 4 uint4 of A's pairs a chunk, then a float corr a chunk
+  __shared__ uint4 zeros[4];
+  __shared__ float partial[8][8];      // [warp][column of its group] for SPLIT > 1
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
+  const int groups = 8 / SPLIT, group = warp / SPLIT, part = warp % SPLIT;
+  const int chunks = k / 32, per_warp = chunks / SPLIT, rounds = per_warp / 4;
+  const int n0 = (blockIdx.x * groups + group) * 8;
+  const int col = n0 + g;
+  const uint4* brow = reinterpret_cast<const uint4*>(B + (i64)(col < n ? col : 0) * row_bytes);
+  const int cbase = part * per_warp;
+  const bool owner = g < 4;  // rows 0..3 of D: the partial sums of thread g of every quad
+  const int sc0 = n0 + 2 * t, sc1 = n0 + 2 * t + 1;  // the columns of this lane's D elements
+  uint4 q[U];
+  float s0[U], s1[U];
+  auto load = [&](int r0) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int r = r0 + u;
+      q[u] = make_uint4(0u, 0u, 0u, 0u);
+      s0[u] = s1[u] = 0.0f;
+      if (r < rounds) {
+        if (col < n) q[u] = hipep_ld_stream(brow + cbase + 4 * r + t);
+        const int ch = cbase + 4 * r + g;  // the chunk whose sums this lane's D elements hold
+        if (owner && sc0 < n) s0[u] = __half2float(hipep_ld_stream(S + (i64)sc0 * nb + ((ch * 32) >> log2_bs)));
+        if (owner && sc1 < n) s1[u] = __half2float(hipep_ld_stream(S + (i64)sc1 * nb + ((ch * 32) >> log2_bs)));
+      }
+    }
+  };
+  load(0);
+  hipep_grid_wait();
+  // stage A: thread i takes word i (8 values): pairs for the low and the high step, and its part of corr
+  uint4* planes = mma_smem;
+  float* corr = reinterpret_cast<float*>(planes + chunks * 4);
+  if (threadIdx.x < 4) zeros[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
+  for (int w0 = 0; w0 < chunks * 4; w0 += blockDim.x) {  // the same trips for every thread (shuffles)
+    const int w = w0 + threadIdx.x;
+    float c = 0.0f;
+    if (w < chunks * 4) {
+      const uint4 raw = hipep_ld_produced(reinterpret_cast<const uint4*>(A) + w);
+      const __half* h = reinterpret_cast<const __half*>(&raw);
+      const __half sixteenth = __float2half(0.0625f);
+      uint4 out;
+      __half2 p;
+      p = __halves2half2(h[0], h[4]); out.x = *reinterpret_cast<unsigned int*>(&p);
+      p = __halves2half2(h[2], h[6]); out.y = *reinterpret_cast<unsigned int*>(&p);
+      p = __halves2half2(__hmul(h[1], sixteenth), __hmul(h[5], sixteenth)); out.z = *reinterpret_cast<unsigned int*>(&p);
+      p = __halves2half2(__hmul(h[3], sixteenth), __hmul(h[7], sixteenth)); out.w = *reinterpret_cast<unsigned int*>(&p);
+      planes[w] = out;
+      float even = 0.0f, odd = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; j += 2) {
+        even += __half2float(h[j]);
+        odd += __half2float(h[j + 1]);
+      }
+      c = 1024.0f * even + 64.0f * odd + 8.0f * (even + odd);
+    }
+    c += __shfl_xor_sync(0xffffffffu, c, 1);
+    c += __shfl_xor_sync(0xffffffffu, c, 2);
+    if (w < chunks * 4 && (w & 3) == 0) corr[w >> 2] = c;
+  }
+  __syncthreads();
+  float acc0 = 0.0f, acc1 = 0.0f;
+  for (int r0 = 0; r0 < rounds; r0 += U) {
+    if (r0 != 0) load(r0);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int r = r0 + u;
+      if (r >= rounds) break;
+      // the lane on the diagonal of quad g = t (rows 0..3) feeds thread t's x; every other lane zeros
+      const uint4* a = (g == t) ? planes + (cbase + 4 * r + t) * 4 : zeros;
+      float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      const unsigned int words[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+#pragma unroll
+      for (int wi = 0; wi < 4; ++wi) {
+        const unsigned int x = words[wi], x8 = x >> 8;
+        const uint4 av = a[wi];
+        mma_f16(d, av.x, av.y, (x & 0x000F000Fu) | 0x64006400u, (x8 & 0x000F000Fu) | 0x64006400u);
+        mma_f16(d, av.z, av.w, (x & 0x00F000F0u) | 0x64006400u, (x8 & 0x00F000F0u) | 0x64006400u);
+      }
+      if (owner) {
+        const float cc = corr[cbase + 4 * r + g];
+        acc0 = fmaf(s0[u], d[0] - cc, acc0);
+        acc1 = fmaf(s1[u], d[1] - cc, acc1);
+      }
+    }
+  }
+  // the four threads' partial sums of each column: lanes t, 4 + t, 8 + t, 12 + t
+  acc0 += __shfl_xor_sync(0xffffffffu, acc0, 4);
+  acc1 += __shfl_xor_sync(0xffffffffu, acc1, 4);
+  acc0 += __shfl_xor_sync(0xffffffffu, acc0, 8);
+  acc1 += __shfl_xor_sync(0xffffffffu, acc1, 8);
+  if (SPLIT > 1) {
+    if (lane < 4) {
+      partial[warp][2 * lane] = acc0;
+      partial[warp][2 * lane + 1] = acc1;
+    }
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (int p = 1; p < SPLIT; ++p) {
+      if (lane < 4) {
+        acc0 += partial[warp + p][2 * lane];
+        acc1 += partial[warp + p][2 * lane + 1];
+      }
+    }
+  }
+  if (lane < 4) {
+    if (sc0 < n) Y[sc0] = __float2half(acc0);
+    if (sc1 < n) Y[sc1] = __float2half(acc1);
+  }
+}
+#define PM(U, SPLIT, LB) \
+  extern "C" __global__ void __launch_bounds__(256, LB) h2_mma_u##U##_s##SPLIT(const __half* A, const unsigned char* B, const __half* S, __half* Y, int n, int rb, int nb, int l, int k) { h2_mma<U, SPLIT>(A, B, S, Y, n, rb, nb, l, k); }
+PM(4, 1, 2) PM(8, 1, 2) PM(4, 2, 2) PM(8, 2, 2) PM(4, 4, 2) PM(8, 4, 2)
+
 // ---- hipep's row1 template with COLS output columns a warp ---------------------------------------
 // A warp's lanes load one round of every column's chunks, and each of A's staged pairs read from
 // shared memory serves all COLS columns. With two columns a warp a 4096-wide grid takes half the

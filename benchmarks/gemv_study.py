@@ -9,6 +9,7 @@ time per launch holds the gap between graph nodes, as a decode step's replay doe
 weights, block 32, no zero points, fp16 A and scales.
 
 usage: python benchmarks/gemv_study.py [--out results/] [--ncu] [--only-cols]
+  --only-cols: hipep's kernels, the columns-a-warp forms and the tensor-core candidate only
   --ncu: one launch of each kernel on the first shape, for `ncu --set ...` runs (no timing)
 """
 from __future__ import annotations
@@ -28,6 +29,8 @@ SHAPES = (("4096x4096", 4096, 4096), ("qkv", 2048, 3072), ("o", 2048, 2048), ("g
 BLOCK = 32
 # hipep_mnb_gemv_row1 with C columns a warp and S warps a column, one round of U chunks a lane
 # (U * 32 * S chunks cover the row), launch bounds LB: the entries row1_cols_u{U}_c{C}_s{S}_lb{LB}.
+# h2_mma (rounds of loads in flight U, warps a column group SPLIT): entries h2_mma_u{U}_s{SPLIT}
+MMA_VARIANTS = ((4, 1), (8, 1), (4, 2), (8, 2), (4, 4), (8, 4))
 COLS_VARIANTS = ((2, 2, 1, 4), (2, 4, 1, 3), (2, 8, 1, 2), (1, 4, 2, 4), (1, 8, 2, 3), (2, 4, 1, 4), (2, 2, 1, 5),
                  (4, 2, 1, 3), (4, 4, 1, 2), (2, 2, 2, 4), (2, 4, 2, 3), (1, 4, 4, 4), (1, 8, 4, 3), (2, 8, 2, 2),
                  (4, 1, 2, 5), (4, 2, 2, 3), (2, 2, 4, 4), (2, 4, 4, 3), (4, 4, 2, 2))
@@ -192,6 +195,16 @@ def study(device, ncu: bool, only_cols: bool = False) -> list[dict]:
                     [OverlappedLaunch(f, grid, 256, chunks * 64,
                                       [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(0), u64(0), u64(y_ptr), args])
                      for i in range(copies)])
+        # tensor cores: 8 columns a warp as mma.sync's B operand (h2_mma), SPLIT warps a column group
+        for u_m, s_m in MMA_VARIANTS:
+            if chunks % (4 * s_m):
+                continue
+            f = fn(study_module, f"h2_mma_u{u_m}_s{s_m}")
+            grid = -(-n * s_m // 64)
+            measure(f"h2_mma, {s_m} warp(s) a column group, {u_m} rounds in flight, {grid} blocks; overlapped launches",
+                    [OverlappedLaunch(f, grid, 256, chunks * 68,
+                                      [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(y_ptr), i32(n), i32(row_bytes), i32(nb),
+                                       i32(5), i32(k)]) for i in range(copies)])
         if only_cols:
             _copy_row(d, stream, rows, shape, ws, w_bytes, copies, ncu)
             for p in ws + ss + [a_ptr, y_ptr, sink]:
@@ -307,7 +320,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="folder for <date>-gemv-study-<gpu>.md")
     ap.add_argument("--ncu", action="store_true", help="one launch of each kernel, for a profiler")
     ap.add_argument("--only-cols", action="store_true",
-                    help="hipep's kernels and the columns-a-warp rows only (skip the other candidates)")
+                    help="hipep's kernels, the columns-a-warp rows and h2_mma only (skip the other candidates)")
     ap.add_argument("--device-id", type=int, default=0)
     args = ap.parse_args(argv)
     try:

@@ -576,17 +576,24 @@ def test_row_gemv_columns_a_warp_instances_do_not_spill():
 
     forms = (gq.ROW_COLS_ONE_WAVE, gq.ROW_COLS_WAVES, *gq.ROW_COLS_BY_WIDTHS.values())
     log = _ptxas_log(kernel_cache.module_source("matmul_nbits_row"), "matmul_nbits_row")
+    reports = _spill_reports(log)
+    for u, c, s, _ in forms:
+        for z in ("", "_zp"):
+            entry = f"hipep_mnb_gemv_row1_h2_f16_b4_u{u}_c{c}_s{s}{z}"
+            assert reports.get(entry) == "0", (entry, reports.get(entry))
+
+
+def _spill_reports(log: str) -> dict[str, str]:
+    """Entry name -> the bytes of spill stores ptxas reports for it (its "Compiling entry function"
+    line, then its spill line)."""
     reports, entry = {}, None
-    for line in log.splitlines():  # each entry's "Compiling entry function" line, then its spill line
+    for line in log.splitlines():
         m = re.search(r"Compiling entry function '(\w+)'", line)
         entry = m.group(1) if m else entry
         m = re.search(r"(\d+) bytes spill stores", line)
         if m and entry:
             reports[entry] = m.group(1)
-    for u, c, s, _ in forms:
-        for z in ("", "_zp"):
-            entry = f"hipep_mnb_gemv_row1_h2_f16_b4_u{u}_c{c}_s{s}{z}"
-            assert reports.get(entry) == "0", (entry, reports.get(entry))
+    return reports
 
 
 # source -> its log. On the H200 machine NVRTC gave an empty log for the second compile of a source in the
@@ -691,3 +698,16 @@ def test_the_norm_fuses_only_where_the_gemv_keeps_its_waves(kind, k, n, sm_count
     assert (len(ops) == 1 and "skip_norm_src" in ops[0].source) == fused, [o.entry for o in ops]
     if not fused:
         assert ops[0].entry.startswith("hipep_skip_rms_norm_f16") and len(ops) == 2
+
+
+@needs_nvrtc
+def test_gemv_study_kernels_compile_without_spills():
+    """benchmarks/gemv_study.hip (candidate GEMV designs, timed on a GPU by gemv_study.py) compiles
+    for sm_90 through hipep's header, and its tensor-core candidates keep their registers."""
+    from helpers import REPO, load_script
+
+    study = load_script("benchmarks/gemv_study.py", "_hipep_gemv_study")
+    log = _ptxas_log((REPO / "benchmarks" / "gemv_study.hip").read_text(), "gemv_study")
+    reports = _spill_reports(log)
+    for u, split in study.MMA_VARIANTS:
+        assert reports.get(f"h2_mma_u{u}_s{split}") == "0", reports
