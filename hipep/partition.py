@@ -279,12 +279,12 @@ def _shapes_from_device_values(graph: GraphView, clusters: list[list[int]], fact
     input shapes and from values the host knows (hipep.runtime.shapes traces them); it runs a plan
     step by step only where a Loop or Scan makes that necessary (subgraphs holding one are not
     checked: the interpreter reads what it needs as the device computes it). Within a subgraph the
-    host knows: constant initializers; small values handed in from outside, which the host reads at run time (integers element by element as
-    symbols; floats and bools whole, their values pinned, so that a run with other values is
-    traced anew); and the integer results of members whose data inputs it knows (shape
-    arithmetic, evaluated on the host). Small means at most MAX_READ_ELEMENTS elements: a value
-    whose static extents hold more is not read, and one of unknown extents that holds more at run
-    time is an error there. Like the tracer, it also follows the launches that only move or
+    host knows: constant initializers; small values handed in from outside, which the host reads at
+    run time (integers element by element as symbols; floats and bools whole, their values pinned,
+    so that a run with other values is traced anew); and the integer results of members whose data
+    inputs it knows (shape arithmetic, evaluated on the host). Small means at most
+    MAX_READ_ELEMENTS elements: a value whose static extents hold more is not read, and one of
+    unknown extents that holds more at run time is an error there. Like the tracer, it also follows the launches that only move or
     re-type known integers (TRACKED_ON_DEVICE: Cast of a Shape to float is known), but no
     arithmetic on a float or bool value from outside, and no result of device arithmetic on data:
     a node reading such a value is left to other EPs, which run it after the value exists."""

@@ -380,11 +380,11 @@ HIPEP_DEVICE void hipep_mnb_row_load(uint4 (&q)[U], float (&s)[U], float (&z)[U]
   }
 }
 
-template <typename T, bool Q8, typename Src = hipep_mnb_a_loaded<T>, int U = MNB_ROW_U>
+template <typename T, bool Q8, typename Src = hipep_mnb_a_loaded<T>>
 HIPEP_DEVICE void hipep_mnb_gemv_row(const Src src, const unsigned char* HIPEP_RESTRICT B,
                                      const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
                                      const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
-  constexpr int STEP = HIPEP_WARP_SIZE;
+  constexpr int U = MNB_ROW_U, STEP = HIPEP_WARP_SIZE;
   hipep_grid_release();  // the next kernel may load its weights while this one works
   HIPEP_DYNAMIC_SHARED(float4, hipep_mnb_smem4);
   unsigned char* smem = reinterpret_cast<unsigned char*>(hipep_mnb_smem4);

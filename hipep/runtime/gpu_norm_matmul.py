@@ -122,17 +122,14 @@ def _fusable(norm, norm_outs, target) -> int | None:
     return words if words <= FUSED_MAX_WORDS else None
 
 
-def _render(form: str, u: int, zp: bool, src_type: str, blocks: int, cols: int = 1,
-            split: int = 1) -> tuple[str, str]:
+def _render(form: str, u: int, zp: bool, src_type: str, blocks: int, cols: int, split: int) -> tuple[str, str]:
     """(entry, source) of the fused one-row GEMV (non-gated forms)."""
     from .kernel_cache import HEADER
 
-    zp_s = "true" if zp else "false"
-    call = {"row": "hipep_mnb_gemv_row<hipep_half, false, {S}>",
-            "row1": f"hipep_mnb_gemv_row1<hipep_half, false, {u}, {zp_s}, 1, {{S}}>",
-            "split": f"hipep_mnb_gemv_row1<hipep_half, false, {u}, {zp_s}, 2, {{S}}>",
-            "cols": f"hipep_mnb_gemv_row1<hipep_half, false, {u}, {zp_s}, {split}, {{S}}, {cols}>"}[form]
-    call = call.format(S=src_type)
+    if form == "row":
+        call = f"hipep_mnb_gemv_row<hipep_half, false, {src_type}>"
+    else:  # row1, split and cols: one template, `split` warps a column and `cols` columns a warp
+        call = f"hipep_mnb_gemv_row1<hipep_half, false, {u}, {'true' if zp else 'false'}, {split}, {src_type}, {cols}>"
     key = hashlib.sha1(repr((form, u, zp, src_type, blocks, cols, split)).encode()).hexdigest()[:12]
     shape = f"_c{cols}_s{split}" if form == "cols" else ""
     name = f"hipep_mnb_normed_{form}_u{u}{shape}{'_zp' if zp else ''}_{key}"

@@ -332,7 +332,8 @@ def mnb_row_plan(layout: MatMulNBitsArgs, bits, dt, target) -> RowPlan | None:
         u = next(u for u in (1, 2, 4) if 2 * u * ws >= chunks)
         grid = (_cdiv(layout.n, GEMV_WARPS // 2), 1, 1)
         entry, form, min_blocks = f"hipep_mnb_gemv_row1_h2_{dt}_b4_u{u}_s2{zp_suffix}", "split", _SPLIT_MIN_BLOCKS[u]
-    return RowPlan(form, q8, u, zp, min_blocks, entry, grid, row_smem(tile_chunks, bs, q8), tile_chunks)
+    return RowPlan(form, q8, u, zp, min_blocks, entry, grid, row_smem(tile_chunks, bs, q8), tile_chunks,
+                   split=2 if form == "split" else 1)
 
 
 def _mnb_row_op(a_ptr, B, scales, zp, bias, y, layout: MatMulNBitsArgs, bits, dt, target):
