@@ -27,10 +27,10 @@ sys.path.insert(0, HERE)
 SHAPES = (("4096x4096", 4096, 4096), ("qkv", 2048, 3072), ("o", 2048, 2048), ("gate/up", 2048, 8192),
           ("down", 8192, 2048), ("lm_head", 2048, 32000))
 BLOCK = 32
-# hipep_mnb_gemv_row1 with C columns a warp and S warps a column, one round of U chunks a lane
-# (U * 32 * S chunks cover the row), launch bounds LB: the entries row1_cols_u{U}_c{C}_s{S}_lb{LB}.
 # h2_mma (rounds of loads in flight U, warps a column group SPLIT): entries h2_mma_u{U}_s{SPLIT}
 MMA_VARIANTS = ((4, 1), (8, 1), (4, 2), (8, 2), (4, 4), (8, 4))
+# hipep_mnb_gemv_row1 with C columns a warp and S warps a column, one round of U chunks a lane
+# (U * 32 * S chunks cover the row), launch bounds LB: the entries row1_cols_u{U}_c{C}_s{S}_lb{LB}.
 COLS_VARIANTS = ((2, 2, 1, 4), (2, 4, 1, 3), (2, 8, 1, 2), (1, 4, 2, 4), (1, 8, 2, 3), (2, 4, 1, 4), (2, 2, 1, 5),
                  (4, 2, 1, 3), (4, 4, 1, 2), (2, 2, 2, 4), (2, 4, 2, 3), (1, 4, 4, 4), (1, 8, 4, 3), (2, 8, 2, 2),
                  (4, 1, 2, 5), (4, 2, 2, 3), (2, 2, 4, 4), (2, 4, 4, 3), (4, 4, 2, 2))
@@ -206,9 +206,7 @@ def study(device, ncu: bool, only_cols: bool = False) -> list[dict]:
                                       [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(y_ptr), i32(n), i32(row_bytes), i32(nb),
                                        i32(5), i32(k)]) for i in range(copies)])
         if only_cols:
-            _copy_row(d, stream, rows, shape, ws, w_bytes, copies, ncu)
-            for p in ws + ss + [a_ptr, y_ptr, sink]:
-                _ck(d.cuMemFree(p))
+            _finish_shape(d, stream, rows, shape, ws, ss + [a_ptr, y_ptr, sink], w_bytes, copies, ncu)
             continue
         # candidates
         f = fn(study_module, "read_only_c1_u4")
@@ -277,23 +275,24 @@ def study(device, ncu: bool, only_cols: bool = False) -> list[dict]:
                         [Launch(f, -(-n // c_), 256, smem, staged_params(i)) for i in range(copies)])
                 measure(f"h2_bulk, {c_} columns a block in {stages} bulk copies; overlapped launches",
                         [OverlappedLaunch(f, -(-n // c_), 256, smem, staged_params(i)) for i in range(copies)])
-        _copy_row(d, stream, rows, shape, ws, w_bytes, copies, ncu)
-        for p in ws + ss + [a_ptr, y_ptr, sink]:
-            _ck(d.cuMemFree(p))
+        _finish_shape(d, stream, rows, shape, ws, ss + [a_ptr, y_ptr, sink], w_bytes, copies, ncu)
     return rows
 
 
-def _copy_row(d, stream, rows: list, shape: str, ws: list, w_bytes: int, copies: int, ncu: bool) -> None:
-    """The copy of the weights' bytes (read and write counted), timed as the kernels are."""
-    if ncu:
-        return
-    dst = [int(_ck(d.cuMemAlloc(w_bytes))) for _ in range(copies)]
-    us = time_graph(stream, lambda: [_ck(d.cuMemcpyDtoDAsync(dst[i], ws[i], w_bytes, stream))
-                                     for i in range(copies)], copies)
-    rows.append({"shape": shape, "kernel": "device-to-device copy of the weights (read + write)", "us": us,
-                 "gbps": 2 * w_bytes / us / 1e3, "bytes": 2 * w_bytes, "rel_l2": float("nan")})
-    print(f"{shape:10s} {'copy of the weights (read + write)':46s} {us:8.2f} µs {2 * w_bytes / us / 1e3:7.0f} GB/s")
-    for p in dst:
+def _finish_shape(d, stream, rows: list, shape: str, ws: list, others: list, w_bytes: int, copies: int,
+                  ncu: bool) -> None:
+    """A shape's last row, the copy of the weights' bytes (read and write counted, timed as the
+    kernels are; not under --ncu), then its memory freed: the weights' copies `ws` and `others`."""
+    if not ncu:
+        dst = [int(_ck(d.cuMemAlloc(w_bytes))) for _ in range(copies)]
+        us = time_graph(stream, lambda: [_ck(d.cuMemcpyDtoDAsync(dst[i], ws[i], w_bytes, stream))
+                                         for i in range(copies)], copies)
+        rows.append({"shape": shape, "kernel": "device-to-device copy of the weights (read + write)", "us": us,
+                     "gbps": 2 * w_bytes / us / 1e3, "bytes": 2 * w_bytes, "rel_l2": float("nan")})
+        print(f"{shape:10s} {'copy of the weights (read + write)':46s} {us:8.2f} µs "
+              f"{2 * w_bytes / us / 1e3:7.0f} GB/s")
+        others = others + dst
+    for p in ws + others:
         _ck(d.cuMemFree(p))
 
 
