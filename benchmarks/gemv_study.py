@@ -27,8 +27,11 @@ sys.path.insert(0, HERE)
 SHAPES = (("4096x4096", 4096, 4096), ("qkv", 2048, 3072), ("o", 2048, 2048), ("gate/up", 2048, 8192),
           ("down", 8192, 2048), ("lm_head", 2048, 32000))
 BLOCK = 32
-# h2_mma (rounds of loads in flight U, warps a column group SPLIT): entries h2_mma_u{U}_s{SPLIT}
-MMA_VARIANTS = ((4, 1), (8, 1), (4, 2), (8, 2), (4, 4), (8, 4))
+# gemv_study_tc.hip: h2_mma (rounds of loads in flight U, warps a column group SPLIT, A staged as pairs
+# or as whole mma operands FRAG), entries h2_mma_u{U}_s{SPLIT}_f{FRAG}; h2_tc (the weights as the mma's A
+# operand, 16 columns a warp), entries h2_tc_u{U}_s{SPLIT}
+MMA_VARIANTS = tuple((u, s, f) for f in (0, 1) for u, s in ((4, 1), (8, 1), (4, 2), (8, 2), (4, 4), (8, 4)))
+TC_VARIANTS = ((2, 2), (4, 2), (2, 4), (4, 4), (2, 8), (4, 8))
 # hipep_mnb_gemv_row1 with C columns a warp and S warps a column, one round of U chunks a lane
 # (U * 32 * S chunks cover the row), launch bounds LB: the entries row1_cols_u{U}_c{C}_s{S}_lb{LB}.
 COLS_VARIANTS = ((2, 2, 1, 4), (2, 4, 1, 3), (2, 8, 1, 2), (1, 4, 2, 4), (1, 8, 2, 3), (2, 4, 1, 4), (2, 2, 1, 5),
@@ -107,6 +110,8 @@ def study(device, ncu: bool, only_cols: bool = False) -> list[dict]:
     stream = _ck(d.cuStreamCreate(0))
     with open(os.path.join(HERE, "gemv_study.hip")) as f:
         study_module = device._module("gemv_study", f.read())
+    with open(os.path.join(HERE, "gemv_study_tc.hip")) as f:
+        tc_module = device._module("gemv_study_tc", f.read())
     mnb_module = device._module("matmul_nbits")
     row_module = device._module("matmul_nbits_row")
 
@@ -196,12 +201,23 @@ def study(device, ncu: bool, only_cols: bool = False) -> list[dict]:
                                       [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(0), u64(0), u64(y_ptr), args])
                      for i in range(copies)])
         # tensor cores: 8 columns a warp as mma.sync's B operand (h2_mma), SPLIT warps a column group
-        for u_m, s_m in MMA_VARIANTS:
+        for u_m, s_m, frag in MMA_VARIANTS:
             if chunks % (4 * s_m):
                 continue
-            f = fn(study_module, f"h2_mma_u{u_m}_s{s_m}")
+            f = fn(tc_module, f"h2_mma_u{u_m}_s{s_m}_f{frag}")
             grid = -(-n * s_m // 64)
-            measure(f"h2_mma, {s_m} warp(s) a column group, {u_m} rounds in flight, {grid} blocks; overlapped launches",
+            measure(f"h2_mma{' (A as mma operands)' if frag else ''}, {s_m} warp(s) a column group, {u_m} rounds "
+                    f"in flight, {grid} blocks; overlapped launches",
+                    [OverlappedLaunch(f, grid, 256, chunks * (64 * (1 + frag) + 4),
+                                      [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(y_ptr), i32(n), i32(row_bytes), i32(nb),
+                                       i32(5), i32(k)]) for i in range(copies)])
+        # tensor cores: 16 columns a warp as mma.sync's A operand (h2_tc), SPLIT warps a column group
+        for u_t, s_t in TC_VARIANTS:
+            if chunks % (4 * s_t):
+                continue
+            f = fn(tc_module, f"h2_tc_u{u_t}_s{s_t}")
+            grid = -(-n * s_t // 128)
+            measure(f"h2_tc, {s_t} warp(s) a column group, {u_t} rounds in flight, {grid} blocks; overlapped launches",
                     [OverlappedLaunch(f, grid, 256, chunks * 68,
                                       [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(y_ptr), i32(n), i32(row_bytes), i32(nb),
                                        i32(5), i32(k)]) for i in range(copies)])

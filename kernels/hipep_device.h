@@ -220,6 +220,29 @@ template <typename T> HIPEP_DEVICE T hipep_ld_stream(const T* p) { return *p; }
 template <typename T> HIPEP_DEVICE T hipep_ld_produced(const T* p) { return *p; }
 #endif
 
+// (x & MASK) | BITS as one instruction. A LOP3 takes one immediate operand, so ptxas turns C's
+// AND and OR of two constants into two LOP3s (seen in the SASS of the dequantizing GEMVs, two per
+// nibble pair); PTX's lop3 with both constants lets it keep one in a register for the whole kernel.
+// Elsewhere the C expression (AMD's compiler emits v_and_or_b32 for it).
+template <unsigned int MASK, unsigned int BITS> HIPEP_DEVICE unsigned int hipep_and_or(unsigned int x) {
+#if defined(HIPEP_NVIDIA) && defined(__CUDA_ARCH__)
+  unsigned int r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(x), "n"(MASK), "n"(BITS));  // 0xEA: (a & b) | c
+  return r;
+#else
+  return (x & MASK) | BITS;
+#endif
+}
+
+// Computes p here, once. NVVM otherwise sinks an address's computation into every predicated load
+// that uses it (seen in the SASS of the row GEMV: a column's 64-bit scale base multiplied out again
+// for each of its chunks); an empty asm that may change p keeps the one computed value.
+template <typename P> HIPEP_DEVICE void hipep_materialize(P*& p) {
+#if defined(HIPEP_NVIDIA) && defined(__CUDA_ARCH__)
+  asm("" : "+l"(p));
+#endif
+}
+
 // ---- atomics ------------------------------------------------------------------------------------
 // Same spelling on both platforms; wrapped so kernels do not depend on which overloads exist.
 HIPEP_DEVICE float hipep_atomic_add(float* p, float v) { return atomicAdd(p, v); }

@@ -277,10 +277,10 @@ HIPEP_DEVICE __half2 hipep_u32_half2(unsigned int v) { return *reinterpret_cast<
 HIPEP_DEVICE __half2 hipep_mnb_row_word_h2(unsigned int x, uint4 pairs, __half2 c_lo, __half2 c_hi) {
   const __half2 sixteenth = __float2half2_rn(0.0625f);
   const unsigned int x8 = x >> 8;
-  const __half2 d0 = __hsub2(hipep_u32_half2((x & 0x000F000Fu) | 0x64006400u), c_lo);               // (v0, v4)
-  const __half2 d1 = __hfma2(hipep_u32_half2((x & 0x00F000F0u) | 0x64006400u), sixteenth, c_hi);   // (v1, v5)
-  const __half2 d2 = __hsub2(hipep_u32_half2((x8 & 0x000F000Fu) | 0x64006400u), c_lo);              // (v2, v6)
-  const __half2 d3 = __hfma2(hipep_u32_half2((x8 & 0x00F000F0u) | 0x64006400u), sixteenth, c_hi);  // (v3, v7)
+  const __half2 d0 = __hsub2(hipep_u32_half2(hipep_and_or<0x000F000Fu, 0x64006400u>(x)), c_lo);               // (v0, v4)
+  const __half2 d1 = __hfma2(hipep_u32_half2(hipep_and_or<0x00F000F0u, 0x64006400u>(x)), sixteenth, c_hi);   // (v1, v5)
+  const __half2 d2 = __hsub2(hipep_u32_half2(hipep_and_or<0x000F000Fu, 0x64006400u>(x8)), c_lo);              // (v2, v6)
+  const __half2 d3 = __hfma2(hipep_u32_half2(hipep_and_or<0x00F000F0u, 0x64006400u>(x8)), sixteenth, c_hi);  // (v3, v7)
   __half2 p = __hmul2(d0, hipep_u32_half2(pairs.x));
   p = __hfma2(d1, hipep_u32_half2(pairs.y), p);
   p = __hfma2(d2, hipep_u32_half2(pairs.z), p);
@@ -355,6 +355,9 @@ HIPEP_DEVICE hipep_mnb_row_col<T> hipep_mnb_row_col_at(const unsigned char* B, c
   c.b = reinterpret_cast<const uint4*>(B + n * a.row_bytes);
   c.scale = scales + n * a.nb;
   c.zp = a.zp_mode == 1 ? static_cast<const unsigned char*>(zp) + n * a.zp_row : nullptr;
+  hipep_materialize(c.b);
+  hipep_materialize(c.scale);
+  hipep_materialize(c.zp);
   return c;
 }
 
@@ -365,6 +368,11 @@ HIPEP_DEVICE hipep_mnb_row_col<T> hipep_mnb_row_col_at(const unsigned char* B, c
 template <typename T, int U>
 HIPEP_DEVICE void hipep_mnb_row_load(uint4 (&q)[U], float (&s)[U], float (&z)[U], const hipep_mnb_row_col<T>& c,
                                      int ch0, int end, int log2_bs) {
+  // The lane's first chunk located once; chunk u is warp-size chunks on, (warp size * 32) >> log2_bs
+  // blocks on (log2_bs <= 10), so each load is a constant or one multiple away from the first.
+  const uint4* b = c.b + ch0;
+  const int blk0 = (ch0 << 5) >> log2_bs, blk_step = (HIPEP_WARP_SIZE << 5) >> log2_bs;
+  const T* scale = c.scale + blk0;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int ch = ch0 + u * HIPEP_WARP_SIZE;
@@ -372,10 +380,12 @@ HIPEP_DEVICE void hipep_mnb_row_load(uint4 (&q)[U], float (&s)[U], float (&z)[U]
     s[u] = 0.0f;
     z[u] = 8.0f;
     if (c.live && ch < end) {
-      q[u] = hipep_ld_stream(c.b + ch);
-      const int blk = (ch << 5) >> log2_bs;
-      s[u] = hipep_to_float(hipep_ld_stream(c.scale + blk));
-      if (c.zp != nullptr) z[u] = (float)((hipep_ld_stream(c.zp + (blk >> 1)) >> ((blk & 1) * 4)) & 0xF);
+      q[u] = hipep_ld_stream(b + u * HIPEP_WARP_SIZE);
+      s[u] = hipep_to_float(hipep_ld_stream(scale + u * blk_step));
+      if (c.zp != nullptr) {
+        const int blk = blk0 + u * blk_step;
+        z[u] = (float)((hipep_ld_stream(c.zp + (blk >> 1)) >> ((blk & 1) * 4)) & 0xF);
+      }
     }
   }
 }

@@ -304,6 +304,23 @@ def test_row_gemv_loads_weights_before_it_waits_for_the_previous_kernel(arch):
 
 
 @needs_nvrtc
+def test_h2_row_gemvs_make_each_nibble_pair_a_half2_in_one_instruction():
+    """(x & mask) | 0x64006400 (two nibbles as the halves 1024 + q) is one LOP3 only when PTX asks
+    for it: from C's AND and OR of two constants ptxas makes two, a third of the h2 row GEMV's
+    arithmetic a weight word. Every h2 entry point (the tiled, row1, split and several-columns
+    forms) takes its nibble pairs through lop3 (hipep_and_or), and none through and.b32 with a
+    nibble-pair mask."""
+    bodies = _entry_bodies(_ptx("matmul_nbits_row", "compute_90"))
+    h2 = {e: b for e, b in bodies.items() if "_h2_" in e or "skip_norm" in e or "gated" in e}
+    assert len(h2) >= 12
+    masks = ("983055", "15728880")  # 0x000F000F, 0x00F000F0
+    for entry, body in h2.items():
+        lop3 = [line for line in body.splitlines() if "lop3.b32" in line]
+        assert sum(any(m in line for m in masks) for line in lop3) >= 4, entry
+        assert not any("and.b32" in line and any(m in line for m in masks) for line in body.splitlines()), entry
+
+
+@needs_nvrtc
 def test_overlapping_skip_norm_loads_only_weights_before_it_waits():
     """The decode step's skip norm (hipep_skip_rms_norm_<dt>_overlap, KernelOp.overlaps_previous)
     reads gamma and bias (ld.global.cs) before griddepcontrol.wait and nothing else; x and skip
@@ -702,12 +719,15 @@ def test_the_norm_fuses_only_where_the_gemv_keeps_its_waves(kind, k, n, sm_count
 
 @needs_nvrtc
 def test_gemv_study_kernels_compile_without_spills():
-    """benchmarks/gemv_study.hip (candidate GEMV designs, timed on a GPU by gemv_study.py) compiles
-    for sm_90 through hipep's header, and its tensor-core candidates keep their registers."""
+    """benchmarks/gemv_study.hip and gemv_study_tc.hip (candidate GEMV designs, timed on a GPU by
+    gemv_study.py) compile for sm_90 through hipep's header, and the tensor-core candidates keep their
+    registers."""
     from helpers import REPO, load_script
 
     study = load_script("benchmarks/gemv_study.py", "_hipep_gemv_study")
-    log = _ptxas_log((REPO / "benchmarks" / "gemv_study.hip").read_text(), "gemv_study")
-    reports = _spill_reports(log)
-    for u, split in study.MMA_VARIANTS:
-        assert reports.get(f"h2_mma_u{u}_s{split}") == "0", reports
+    _ptxas_log((REPO / "benchmarks" / "gemv_study.hip").read_text(), "gemv_study")
+    reports = _spill_reports(_ptxas_log((REPO / "benchmarks" / "gemv_study_tc.hip").read_text(), "gemv_study_tc"))
+    for u, split, frag in study.MMA_VARIANTS:
+        assert reports.get(f"h2_mma_u{u}_s{split}_f{frag}") == "0", reports
+    for u, split in study.TC_VARIANTS:
+        assert reports.get(f"h2_tc_u{u}_s{split}") == "0", reports

@@ -123,5 +123,14 @@ inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) {
 }
 inline __half2 __hmul2(__half2 a, __half2 b) { return {(__half)((double)a.x * b.x), (__half)((double)a.y * b.y)}; }
 inline __half2 __hsub2(__half2 a, __half2 b) { return {(__half)((double)a.x - b.x), (__half)((double)a.y - b.y)}; }
+// mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 for a warp (the study's tensor-core GEMVs,
+// benchmarks/gemv_study.hip): every lane leaves its fragments in memory between two barriers of the
+// warp and computes its four elements of D from all of them, with PTX's fragment layout (lane 4g + t:
+// A rows g and g + 8, k 2t, 2t + 1 and 2t + 8, 2t + 9; B column g, the same k; D rows g and g + 8,
+// columns 2t, 2t + 1). The products are exact and summed in double, rounded to f32 once: the tensor
+// cores' order of additions is not specified, so results agree with the GPU's to f32 rounding.
+#define HIPEP_HOST_MMA 1
+void hipep_host_mma_m16n8k16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                             unsigned b1);
 unsigned char* hipep_host_dynamic_smem();
 #define HIPEP_DYNAMIC_SHARED(type, name) type* name = reinterpret_cast<type*>(hipep_host_dynamic_smem())

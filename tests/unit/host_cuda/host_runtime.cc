@@ -38,3 +38,36 @@ void hipep_host_warp_barrier() { pthread_barrier_wait(&warp_barriers[hipep_host_
 
 alignas(64) static unsigned char dynamic_smem[64 * 1024];
 unsigned char* hipep_host_dynamic_smem() { return dynamic_smem; }
+
+static unsigned mma_fragments[1024][6];  // a0..a3, b0, b1 of every thread of the block
+
+static double mma_half(unsigned reg, int which) {
+  uint16_t bits = (uint16_t)(reg >> (16 * which));
+  __half h;
+  std::memcpy(&h, &bits, 2);
+  return (double)h;
+}
+
+void hipep_host_mma_m16n8k16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                             unsigned b1) {
+  const int tid = hipep_host_tid(), lane = tid % HIPEP_WARP_SIZE, base = tid - lane;
+  const unsigned mine[6] = {a0, a1, a2, a3, b0, b1};
+  std::memcpy(mma_fragments[tid], mine, sizeof(mine));
+  hipep_host_warp_barrier();
+  // A[row][k]: lane 4 (row % 8) + (k % 8) / 2, register (row >= 8) + 2 (k >= 8), half k % 2
+  auto a_at = [&](int row, int k) {
+    return mma_half(mma_fragments[base + 4 * (row % 8) + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k % 2);
+  };
+  // B[k][col]: lane 4 col + (k % 8) / 2, register 4 + (k >= 8), half k % 2
+  auto b_at = [&](int k, int col) { return mma_half(mma_fragments[base + 4 * col + (k % 8) / 2][4 + (k >= 8)], k % 2); };
+  const int g = lane / 4, t = lane % 4;
+  float out[4];
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    double sum = 0.0;
+    for (int k = 0; k < 16; ++k) sum += a_at(row, k) * b_at(k, col);
+    out[i] = (float)((double)d[i] + sum);
+  }
+  hipep_host_warp_barrier();
+  for (int i = 0; i < 4; ++i) d[i] = out[i];
+}
