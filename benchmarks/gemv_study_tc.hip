@@ -25,18 +25,6 @@ typedef long long i64;
 //   operand's registers.
 //   U: rounds of loads in flight a lane. Only the study's case: block 32, no zero points, chunks a
 //   multiple of 4 * SPLIT.
-__device__ __forceinline__ void mma_f16(float (&d)[4], unsigned int a0, unsigned int a1, unsigned int a2,
-                                        unsigned int a3, unsigned int b0, unsigned int b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#elif defined(HIPEP_HOST_MMA)  // the tests' host stand-in (tests/unit/host_cuda): the warp's operands exchanged
-  hipep_host_mma_m16n8k16(d, a0, a1, a2, a3, b0, b1);
-#endif
-}
-
 // A staged for the candidates below: word w (8 halves) as its four pairs (a0, a4), (a2, a6), (a1 / 16,
 // a5 / 16), (a3 / 16, a7 / 16) -- the low nibbles' k slots, then the high ones' (1024 + 16 q against x / 16:
 // exact) -- or, FRAG, as the two mma A operands they make, {pair, 0, pair, 0} each; and after them each
@@ -140,12 +128,12 @@ __device__ void h2_mma(const __half* __restrict__ A, const unsigned char* __rest
         const unsigned int b_hi0 = hipep_and_or<0x00F000F0u, 0x64006400u>(x), b_hi1 = hipep_and_or<0x00F000F0u, 0x64006400u>(x8);
         if constexpr (FRAG) {
           const uint4 lo = a[2 * wi], hi = a[2 * wi + 1];
-          mma_f16(d, lo.x, lo.y, lo.z, lo.w, b_lo0, b_lo1);
-          mma_f16(d, hi.x, hi.y, hi.z, hi.w, b_hi0, b_hi1);
+          hipep_mma_m16n8k16(d, lo.x, lo.y, lo.z, lo.w, b_lo0, b_lo1);
+          hipep_mma_m16n8k16(d, hi.x, hi.y, hi.z, hi.w, b_hi0, b_hi1);
         } else {
           const uint4 av = a[wi];
-          mma_f16(d, av.x, 0u, av.y, 0u, b_lo0, b_lo1);
-          mma_f16(d, av.z, 0u, av.w, 0u, b_hi0, b_hi1);
+          hipep_mma_m16n8k16(d, av.x, 0u, av.y, 0u, b_lo0, b_lo1);
+          hipep_mma_m16n8k16(d, av.z, 0u, av.w, 0u, b_hi0, b_hi1);
         }
       }
       if (owner) {
@@ -259,9 +247,9 @@ __device__ void h2_tc(const __half* __restrict__ A, const unsigned char* __restr
       for (int wi = 0; wi < 4; ++wi) {
         const unsigned int a = wa[wi], b = wb[wi], a8 = a >> 8, b8 = b >> 8;
         const uint4 p = x[wi];
-        mma_f16(d, hipep_and_or<0x000F000Fu, 0x64006400u>(a), hipep_and_or<0x000F000Fu, 0x64006400u>(b),
+        hipep_mma_m16n8k16(d, hipep_and_or<0x000F000Fu, 0x64006400u>(a), hipep_and_or<0x000F000Fu, 0x64006400u>(b),
                 hipep_and_or<0x000F000Fu, 0x64006400u>(a8), hipep_and_or<0x000F000Fu, 0x64006400u>(b8), p.x, p.y);
-        mma_f16(d, hipep_and_or<0x00F000F0u, 0x64006400u>(a), hipep_and_or<0x00F000F0u, 0x64006400u>(b),
+        hipep_mma_m16n8k16(d, hipep_and_or<0x00F000F0u, 0x64006400u>(a), hipep_and_or<0x00F000F0u, 0x64006400u>(b),
                 hipep_and_or<0x00F000F0u, 0x64006400u>(a8), hipep_and_or<0x00F000F0u, 0x64006400u>(b8), p.z, p.w);
       }
       if (owner) {

@@ -47,7 +47,8 @@ def gpu_info(device) -> dict:
     return {"gpu": device.gpu_name, "arch": device.arch, "sms": device.sm_count, "l2_bytes": l2,
             "driver_cuda": f"{v // 1000}.{(v % 1000) // 10}", "nvrtc": ".".join(map(str, device.nvrtc_version)),
             # the launch-path settings in effect (docs/options.md): a run with one of them is another path
-            "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("HIPEP_CUDA") or k == "HIPEP_GEMM"}}
+            "env": {k: v for k, v in sorted(os.environ.items())
+                    if k.startswith(("HIPEP_CUDA", "HIPEP_MNB_")) or k == "HIPEP_GEMM"}}
 
 
 def device_slug(gpu_name: str) -> str:

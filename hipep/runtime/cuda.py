@@ -124,7 +124,8 @@ class CudaDevice(GraphReplay, Device):
                 f"(CUDA {driver[0]}.{driver[1]}, driver API version {self.driver_version}): kernels it compiles may not "
                 f"load; install nvidia-cuda-nvrtc=={driver[0]}.{driver[1]}.* or update the driver")
         self.defines = {"HIPEP_WARP_SIZE": self.warp_size}
-        self.target = table.Target(sm_count=self.sm_count, warp_size=self.warp_size, scratch=self._scratch)
+        self.target = table.Target(sm_count=self.sm_count, warp_size=self.warp_size, scratch=self._scratch,
+                                   tensor_cores=self.capability >= (8, 0) and self.warp_size == 32)
         self.sync_launches = env_flag("HIPEP_CUDA_SYNC", False)
         self.use_graphs = env_flag("HIPEP_CUDA_GRAPHS", True)
         # A captured launch whose arguments changed (a growing attention mask's length, memory ORT

@@ -83,9 +83,12 @@ class Target:
     `fault(what) -> FaultSite`: the kernel parameter through which a launch that validates its
     input reports a bad value of `what` (hipep.runtime.gpu_faults; None: no report).
     `counters(nbytes) -> pointer`: device memory of the launch's own for arrival counters, zero
-    when first handed out; a kernel using it must leave it zero when it ends (None: not offered)."""
+    when first handed out; a kernel using it must leave it zero when it ends (None: not offered).
+    `tensor_cores`: the device runs mma.sync m16n8k16 on fp16 (kernels/hipep_device.h HIPEP_HAS_MMA:
+    NVIDIA compute capability 8.0 and newer)."""
     sm_count: int = 132
     warp_size: int = 32
+    tensor_cores: bool = False
     scratch: Callable[[int], int] | None = None
     workspace: Callable[[int], int] | None = None
     fault: Callable[[str], object] | None = None

@@ -84,6 +84,10 @@ GEMV_ROW = _env_int(GEMV_ROW_ENV, 1, (0, 1))
 # HIPEP_MNB_GEMV_ROW_COLS: 0 keeps the one-row GEMV at one column a warp (see row_cols_form).
 GEMV_ROW_COLS_ENV = "HIPEP_MNB_GEMV_ROW_COLS"
 GEMV_ROW_COLS = _env_int(GEMV_ROW_COLS_ENV, 1, (0, 1))
+# HIPEP_MNB_GEMV_TC: 1 runs fp16 decode rows on tensor cores where the device has them (see
+# row_tc_form); off until timed on a GPU against the forms above.
+GEMV_ROW_TC_ENV = "HIPEP_MNB_GEMV_TC"
+GEMV_ROW_TC = _env_int(GEMV_ROW_TC_ENV, 0, (0, 1))
 
 
 class MatMulNBitsArgs(ctypes.Structure):
@@ -242,8 +246,9 @@ class RowPlan:
     """How the one-row GEMV in packed arithmetic runs a node: the kernel template
     (kernels/matmul_nbits_row.h) and its instance. `form`: "row" (hipep_mnb_gemv_row, tiled),
     "row1" (hipep_mnb_gemv_row1: one round of U chunks a lane), "split" (row1 with two warps a
-    column) or "cols" (row1 with `cols` columns a warp and `split` warps a column);
-    `min_blocks`: the instance's launch bounds; `entry`: its name in matmul_nbits_row.hip."""
+    column), "cols" (row1 with `cols` columns a warp and `split` warps a column) or "tc"
+    (hipep_mnb_gemv_tc, kernels/matmul_nbits_tc.hip: tensor cores, 16 columns a warp, `split` warps
+    a column group); `min_blocks`: the instance's launch bounds; `entry`: its name in `module`."""
     form: str
     q8: bool
     u: int
@@ -255,6 +260,7 @@ class RowPlan:
     tile_chunks: int
     cols: int = 1
     split: int = 1
+    module: str = "matmul_nbits_row"
 
 
 # The several-columns-a-warp instances of hipep_mnb_gemv_row1 (kernels/matmul_nbits_row.hip,
@@ -282,17 +288,48 @@ def row_cols_form(chunks: int, n: int, target) -> tuple[int, int, int, int] | No
     return ROW_COLS_BY_WIDTHS[4 if chunks <= 4 * ws else 8]
 
 
+# The tensor-core row GEMV (kernels/matmul_nbits_tc.hip): rounds of loads in flight a lane, and
+# warps a column group from this many chunks on (fewer: 4) -- one run of 16 chunks a warp for K =
+# 4096, 8 for 2048. Shared bytes a staged chunk: A's pairs (64) and its off and sx (8).
+TC_U = 4
+TC_SPLIT8_MIN_CHUNKS = 96
+TC_SMEM_PER_CHUNK = 72
+
+
+def row_tc_form(layout: MatMulNBitsArgs, target, scales_aligned: bool) -> tuple[int, int, bool, int] | None:
+    """(U, warps a column group, paired scales, shared bytes) of the tensor-core row GEMV for an
+    fp16 row (the h2 cases of mnb_row_plan), or None where it does not run: HIPEP_MNB_GEMV_TC off, a
+    device without tensor cores (Target.tensor_cores), block 32 with an odd number of blocks a row
+    or scales not 4-byte aligned (block 32 reads a chunk pair's two scales as one load), or a row
+    whose staged A passes the shared-memory budget."""
+    bs, chunks = 1 << layout.log2_bs, layout.k_pad // 32
+    if not (GEMV_ROW_TC and target.tensor_cores and target.warp_size == 32):
+        return None
+    paired = bs == 32
+    if paired and (layout.nb % 2 or not scales_aligned):
+        return None
+    split = 8 if chunks >= TC_SPLIT8_MIN_CHUNKS else 4
+    staged = _cdiv(chunks, 4 * split) * 4 * split
+    smem = staged * TC_SMEM_PER_CHUNK
+    if smem > GEMV_SMEM_BUDGET:
+        return None
+    return TC_U, split, paired, smem
+
+
 # Launch bounds of the precompiled row1 instances (kernels/matmul_nbits_row.hip) per (q8, U).
 _ROW1_MIN_BLOCKS = {(False, 1): 8, (False, 2): 8, (False, 4): 5, (True, 1): 8, (True, 2): 6, (True, 4): 4}
 _SPLIT_MIN_BLOCKS = {1: 8, 2: 8, 4: 5}
 
 
-def mnb_row_plan(layout: MatMulNBitsArgs, bits, dt, target) -> RowPlan | None:
+def mnb_row_plan(layout: MatMulNBitsArgs, bits, dt, target,
+                 tc_scales_aligned: bool | None = None) -> RowPlan | None:
     """The one-row GEMV in packed arithmetic (kernels/matmul_nbits_row.hip, hipep_mnb_gemv_row_*) where
     it applies -- 4 bits, block_size >= 32, 16-byte aligned rows, integer or no zero points, and
     A quantized to int8 (q8) or fp16 (h2) -- else None (the general GEMV runs). `layout`: the
     node's arguments as the binding derived them (m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs,
-    zp_mode, aligned16, int8_a), completed here with the row GEMV's tile."""
+    zp_mode, aligned16, int8_a), completed here with the row GEMV's tile. `tc_scales_aligned`:
+    where not None, an fp16 row may take the tensor-core form (row_tc_form; the fused forms, which
+    stage A their own way, pass None)."""
     bs, quant_a = 1 << layout.log2_bs, layout.int8_a
     if not (GEMV_ROW and bits == 4 and bs >= 32 and layout.aligned16 and layout.zp_mode in (0, 1)
             and (quant_a or dt == "f16")):
@@ -310,6 +347,16 @@ def mnb_row_plan(layout: MatMulNBitsArgs, bits, dt, target) -> RowPlan | None:
     if grid[0] <= ROW_W3_BLOCKS_PER_SM * target.sm_count:
         entry, min_blocks = entry + "_w3", ROW_W3_BLOCKS_PER_SM
     zp_suffix = '_zp' if zp else ''
+    tc_form = (row_tc_form(layout, target, tc_scales_aligned)
+               if variant == "h2" and tc_scales_aligned is not None else None)
+    if tc_form is not None:
+        # Tensor cores: the nibbles' halves summed in f32 by mma.sync, 16 columns a warp
+        # (kernels/matmul_nbits_tc.hip); the whole row staged once per block.
+        u, split, paired, smem = tc_form
+        layout.k_tile = chunks * 32
+        grid = (_cdiv(layout.n * split, 16 * GEMV_WARPS), 1, 1)
+        entry = f"hipep_mnb_gemv_tc_{dt}_{'b32' if paired else 'bw'}_u{u}_s{split}{zp_suffix}"
+        return RowPlan("tc", q8, u, zp, 2, entry, grid, smem, chunks, split=split, module="matmul_nbits_tc")
     cols_form = row_cols_form(chunks, layout.n, target) if variant == "h2" and tile_chunks == chunks else None
     if cols_form is not None:
         # Several columns a warp: each pair of A read from shared memory serves them all, and the
@@ -338,7 +385,7 @@ def mnb_row_plan(layout: MatMulNBitsArgs, bits, dt, target) -> RowPlan | None:
 
 def _mnb_row_op(a_ptr, B, scales, zp, bias, y, layout: MatMulNBitsArgs, bits, dt, target):
     """The one-row GEMV's launch (mnb_row_plan), or None where it does not apply."""
-    plan = mnb_row_plan(layout, bits, dt, target)
+    plan = mnb_row_plan(layout, bits, dt, target, tc_scales_aligned=scales.ptr % 4 == 0)
     if plan is None:
         return None
     layout.a_vec = int(layout.k % 8 == 0 and a_ptr % 16 == 0)
@@ -346,7 +393,7 @@ def _mnb_row_op(a_ptr, B, scales, zp, bias, y, layout: MatMulNBitsArgs, bits, dt
     # The kernel loads its first chunks of B, scales and zero points before it waits for the
     # previous kernel: only where those are the session's weights, which no kernel writes.
     weights = all(w is None or w.constant for w in (B, scales, zp))
-    return KernelOp(plan.entry, plan.grid, (GEMV_WARPS * target.warp_size, 1, 1), params, module="matmul_nbits_row",
+    return KernelOp(plan.entry, plan.grid, (GEMV_WARPS * target.warp_size, 1, 1), params, module=plan.module,
                     smem=plan.smem, overlaps_previous=weights)
 
 
@@ -358,7 +405,8 @@ def row_smem(tile_chunks: int, block_size: int, q8: bool) -> int:
     return tile_chunks * 64
 
 
-@_binding(MNB, check=_mnb_check, modules=("matmul_nbits", "matmul_nbits_row", "matmul_nbits_dequant"))
+@_binding(MNB, check=_mnb_check,
+          modules=("matmul_nbits", "matmul_nbits_row", "matmul_nbits_tc", "matmul_nbits_dequant"))
 def _mnb_bind(ins, outs, attrs, target):
     op = "MatMulNBits"
     why = _mnb_attr_reason(attrs)

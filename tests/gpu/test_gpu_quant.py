@@ -189,6 +189,50 @@ def test_matmul_nbits_columns_a_warp_against_one_column_a_warp(monkeypatch, shap
     assert rel_l2(got, reference(feeds, weights, {"K": k, "N": n, "bits": 4, "block_size": 32})) < 2e-3
 
 
+# (K, N, block size, zero points): the tensor-core row GEMV's cases (gpu_quant.row_tc_form): 4096 x
+# 4096 (8 warps a column group), qkv with zero points (4), the LM head, down with block 128 (two turns
+# of the rounds' loop), K short of K_pad with N odd and block 64.
+TC_SHAPES = [(4096, 4096, 32, "none"), (2048, 3072, 32, "uint8"), (2048, 32000, 32, "none"), (8192, 2048, 128, "none"),
+             (4000, 4097, 64, "uint8")]
+
+
+@pytest.mark.parametrize("shape", TC_SHAPES, ids=[f"K{s[0]}-N{s[1]}-bs{s[2]}-{s[3]}" for s in TC_SHAPES])
+def test_matmul_nbits_on_tensor_cores(monkeypatch, shape):
+    """HIPEP_MNB_GEMV_TC=1: fp16 decode rows on mma.sync (kernels/matmul_nbits_tc.hip), within the
+    CPU EP's tolerance and hipep's float64 reference's; replays give the first run's bits."""
+    from hipep.runtime import gpu_quant as gq
+
+    k, n, bs, zp_kind = shape
+    chosen = []
+    form = gq.row_tc_form
+
+    def spy(*args):
+        chosen.append(form(*args))
+        return chosen[-1]
+
+    monkeypatch.setattr(gq, "GEMV_ROW_TC", 1)
+    monkeypatch.setattr(gq, "row_tc_form", spy)
+    model, feeds, weights = matmul_nbits_model((1, 1), k, n, 4, bs, F16, zp_kind, True, 0, seed=k + n)
+    got = run_gpu(model, feeds)
+    assert chosen and all(c is not None for c in chosen), chosen
+    assert rel_l2(got, cpu_session(model).run(None, feeds)[0]) < cpu_tolerance(F16, 0, weights[2])
+    assert rel_l2(got, reference(feeds, weights, {"K": k, "N": n, "bits": 4, "block_size": bs})) < 2e-3
+
+
+def test_tensor_core_gemv_that_starts_early_waits_for_the_kernel_ahead(monkeypatch):
+    """The tensor-core row GEMV overlaps the kernel ahead as the row GEMVs do: a chain of GEMV ->
+    SiLU links replayed 50 times gives the same bits each time and ORT's CPU EP's values."""
+    from hipep.runtime import gpu_quant as gq
+
+    monkeypatch.setattr(gq, "GEMV_ROW_TC", 1)
+    model, feeds = _gemv_chain_model(2048, 8, F16, 0, norm=False)
+    sess = hipep.InferenceSession(model, device="cuda")
+    outs = [sess.run(None, feeds)[0] for _ in range(50)]
+    for o in outs[1:]:
+        np.testing.assert_array_equal(o, outs[0])
+    assert rel_l2(outs[0], cpu_session(model).run(None, feeds)[0]) < 1e-2
+
+
 @pytest.mark.parametrize("elem", [F32, F16])
 @pytest.mark.parametrize("m", [1, 8, 40])
 def test_matmul_nbits_level4_ties_round_half_to_even(m, elem):
@@ -278,10 +322,11 @@ def test_tied_embedding_and_lm_head():
         assert rel_l2(got, cpu.run(None, feeds)[0]) < 1e-4  # level 4: the same int8 A as the CPU EP
 
 
-def _gemv_chain_model(k: int, links: int, elem, level: int):
+def _gemv_chain_model(k: int, links: int, elem, level: int, norm: bool = True):
     """A decode-shaped chain: x -> [SimplifiedLayerNormalization -> MatMulNBits -> Mul(sigmoid)]
-    * links, each GEMV's A written by the kernel just ahead of it and each output feeding the next
-    link, so a GEMV that read A before its predecessor finished would change the result."""
+    * links (without the norm where `norm` is False), each GEMV's A written by the kernel just ahead
+    of it and each output feeding the next link, so a GEMV that read A before its predecessor
+    finished would change the result."""
     rng = np.random.default_rng(7)
     npt = {F32: np.float32, F16: np.float16}[elem]
     nodes, inits, x = [], [], "x"
@@ -289,9 +334,12 @@ def _gemv_chain_model(k: int, links: int, elem, level: int):
         w = rng.standard_normal((k, k)).astype(np.float32)
         B, scales, _ = quantize_blockwise(w, 4, 32, "none", rng)
         inits += [numpy_helper.from_array(B, f"B{i}"), numpy_helper.from_array(scales.astype(npt).reshape(-1), f"s{i}"),
-                  numpy_helper.from_array((1.0 + 0.1 * rng.standard_normal(k)).astype(npt), f"g{i}")]
-        nodes += [helper.make_node("SimplifiedLayerNormalization", [x, f"g{i}"], [f"n{i}"], axis=-1, epsilon=1e-6),
-                  helper.make_node("MatMulNBits", [f"n{i}", f"B{i}", f"s{i}"], [f"m{i}"], domain="com.microsoft",
+                  *([numpy_helper.from_array((1.0 + 0.1 * rng.standard_normal(k)).astype(npt), f"g{i}")] if norm else [])]
+        if norm:
+            nodes.append(helper.make_node("SimplifiedLayerNormalization", [x, f"g{i}"], [f"n{i}"], axis=-1,
+                                          epsilon=1e-6))
+        nodes += [helper.make_node("MatMulNBits", [f"n{i}" if norm else x, f"B{i}", f"s{i}"], [f"m{i}"],
+                                   domain="com.microsoft",
                                    K=k, N=k, bits=4, block_size=32, accuracy_level=level),
                   helper.make_node("Sigmoid", [f"m{i}"], [f"sg{i}"]),
                   helper.make_node("Mul", [f"m{i}", f"sg{i}"], [f"y{i}"])]

@@ -25,12 +25,14 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not 
 
 @pytest.fixture(scope="module")
 def matmul_nbits(tmp_path_factory):
-    """The modules' libraries by name (the general GEMV and GEMM; the row GEMV)."""
+    """The modules' libraries by name (the general GEMV and GEMM; the row GEMV; its tensor-core form,
+    whose mma the host stand-in emulates)."""
     out = tmp_path_factory.mktemp("host_mnb")
-    return {m: compile_module(out, m, 32) for m in ("matmul_nbits", "matmul_nbits_row")}
+    return {m: compile_module(out, m, 32) for m in ("matmul_nbits", "matmul_nbits_row", "matmul_nbits_tc")}
 
 
-def _bind_case(m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0, bits=4, a_scale=3.0, sm_count=132):
+def _bind_case(m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0, bits=4, a_scale=3.0, sm_count=132,
+               tensor_cores=False):
     """A random MatMulNBits case in host memory, bound: (ops, output view, the registry reference's
     output, inputs, attrs, the host memory, which must outlive the launches)."""
     from quant_helpers import quantize_blockwise
@@ -53,13 +55,14 @@ def _bind_case(m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0, bits
     ins = [None if x is None else mem.put(x)[0] for x in inputs]
     out, got = mem.put(np.full(want.shape, np.nan, want.dtype))
     target = gk.Target(sm_count=sm_count, warp_size=32, scratch=lambda nbytes: 0,
-                       workspace=lambda nbytes: mem.put(np.zeros(nbytes, np.uint8))[0].ptr)
+                       workspace=lambda nbytes: mem.put(np.zeros(nbytes, np.uint8))[0].ptr, tensor_cores=tensor_cores)
     ops = gk.binding_for(gq.MNB).bind(ins, [gk.Arg(out.ptr, out.shape, out.dtype)], attrs, target)
     return ops, got, want, inputs, attrs, mem
 
 
-def _run(lib, m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0, sm_count=132):
-    ops, got, want, _, _, mem = _bind_case(m, k, n, bs, dtype, zp_kind, level, with_bias, seed, sm_count=sm_count)
+def _run(lib, m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0, sm_count=132, tensor_cores=False):
+    ops, got, want, _, _, mem = _bind_case(m, k, n, bs, dtype, zp_kind, level, with_bias, seed, sm_count=sm_count,
+                                           tensor_cores=tensor_cores)
     for o in ops:
         launch(lib[o.module], o)
     return got, want, [o.entry for o in ops]
@@ -141,6 +144,37 @@ def test_row_gemv_columns_a_warp_on_host(matmul_nbits, k, n, bs, zp_kind, with_b
     assert entries == [entry]
     err = np.abs(got.astype(np.float64) - want.astype(np.float64)).max() / np.abs(want.astype(np.float64)).max()
     assert err < 1e-2, (entry, err)
+
+
+@pytest.mark.parametrize("k,n,bs,zp_kind,with_bias,entry", [
+    (4096, 40, 32, "none", True, "hipep_mnb_gemv_tc_f16_b32_u4_s8"),        # N past the last group's columns
+    (2048, 44, 32, "uint8", False, "hipep_mnb_gemv_tc_f16_b32_u4_s4_zp"),   # packed zero points, chunk pairs
+    (4000, 37, 64, "uint8", True, "hipep_mnb_gemv_tc_f16_bw_u4_s8_zp"),     # K short of K_pad; runs past K_pad
+    (8192, 20, 128, "none", False, "hipep_mnb_gemv_tc_f16_bw_u4_s8"),       # two turns of the rounds' loop
+    (256, 33, 32, "uint8", True, "hipep_mnb_gemv_tc_f16_b32_u4_s4_zp"),     # a short row: most chunks staged zeros
+    (4000, 37, 32, "none", True, "hipep_mnb_gemv_row1_h2_f16_b4_u4_c2_s1"),  # block 32, odd blocks a row: no tc
+])
+def test_row_gemv_on_tensor_cores_on_host(matmul_nbits, monkeypatch, k, n, bs, zp_kind, with_bias, entry):
+    """HIPEP_MNB_GEMV_TC=1 on a device with tensor cores: fp16 rows on mma.sync (the host stand-in's
+    emulation), 16 columns a warp, against the registry reference (its tolerance) -- zero points
+    through the chunk sums' sx, block 32's scale pairs and wider blocks' shared scale, tails of
+    staged zeros."""
+    monkeypatch.setattr(gq, "GEMV_ROW_TC", 1)
+    got, want, entries = _run(matmul_nbits, 1, k, n, bs, np.float16, zp_kind, 0, with_bias, tensor_cores=True)
+    assert entries == [entry]
+    err = np.abs(got.astype(np.float64) - want.astype(np.float64)).max() / np.abs(want.astype(np.float64)).max()
+    assert err < 1e-2, (entry, err)
+
+
+def test_tensor_core_form_needs_the_option_and_the_device(monkeypatch):
+    """The tensor-core row GEMV runs only with HIPEP_MNB_GEMV_TC=1 and on a device with tensor cores
+    (Target.tensor_cores); A quantized to int8 (accuracy level 4) keeps the q8 kernels."""
+    for option, cores, dtype, level, tc in [(1, True, np.float16, 0, True), (0, True, np.float16, 0, False),
+                                            (1, False, np.float16, 0, False), (1, True, np.float32, 4, False)]:
+        monkeypatch.setattr(gq, "GEMV_ROW_TC", option)
+        ops = _bind_case(1, 2048, 64, 32, dtype, "none", level, tensor_cores=cores)[0]
+        assert ("_tc_" in ops[0].entry) == tc, (option, cores, dtype, ops[0].entry)
+        assert (ops[0].module == "matmul_nbits_tc") == tc
 
 
 @pytest.mark.parametrize("k,n,bs,zp_kind,with_bias,entry", [
