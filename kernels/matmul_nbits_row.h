@@ -139,12 +139,24 @@ HIPEP_DEVICE uint4 hipep_mnb_row_a8(const hipep_half* HIPEP_RESTRICT A, hipep_i6
   return raw;
 }
 
-// h2 staging: thread t takes word w (8 halves) and writes its 4 pairs to plane w % 4, chunk w / 4;
-// P words a thread in flight.
-template <int P = MNB_ROW_STAGE_H2>
+// Where a staged word w of fp16 A (8 halves) goes in shared memory. The row GEMVs' h2 layout: its
+// pairs (a_j, a_j+4), j = 0..3, as one 16-byte store to plane w % 4, chunk w / 4 (the pairs a lane
+// reads for one chunk lie 16 bytes apart in four planes). kernels/matmul_nbits_tc.h has the
+// tensor-core kernel's.
+struct hipep_mnb_h2_layout {
+  HIPEP_DEVICE static void put(unsigned char* smem, int w, int tile_chunks, const hipep_half* h) {
+    __half2 pr[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) pr[j] = __halves2half2(h[j], h[j + 4]);
+    reinterpret_cast<uint4*>(smem)[(w % 4) * tile_chunks + w / 4] = *reinterpret_cast<const uint4*>(pr);
+  }
+};
+
+// h2 staging: thread t takes word w (8 halves) and puts it where Layout says; P words a thread in
+// flight.
+template <int P = MNB_ROW_STAGE_H2, typename Layout = hipep_mnb_h2_layout>
 HIPEP_DEVICE void hipep_mnb_row_stage_h2(unsigned char* smem, const hipep_half* HIPEP_RESTRICT A, hipep_i64 kt,
                                          int tile_chunks, const hipep_mnb_args& a) {
-  uint4* planes = reinterpret_cast<uint4*>(smem);
   const int words = tile_chunks * 4;
   for (int w0 = 0; w0 < words; w0 += P * blockDim.x) {
     uint4 raw[P];
@@ -157,33 +169,24 @@ HIPEP_DEVICE void hipep_mnb_row_stage_h2(unsigned char* smem, const hipep_half* 
     for (int i = 0; i < P; ++i) {
       const int w = w0 + i * blockDim.x + threadIdx.x;
       if (w >= words) break;
-      const hipep_half* h = reinterpret_cast<const hipep_half*>(&raw[i]);
-      uint4 out;
-      __half2 pr[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) pr[j] = __halves2half2(h[j], h[j + 4]);
-      out.x = *reinterpret_cast<unsigned int*>(&pr[0]);
-      out.y = *reinterpret_cast<unsigned int*>(&pr[1]);
-      out.z = *reinterpret_cast<unsigned int*>(&pr[2]);
-      out.w = *reinterpret_cast<unsigned int*>(&pr[3]);
-      planes[(w % 4) * tile_chunks + w / 4] = out;
+      Layout::put(smem, w, tile_chunks, reinterpret_cast<const hipep_half*>(&raw[i]));
     }
   }
 }
 
 // ---- where the row GEMV's A comes from ----------------------------------------------------------
-// A source stages A's tile into shared memory after hipep_grid_wait(): `stage<Q8, P>(smem, kt,
-// tile_chunks, a)` (P: words of A a thread in flight).
+// A source stages A's tile into shared memory after hipep_grid_wait(): `stage<Q8, P, Layout>(smem,
+// kt, tile_chunks, a)` (P: words of A a thread in flight; Layout: where an fp16 word goes, h2 only).
 //
 // hipep_mnb_a_loaded: A in memory, the output of an earlier kernel of the stream.
 template <typename T> struct hipep_mnb_a_loaded {
   const T* A;
-  template <bool Q8, int P>
+  template <bool Q8, int P, typename Layout = hipep_mnb_h2_layout>
   HIPEP_DEVICE void stage(unsigned char* smem, hipep_i64 kt, int tile_chunks, const hipep_mnb_args& a) const {
     if constexpr (Q8) {
       hipep_mnb_row_stage_q8<T, P>(smem, A, kt, tile_chunks, a);
     } else {
-      hipep_mnb_row_stage_h2<P>(smem, reinterpret_cast<const hipep_half*>(A), kt, tile_chunks, a);
+      hipep_mnb_row_stage_h2<P, Layout>(smem, reinterpret_cast<const hipep_half*>(A), kt, tile_chunks, a);
     }
   }
 };
@@ -209,11 +212,10 @@ template <int W> struct hipep_mnb_skip_norm_src {
   hipep_half* sum_out;
   float eps;
 
-  template <bool Q8, int P>
+  template <bool Q8, int P, typename Layout = hipep_mnb_h2_layout>
   HIPEP_DEVICE void stage(unsigned char* smem, hipep_i64, int tile_chunks, const hipep_mnb_args& a) const {
     static_assert(!Q8, "the fused norm stages fp16 pairs (h2) only");
     __shared__ float scratch[HIPEP_MAX_WARPS];
-    uint4* planes = reinterpret_cast<uint4*>(smem);
     const int nv = (int)(a.k >> 3), words = tile_chunks * 4;
     // Every load of the row in flight at once: x and skip come from earlier kernels (coherent
     // loads after the wait), gamma and bias are weights.
@@ -258,10 +260,7 @@ template <int W> struct hipep_mnb_skip_norm_src {
         o[k] = hipep_from_float<hipep_half>(w < nv ? f[i][k] / root * hipep_to_float(gh[k]) : 0.0f);
         s[k] = hipep_from_float<hipep_half>(f[i][k]);
       }
-      __half2 pr[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) pr[j] = __halves2half2(o[j], o[j + 4]);
-      planes[(w % 4) * tile_chunks + w / 4] = *reinterpret_cast<const uint4*>(pr);
+      Layout::put(smem, w, tile_chunks, o);
       if (writer && w < nv && sum_out != 0) reinterpret_cast<uint4*>(sum_out)[w] = *reinterpret_cast<const uint4*>(s);
     }
     if (writer && threadIdx.x == 0) {
