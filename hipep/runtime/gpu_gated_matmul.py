@@ -19,6 +19,7 @@ import numpy as np
 from ..ops.contrib_quant import GATED_MATMUL_NBITS, MNB_ATTRIBUTES
 from .gpu_binding_core import Arg, KernelOp, NoKernel, _binding, _cdiv, _dt, ptr, workspace_after, workspace_regions
 from .gpu_bindings_pointwise import expression_ops
+from . import gpu_quant
 from .gpu_quant import (GEMV_ROW, GEMV_WARPS, MatMulNBitsArgs, _mnb_bind, _mnb_check, quantizes_a_to_int8,
                         row_smem)
 
@@ -77,6 +78,36 @@ def _rendered_source(expr, t: str, out_dtype: str, q8: bool, u: int, zp: bool,
     return name, source
 
 
+def _rendered_tc_source(expr, out_dtype: str, u: int, split: int, zp: bool, paired: bool,
+                        a_source: tuple[str, int] | None = None) -> tuple[str, str]:
+    """(entry name, source) of the tensor-core gated kernel (kernels/matmul_nbits_tc.h: rows g and
+    g + 8 of a quad's mma are column n of the two weights) for this program; fp16 A. `a_source` as
+    _rendered_source's (its blocks unused: the kernel's launch bounds are 2 blocks an SM)."""
+    from ..ops.pointwise_hip import render_hip_functor
+    from .kernel_cache import HEADER
+
+    data = json.dumps([expr.to_data(), out_dtype, "tc", u, split, zp, paired] + ([a_source[0]] if a_source else []),
+                      sort_keys=True)
+    key = hashlib.sha1(data.encode()).hexdigest()[:16]
+    name, epilogue = f"hipep_mnb_gated_tc_{key}", f"hipep_gated_epilogue_{key}"
+    to = _C_TYPE[_dt(np.dtype(out_dtype), GATED_MATMUL_NBITS)]
+    if a_source is None:
+        src_type, params, src = "hipep_mnb_a_loaded<hipep_half>", f"HIPEP_MNB_GATED_PARAMS(hipep_half, {to})", \
+            "hipep_mnb_a_loaded<hipep_half>{A}"
+    else:
+        src_type = a_source[0]
+        params, src = f"const {src_type} src, HIPEP_MNB_GATED_WEIGHTS(hipep_half, {to})", "src"
+    out = f"hipep_mnb_tc_gated<{to}, {epilogue}>"
+    flags = f"{'true' if zp else 'false'}, {'true' if paired else 'false'}"
+    source = (f'#include "{HEADER}"\n#include "matmul_nbits_tc.h"\n'
+              + render_hip_functor(expr, epilogue, ["float16", "float16"])
+              + "HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, 2)\n"
+              + f"    {name}({params}) {{\n"
+              + f"  hipep_mnb_gemv_tc<{u}, {split}, {flags}, {out}, {src_type}>({src}, "
+              + f"{out}{{B0, scales0, zp0, B1, scales1, zp1, Y}}, a);\n}}\n")
+    return name, source
+
+
 def gated_row_variant(A, first, second, attrs, target) -> tuple[bool, int, bool, int] | None:
     """(q8, U, zero points, launch bounds) of the one-kernel form for one row of A, or None where
     it does not apply: 4 bits, block_size >= 32, 16-byte aligned rows, no or uint8 zero points on
@@ -98,9 +129,12 @@ def gated_row_variant(A, first, second, attrs, target) -> tuple[bool, int, bool,
     return bool(quant_a), u, zp, MIN_BLOCKS[u, zp]
 
 
-def _gated_row_op(A, first, second, y, expr, attrs, target, a_source: tuple[str, int] | None = None):
+def _gated_row_op(A, first, second, y, expr, attrs, target, a_source: tuple[str, int] | None = None,
+                  staged_max: int | None = None, tc_only: bool = False):
     """The one-kernel form for one row of A (gated_row_variant), or None where it does not apply.
-    `a_source`: see _rendered_source."""
+    `a_source`: see _rendered_source; `staged_max`: the most chunks of A that source stages (None:
+    any). With HIPEP_MNB_GEMV_TC=1 on a device with tensor cores an fp16 row takes the tensor-core
+    form (gpu_quant.row_tc_form); `tc_only`: that form or None."""
     variant = gated_row_variant(A, first, second, attrs, target)
     if variant is None:
         return None
@@ -111,15 +145,23 @@ def _gated_row_op(A, first, second, y, expr, attrs, target, a_source: tuple[str,
     zp_row = _cdiv(nb * bits, 8) if zp_mode else 0
     args = MatMulNBitsArgs(1, n, k, nb * bs, nb * bs * bits // 8, nb, zp_row, bs.bit_length() - 1, chunks * 32,
                            zp_mode, 1, 1, int(k % 8 == 0 and A.ptr % 16 == 0), int(quant_a))
-    name, source = _rendered_source(expr, _dt(A.dtype, GATED_MATMUL_NBITS), y.dtype.name, quant_a, u, zp, a_source)
     params = [ctypes.c_uint64(A.ptr), ptr(first[1]), ptr(first[2]), ptr(first[3]), ptr(second[1]), ptr(second[2]),
               ptr(second[3]), ctypes.c_uint64(y.ptr), args]
     weights = all(w is None or w.constant for h in (first, second) for w in h[1:])
+    tc = None if quant_a else gpu_quant.row_tc_form(args, target, all(h[2].ptr % 4 == 0 for h in (first, second)))
+    if tc is not None and (staged_max is None or tc[3] // gpu_quant.TC_SMEM_PER_CHUNK <= staged_max):
+        tu, split, paired, smem = tc
+        name, source = _rendered_tc_source(expr, y.dtype.name, tu, split, zp, paired, a_source)
+        return KernelOp(name, (_cdiv(n * split, 8 * GEMV_WARPS), 1, 1), (GEMV_WARPS * target.warp_size, 1, 1), params,
+                        source=source, smem=smem, overlaps_previous=weights)
+    if tc_only:
+        return None
+    name, source = _rendered_source(expr, _dt(A.dtype, GATED_MATMUL_NBITS), y.dtype.name, quant_a, u, zp, a_source)
     return KernelOp(name, (_cdiv(n, GEMV_WARPS), 1, 1), (GEMV_WARPS * target.warp_size, 1, 1), params,
                     source=source, smem=row_smem(chunks, bs, quant_a), overlaps_previous=weights)
 
 
-@_binding(GATED, check=_check, modules=("matmul_nbits", "matmul_nbits_row", "matmul_nbits_dequant"))
+@_binding(GATED, check=_check, modules=("matmul_nbits", "matmul_nbits_row", "matmul_nbits_tc", "matmul_nbits_dequant"))
 def _gated_bind(ins, outs, attrs, target):
     from ..ops.elementwise import fused_expr
 

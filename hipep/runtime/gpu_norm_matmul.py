@@ -23,7 +23,7 @@ from .gpu_binding_core import (Arg, BINDINGS, KernelOp, _binding, _cdiv, _dt, wo
 from .gpu_gated_matmul import _check as _gated_check
 from .gpu_gated_matmul import _gated_row_op, _halves, gated_row_variant
 from .gpu_kernels import _float_check
-from .gpu_quant import GEMV_WARPS, MatMulNBitsArgs, _mnb_check, _mnb_bind, mnb_row_plan
+from .gpu_quant import GEMV_WARPS, TC_SMEM_PER_CHUNK, MatMulNBitsArgs, RowPlan, _mnb_check, _mnb_bind, mnb_row_plan
 
 NORMED = f"hipep::{SKIP_NORM_MATMUL_NBITS}"
 NORM = "com.microsoft::SkipSimplifiedLayerNormalization"
@@ -141,11 +141,38 @@ def _render(form: str, u: int, zp: bool, src_type: str, blocks: int, cols: int, 
     return name, source
 
 
+def _render_tc(plan: RowPlan, src_type: str) -> tuple[str, str]:
+    """(entry, source) of the fused tensor-core row GEMV (kernels/matmul_nbits_tc.h, 16 columns a
+    warp) with the norm as A's source."""
+    from .kernel_cache import HEADER
+
+    flags = f"{'true' if plan.zp else 'false'}, {'true' if plan.paired else 'false'}"
+    key = hashlib.sha1(repr(("tc", plan.u, plan.split, flags, src_type)).encode()).hexdigest()[:12]
+    name = f"hipep_mnb_normed_tc_u{plan.u}_s{plan.split}{'_zp' if plan.zp else ''}_{key}"
+    source = (f'#include "{HEADER}"\n#include "matmul_nbits_tc.h"\n'
+              f"HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, 2)\n"
+              f"    {name}(const {src_type} src, HIPEP_MNB_WEIGHTS(hipep_half)) {{\n"
+              f"  hipep_mnb_gemv_tc<{plan.u}, {plan.split}, {flags}, hipep_mnb_tc_plain, {src_type}>(\n"
+              f"      src, hipep_mnb_tc_plain{{B, scales, zp, bias, Y}}, a);\n}}\n")
+    return name, source
+
+
 def _fused_mnb(norm, norm_outs, inner_ins, y, inner_attrs, eps, words, target) -> KernelOp | None:
     """The one-kernel form over MatMulNBits: the op its own binding gives for one row, its A
     replaced by the norm."""
     x = norm[0]
     ops = _mnb_bind([Arg(x.ptr, x.shape, x.dtype)] + list(inner_ins), [y], inner_attrs, target)
+    if len(ops) == 1 and ops[0].module == "matmul_nbits_tc":
+        # The tensor-core form (HIPEP_MNB_GEMV_TC=1): its A staged through the norm, whose every
+        # vector of the padded row must lie in the threads' share of it.
+        op = ops[0]
+        plan = mnb_row_plan(op.params[-1], int(inner_attrs.get("bits", 4)), "f16", target, tc_scales_aligned=True)
+        if plan is None or plan.form != "tc" or plan.smem // TC_SMEM_PER_CHUNK * 4 > words * FUSED_THREADS:
+            return None
+        src_type, src = _source(norm, norm_outs, eps, words)
+        name, source = _render_tc(plan, src_type)
+        return KernelOp(name, plan.grid, op.block, [src] + list(op.params[1:]), source=source, smem=plan.smem,
+                        overlaps_previous=op.overlaps_previous)
     if len(ops) != 1 or ops[0].module != "matmul_nbits_row":
         return None
     op = ops[0]
@@ -176,6 +203,13 @@ def _fused_gated(norm, norm_outs, inner_ins, y, inner_attrs, eps, words, target)
     variant = gated_row_variant(a, first, second, inner_attrs, target)
     if variant is None or variant[0]:
         return None
+    src_type, src = _source(norm, norm_outs, eps, words)
+    # The tensor-core form first (HIPEP_MNB_GEMV_TC=1), where the norm's threads cover its padded row.
+    op = _gated_row_op(a, first, second, y, fused_expr(inner_attrs), inner_attrs, target, (src_type, 2),
+                       staged_max=words * FUSED_THREADS // 4, tc_only=True)
+    if op is not None:
+        op.params[0] = src
+        return op
     _, u, zp, alone = variant
     k = int(inner_attrs["K"])
     chunks = _cdiv(k, int(inner_attrs["block_size"])) * int(inner_attrs["block_size"]) // 32
@@ -183,7 +217,6 @@ def _fused_gated(norm, norm_outs, inner_ins, y, inner_attrs, eps, words, target)
     grid = _cdiv(int(inner_attrs["N"]), GEMV_WARPS)
     if blocks is None or chunks * 4 > words * FUSED_THREADS or _waves(grid, blocks, target) > _waves(grid, alone, target):
         return None
-    src_type, src = _source(norm, norm_outs, eps, words)
     op = _gated_row_op(a, first, second, y, fused_expr(inner_attrs), inner_attrs, target, (src_type, blocks))
     if op is None:
         return None
@@ -191,7 +224,8 @@ def _fused_gated(norm, norm_outs, inner_ins, y, inner_attrs, eps, words, target)
     return op
 
 
-@_binding(NORMED, check=_check, modules=("rms_norm", "matmul_nbits", "matmul_nbits_row", "matmul_nbits_dequant"))
+@_binding(NORMED, check=_check,
+          modules=("rms_norm", "matmul_nbits", "matmul_nbits_row", "matmul_nbits_tc", "matmul_nbits_dequant"))
 def _normed_bind(ins, outs, attrs, target):
     norm, inner_ins, inner_key, inner_attrs, norm_outs = _parts(ins, outs, attrs)
     y = outs[0] if outs else None

@@ -261,6 +261,7 @@ class RowPlan:
     cols: int = 1
     split: int = 1
     module: str = "matmul_nbits_row"
+    paired: bool = False  # tc: block 32, a chunk pair's scales as one load
 
 
 # The several-columns-a-warp instances of hipep_mnb_gemv_row1 (kernels/matmul_nbits_row.hip,
@@ -356,7 +357,8 @@ def mnb_row_plan(layout: MatMulNBitsArgs, bits, dt, target,
         layout.k_tile = chunks * 32
         grid = (_cdiv(layout.n * split, 16 * GEMV_WARPS), 1, 1)
         entry = f"hipep_mnb_gemv_tc_{dt}_{'b32' if paired else 'bw'}_u{u}_s{split}{zp_suffix}"
-        return RowPlan("tc", q8, u, zp, 2, entry, grid, smem, chunks, split=split, module="matmul_nbits_tc")
+        return RowPlan("tc", q8, u, zp, 2, entry, grid, smem, chunks, cols=16, split=split, module="matmul_nbits_tc",
+                       paired=paired)
     cols_form = row_cols_form(chunks, layout.n, target) if variant == "h2" and tile_chunks == chunks else None
     if cols_form is not None:
         # Several columns a warp: each pair of A read from shared memory serves them all, and the

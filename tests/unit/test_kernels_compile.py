@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import re
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -724,6 +725,37 @@ def test_normed_gemv_is_one_kernel_that_waits_before_it_reads_the_rows(kind, k, 
     _, prefill = _normed_launch(3, kind, k, n, zp)
     assert prefill[0].module == "rms_norm" and len(prefill) >= 2
     assert not any(o.source and "skip_norm_src" in o.source for o in prefill)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("kind,k,n", [("plain", 2048, 3072), ("plain", 4096, 1024), ("gated", 2048, 8192)],
+                         ids=["qkv", "k4096", "gated"])
+@pytest.mark.parametrize("zp", ["none", "uint8"])
+def test_normed_tensor_core_gemv_is_one_kernel_that_waits_and_keeps_its_registers(monkeypatch, kind, k, n, zp):
+    """HIPEP_MNB_GEMV_TC=1 on a device with tensor cores: the norm fused into the tensor-core row
+    GEMV (or gated pair) is one rendered kernel (kernels/matmul_nbits_tc.h with the norm as A's
+    source) that overlaps the kernel ahead as the h2 forms do and spills nothing at 2 blocks an SM;
+    without the norm the gated pair's tensor-core kernel the same."""
+    monkeypatch.setattr(gq, "GEMV_ROW_TC", 1)
+    monkeypatch.setattr(sys.modules[__name__], "TARGET", dataclasses.replace(TARGET, tensor_cores=True))
+    _, ops = _normed_launch(1, kind, k, n, zp)
+    (op,) = ops
+    assert "_tc_" in op.entry and "skip_norm_src" in op.source and op.overlaps_previous, op.entry
+    _assert_no_spills(op)
+    body = _entry_bodies(_ptx(op.entry, "compute_90", op.source))[op.entry]
+    wait = _loads_only_streamed_data_before_it_waits(op.entry, body)
+    assert body[wait:].count("ld.global.cg.v4") >= 2, op.entry
+    assert body.count("mma.sync.aligned.m16n8k16") >= 8, op.entry
+    if kind == "gated":
+        from hipep.runtime import gpu_norm_matmul as gnm
+
+        monkeypatch.setattr(gnm, "FUSE_ONE_ROW", False)
+        _, unfused = _normed_launch(1, kind, k, n, zp)
+        gated = unfused[-1]
+        assert gated.entry.startswith("hipep_mnb_gated_tc_") and "skip_norm_src" not in gated.source
+        _assert_no_spills(gated)
+        _loads_only_streamed_data_before_it_waits(gated.entry, _entry_bodies(_ptx(gated.entry, "compute_90",
+                                                                                   gated.source))[gated.entry])
 
 
 @pytest.mark.parametrize("kind,k,n,sm_count,fused", [

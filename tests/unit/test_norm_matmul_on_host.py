@@ -27,7 +27,8 @@ NORMED = "hipep::SkipNormMatMulNBits"
 @pytest.fixture(scope="module")
 def libs(tmp_path_factory):
     out = tmp_path_factory.mktemp("host_normed")
-    built = {m: compile_module(out, m, 32, EXACT_FLAGS) for m in ("rms_norm", "matmul_nbits_row", "matmul_nbits")}
+    built = {m: compile_module(out, m, 32, EXACT_FLAGS)
+             for m in ("rms_norm", "matmul_nbits_row", "matmul_nbits_tc", "matmul_nbits")}
     built["dir"] = out
     return built
 
@@ -58,7 +59,7 @@ def _case(kind: str, k: int, n: int, zp_kind: str, norm_bias: bool, seed: int):
     return inputs, {**launch_step.attributes, OUTPUT_COUNT: 5}
 
 
-def _run(libs, inputs, attrs, sm_count):
+def _run(libs, inputs, attrs, sm_count, tensor_cores=False):
     """Binds and runs the launch on the host: (Y, residual, the registry's Y and residual, ops)."""
     want = lookup("hipep", "SkipNormMatMulNBits").reference(list(inputs), attrs)
     mem = HostMemory()
@@ -67,7 +68,7 @@ def _run(libs, inputs, attrs, sm_count):
     total, total_view = mem.put(np.full(want[4].shape, np.nan, f16))
     outs = [gk.Arg(y.ptr, y.shape, y.dtype), None, None, None, gk.Arg(total.ptr, total.shape, total.dtype)]
     target = gk.Target(sm_count=sm_count, warp_size=32, scratch=lambda nbytes: 0,
-                       workspace=lambda nbytes: mem.put(np.zeros(nbytes, np.uint8))[0].ptr)
+                       workspace=lambda nbytes: mem.put(np.zeros(nbytes, np.uint8))[0].ptr, tensor_cores=tensor_cores)
     ops = gk.binding_for(NORMED).bind(ins, outs, attrs, target)
     for o in ops:
         if o.module is None:
@@ -109,6 +110,33 @@ def test_fused_norm_gives_the_unfused_launches_bits(libs, monkeypatch, kind, k, 
     y0, total0, _, _, ops0 = _run(libs, inputs, attrs, sm_count)
     assert ops0[0].entry == "hipep_skip_rms_norm_f16_overlap" and len(ops0) == 2
     if k <= 2048:  # the norm's own launch then has one vector a thread, as the fused kernel's
+        np.testing.assert_array_equal(y, y0)
+        np.testing.assert_array_equal(total, total0)
+    assert _rel(y, want_y) < 2e-3 and _rel(y0, want_y) < 2e-3
+    assert _rel(total, want_total) < 1e-3
+
+
+@pytest.mark.parametrize("kind,k,n,entry", [
+    ("plain", 2048, 20, "hipep_mnb_normed_tc_u4_s4"),   # QKV and o: 4 warps a column group
+    ("plain", 4096, 40, "hipep_mnb_normed_tc_u4_s8"),   # two vectors of the row a thread, 8 warps a group
+    ("gated", 1024, 24, "hipep_mnb_gated_tc_"),          # gate, up and SiLU: column n of both weights a quad
+])
+@pytest.mark.parametrize("zp_kind", ["none", "uint8"])
+def test_fused_norm_on_tensor_cores_gives_the_unfused_launches_bits(libs, monkeypatch, kind, k, n, entry, zp_kind):
+    """HIPEP_MNB_GEMV_TC=1 on a device with tensor cores: the norm stages its row straight into the
+    tensor-core kernel's layout (kernels/matmul_nbits_tc.h), bit for bit the norm's own launch and then
+    the tensor-core GEMV (or gated pair) reading it, both within the registry reference's tolerance."""
+    monkeypatch.setattr(gq, "GEMV_ROW_TC", 1)
+    inputs, attrs = _case(kind, k, n, zp_kind, False, seed=k + n)
+    y, total, want_y, want_total, ops = _run(libs, inputs, attrs, 132, tensor_cores=True)
+    assert len(ops) == 1 and ops[0].entry.startswith(entry) and "skip_norm_src" in ops[0].source, \
+        [o.entry for o in ops]
+    assert ("_zp" in ops[0].entry) == (zp_kind != "none") or kind == "gated"
+    monkeypatch.setattr(gnm, "FUSE_ONE_ROW", False)
+    y0, total0, _, _, ops0 = _run(libs, inputs, attrs, 132, tensor_cores=True)
+    assert ops0[0].entry == "hipep_skip_rms_norm_f16_overlap" and len(ops0) == 2
+    assert "_tc_" in ops0[1].entry, ops0[1].entry
+    if k <= 2048:
         np.testing.assert_array_equal(y, y0)
         np.testing.assert_array_equal(total, total0)
     assert _rel(y, want_y) < 2e-3 and _rel(y0, want_y) < 2e-3
