@@ -84,27 +84,16 @@ def test_a_decode_step_runs_the_norm_inside_the_gemv():
 @pytest.mark.parametrize("kind,k,n", [("plain", 2048, 3072), ("plain", 4096, 1024), ("gated", 2048, 8192)],
                          ids=["qkv", "k4096", "mlp"])
 @pytest.mark.parametrize("zp", ["none", "uint8"])
-def test_normed_projection_on_tensor_cores(monkeypatch, kind, k, n, zp):
+def test_normed_projection_on_tensor_cores(tensor_core_forms, kind, k, n, zp):
     """HIPEP_MNB_GEMV_TC=1: one fp16 row runs the tensor-core kernel with the norm as A's source
     (kernels/matmul_nbits_tc.h), within the CPU EP's tolerance and, for rows up to 2048 values, the
     unfused plan's bits (the norm's own launch, then the tensor-core GEMVs reading it)."""
-    from hipep.runtime import gpu_quant as gq
-
-    chosen = []
-    form = gq.row_tc_form
-
-    def spy(*args):
-        chosen.append(form(*args))
-        return chosen[-1]
-
-    monkeypatch.setattr(gq, "GEMV_ROW_TC", 1)
-    monkeypatch.setattr(gq, "row_tc_form", spy)
     model, feeds = _model(kind, k, n, zp, False)
     feeds = {name: np.random.default_rng(1).standard_normal((1, 1, k)).astype(np.float16) for name in feeds}
     want = cpu_session(model).run(None, feeds)
     got = hipep.InferenceSession(model, device="cuda").run(None, feeds)
     plain = hipep.InferenceSession(model, device="cuda", fusion="off").run(None, feeds)
-    assert chosen and all(c is not None for c in chosen), chosen
+    assert tensor_core_forms and None not in tensor_core_forms, tensor_core_forms
     for g, p, w in zip(got, plain, want):
         assert rel_l2(g, w) < 2e-3
         if k <= 2048:

@@ -197,39 +197,26 @@ TC_SHAPES = [(4096, 4096, 32, "none"), (2048, 3072, 32, "uint8"), (2048, 32000, 
 
 
 @pytest.mark.parametrize("shape", TC_SHAPES, ids=[f"K{s[0]}-N{s[1]}-bs{s[2]}-{s[3]}" for s in TC_SHAPES])
-def test_matmul_nbits_on_tensor_cores(monkeypatch, shape):
+def test_matmul_nbits_on_tensor_cores(tensor_core_forms, shape):
     """HIPEP_MNB_GEMV_TC=1: fp16 decode rows on mma.sync (kernels/matmul_nbits_tc.hip), within the
     CPU EP's tolerance and hipep's float64 reference's; replays give the first run's bits."""
-    from hipep.runtime import gpu_quant as gq
-
     k, n, bs, zp_kind = shape
-    chosen = []
-    form = gq.row_tc_form
-
-    def spy(*args):
-        chosen.append(form(*args))
-        return chosen[-1]
-
-    monkeypatch.setattr(gq, "GEMV_ROW_TC", 1)
-    monkeypatch.setattr(gq, "row_tc_form", spy)
     model, feeds, weights = matmul_nbits_model((1, 1), k, n, 4, bs, F16, zp_kind, True, 0, seed=k + n)
     got = run_gpu(model, feeds)
-    assert chosen and all(c is not None for c in chosen), chosen
+    assert tensor_core_forms and None not in tensor_core_forms, tensor_core_forms
     assert rel_l2(got, cpu_session(model).run(None, feeds)[0]) < cpu_tolerance(F16, 0, weights[2])
     assert rel_l2(got, reference(feeds, weights, {"K": k, "N": n, "bits": 4, "block_size": bs})) < 2e-3
 
 
-def test_tensor_core_gemv_that_starts_early_waits_for_the_kernel_ahead(monkeypatch):
+def test_tensor_core_gemv_that_starts_early_waits_for_the_kernel_ahead(tensor_core_forms):
     """The tensor-core row GEMV overlaps the kernel ahead as the row GEMVs do: a chain of GEMV ->
     SiLU links replayed 50 times gives the same bits each time and ORT's CPU EP's values."""
-    from hipep.runtime import gpu_quant as gq
-
-    monkeypatch.setattr(gq, "GEMV_ROW_TC", 1)
     model, feeds = _gemv_chain_model(2048, 8, F16, 0, norm=False)
     sess = hipep.InferenceSession(model, device="cuda")
     outs = [sess.run(None, feeds)[0] for _ in range(50)]
     for o in outs[1:]:
         np.testing.assert_array_equal(o, outs[0])
+    assert tensor_core_forms and None not in tensor_core_forms, tensor_core_forms
     assert rel_l2(outs[0], cpu_session(model).run(None, feeds)[0]) < 1e-2
 
 
