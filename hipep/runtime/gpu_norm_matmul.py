@@ -217,7 +217,8 @@ def _fused_gated(norm, norm_outs, inner_ins, y, inner_attrs, eps, words, target)
     grid = _cdiv(int(inner_attrs["N"]), GEMV_WARPS)
     if blocks is None or chunks * 4 > words * FUSED_THREADS or _waves(grid, blocks, target) > _waves(grid, alone, target):
         return None
-    op = _gated_row_op(a, first, second, y, fused_expr(inner_attrs), inner_attrs, target, (src_type, blocks))
+    op = _gated_row_op(a, first, second, y, fused_expr(inner_attrs), inner_attrs, target, (src_type, blocks),
+                       staged_max=words * FUSED_THREADS // 4)
     if op is None:
         return None
     op.params[0] = src
