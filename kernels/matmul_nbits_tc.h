@@ -19,9 +19,9 @@
 //   each: the block scale and zero point apply there, after the chunk's 8 mmas.
 // * A is staged once per block as each word's four pairs (a0, a4), (a2, a6) and, against the high
 //   nibbles' 16 q, (a1 / 16, a5 / 16), (a3 / 16, a7 / 16) (a power of two: exact but in fp16's
-//   subnormal range); a word's pairs are one 16-byte shared load, both its mmas' B operands. With
-//   each chunk: off = 1024 sum(a even) + 64 sum(a odd) and sx = sum(a), so that a chunk's sum of
-//   (q - zp) a is D - off - zp sx.
+//   subnormal range); a word's pairs are one 16-byte shared load, both its mmas' B operands. Then,
+//   from the staged halves, each chunk's off = 1024 sum(a even) + 1024 sum(a odd / 16) and sx =
+//   sum(a) (hipep_mnb_tc_sums), so that a chunk's sum of (q - zp) a is D - off - zp sx.
 // * SPLIT warps share a column group, each on its own run of chunks (a multiple of 4: whole rounds;
 //   A and the weights past K_pad are zeros), their sums meeting in shared memory in warp order.
 //
