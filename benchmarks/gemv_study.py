@@ -28,8 +28,8 @@ SHAPES = (("4096x4096", 4096, 4096), ("qkv", 2048, 3072), ("o", 2048, 2048), ("g
           ("down", 8192, 2048), ("lm_head", 2048, 32000))
 BLOCK = 32
 # gemv_study_tc.hip: h2_mma (rounds of loads in flight U, warps a column group SPLIT, A staged as pairs
-# or as whole mma operands FRAG), entries h2_mma_u{U}_s{SPLIT}_f{FRAG}; h2_tc (the weights as the mma's A
-# operand, 16 columns a warp), entries h2_tc_u{U}_s{SPLIT}
+# or as whole mma operands FRAG), entries h2_mma_u{U}_s{SPLIT}_f{FRAG}; h2_tc (hipep's tensor-core row
+# GEMV, kernels/matmul_nbits_tc.h, at other U and SPLIT), entries h2_tc_u{U}_s{SPLIT}
 MMA_VARIANTS = tuple((u, s, f) for f in (0, 1) for u, s in ((4, 1), (8, 1), (4, 2), (8, 2), (4, 4), (8, 4)))
 TC_VARIANTS = ((2, 2), (4, 2), (2, 4), (4, 4), (2, 8), (4, 8))
 # hipep_mnb_gemv_row1 with C columns a warp and S warps a column, one round of U chunks a lane
@@ -217,10 +217,11 @@ def study(device, ncu: bool, only_cols: bool = False) -> list[dict]:
                 continue
             f = fn(tc_module, f"h2_tc_u{u_t}_s{s_t}")
             grid = -(-n * s_t // 128)
+            args = gq.MatMulNBitsArgs(1, n, k, k, row_bytes, nb, 0, 5, k, 0, 1, 1, 1, 0)
             measure(f"h2_tc, {s_t} warp(s) a column group, {u_t} rounds in flight, {grid} blocks; overlapped launches",
-                    [OverlappedLaunch(f, grid, 256, chunks * 68,
-                                      [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(y_ptr), i32(n), i32(row_bytes), i32(nb),
-                                       i32(5), i32(k)]) for i in range(copies)])
+                    [OverlappedLaunch(f, grid, 256, chunks * gq.TC_SMEM_PER_CHUNK,
+                                      [u64(a_ptr), u64(ws[i]), u64(ss[i]), u64(0), u64(0), u64(y_ptr), args])
+                     for i in range(copies)])
         if only_cols:
             _finish_shape(d, stream, rows, shape, ws, ss + [a_ptr, y_ptr, sink], w_bytes, copies, ncu)
             continue

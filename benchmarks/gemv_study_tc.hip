@@ -6,7 +6,7 @@
 // from gemv_study.hip so that the tests' host stand-in (tests/unit/host_cuda, which emulates a
 // warp's mma) runs these on the CPU against numpy: that file's other kernels declare their shared
 // memory in ways the stand-in does not take.
-#include "hipep_device.h"
+#include "matmul_nbits_tc.h"
 typedef long long i64;
 
 // ---- tensor cores: the weights as mma.sync B operands ------------------------------------------------
@@ -25,10 +25,10 @@ typedef long long i64;
 //   operand's registers.
 //   U: rounds of loads in flight a lane. Only the study's case: block 32, no zero points, chunks a
 //   multiple of 4 * SPLIT.
-// A staged for the candidates below: word w (8 halves) as its four pairs (a0, a4), (a2, a6), (a1 / 16,
-// a5 / 16), (a3 / 16, a7 / 16) -- the low nibbles' k slots, then the high ones' (1024 + 16 q against x / 16:
-// exact) -- or, FRAG, as the two mma A operands they make, {pair, 0, pair, 0} each; and after them each
-// chunk's corr = 1024 sum(x even) + 64 sum(x odd) + 8 sum(x), the halves' offsets and the zero point (8).
+// A staged for h2_mma: word w (8 halves) as the four pairs hipep's tensor-core kernel stages
+// (hipep_mnb_tc_layout: the low nibbles' k slots, then the high ones' against x / 16) or, FRAG, as the
+// two mma A operands they make, {pair, 0, pair, 0} each; and after them each chunk's corr = 1024
+// sum(x even) + 64 sum(x odd) + 8 sum(x), the halves' offsets and the zero point (8).
 template <bool FRAG>
 __device__ void stage_pairs(uint4* planes, float* corr, const __half* __restrict__ A, int chunks) {
   for (int w0 = 0; w0 < chunks * 4; w0 += blockDim.x) {  // the same trips for every thread (shuffles)
@@ -37,17 +37,13 @@ __device__ void stage_pairs(uint4* planes, float* corr, const __half* __restrict
     if (w < chunks * 4) {
       const uint4 raw = hipep_ld_produced(reinterpret_cast<const uint4*>(A) + w);
       const __half* h = reinterpret_cast<const __half*>(&raw);
-      __half2 pr[4];
-      pr[0] = __halves2half2(h[0], h[4]);
-      pr[1] = __halves2half2(h[2], h[6]);
-      pr[2] = __halves2half2(__float2half(__half2float(h[1]) * 0.0625f), __float2half(__half2float(h[5]) * 0.0625f));
-      pr[3] = __halves2half2(__float2half(__half2float(h[3]) * 0.0625f), __float2half(__half2float(h[7]) * 0.0625f));
-      const unsigned int* u = reinterpret_cast<const unsigned int*>(pr);
+      uint4 pr;  // the word's four pairs as hipep's tensor-core kernel stages them
+      hipep_mnb_tc_layout::put(reinterpret_cast<unsigned char*>(&pr), 0, 0, h);
       if constexpr (FRAG) {
-        planes[2 * w] = make_uint4(u[0], 0u, u[1], 0u);
-        planes[2 * w + 1] = make_uint4(u[2], 0u, u[3], 0u);
+        planes[2 * w] = make_uint4(pr.x, 0u, pr.y, 0u);
+        planes[2 * w + 1] = make_uint4(pr.z, 0u, pr.w, 0u);
       } else {
-        planes[w] = make_uint4(u[0], u[1], u[2], u[3]);
+        planes[w] = pr;
       }
       float even = 0.0f, odd = 0.0f;
 #pragma unroll
@@ -174,116 +170,14 @@ PM(4, 1, 2, 0) PM(8, 1, 2, 0) PM(4, 2, 2, 0) PM(8, 2, 2, 0) PM(4, 4, 2, 0) PM(8,
 PM(4, 1, 2, 1) PM(8, 1, 2, 1) PM(4, 2, 2, 1) PM(8, 2, 2, 1) PM(4, 4, 2, 1) PM(8, 4, 2, 1)
 
 // ---- tensor cores, the weights as the A operand -------------------------------------------------------
-//   h2_tc          a warp takes 16 columns: quad g of lanes 4g..4g+3 columns g and g + 8 of the group, thread
-//                  t of the quad chunk 4r + t of both in round r (two 16-byte loads). A word of each column
-//                  gives one LOP3 a register of mma.m16n8k16's A operand (rows g and g + 8: the two columns; k
-//                  slots 2t, 2t + 1 and 2t + 8, 2t + 9: the word's nibble pairs, halves 1024 + q or 1024 +
-//                  16 q), so one mma takes two words a lane, where h2_mma's B operand takes one. B is A's
-//                  staged pairs on the diagonal of the quads: column n of B holds thread n's x (lane (g, t)
-//                  gives its pairs where g == t, zeros elsewhere), so D[m][n] is thread n's chunk's sum for
-//                  column m -- lanes t = 0, 1 of every quad hold D's columns 0..3 -- and each chunk's block
-//                  scale applies after its 8 mmas; the offsets come off per chunk as in h2_mma (corr). A's
-//                  staged word (its four pairs) is one 16-byte shared load, both mmas' B operands.
-//   U: rounds of loads in flight a lane; SPLIT: warps a column group, each on its own run of chunks, their
-//   sums meeting in shared memory. Only the study's case: block 32, no zero points, K a multiple of
-//   128 * SPLIT, scale rows 4-byte aligned.
-template <int U, int SPLIT>
-__device__ void h2_tc(const __half* __restrict__ A, const unsigned char* __restrict__ B, const __half* __restrict__ S,
-                      __half* __restrict__ Y, int n, int row_bytes, int nb, int log2_bs, int k) {
-  hipep_grid_release();
-  HIPEP_DYNAMIC_SHARED(uint4, tc_smem);  // 4 uint4 of A's pairs a chunk, then a float corr a chunk
-  __shared__ uint4 tc_zeros[4];
-  __shared__ float tc_partial[8][16];  // [warp][column of its group] for SPLIT > 1
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
-  const int groups = 8 / SPLIT, group = warp / SPLIT, part = warp % SPLIT;
-  const int chunks = k / 32, per_warp = chunks / SPLIT, rounds = per_warp / 4;
-  const int n0 = (blockIdx.x * groups + group) * 16;
-  const int col_a = n0 + g, col_b = n0 + g + 8;  // this quad's columns: rows g and g + 8 of the mma's A
-  const int cbase = part * per_warp;
-  const bool owner = t < 2;  // D's columns 2t, 2t + 1 are threads 2t, 2t + 1's chunks where t < 2
-  const uint4* qa_row = reinterpret_cast<const uint4*>(B + (i64)(col_a < n ? col_a : 0) * row_bytes) + cbase + t;
-  const uint4* qb_row = reinterpret_cast<const uint4*>(B + (i64)(col_b < n ? col_b : 0) * row_bytes) + cbase + t;
-  // an owner's scales: chunks 2t and 2t + 1 of a round's four, both columns (consecutive blocks: one 4-byte load)
-  const __half2* sa_row = reinterpret_cast<const __half2*>(S + (i64)(col_a < n ? col_a : 0) * nb + cbase + 2 * t);
-  const __half2* sb_row = reinterpret_cast<const __half2*>(S + (i64)(col_b < n ? col_b : 0) * nb + cbase + 2 * t);
-  hipep_materialize(qa_row);
-  hipep_materialize(qb_row);
-  hipep_materialize(sa_row);
-  hipep_materialize(sb_row);
-  uint4 qa[U], qb[U];
-  __half2 sa[U], sb[U];
-  auto load = [&](int r0) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int r = r0 + u;
-      qa[u] = qb[u] = make_uint4(0u, 0u, 0u, 0u);
-      sa[u] = sb[u] = __float2half2_rn(0.0f);
-      if (r < rounds) {
-        if (col_a < n) qa[u] = hipep_ld_stream(qa_row + 4 * r);
-        if (col_b < n) qb[u] = hipep_ld_stream(qb_row + 4 * r);
-        if (owner && col_a < n) sa[u] = hipep_ld_stream(sa_row + 2 * r);
-        if (owner && col_b < n) sb[u] = hipep_ld_stream(sb_row + 2 * r);
-      }
-    }
-  };
-  load(0);
-  hipep_grid_wait();
-  uint4* planes = tc_smem;
-  float* corr = reinterpret_cast<float*>(planes + chunks * 4);
-  if (threadIdx.x < 4) tc_zeros[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
-  stage_pairs<false>(planes, corr, A, chunks);
-  __syncthreads();
-  float acc_a = 0.0f, acc_b = 0.0f;
-  for (int r0 = 0; r0 < rounds; r0 += U) {
-    if (r0 != 0) load(r0);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int r = r0 + u;
-      if (r >= rounds) break;
-      const uint4* x = (g == t) ? planes + (cbase + 4 * r + t) * 4 : tc_zeros;  // B: the quads' diagonal
-      float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      const unsigned int wa[4] = {qa[u].x, qa[u].y, qa[u].z, qa[u].w}, wb[4] = {qb[u].x, qb[u].y, qb[u].z, qb[u].w};
-#pragma unroll
-      for (int wi = 0; wi < 4; ++wi) {
-        const unsigned int a = wa[wi], b = wb[wi], a8 = a >> 8, b8 = b >> 8;
-        const uint4 p = x[wi];
-        hipep_mma_m16n8k16(d, hipep_and_or<0x000F000Fu, 0x64006400u>(a), hipep_and_or<0x000F000Fu, 0x64006400u>(b),
-                hipep_and_or<0x000F000Fu, 0x64006400u>(a8), hipep_and_or<0x000F000Fu, 0x64006400u>(b8), p.x, p.y);
-        hipep_mma_m16n8k16(d, hipep_and_or<0x00F000F0u, 0x64006400u>(a), hipep_and_or<0x00F000F0u, 0x64006400u>(b),
-                hipep_and_or<0x00F000F0u, 0x64006400u>(a8), hipep_and_or<0x00F000F0u, 0x64006400u>(b8), p.z, p.w);
-      }
-      if (owner) {
-        const float2 cc = *reinterpret_cast<const float2*>(corr + cbase + 4 * r + 2 * t);
-        const float2 fa = __half22float2(sa[u]), fb = __half22float2(sb[u]);
-        acc_a = fmaf(fa.x, d[0] - cc.x, acc_a);
-        acc_a = fmaf(fa.y, d[1] - cc.y, acc_a);
-        acc_b = fmaf(fb.x, d[2] - cc.x, acc_b);
-        acc_b = fmaf(fb.y, d[3] - cc.y, acc_b);
-      }
-    }
+//   h2_tc          hipep's tensor-core row GEMV (kernels/matmul_nbits_tc.h: a quad's two columns are the
+//                  mma's A rows g and g + 8, A's pairs on the quads' diagonal as B) at more rounds in flight
+//                  and warps a column group than hipep instantiates; block 32, no zero points, hipep's
+//                  parameters (gemv_study.py passes the binding's MatMulNBitsArgs).
+#define PT(U, SPLIT)                                                                                  \
+  HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, 2)                                \
+      h2_tc_u##U##_s##SPLIT(HIPEP_MNB_PARAMS(hipep_half)) {                                           \
+    hipep_mnb_gemv_tc<U, SPLIT, false, true>(hipep_mnb_a_loaded<hipep_half>{A},                       \
+                                             hipep_mnb_tc_plain{B, scales, zp, bias, Y}, a);          \
   }
-  acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 1);  // threads 0 and 1 of the quad
-  acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 1);
-  if (SPLIT > 1) {
-    if (t == 0) {
-      tc_partial[warp][g] = acc_a;
-      tc_partial[warp][g + 8] = acc_b;
-    }
-    __syncthreads();
-    if (part != 0) return;
-#pragma unroll
-    for (int p = 1; p < SPLIT; ++p) {
-      if (t == 0) {
-        acc_a += tc_partial[warp + p][g];
-        acc_b += tc_partial[warp + p][g + 8];
-      }
-    }
-  }
-  if (t == 0) {
-    if (col_a < n) Y[col_a] = __float2half(acc_a);
-    if (col_b < n) Y[col_b] = __float2half(acc_b);
-  }
-}
-#define PT(U, SPLIT, LB) \
-  extern "C" __global__ void __launch_bounds__(256, LB) h2_tc_u##U##_s##SPLIT(const __half* A, const unsigned char* B, const __half* S, __half* Y, int n, int rb, int nb, int l, int k) { h2_tc<U, SPLIT>(A, B, S, Y, n, rb, nb, l, k); }
-PT(2, 2, 2) PT(4, 2, 2) PT(2, 4, 2) PT(4, 4, 2) PT(2, 8, 2) PT(4, 8, 2)
+PT(2, 2) PT(4, 2) PT(2, 4) PT(4, 4) PT(2, 8) PT(4, 8)

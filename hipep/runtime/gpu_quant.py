@@ -354,7 +354,6 @@ def mnb_row_plan(layout: MatMulNBitsArgs, bits, dt, target,
         # Tensor cores: the nibbles' halves summed in f32 by mma.sync, 16 columns a warp
         # (kernels/matmul_nbits_tc.hip); the whole row staged once per block.
         u, split, paired, smem = tc_form
-        layout.k_tile = chunks * 32
         grid = (_cdiv(layout.n * split, 16 * GEMV_WARPS), 1, 1)
         entry = f"hipep_mnb_gemv_tc_{dt}_{'b32' if paired else 'bw'}_u{u}_s{split}{zp_suffix}"
         return RowPlan("tc", q8, u, zp, 2, entry, grid, smem, chunks, cols=16, split=split, module="matmul_nbits_tc",

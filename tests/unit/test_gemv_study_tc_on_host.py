@@ -12,6 +12,9 @@ import types
 import numpy as np
 import pytest
 
+from hipep.runtime import gpu_kernels  # noqa: F401  (gpu_quant's imports resolve through it)
+from hipep.runtime import gpu_quant as gq
+
 from helpers import REPO
 from unit.host_kernels import HostMemory, compile_source, launch
 
@@ -37,10 +40,13 @@ def _gemv(lib, entry: str, n: int, k: int, columns_a_block: int, seed: int = 0):
     s_arg, _ = mem.put(s)
     y_arg, y = mem.put(np.full(n, np.nan, np.float16))
     ptr = ctypes.c_void_p
-    op = types.SimpleNamespace(
-        entry=entry, grid=(-(-n // columns_a_block), 1, 1), block=(256, 1, 1),
-        params=[ptr(a_arg.ptr), ptr(w_arg.ptr), ptr(s_arg.ptr), ptr(y_arg.ptr), ctypes.c_int(n),
-                ctypes.c_int(row_bytes), ctypes.c_int(nb), ctypes.c_int(5), ctypes.c_int(k)])
+    if entry.startswith("h2_tc_"):  # hipep's kernel: its MatMulNBits parameters (no zero points, no bias)
+        args = gq.MatMulNBitsArgs(1, n, k, k, row_bytes, nb, 0, 5, k, 0, 1, 1, 1, 0)
+        params = [ptr(a_arg.ptr), ptr(w_arg.ptr), ptr(s_arg.ptr), ptr(0), ptr(0), ptr(y_arg.ptr), args]
+    else:
+        params = [ptr(a_arg.ptr), ptr(w_arg.ptr), ptr(s_arg.ptr), ptr(y_arg.ptr), ctypes.c_int(n),
+                  ctypes.c_int(row_bytes), ctypes.c_int(nb), ctypes.c_int(5), ctypes.c_int(k)]
+    op = types.SimpleNamespace(entry=entry, grid=(-(-n // columns_a_block), 1, 1), block=(256, 1, 1), params=params)
     launch(lib, op)
     deq = np.empty((n, k), np.float64)
     deq[:, 0::2] = (w & 0xF).astype(np.float64) - 8
@@ -51,8 +57,9 @@ def _gemv(lib, entry: str, n: int, k: int, columns_a_block: int, seed: int = 0):
 
 @pytest.mark.parametrize("u,split", [(2, 2), (4, 2), (2, 4), (4, 4), (2, 8), (4, 8)])
 def test_h2_tc_matches_numpy(lib, u, split):
-    """16 columns a warp, 8 / SPLIT column groups a block; N = 40 leaves a block's last columns past N
-    (no loads, no writes), K = 1024 gives SPLIT 2 four rounds a warp (U = 2: two turns of its loop)."""
+    """hipep's tensor-core kernel at the study's U and SPLIT: 16 columns a warp, 8 / SPLIT column
+    groups a block; N = 40 leaves a block's last columns past N (no loads, no writes), K = 1024 gives
+    SPLIT 2 four rounds a warp (U = 2: two turns of its loop)."""
     y, want = _gemv(lib, f"h2_tc_u{u}_s{split}", 40, 1024, 16 * (8 // split))
     assert np.all(np.isfinite(y))
     np.testing.assert_allclose(y, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
