@@ -317,8 +317,11 @@ def _gemv_chain_model(k: int, links: int, elem, level: int, norm: bool = True):
     rng = np.random.default_rng(7)
     npt = {F32: np.float32, F16: np.float16}[elem]
     nodes, inits, x = [], [], "x"
+    # without a norm between links, weights of rms 2 / sqrt(k) keep each link's output near its
+    # input's size (SiLU halves it about): unit weights grow it ~sqrt(k) a link, past fp16's range
+    w_scale = 1.0 if norm else 2.0 / np.sqrt(k)
     for i in range(links):
-        w = rng.standard_normal((k, k)).astype(np.float32)
+        w = (w_scale * rng.standard_normal((k, k))).astype(np.float32)
         B, scales, _ = quantize_blockwise(w, 4, 32, "none", rng)
         inits += [numpy_helper.from_array(B, f"B{i}"), numpy_helper.from_array(scales.astype(npt).reshape(-1), f"s{i}"),
                   *([numpy_helper.from_array((1.0 + 0.1 * rng.standard_normal(k)).astype(npt), f"g{i}")] if norm else [])]
