@@ -151,7 +151,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device-id", type=int, default=0)
     ap.add_argument("--out", default=RESULTS, help="folder for <date>-decode-host-<gpu>.md")
     ap.add_argument("--pstats", help="also write the profile's raw statistics to this file (pstats format)")
+    ap.add_argument("--host-driver", action="store_true",
+                    help="no GPU: run the cuda device on hipep.tools.host_driver's stand-in (kernels do not run; "
+                         "hipep's host work per step is what it measures)")
     args = ap.parse_args(argv)
+    if args.host_driver:
+        from hipep.tools import host_driver
+
+        host_driver.install()
     if args.steps < 1:
         ap.error("--steps must be at least 1")
     found = D.gpu_and_model("decode_host.py", args.device_id, args.model, args.precision)

@@ -80,9 +80,11 @@ def first_line(e: BaseException) -> str:
 # ---- where bound values live ----------------------------------------------------------------------
 
 def _driver():
-    from cuda.bindings import driver
+    """The driver hipep's cuda device uses: cuda-bindings' module, or the host stand-in where a
+    benchmark installed it (hipep.tools.host_driver)."""
+    from hipep.runtime.cuda_driver import _driver as hipep_driver
 
-    return driver
+    return hipep_driver()
 
 
 class Placement:

@@ -256,12 +256,17 @@ class CudaRuntime : public GpuRuntime {
 
 // ---- the emulation (tests): host memory presented to ORT as an NVIDIA GPU's ---------------------
 
+// HIPEP_EMULATE_GPU_MEMORY=1: tensors in that memory reach Python as arrays, as host memory does.
+// HIPEP_EMULATE_GPU_MEMORY=addresses: they reach Python as device addresses, as a GPU's do, for
+// hipep's cuda device on the host stand-in driver (hipep/tools/host_driver.py), which takes a
+// device address for a host one.
 class EmulatedRuntime : public GpuRuntime {
  public:
-  const char* name() const override { return "emulated"; }
+  explicit EmulatedRuntime(bool addresses) : addresses_(addresses) {}
+  const char* name() const override { return addresses_ ? "emulated-addresses" : "emulated"; }
   uint32_t vendor_id() const override { return 0x10DE; }
   int device_count() const override { return 1; }
-  bool device_memory_is_host() const override { return true; }
+  bool device_memory_is_host() const override { return !addresses_; }
   void* alloc(int, size_t nbytes, std::string& error) override {
     void* p = std::malloc(nbytes ? nbytes : 1);
     if (p == nullptr) error = "malloc(" + std::to_string(nbytes) + ") failed";
@@ -274,6 +279,9 @@ class EmulatedRuntime : public GpuRuntime {
     if (nbytes) std::memmove(dst, src, nbytes);
     return "";
   }
+
+ private:
+  bool addresses_;
 };
 
 std::unique_ptr<GpuRuntime> g_runtime;
@@ -283,7 +291,8 @@ std::string g_absent_reason = "ONNX Runtime has not loaded hipep's plugin in thi
 
 std::unique_ptr<GpuRuntime> load_gpu_runtime(std::string& why) {
   const char* emulate = std::getenv("HIPEP_EMULATE_GPU_MEMORY");
-  if (emulate != nullptr && std::strcmp(emulate, "1") == 0) return std::make_unique<EmulatedRuntime>();
+  if (emulate != nullptr && std::strcmp(emulate, "1") == 0) return std::make_unique<EmulatedRuntime>(false);
+  if (emulate != nullptr && std::strcmp(emulate, "addresses") == 0) return std::make_unique<EmulatedRuntime>(true);
   const char* off = std::getenv("HIPEP_NO_GPU_MEMORY");
   if (off != nullptr && std::strcmp(off, "1") == 0) {
     why = "HIPEP_NO_GPU_MEMORY=1";

@@ -10,6 +10,8 @@
 // HIPEP_EMULATE_GPU_MEMORY=1 (tests only) swaps in an emulation: "device" memory is host memory
 // that ORT is told is NVIDIA GPU memory, so ORT's side of device memory (EP devices, allocator,
 // data transfer, IOBinding) can be exercised on machines without a GPU.
+// HIPEP_EMULATE_GPU_MEMORY=addresses does the same but hands such tensors to Python as device
+// addresses, for hipep's cuda device running on the host stand-in driver (hipep/tools/host_driver.py).
 #pragma once
 
 #include <cstddef>

@@ -1,0 +1,92 @@
+"""hipep's cuda device on the host stand-in driver (hipep.tools.host_driver): a builder decoder
+decodes through ORT with IOBinding and device OrtValues, kernels compiled by NVRTC and bound, the
+step's launches captured into one graph, all without a GPU. What the step asks of the driver is
+what it would ask of a GPU's, so these tests hold the decode step's host path where CI can see it:
+one graph launch a step, no launch one by one, no host read, nothing copied through hipep's data
+transfer, and no more kernel nodes updated inside the graph than the two whose arguments really
+change: the attention mask's ReduceSum, whose length grows, and the embedding's Gather, whose
+input_ids ORT copies to a new address each step (a binding it has seen, kept by signature). Numbers are not checked (kernels do not
+run on the stand-in); tests/gpu checks them on a GPU.
+
+Each check runs in a fresh process: ORT reads HIPEP_EMULATE_GPU_MEMORY once, when it loads hipep's
+plugin, and the stand-in must be the driver before the first session on device='cuda'."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from helpers import REPO, needs_nvrtc
+
+_DECODE = r"""
+import json, sys
+import numpy as np
+from hipep.tools import host_driver, model_zoo
+stand_in = host_driver.install()
+import hipep
+import onnxruntime as ort
+
+folder = model_zoo.decoder("llama", "int4-f16")
+sess = hipep.InferenceSession(folder + "/model.onnx", device="cuda", strict=True)
+ins = {i.name: i for i in sess.get_inputs()}
+binding = sess.io_binding()
+max_len, prompt = 64, 12
+for name, i in ins.items():
+    if name.startswith("past_key_values."):
+        cache = ort.OrtValue.ortvalue_from_numpy(np.zeros((1, i.shape[1], max_len, 16), np.float16), "cuda", 0)
+        assert cache.device_name().lower() != "cpu", cache.device_name()
+        binding.bind_ortvalue_input(name, cache)
+        binding.bind_ortvalue_output(name.replace("past_key_values.", "present."), cache)
+vocab = sess.get_outputs()[0].shape[-1]
+logits = {}
+keys = ("launches", "graph_launches", "graph_node_updates", "direct_launches", "host_reads", "transfer_bytes")
+steps = []
+for total in range(prompt, 40):
+    n = prompt if total == prompt else 1
+    binding.bind_cpu_input("input_ids", np.full((1, n), 5, np.int64))
+    binding.bind_cpu_input("attention_mask", np.ones((1, total), np.int64))
+    if n not in logits:
+        logits[n] = ort.OrtValue.ortvalue_from_shape_and_type([1, n, vocab], np.float16, "cuda", 0)
+    binding.bind_ortvalue_output("logits", logits[n])
+    before, kernels = hipep.stats(), stand_in.counts.launches
+    sess.run_with_iobinding(binding)
+    after = hipep.stats()
+    steps.append({**{k: after.get(k, 0) - before.get(k, 0) for k in keys}, "stand_in_launches": stand_in.counts.launches - kernels})
+print(json.dumps({"steps": steps, "gpu": hipep.stats().get("device", "")}))
+"""
+
+
+def _run(script: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@needs_nvrtc
+def test_decode_step_is_one_graph_launch_on_the_stand_in():
+    steps = _run(_DECODE)["steps"]
+    assert steps[0]["launches"] > 0  # the prompt's step ran on the cuda device
+    decode = steps[8:]  # after the warm-up steps that trace, bind and capture each new layout
+    assert decode
+    for s in decode:
+        assert s["graph_launches"] == 1, s
+        assert s["direct_launches"] == 0 and s["stand_in_launches"] == 0, s
+        assert s["host_reads"] == 0 and s["transfer_bytes"] == 0, s
+        assert s["graph_node_updates"] <= 2, s
+
+
+@needs_nvrtc
+def test_decode_host_benchmark_runs_on_the_stand_in(tmp_path):
+    """benchmarks/decode_host.py --host-driver: the host-time report of a decode step, made where
+    there is no GPU (what its tables say is the stand-in's; kernel time is zero there)."""
+    from hipep.tools import model_zoo
+
+    folder = model_zoo.decoder("llama", "int4-f16")
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "decode_host.py"), "--host-driver", "--model",
+                           folder, "--steps", "4", "--top", "5", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (report,) = tmp_path.glob("*-decode-host-host-stand-in.md")
+    text = report.read_text()
+    assert "on host stand-in" in text and "| the replay's kernel time (kernel_us) | 0.0 |" in text
+    assert "| CUDA graph launches / kernel nodes updated / direct launches | 1 / " in text
