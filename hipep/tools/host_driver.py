@@ -171,8 +171,8 @@ class HostDriver:
     def cuMemHostUnregister(self, addr):
         return (OK,)
 
-    def _copy(self, dst, src, nbytes, stream):
-        node = ("copy", int(dst), int(src), int(nbytes))
+    def _queue(self, node, stream):
+        """Runs a copy or memset now, or records it into the stream's capture."""
         nodes = self._capturing.get(int(stream))
         if nodes is not None:
             nodes.append(node)
@@ -189,30 +189,18 @@ class HostDriver:
             ctypes.memset(dst, rest[0], rest[1])
 
     def cuMemcpyAsync(self, dst, src, nbytes, stream):
-        return self._copy(dst, src, nbytes, stream)
+        return self._queue(("copy", int(dst), int(src), int(nbytes)), stream)
 
-    def cuMemcpyHtoDAsync(self, dst, src, nbytes, stream):
-        return self._copy(dst, src, nbytes, stream)
-
-    def cuMemcpyDtoHAsync(self, dst, src, nbytes, stream):
-        return self._copy(dst, src, nbytes, stream)
-
-    def cuMemcpyDtoDAsync(self, dst, src, nbytes, stream):
-        return self._copy(dst, src, nbytes, stream)
+    # every direction is a host memmove here
+    cuMemcpyHtoDAsync = cuMemcpyDtoHAsync = cuMemcpyDtoDAsync = cuMemcpyAsync
 
     def cuMemcpyHtoD(self, dst, src, nbytes):
-        return self._copy(dst, src, nbytes, 0)
+        return self.cuMemcpyAsync(dst, src, nbytes, 0)
 
     cuMemcpyDtoH = cuMemcpyHtoD
 
     def cuMemsetD8Async(self, dst, value, nbytes, stream):
-        node = ("memset", int(dst), int(value), int(nbytes))
-        nodes = self._capturing.get(int(stream))
-        if nodes is not None:
-            nodes.append(node)
-        else:
-            self._run(node)
-        return (OK,)
+        return self._queue(("memset", int(dst), int(value), int(nbytes)), stream)
 
     # ---- streams and events: everything has run by the time a call returns ----
     def cuStreamCreate(self, flags):
