@@ -43,7 +43,7 @@ PYBIND11_MODULE(_native, m) {
         return out;
       },
         "Whether HipExecutionProvider offers GPU memory in this process: the GPU runtime the plugin "
-        "loaded ('cuda', 'emulated' or None), its GPU count and PCI vendor id, and why there is none.");
+        "loaded ('cuda', 'emulated', 'emulated-addresses' or None), its GPU count and PCI vendor id, and why there is none.");
   m.def("memory_stats", [] {
         auto& c = hipep::memory_counters();
         py::dict out;

@@ -734,8 +734,10 @@ void register_compute_types(py::module_& m) {
            py::arg("shapes"));
 }
 
-// Whether Python can run the GPU device (cuda-bindings imports, GPU 0 exists); else `why` not.
-bool gpu_device_usable(std::string& why) {
+// Whether Python can run the GPU device on `runtime`'s memory (cuda-bindings imports, GPU 0 exists;
+// for the emulation that hands host memory over as device addresses, the host stand-in driver is
+// installed: a real GPU's kernels would fault on those addresses); else `why` not.
+bool gpu_device_usable(const GpuRuntime& runtime, std::string& why) {
   if (!python_usable()) {
     why = "no usable Python interpreter in this process";
     return false;
@@ -743,6 +745,12 @@ bool gpu_device_usable(std::string& why) {
   try {
     py::gil_scoped_acquire gil;
     try {
+      if (std::strcmp(runtime.name(), "emulated-addresses") == 0) {
+        if (py::module_::import("hipep.tools.host_driver").attr("installed")().cast<bool>()) return true;
+        why = "HIPEP_EMULATE_GPU_MEMORY=addresses is for hipep's host stand-in driver, which is not installed "
+              "(hipep.tools.host_driver.install() before ONNX Runtime loads the plugin)";
+        return false;
+      }
       py::tuple status = py::module_::import("hipep.runtime.cuda").attr("cuda_status")(0);
       if (status[0].cast<bool>()) return true;
       why = "the NVIDIA driver loads, but hipep's CUDA device cannot run: " + utf8(status[1]);
@@ -781,7 +789,7 @@ HIPEP_EXPORT OrtStatus* CreateEpFactories(const char* /*registration_name*/, con
     if (runtime && !runtime->device_memory_is_host()) {
       // GPU memory only where hipep's GPU device can run: an EP whose tensors live on a GPU it
       // cannot compute on would fail every session instead of taking the CPU reference device.
-      if (!gpu_device_usable(why)) runtime.reset();
+      if (!gpu_device_usable(*runtime, why)) runtime.reset();
     }
     set_gpu_runtime(std::move(runtime), why);
   }

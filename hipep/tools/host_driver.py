@@ -323,6 +323,12 @@ class HostDriver:
 _INSTALLED: HostDriver | None = None
 
 
+def installed() -> bool:
+    """Whether the stand-in is the driver of hipep's cuda device in this process (the plugin asks
+    before it hands emulated GPU memory over as device addresses)."""
+    return _INSTALLED is not None
+
+
 def install() -> HostDriver:
     """Makes the stand-in the driver hipep's cuda device uses (before any session on it) and, where
     hipep's native library is not loaded yet, has the plugin present host memory as GPU memory.

@@ -90,3 +90,15 @@ def test_decode_host_benchmark_runs_on_the_stand_in(tmp_path):
     text = report.read_text()
     assert "on host stand-in" in text and "| the replay's kernel time (kernel_us) | 0.0 |" in text
     assert "| CUDA graph launches / kernel nodes updated / direct launches | 1 / " in text
+
+
+def test_address_emulation_without_the_stand_in_offers_no_gpu_memory():
+    """HIPEP_EMULATE_GPU_MEMORY=addresses hands host memory over as device addresses, which only the
+    stand-in can take: without it the plugin offers no GPU memory and says why (on a GPU machine a
+    kernel would fault on such an address)."""
+    script = ("import json, os; os.environ['HIPEP_EMULATE_GPU_MEMORY'] = 'addresses'\n"
+              "import hipep; from hipep import _native\n"
+              "hipep.register(); print(json.dumps(_native.gpu_memory()))")
+    memory = _run(script)
+    assert memory["runtime"] is None
+    assert "host stand-in driver" in memory["why_not"] and "not installed" in memory["why_not"]
