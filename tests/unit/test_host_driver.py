@@ -57,7 +57,7 @@ print(json.dumps({"steps": steps, "gpu": hipep.stats().get("device", "")}))
 
 
 def _run(script: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -82,7 +82,7 @@ def test_decode_host_benchmark_runs_on_the_stand_in(tmp_path):
     from hipep.tools import model_zoo
 
     folder = model_zoo.decoder("llama", "int4-f16")
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "decode_host.py"), "--host-driver", "--model",
+    done = subprocess.run([sys.executable, "-P", str(REPO / "benchmarks" / "decode_host.py"), "--host-driver", "--model",
                            folder, "--steps", "4", "--top", "5", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
