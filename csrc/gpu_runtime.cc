@@ -267,6 +267,7 @@ class EmulatedRuntime : public GpuRuntime {
   uint32_t vendor_id() const override { return 0x10DE; }
   int device_count() const override { return 1; }
   bool device_memory_is_host() const override { return !addresses_; }
+  bool addresses_are_host() const override { return addresses_; }
   void* alloc(int, size_t nbytes, std::string& error) override {
     void* p = std::malloc(nbytes ? nbytes : 1);
     if (p == nullptr) error = "malloc(" + std::to_string(nbytes) + ") failed";

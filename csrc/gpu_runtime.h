@@ -31,6 +31,9 @@ class GpuRuntime {
   virtual int device_count() const = 0;
   // Whether "device" memory is in fact host memory the CPU can read (the emulation).
   virtual bool device_memory_is_host() const { return false; }
+  // Its "device" addresses are host memory although tensors reach Python as device addresses
+  // (HIPEP_EMULATE_GPU_MEMORY=addresses): only the host stand-in driver can take them.
+  virtual bool addresses_are_host() const { return false; }
   // nullptr when the driver refuses (out of memory); `error` says why.
   virtual void* alloc(int ordinal, size_t nbytes, std::string& error) = 0;
   virtual void free(int ordinal, void* p) = 0;

@@ -745,7 +745,7 @@ bool gpu_device_usable(const GpuRuntime& runtime, std::string& why) {
   try {
     py::gil_scoped_acquire gil;
     try {
-      if (std::strcmp(runtime.name(), "emulated-addresses") == 0) {
+      if (runtime.addresses_are_host()) {
         if (py::module_::import("hipep.tools.host_driver").attr("installed")().cast<bool>()) return true;
         why = "HIPEP_EMULATE_GPU_MEMORY=addresses is for hipep's host stand-in driver, which is not installed "
               "(hipep.tools.host_driver.install() before ONNX Runtime loads the plugin)";

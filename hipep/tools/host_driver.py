@@ -11,7 +11,7 @@ replays them), so host-visible values staged by copies read back as they would o
 a kernel would compute keeps whatever the memory held.
 
 What it is for: measuring and testing the host side of the cuda device where there is no GPU
-(benchmarks/decode.py --host-driver, tests/unit/test_host_driver.py): how many launches, graph
+(benchmarks/decode_host.py --host-driver, tests/unit/test_host_driver.py): how many launches, graph
 launches and node updates a decode step makes, and the host time hipep's own code takes per step.
 Driver calls here cost a Python call each, less than the real driver's, so host times measured
 through the stand-in are hipep's share of a step, not the whole of it.
@@ -19,8 +19,8 @@ through the stand-in are hipep's share of a step, not the whole of it.
 install() also sets HIPEP_EMULATE_GPU_MEMORY=addresses (unless set): when ORT loads the plugin
 after it, the plugin offers ORT "GPU" memory that is host memory (csrc/gpu_runtime.cc) and hands
 tensors in it to the cuda device as device addresses, as on a GPU; the stand-in reads and writes
-them as the host addresses they are. Not thread-safe beyond what the
-cuda device itself serializes; one stand-in per process.
+them as the host addresses they are. Not thread-safe beyond what the cuda device itself
+serializes; one stand-in per process.
 """
 from __future__ import annotations
 
@@ -104,7 +104,6 @@ class HostDriver:
         self._memory: dict[int, ctypes.Array] = {}   # address -> its buffer (device and pinned memory alike)
         self._capturing: dict[int, list] = {}          # stream -> the nodes captured so far
         self._graphs: dict[int, list] = {}             # graph or executable graph -> its nodes
-        self._functions: dict[int, str] = {}
 
     def _handle(self) -> int:
         return next(self._handles)
@@ -242,9 +241,7 @@ class HostDriver:
         return OK, self._handle()
 
     def cuModuleGetFunction(self, module, name):
-        f = self._handle()
-        self._functions[f] = name.decode() if isinstance(name, bytes) else str(name)
-        return OK, f
+        return OK, self._handle()
 
     def cuFuncSetAttribute(self, func, attribute, value):
         return (OK,)

@@ -5,8 +5,8 @@ what it would ask of a GPU's, so these tests hold the decode step's host path wh
 one graph launch a step, no launch one by one, no host read, nothing copied through hipep's data
 transfer, and no more kernel nodes updated inside the graph than the two whose arguments really
 change: the attention mask's ReduceSum, whose length grows, and the embedding's Gather, whose
-input_ids ORT copies to a new address each step (a binding it has seen, kept by signature). Numbers are not checked (kernels do not
-run on the stand-in); tests/gpu checks them on a GPU.
+input_ids ORT copies to a new address each step (a binding it has seen, kept by signature).
+Numbers are not checked (kernels do not run on the stand-in); tests/gpu checks them on a GPU.
 
 Each check runs in a fresh process: ORT reads HIPEP_EMULATE_GPU_MEMORY once, when it loads hipep's
 plugin, and the stand-in must be the driver before the first session on device='cuda'."""
@@ -19,7 +19,7 @@ import sys
 from helpers import REPO, needs_nvrtc
 
 _DECODE = r"""
-import json, sys
+import json
 import numpy as np
 from hipep.tools import host_driver, model_zoo
 stand_in = host_driver.install()
@@ -51,8 +51,9 @@ for total in range(prompt, 40):
     before, kernels = hipep.stats(), stand_in.counts.launches
     sess.run_with_iobinding(binding)
     after = hipep.stats()
-    steps.append({**{k: after.get(k, 0) - before.get(k, 0) for k in keys}, "stand_in_launches": stand_in.counts.launches - kernels})
-print(json.dumps({"steps": steps, "gpu": hipep.stats().get("device", "")}))
+    steps.append({**{k: after.get(k, 0) - before.get(k, 0) for k in keys},
+                  "stand_in_launches": stand_in.counts.launches - kernels})
+print(json.dumps({"steps": steps}))
 """
 
 
