@@ -4,6 +4,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -268,9 +269,12 @@ class EmulatedRuntime : public GpuRuntime {
   int device_count() const override { return 1; }
   bool device_memory_is_host() const override { return !addresses_; }
   bool addresses_are_host() const override { return addresses_; }
+  // Aligned as a GPU's allocations are (cuMemAlloc's are to at least 256 bytes): bindings choose
+  // vector widths by alignment, and native replay follows tensors that keep their low 8 bits.
   void* alloc(int, size_t nbytes, std::string& error) override {
-    void* p = std::malloc(nbytes ? nbytes : 1);
-    if (p == nullptr) error = "malloc(" + std::to_string(nbytes) + ") failed";
+    size_t rounded = (std::max<size_t>(nbytes, 1) + 255) / 256 * 256;
+    void* p = std::aligned_alloc(256, rounded);
+    if (p == nullptr) error = "aligned_alloc(256, " + std::to_string(rounded) + ") failed";
     return p;
   }
   void free(int, void* p) override { std::free(p); }

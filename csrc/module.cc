@@ -4,6 +4,7 @@
 
 #include "device_memory.h"
 #include "gpu_runtime.h"
+#include "native_replay.h"
 #include "ort_api.h"
 #include "plugin.h"
 
@@ -33,6 +34,7 @@ PYBIND11_MODULE(_native, m) {
         "The data pointers of numpy arrays and device arrays (0 for None).");
   m.attr("cpu_ep_name") = hipep::kCpuEpName;
   hipep::register_compute_types(m);
+  hipep::register_native_replay(m);
   m.def("gpu_memory", [] {
         py::dict out;
         hipep::GpuRuntime* rt = hipep::gpu_runtime();

@@ -15,6 +15,7 @@
 #include "device_memory.h"
 #include "gpu_runtime.h"
 #include "graph_view.h"
+#include "native_replay.h"
 #include "ort_api.h"
 #include "plugin.h"
 
@@ -302,6 +303,8 @@ struct ComputeInfo : OrtNodeComputeInfo {
   std::string running;  // "running <name>", what an error of this node's Compute says it was doing
   std::vector<ONNXTensorElementDataType> output_types;
   DeviceTensorCache device_tensors;
+  // The record of runs Compute replays without Python (hipep/runtime/native_replay.py fills it).
+  std::shared_ptr<ReplaySlot> replay_slot = std::make_shared<ReplaySlot>();
 
   ComputeInfo() {
     ort_version_supported = kOrtApiVersion;
@@ -320,6 +323,8 @@ struct ComputeInfo : OrtNodeComputeInfo {
   static OrtStatus* ORT_API_CALL ComputeImpl(OrtNodeComputeInfo* self_base, void*,
                                              OrtKernelContext* context) noexcept {
     auto* self = static_cast<ComputeInfo*>(self_base);
+    OrtStatus* status = nullptr;
+    if (try_native_replay(*self->replay_slot, context, self->running, &status)) return status;
     return guarded(self->running.c_str(), [&] { self->run(context); });
   }
 
@@ -546,6 +551,7 @@ struct HipEp : OrtEp {
         std::vector<std::string> out_names = value_names(fused_nodes[i], true);
         py::tuple result = self->state->get().attr("compile")(desc, info->name, in_names, out_names);
         info->compiled.reset(new PyRef(result[0]));
+        result[0].attr("native_slot") = py::cast(info->replay_slot);
         for (auto t : result[1].cast<py::list>())
           info->output_types.push_back(static_cast<ONNXTensorElementDataType>(t.cast<int>()));
         log_records(self->logger, result[2]);

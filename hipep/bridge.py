@@ -256,7 +256,8 @@ class EpState:
                              f"{len(inputs)} inputs, {len(outputs)} outputs, {len(weights)} weights "
                              f"({weights.nbytes / 2**20:.1f} MiB) on device {self.device.name}")]
         elem_types = [elem_type_of(plan.values[v].dtype) for v in plan.outputs]
-        return CompiledSubgraph(executor, weights, self.device), elem_types, self._records(records)
+        compiled = CompiledSubgraph(executor, weights, self.device, native_replay=self.options.native_replay == "on")
+        return compiled, elem_types, self._records(records)
 
 
     def _stored_or_compiled(self, desc: dict, graph: GraphView, fused_name: str, inputs: list[str],
@@ -282,7 +283,8 @@ class CompiledSubgraph:
     """One fused node's executable and the weights it owns. `run` is re-entrant: ORT may call it
     from several threads."""
 
-    def __init__(self, executor: Executor, weights: WeightStore | None = None, device=None):
+    def __init__(self, executor: Executor, weights: WeightStore | None = None, device=None,
+                 native_replay: bool = False):
         self.executor = executor
         self.weights = weights if weights is not None else WeightStore({})
         self.device = device if device is not None else executor.device
@@ -292,6 +294,14 @@ class CompiledSubgraph:
         # anything. (Lists whose items runs on other threads may replace.)
         plan = executor.plan
         self._wrapped: dict[str, list] = {"input": [None] * len(plan.inputs), "output": [None] * len(plan.outputs)}
+        # Compute's native replay (csrc/native_replay.cc): the plugin sets `native_slot` after
+        # Compile; the recorder fills it once runs of one layout repeat on a GPU.
+        self.native_slot = None
+        self._recorder = None
+        if native_replay and getattr(self.device, "name", "") == "cuda" and not executor.step_by_step:
+            from .runtime.native_replay import Recorder
+
+            self._recorder = Recorder(self)
 
     def run(self, inputs, allocate_outputs=None):
         """The outputs of one run. `allocate_outputs`, when given (Compute gives it), obtains
@@ -310,9 +320,22 @@ class CompiledSubgraph:
                 arrays = self._device_tensors(arrays, "output")
             return arrays
         self.executor.run(inputs, allocate_outputs=allocate_outputs)
+        if self._recorder is not None:
+            self._record()
         # Given allocate_outputs, the executor obtains ORT's outputs through it and writes them
         # there (or raises): None tells Compute that nothing is left to check or copy.
         return None
+
+    def _record(self) -> None:
+        """Lets the recorder learn from the run; a fault of its own disables it (the run itself
+        succeeded and stays so)."""
+        try:
+            self._recorder.after_run()
+        except Exception as e:  # noqa: BLE001
+            recorder, self._recorder = self._recorder, None
+            recorder.drop()
+            logging.getLogger("hipep").warning("hipep: %s: native replay is off for this subgraph: %s: %s",
+                                               self.executor.plan.name, type(e).__name__, e)
 
     def _device_tensors(self, items, role: str) -> list:
         """`items` with each device tensor's descriptor replaced by the device's array at it: the

@@ -33,19 +33,21 @@ class Tally:
     the order of FIELDS (kernel time in nanoseconds), that the finalizer can merge on its own."""
 
     FIELDS = ("launches", "specializations", "specialization_hits", "host_reads", "kernel_ns",
-              "direct_launches", "graph_launches", "graph_node_updates", "run_ns", "sync_wait_ns")
+              "direct_launches", "graph_launches", "graph_node_updates", "run_ns", "sync_wait_ns",
+              "native_runs")
     (LAUNCHES, SPECIALIZATIONS, HITS, HOST_READS, KERNEL_NS, DIRECT, GRAPHS, NODE_UPDATES, RUN_NS,
-     SYNC_WAIT_NS) = range(10)
+     SYNC_WAIT_NS, NATIVE_RUNS) = range(11)
 
-    def __init__(self):
-        self.values = [0] * len(self.FIELDS)
+    def __init__(self, values=None):
+        # `values`: storage native code adds to (hipep.runtime.native_replay's int64 array)
+        self.values = [0] * len(self.FIELDS) if values is None else values
         with _lock:
             _tallies.add(self)
         weakref.finalize(self, _merge, self.values)
 
 
 def _counts(values) -> dict[str, int]:
-    out = dict(zip(Tally.FIELDS, values))
+    out = {name: int(v) for name, v in zip(Tally.FIELDS, values)}
     for name in ("kernel", "run", "sync_wait"):
         out[f"{name}_us"] = out.pop(f"{name}_ns") // 1000
     return out
@@ -64,4 +66,6 @@ def snapshot() -> dict[str, int]:
         for name, v in _counts(t.values).items():
             if v:
                 out[name] += v
+    if out["native_runs"]:  # runs Compute replayed without calling Python are runs too
+        out["runs"] += out["native_runs"]
     return dict(out)

@@ -26,7 +26,8 @@ FUSION = ("on", "off")
 
 
 # How each option's string value is read: a tuple of allowed words, or a type.
-_CHOICES = {"device": DEVICES, "log_level": tuple(LOG_LEVELS), "cpu_schedule": CPU_SCHEDULES, "fusion": FUSION}
+_CHOICES = {"device": DEVICES, "log_level": tuple(LOG_LEVELS), "cpu_schedule": CPU_SCHEDULES, "fusion": FUSION,
+            "native_replay": ("on", "off")}
 _BOOL_WORDS = {"0": False, "false": False, "1": True, "true": True}
 
 
@@ -76,6 +77,10 @@ class ProviderOptions:
     """on | off. on: chains of pointwise ops (elementwise math, comparisons, Where, Cast) compile to
     one fused kernel each (pass hip-fuse-pointwise); off: every such node is a launch of its own.
     Results are bit-identical either way."""
+    native_replay: str = "on"
+    """on | off. GPU only: once runs of one layout repeat (a decode loop), Compute replays their
+    CUDA graphs in native code without calling Python (hipep.runtime.native_replay); off: every
+    run goes through Python."""
     plan_cache: str = ""
     """A folder of compiled plans (hipep.plan_cache): Compile loads a subgraph's plan from there
     when an earlier session stored it, without importing the compiler, and stores what it

@@ -115,6 +115,7 @@ class Executor:
         self._outputs_exact = exact_outputs_function(self._out_dtypes)
         self._aliases_of = alias_function(plan.name, self._alias_pairs) if self._alias_pairs else None
         self._recent: _Program | None = None  # the shape program the latest run used: tried first
+        self.last_run: tuple | None = None  # (spec, context, inputs, outputs, env) of the latest replay
 
     @property
     def step_by_step(self) -> bool:
@@ -198,6 +199,8 @@ class Executor:
                                   self._value_array(src, context, staged_in, staged_out, env, spec), "output copy")
             device.finish_outputs(stream, staged_out, outputs)
             ok = True
+            # what a native replay record is built from (hipep.runtime.native_replay)
+            self.last_run = (spec, context, staged_in, staged_out, env)
             return outputs
         finally:
             if not ok:

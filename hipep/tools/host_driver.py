@@ -39,6 +39,7 @@ ATTRIBUTES = {"COMPUTE_CAPABILITY_MAJOR": ARCH[0], "COMPUTE_CAPABILITY_MINOR": A
               "MAX_REGISTERS_PER_BLOCK": 65536, "CAN_MAP_HOST_MEMORY": 1, "UNIFIED_ADDRESSING": 1}
 NAME = b"host stand-in"
 DRIVER_VERSION = 13000
+_CONTEXT = 0x10  # the primary context's handle
 
 
 class CUresult(enum.IntEnum):
@@ -46,6 +47,7 @@ class CUresult(enum.IntEnum):
     CUDA_ERROR_INVALID_VALUE = 1
     CUDA_ERROR_OUT_OF_MEMORY = 2
     CUDA_ERROR_INVALID_HANDLE = 400
+    CUDA_ERROR_NOT_FOUND = 500
     CUDA_ERROR_NOT_READY = 600
     CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712
     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900
@@ -104,6 +106,7 @@ class HostDriver:
         self._memory: dict[int, ctypes.Array] = {}   # address -> its buffer (device and pinned memory alike)
         self._capturing: dict[int, list] = {}          # stream -> the nodes captured so far
         self._graphs: dict[int, list] = {}             # graph or executable graph -> its nodes
+        self._procs: dict[str, object] = {}            # C entry points made by cuGetProcAddress
 
     def _handle(self) -> int:
         return next(self._handles)
@@ -129,7 +132,7 @@ class HostDriver:
         return OK, NAME[:length]
 
     def cuDevicePrimaryCtxRetain(self, device):
-        return OK, 0x10
+        return OK, _CONTEXT
 
     def cuCtxSetCurrent(self, ctx):
         return (OK,)
@@ -315,6 +318,50 @@ class HostDriver:
         return (OK,)
 
     cuProfilerStop = cuProfilerStart
+
+    # ---- entry points for native code (hipep.runtime.native_replay): the same calls in C form ----
+    def cuGetProcAddress(self, symbol, version, flags):
+        name = symbol.decode() if isinstance(symbol, bytes) else str(symbol)
+        fn = self._procs.get(name)
+        if fn is None:
+            made = _c_entry_point(self, name)
+            if made is None:
+                return CUresult.CUDA_ERROR_NOT_FOUND, 0, 0
+            fn = self._procs[name] = made
+        return OK, ctypes.cast(fn, ctypes.c_void_p).value, 0
+
+
+def _c_entry_point(driver: HostDriver, name: str):
+    """A C function (ctypes callback, which takes the GIL itself) calling the stand-in's `name`
+    with integer handles, as native code calls the driver; None for a name it does not offer."""
+    vp, res = ctypes.c_void_p, ctypes.c_int
+
+    def handle(h) -> int:
+        return int(h or 0)
+
+    if name == "cuGraphLaunch":
+        return ctypes.CFUNCTYPE(res, vp, vp)(lambda exe, stream: int(driver.cuGraphLaunch(handle(exe), handle(stream))[0]))
+    if name == "cuGraphExecKernelNodeSetParams":
+        return ctypes.CFUNCTYPE(res, vp, vp, vp)(
+            lambda exe, node, params: int(driver.cuGraphExecKernelNodeSetParams(handle(exe), handle(node), params)[0]))
+    if name == "cuStreamSynchronize":
+        return ctypes.CFUNCTYPE(res, vp)(lambda stream: int(driver.cuStreamSynchronize(handle(stream))[0]))
+    if name == "cuEventRecord":
+        return ctypes.CFUNCTYPE(res, vp, vp)(lambda event, stream: int(driver.cuEventRecord(event, stream)[0]))
+    if name == "cuEventElapsedTime":
+        def elapsed(ms, start, end):
+            err, value = driver.cuEventElapsedTime(start, end)
+            ms[0] = value
+            return int(err)
+        return ctypes.CFUNCTYPE(res, ctypes.POINTER(ctypes.c_float), vp, vp)(elapsed)
+    if name == "cuCtxGetCurrent":
+        def current(out):
+            out[0] = _CONTEXT
+            return int(OK)
+        return ctypes.CFUNCTYPE(res, ctypes.POINTER(ctypes.c_void_p))(current)
+    if name == "cuCtxSetCurrent":
+        return ctypes.CFUNCTYPE(res, vp)(lambda ctx: int(driver.cuCtxSetCurrent(ctx)[0]))
+    return None
 
 
 _INSTALLED: HostDriver | None = None

@@ -1,0 +1,513 @@
+// Replay of a plan run from Compute without Python (see native_replay.h). The record is built and
+// extended by hipep/runtime/native_replay.py; this file only looks up, compares, copies bytes and
+// calls the driver through the entry points Python hands over (the real driver's from
+// cuGetProcAddress, or the host stand-in's).
+#include "native_replay.h"
+
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace hipep {
+namespace {
+
+bool interpreter_usable() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
+
+// A Python object C++ may drop on any thread: with the GIL, and never after the interpreter is gone.
+class Held {
+ public:
+  Held() = default;
+  explicit Held(py::object obj) : obj_(obj.release().ptr()) {}
+  Held(const Held&) = delete;
+  Held& operator=(const Held&) = delete;
+  ~Held() { reset(); }
+  void reset() {
+    if (obj_ != nullptr && interpreter_usable()) {
+      py::gil_scoped_acquire gil;
+      Py_DECREF(obj_);
+    }
+    obj_ = nullptr;
+  }
+  void set(py::object obj) {
+    reset();
+    obj_ = obj.release().ptr();
+  }
+  PyObject* get() const { return obj_; }
+
+ private:
+  PyObject* obj_ = nullptr;
+};
+
+// The CUDA driver's calling convention (CUresult is an int, 0 success; handles are pointers).
+struct Driver {
+  int (*graph_launch)(void* exec, void* stream) = nullptr;
+  int (*node_set_params)(void* exec, void* node, const void* params) = nullptr;
+  int (*stream_synchronize)(void* stream) = nullptr;
+  int (*event_record)(void* event, void* stream) = nullptr;
+  int (*event_elapsed)(float* ms, void* start, void* end) = nullptr;
+  int (*ctx_get_current)(void** ctx) = nullptr;
+  int (*ctx_set_current)(void* ctx) = nullptr;
+};
+
+template <typename F>
+F entry(const py::dict& table, const char* name) {
+  if (!table.contains(name)) throw std::invalid_argument(std::string("NativeReplay: no driver entry point ") + name);
+  auto address = table[name].cast<uintptr_t>();
+  if (address == 0) throw std::invalid_argument(std::string("NativeReplay: driver entry point ") + name + " is null");
+  return reinterpret_cast<F>(address);
+}
+
+struct KeyHash {
+  size_t operator()(const std::vector<int64_t>& key) const noexcept {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t v : key) h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+// One ORT tensor position as the record saw it.
+struct Position {
+  bool present = true;
+  int elem = 0;
+  uintptr_t ptr = 0;         // the address the record's parameters were bound for
+  bool relocatable = false;  // may move: fields holding it are relocated
+  int alias = 0;             // the first position (inputs, then outputs) with the same address
+};
+
+// A parameter field holding a tensor's address: written as `base` + how far the tensor moved.
+struct Relocation {
+  uint64_t* field;
+  uint64_t base;
+  int position;  // inputs first, then outputs
+};
+
+struct NodeSetting {
+  uintptr_t params = 0;  // the CUDA_KERNEL_NODE_PARAMS the node is set from
+  std::vector<Relocation> relocations;
+};
+
+struct Variant {
+  std::vector<std::vector<int64_t>> output_shapes;
+  std::vector<std::pair<void*, std::string>> fills;  // host address, bytes
+  std::vector<NodeSetting> nodes;                      // one per managed node
+  int64_t launches = 0;
+};
+
+// What a managed node holds now: its parameters' source and every relocated field's value.
+struct NodeState {
+  uintptr_t params = 0;
+  std::vector<uint64_t> fields;
+};
+
+}  // namespace
+
+class NativeReplay {
+ public:
+  NativeReplay(std::string name, const py::dict& driver, uintptr_t cu_context, uintptr_t stream,
+               uintptr_t start_event, uintptr_t end_event, uintptr_t fault_record, uintptr_t tally,
+               std::vector<int> tally_fields, py::object on_error)
+      : name_(std::move(name)),
+        context_(reinterpret_cast<void*>(cu_context)),
+        stream_(reinterpret_cast<void*>(stream)),
+        start_(reinterpret_cast<void*>(start_event)),
+        end_(reinterpret_cast<void*>(end_event)),
+        fault_(reinterpret_cast<const uint32_t*>(fault_record)),
+        tally_(reinterpret_cast<int64_t*>(tally)),
+        fields_(std::move(tally_fields)),
+        on_error_(std::move(on_error)) {
+    if (fields_.size() != kFields) throw std::invalid_argument("NativeReplay: tally_fields needs 9 indexes");
+    d_.graph_launch = entry<decltype(d_.graph_launch)>(driver, "cuGraphLaunch");
+    d_.node_set_params = entry<decltype(d_.node_set_params)>(driver, "cuGraphExecKernelNodeSetParams");
+    d_.stream_synchronize = entry<decltype(d_.stream_synchronize)>(driver, "cuStreamSynchronize");
+    d_.event_record = entry<decltype(d_.event_record)>(driver, "cuEventRecord");
+    d_.event_elapsed = entry<decltype(d_.event_elapsed)>(driver, "cuEventElapsedTime");
+    d_.ctx_get_current = entry<decltype(d_.ctx_get_current)>(driver, "cuCtxGetCurrent");
+    d_.ctx_set_current = entry<decltype(d_.ctx_set_current)>(driver, "cuCtxSetCurrent");
+  }
+
+  // ---- built from Python (under the lock: a run may be in flight on another thread) ----------
+
+  void set_io(const py::list& inputs, const py::list& outputs) {
+    auto lock = python_lock();
+    in_ = positions(inputs);
+    out_ = positions(outputs);
+    relocatable_.clear();
+    for (size_t p = 0; p < in_.size() + out_.size(); ++p)
+      if (at(p).relocatable) relocatable_.push_back(static_cast<int>(p));
+    now_.assign(in_.size() + out_.size(), 0);
+  }
+
+  void set_graphs(const std::vector<uintptr_t>& execs, const py::list& managed) {
+    auto lock = python_lock();
+    execs_.clear();
+    for (auto e : execs) execs_.push_back(reinterpret_cast<void*>(e));
+    // A node managed already keeps what it holds now (runs may have set it); a new one holds the
+    // launch it was captured or last updated with (`params now set` and its fields' values).
+    std::vector<std::pair<void*, void*>> managed_now;
+    std::vector<NodeState> state_now;
+    variants_.clear();  // Python adds every variant again, with a setting for each node
+    for (auto item : managed) {
+      auto t = item.cast<py::tuple>();  // (exec, node, params now set, [field addresses])
+      std::pair<void*, void*> node(reinterpret_cast<void*>(t[0].cast<uintptr_t>()),
+                                   reinterpret_cast<void*>(t[1].cast<uintptr_t>()));
+      NodeState s;
+      size_t known = 0;
+      while (known < managed_.size() && managed_[known] != node) ++known;
+      if (known < managed_.size()) {
+        s = state_[known];
+      } else {
+        s.params = t[2].cast<uintptr_t>();
+        for (auto f : t[3].cast<py::list>()) s.fields.push_back(*reinterpret_cast<uint64_t*>(f.cast<uintptr_t>()));
+      }
+      managed_now.push_back(node);
+      state_now.push_back(std::move(s));
+    }
+    managed_ = std::move(managed_now);
+    state_ = std::move(state_now);
+  }
+
+  // key: the inputs' shapes flattened (rank, then extents; -1 for an absent input)
+  void add_variant(const std::vector<int64_t>& key, const std::vector<std::vector<int64_t>>& output_shapes,
+                   const py::list& fills, const py::list& nodes, int64_t launches) {
+    Variant v;
+    v.output_shapes = output_shapes;
+    v.launches = launches;
+    for (auto item : fills) {
+      auto t = item.cast<py::tuple>();
+      v.fills.emplace_back(reinterpret_cast<void*>(t[0].cast<uintptr_t>()), t[1].cast<std::string>());
+    }
+    for (auto item : nodes) {
+      auto t = item.cast<py::tuple>();  // (params, [(field address, base value, position)])
+      NodeSetting s;
+      s.params = t[0].cast<uintptr_t>();
+      for (auto r : t[1].cast<py::list>()) {
+        auto rt = r.cast<py::tuple>();
+        int position = rt[2].cast<int>();
+        if (position < 0 || static_cast<size_t>(position) >= in_.size() + out_.size())
+          throw std::invalid_argument("NativeReplay.add_variant: relocation of position " + std::to_string(position));
+        s.relocations.push_back({reinterpret_cast<uint64_t*>(rt[0].cast<uintptr_t>()), rt[1].cast<uint64_t>(), position});
+      }
+      v.nodes.push_back(std::move(s));
+    }
+    if (output_shapes.size() != out_.size())
+      throw std::invalid_argument("NativeReplay.add_variant: " + std::to_string(output_shapes.size()) +
+                                  " output shapes for " + std::to_string(out_.size()) + " outputs");
+    auto lock = python_lock();
+    if (v.nodes.size() != managed_.size())
+      throw std::invalid_argument("NativeReplay.add_variant: settings for " + std::to_string(v.nodes.size()) +
+                                  " nodes, the record manages " + std::to_string(managed_.size()));
+    variants_[key] = std::move(v);
+  }
+
+  void keep(py::object obj) { kept_.push_back(std::make_unique<Held>(std::move(obj))); }
+
+  // ---- a run ---------------------------------------------------------------------------------
+
+  bool try_run(OrtKernelContext* ctx, const std::string& running, OrtStatus** status) {
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock() || broken_) return miss("busy or broken");
+    auto started = std::chrono::steady_clock::now();
+    size_t n_in = 0, n_out = 0;
+    HIPEP_ORT(g_ort->KernelContext_GetInputCount(ctx, &n_in));
+    HIPEP_ORT(g_ort->KernelContext_GetOutputCount(ctx, &n_out));
+    if (n_in != in_.size() || n_out != out_.size()) return miss("input or output count");
+    key_.clear();
+    for (size_t i = 0; i < n_in; ++i) {
+      const OrtValue* value = nullptr;
+      HIPEP_ORT(g_ort->KernelContext_GetInput(ctx, i, &value));
+      const Position& p = in_[i];
+      if (value == nullptr || !p.present) {
+        if ((value == nullptr) == p.present) return miss("input presence");
+        key_.push_back(-1);
+        continue;
+      }
+      if (!read_tensor(value, p, i, true)) return miss(why_);
+    }
+    auto found = variants_.find(key_);
+    if (found == variants_.end()) return miss("shapes");
+    const Variant& v = found->second;
+    for (size_t j = 0; j < n_out; ++j) {
+      const auto& shape = v.output_shapes[j];
+      OrtValue* value = nullptr;
+      HIPEP_ORT(g_ort->KernelContext_GetOutput(ctx, j, shape.data(), shape.size(), &value));
+      if (!read_tensor(value, out_[j], in_.size() + j, false)) return miss(why_);
+    }
+    for (int p : relocatable_) {  // addresses equal where the record's were, and only there
+      for (size_t q = 0; q < now_.size(); ++q) {
+        if (static_cast<size_t>(p) == q || !at(q).present) continue;
+        if ((now_[p] == now_[q]) != (at(p).alias == at(q).alias)) return miss("aliasing");
+      }
+    }
+    if (!replay(v, running, status)) return miss("a node update the driver refused");
+    runs_ += 1;
+    auto elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started);
+    add(kRunNs, elapsed.count());
+    return true;
+  }
+
+  uint64_t runs() const { return runs_; }
+  uint64_t misses() const { return misses_; }
+  std::string last_miss() const { return last_miss_ ? last_miss_ : ""; }
+  bool broken() const { return broken_; }
+  size_t variants() {
+    auto lock = python_lock();
+    return variants_.size();
+  }
+  bool has_variant(const std::vector<int64_t>& key) {
+    auto lock = python_lock();
+    return variants_.count(key) != 0;
+  }
+  // The last run's addresses (inputs, then outputs) and input shape key: what a check of the
+  // parameters it set binds again.
+  py::tuple last_run() {
+    auto lock = python_lock();
+    return py::make_tuple(now_, key_);
+  }
+  // The CUDA_KERNEL_NODE_PARAMS each managed node was last set from.
+  std::vector<uintptr_t> node_params() {
+    auto lock = python_lock();
+    std::vector<uintptr_t> out;
+    for (auto& s : state_) out.push_back(s.params);
+    return out;
+  }
+
+ private:
+  enum Field { kLaunches, kHits, kHostReads, kKernelNs, kGraphs, kNodeUpdates, kRunNs, kSyncWaitNs, kNativeRuns };
+  static constexpr size_t kFields = 9;
+
+  // Python waits for a run in flight without holding the GIL (a run may need it: the stand-in's
+  // entry points are Python, errors are worded there); a run only ever try_locks.
+  std::unique_lock<std::mutex> python_lock() {
+    std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+    if (PyGILState_Check()) {
+      py::gil_scoped_release no_gil;
+      lock.lock();
+    } else {
+      lock.lock();
+    }
+    return lock;
+  }
+
+  static std::vector<Position> positions(const py::list& items) {
+    std::vector<Position> out;
+    for (auto item : items) {
+      Position p;
+      if (item.is_none()) {
+        p.present = false;
+      } else {
+        auto t = item.cast<py::tuple>();  // (elem, address, relocatable, alias)
+        p.elem = t[0].cast<int>();
+        p.ptr = t[1].cast<uintptr_t>();
+        p.relocatable = t[2].cast<bool>();
+        p.alias = t[3].cast<int>();
+      }
+      out.push_back(p);
+    }
+    return out;
+  }
+
+  const Position& at(size_t p) const { return p < in_.size() ? in_[p] : out_[p - in_.size()]; }
+
+  bool read_tensor(const OrtValue* value, const Position& p, size_t position, bool shape_into_key) {
+    const OrtMemoryDevice* md = g_ep_api->Value_GetMemoryDevice(value);
+    if (md == nullptr || g_ep_api->MemoryDevice_GetDeviceType(md) != OrtMemoryInfoDeviceType_GPU ||
+        g_ep_api->MemoryDevice_GetMemoryType(md) != OrtDeviceMemoryType_DEFAULT) {
+      why_ = "a tensor outside device memory";
+      return false;
+    }
+    OrtTensorTypeAndShapeInfo* info = nullptr;
+    HIPEP_ORT(g_ort->GetTensorTypeAndShape(value, &info));
+    ONNXTensorElementDataType elem = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    size_t rank = 0;
+    OrtStatus* st = g_ort->GetTensorElementType(info, &elem);
+    if (!st) st = g_ort->GetDimensionsCount(info, &rank);
+    if (!st && shape_into_key) {
+      size_t at = key_.size();
+      key_.push_back(static_cast<int64_t>(rank));
+      key_.resize(at + 1 + rank);
+      if (rank) st = g_ort->GetDimensions(info, key_.data() + at + 1, rank);
+    }
+    g_ort->ReleaseTensorTypeAndShapeInfo(info);
+    throw_on_error(st);
+    if (static_cast<int>(elem) != p.elem) {
+      why_ = "element type";
+      return false;
+    }
+    void* data = nullptr;
+    HIPEP_ORT(g_ort->GetTensorMutableData(const_cast<OrtValue*>(value), &data));
+    auto ptr = reinterpret_cast<uintptr_t>(data);
+    // A moved tensor keeps its address's low bits (bindings may choose vector widths by alignment).
+    if (ptr != p.ptr && (!p.relocatable || ((ptr - p.ptr) & 255u) != 0)) {
+      why_ = p.relocatable ? "an address of another alignment" : "a tensor at another address";
+      return false;
+    }
+    now_[position] = ptr;
+    return true;
+  }
+
+  bool miss(const char* why) {
+    misses_ += 1;
+    last_miss_ = why;
+    return false;
+  }
+
+  void add(Field f, int64_t by) { tally_[fields_[f]] += by; }
+
+  // Queues the variant's graphs for this run's tensors and waits for them; `*status`: the run's
+  // error or nullptr. False where nothing was queued and the run must go through Python.
+  bool replay(const Variant& v, const std::string& running, OrtStatus** status) {
+    void* current = nullptr;
+    if (d_.ctx_get_current(&current) != 0 || current != context_) {
+      if (int err = d_.ctx_set_current(context_)) {
+        *status = fail(running, "context", err, 0);
+        return true;
+      }
+    }
+    for (const auto& fill : v.fills) std::memcpy(fill.first, fill.second.data(), fill.second.size());
+    int64_t updates = 0;
+    for (size_t n = 0; n < managed_.size(); ++n) {
+      const NodeSetting& s = v.nodes[n];
+      NodeState& now = state_[n];
+      fields_now_.clear();
+      for (const auto& r : s.relocations)
+        fields_now_.push_back(r.base + (now_[r.position] - at(r.position).ptr));
+      if (now.params == s.params && now.fields == fields_now_) continue;
+      for (size_t k = 0; k < s.relocations.size(); ++k) *s.relocations[k].field = fields_now_[k];
+      if (d_.node_set_params(managed_[n].first, managed_[n].second, reinterpret_cast<void*>(s.params))) {
+        // The graph may hold some of this run's parameters: the record is done, and the run
+        // goes through Python (which captures its graphs again where an update is refused).
+        broken_ = true;
+        return false;
+      }
+      now.params = s.params;
+      now.fields = fields_now_;
+      updates += 1;
+    }
+    d_.event_record(start_, stream_);
+    for (size_t g = 0; g < execs_.size(); ++g) {
+      if (int err = d_.graph_launch(execs_[g], stream_)) {
+        broken_ = true;
+        *status = fail(running, "launch", err, static_cast<int>(g));
+        return true;
+      }
+    }
+    d_.event_record(end_, stream_);
+    auto waited = std::chrono::steady_clock::now();
+    int err = d_.stream_synchronize(stream_);
+    add(kSyncWaitNs, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - waited).count());
+    add(kLaunches, v.launches);
+    add(kHits, 1);
+    add(kGraphs, static_cast<int64_t>(execs_.size()));
+    add(kNodeUpdates, updates);
+    add(kNativeRuns, 1);
+    if (err) {
+      broken_ = true;
+      *status = fail(running, "sync", err, 0);
+      return true;
+    }
+    float ms = 0.f;
+    if (d_.event_elapsed(&ms, start_, end_) == 0) add(kKernelNs, static_cast<int64_t>(ms * 1e6));
+    if (*fault_ != 0) *status = fail(running, "fault", 0, 0);  // a kernel's input check failed
+    return true;
+  }
+
+  // The run's error, worded by Python (hipep.runtime.native_replay) like the Python path's.
+  OrtStatus* fail(const std::string& running, const char* what, int code, int index) {
+    std::string detail = std::string(what) + " failed with CUresult " + std::to_string(code);
+    if (interpreter_usable()) {
+      py::gil_scoped_acquire gil;
+      try {
+        py::handle(on_error_.get())(what, code, index);
+      } catch (py::error_already_set& e) {
+        detail = py::str(e.type().attr("__name__")).cast<std::string>() + ": " + py::str(e.value()).cast<std::string>();
+      } catch (const std::exception& e) {
+        detail = e.what();
+      }
+    }
+    return make_status(ORT_FAIL, "hipep: " + running + " failed: " + detail);
+  }
+
+  std::string name_;
+  Driver d_;
+  void* context_;
+  void* stream_;
+  void* start_;
+  void* end_;
+  const uint32_t* fault_;
+  int64_t* tally_;
+  std::vector<int> fields_;
+  Held on_error_;
+  std::vector<std::unique_ptr<Held>> kept_;
+
+  std::mutex mu_;
+  bool broken_ = false;
+  std::vector<Position> in_, out_;
+  std::vector<int> relocatable_;
+  std::vector<void*> execs_;
+  std::vector<std::pair<void*, void*>> managed_;  // (exec, node)
+  std::vector<NodeState> state_;
+  std::unordered_map<std::vector<int64_t>, Variant, KeyHash> variants_;
+  // per run (under mu_)
+  std::vector<int64_t> key_;
+  std::vector<uintptr_t> now_;
+  std::vector<uint64_t> fields_now_;
+  const char* why_ = "";
+  uint64_t runs_ = 0, misses_ = 0;
+  const char* last_miss_ = nullptr;
+};
+
+bool try_native_replay(ReplaySlot& slot, OrtKernelContext* context, const std::string& running,
+                       OrtStatus** status) noexcept {
+  *status = nullptr;
+  std::shared_ptr<NativeReplay> record = slot.get();
+  if (!record) return false;
+  try {
+    return record->try_run(context, running, status);
+  } catch (const std::exception& e) {  // an ORT call failed: the Python path will say it again
+    return false;
+  }
+}
+
+void register_native_replay(py::module_& m) {
+  py::class_<ReplaySlot, std::shared_ptr<ReplaySlot>>(m, "ReplaySlot",
+                                                      "The native replay record a compiled subgraph's Compute tries first.")
+      .def("install", [](ReplaySlot& s, std::shared_ptr<NativeReplay> r) { s.set(std::move(r)); })
+      .def("clear", [](ReplaySlot& s) { s.set(nullptr); })
+      .def("get", [](ReplaySlot& s) { return s.get(); });
+  py::class_<NativeReplay, std::shared_ptr<NativeReplay>>(m, "NativeReplay",
+                                                          "A plan's captured CUDA graphs, replayed from Compute "
+                                                          "(built by hipep.runtime.native_replay).")
+      .def(py::init<std::string, py::dict, uintptr_t, uintptr_t, uintptr_t, uintptr_t, uintptr_t, uintptr_t,
+                    std::vector<int>, py::object>(),
+           py::arg("name"), py::arg("driver"), py::arg("context"), py::arg("stream"), py::arg("start_event"),
+           py::arg("end_event"), py::arg("fault_record"), py::arg("tally"), py::arg("tally_fields"),
+           py::arg("on_error"))
+      .def("set_io", &NativeReplay::set_io)
+      .def("set_graphs", &NativeReplay::set_graphs)
+      .def("add_variant", &NativeReplay::add_variant)
+      .def("keep", &NativeReplay::keep)
+      .def("last_run", &NativeReplay::last_run)
+      .def("node_params", &NativeReplay::node_params)
+      .def("has_variant", &NativeReplay::has_variant)
+      .def_property_readonly("variants", &NativeReplay::variants)
+      .def_property_readonly("runs", &NativeReplay::runs)
+      .def_property_readonly("misses", &NativeReplay::misses)
+      .def_property_readonly("last_miss", &NativeReplay::last_miss)
+      .def_property_readonly("broken", &NativeReplay::broken);
+}
+
+}  // namespace hipep
