@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+import weakref
 
 import numpy as np
 
@@ -51,6 +52,14 @@ _ENTRY_POINT_VERSION = 12000  # CUDA 12.0's ABI: cuGraphExecKernelNodeSetParams 
 _TALLY = (counters.Tally.LAUNCHES, counters.Tally.HITS, counters.Tally.HOST_READS, counters.Tally.KERNEL_NS,
           counters.Tally.GRAPHS, counters.Tally.NODE_UPDATES, counters.Tally.RUN_NS, counters.Tally.SYNC_WAIT_NS,
           counters.Tally.NATIVE_RUNS)  # the order csrc/native_replay.cc adds in
+
+
+_RECORDS: "weakref.WeakSet[Record]" = weakref.WeakSet()
+
+
+def records() -> list["Record"]:
+    """The records of this process's live sessions (tests check what they set)."""
+    return list(_RECORDS)
 
 
 class NotRecordable(Exception):
@@ -143,6 +152,7 @@ class Record:
         from .._native import NativeReplay
 
         self.executor, self.spec, self.context = executor, spec, context
+        _RECORDS.add(self)
         device = executor.device
         self.device = device
         bound = spec.graphs.get(id(context))
@@ -156,7 +166,7 @@ class Record:
         if spec.copied_outputs:
             raise NotRecordable("outputs are copies of other values")
         program = spec.program
-        if not all(s.startswith("i") for s in program.symbols):
+        if not all(s.startswith("i") for s in program.symbols) or program.shape.pins:
             raise NotRecordable("the shapes depend on input values")
         self.program = program
         self.layout = program.layout_key(env)
