@@ -54,7 +54,7 @@ def _counters() -> dict:
 
     s = hipep.stats()
     return {k: s.get(k, 0) for k in ("launches", "kernel_us", "host_reads", "specializations", "transfer_bytes",
-                                     "direct_launches", "graph_launches", "graph_node_updates", "run_us",
+                                     "direct_launches", "graph_launches", "graph_node_updates", "native_runs", "run_us",
                                      "sync_wait_us")}
 
 
@@ -177,6 +177,7 @@ def summarize(runs: list[dict]) -> dict:
             "transfer_bytes": float(np.median(stat["transfer_bytes"])),
             "specializations": int(stat["specializations"].sum()),
             "issue": {k: float(np.median(stat[k])) for k in ("direct_launches", "graph_launches", "graph_node_updates")},
+            "native_share": float(np.mean(stat["native_runs"] > 0)),
             "series_ms": np.median(np.stack([r["wall_ns"] for r in runs]), axis=0) / 1e6,
             "series_kernel_ms": np.median(np.stack([[s["kernel_us"] for s in r["stats"]] for r in runs]), axis=0) / 1e3}
 
@@ -294,7 +295,8 @@ def render(info: dict, facts: dict, folder: str, place: gh.Placement, copy: dict
             L += ["", f"{name}, per step (median): CUDA graph launches {i['graph_launches']:.0f}, kernel nodes "
                       f"updated inside their graph {i['graph_node_updates']:.0f}, launches issued one by one "
                       f"{i['direct_launches']:.0f} (hipep.stats()'s graph_launches, graph_node_updates, "
-                      f"direct_launches).",
+                      f"direct_launches); steps Compute replayed in native code without Python "
+                      f"{100 * r['native_share']:.0f} % (native_runs).",
                   "", f"{name}, host time per step (median): {r['runtime_host_ms']:.3f} ms in hipep's runtime "
                       f"(hipep.stats()'s run_us less sync_wait_us: checks, binding, graph launches and node "
                       f"updates, the plan's host steps), the rest of the {r['host_ms']:.3f} ms outside it (ORT's "

@@ -89,7 +89,8 @@ def stats() -> dict[str, int]:
     sync_wait_us (of that, time the host waited for the device; run_us minus it is hipep's own
     host work). On a GPU, how the launches reached the driver: direct_launches (issued one by one), graph_launches
     (CUDA graphs replayed, each holding many launches) and graph_node_updates (captured launches
-    whose arguments changed, updated inside their graph).
+    whose arguments changed, updated inside their graph), and native_runs (runs Compute replayed
+    in native code without calling Python: hipep.runtime.native_replay; counted in runs too).
     With GPU memory (HipExecutionProvider on a GPU): transfer_bytes and transfers, the bytes and
     tensors copied through hipep's data transfer (feeds and fetches in host memory, IOBinding,
     OrtValue.numpy()). Counters that never moved are absent: read them with `.get(name, 0)`."""

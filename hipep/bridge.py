@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 from dataclasses import replace
 import threading
 import time
@@ -256,7 +257,9 @@ class EpState:
                              f"{len(inputs)} inputs, {len(outputs)} outputs, {len(weights)} weights "
                              f"({weights.nbytes / 2**20:.1f} MiB) on device {self.device.name}")]
         elem_types = [elem_type_of(plan.values[v].dtype) for v in plan.outputs]
-        compiled = CompiledSubgraph(executor, weights, self.device, native_replay=self.options.native_replay == "on")
+        # HIPEP_NATIVE_REPLAY=0 turns it off for every session (A/B runs of scripts that set no option)
+        native = self.options.native_replay == "on" and os.environ.get("HIPEP_NATIVE_REPLAY", "1") != "0"
+        compiled = CompiledSubgraph(executor, weights, self.device, native_replay=native)
         return compiled, elem_types, self._records(records)
 
 

@@ -197,8 +197,9 @@ class Record:
         self.slots: list[_Slot] = []
         self._new_slots = False  # slots added since native code last got the list
         self.slot_of: dict[tuple[int, int], int] = {}  # (id(segment), op position) -> slot
-        self.variants: dict[tuple, list] = {}  # key -> [params and relocations per slot] (native's copy)
+        self.variants: dict[tuple, dict] = {}  # key (flattened input shapes) -> what _variant made
         self.keys: list[tuple] = []
+        self.growth, self.predicted = None, None  # the growth last predicted with, and its last shapes
         self._launches: dict[int, _Launch] = {}  # parameters' address -> the launch they are of
         self.launch_count = spec.launches
         self.events = _Events()
@@ -337,8 +338,11 @@ class Record:
         them steadily, for the shapes the same growth gives next."""
         todo = [shapes]
         step = _growth(previous, shapes)
+        if self.growth is not None and _grown(self.predicted, self.growth, 1) == shapes:
+            step = self.growth  # right after the shapes predicted last (`previous` is older then)
         if step is not None:
             todo += [_grown(shapes, step, k) for k in range(1, WINDOW + 1)]
+            self.growth, self.predicted = step, todo[-1]
         for s in todo:
             key = tuple(_key(s))
             if key in self.variants:
@@ -596,11 +600,16 @@ class Recorder:
                 rec.learn(shapes, previous[1] if previous and previous[0] is spec else None)
                 return
             elif spec is not rec.spec:
-                return  # another layout (a prompt between decode steps): the record stays
+                if any(s is rec.spec for s in list(ex._specs.values())):
+                    return  # another layout (a prompt between decode steps): the record stays
+                self.drop()  # its layout left the executor's cache: a run of it would miss forever
             else:
                 self.drop()  # a tensor the record takes as fixed moved: built anew below
         if self.refusals >= MAX_REFUSALS or previous is None or previous[0] is not spec:
             return
+        if not all(a is None or type(a) is OrtDeviceArray for a in ins) or \
+                not all(type(a) is OrtDeviceArray for a in outs):
+            return  # tensors in host memory: the Python path stages them
         moving = {p for p, (a, b) in enumerate(zip(previous[2], ptrs)) if a != b}
         if self.record is not None and self.record.spec is spec:
             moving |= self.record.moving

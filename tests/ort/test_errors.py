@@ -24,13 +24,14 @@ def check_usable(rng):
 
 
 @pytest.mark.parametrize("options, needle", [
-    ({"devcie": "cpu"}, "unknown HipExecutionProvider option(s) 'devcie'; valid options: cpu_schedule, device, device_id, dump_ir, fusion, log_level, pass_options, plan_cache, seed, strict"),
+    ({"devcie": "cpu"}, "unknown HipExecutionProvider option(s) 'devcie'; valid options: cpu_schedule, device, device_id, dump_ir, fusion, log_level, native_replay, pass_options, plan_cache, seed, strict"),
     ({"device": "gpu"}, "option 'device' = 'gpu' is invalid; expected one of auto, cpu, cuda, hip"),
     ({"device_id": "-1"}, "option 'device_id' = '-1' is invalid"),
     ({"device_id": "first"}, "option 'device_id' = 'first' is invalid"),
     ({"log_level": "loud"}, "option 'log_level' = 'loud' is invalid"),
     ({"cpu_schedule": "chaos"}, "option 'cpu_schedule' = 'chaos' is invalid; expected one of inline, deferred, random"),
     ({"seed": "x1"}, "option 'seed' = 'x1' is invalid"),
+    ({"native_replay": "1"}, "option 'native_replay' = '1' is invalid; expected one of on, off"),
     ({"device": "cuda"}, "device 'cuda' is not available"),
     ({"device": "hip"}, "device 'hip' is not available"),
 ])

@@ -14,18 +14,21 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from helpers import needs_nvrtc
 
 _DECODE = r"""
-import json, sys
+import json, os, sys
 import numpy as np
+scenario = json.loads(sys.argv[1])
+os.environ.update(scenario.get("env", {}))
 from hipep.tools import host_driver, model_zoo
 stand_in = host_driver.install()
 import hipep
 import onnxruntime as ort
 from hipep.runtime import native_replay
 
-scenario = json.loads(sys.argv[1])
 folder = model_zoo.decoder("llama", "int4-f16")
 options = {"native_replay": scenario.get("native_replay", "on")}
 sess = hipep.InferenceSession(folder + "/model.onnx", device="cuda", strict=True, **options)
@@ -115,8 +118,10 @@ def test_decode_steps_replay_natively_with_the_parameters_python_binds():
 
 
 @needs_nvrtc
-def test_native_replay_off_runs_every_step_through_python():
-    steps = _decode(native_replay="off", phases=[["prompt", 12], ["decode", 13, 30]])
+@pytest.mark.parametrize("how", [{"native_replay": "off"}, {"env": {"HIPEP_NATIVE_REPLAY": "0"}}],
+                         ids=["option", "environment"])
+def test_native_replay_off_runs_every_step_through_python(how):
+    steps = _decode(**how, phases=[["prompt", 12], ["decode", 13, 30]])
     assert all(s["native_runs"] == 0 and s["records"] == 0 for s in steps)
     _check_native(steps[3:])
 
