@@ -119,6 +119,10 @@ def render(info: dict, facts: dict, folder: str, m: dict, top: int, command: str
           "| | µs |", "|---|---:|",
           f"| ORT's run, outside hipep's Compute | {parts['run_with_iobinding'] - run_us:.1f} |",
           f"| hipep's Compute (run_us) | {run_us:.1f} |",
+          f"| hipep's Compute, mean over the steps (a step through Python among native ones shows here) | "
+          f"{np.mean([s['run_us'] for s in m['plain']['stats']]):.1f} |",
+          f"| run_with_iobinding, mean over the steps | "
+          f"{np.mean(m['plain']['parts']['run_with_iobinding']) / 1e3:.1f} |",
           f"| of it, waiting for the device (sync_wait_us) | {wait_us:.1f} |",
           f"| of it, hipep's host work (run_us − sync_wait_us) | {run_us - wait_us:.1f} |",
           f"| the replay's kernel time (kernel_us) | {kernel_us:.1f} |",

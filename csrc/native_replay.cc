@@ -5,6 +5,7 @@
 #include "native_replay.h"
 
 #include <pybind11/stl.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
@@ -101,6 +102,7 @@ struct NodeSetting {
 };
 
 struct Variant {
+  int64_t ordinal = -1;  // its place along the shapes' growth Python predicted (-1: none)
   std::vector<std::vector<int64_t>> output_shapes;
   std::vector<std::pair<void*, std::string>> fills;  // host address, bytes
   std::vector<NodeSetting> nodes;                      // one per managed node
@@ -139,51 +141,56 @@ class NativeReplay {
     d_.ctx_set_current = entry<decltype(d_.ctx_set_current)>(driver, "cuCtxSetCurrent");
   }
 
-  // ---- built from Python (under the lock: a run may be in flight on another thread) ----------
+  // ---- built from Python: its objects are read with the GIL, the record changed under the lock
+  // without it (a run in flight may need the GIL: the stand-in's entry points, errors) -----------
 
   void set_io(const py::list& inputs, const py::list& outputs) {
-    auto lock = python_lock();
-    in_ = positions(inputs);
-    out_ = positions(outputs);
-    relocatable_.clear();
-    for (size_t p = 0; p < in_.size() + out_.size(); ++p)
-      if (at(p).relocatable) relocatable_.push_back(static_cast<int>(p));
-    now_.assign(in_.size() + out_.size(), 0);
+    std::vector<Position> in = positions(inputs), out = positions(outputs);
+    std::vector<int> relocatable;
+    for (size_t p = 0; p < in.size() + out.size(); ++p)
+      if ((p < in.size() ? in[p] : out[p - in.size()]).relocatable) relocatable.push_back(static_cast<int>(p));
+    locked([&] {
+      in_ = std::move(in);
+      out_ = std::move(out);
+      relocatable_ = std::move(relocatable);
+      now_.assign(in_.size() + out_.size(), 0);
+    });
   }
 
   void set_graphs(const std::vector<uintptr_t>& execs, const py::list& managed) {
-    auto lock = python_lock();
-    execs_.clear();
-    for (auto e : execs) execs_.push_back(reinterpret_cast<void*>(e));
-    // A node managed already keeps what it holds now (runs may have set it); a new one holds the
-    // launch it was captured or last updated with (`params now set` and its fields' values).
-    std::vector<std::pair<void*, void*>> managed_now;
-    std::vector<NodeState> state_now;
-    variants_.clear();  // Python adds every variant again, with a setting for each node
+    std::vector<void*> exec_handles;
+    for (auto e : execs) exec_handles.push_back(reinterpret_cast<void*>(e));
+    std::vector<std::pair<void*, void*>> nodes;
+    std::vector<NodeState> first;  // what each node holds if it is new to the record
     for (auto item : managed) {
       auto t = item.cast<py::tuple>();  // (exec, node, params now set, [field addresses])
-      std::pair<void*, void*> node(reinterpret_cast<void*>(t[0].cast<uintptr_t>()),
-                                   reinterpret_cast<void*>(t[1].cast<uintptr_t>()));
+      nodes.emplace_back(reinterpret_cast<void*>(t[0].cast<uintptr_t>()), reinterpret_cast<void*>(t[1].cast<uintptr_t>()));
       NodeState s;
-      size_t known = 0;
-      while (known < managed_.size() && managed_[known] != node) ++known;
-      if (known < managed_.size()) {
-        s = state_[known];
-      } else {
-        s.params = t[2].cast<uintptr_t>();
-        for (auto f : t[3].cast<py::list>()) s.fields.push_back(*reinterpret_cast<uint64_t*>(f.cast<uintptr_t>()));
-      }
-      managed_now.push_back(node);
-      state_now.push_back(std::move(s));
+      s.params = t[2].cast<uintptr_t>();
+      for (auto f : t[3].cast<py::list>()) s.fields.push_back(*reinterpret_cast<uint64_t*>(f.cast<uintptr_t>()));
+      first.push_back(std::move(s));
     }
-    managed_ = std::move(managed_now);
-    state_ = std::move(state_now);
+    locked([&] {
+      execs_ = std::move(exec_handles);
+      // A node managed already keeps what it holds now (runs may have set it); a new one holds
+      // the launch it was captured or last updated with.
+      std::vector<NodeState> state;
+      for (size_t n = 0; n < nodes.size(); ++n) {
+        size_t known = 0;
+        while (known < managed_.size() && managed_[known] != nodes[n]) ++known;
+        state.push_back(known < managed_.size() ? state_[known] : first[n]);
+      }
+      managed_ = std::move(nodes);
+      state_ = std::move(state);
+      variants_.clear();  // Python adds every variant again, with a setting for each node
+    });
   }
 
   // key: the inputs' shapes flattened (rank, then extents; -1 for an absent input)
   void add_variant(const std::vector<int64_t>& key, const std::vector<std::vector<int64_t>>& output_shapes,
-                   const py::list& fills, const py::list& nodes, int64_t launches) {
+                   const py::list& fills, const py::list& nodes, int64_t launches, int64_t ordinal) {
     Variant v;
+    v.ordinal = ordinal;
     v.output_shapes = output_shapes;
     v.launches = launches;
     for (auto item : fills) {
@@ -196,24 +203,61 @@ class NativeReplay {
       s.params = t[0].cast<uintptr_t>();
       for (auto r : t[1].cast<py::list>()) {
         auto rt = r.cast<py::tuple>();
-        int position = rt[2].cast<int>();
-        if (position < 0 || static_cast<size_t>(position) >= in_.size() + out_.size())
-          throw std::invalid_argument("NativeReplay.add_variant: relocation of position " + std::to_string(position));
-        s.relocations.push_back({reinterpret_cast<uint64_t*>(rt[0].cast<uintptr_t>()), rt[1].cast<uint64_t>(), position});
+        s.relocations.push_back({reinterpret_cast<uint64_t*>(rt[0].cast<uintptr_t>()), rt[1].cast<uint64_t>(),
+                                 rt[2].cast<int>()});
       }
       v.nodes.push_back(std::move(s));
     }
-    if (output_shapes.size() != out_.size())
-      throw std::invalid_argument("NativeReplay.add_variant: " + std::to_string(output_shapes.size()) +
-                                  " output shapes for " + std::to_string(out_.size()) + " outputs");
-    auto lock = python_lock();
-    if (v.nodes.size() != managed_.size())
-      throw std::invalid_argument("NativeReplay.add_variant: settings for " + std::to_string(v.nodes.size()) +
-                                  " nodes, the record manages " + std::to_string(managed_.size()));
-    variants_[key] = std::move(v);
+    std::string wrong;
+    locked([&] {
+      if (output_shapes.size() != out_.size()) {
+        wrong = std::to_string(output_shapes.size()) + " output shapes for " + std::to_string(out_.size()) + " outputs";
+        return;
+      }
+      if (v.nodes.size() != managed_.size()) {
+        wrong = "settings for " + std::to_string(v.nodes.size()) + " nodes, the record manages " +
+                std::to_string(managed_.size());
+        return;
+      }
+      for (const auto& n : v.nodes)
+        for (const auto& r : n.relocations)
+          if (r.position < 0 || static_cast<size_t>(r.position) >= in_.size() + out_.size())
+            wrong = "a relocation of position " + std::to_string(r.position);
+      if (wrong.empty()) variants_[key] = std::move(v);
+    });
+    if (!wrong.empty()) throw std::invalid_argument("NativeReplay.add_variant: " + wrong);
   }
 
   void keep(py::object obj) { kept_.push_back(std::make_unique<Held>(std::move(obj))); }
+
+  // ---- learning ahead: a run close to the last predicted shapes wakes Python's learner -----------
+
+  // The last ordinal predicted, and how close a run may come to it before more are asked for.
+  void set_frontier(int64_t frontier, int64_t low_water) {
+    std::lock_guard<std::mutex> lock(need_mu_);
+    frontier_ = frontier;
+    low_water_ = low_water;
+  }
+  // Where a run that asks for more variants writes a byte (a pipe Python's learner thread waits on
+  // in select: a thread blocked in Python's own wait ends cleanly with the interpreter).
+  void set_wakeup(int fd) {
+    std::lock_guard<std::mutex> lock(need_mu_);
+    wake_fd_ = closed_ ? -1 : fd;
+  }
+  // The frontier a run asked to extend since the last call, or -1.
+  int64_t take_need() {
+    std::lock_guard<std::mutex> lock(need_mu_);
+    int64_t need = need_;
+    need_ = -1;
+    return need;
+  }
+  // No more wake-ups (the pipe may close after this returns); wakes the learner once more.
+  void close() {
+    std::lock_guard<std::mutex> lock(need_mu_);
+    wake();
+    closed_ = true;
+    wake_fd_ = -1;
+  }
 
   // ---- a run ---------------------------------------------------------------------------------
 
@@ -254,6 +298,7 @@ class NativeReplay {
     }
     if (!replay(v, running, status)) return miss("a node update the driver refused");
     runs_ += 1;
+    if (v.ordinal >= 0) ask_ahead(v.ordinal);
     auto elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started);
     add(kRunNs, elapsed.count());
     return true;
@@ -264,24 +309,32 @@ class NativeReplay {
   std::string last_miss() const { return last_miss_ ? last_miss_ : ""; }
   bool broken() const { return broken_; }
   size_t variants() {
-    auto lock = python_lock();
-    return variants_.size();
+    size_t n = 0;
+    locked([&] { n = variants_.size(); });
+    return n;
   }
   bool has_variant(const std::vector<int64_t>& key) {
-    auto lock = python_lock();
-    return variants_.count(key) != 0;
+    bool has = false;
+    locked([&] { has = variants_.count(key) != 0; });
+    return has;
   }
   // The last run's addresses (inputs, then outputs) and input shape key: what a check of the
   // parameters it set binds again.
   py::tuple last_run() {
-    auto lock = python_lock();
-    return py::make_tuple(now_, key_);
+    std::vector<uintptr_t> now;
+    std::vector<int64_t> key;
+    locked([&] {
+      now = now_;
+      key = key_;
+    });
+    return py::make_tuple(now, key);
   }
   // The CUDA_KERNEL_NODE_PARAMS each managed node was last set from.
   std::vector<uintptr_t> node_params() {
-    auto lock = python_lock();
     std::vector<uintptr_t> out;
-    for (auto& s : state_) out.push_back(s.params);
+    locked([&] {
+      for (auto& st : state_) out.push_back(st.params);
+    });
     return out;
   }
 
@@ -289,17 +342,18 @@ class NativeReplay {
   enum Field { kLaunches, kHits, kHostReads, kKernelNs, kGraphs, kNodeUpdates, kRunNs, kSyncWaitNs, kNativeRuns };
   static constexpr size_t kFields = 9;
 
-  // Python waits for a run in flight without holding the GIL (a run may need it: the stand-in's
-  // entry points are Python, errors are worded there); a run only ever try_locks.
-  std::unique_lock<std::mutex> python_lock() {
-    std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  // Runs `change` (C++ only) under the record's lock, waiting for a run in flight without the GIL
+  // (the run may need it); a run only ever try_locks.
+  template <typename F>
+  void locked(F&& change) {
     if (PyGILState_Check()) {
       py::gil_scoped_release no_gil;
-      lock.lock();
+      std::lock_guard<std::mutex> lock(mu_);
+      change();
     } else {
-      lock.lock();
+      std::lock_guard<std::mutex> lock(mu_);
+      change();
     }
-    return lock;
   }
 
   static std::vector<Position> positions(const py::list& items) {
@@ -357,6 +411,22 @@ class NativeReplay {
     }
     now_[position] = ptr;
     return true;
+  }
+
+  void ask_ahead(int64_t ordinal) {
+    std::lock_guard<std::mutex> lock(need_mu_);
+    if (ordinal + low_water_ <= frontier_ || asked_ == frontier_) return;
+    asked_ = frontier_;  // once per frontier
+    need_ = frontier_;
+    wake();
+  }
+
+  void wake() {  // (under need_mu_)
+    if (wake_fd_ < 0) return;
+    char byte = 1;
+    if (::write(wake_fd_, &byte, 1) < 0) {
+      // a full pipe already holds a wake-up
+    }
   }
 
   bool miss(const char* why) {
@@ -468,6 +538,11 @@ class NativeReplay {
   const char* why_ = "";
   uint64_t runs_ = 0, misses_ = 0;
   const char* last_miss_ = nullptr;
+  // learning ahead (need_mu_)
+  std::mutex need_mu_;
+  int64_t frontier_ = -1, low_water_ = 0, asked_ = -1, need_ = -1;
+  int wake_fd_ = -1;
+  bool closed_ = false;
 };
 
 bool try_native_replay(ReplaySlot& slot, OrtKernelContext* context, const std::string& running,
@@ -500,6 +575,10 @@ void register_native_replay(py::module_& m) {
       .def("set_graphs", &NativeReplay::set_graphs)
       .def("add_variant", &NativeReplay::add_variant)
       .def("keep", &NativeReplay::keep)
+      .def("set_frontier", &NativeReplay::set_frontier)
+      .def("set_wakeup", &NativeReplay::set_wakeup)
+      .def("take_need", &NativeReplay::take_need)
+      .def("close", &NativeReplay::close)
       .def("last_run", &NativeReplay::last_run)
       .def("node_params", &NativeReplay::node_params)
       .def("has_variant", &NativeReplay::has_variant)

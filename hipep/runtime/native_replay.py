@@ -25,8 +25,11 @@ Built for the stand-in driver (hipep.tools.host_driver) as for the real one: nat
 the entry points either gives through cuGetProcAddress."""
 from __future__ import annotations
 
+import atexit
 import ctypes
 import logging
+import os
+import select
 import threading
 import weakref
 
@@ -191,6 +194,8 @@ class Record:
         self.n_in = len(ins)
         self.moving = set(moving)
         self.base_ins = ins
+        self._wrappers: dict[tuple, OrtDeviceArray] = {}  # (position, shape) -> ORT's tensor at the record's address
+        self.base_shapes = [None if a is None else tuple(a.shape) for a in (*ins, *outs)]
         self.value_nodes = [i for seg in segments for i in seg.value_nodes]
         # graph node index -> (segment, first op, op count)
         self.spans = {i: (seg, *seg.spans[i]) for seg in segments for i in seg.nodes}
@@ -199,7 +204,8 @@ class Record:
         self.slot_of: dict[tuple[int, int], int] = {}  # (id(segment), op position) -> slot
         self.variants: dict[tuple, dict] = {}  # key (flattened input shapes) -> what _variant made
         self.keys: list[tuple] = []
-        self.growth, self.predicted = None, None  # the growth last predicted with, and its last shapes
+        # the growth last predicted with, its last shapes and their ordinal, and the next line's first
+        self.growth, self.predicted, self.frontier, self.next_ordinal = None, None, -1, 0
         self._launches: dict[int, _Launch] = {}  # parameters' address -> the launch they are of
         self.launch_count = spec.launches
         self.events = _Events()
@@ -215,6 +221,17 @@ class Record:
         self._check_value_nodes()
         self._io(ins, outs)
         base = self._arguments(ins, outs, {})
+        # position -> the graph nodes taking that tensor (where no view of ORT's tensors has shapes
+        # of its own, a variant binds again only the users of tensors whose shapes changed)
+        self.users = {p: self._users_of({p}, base) for p in range(len(self.base_shapes))}
+        # graph node -> (argument, position) of each ORT tensor it takes whole (not as a view)
+        tensors = {id(a): p for p, a in enumerate((*ins, *outs)) if a is not None}
+        self.sites_of: dict[int, list] = {}
+        index = self.state.index
+        for node, k, new in self.patches(ins, outs, program.external_shapes(env) if program.external else ()):
+            if id(new) in tensors:
+                self.sites_of.setdefault(index[id(node)], []).append((k, tensors[id(new)]))
+        self._fields: dict[tuple, list] = {}  # (graph node, launches' structure) -> relocation fields found
         for i in self._users_of(self.moving, base):
             self._manage(i)
         for i in self.value_nodes:
@@ -254,13 +271,24 @@ class Record:
     def _fake(self, shapes_in, shapes_out=None, ptrs: list[int] | None = None):
         """ORT's tensors as a run with these shapes would hand them over, at the record's addresses
         (or at `ptrs`: inputs', then outputs')."""
-        ptrs = ptrs or [*self.in_ptrs, *self.out_ptrs]
-        wrap = self.device.wrap_device_memory
-        ins = [None if s is None else wrap(ptrs[p], s, self.ins_dtypes[p]) for p, s in enumerate(shapes_in)]
+        if ptrs is None:  # at the record's addresses: the wrappers are kept (most shapes never change)
+            made = self._wrappers
+            wrap = self._wrap_at_base
+        else:
+            made, wrap = {}, lambda p, s: self.device.wrap_device_memory(ptrs[p], s, self._dtype(p))
+        ins = [None if s is None else (made.get((p, s)) or wrap(p, s)) for p, s in enumerate(shapes_in)]
         outs = None
         if shapes_out is not None:
-            outs = [wrap(ptrs[self.n_in + j], s, self.outs_dtypes[j]) for j, s in enumerate(shapes_out)]
+            outs = [made.get((self.n_in + j, s)) or wrap(self.n_in + j, s) for j, s in enumerate(shapes_out)]
         return ins, outs
+
+    def _dtype(self, p: int):
+        return self.ins_dtypes[p] if p < self.n_in else self.outs_dtypes[p - self.n_in]
+
+    def _wrap_at_base(self, p: int, shape):
+        ptr = self.in_ptrs[p] if p < self.n_in else self.out_ptrs[p - self.n_in]
+        a = self._wrappers[(p, shape)] = self.device.wrap_device_memory(ptr, shape, self._dtype(p))
+        return a
 
     def _arguments(self, ins, outs, env_or_ext) -> dict[int, list]:
         """Graph node index -> its arguments for these tensors (only nodes that take ORT's tensors)."""
@@ -335,31 +363,49 @@ class Record:
 
     def learn(self, shapes: tuple, previous: tuple | None) -> None:
         """Variants for `shapes` and, where `previous` (the run before's input shapes) grew into
-        them steadily, for the shapes the same growth gives next."""
-        todo = [shapes]
-        step = _growth(previous, shapes)
+        them steadily, for the shapes the same growth gives next (a line of WINDOW more)."""
         if self.growth is not None and _grown(self.predicted, self.growth, 1) == shapes:
-            step = self.growth  # right after the shapes predicted last (`previous` is older then)
-        if step is not None:
-            todo += [_grown(shapes, step, k) for k in range(1, WINDOW + 1)]
-            self.growth, self.predicted = step, todo[-1]
-        for s in todo:
+            self.extend()  # right after the shapes predicted last (`previous` is older then)
+            return
+        step = _growth(previous, shapes)
+        if step is None:
+            self._learn([shapes], [-1])
+            return
+        self.growth = step
+        first = self.next_ordinal
+        self.next_ordinal += 1 << 20  # a line of its own: runs on older lines ask for nothing
+        self._learn([shapes] + [_grown(shapes, step, k) for k in range(1, WINDOW + 1)],
+                    list(range(first, first + WINDOW + 1)))
+
+    def extend(self) -> None:
+        """WINDOW more variants along the growth predicted last (native code asks for them when a run
+        comes within WINDOW of the last: the learner thread stays a window ahead)."""
+        if self.growth is None or self.predicted is None:
+            return
+        self._learn([_grown(self.predicted, self.growth, k) for k in range(1, WINDOW + 1)],
+                    list(range(self.frontier + 1, self.frontier + WINDOW + 1)))
+
+    def _learn(self, todo: list, ordinals: list[int]) -> None:
+        for s, ordinal in zip(todo, ordinals):
             key = tuple(_key(s))
-            if key in self.variants:
-                continue
-            try:
-                made = self._variant(s)
-            except NotRecordable as e:
-                log.debug("hipep: native replay: no variant for input shapes %s: %s", s, e)
-                made = None
-            if made is None:
-                break  # the growth left the specialization: the shapes after it will too
-            self.variants[key] = made
-            self.keys.append(key)
-            if self._new_slots:
-                self._push_graphs()  # every variant again, with the new slots
-            else:
-                self._push_variant(key)
+            if key not in self.variants:
+                try:
+                    made = self._variant(s)
+                except NotRecordable as e:
+                    log.debug("hipep: native replay: no variant for input shapes %s: %s", s, e)
+                    made = None
+                if made is None:
+                    break  # the growth left the specialization: the shapes after it will too
+                made["ordinal"] = ordinal
+                self.variants[key] = made
+                self.keys.append(key)
+                if self._new_slots:
+                    self._push_graphs()  # every variant again, with the new slots
+                else:
+                    self._push_variant(key)
+            if ordinal >= 0:
+                self.predicted, self.frontier = s, ordinal
+                self.native.set_frontier(ordinal, WINDOW)
 
     def _variant(self, shapes_in) -> dict | None:
         ins, _ = self._fake(shapes_in)
@@ -370,15 +416,26 @@ class Record:
         if layout != self.layout:
             return None
         shapes_out = [tuple(s) for s in shapes_out]
-        ins, outs = self._fake(shapes_in, shapes_out)
+        _, outs = self._fake((), shapes_out)
         if self._alias(ins, outs) != self.alias:
             return None
-        args = self._arguments(ins, outs, env)
         rebind = set(self.value_nodes)
-        for i, new in args.items():
-            old = self.graph.nodes[i].args
-            if any(_arg_signature(a, False) != _arg_signature(b, False) for a, b in zip(new, old)):
-                rebind.add(i)
+        if self.program.external:  # views whose shapes follow the symbols: compare every argument
+            args = self._arguments(ins, outs, env)
+            for i, new in args.items():
+                old = self.graph.nodes[i].args
+                if any(_arg_signature(a, False) != _arg_signature(b, False) for a, b in zip(new, old)):
+                    rebind.add(i)
+        else:
+            for p, shape in enumerate((*shapes_in, *shapes_out)):
+                if shape != self.base_shapes[p]:
+                    rebind |= self.users[p]
+            tensors = (*ins, *outs)
+            args = {}
+            for i in rebind:
+                node_args = args[i] = list(self.graph.nodes[i].args)
+                for k, p in self.sites_of.get(i, ()):
+                    node_args[k] = tensors[p]
         settings: dict[int, tuple] = {}  # slot -> (launch, relocations)
         for i in sorted(rebind):
             node_args = args.get(i, list(self.graph.nodes[i].args))
@@ -413,7 +470,8 @@ class Record:
             self._launches[address] = op
             nodes.append((address, relocations))
             keep.append(op)
-        self.native.add_variant(list(key), [list(s) for s in v["shapes_out"]], v["fills"], nodes, self.launch_count)
+        self.native.add_variant(list(key), [list(s) for s in v["shapes_out"]], v["fills"], nodes, self.launch_count,
+                                v.get("ordinal", -1))
         self.native.keep(keep)
 
     def _moving_of(self, args) -> dict[int, int]:
@@ -437,6 +495,16 @@ class Record:
             ops = program.bind(args, stream)
             if not moving:
                 return ops, [[] for _ in ops]
+            # Launches of one structure keep the moving tensors' addresses in the fields found for
+            # it before: taken when each of those fields holds what it held then (the same tensor
+            # at the same offset), else found again.
+            structure = (i, tuple((type(op), getattr(op, "entry", None), getattr(op, "grid", None),
+                                   getattr(op, "block", None), tuple(ctypes.sizeof(v) for v in getattr(op, "values", ())))
+                                  for op in ops), tuple(sorted(moving)))
+            known = self._fields.get(structure)
+            if known is not None and all(int.from_bytes(bytes(op.values[vi])[o:o + 8], "little") == x
+                                         for op, found in zip(ops, known) for vi, o, x, _ in found):
+                return ops, known
             moved_ptr = {}
             for p, d in moving.items():
                 ptr = self.in_ptrs[p] if p < self.n_in else self.out_ptrs[p - self.n_in]
@@ -473,6 +541,7 @@ class Record:
                                             f"other than by holding one")
                     found.append((vi, o, x, p))
             fields.append(found)
+        self._fields[structure] = fields
         return ops, fields
 
     # ---- checks ----------------------------------------------------------------------------------
@@ -537,6 +606,46 @@ class Record:
                 ex._all_contexts.remove(self.context)
 
 
+_LEARNERS: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+_SHUTTING_DOWN = False
+
+
+@atexit.register
+def _stop_learners() -> None:
+    """Ends the learner threads before the interpreter finalizes: a daemon thread that is inside
+    native code then (taking the GIL back as it returns) would be ended in a way C++ cannot unwind."""
+    global _SHUTTING_DOWN
+    _SHUTTING_DOWN = True
+    for thread in list(_LEARNERS):
+        thread.join(timeout=5)
+
+
+def _learner(recorder_ref, native, wake_read: int, wake_write: int) -> None:
+    """Learns variants ahead of the runs while they run natively: waits in select (without the
+    GIL) until a run comes close to the last shapes predicted (native code writes a byte to the
+    pipe), then extends the line. On a GPU it learns while the decode loop's thread waits for its
+    step's kernels. Ends with the record or its recorder."""
+    try:
+        while True:
+            ready, _, _ = select.select([wake_read], [], [], 0.1)
+            if ready:
+                os.read(wake_read, 4096)
+            recorder = recorder_ref()
+            if _SHUTTING_DOWN or recorder is None or recorder.record is None or recorder.record.native is not native:
+                return
+            if native.take_need() >= 0:
+                with recorder._lock:
+                    try:
+                        recorder.record.extend()
+                    except Exception as e:  # noqa: BLE001 - runs miss and go through Python instead
+                        log.debug("hipep: native replay: learning ahead failed: %s: %s", type(e).__name__, e)
+            del recorder
+    finally:
+        native.close()  # no more writes to the pipe
+        os.close(wake_read)
+        os.close(wake_write)
+
+
 def _growth(previous, shapes):
     """Per input, how each extent grew from `previous` to `shapes` (None where nothing grew, an
     extent shrank, or ranks differ)."""
@@ -560,7 +669,11 @@ def _growth(previous, shapes):
 
 
 def _grown(shapes, step, k: int):
-    return tuple(None if s is None else tuple(x + k * d for x, d in zip(s, ds)) for s, ds in zip(shapes, step))
+    out = list(shapes)
+    for p, ds in enumerate(step):
+        if ds is not None and any(ds):
+            out[p] = tuple(x + k * d for x, d in zip(shapes[p], ds))
+    return tuple(out)
 
 
 class Recorder:
@@ -628,6 +741,15 @@ class Recorder:
             return
         self.record = rec
         slot.install(rec.native)
+        if _SHUTTING_DOWN:
+            return
+        wake_read, wake_write = os.pipe()
+        os.set_blocking(wake_write, False)  # native code never waits to wake the learner
+        rec.native.set_wakeup(wake_write)
+        learner = threading.Thread(target=_learner, args=(weakref.ref(self), rec.native, wake_read, wake_write),
+                                   daemon=True, name="hipep native replay learner")
+        _LEARNERS.add(learner)
+        learner.start()
 
     def drop(self) -> None:
         rec, self.record = self.record, None
@@ -636,4 +758,5 @@ class Recorder:
         slot = getattr(self.compiled, "native_slot", None)
         if slot is not None:
             slot.clear()
+        rec.native.close()
         rec.close()
