@@ -177,7 +177,7 @@ def summarize(runs: list[dict]) -> dict:
             "transfer_bytes": float(np.median(stat["transfer_bytes"])),
             "specializations": int(stat["specializations"].sum()),
             "issue": {k: float(np.median(stat[k])) for k in ("direct_launches", "graph_launches", "graph_node_updates")},
-            "native_share": float(np.mean(stat["native_runs"] > 0)),
+            "native_share": float(np.mean(stat["native_runs"] > 0)) if "native_runs" in stat else 0.0,
             "series_ms": np.median(np.stack([r["wall_ns"] for r in runs]), axis=0) / 1e6,
             "series_kernel_ms": np.median(np.stack([[s["kernel_us"] for s in r["stats"]] for r in runs]), axis=0) / 1e3}
 

@@ -128,7 +128,7 @@ def render(info: dict, facts: dict, folder: str, m: dict, top: int, command: str
           f"| the replay's kernel time (kernel_us) | {kernel_us:.1f} |",
           f"| launches | {stat['launches']:.0f} |",
           f"| steps Compute replayed in native code (native_runs) | "
-          f"{100 * np.mean([s['native_runs'] > 0 for s in m['plain']['stats']]):.0f} % |",
+          f"{100 * np.mean([s.get('native_runs', 0) > 0 for s in m['plain']['stats']]):.0f} % |",
           f"| CUDA graph launches / kernel nodes updated / direct launches | {stat['graph_launches']:.0f} / "
           f"{stat['graph_node_updates']:.0f} / {stat['direct_launches']:.0f} |", "",
           f"cProfile over {steps} more steps (times per step; the profiler's own cost inflates every Python "

@@ -98,10 +98,12 @@ struct Relocation {
 
 struct NodeSetting {
   uintptr_t params = 0;  // the CUDA_KERNEL_NODE_PARAMS the node is set from
+  uint64_t serial = 0;   // which launch those are (Python numbers them; never reused)
   std::vector<Relocation> relocations;
 };
 
 struct Variant {
+  std::shared_ptr<Held> keep;  // the launches its settings point into
   int64_t ordinal = -1;  // its place along the shapes' growth Python predicted (-1: none)
   std::vector<std::vector<int64_t>> output_shapes;
   std::vector<std::pair<void*, std::string>> fills;  // host address, bytes
@@ -109,9 +111,9 @@ struct Variant {
   int64_t launches = 0;
 };
 
-// What a managed node holds now: its parameters' source and every relocated field's value.
+// What a managed node holds now: the launch it was set from and every relocated field's value.
 struct NodeState {
-  uintptr_t params = 0;
+  uint64_t serial = 0;
   std::vector<uint64_t> fields;
 };
 
@@ -163,13 +165,15 @@ class NativeReplay {
     std::vector<std::pair<void*, void*>> nodes;
     std::vector<NodeState> first;  // what each node holds if it is new to the record
     for (auto item : managed) {
-      auto t = item.cast<py::tuple>();  // (exec, node, params now set, [field addresses])
+      // (exec, node, params now set, their serial, [field addresses])
+      auto t = item.cast<py::tuple>();
       nodes.emplace_back(reinterpret_cast<void*>(t[0].cast<uintptr_t>()), reinterpret_cast<void*>(t[1].cast<uintptr_t>()));
       NodeState s;
-      s.params = t[2].cast<uintptr_t>();
-      for (auto f : t[3].cast<py::list>()) s.fields.push_back(*reinterpret_cast<uint64_t*>(f.cast<uintptr_t>()));
+      s.serial = t[3].cast<uint64_t>();
+      for (auto f : t[4].cast<py::list>()) s.fields.push_back(*reinterpret_cast<uint64_t*>(f.cast<uintptr_t>()));
       first.push_back(std::move(s));
     }
+    decltype(variants_) dropped;  // freed after the lock, with the GIL (they hold Python objects)
     locked([&] {
       execs_ = std::move(exec_handles);
       // A node managed already keeps what it holds now (runs may have set it); a new one holds
@@ -182,14 +186,15 @@ class NativeReplay {
       }
       managed_ = std::move(nodes);
       state_ = std::move(state);
-      variants_.clear();  // Python adds every variant again, with a setting for each node
+      dropped.swap(variants_);  // Python adds every variant again, with a setting for each node
     });
   }
 
   // key: the inputs' shapes flattened (rank, then extents; -1 for an absent input)
   void add_variant(const std::vector<int64_t>& key, const std::vector<std::vector<int64_t>>& output_shapes,
-                   const py::list& fills, const py::list& nodes, int64_t launches, int64_t ordinal) {
+                   const py::list& fills, const py::list& nodes, int64_t launches, int64_t ordinal, py::object keep) {
     Variant v;
+    v.keep = std::make_shared<Held>(std::move(keep));
     v.ordinal = ordinal;
     v.output_shapes = output_shapes;
     v.launches = launches;
@@ -198,10 +203,11 @@ class NativeReplay {
       v.fills.emplace_back(reinterpret_cast<void*>(t[0].cast<uintptr_t>()), t[1].cast<std::string>());
     }
     for (auto item : nodes) {
-      auto t = item.cast<py::tuple>();  // (params, [(field address, base value, position)])
+      auto t = item.cast<py::tuple>();  // (params, serial, [(field address, base value, position)])
       NodeSetting s;
       s.params = t[0].cast<uintptr_t>();
-      for (auto r : t[1].cast<py::list>()) {
+      s.serial = t[1].cast<uint64_t>();
+      for (auto r : t[2].cast<py::list>()) {
         auto rt = r.cast<py::tuple>();
         s.relocations.push_back({reinterpret_cast<uint64_t*>(rt[0].cast<uintptr_t>()), rt[1].cast<uint64_t>(),
                                  rt[2].cast<int>()});
@@ -223,9 +229,19 @@ class NativeReplay {
         for (const auto& r : n.relocations)
           if (r.position < 0 || static_cast<size_t>(r.position) >= in_.size() + out_.size())
             wrong = "a relocation of position " + std::to_string(r.position);
-      if (wrong.empty()) variants_[key] = std::move(v);
+      if (wrong.empty()) std::swap(variants_[key], v);  // (a variant replaced is freed below)
     });
     if (!wrong.empty()) throw std::invalid_argument("NativeReplay.add_variant: " + wrong);
+  }
+
+  void remove_variant(const std::vector<int64_t>& key) {
+    std::shared_ptr<Held> keep;  // dropped here, with the GIL, after the lock
+    locked([&] {
+      auto found = variants_.find(key);
+      if (found == variants_.end()) return;
+      keep = std::move(found->second.keep);
+      variants_.erase(found);
+    });
   }
 
   void keep(py::object obj) { kept_.push_back(std::make_unique<Held>(std::move(obj))); }
@@ -329,11 +345,11 @@ class NativeReplay {
     });
     return py::make_tuple(now, key);
   }
-  // The CUDA_KERNEL_NODE_PARAMS each managed node was last set from.
-  std::vector<uintptr_t> node_params() {
-    std::vector<uintptr_t> out;
+  // The serial of the launch each managed node was last set from.
+  std::vector<uint64_t> node_serials() {
+    std::vector<uint64_t> out;
     locked([&] {
-      for (auto& st : state_) out.push_back(st.params);
+      for (auto& st : state_) out.push_back(st.serial);
     });
     return out;
   }
@@ -455,7 +471,7 @@ class NativeReplay {
       fields_now_.clear();
       for (const auto& r : s.relocations)
         fields_now_.push_back(r.base + (now_[r.position] - at(r.position).ptr));
-      if (now.params == s.params && now.fields == fields_now_) continue;
+      if (now.serial == s.serial && now.fields == fields_now_) continue;
       for (size_t k = 0; k < s.relocations.size(); ++k) *s.relocations[k].field = fields_now_[k];
       if (d_.node_set_params(managed_[n].first, managed_[n].second, reinterpret_cast<void*>(s.params))) {
         // The graph may hold some of this run's parameters: the record is done, and the run
@@ -463,7 +479,7 @@ class NativeReplay {
         broken_ = true;
         return false;
       }
-      now.params = s.params;
+      now.serial = s.serial;
       now.fields = fields_now_;
       updates += 1;
     }
@@ -580,7 +596,8 @@ void register_native_replay(py::module_& m) {
       .def("take_need", &NativeReplay::take_need)
       .def("close", &NativeReplay::close)
       .def("last_run", &NativeReplay::last_run)
-      .def("node_params", &NativeReplay::node_params)
+      .def("node_serials", &NativeReplay::node_serials)
+      .def("remove_variant", &NativeReplay::remove_variant)
       .def("has_variant", &NativeReplay::has_variant)
       .def_property_readonly("variants", &NativeReplay::variants)
       .def_property_readonly("runs", &NativeReplay::runs)

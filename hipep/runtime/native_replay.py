@@ -15,9 +15,13 @@ look like, and Compute then does only the lookups and driver calls:
   followed without binding again: the parameter fields that hold their addresses were found by
   binding once more with every such tensor moved by its own distance (a field that moved by
   exactly that distance holds that tensor's address; a launch with any other difference is not
-  followed, and its tensors must stay put). Moved tensors keep their address's low 8 bits
-  (bindings choose vector widths by alignment), and which tensors share an address must not
-  change (bindings test for in-place operands).
+  followed, and its tensors must stay put). The fields are found once per node and launch
+  structure (kernels, grids, blocks, parameter sizes) and taken for a later binding of that
+  structure where each still holds the same tensor at the same offset. Moved tensors keep their
+  address's low 8 bits (bindings choose vector widths by alignment), and which tensors share an
+  address must not change (bindings test for in-place operands).
+- A learner thread stays a window of variants ahead of the runs (native code wakes it through a
+  pipe), learning while the decode loop waits for the GPU.
 - Anything else (new shapes, a tensor in host memory, a tensor moved that was not followed, a
   run in flight on the record) misses: the run goes through Python on another context, and the
   record learns that run's shapes for next time.
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import itertools
 import logging
 import os
 import select
@@ -47,7 +52,7 @@ from .host_values import write as write_host_values
 log = logging.getLogger("hipep")
 
 WINDOW = 32          # input shapes predicted ahead of the latest run's
-MAX_VARIANTS = 1024  # a record holding more is built anew
+MAX_VARIANTS = 4096  # past this many, a record forgets the variants it learned first
 MAX_REFUSALS = 4     # records refused for a compiled subgraph before it stops trying
 _ENTRY_POINTS = ("cuGraphLaunch", "cuGraphExecKernelNodeSetParams", "cuStreamSynchronize", "cuEventRecord",
                  "cuEventElapsedTime", "cuCtxGetCurrent", "cuCtxSetCurrent")
@@ -140,11 +145,11 @@ class _Events:
 
 class _Slot:
     """One kernel node a record sets: where it is and the launch the graph holds at first."""
-    __slots__ = ("exec", "node", "segment", "at", "graph_node", "base", "base_fields")
+    __slots__ = ("exec", "node", "segment", "at", "graph_node", "base", "base_fields", "serial")
 
-    def __init__(self, exec_handle, node_handle, segment, at, graph_node, base):
+    def __init__(self, exec_handle, node_handle, segment, at, graph_node, base, serial: int):
         self.exec, self.node, self.segment, self.at = exec_handle, node_handle, segment, at
-        self.graph_node, self.base = graph_node, base
+        self.graph_node, self.base, self.serial = graph_node, base, serial
         self.base_fields: list = []  # relocations of `base`: (field address, base value, position)
 
 
@@ -203,10 +208,12 @@ class Record:
         self._new_slots = False  # slots added since native code last got the list
         self.slot_of: dict[tuple[int, int], int] = {}  # (id(segment), op position) -> slot
         self.variants: dict[tuple, dict] = {}  # key (flattened input shapes) -> what _variant made
-        self.keys: list[tuple] = []
         # the growth last predicted with, its last shapes and their ordinal, and the next line's first
         self.growth, self.predicted, self.frontier, self.next_ordinal = None, None, -1, 0
-        self._launches: dict[int, _Launch] = {}  # parameters' address -> the launch they are of
+        # Each launch a node may be set from has a serial number native code compares (never an
+        # address: a forgotten variant's memory may be reused); serial -> launch, for checks.
+        self._serials = itertools.count(1)
+        self._launches: dict[int, _Launch] = {}
         self.launch_count = spec.launches
         self.events = _Events()
         self.tally = counters.Tally(np.zeros(len(counters.Tally.FIELDS), np.int64))
@@ -324,7 +331,7 @@ class Record:
             op, node = seg.ops[at], seg.kernel_nodes[at]
             if type(op) is not _Launch or node is None:
                 raise NotRecordable(f"{self.graph.nodes[i].label}: a copy or library call whose tensors change")
-            slot = _Slot(int(seg.exec), int(node), seg, at, i, op)
+            slot = _Slot(int(seg.exec), int(node), seg, at, i, op, next(self._serials))
             self.slot_of[(id(seg), at)] = len(self.slots)
             self.slots.append(slot)
             self._new_slots = True
@@ -338,11 +345,10 @@ class Record:
         self._new_slots = False
         managed = []
         for s in self.slots:
-            address = _params_address(s.base)
-            self._launches[address] = s.base
-            managed.append((s.exec, s.node, address, [f for f, _, _ in s.base_fields]))
+            self._launches[s.serial] = s.base
+            managed.append((s.exec, s.node, _params_address(s.base), s.serial, [f for f, _, _ in s.base_fields]))
         self.native.set_graphs([int(seg.exec) for seg in self.segments], managed)
-        for key in self.keys:
+        for key in self.variants:
             self._push_variant(key)
 
     def _base_relocations(self, i: int) -> None:
@@ -376,16 +382,23 @@ class Record:
         self.next_ordinal += 1 << 20  # a line of its own: runs on older lines ask for nothing
         self._learn([shapes] + [_grown(shapes, step, k) for k in range(1, WINDOW + 1)],
                     list(range(first, first + WINDOW + 1)))
+        self.native.set_frontier(self.frontier, WINDOW)
 
     def extend(self) -> None:
         """WINDOW more variants along the growth predicted last (native code asks for them when a run
         comes within WINDOW of the last: the learner thread stays a window ahead)."""
-        if self.growth is None or self.predicted is None:
-            return
-        self._learn([_grown(self.predicted, self.growth, k) for k in range(1, WINDOW + 1)],
-                    list(range(self.frontier + 1, self.frontier + WINDOW + 1)))
+        todo = self.extension()
+        self._learn([s for s, _ in todo], [o for _, o in todo])
+        self.native.set_frontier(self.frontier, WINDOW)
 
-    def _learn(self, todo: list, ordinals: list[int]) -> None:
+    def extension(self) -> list[tuple]:
+        """The next WINDOW (shapes, ordinal) along the growth predicted last."""
+        if self.growth is None or self.predicted is None:
+            return []
+        return [(_grown(self.predicted, self.growth, k), self.frontier + k) for k in range(1, WINDOW + 1)]
+
+    def _learn(self, todo: list, ordinals: list[int]) -> bool:
+        """Variants for these shapes, in order; False where one left the specialization."""
         for s, ordinal in zip(todo, ordinals):
             key = tuple(_key(s))
             if key not in self.variants:
@@ -395,17 +408,18 @@ class Record:
                     log.debug("hipep: native replay: no variant for input shapes %s: %s", s, e)
                     made = None
                 if made is None:
-                    break  # the growth left the specialization: the shapes after it will too
+                    return False  # the growth left the specialization: the shapes after it will too
                 made["ordinal"] = ordinal
+                while len(self.variants) >= MAX_VARIANTS:
+                    self._forget(next(iter(self.variants)))
                 self.variants[key] = made
-                self.keys.append(key)
                 if self._new_slots:
                     self._push_graphs()  # every variant again, with the new slots
                 else:
                     self._push_variant(key)
             if ordinal >= 0:
                 self.predicted, self.frontier = s, ordinal
-                self.native.set_frontier(ordinal, WINDOW)
+        return True
 
     def _variant(self, shapes_in) -> dict | None:
         ins, _ = self._fake(shapes_in)
@@ -464,15 +478,25 @@ class Record:
         v = self.variants[key]
         nodes = []
         keep = []
+        serials = v.setdefault("serials", {})
         for n, slot in enumerate(self.slots):
-            op, relocations = v["settings"].get(n, (slot.base, slot.base_fields))
-            address = _params_address(op)
-            self._launches[address] = op
-            nodes.append((address, relocations))
+            if n in v["settings"]:
+                op, relocations = v["settings"][n]
+                serial = serials.get(n) or serials.setdefault(n, next(self._serials))
+            else:
+                (op, relocations), serial = (slot.base, slot.base_fields), slot.serial
+            self._launches[serial] = op
+            nodes.append((_params_address(op), serial, relocations))
             keep.append(op)
+        # native code holds the launches (their parameters) as long as it holds the variant
         self.native.add_variant(list(key), [list(s) for s in v["shapes_out"]], v["fills"], nodes, self.launch_count,
-                                v.get("ordinal", -1))
-        self.native.keep(keep)
+                                v.get("ordinal", -1), keep)
+
+    def _forget(self, key) -> None:
+        v = self.variants.pop(key)
+        self.native.remove_variant(list(key))
+        for serial in v.get("serials", {}).values():
+            self._launches.pop(serial, None)
 
     def _moving_of(self, args) -> dict[int, int]:
         """Positions among `args` (ORT tensors at the record's addresses) that may move: position ->
@@ -560,7 +584,7 @@ class Record:
         env, _, shapes_out = self.program.probe(ins)
         ins, outs = self._fake(shapes_in, [tuple(s) for s in shapes_out], list(ptrs))
         args = self._arguments(ins, outs, env)
-        set_now = dict(zip(self.slots, self.native.node_params()))
+        set_now = dict(zip(self.slots, self.native.node_serials()))
         wrong = []
         for slot in self.slots:
             node = self.graph.nodes[slot.graph_node]
@@ -634,11 +658,26 @@ def _learner(recorder_ref, native, wake_read: int, wake_write: int) -> None:
             if _SHUTTING_DOWN or recorder is None or recorder.record is None or recorder.record.native is not native:
                 return
             if native.take_need() >= 0:
+                rec = recorder.record
                 with recorder._lock:
-                    try:
-                        recorder.record.extend()
-                    except Exception as e:  # noqa: BLE001 - runs miss and go through Python instead
-                        log.debug("hipep: native replay: learning ahead failed: %s: %s", type(e).__name__, e)
+                    todo = rec.extension()
+                    if todo:  # runs ask again only near the end of this extension
+                        native.set_frontier(todo[-1][1], WINDOW)
+                # one variant at a time under the lock: a run through Python learns in between
+                for shapes, ordinal in todo:
+                    with recorder._lock:
+                        if recorder.record is not rec:
+                            break
+                        try:
+                            if not rec._learn([shapes], [ordinal]):
+                                break
+                        except Exception as e:  # noqa: BLE001 - runs miss and go through Python instead
+                            log.debug("hipep: native replay: learning ahead failed: %s: %s", type(e).__name__, e)
+                            break
+                with recorder._lock:
+                    if recorder.record is rec and todo and rec.frontier != todo[-1][1]:
+                        native.set_frontier(rec.frontier, WINDOW)  # stopped short: ask from what is there
+                del rec
             del recorder
     finally:
         native.close()  # no more writes to the pipe
@@ -688,7 +727,7 @@ class Recorder:
         self.refusals = 0
 
     def after_run(self) -> None:
-        if not self._lock.acquire(blocking=False):
+        if not self._lock.acquire(timeout=0.002):  # (the learner holds it for one variant at a time)
             return
         try:
             self._after_run()
@@ -707,7 +746,7 @@ class Recorder:
         previous, self.previous = self.previous, (spec, shapes, ptrs)
         rec = self.record
         if rec is not None:
-            if rec.native.broken or len(rec.keys) >= MAX_VARIANTS:
+            if rec.native.broken:
                 self.drop()
             elif rec.holds(spec, ins, outs):
                 rec.learn(shapes, previous[1] if previous and previous[0] is spec else None)
