@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ort_api.h"
+#include "plugin.h"
 
 namespace hipep {
 
@@ -53,7 +54,7 @@ namespace py = pybind11;
 class OutsideCaptures {
  public:
   explicit OutsideCaptures(int ordinal) {
-    if (gpu_runtime() == nullptr || gpu_runtime()->device_memory_is_host() || !python_alive()) return;
+    if (gpu_runtime() == nullptr || gpu_runtime()->device_memory_is_host() || !python_usable()) return;
     py::gil_scoped_acquire gil;
     try {
       py::object module = py::module_::import("sys").attr("modules").attr("get")("hipep.runtime.cuda");
@@ -68,7 +69,7 @@ class OutsideCaptures {
     }
   }
   ~OutsideCaptures() {
-    if (!lock_ || !python_alive()) return;
+    if (!lock_ || !python_usable()) return;
     py::gil_scoped_acquire gil;
     try {
       lock_.attr("release")();
@@ -80,13 +81,6 @@ class OutsideCaptures {
   OutsideCaptures& operator=(const OutsideCaptures&) = delete;
 
  private:
-  static bool python_alive() {
-#if PY_VERSION_HEX >= 0x030D0000
-    return Py_IsInitialized() && !Py_IsFinalizing();
-#else
-    return Py_IsInitialized() && !_Py_IsFinalizing();
-#endif
-  }
   py::object lock_;
 };
 

@@ -15,18 +15,12 @@
 #include <utility>
 #include <vector>
 
+#include "plugin.h"
+
 namespace py = pybind11;
 
 namespace hipep {
 namespace {
-
-bool interpreter_usable() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsInitialized() && !Py_IsFinalizing();
-#else
-  return Py_IsInitialized() && !_Py_IsFinalizing();
-#endif
-}
 
 // A Python object C++ may drop on any thread: with the GIL, and never after the interpreter is gone.
 class Held {
@@ -37,7 +31,7 @@ class Held {
   Held& operator=(const Held&) = delete;
   ~Held() { reset(); }
   void reset() {
-    if (obj_ != nullptr && interpreter_usable()) {
+    if (obj_ != nullptr && python_usable()) {
       py::gil_scoped_acquire gil;
       Py_DECREF(obj_);
     }
@@ -514,7 +508,7 @@ class NativeReplay {
   // The run's error, worded by Python (hipep.runtime.native_replay) like the Python path's.
   OrtStatus* fail(const std::string& running, const char* what, int code, int index) {
     std::string detail = std::string(what) + " failed with CUresult " + std::to_string(code);
-    if (interpreter_usable()) {
+    if (python_usable()) {
       py::gil_scoped_acquire gil;
       try {
         py::handle(on_error_.get())(what, code, index);

@@ -47,10 +47,6 @@ OrtStatus* make_status(OrtErrorCode code, const std::string& message) {
   return g_ort->CreateStatus(code, message.c_str());
 }
 
-namespace {
-
-// ---- Python plumbing -------------------------------------------------------------------------
-
 bool python_usable() {
 #if PY_VERSION_HEX >= 0x030D0000
   return Py_IsInitialized() && !Py_IsFinalizing();
@@ -58,6 +54,10 @@ bool python_usable() {
   return Py_IsInitialized() && !_Py_IsFinalizing();
 #endif
 }
+
+namespace {
+
+// ---- Python plumbing -------------------------------------------------------------------------
 
 // A Python string as UTF-8, whatever it holds (a lone surrogate from a name that is not valid
 // UTF-8 becomes a \x escape instead of failing the call).
