@@ -644,45 +644,53 @@ def _stop_learners() -> None:
         thread.join(timeout=5)
 
 
-def _learner(recorder_ref, native, wake_read: int, wake_write: int) -> None:
+def _learner(recorder_ref, native_ref, wake_read: int, wake_write: int) -> None:
     """Learns variants ahead of the runs while they run natively: waits in select (without the
     GIL) until a run comes close to the last shapes predicted (native code writes a byte to the
     pipe), then extends the line. On a GPU it learns while the decode loop's thread waits for its
-    step's kernels. Ends with the record or its recorder."""
+    step's kernels. Holds the recorder and the record's native side only while it learns, so a
+    session's end frees them at once; ends with the record."""
     try:
         while True:
             ready, _, _ = select.select([wake_read], [], [], 0.1)
             if ready:
                 os.read(wake_read, 4096)
-            recorder = recorder_ref()
-            if _SHUTTING_DOWN or recorder is None or recorder.record is None or recorder.record.native is not native:
+            recorder, native = recorder_ref(), native_ref()
+            if _SHUTTING_DOWN or recorder is None or native is None or recorder.record is None \
+                    or recorder.record.native is not native:
                 return
             if native.take_need() >= 0:
-                rec = recorder.record
-                with recorder._lock:
-                    todo = rec.extension()
-                    if todo:  # runs ask again only near the end of this extension
-                        native.set_frontier(todo[-1][1], WINDOW)
-                # one variant at a time under the lock: a run through Python learns in between
-                for shapes, ordinal in todo:
-                    with recorder._lock:
-                        if recorder.record is not rec:
-                            break
-                        try:
-                            if not rec._learn([shapes], [ordinal]):
-                                break
-                        except Exception as e:  # noqa: BLE001 - runs miss and go through Python instead
-                            log.debug("hipep: native replay: learning ahead failed: %s: %s", type(e).__name__, e)
-                            break
-                with recorder._lock:
-                    if recorder.record is rec and todo and rec.frontier != todo[-1][1]:
-                        native.set_frontier(rec.frontier, WINDOW)  # stopped short: ask from what is there
-                del rec
-            del recorder
+                _extend(recorder, native)
+            del recorder, native
     finally:
-        native.close()  # no more writes to the pipe
+        native = native_ref()
+        if native is not None:
+            native.close()  # no more writes to the pipe
+        del native
         os.close(wake_read)
         os.close(wake_write)
+
+
+def _extend(recorder: "Recorder", native) -> None:
+    rec = recorder.record
+    with recorder._lock:
+        todo = rec.extension()
+        if todo:  # runs ask again only near the end of this extension
+            native.set_frontier(todo[-1][1], WINDOW)
+    # one variant at a time under the lock: a run through Python learns in between
+    for shapes, ordinal in todo:
+        with recorder._lock:
+            if recorder.record is not rec:
+                return
+            try:
+                if not rec._learn([shapes], [ordinal]):
+                    break
+            except Exception as e:  # noqa: BLE001 - runs miss and go through Python instead
+                log.debug("hipep: native replay: learning ahead failed: %s: %s", type(e).__name__, e)
+                break
+    with recorder._lock:
+        if recorder.record is rec and todo and rec.frontier != todo[-1][1]:
+            native.set_frontier(rec.frontier, WINDOW)  # stopped short: ask from what is there
 
 
 def _growth(previous, shapes):
@@ -720,7 +728,7 @@ class Recorder:
     teaches it the shapes of runs that missed, and drops it when it cannot serve."""
 
     def __init__(self, compiled):
-        self.compiled = compiled
+        self._compiled = weakref.ref(compiled)  # (it holds the recorder: no cycle, freed when its session ends)
         self._lock = threading.Lock()  # one run learns at a time; the others go on without
         self.record: Record | None = None
         self.previous = None  # (spec, input shapes, addresses) of the latest run through Python
@@ -735,9 +743,12 @@ class Recorder:
             self._lock.release()
 
     def _after_run(self) -> None:
-        ex = self.compiled.executor
+        compiled = self._compiled()
+        if compiled is None:
+            return
+        ex = compiled.executor
         last, ex.last_run = ex.last_run, None
-        slot = getattr(self.compiled, "native_slot", None)
+        slot = getattr(compiled, "native_slot", None)
         if last is None or slot is None:
             return
         spec, context, ins, outs, env = last
@@ -785,8 +796,8 @@ class Recorder:
         wake_read, wake_write = os.pipe()
         os.set_blocking(wake_write, False)  # native code never waits to wake the learner
         rec.native.set_wakeup(wake_write)
-        learner = threading.Thread(target=_learner, args=(weakref.ref(self), rec.native, wake_read, wake_write),
-                                   daemon=True, name="hipep native replay learner")
+        learner = threading.Thread(target=_learner, args=(weakref.ref(self), weakref.ref(rec.native), wake_read,
+                                                          wake_write), daemon=True, name="hipep native replay learner")
         _LEARNERS.add(learner)
         learner.start()
 
@@ -794,7 +805,8 @@ class Recorder:
         rec, self.record = self.record, None
         if rec is None:
             return
-        slot = getattr(self.compiled, "native_slot", None)
+        compiled = self._compiled()
+        slot = getattr(compiled, "native_slot", None)
         if slot is not None:
             slot.clear()
         rec.native.close()

@@ -109,8 +109,8 @@ def _check_native(steps: list[dict], updates: int = 2) -> None:
 @needs_nvrtc
 def test_decode_steps_replay_natively_with_the_parameters_python_binds():
     """A prompt, then decode steps: from the third step of the layout on, Compute replays them
-    natively (the attention mask grows by one and input_ids and the mask move every step); the
-    steps past the predicted shapes go through Python once, which teaches the record more."""
+    natively (the attention mask grows by one and input_ids and the mask move every step), a
+    learner thread learning the shapes ahead."""
     steps = _decode(phases=[["prompt", 12], ["decode", 13, 80]])
     decode = steps[3:]
     _check_native(decode)
