@@ -302,7 +302,7 @@ class CompiledSubgraph:
         self.native_slot = None
         self._recorder = None
         if native_replay and getattr(self.device, "name", "") == "cuda" and not executor.step_by_step:
-            from .runtime.native_replay import Recorder
+            from .runtime.native_recorder import Recorder
 
             self._recorder = Recorder(self)
 
