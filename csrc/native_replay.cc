@@ -318,16 +318,6 @@ class NativeReplay {
   uint64_t misses() const { return misses_; }
   std::string last_miss() const { return last_miss_ ? last_miss_ : ""; }
   bool broken() const { return broken_; }
-  size_t variants() {
-    size_t n = 0;
-    locked([&] { n = variants_.size(); });
-    return n;
-  }
-  bool has_variant(const std::vector<int64_t>& key) {
-    bool has = false;
-    locked([&] { has = variants_.count(key) != 0; });
-    return has;
-  }
   // The last run's addresses (inputs, then outputs) and input shape key: what a check of the
   // parameters it set binds again.
   py::tuple last_run() {
@@ -592,8 +582,6 @@ void register_native_replay(py::module_& m) {
       .def("last_run", &NativeReplay::last_run)
       .def("node_serials", &NativeReplay::node_serials)
       .def("remove_variant", &NativeReplay::remove_variant)
-      .def("has_variant", &NativeReplay::has_variant)
-      .def_property_readonly("variants", &NativeReplay::variants)
       .def_property_readonly("runs", &NativeReplay::runs)
       .def_property_readonly("misses", &NativeReplay::misses)
       .def_property_readonly("last_miss", &NativeReplay::last_miss)

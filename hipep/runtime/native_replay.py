@@ -141,10 +141,10 @@ class _Events:
 
 class _Slot:
     """One kernel node a record sets: where it is and the launch the graph holds at first."""
-    __slots__ = ("exec", "node", "segment", "at", "graph_node", "base", "base_fields", "serial")
+    __slots__ = ("exec", "node", "at", "graph_node", "base", "base_fields", "serial")
 
-    def __init__(self, exec_handle, node_handle, segment, at, graph_node, base, serial: int):
-        self.exec, self.node, self.segment, self.at = exec_handle, node_handle, segment, at
+    def __init__(self, exec_handle, node_handle, at, graph_node, base, serial: int):
+        self.exec, self.node, self.at = exec_handle, node_handle, at
         self.graph_node, self.base, self.serial = graph_node, base, serial
         self.base_fields: list = []  # relocations of `base`: (field address, base value, position)
 
@@ -194,7 +194,6 @@ class Record:
         self.out_ptrs = [a.ptr for a in outs]
         self.n_in = len(ins)
         self.moving = set(moving)
-        self.base_ins = ins
         self._wrappers: dict[tuple, OrtDeviceArray] = {}  # (position, shape) -> ORT's tensor at the record's address
         self.base_shapes = [None if a is None else tuple(a.shape) for a in (*ins, *outs)]
         self.value_nodes = [i for seg in segments for i in seg.value_nodes]
@@ -327,7 +326,7 @@ class Record:
             op, node = seg.ops[at], seg.kernel_nodes[at]
             if type(op) is not _Launch or node is None:
                 raise NotRecordable(f"{self.graph.nodes[i].label}: a copy or library call whose tensors change")
-            slot = _Slot(int(seg.exec), int(node), seg, at, i, op, next(self._serials))
+            slot = _Slot(int(seg.exec), int(node), at, i, op, next(self._serials))
             self.slot_of[(id(seg), at)] = len(self.slots)
             self.slots.append(slot)
             self._new_slots = True
@@ -450,7 +449,7 @@ class Record:
         for i in sorted(rebind):
             node_args = args.get(i, list(self.graph.nodes[i].args))
             moving = self._moving_of(node_args)
-            ops, fields = self._bind_relocatable(i, node_args, moving, (shapes_in, shapes_out, env))
+            ops, fields = self._bind_relocatable(i, node_args, moving)
             seg, first, count = self.spans[i]
             if len(ops) != count:
                 raise NotRecordable(f"{self.graph.nodes[i].label}: {len(ops)} launches for shapes {shapes_in}, "
@@ -468,7 +467,7 @@ class Record:
             copies = [(flat.copy(), first, count) for flat, first, count in self.fills]
             write_host_values(copies, values)
             fills = [(flat.ctypes.data, copy.tobytes()) for (flat, _, _), (copy, _, _) in zip(self.fills, copies)]
-        return {"shapes_out": shapes_out, "fills": fills, "settings": settings, "shapes_in": shapes_in}
+        return {"shapes_out": shapes_out, "fills": fills, "settings": settings}
 
     def _push_variant(self, key) -> None:
         v = self.variants[key]
@@ -504,7 +503,7 @@ class Record:
                 out[p] = (p + 1) << 40  # a multiple of 256: alignments stay as they were
         return out
 
-    def _bind_relocatable(self, i: int, args: list, moving: dict[int, int], shapes=None):
+    def _bind_relocatable(self, i: int, args: list, moving: dict[int, int]):
         """The node's launches for `args`, and per launch the fields that hold moving tensors'
         addresses: [(value index, byte offset, field value, position)]. Raises NotRecordable where
         moving the tensors changes the launches in any other way."""
