@@ -2,6 +2,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include "compute.h"
 #include "device_memory.h"
 #include "gpu_runtime.h"
 #include "native_replay.h"
