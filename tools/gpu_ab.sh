@@ -13,7 +13,10 @@
 # Needs what tools/gpu_bench.sh needs (wheelhouse/ from tools/gpu_wheelhouse.sh); the ~1.1B model is
 # built first (model_zoo size '1b': ~30 s on the H200 machine's 16 cores), or taken from the cache.
 #
-# usage: tools/gpu_ab.sh VAR=VALUE [--deadline S] [--tests PATH...]
+# --no-kernels leaves the GEMV table out (a setting the kernels do not read, such as
+# HIPEP_NATIVE_REPLAY=0, which changes the host's part of a run only).
+#
+# usage: tools/gpu_ab.sh VAR=VALUE [--deadline S] [--no-kernels] [--tests PATH...]
 #   e.g. tools/gpu_ab.sh HIPEP_MNB_GEMV_TC=1 --tests tests/gpu/test_gpu_decoders.py
 set -uo pipefail
 
@@ -38,12 +41,13 @@ time_for() {
 }
 
 main() {
-  local setting deadline=540 tests=()
+  local setting deadline=540 kernels=1 tests=()
   setting=$(check_setting "${1:-}") || exit 2
   shift
   while [ $# -gt 0 ]; do
     case $1 in
       --deadline) deadline=${2:?--deadline takes seconds}; shift 2 ;;
+      --no-kernels) kernels=0; shift ;;
       --tests) shift; while [ $# -gt 0 ] && [[ $1 != --* ]]; do tests+=("$1"); shift; done ;;
       *) echo "gpu_ab: unknown argument '$1'" >&2; exit 2 ;;
     esac
@@ -87,9 +91,11 @@ main() {
   local decode=("$repo/benchmarks/decode.py" --precision int4-f16 --no-genai --runs 3 --compare 16)
   run decode-without 100 "$py" -P "${decode[@]}" --out "$logs/results/without"
   run decode-with 100 env "$setting" "$py" -P "${decode[@]}" --out "$logs/results/with"
-  local kernels=("$repo/benchmarks/kernel_bandwidth.py" --only gemv,copy --seconds 0.3)
-  run kernels-without 100 "$py" -P "${kernels[@]}" --out "$logs/results/without"
-  run kernels-with 100 env "$setting" "$py" -P "${kernels[@]}" --out "$logs/results/with"
+  if [ "$kernels" = 1 ]; then
+    local table=("$repo/benchmarks/kernel_bandwidth.py" --only gemv,copy --seconds 0.3)
+    run kernels-without 100 "$py" -P "${table[@]}" --out "$logs/results/without"
+    run kernels-with 100 env "$setting" "$py" -P "${table[@]}" --out "$logs/results/with"
+  fi
   if [ ${#tests[@]} -gt 0 ]; then
     local paths=()
     for p in "${tests[@]}"; do paths+=("$repo/$p"); done
