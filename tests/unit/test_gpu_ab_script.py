@@ -21,6 +21,7 @@ pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="bash is no
     (["FOO=1"], "expected a setting HIPEP_NAME=VALUE, got 'FOO=1'"),
     (["HIPEP_MNB_GEMV_TC="], "got 'HIPEP_MNB_GEMV_TC='"),
     (["HIPEP_MNB_GEMV_TC=1", "--bogus"], "unknown argument '--bogus'"),
+    (["HIPEP_NATIVE_REPLAY=0", "--no-kernels", "--bogus"], "unknown argument '--bogus'"),  # --no-kernels taken
 ])
 def test_bad_arguments_stop_before_anything_runs(tmp_path, args, message):
     done = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, cwd=tmp_path,
