@@ -1,10 +1,10 @@
 """What the native plugin calls: the Python half of ORT's plugin-EP ABI.
 
 csrc/plugin.cc calls `create_ep` from OrtEpFactory::CreateEp, then `EpState.get_capability` and
-`EpState.compile` from OrtEp, and `CompiledSubgraph.run` from OrtNodeComputeInfo::Compute, always
-with the GIL held; exceptions raised here become an OrtStatus carrying their message. Log records
-go back to C++ as (severity, message) pairs with ORT's severity numbers, and C++ writes them to
-the session's logger.
+`EpState.compile` from OrtEp; csrc/compute.cc calls `CompiledSubgraph.run` from
+OrtNodeComputeInfo::Compute. Always with the GIL held; exceptions raised here become an
+OrtStatus carrying their message. Log records go back to C++ as (severity, message) pairs with
+ORT's severity numbers, and C++ writes them to the session's logger.
 
 Compile receives the fused subgraph's constant initializers copied (`desc["weight_data"]`: ORT
 passes them to no Compute call and frees its own copy); each CompiledSubgraph keeps those its
@@ -342,7 +342,7 @@ class CompiledSubgraph:
 
     def _device_tensors(self, items, role: str) -> list:
         """`items` with each device tensor's descriptor replaced by the device's array at it: the
-        last one made for that position where C++ handed over the same descriptor object (plugin.cc's
+        last one made for that position where C++ handed over the same descriptor object (compute.cc's
         DeviceTensorCache), without a call per tensor."""
         last = self._wrapped[role]
         if len(items) != len(last):  # the executor names the mismatch

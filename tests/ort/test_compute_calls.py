@@ -1,4 +1,4 @@
-"""What ORT's calls into the plugin cost Python, run after run (csrc/plugin.cc).
+"""What ORT's calls into the plugin cost Python, run after run (csrc/compute.cc).
 
 Compute hands CompiledSubgraph.run its inputs as a tuple of read-only arrays over ORT's memory and
 `allocate_outputs` as an OutputAllocator (one small object of hipep's native module per run, not

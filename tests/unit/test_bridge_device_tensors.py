@@ -84,7 +84,7 @@ def test_a_device_tensor_on_a_device_that_cannot_address_it_is_a_clear_error():
 
 
 def test_the_same_descriptor_object_finds_its_wrapper_without_a_call():
-    """C++ hands over the same descriptor object while a tensor stays the same (plugin.cc's
+    """C++ hands over the same descriptor object while a tensor stays the same (compute.cc's
     DeviceTensorCache): the bridge then takes the position's wrapper as it is; a new object with
     the same contents is compared, and another address wrapped anew."""
     device = HostBackedDevice()
