@@ -24,6 +24,14 @@ namespace hipep {
 
 namespace {
 
+// The base object of the arrays Compute makes over ORT's memory: numpy then neither copies nor
+// frees that memory. One for the process (made once, under the GIL; never freed), so a run
+// allocates no capsule; the arrays are valid only during their Compute call either way.
+py::handle borrowed_memory_base() {
+  static py::capsule* base = new py::capsule(static_cast<void*>(&g_ort), [](void*) {});
+  return *base;
+}
+
 // ---- device memory -----------------------------------------------------------------------------
 
 // Whether a tensor lives in GPU memory the host cannot read (with the emulation, "GPU" memory is

@@ -46,6 +46,22 @@ bool python_usable() {
 
 namespace {
 
+py::module_ bridge() { return py::module_::import("hipep.bridge"); }
+
+void log(const OrtLogger* logger, OrtLoggingLevel level, const std::string& message) {
+  if (logger == nullptr) return;
+  OrtStatus* st = g_ort->Logger_LogMessage(logger, level, message.c_str(), ORT_FILE, __LINE__, "hipep");
+  if (st) g_ort->ReleaseStatus(st);
+}
+
+// Python hands back log records as (severity, message) with ORT's severity numbers.
+void log_records(const OrtLogger* logger, const py::handle& records) {
+  for (auto rec : records) {
+    auto t = rec.cast<py::tuple>();
+    log(logger, static_cast<OrtLoggingLevel>(t[0].cast<int>()), utf8(t[1]));
+  }
+}
+
 // ---- the EP ----------------------------------------------------------------------------------
 
 struct HipEp : OrtEp {

@@ -79,28 +79,4 @@ class PyRef {
   py::object* obj_;
 };
 
-inline py::module_ bridge() { return py::module_::import("hipep.bridge"); }
-
-inline void log(const OrtLogger* logger, OrtLoggingLevel level, const std::string& message) {
-  if (logger == nullptr) return;
-  OrtStatus* st = g_ort->Logger_LogMessage(logger, level, message.c_str(), ORT_FILE, __LINE__, "hipep");
-  if (st) g_ort->ReleaseStatus(st);
-}
-
-// The base object of the arrays Compute makes over ORT's memory: numpy then neither copies nor
-// frees that memory. One for the process (made once, under the GIL; never freed), so a run
-// allocates no capsule; the arrays are valid only during their Compute call either way.
-inline py::handle borrowed_memory_base() {
-  static py::capsule* base = new py::capsule(static_cast<void*>(&g_ort), [](void*) {});
-  return *base;
-}
-
-// Python hands back log records as (severity, message) with ORT's severity numbers.
-inline void log_records(const OrtLogger* logger, const py::handle& records) {
-  for (auto rec : records) {
-    auto t = rec.cast<py::tuple>();
-    log(logger, static_cast<OrtLoggingLevel>(t[0].cast<int>()), utf8(t[1]));
-  }
-}
-
 }  // namespace hipep
