@@ -67,9 +67,10 @@ void log_records(const OrtLogger* logger, const py::handle& records) {
 struct HipEp : OrtEp {
   const OrtLogger* logger;
   std::unique_ptr<PyRef> state;  // hipep.bridge.EpState
-  // Set when GetCapability found nodes that the 'strict' option forbids leaving to another EP
-  // (EpState.strict_failure). Only then does a run's start need Python, to raise that failure:
-  // every other run starts without taking the GIL.
+  // Set when GetCapability found nodes that the 'strict' option forbids leaving to another EP,
+  // or left function nodes for ORT to expand that ORT may run whole elsewhere (EpState.run_failure).
+  // Only then does a run's start need Python, to raise that failure: every other run starts
+  // without taking the GIL.
   std::atomic<bool> strict_failed{false};
 
   const char* ep_name;
@@ -99,7 +100,7 @@ struct HipEp : OrtEp {
       py::dict desc = describe_graph(graph, &nodes);
       desc["parent"] = describe_parent(graph);
       py::tuple result = self->state->get().attr("get_capability")(desc);
-      if (!self->state->get().attr("strict_failure").is_none())
+      if (!self->state->get().attr("run_failure").is_none())
         self->strict_failed.store(true, std::memory_order_release);
       log_records(self->logger, result[1]);
       OrtNodeFusionOptions fusion{};

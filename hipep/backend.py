@@ -242,10 +242,7 @@ def _explain_kind(model: onnx.ModelProto, device: str = "cpu") -> str:
     except Exception as e:  # noqa: BLE001 - the session decides then
         return f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
-    def claimed(r) -> int:
-        return r.claimed_count + sum(claimed(n) for n in r.nested)
-
-    if claimed(report) == 0:
+    if report.claimed_total == 0:
         return "none"
     return "all" if report.all_claimed else "some"
 

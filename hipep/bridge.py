@@ -92,6 +92,20 @@ def _is_control_flow(node: dict) -> bool:
     return op is not None and op.control_flow
 
 
+def _ort_expands():
+    """Which function nodes ORT will replace by their bodies (see hipep.partition): the answer of
+    ORT's CPU kernel table where the host process is onnxruntime's Python module (it is then loaded
+    already), else None: every such node, as ORT does for ops no EP has a kernel for. Another host
+    (onnxruntime-genai, a C++ program) gets no second ORT loaded to ask."""
+    import sys
+
+    if "onnxruntime.capi.onnxruntime_pybind11_state" not in sys.modules:
+        return None
+    from .explain import ort_expands
+
+    return ort_expands
+
+
 def _graph_from_ort(desc: dict) -> GraphView:
     from .ops.inference import fill_ambiguous_shapes
 
@@ -159,10 +173,17 @@ class EpState:
         self.device = open_device(self.device_kind, self.options.device_id,
                                   cpu_schedule=self.options.cpu_schedule, seed=self.options.seed)
         self.fallback_disabled = config.get(FALLBACK_KEY, "0").strip() == "1"
-        self.strict_failure: str | None = None
+        # Graph key (name, enclosing node) -> why the 'strict' option fails the session.
+        self._strict_failures: dict[tuple, str] = {}
+        # Graph key -> the function nodes its last GetCapability call left for ORT to expand.
+        self._unexpanded: dict[tuple, str] = {}
         self.ort_severity = ort_severity
         self.fused_graph: tuple | None = None  # the one graph hipep fuses in, where ORT needs that
         counters.bump("eps_created")
+
+    @property
+    def strict_failure(self) -> str | None:
+        return "\n".join(self._strict_failures.values()) or None
 
     def _records(self, pairs):
         floor = self.options.log_severity
@@ -183,22 +204,37 @@ class EpState:
             counters.bump("capability_calls")
             return [], self._records([(VERBOSE, f"{EP_NAME}: leaving the body graph '{graph.name}' to its "
                                                 f"enclosing {parent['node']['op_type']} node, which hipep claims")])
-        report = partition(graph, device=self.device_kind)
+        report = partition(graph, device=self.device_kind, expands=_ort_expands(), fused_domain=self.ep_name)
         _last_report.report = report
+        # ORT asks again about a graph once it has replaced function nodes no EP took by their
+        # bodies, so the strict verdict on a graph is its last GetCapability call's.
+        key = (graph.name, parent["node"]["name"] if parent is not None else None)
+        self._strict_failures.pop(key, None)
+        self._unexpanded.pop(key, None)
         records = []
         lines = "\n".join("  " + line for line in report.rejection_lines())
+        expanded = "\n".join("  " + e.line() for e in report.expansions)
         if report.rejections and self.options.strict:
             # One message saying what happens. ORT only logs a failing GetCapability and goes on:
             # the session fails in Compile or, when hipep claimed nothing, at its first run.
-            self.strict_failure = (f"strict: {EP_NAME} cannot run {len(report.rejections)} node(s) of graph "
-                                   f"'{graph.name}' and the 'strict' option forbids leaving them to another EP, "
-                                   f"so the session fails:\n{lines}")
-            records.append((ERROR, self.strict_failure))
+            self._strict_failures[key] = (
+                f"strict: {EP_NAME} cannot run {len(report.rejections)} node(s) of graph "
+                f"'{graph.name}' and the 'strict' option forbids leaving them to another EP, "
+                f"so the session fails:\n{lines}")
+            records.append((ERROR, self._strict_failures[key]))
         elif report.rejections:
             consequence = ("session creation will fail: session.disable_cpu_ep_fallback=1"
                            if self.fallback_disabled else "they fall back to another EP (usually the CPU EP)")
             records.append((WARNING, f"{EP_NAME} did not claim {len(report.rejections)} node(s) of graph "
                                      f"'{graph.name}'; {consequence}:\n{lines}"))
+        if report.expansions:
+            if self.options.strict:  # checked at the first run, once ORT has partitioned to the end
+                self._unexpanded[key] = (
+                    f"strict: {len(report.expansions)} function node(s) of graph '{graph.name}' ran on "
+                    f"another EP (one with a kernel for the op) instead of being replaced by their "
+                    f"bodies, which {EP_NAME} claims, and the 'strict' option forbids that:\n{expanded}")
+            records.append((INFO, f"{EP_NAME} leaves {len(report.expansions)} function node(s) of graph "
+                                  f"'{graph.name}' for ORT to replace by their bodies:\n{expanded}"))
         records.append((INFO, f"{EP_NAME}: {report.summary()}"))
         counters.bump("capability_calls")
         if report.clusters and not self._may_fuse_in(graph, parent):
@@ -207,7 +243,8 @@ class EpState:
                    f"from 0, so they would take the names of those fused in graph '{self.fused_graph[0]}' "
                    f"(onnxruntime >= 1.25 does not)")
             if self.options.strict:
-                self.strict_failure = f"strict: {why}, and the 'strict' option forbids that"
+                self._strict_failures[key] = "\n".join(
+                    filter(None, [self._strict_failures.get(key), f"strict: {why}, and the 'strict' option forbids that"]))
             records.append((ERROR if self.options.strict else WARNING, why))
             return [], self._records(records)
         return report.clusters, self._records(records)
@@ -227,9 +264,16 @@ class EpState:
                                       "types": parent["types"], "constants": {}, "weights": [], "opsets": {}})
         return check_node(view.nodes[0], view) is None
 
+    @property
+    def run_failure(self) -> str | None:
+        """Why a run fails under 'strict': the nodes left to other EPs, and function nodes left for
+        ORT to expand that it ran whole on another EP instead (their graph's last GetCapability
+        call still had them: had ORT expanded them, it would have asked about the graph again)."""
+        return "\n".join(filter(None, [self.strict_failure, *self._unexpanded.values()])) or None
+
     def on_run_start(self) -> None:
-        if self.strict_failure:
-            raise HipepError(self.strict_failure)
+        if self.run_failure:
+            raise HipepError(self.run_failure)
 
     def compile(self, desc: dict, fused_name: str, inputs: list[str], outputs: list[str]):
         if self.strict_failure:

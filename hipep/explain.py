@@ -66,7 +66,39 @@ def explain(model_or_path, device: str = "cpu") -> PartitionReport:
         raise ModelError(f"cannot read ONNX model {_quote(where)}: {type(e).__name__}: {e}") from e
     if device not in ("cpu", "cuda"):
         raise ValueError(f"explain: device must be 'cpu' or 'cuda', not {device!r}")
-    return partition(graph, device=device)
+    return partition(graph, device=device, expands=ort_expands)
+
+
+def ort_expands(node) -> bool:
+    """Whether ORT replaces `node`, a node of a function op no EP took, by the op's function body:
+    it does unless its CPU EP has a kernel for the op at the node's version (AffineGrid and the
+    window functions have one; Swish and the losses do not). Asked of the installed onnxruntime."""
+    kernels = _cpu_kernels()
+    if kernels is None:  # no onnxruntime to ask: what ORT does for ops without kernels
+        return True
+    return not any(lo <= node.since_version <= hi for lo, hi in kernels.get((node.domain, node.op_type), ()))
+
+
+_CPU_KERNELS: dict | None = None
+
+
+def _cpu_kernels() -> dict | None:
+    """(domain, op type) -> the version ranges ORT's CPU EP has kernels for, or None."""
+    global _CPU_KERNELS
+    if _CPU_KERNELS is None:
+        try:
+            from onnxruntime.capi import _pybind_state
+
+            defs = _pybind_state.get_all_opkernel_def()
+        except Exception:  # noqa: BLE001 - an onnxruntime without the listing
+            return None
+        table: dict = {}
+        for k in defs:
+            if k.provider == "CPUExecutionProvider":
+                domain = "" if k.domain == "ai.onnx" else k.domain
+                table.setdefault((domain, k.op_name), []).append(tuple(k.version_range))
+        _CPU_KERNELS = table
+    return _CPU_KERNELS
 
 
 def _quote(where: str) -> str:

@@ -16,7 +16,15 @@ producer, then any other non-dirty cluster (independent claimed branches fuse to
 fewer, larger subgraphs), else it opens a new cluster.
 
 Control-flow bodies (If/Loop/Scan) are partitioned on their own into `nested`, as ORT calls
-GetCapability separately for each nested subgraph. Plain Python: imports only graph and ops.
+GetCapability separately for each nested subgraph.
+
+A node of an ONNX op hipep has no registry entry for, whose schema defines it as a function
+(Swish, NegativeLogLikelihoodLoss, ...), is left unclaimed but is no rejection when hipep would
+claim every node of its function body (hipep.functions): ORT replaces such a node by its body when
+no EP takes it and asks again, and hipep claims the body then. The report lists it under
+`expansions`, with the body's own report.
+
+Plain Python: imports only graph, functions and ops.
 """
 from __future__ import annotations
 
@@ -24,11 +32,15 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .functions import function_body
 from .graph import GraphView, Node, topological_order, value_edges
-from .ops.registry import check_node
+from .ops.registry import check_node, lookup
 
 # claim(node, graph) -> None to claim the node, or the reason it is not claimed.
 Claim = Callable[[Node, GraphView], "str | None"]
+# expands(node) -> whether ORT replaces an unclaimed node of a function op by its body (it does
+# unless one of its EPs has a kernel for the op: hipep.explain asks ORT's CPU EP).
+Expands = Callable[[Node], bool]
 
 
 @dataclass
@@ -40,6 +52,20 @@ class Rejection:
         n = self.node
         return (f"node '{n.label}' ({n.domain or 'ai.onnx'}::{n.op_type}, "
                 f"opset {n.since_version}): {self.reason}")
+
+
+@dataclass
+class Expansion:
+    """A node hipep leaves for ORT to replace by its function body, all of which hipep claims."""
+    node: Node
+    body: "PartitionReport"
+
+    def line(self) -> str:
+        n = self.node
+        ops = ", ".join(dict.fromkeys(self.body.labels_by_op()))
+        return (f"node '{n.label}' ({n.domain or 'ai.onnx'}::{n.op_type}, opset {n.since_version}): "
+                f"a function; ONNX Runtime replaces it by its body ({ops}) when no EP has a kernel for "
+                f"it, and hipep claims all {self.body.claimed_total} nodes of that")
 
 
 SHOWN_NODES = 8  # claimed nodes a report's subgraph line names before it counts the rest
@@ -56,19 +82,34 @@ class PartitionReport:
     # empty for the main graph.
     context: str = ""
     labels: dict[int, str] = field(default_factory=dict)  # Node.index -> Node.label
+    # Function nodes left for ORT to replace by their bodies, which hipep claims (graph order).
+    expansions: list[Expansion] = field(default_factory=list)
+    op_types: dict[int, str] = field(default_factory=dict)  # Node.index -> Node.op_type
 
     @property
     def claimed_count(self) -> int:
         return sum(len(c) for c in self.clusters)
 
     @property
+    def claimed_total(self) -> int:
+        """Nodes hipep runs: claimed here, in nested graphs and in the bodies ORT expands."""
+        return (self.claimed_count + sum(r.claimed_total for r in self.nested)
+                + sum(e.body.claimed_total for e in self.expansions))
+
+    @property
     def all_claimed(self) -> bool:
-        """True when no node is rejected here or in any nested graph."""
+        """True when no node is rejected here or in any nested graph (a function node whose body
+        hipep claims is no rejection)."""
         return not self.rejections and all(r.all_claimed for r in self.nested)
 
+    def labels_by_op(self) -> list[str]:
+        return [self.op_types[i] for c in self.clusters for i in c if i in self.op_types]
+
     def summary(self) -> str:
-        return (f"claimed {self.claimed_count} of {self.total_nodes} nodes "
-                f"in {len(self.clusters)} subgraphs")
+        text = f"claimed {self.claimed_count} of {self.total_nodes} nodes in {len(self.clusters)} subgraphs"
+        if self.expansions:
+            text += f", {len(self.expansions)} left for ORT to expand into nodes hipep claims"
+        return text
 
     def rejection_lines(self) -> list[str]:
         return [r.line() for r in self.rejections]
@@ -88,6 +129,9 @@ class PartitionReport:
                 names += f", ... and {len(cluster) - len(shown)} more (all of them: explain --all)"
             lines.append(f"{indent}  subgraph {k} ({len(cluster)} "
                          f"{'node' if len(cluster) == 1 else 'nodes'}): {names}")
+        if self.expansions:
+            lines.append(f"{indent}  left for ORT to expand ({len(self.expansions)}):")
+            lines += [f"{indent}    {e.line()}" for e in self.expansions]
         if self.rejections:
             lines.append(f"{indent}  not claimed ({len(self.rejections)}):")
             lines += [f"{indent}    {line}" for line in self.rejection_lines()]
@@ -392,17 +436,23 @@ def _dtype_name(t) -> str:
         return ""
 
 
-def partition(graph: GraphView, claim: Claim = check_node, device: str = "cpu") -> PartitionReport:
+def partition(graph: GraphView, claim: Claim = check_node, device: str = "cpu",
+              expands: Expands | None = None, fused_domain: str | None = None) -> PartitionReport:
     """Claim or reject every node of `graph` and cluster the claimed ones (see module doc).
     `device`: the device kind the EP runs on; on a GPU, nodes without a GPU program are left to
     other EPs (see `device_claim`), and so are host work whose host inputs end up in another
     subgraph (they would arrive in device memory) and nodes whose output shapes would depend on
     values computed on the device (see `_shapes_from_device_values`): such nodes are refused and
-    the graph is partitioned again, until every claimed node can run where its subgraph puts it."""
+    the graph is partitioned again, until every claimed node can run where its subgraph puts it.
+    `expands`: which unclaimed function nodes ORT replaces by their bodies (default: all of them,
+    the ORT partitioner's rule where no other EP has a kernel for the op).
+    `fused_domain`: the domain of the nodes the EP fused in earlier GetCapability calls on this
+    graph (ORT asks again after expanding function nodes): they are hipep's already, so neither
+    claimed nor rejected."""
     refused: dict[int, str] = {}
     while True:
         facts = _DeviceFacts()
-        report = _partition_once(graph, claim, device, refused, facts)
+        report = _partition_once(graph, claim, device, refused, facts, expands, fused_domain)
         if device == "cpu":
             return report
         position = {n.index: pos for pos, n in enumerate(graph.nodes)}
@@ -414,14 +464,33 @@ def partition(graph: GraphView, claim: Claim = check_node, device: str = "cpu") 
         refused.update(bad)
 
 
+def _expansion(node: Node, graph: GraphView, claim: Claim, device: str,
+               expands: Expands | None) -> Expansion | None:
+    """The node's Expansion when it is a function node of an op hipep has no entry for, ORT
+    replaces it by its body, and hipep would claim that whole body; else None."""
+    if node.subgraphs or lookup(node.domain, node.op_type) is not None:
+        return None
+    if expands is not None and not expands(node):
+        return None
+    body = function_body(node, graph)
+    if body is None:
+        return None
+    report = partition(body, claim, device, expands)
+    if not report.all_claimed or report.claimed_total == 0:
+        return None
+    return Expansion(node, report)
+
+
 def _partition_once(graph: GraphView, claim: Claim, device: str, refused: dict[int, str],
-                    facts: _DeviceFacts) -> PartitionReport:
+                    facts: _DeviceFacts, expands: Expands | None = None,
+                    fused_domain: str | None = None) -> PartitionReport:
     base_claim, claim = claim, device_claim(claim, device, refused, facts)
     nodes = graph.nodes
     order = topological_order(graph)
     _, preds = value_edges(graph)
 
     reasons: dict[int, str] = {}  # position -> rejection reason
+    expansions: dict[int, Expansion] = {}  # position -> the function body ORT puts in its place
     cluster_of: dict[int, int] = {}  # position -> cluster id
     clusters: list[list[int]] = []  # cluster id -> member positions, topological order
     reach = [0] * len(nodes)  # bit c set: cluster c reaches this node
@@ -441,9 +510,17 @@ def _partition_once(graph: GraphView, claim: Claim, device: str, refused: dict[i
                 r |= reach[p] | bit
                 d |= dirty[p] | (reach[p] & ~bit)  # paths into p from other clusters left them
                 producer_clusters |= bit
+        if fused_domain is not None and node.domain == fused_domain:
+            # fused by an earlier call: outside every new cluster, as a rejected node, unlisted
+            reach[pos], dirty[pos] = r, d
+            continue
         reason = _claim_safely(claim, node, graph)
         if reason is not None:
-            reasons[pos] = reason
+            expansion = _expansion(node, graph, base_claim, device, expands)
+            if expansion is not None:
+                expansions[pos] = expansion
+            else:
+                reasons[pos] = reason
         else:
             eligible = producer_clusters & ~d
             if not eligible:
@@ -462,7 +539,7 @@ def _partition_once(graph: GraphView, claim: Claim, device: str, refused: dict[i
         for attr, sub in node.subgraphs.items():
             # Values the body reads from the enclosing scope keep the types they have there.
             sub_view = dataclasses.replace(sub, types={**graph.types, **sub.types})
-            report = partition(sub_view, base_claim, device)
+            report = partition(sub_view, base_claim, device, expands)
             report.context = f"attribute '{attr}' of node '{node.label}'"
             nested.append(report)
 
@@ -473,4 +550,6 @@ def _partition_once(graph: GraphView, claim: Claim, device: str, refused: dict[i
         rejections=[Rejection(nodes[pos], reasons[pos]) for pos in range(len(nodes)) if pos in reasons],
         nested=nested,
         labels={n.index: n.label for n in nodes},
+        expansions=[expansions[pos] for pos in range(len(nodes)) if pos in expansions],
+        op_types={n.index: n.op_type for n in nodes},
     )

@@ -1,0 +1,142 @@
+"""ONNX ops that are functions, and the body ONNX Runtime expands them into.
+
+Some ONNX ops are defined as functions of other ops: Swish, NegativeLogLikelihoodLoss,
+SoftmaxCrossEntropyLoss, CenterCropPad, Bernoulli, ... ONNX Runtime's partitioner gives every
+node no EP took to the EPs again after it has replaced each such node whose op has a function
+body with that body (its CPU EP has kernels for some of these ops, AffineGrid and the window
+functions among them; for the others the body is what runs). So hipep need not implement such an
+op: it leaves the node, ORT inlines the body, and hipep claims the body's nodes in the next
+GetCapability call.
+
+`function_body` builds the graph ORT inlines for a node, as a GraphView, so the partitioner can
+tell whether hipep would claim all of it (and say so instead of reporting the node as a node
+hipep cannot run). The body is the op schema's function at the model's opset for the op's domain
+(the newest function version not above it, as ORT picks), built for the node's input types where
+the schema's function depends on them (context-dependent functions), with the node's attributes
+(and the schema's defaults) substituted.
+
+Plain Python: imports only onnx and graph.
+"""
+from __future__ import annotations
+
+from .graph import GraphView, Node, TensorType, _graph_from_proto
+
+# The domain the node becomes a call of while onnx's inliner substitutes its body.
+_CALL_DOMAIN = "hipep.function"
+
+
+def has_function_body(node: Node, graph: GraphView) -> bool:
+    schema = _schema(node, graph)
+    return schema is not None and bool(schema.has_function or schema.has_context_dependent_function)
+
+
+def function_body(node: Node, graph: GraphView) -> GraphView | None:
+    """The graph ORT inlines for `node`: its inputs are the node's inputs (constant ones as the
+    graph's constants), its outputs the node's outputs, every other value named after the node.
+    None when the op has no function body or the body cannot be built for this node (an input of
+    unknown type where the body depends on types, attributes the function builder refuses)."""
+    import onnx
+    from onnx import helper
+
+    schema = _schema(node, graph)
+    if schema is None or not (schema.has_function or schema.has_context_dependent_function):
+        return None
+    version = _opset(node.domain, graph)
+    try:
+        call = _node_proto(node, schema)
+    except (TypeError, ValueError):
+        return None
+    input_types = [_type_proto(graph.type_of(v)) if v else onnx.TypeProto() for v in node.inputs]
+    try:
+        if schema.has_context_dependent_function:
+            raw = schema.get_context_dependent_function_with_opset_version(
+                version, call.SerializeToString(), [t.SerializeToString() for t in input_types])
+        else:
+            raw = schema.get_function_with_opset_version(version)
+    except Exception:  # noqa: BLE001 - onnx's builder refuses this node (its types or attributes)
+        return None
+    if not raw:
+        return None
+    function = onnx.FunctionProto()
+    function.ParseFromString(raw if isinstance(raw, bytes) else raw.SerializeToString())
+    function.domain, function.name = _CALL_DOMAIN, node.op_type
+    call.domain, call.op_type = _CALL_DOMAIN, node.op_type
+
+    present = [v for v in dict.fromkeys(node.inputs) if v]
+    initializers = [onnx.numpy_helper.from_array(graph.constants[v], v) for v in present if v in graph.constants]
+    inputs = [helper.make_value_info(v, _type_proto(graph.type_of(v))) for v in present if v not in graph.constants]
+    outputs = [helper.make_value_info(v, onnx.TypeProto()) for v in node.outputs if v]
+    opsets = {o.domain: o.version for o in function.opset_import}
+    opsets.setdefault("", version if node.domain == "" else _opset("", graph))
+    model = helper.make_model(
+        helper.make_graph([call], f"{node.op_type} body", inputs, outputs, initializer=initializers),
+        opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()] + [helper.make_opsetid(_CALL_DOMAIN, 1)],
+        functions=[function])
+    try:
+        from onnx import inliner
+
+        inlined = inliner.inline_local_functions(model)
+        inlined = onnx.shape_inference.infer_shapes(inlined, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - a body onnx cannot inline is one hipep does not claim
+        return None
+    # Large constants stay weights of the enclosing graph; they are named, not copied, here.
+    view = _graph_from_proto(inlined.graph, {("" if d == "ai.onnx" else d): v for d, v in opsets.items()},
+                             {v: graph.type_of(v) for v in present})
+    view.weights |= {v for v in present if v in graph.weights}
+    view.inputs = [v for v in view.inputs if v not in view.weights]
+    return view
+
+
+def _opset(domain: str, graph: GraphView) -> int:
+    if domain == "":
+        return int(graph.opsets.get("", graph.opsets.get("ai.onnx", 0)))
+    return int(graph.opsets.get(domain, 0))
+
+
+def _schema(node: Node, graph: GraphView):
+    import onnx.defs
+
+    try:
+        return onnx.defs.get_schema(node.op_type, _opset(node.domain, graph), node.domain)
+    except Exception:  # noqa: BLE001 - no such op in this onnx: no function either
+        return None
+
+
+def _node_proto(node: Node, schema):
+    """The node as a NodeProto with its attributes typed as the schema declares them, and the
+    schema's defaults for those it leaves out (a function body's attribute references read them)."""
+    import copy
+
+    import numpy as np
+    from onnx import helper, numpy_helper
+    from onnx.defs import OpSchema
+
+    proto = helper.make_node(node.op_type, node.inputs, node.outputs, name=node.name, domain=node.domain)
+    for name, value in node.attributes.items():
+        if value is None:  # a graph attribute: such ops are not expanded here
+            raise ValueError(f"attribute '{name}' is a graph")
+        spec = schema.attributes.get(name)
+        if spec is None:
+            raise ValueError(f"attribute '{name}' is not in the schema")
+        if isinstance(value, np.ndarray) and spec.type == OpSchema.AttrType.TENSOR:
+            value = numpy_helper.from_array(value)
+        elif isinstance(value, np.generic):
+            value = value.item()
+        proto.attribute.append(helper.make_attribute(name, value, attr_type=spec.type))
+    for name, spec in schema.attributes.items():
+        if name not in node.attributes and spec.default_value.type != 0:
+            default = copy.deepcopy(spec.default_value)
+            default.name = name
+            proto.attribute.append(default)
+    return proto
+
+
+def _type_proto(t: TensorType):
+    from onnx import helper
+
+    if t.kind != "tensor" or t.elem_type == 0:
+        import onnx
+
+        return onnx.TypeProto()
+    shape = None if t.shape is None else [d if isinstance(d, (int, str)) else None for d in t.shape]
+    return helper.make_tensor_type_proto(t.elem_type, shape)

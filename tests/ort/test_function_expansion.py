@@ -1,0 +1,139 @@
+"""ONNX function ops hipep has no entry for (Swish, the losses, CenterCropPad): ORT replaces such a
+node by its function body when no EP takes it and asks the EPs again, so hipep leaves the node and
+claims the body. explain says so, strict=1 accepts it, and the body runs on hipep with the CPU EP's
+results."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T, helper as h
+
+import hipep
+import hipep.bridge
+from hipep.functions import function_body
+from hipep.graph import GraphView
+from hipep.ops.registry import lookup
+from hipep.partition import partition
+
+from helpers import assert_matches_cpu, assignment, cpu_ep, make_model, plain_ort_session, session, tensor
+
+CPU_EP = cpu_ep()
+
+
+def swish_model(alpha=1.5, elem=T.FLOAT):
+    return make_model([h.make_node("Swish", ["x"], ["y"], alpha=alpha, name="swish")],
+                      [tensor("x", elem, [3, 4])], [tensor("y", elem, [3, 4])], opset=24)
+
+
+def cross_entropy_model(reduction="mean", weighted=True, ignore_index=2):
+    """SoftmaxCrossEntropyLoss: its body holds a NegativeLogLikelihoodLoss, itself a function."""
+    inputs = ["x", "t"] + (["w"] if weighted else [])
+    node = h.make_node("SoftmaxCrossEntropyLoss", inputs, ["loss", "log_prob"], reduction=reduction,
+                       ignore_index=ignore_index, name="sce")
+    return make_model([node], [tensor("x", T.FLOAT, [2, 3, 4]), tensor("t", T.INT64, [2, 4]),
+                               tensor("w", T.FLOAT, [3])][:len(inputs)],
+                      [tensor("loss", T.FLOAT, None), tensor("log_prob", T.FLOAT, [2, 3, 4])], opset=13)
+
+
+def hann_model():
+    """HannWindow: a function op ORT's CPU EP has a kernel for, so ORT never expands it."""
+    return make_model([h.make_node("HannWindow", ["n"], ["y"], name="hann")], [tensor("n", T.INT64, [])],
+                      [tensor("y", T.FLOAT, None)], opset=17)
+
+
+def test_the_ops_are_functions_hipep_has_no_entry_for():
+    for op in ("Swish", "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "HannWindow"):
+        assert lookup("", op) is None, f"{op} has a registry entry now; these tests need another op"
+
+
+def test_function_body_substitutes_attributes_and_follows_input_types():
+    graph = GraphView.from_onnx(swish_model(alpha=2.5))
+    body = function_body(graph.nodes[0], graph)
+    assert [n.op_type for n in body.nodes] == ["CastLike", "Mul", "Sigmoid", "Mul"]
+    assert body.inputs == ["x"] and body.outputs == ["y"]
+    alpha = [v for v in body.constants.values() if v.dtype == np.float32]
+    assert [float(a) for a in alpha] == [2.5]
+    # a context-dependent body: the weighted mean divides by the gathered weights' sum
+    nll = make_model([h.make_node("NegativeLogLikelihoodLoss", ["x", "t", "w"], ["y"], ignore_index=1)],
+                     [tensor("x", T.FLOAT, [2, 3]), tensor("t", T.INT64, [2]), tensor("w", T.FLOAT, [3])],
+                     [tensor("y", T.FLOAT, [])], opset=13)
+    graph = GraphView.from_onnx(nll)
+    ops = [n.op_type for n in function_body(graph.nodes[0], graph).nodes]
+    assert "GatherElements" in ops and ops.count("ReduceSum") == 2 and ops[-1] == "Div"
+    # not a function: no body
+    det = GraphView.from_onnx(make_model([h.make_node("Det", ["x"], ["y"])], [tensor("x", T.FLOAT, [2, 2])],
+                                         [tensor("y", T.FLOAT, [])]))
+    assert function_body(det.nodes[0], det) is None
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_explain_leaves_function_nodes_to_ort_when_hipep_claims_their_bodies(device):
+    report = hipep.explain(swish_model(), device=device)
+    assert report.all_claimed and not report.rejections and report.claimed_count == 0
+    (expansion,) = report.expansions
+    assert expansion.node.name == "swish" and report.claimed_total == 4
+    text = report.format()
+    assert "left for ORT to expand (1)" in text and "node 'swish' (ai.onnx::Swish, opset 24): a function" in text
+    # the body's NegativeLogLikelihoodLoss is a function too: expanded in turn
+    report = hipep.explain(cross_entropy_model(), device=device)
+    assert report.all_claimed and report.expansions[0].body.expansions[0].node.op_type == "NegativeLogLikelihoodLoss"
+
+
+def test_a_function_op_ort_has_a_kernel_for_is_a_rejection():
+    report = hipep.explain(hann_model())
+    assert not report.all_claimed and not report.expansions
+    assert "HannWindow is not implemented by hipep" in report.rejections[0].line()
+    # told that ORT would expand it, the partitioner claims the body instead
+    graph = GraphView.from_onnx(hann_model())
+    assert partition(graph).expansions and not partition(graph, expands=lambda node: False).expansions
+
+
+def test_swish_runs_on_hipep_under_strict_with_the_cpu_eps_results(rng):
+    model = swish_model()
+    sess = plain_ort_session(model, CPU_EP, strict="1")
+    x = rng.standard_normal((3, 4)).astype(np.float32) * 4
+    got = assert_matches_cpu(sess, model, {"x": x}, rtol=0, atol=0)
+    assert got[0].dtype == np.float32
+    # every node ORT made of it is hipep's
+    sess = session(model, disable_fallback=True)
+    assert set(assignment(sess)) == {CPU_EP}
+    assert sorted(n for sub in assignment(sess)[CPU_EP] for n in sub) == ["CastLike", "Mul", "Mul", "Sigmoid"]
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [True, False])
+def test_a_function_inside_a_function_body_is_expanded_in_turn(rng, reduction, weighted):
+    model = cross_entropy_model(reduction, weighted)
+    feeds = {"x": rng.standard_normal((2, 3, 4)).astype(np.float32), "t": rng.integers(0, 3, (2, 4))}
+    if weighted:
+        feeds["w"] = rng.random(3).astype(np.float32)
+    sess = hipep.InferenceSession(model, device="cpu", strict="1")
+    assert_matches_cpu(sess, model, feeds, rtol=1e-6, atol=0)  # the mean's sums: another order
+
+
+def test_strict_fails_the_first_run_when_another_ep_took_a_function_node_whole(monkeypatch, rng):
+    """Where hipep cannot ask ORT's CPU EP (a host other than onnxruntime's Python module), it
+    leaves every function node for ORT to expand; one ORT ran whole on the CPU EP instead (it has a
+    kernel) fails the first run under strict=1, naming the node."""
+    monkeypatch.setattr(hipep.bridge, "_ort_expands", lambda: None)
+    sess = plain_ort_session(hann_model(), CPU_EP, strict="1")
+    with pytest.raises(Exception, match=r"node 'hann' \(ai.onnx::HannWindow, opset 17\): a function"):
+        sess.run(None, {"n": np.array(8, np.int64)})
+    # without strict it runs on the CPU EP
+    sess = plain_ort_session(hann_model(), CPU_EP)
+    assert_matches_cpu(sess, hann_model(), {"n": np.array(8, np.int64)})
+
+
+def test_nodes_fused_by_an_earlier_call_are_neither_claimed_nor_rejected():
+    """ORT asks again about a graph after expanding a function node; the nodes hipep fused before
+    are then nodes of its own domain. A path through one keeps clusters apart (convexity)."""
+    nodes = [h.make_node("Relu", ["x"], ["a"], name="A"),
+             h.make_node("Fused_0", ["a"], ["f"], domain=hipep.EP_NAME, name="F"),
+             h.make_node("Add", ["a", "f"], ["c"], name="C")]
+    model = make_model(nodes, [tensor("x", T.FLOAT, [4])], [tensor("c", T.FLOAT, [4])],
+                       extra_opsets=[(hipep.EP_NAME, 1)])
+    graph = GraphView.from_onnx(model, infer_shapes=False)
+    graph.types.update({v: graph.types["x"] for v in ("a", "f")})
+    report = partition(graph, fused_domain=hipep.EP_NAME)
+    assert not report.rejections
+    assert sorted(len(c) for c in report.clusters) == [1, 1]
