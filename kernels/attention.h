@@ -191,6 +191,12 @@ template <> HIPEP_DEVICE void hipep_rope<hipep_half>(float x1, float x2, float c
   y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
 }
 
+// bf16: the unfused form, as for f16 (hipep/ops/contrib_attention.py rotates both types alike).
+template <> HIPEP_DEVICE void hipep_rope<hipep_bf16>(float x1, float x2, float c, float s, float& y1, float& y2) {
+  y1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+  y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+}
+
 // The elements of pair j of a head: j < half rotated (j and j + half, or 2j and 2j + 1
 // interleaved), the head's tail past the rotated part in consecutive pairs.
 HIPEP_DEVICE void hipep_gqa_pair(const hipep_gqa_args& a, int half, int j, int& e1, int& e2) {

@@ -133,3 +133,4 @@ HIPEP_DEVICE void hipep_gqa_prepare(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
 
 HIPEP_GQA_PREPARE(f32, float)
 HIPEP_GQA_PREPARE(f16, hipep_half)
+HIPEP_GQA_PREPARE(bf16, hipep_bf16)

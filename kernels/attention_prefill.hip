@@ -22,6 +22,13 @@ HIPEP_DEVICE void hipep_load8(const hipep_half* p, float* f) {
   for (int e = 0; e < 8; ++e) f[e] = __half2float(h[e]);
 }
 
+HIPEP_DEVICE void hipep_load8(const hipep_bf16* p, float* f) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const hipep_bf16* h = reinterpret_cast<const hipep_bf16*>(&u);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) f[e] = __bfloat162float(h[e]);
+}
+
 // Cache rows [j0, j0 + BN) (zeros from `end` on) into shared memory as f32, 16 bytes a load.
 template <int BN, int LD, typename T>
 HIPEP_DEVICE void hipep_gqa_load_tile(const T* HIPEP_RESTRICT cache, hipep_i64 base, int j0, int end, int H,
@@ -195,3 +202,4 @@ HIPEP_DEVICE void hipep_gqa_prefill(const T* HIPEP_RESTRICT q, const T* HIPEP_RE
 
 HIPEP_GQA_PREFILL(f32, float)
 HIPEP_GQA_PREFILL(f16, hipep_half)
+HIPEP_GQA_PREFILL(bf16, hipep_bf16)

@@ -19,7 +19,9 @@ from hipep.tools import model_zoo
 GPU_MISSING_OPS: dict[str, set[str]] = {}
 
 # relative L2 error of the logits allowed at each step, by the decoder's weight precision
-LOGIT_BOUNDS = {"fp32": 1e-3, "fp16": 1e-2, "int4": 1e-2, "int4-f16": 1e-2}
+# bf16 keeps 8 significant bits to fp16's 11, and its reference is the same model in f32 (ORT's
+# CPU EP has no bf16 kernels): each op's rounding of its output to bf16 shows in full.
+LOGIT_BOUNDS = {"fp32": 1e-3, "fp16": 1e-2, "int4": 1e-2, "int4-f16": 1e-2, "bf16": 4e-2, "int4-bf16": 4e-2}
 MARGIN_FACTOR = 10
 
 
@@ -42,6 +44,40 @@ def rel_l2(got, want) -> float:
     return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
 
 
+def run_step(session, feeds: dict) -> list:
+    """session.run on `feeds`, where bf16 arrays (ml_dtypes), which ORT's numpy conversion refuses,
+    go in as OrtValues and bf16 outputs come back as OrtValues (fed to the next step as they are);
+    other outputs as numpy arrays."""
+    import ml_dtypes
+    import onnxruntime as ort
+
+    names = [o.name for o in session.get_outputs()]
+    if not any("bfloat16" in o.type for o in session.get_outputs()) and \
+            not any(getattr(v, "dtype", None) == ml_dtypes.bfloat16 or isinstance(v, ort.OrtValue) for v in feeds.values()):
+        return session.run(None, feeds)
+    values = {k: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(v.view(np.uint16), 16)
+              if getattr(v, "dtype", None) == ml_dtypes.bfloat16 else
+              v if isinstance(v, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
+              for k, v in feeds.items()}
+    out = session.run_with_ort_values(names, values)
+    return [v if v.data_type() == "tensor(bfloat16)" else v.numpy() for v in out]
+
+
+def greedy_on_session(session, folder: str, prompt: list[int], steps: int) -> list[int]:
+    """`steps` tokens greedily decoded after `prompt` (batch 1) by an ORT session of the decoder in
+    `folder`, each step's present fed back as the next step's past."""
+    _, head_size, window = decoder_geometry(folder)
+    inputs, outputs = session.get_inputs(), [o.name for o in session.get_outputs()]
+    ids, past, prev, out = np.array([prompt], np.int64), 0, None, []
+    for _ in range(steps):
+        got = run_step(session, model_zoo.decoder_feeds(inputs, head_size, ids, past, prev, window))
+        prev = dict(zip(outputs, got))
+        past += ids.shape[1]
+        out.append(int(np.argmax(prev["logits"][0, -1])))
+        ids = np.array([[out[-1]]], np.int64)
+    return out
+
+
 def assert_follows_the_cpu_ep(folder: str, candidate, precision: str, steps: int = 32, prompt: int = 7,
                               seed: int = 11) -> list[float]:
     """Runs the decoder in `folder` on the CPU EP and on `candidate` (an ORT session of the same
@@ -56,6 +92,8 @@ def assert_follows_the_cpu_ep(folder: str, candidate, precision: str, steps: int
     cpu = ort.InferenceSession(os.path.join(model_zoo.cpu_ep_folder(folder), "model.onnx"),
                                providers=["CPUExecutionProvider"])
     inputs, outputs = cpu.get_inputs(), [o.name for o in cpu.get_outputs()]
+    # the candidate's own input types (a bf16 model's caches are bf16; its CPU EP form's are f32)
+    candidate_inputs = candidate.get_inputs()
     logits = outputs.index("logits")
     rng = np.random.default_rng(seed)
     ids = rng.integers(3, model_zoo.VOCAB, size=(1, prompt)).astype(np.int64)
@@ -63,7 +101,8 @@ def assert_follows_the_cpu_ep(folder: str, candidate, precision: str, steps: int
     past, compared, errors = 0, 0, []
     for step in range(steps + 1):
         want = cpu.run(None, model_zoo.decoder_feeds(inputs, head_size, ids, past, prev_cpu, window))
-        got = candidate.run(None, model_zoo.decoder_feeds(inputs, head_size, ids, past, prev_candidate, window))
+        got = run_step(candidate, model_zoo.decoder_feeds(candidate_inputs, head_size, ids, past, prev_candidate,
+                                                          window))
         w, g = want[logits][0, -1].astype(np.float64), got[logits][0, -1].astype(np.float64)
         assert np.all(np.isfinite(g)), f"{label} step {step}: non-finite logits"
         err = rel_l2(g, w)

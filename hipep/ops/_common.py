@@ -23,6 +23,10 @@ NP_DTYPES = {F32: np.dtype(np.float32), F16: np.dtype(np.float16), I32: np.dtype
              I64: np.dtype(np.int64), BOOL: np.dtype(np.bool_), BF16: np.dtype(ml_dtypes.bfloat16)}
 F16_DT = np.dtype(np.float16)
 F32_DT = np.dtype(np.float32)
+BF16_DT = np.dtype(ml_dtypes.bfloat16)
+# The 16-bit float types, whose math runs in f32 with each result rounded once (as ORT's kernels,
+# and its CUDA EP's bf16 ones, do).
+HALF_DTS = (F16_DT, BF16_DT)
 
 
 def shape_str(shape) -> str:
@@ -35,17 +39,17 @@ def result(x, dtype=None) -> np.ndarray:
 
 
 def is_float(a: np.ndarray) -> bool:
-    return a.dtype.kind == "f"
+    return a.dtype.kind == "f" or a.dtype == BF16_DT
 
 
 def compute_dtype(dtype) -> np.dtype:
-    """The dtype float math runs in: f32 for f16 (rounded once at the end), else the dtype."""
+    """The dtype float math runs in: f32 for f16 and bf16 (rounded once at the end), else the dtype."""
     dtype = np.dtype(dtype)
-    return F32_DT if dtype == F16_DT else dtype
+    return F32_DT if dtype in HALF_DTS else dtype
 
 
 def upcast(a: np.ndarray) -> np.ndarray:
-    return a.astype(np.float32) if a.dtype == F16_DT else a
+    return a.astype(np.float32) if a.dtype in HALF_DTS else a
 
 
 def kernel(op_type: str):

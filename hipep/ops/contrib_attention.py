@@ -6,7 +6,8 @@ RotaryEmbedding ops in rotary.py, the MLAS replays this reference calls in mlas.
 Numerics follow ORT's CPU kernels: GroupQueryAttention and the rotary embeddings round the rotated
 Q/K to the input dtype, then run the scores, softmax and the probability-weighted sum of V in f32
 and round the output once; MultiHeadAttention likewise (its bias is added in f32); ai.onnx
-Attention in f16 also rounds the scores and the probabilities to f16 (see there).
+Attention in f16 also rounds the scores and the probabilities to f16 (see there). bf16
+GroupQueryAttention (which ORT's CPU EP does not run) is computed as f16 is, with bf16 rounding.
 
 Bit-exact f32 (ORT 1.31 on x86-64 with AVX512): the rotary embeddings (MLAS's fused rope kernel)
 and GroupQueryAttention without head_sink / smooth_softmax replay ORT's kernels operation by
@@ -47,7 +48,7 @@ from ._common import (at, dim_value, elem_of, has_input, input_type, kernel, kno
                       shape_rule, shape_str, tensor_type)
 from .elementwise import fma_f32
 from .mlas import _gqa_flash_mlas, _gqa_naive_mlas, _mlas_exact_ok, _rms_rows
-from .registry import F16, F32, I32, I64, OUTPUT_COUNT, REQUIRED, OpDef, register
+from .registry import F16, F32, I32, I64, LLM_FLOATS, OUTPUT_COUNT, REQUIRED, OpDef, register
 
 FLOATS = frozenset({F32, F16})
 I32S = frozenset({I32})
@@ -508,7 +509,7 @@ register(OpDef(
     GQA, (1,),
     ("T", "T", "T", "T", "T", "M", "M", "T", "T", "I64", "T", "T", "", "", "T", "T"),
     ("T", "T", "T", "T"),
-    {"T": FLOATS, "M": I32S, "I64": I64S}, _gqa, domain="com.microsoft",
+    {"T": LLM_FLOATS, "M": I32S, "I64": I64S}, _gqa, domain="com.microsoft",
     attributes={"num_heads": REQUIRED, "kv_num_heads": REQUIRED, "scale": 0.0, "softcap": 0.0,
                 "local_window_size": -1, "do_rotary": 0, "rotary_interleaved": 0, "smooth_softmax": 0,
                 "qk_output": 0, "causal": 1, "sliding_window_cache": 0, "k_quant_type": "NONE",

@@ -15,7 +15,8 @@ its arithmetic is known:
     constants are f16 (sqrt(2/pi) -> 0.798, 0.044715*sqrt(2/pi) -> 0.03568, alpha rounded to f16),
     and its cast-insertion runs that body in f32; BiasGelu f16 runs the f32 kernel between casts.
 
-f16 inputs are computed in f32 and every output rounded once, as ORT's kernels do. ORT computes
+f16 inputs are computed in f32 and every output rounded once, as ORT's kernels do; so are bf16
+ones to the RMS and skip norms (ORT's CUDA EP's arithmetic; its CPU EP has no bf16 kernel). ORT computes
 on x86 as described; on other CPUs (no AVX2) its RMS norm uses the sequential loop for every row
 length, which agrees with this reference to within a few f32 ulps.
 """
@@ -28,7 +29,7 @@ from ._common import (at, elem_of, input_rank, kernel, normalize_axis, product, 
                       shape_rule, shape_str, tensor_type)
 from . import pointwise as pw
 from .mlas import _rms_rows, _seq_sum
-from .registry import F32, FLOATS, OpDef, register
+from .registry import F32, FLOATS, LLM_FLOATS, OpDef, register
 
 MS = "com.microsoft"
 f32 = np.float32
@@ -129,10 +130,10 @@ def _claim_rms(node, graph, attrs):
 _RMS_ATTRS = {"axis": -1, "epsilon": 1e-5, "stash_type": 1}
 # X, scale and Y share one element type: ORT's CPU kernel reads all three as T.
 register(OpDef("SimplifiedLayerNormalization", _SLN_SINCE, ("T", "T"), ("T", "U"),
-               {"T": FLOATS, "U": F32S}, _rms_norm("SimplifiedLayerNormalization", True),
+               {"T": LLM_FLOATS, "U": F32S}, _rms_norm("SimplifiedLayerNormalization", True),
                attributes=dict(_RMS_ATTRS), claim=_claim_rms,
                shape_rule=_rms_shape("SimplifiedLayerNormalization", True)))
-register(OpDef("RMSNormalization", (23,), ("T", "T"), ("T",), {"T": FLOATS},
+register(OpDef("RMSNormalization", (23,), ("T", "T"), ("T",), {"T": LLM_FLOATS},
                _rms_norm("RMSNormalization", False), attributes=dict(_RMS_ATTRS), claim=_claim_rms,
                shape_rule=_rms_shape("RMSNormalization", False)))
 
@@ -217,11 +218,11 @@ def _claim_skip(node, graph, attrs):
 
 
 register(OpDef("SkipSimplifiedLayerNormalization", (1,), ("T", "T", "T", "T"), ("T", "U", "U", "T"),
-               {"T": FLOATS, "U": F32S}, _skip_norm("SkipSimplifiedLayerNormalization", True),
+               {"T": LLM_FLOATS, "U": F32S}, _skip_norm("SkipSimplifiedLayerNormalization", True),
                attributes={"epsilon": 1e-12}, claim=_claim_skip, domain=MS, min_inputs=3,
                shape_rule=_skip_shape("SkipSimplifiedLayerNormalization", True)))
 register(OpDef("SkipLayerNormalization", (1,), ("T", "T", "T", "T", "T"), ("T", "U", "U", "T"),
-               {"T": FLOATS, "U": F32S}, _skip_norm("SkipLayerNormalization", False),
+               {"T": LLM_FLOATS, "U": F32S}, _skip_norm("SkipLayerNormalization", False),
                attributes={"epsilon": 1e-12}, claim=_claim_skip, domain=MS, min_inputs=3,
                shape_rule=_skip_shape("SkipLayerNormalization", False)))
 

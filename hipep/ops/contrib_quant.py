@@ -22,7 +22,7 @@ uint8 packed like B (default 2^(bits-1)) or floats of A's type. ORT computes one
     bits=8 evaluate the sum in f64 (exact integer dot products and scale products), rounded once
     to f32: within f32 rounding of MLAS (~2e-7 of max|Y| measured on AVX512-VNNI).
 f16 A/scales/bias are converted to f32 first and the result rounded once to f16, as ORT does on
-x86. Which of the two applies is decided per node by the claim predicate (it sees whether the
+x86; bf16 alike (ORT's CUDA EP computes so: its CPU EP has no bf16 kernel). Which of the two applies is decided per node by the claim predicate (it sees whether the
 weights are initializers) and cannot be told at run time, so a level-4 node whose weights are not
 all constant is not claimed.
 
@@ -39,7 +39,7 @@ from ..graph import elem_type_of
 from ._common import (at, elem_of, has_input, input_rank, input_type, kernel, normalize_axis, product, pshape_str,
                       result, shape_of, shape_rule, shape_str, tensor_type, type_name)
 from .mlas import _mnb_int8_blk32, quantize_rows_int8
-from .registry import F32, FLOATS, I32, INTS, REQUIRED, U8, OpDef, register
+from .registry import F32, I32, INTS, LLM_FLOATS, REQUIRED, U8, OpDef, register
 
 MS = "com.microsoft"
 f32 = np.float32
@@ -210,7 +210,7 @@ def _claim_matmul_nbits(node, graph, attrs):
 
 
 register(OpDef("MatMulNBits", (1,), ("T1", "T2", "T1", "T3", "T4", "T1"), ("T1",),
-               {"T1": FLOATS, "T2": U8S, "T3": FLOATS | {U8}, "T4": frozenset({I32})}, _matmul_nbits,
+               {"T1": LLM_FLOATS, "T2": U8S, "T3": LLM_FLOATS | {U8}, "T4": frozenset({I32})}, _matmul_nbits,
                attributes={"K": REQUIRED, "N": REQUIRED, "bits": 4, "block_size": REQUIRED,
                            "accuracy_level": 0, "weight_prepacked": 0},
                claim=_claim_matmul_nbits, domain=MS, min_inputs=3, shape_rule=_matmul_nbits_shape))
@@ -426,6 +426,6 @@ def _claim_gbq(node, graph, attrs):
 
 
 register(OpDef("GatherBlockQuantized", (1,), ("T1", "Tind", "T2", "T1"), ("T2",),
-               {"T1": U8S, "Tind": INTS, "T2": FLOATS}, _gather_block_quantized,
+               {"T1": U8S, "Tind": INTS, "T2": LLM_FLOATS}, _gather_block_quantized,
                attributes={"bits": 4, "block_size": 128, "quantize_axis": 1, "gather_axis": 0},
                claim=_claim_gbq, domain=MS, min_inputs=3, shape_rule=_gather_block_quantized_shape))

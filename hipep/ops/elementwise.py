@@ -85,7 +85,7 @@ def _arith(prim: str):
 
 
 # Every integer width (wrapping as ONNX Runtime's C++ arithmetic does) and f64 too.
-_ARITH_TYPES = NUMERIC | ALL_INTS | {F64}
+_ARITH_TYPES = NUMERIC | ALL_INTS | {F64, BF16}
 for _name, _prim in (("Add", "add"), ("Sub", "sub"), ("Mul", "mul"), ("Div", "div")):
     _register_pointwise(_name, (7, 13, 14), ("T", "T"), ("T",), {"T": _ARITH_TYPES}, _arith(_prim),
                         shape_rule=_broadcast_rule(_name, names=["A", "B"]))
@@ -206,7 +206,7 @@ def _unary(fn, wide: bool = False, f32_fn=None):
             y = f32_fn(b, x, attrs)
             if y is not None:
                 return b.build(y)
-        if dtype in (pw.F16, pw.F32):
+        if dtype in (pw.F16, pw.BF16, pw.F32):
             if not wide:
                 return b.build(b.cast(fn(b, b.cast(x, compute_type(dtype)), attrs), dtype))
             return b.build(b.cast(b.cast(fn(b, b.cast(x, pw.F64), attrs), pw.F32), dtype))
@@ -279,7 +279,9 @@ def _f32(v) -> np.float32:
     return np.float32(v)  # ONNX float attributes are f32; ORT computes with them as such
 
 
-_reg_unary("Neg", (6, 13), lambda b, x, a: -x, NUMERIC)
+# bf16 where LLMs' activations meet them (ORT's CUDA EP's bf16 kernels compute in f32 too).
+_LLM_UNARY = FLOATS | {BF16}
+_reg_unary("Neg", (6, 13), lambda b, x, a: -x, NUMERIC | {BF16})
 _reg_unary("Abs", (6, 13), lambda b, x, a: b.abs(x), NUMERIC)
 
 
@@ -294,20 +296,20 @@ def _sign_expr(operands, attrs):
 
 _register_pointwise("Sign", (9, 13), ("T",), ("T",), {"T": NUMERIC | ALL_INTS}, _sign_expr,
                     attributes={}, shape_rule=_same_rule("Sign"))
-_reg_unary("Relu", (6, 13, 14), lambda b, x, a: b.max(x, 0), NUMERIC)
+_reg_unary("Relu", (6, 13, 14), lambda b, x, a: b.max(x, 0), NUMERIC | {BF16})
 # f64 where ONNX Runtime's CPU EP has a double kernel: not Sigmoid (its double kernel loses the
 # digits of small results below 0 by cancellation: sigmoid(-40) is 0 there, sigmoid(-20) off in
 # the 8th digit), Erf, Softplus, Elu, HardSigmoid or Gelu (no double kernel), nor LeakyRelu
 # (double from opset 16 only).
 _F64_MATH = FLOATS | {F64}
-_reg_unary("Exp", (6, 13), lambda b, x, a: b.exp(x), _F64_MATH)
+_reg_unary("Exp", (6, 13), lambda b, x, a: b.exp(x), _F64_MATH | {BF16})
 _reg_unary("Log", (6, 13), lambda b, x, a: b.log(x), _F64_MATH)
-_reg_unary("Sqrt", (6, 13), lambda b, x, a: b.sqrt(x), _F64_MATH)
-_reg_unary("Reciprocal", (6, 13), lambda b, x, a: b.recip(x), _F64_MATH)
-_reg_unary("Sigmoid", (6, 13), lambda b, x, a: 1.0 / (1.0 + b.exp(-x)), wide=True,
+_reg_unary("Sqrt", (6, 13), lambda b, x, a: b.sqrt(x), _F64_MATH | {BF16})
+_reg_unary("Reciprocal", (6, 13), lambda b, x, a: b.recip(x), _F64_MATH | {BF16})
+_reg_unary("Sigmoid", (6, 13), lambda b, x, a: 1.0 / (1.0 + b.exp(-x)), _LLM_UNARY, wide=True,
            f32_fn=lambda b, x, a: b.mlas_logistic(x))
-_reg_unary("Tanh", (6, 13), lambda b, x, a: b.tanh(x), _F64_MATH, f32_fn=lambda b, x, a: b.mlas_tanh(x))
-_reg_unary("Erf", (9, 13), lambda b, x, a: b.erf(x), wide=True)
+_reg_unary("Tanh", (6, 13), lambda b, x, a: b.tanh(x), _F64_MATH | {BF16}, f32_fn=lambda b, x, a: b.mlas_tanh(x))
+_reg_unary("Erf", (9, 13), lambda b, x, a: b.erf(x), _LLM_UNARY, wide=True)
 _reg_unary("Sin", (7, 22), lambda b, x, a: b.sin(x), _F64_MATH)
 _reg_unary("Cos", (7, 22), lambda b, x, a: b.cos(x), _F64_MATH)
 _reg_unary("Floor", (6, 13), lambda b, x, a: b.floor(x), _F64_MATH)
@@ -321,7 +323,7 @@ _reg_unary("Elu", (6, 22), lambda b, x, a: b.where(b.ge(x, 0), x, a["alpha"] * b
 _reg_unary("HardSigmoid", (6, 22),
            lambda b, x, a: b.min(b.max(_f32(a["alpha"]) * x + _f32(a["beta"]), 0), 1),
            attributes={"alpha": 0.2, "beta": 0.5})
-_reg_unary("Gelu", (20,), _gelu, attributes={"approximate": "none"}, claim=_claim_gelu, wide=True,
+_reg_unary("Gelu", (20,), _gelu, _LLM_UNARY, attributes={"approximate": "none"}, claim=_claim_gelu, wide=True,
            f32_fn=_gelu_tanh_f32)
 
 

@@ -7,7 +7,7 @@ import numpy as np
 from ..errors import RuntimeShapeError
 from ._common import (at, broadcast_partial, elem_of, kernel, pshape_str, result, shape_of,
                       shape_rule, shape_str, tensor_type, type_name, unidirectional_ok, upcast)
-from .registry import F32, F64, FLOATS, I8, I32, NUMERIC, REQUIRED, U8, OpDef, register
+from .registry import BF16, F32, F64, FLOATS, I8, I32, NUMERIC, REQUIRED, U8, OpDef, register
 
 
 def _check_matmul_shapes(op_type: str, a: np.ndarray, b: np.ndarray) -> None:
@@ -66,7 +66,7 @@ def _matmul_shape(types, values, attrs, num_outputs):
     return [tensor_type(elem, batch + rows + cols)]
 
 
-register(OpDef("MatMul", (1, 9, 13), ("T", "T"), ("T",), {"T": NUMERIC}, _matmul,
+register(OpDef("MatMul", (1, 9, 13), ("T", "T"), ("T",), {"T": NUMERIC | {BF16}}, _matmul,
                shape_rule=_matmul_shape))
 
 

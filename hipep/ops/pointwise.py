@@ -512,9 +512,9 @@ def _name(dtype) -> str:
 
 
 def compute_type(dtype) -> str:
-    """The type float math runs in: f32 for f16 (rounded once at the end), else the type."""
+    """The type float math runs in: f32 for f16 and bf16 (rounded once at the end), else the type."""
     name = _name(dtype)
-    return F32 if name == F16 else name
+    return F32 if name in (F16, BF16) else name
 
 
 # ---- numpy evaluation --------------------------------------------------------------------------

@@ -29,6 +29,10 @@ ANY_TENSOR = frozenset({F32, F16, F64, BOOL}) | ALL_INTS
 # The same plus bf16, for the data-movement ops ONNX Runtime's CPU EP runs in bf16 (the oracle).
 ANY_TENSOR_BF16 = ANY_TENSOR | {BF16}
 FLOATS = frozenset({F32, F16})
+# The float types of LLMs' activations: bf16 too, for the ops of bf16 decoders. ORT's CPU EP has no
+# bf16 kernels for most of them; their references compute in f32 and round each result once, as
+# ORT's CUDA EP does, and tests compare them with the CPU EP on the same model in f32.
+LLM_FLOATS = FLOATS | {BF16}
 INTS = frozenset({I32, I64})
 NUMERIC = FLOATS | INTS
 ALL = NUMERIC | {BOOL}

@@ -318,7 +318,7 @@ def gqa_bounds(a: GqaArgs, row: dict, s: int) -> tuple[int, int]:
 # ---- GroupQueryAttention --------------------------------------------------------------------------
 
 def _gqa_check(attrs, dtypes, shapes, values):
-    if not dtypes or dtypes[0] not in ("float32", "float16"):
+    if not dtypes or dtypes[0] not in ("float32", "float16", "bfloat16"):
         return f"element type {dtypes[0] if dtypes else '?'}"
     q = shapes[0] if shapes else None
     packed = len(dtypes) < 2 or not dtypes[1]
@@ -384,7 +384,7 @@ def _gqa_bind(ins, outs, attrs, target):
     outs = list(outs) + [None] * (3 - len(outs))
     out, pres_k, pres_v = outs[:3]
     dt = _dt(q.dtype, GQA)
-    if dt not in ("f32", "f16"):
+    if dt not in ("f32", "f16", "bf16"):
         raise NoKernel(f"{GQA} on {q.dtype.name}")
     if seqlens is None or total is None:
         raise HipepError(f"{GQA}: seqlens_k and total_sequence_length are required")

@@ -50,7 +50,9 @@ class RmsArgs(ctypes.Structure):
 
 
 def _float_check(attrs, dtypes, shapes, values):
-    if not dtypes or dtypes[0] not in ("float32", "float16"):
+    """The RMS norms' element types: f32, f16, and bf16 (kernels/rms_norm.hip instantiates its
+    half-precision kernels for both 16-bit types)."""
+    if not dtypes or dtypes[0] not in ("float32", "float16", "bfloat16"):
         return f"element type {dtypes[0] if dtypes else '?'}"
     return None
 

@@ -225,7 +225,10 @@ def _vit_block():
 def CASES() -> list[Case]:
     from . import model_zoo
 
-    cases = [_decoder_case(a, p) for a in model_zoo.ARCHITECTURES for p in model_zoo.PRECISIONS]
+    # (the bf16 builds are not here: the harness runs ORT's CPU EP on the same model, and it has no
+    # bf16 kernels for their MatMul, norms or attention; tests/teacher_forcing.py compares those)
+    cases = [_decoder_case(a, p) for a in model_zoo.ARCHITECTURES for p in model_zoo.PRECISIONS
+             if p not in model_zoo.BF16_PRECISIONS]
     cases += [Case("gqa-seq256", FP32_THRESHOLD, _gqa_256), Case("matmulnbits", LOW_PRECISION_THRESHOLD, _matmul_nbits),
               Case("qmoe", LOW_PRECISION_THRESHOLD, _qmoe), Case("conv-net", FP32_THRESHOLD, _conv_net), Case("vit-block", FP32_THRESHOLD, _vit_block)]
     return cases

@@ -35,6 +35,12 @@ accuracy_level 4, which quantizes activations to int8); `int4-f16` its CUDA targ
 cuda`: f16 activations, inputs, outputs and KV cache, MatMulNBits at level 0), the int4 model a
 GPU user builds. ORT's CPU EP runs both.
 
+`bf16` (`-p bf16 -e cuda`) and `int4-bf16` (`-p int4 -e cuda` with `use_cuda_bf16=true`: bf16
+activations and KV cache, MatMulNBits and the embedding's GatherBlockQuantized with bf16 scales)
+are the builds the builder recommends where fp16 loses accuracy. ORT's CPU EP has no bf16 kernels
+for their MatMul, norms or attention: `cpu_ep_folder` gives it the same model in f32 with each
+bf16 result rounded to bf16 (a Cast to bf16 and back), the reference their tests compare with.
+
 The fp16 models are built for the CUDA EP (`-p fp16 -e cuda`), the builder's one fp16 target
 whose graph is the fp32 one in fp16: GroupQueryAttention, fused qkv projection, f16 inputs,
 outputs and KV cache (gemma2 keeps its residual stream and norms in f32, as the builder does for
@@ -77,9 +83,15 @@ QK_NORM = ("qwen3",)
 LONG_ROPE = ("phi3",)
 MIXTURE_OF_EXPERTS = ("gpt_oss",)
 _ONLY_PRECISIONS = {"gpt_oss": ("fp32",)}
-PRECISIONS = ("fp32", "fp16", "int4", "int4-f16")
-# The builder's precision and execution-provider target per precision (why: the module's docstring).
-_BUILD = {"fp32": ("fp32", "cpu"), "fp16": ("fp16", "cuda"), "int4": ("int4", "cpu"), "int4-f16": ("int4", "cuda")}
+PRECISIONS = ("fp32", "fp16", "int4", "int4-f16", "bf16", "int4-bf16")
+# The builder's precision, execution-provider target and extra options per precision (why: the
+# module's docstring).
+_BUILD = {"fp32": ("fp32", "cpu", ()), "fp16": ("fp16", "cuda", ()), "int4": ("int4", "cpu", ()),
+          "int4-f16": ("int4", "cuda", ()), "bf16": ("bf16", "cuda", ()),
+          "int4-bf16": ("int4", "cuda", ("--extra_options", "use_cuda_bf16=true"))}
+# The precisions whose activations and KV cache are bf16: ORT's CPU EP has no bf16 kernels for
+# their MatMul, norms or attention, so `cpu_ep_folder` gives it the same model in f32.
+BF16_PRECISIONS = ("bf16", "int4-bf16")
 SIZES = ("tiny", "medium", "1b")
 _VERSION = 2  # bump when the configs below change: the cache key includes it
 VOCAB = 256
@@ -233,9 +245,9 @@ def decoder(arch: str, precision: str = "fp32", rebuild: bool = False, size: str
         _save_tokenizer(hf, vocab_size(size))
         staging = os.path.join(work, "onnx")
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        builder_precision, target = _BUILD[precision]
+        builder_precision, target, extra = _BUILD[precision]
         done = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", hf, "-o", staging,
-                               "-p", builder_precision, "-e", target, "-c", os.path.join(work, "cache")],
+                               "-p", builder_precision, "-e", target, "-c", os.path.join(work, "cache"), *extra],
                               env=env, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"the model builder failed for {arch} {size} {precision}:\n{done.stderr[-4000:]}")
@@ -248,15 +260,107 @@ def decoder(arch: str, precision: str = "fp32", rebuild: bool = False, size: str
 
 
 def cpu_ep_folder(folder: str) -> str:
-    """`folder` itself, or where its GroupQueryAttention nodes take q_norm_weight / k_norm_weight
-    (which ORT's CPU EP refuses), a sibling folder with the same model and those norms unfolded:
-    Q and K each through Reshape to heads -> SimplifiedLayerNormalization (epsilon qk_norm_epsilon)
-    -> Reshape back, ahead of the node, as the unfused model computes them. Built once, cached."""
+    """`folder` itself, or a sibling folder with the same model made runnable by ORT's CPU EP,
+    built once and cached: where its GroupQueryAttention nodes take q_norm_weight / k_norm_weight
+    (which the CPU EP refuses), those norms unfolded: Q and K each through Reshape to heads ->
+    SimplifiedLayerNormalization (epsilon qk_norm_epsilon) -> Reshape back, ahead of the node, as
+    the unfused model computes them; where it computes in bf16 (which the CPU EP has no kernels
+    for), in f32 with every bf16 result rounded to bf16 (`_bf16_as_f32`: the same weights,
+    exactly)."""
+    import onnx
+
+    path = os.path.join(folder, "model.onnx")
+    head = onnx.load(path, load_external_data=False)
+    if _has_bf16(head):
+        out = os.path.normpath(folder) + "-cpu-ep"
+        if not os.path.isfile(os.path.join(out, "model.onnx")):
+            model = onnx.load(path)
+            _bf16_as_f32(model)
+            _save_beside(folder, out, model)
+        return out
+    return _unfold_qk_norms(folder, head)
+
+
+def _has_bf16(model) -> bool:
+    values = list(model.graph.input) + list(model.graph.output)
+    return any(v.type.tensor_type.elem_type == 16 for v in values) or \
+        any(i.data_type == 16 for i in model.graph.initializer)
+
+
+# Outputs of ORT's norms that stay f32 whatever the input type (mean and inverse standard deviation).
+_F32_STATISTICS = {(op, k) for op in ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization",
+                                      "SkipLayerNormalization", "LayerNormalization", "RMSNormalization")
+                   for k in (1, 2)} - {("SimplifiedLayerNormalization", 2)}
+
+
+def _bf16_as_f32(model) -> None:
+    """Rewrites `model` in place to compute in f32 what it computed in bf16, with every bf16 result
+    still rounded to bf16: bf16 initializers, Constant values, graph inputs, outputs and value infos
+    become f32 (exactly: every bf16 value is an f32 value); each node output that was bf16 passes
+    through a Cast to bf16 and back (the CPU EP has those kernels), so each op's arithmetic runs in
+    f32 on the values a bf16 device holds, and rounds where that device rounds."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    bf16, f32 = TensorProto.BFLOAT16, TensorProto.FLOAT
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    known = {v.name: v.type.tensor_type.elem_type for v in list(inferred.graph.input) + list(inferred.graph.output)
+             + list(inferred.graph.value_info)}
+    known.update({i.name: i.data_type for i in model.graph.initializer})
+    # onnx infers no types for ORT's contrib ops (its default-domain SimplifiedLayerNormalization, the
+    # com.microsoft ones): their results are bf16 where an input is, but for the norms' f32 statistics
+    for node in model.graph.node:
+        bf16_in = any(known.get(i) == bf16 for i in node.input if i)
+        for k, out in enumerate(node.output):
+            if out and not known.get(out):
+                known[out] = f32 if (node.op_type, k) in _F32_STATISTICS else bf16 if bf16_in else 0
+    rounded = {name for name, t in known.items() if t == bf16} - {i.name for i in model.graph.initializer} \
+        - {i.name for i in model.graph.input}
+
+    def widen(t):
+        if t.data_type == bf16:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+
+    graph = model.graph
+    for init in graph.initializer:
+        widen(init)
+    for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
+        if vi.type.tensor_type.elem_type == bf16:
+            vi.type.tensor_type.elem_type = f32
+    nodes = []
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == a.TENSOR:
+                widen(a.t)
+            elif node.op_type == "Cast" and a.name == "to" and a.i == bf16:
+                a.CopyFrom(helper.make_attribute("to", f32))
+        nodes.append(node)
+        for k, out in enumerate(node.output):
+            if out in rounded:
+                raw = f"{out}/f32"
+                node.output[k] = raw
+                nodes += [helper.make_node("Cast", [raw], [f"{out}/bf16"], name=f"{raw}/to_bf16", to=bf16),
+                          helper.make_node("Cast", [f"{out}/bf16"], [out], name=f"{raw}/back", to=f32)]
+    graph.ClearField("node")
+    graph.node.extend(nodes)
+
+
+def _save_beside(folder: str, out: str, model) -> None:
+    import onnx
+
+    staging = out + ".tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(folder, staging, ignore=shutil.ignore_patterns("model.onnx", "model.onnx.data"))
+    onnx.save(model, os.path.join(staging, "model.onnx"), save_as_external_data=True, location="model.onnx.data")
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(staging, out)
+
+
+def _unfold_qk_norms(folder: str, head) -> str:
     import onnx
     from onnx import helper, numpy_helper
 
     path = os.path.join(folder, "model.onnx")
-    head = onnx.load(path, load_external_data=False)
     fused = [n for n in head.graph.node if n.op_type == "GroupQueryAttention" and len(n.input) > 15 and n.input[14]]
     if not fused:
         return folder
@@ -291,12 +395,7 @@ def cpu_ep_folder(folder: str) -> str:
         nodes.append(node)
     graph.ClearField("node")
     graph.node.extend(nodes)
-    staging = out + ".tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(folder, staging, ignore=shutil.ignore_patterns("model.onnx", "model.onnx.data"))
-    onnx.save(model, os.path.join(staging, "model.onnx"), save_as_external_data=True, location="model.onnx.data")
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(staging, out)
+    _save_beside(folder, out, model)
     return out
 
 
@@ -342,11 +441,11 @@ def decoder_feeds(inputs, head_size: int, ids, past_len: int, prev: dict | None,
         elif i.name.startswith("past.") and prev is not None:  # a linear-attention layer's states
             f[i.name] = prev[i.name.replace("past.", "present.", 1)]
         elif i.name.startswith("past."):
-            dtype = np.float16 if "float16" in i.type else np.float32
+            dtype = _feed_dtype(i.type)
             f[i.name] = np.zeros([d if isinstance(d, int) else ids.shape[0] for d in i.shape], dtype)
         elif i.name.startswith("past_key_values."):
             if prev is None:
-                dtype = np.float16 if "float16" in i.type else np.float32
+                dtype = _feed_dtype(i.type)
                 capacity = window if i.shape[2] == "past_sliding_length" else 0
                 f[i.name] = np.zeros((1, i.shape[1], capacity, head_size), dtype)
             else:
@@ -354,6 +453,15 @@ def decoder_feeds(inputs, head_size: int, ids, past_len: int, prev: dict | None,
         else:
             raise ValueError(f"no feed for the model's input '{i.name}'")
     return f
+
+
+def _feed_dtype(ort_type: str):
+    """The numpy dtype of an ORT input type string ("tensor(bfloat16)", "tensor(float16)", ...)."""
+    if "bfloat16" in ort_type:
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return np.float16 if "float16" in ort_type else np.float32
 
 
 def decoder_steps(path: str, head_size: int, prompt: int = 5, decode: int = 2, seed: int = 3,

@@ -22,7 +22,7 @@ if not _ok:
 
 import hipep  # noqa: E402
 from hipep.tools import model_zoo  # noqa: E402
-from teacher_forcing import GPU_MISSING_OPS, assert_follows_the_cpu_ep, decoder_geometry  # noqa: E402
+from teacher_forcing import GPU_MISSING_OPS, assert_follows_the_cpu_ep, decoder_geometry, run_step  # noqa: E402
 
 CASES = ([(a, p) for a in model_zoo.ARCHITECTURES for p in model_zoo.PRECISIONS]
          + [(a, p) for a in model_zoo.VISION_LANGUAGE + model_zoo.QK_NORM + model_zoo.LONG_ROPE
@@ -79,12 +79,12 @@ def test_decode_steps_on_the_gpu_issue_no_host_reads(case):
     ids = np.arange(3, 3 + PROMPT, dtype=np.int64)[None]
     prev, past = None, 0
     for _ in range(3):
-        prev = dict(zip(outputs, gpu.run(None, model_zoo.decoder_feeds(inputs, head_size, ids, past, prev, window))))
+        prev = dict(zip(outputs, run_step(gpu, model_zoo.decoder_feeds(inputs, head_size, ids, past, prev, window))))
         past += ids.shape[1]
         ids = np.array([[5]], np.int64)
     before = hipep.stats()
     for _ in range(8):
-        prev = dict(zip(outputs, gpu.run(None, model_zoo.decoder_feeds(inputs, head_size, ids, past, prev, window))))
+        prev = dict(zip(outputs, run_step(gpu, model_zoo.decoder_feeds(inputs, head_size, ids, past, prev, window))))
         past += 1
     after = hipep.stats()
     assert after.get("launches", 0) > before.get("launches", 0)

@@ -17,7 +17,8 @@ pytest.importorskip("onnxruntime_genai")
 import hipep  # noqa: E402
 from hipep.tools import model_zoo  # noqa: E402
 from hipep.tools.generate import greedy  # noqa: E402
-from teacher_forcing import GPU_MISSING_OPS, assert_follows_the_cpu_ep, decoder_geometry  # noqa: E402
+from teacher_forcing import (GPU_MISSING_OPS, assert_follows_the_cpu_ep, decoder_geometry,  # noqa: E402
+                             greedy_on_session)
 
 # the vision-language text decoders and qwen3 in their f32 build and the GPU user's int4 build (f16
 # activations; qwen3's folds its Q/K norms into GroupQueryAttention, which the CPU EP runs unfolded)
@@ -51,6 +52,17 @@ def test_greedy_tokens_equal_the_cpu_ep(case, model_folder, prompts):
     if case[0] in model_zoo.VISION_LANGUAGE and len(prompts) > 1:
         pytest.skip("onnxruntime-genai's Qwen-VL text pipelines take one sequence at a time (a padded batch "
                     "fails before any EP runs: 'Not enough image_grid_thw data for image tokens')")
+    if case[1] in model_zoo.BF16_PRECISIONS:
+        # The CPU EP runs only the f32 form (no bf16 kernels), whose greedy path parts from bf16's at
+        # the first near-tie; the teacher-forced test below holds the logits step by step. Here:
+        # onnxruntime-genai (its KV cache bf16) decodes through hipep as an ORT session on hipep does.
+        if len(prompts) > 1:
+            pytest.skip("bf16: one sequence (left padding is onnxruntime-genai's, checked with the other builds)")
+        got = greedy(model_folder, prompts, 32, ep="hipep", provider_options={"device": "cpu", "strict": "1"})
+        session = hipep.InferenceSession(os.path.join(model_folder, "model.onnx"), device="cpu", strict="1")
+        assert got[0] == greedy_on_session(session, model_folder, prompts[0], len(got[0]))
+        assert len(set(got[0])) >= 3
+        return
     want = greedy(model_zoo.cpu_ep_folder(model_folder), prompts, 32, ep="cpu")
     got = greedy(model_folder, prompts, 32, ep="hipep", provider_options={"device": "cpu", "strict": "1"})
     assert got == want
@@ -136,6 +148,9 @@ def test_cuda_bindings_accept_every_step(case):
         assert all("no kernel for cuda" in r.line() for r in report.rejections)
         return
     assert report.all_claimed, report.format()
+    if case[1] in model_zoo.BF16_PRECISIONS:
+        pytest.skip("the dry run computes the subgraphs' inputs with ORT's CPU EP, which has no bf16 kernels; "
+                    "tests/unit/test_host_driver.py binds a bf16 decoder's steps instead")
     model = onnx.load(path)
     steps = model_zoo.decoder_steps(path, head_size, prompt=5, decode=2, window=window)
     if case[0] in model_zoo.LONG_ROPE:  # past the original context too: the If's other branch

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import zlib
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -26,6 +27,7 @@ from helpers import needs_nvrtc, window_end
 
 ARCH, DEFINES = "sm_90", {"HIPEP_WARP_SIZE": 32}
 F32, F16 = np.float32, np.float16
+BF16 = np.dtype(ml_dtypes.bfloat16)
 GQA = "com.microsoft::GroupQueryAttention"
 
 
@@ -486,6 +488,11 @@ CASES = {
     "decode-mqa-many-heads": dict(seq=1, past=20, heads=12, kv_heads=1, attrs=dict(softcap=2.0)),
     "f16-decode": dict(batch=2, seq=1, past=9, lens=[10, 6], rotary=16, dtype=F16),
     "f16-prompt-packed": dict(seq=6, packed=True, rotary=16, dtype=F16, attrs=dict(rotary_interleaved=1)),
+    # bf16 decoders (the model builder's -p bf16 and int4 with use_cuda_bf16)
+    "bf16-prompt-padded-rotary": dict(batch=2, seq=5, lens=[5, 3], rotary=16, dtype=BF16),
+    "bf16-decode": dict(batch=2, seq=1, past=9, lens=[10, 6], rotary=16, dtype=BF16),
+    "bf16-decode-split": dict(batch=2, seq=1, past=2300, lens=[2301, 140], rotary=8, sm=4, dtype=BF16),
+    "bf16-decode-shared": dict(batch=2, seq=1, total=10, capacity=12, lens=[10, 6], rotary=16, dtype=BF16),
 }
 
 
@@ -512,12 +519,18 @@ def test_gqa_launches_compute_the_reference(name):
     assert_gqa_results(name, got, want, ops, dtype)
 
 
+# f32 to 1e-5, f16 to 2e-3; bf16 to a bf16 ulp of the unit-range values (2^-8) and a little more: the
+# kernels and the reference round Q and K after the rotary and the output once, but add in other orders
+GQA_TOLERANCE = {"float32": dict(rtol=1e-5, atol=1e-5), "float16": dict(rtol=2e-3, atol=2e-3),
+                 "bfloat16": dict(rtol=1e-2, atol=1e-2)}
+
+
 def assert_gqa_results(name, got, want, ops, dtype):
-    """A CASES case's outputs against the reference (f32 to 1e-5, f16 to 2e-3); a "split" case's
-    decode launch really split the keys."""
+    """A CASES case's outputs against the reference (GQA_TOLERANCE); a "split" case's decode launch
+    really split the keys."""
     if "split" in name:
         assert any(getattr(o, "entry", "").startswith("hipep_gqa_decode") and o.grid[0] > 1 for o in ops)
-    t = dict(rtol=1e-5, atol=1e-5) if dtype == F32 else dict(rtol=2e-3, atol=2e-3)
+    t = GQA_TOLERANCE[np.dtype(dtype).name]
     for k, (g, w) in enumerate(zip(got, want)):
         assert g.shape == w.shape, k
         np.testing.assert_allclose(g.astype(F32), w.astype(F32), err_msg=f"output {k}", **t)
@@ -682,7 +695,8 @@ def test_gqa_check_names_what_it_cannot_do():
     assert why and "head size 12" in why and why.startswith("no kernel for cuda")
     why = gk.kernel_reason(GQA, attrs, ["float32", "float32", "float32"], [(1, 3, 4 * 512)])
     assert why and "head size 512" in why
-    assert "element type" in gk.kernel_reason(GQA, attrs, ["bfloat16"], [])
+    assert "element type" in gk.kernel_reason(GQA, attrs, ["float64"], [])
+    assert gk.kernel_reason(GQA, attrs, ["bfloat16", "", ""], [(1, 3, 8 * 16)]) is None
     assert gk.kernel_reason(GQA, attrs, ["float16", "", ""], [(2, None, None)]) is None
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from hipep.runtime.gpu_attention import DEC_DIRECT_PASSES
 from unit.host_kernels import EXACT_FLAGS, compile_module, run_on_host
-from unit.test_gpu_attention_bindings import GQA, assert_gqa_results, case_setup
+from unit.test_gpu_attention_bindings import GQA, GQA_TOLERANCE, assert_gqa_results, case_setup
 
 F32, F16 = np.float32, np.float16
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
@@ -23,7 +23,7 @@ MODULES = ("attention_cache", "attention_decode", "attention_prefill", "rms_norm
 # the cases of the bindings' emulation test that the host runs in reasonable time
 HOST_CASES = ["prompt", "prompt-padded-rotary", "prompt-window-padded-softcap", "prompt-sink-bias", "decode",
               "few-tokens-split", "decode-ragged-split", "decode-shared", "decode-window-split", "decode-sink-split",
-              "decode-mqa-many-heads"]
+              "decode-mqa-many-heads", "bf16-prompt-padded-rotary", "bf16-decode", "bf16-decode-split"]
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_gqa_kernels_with_the_fused_qk_norm(libs, name):
 # append fused into the decode kernel (hipep_gqa_decode_fused); the direct path and the split one.
 FUSED_CASES = ["decode-shared", "decode-shared-split", "decode-shared-sink-split", "decode-shared-bias-packed",
                "decode-shared-position-ids", "decode-shared-mqa-softcap", "f16-decode-shared",
-               "decode-shared-local-window"]
+               "decode-shared-local-window", "bf16-decode-shared"]
 
 
 @pytest.mark.parametrize("name", FUSED_CASES)
@@ -66,9 +66,9 @@ def test_gqa_fused_decode_kernel_computes_the_reference(libs, name):
     ins, shapes, attrs, sm, dtype, spec, rng = case_setup(name)
     past_k, past_v = ins[3].copy(), ins[4].copy()
     views, want, ops = run_on_host(libs, GQA, ins, attrs, n_out=3, sm_count=sm, workspace=True, alias={1: 3, 2: 4})
-    assert [op.entry for op in ops] == [f"hipep_gqa_decode_fused_{'f16' if dtype == F16 else 'f32'}_"
-                                        f"g{ops[0].entry.rsplit('_g', 1)[1]}"]
-    t = dict(rtol=1e-5, atol=1e-5) if dtype == F32 else dict(rtol=2e-3, atol=2e-3)
+    short = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[np.dtype(dtype).name]
+    assert [op.entry for op in ops] == [f"hipep_gqa_decode_fused_{short}_g{ops[0].entry.rsplit('_g', 1)[1]}"]
+    t = GQA_TOLERANCE[np.dtype(dtype).name]
     np.testing.assert_allclose(views[0].astype(F32), want[0].astype(F32), err_msg="output", **t)
     lens = [int(x) + 1 for x in ins[5]]
     for b, n in enumerate(lens):  # the rows the step wrote and the ones before it; past's tail untouched

@@ -16,6 +16,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from helpers import REPO, needs_nvrtc
 
 _DECODE = r"""
@@ -26,14 +28,17 @@ stand_in = host_driver.install()
 import hipep
 import onnxruntime as ort
 
-folder = model_zoo.decoder("llama", "int4-f16")
+folder = model_zoo.decoder("llama", "__PRECISION__")
 sess = hipep.InferenceSession(folder + "/model.onnx", device="cuda", strict=True)
+# the KV cache's and the logits' ONNX element types (f16: 10, bf16: 16, f32: 1)
+cache_type = {"tensor(float16)": 10, "tensor(bfloat16)": 16}[sess.get_inputs()[2].type]
+logits_type = {"tensor(float16)": 10, "tensor(float)": 1}[sess.get_outputs()[0].type]
 ins = {i.name: i for i in sess.get_inputs()}
 binding = sess.io_binding()
 max_len, prompt = 64, 12
 for name, i in ins.items():
     if name.startswith("past_key_values."):
-        cache = ort.OrtValue.ortvalue_from_numpy(np.zeros((1, i.shape[1], max_len, 16), np.float16), "cuda", 0)
+        cache = ort.OrtValue.ortvalue_from_shape_and_type([1, i.shape[1], max_len, 16], cache_type, "cuda", 0)
         assert cache.device_name().lower() != "cpu", cache.device_name()
         binding.bind_ortvalue_input(name, cache)
         binding.bind_ortvalue_output(name.replace("past_key_values.", "present."), cache)
@@ -46,7 +51,7 @@ for total in range(prompt, 40):
     binding.bind_cpu_input("input_ids", np.full((1, n), 5, np.int64))
     binding.bind_cpu_input("attention_mask", np.ones((1, total), np.int64))
     if n not in logits:
-        logits[n] = ort.OrtValue.ortvalue_from_shape_and_type([1, n, vocab], np.float16, "cuda", 0)
+        logits[n] = ort.OrtValue.ortvalue_from_shape_and_type([1, n, vocab], logits_type, "cuda", 0)
     binding.bind_ortvalue_output("logits", logits[n])
     before, kernels = hipep.stats(), stand_in.counts.launches
     sess.run_with_iobinding(binding)
@@ -64,8 +69,11 @@ def _run(script: str) -> dict:
 
 
 @needs_nvrtc
-def test_decode_step_is_one_graph_launch_on_the_stand_in():
-    steps = _run(_DECODE)["steps"]
+@pytest.mark.parametrize("precision", ["int4-f16", "bf16", "int4-bf16"])
+def test_decode_step_is_one_graph_launch_on_the_stand_in(precision):
+    """The GPU user's int4 build in f16, and the bf16 builds (their attention, norms, GEMMs and
+    int4 GEMVs bound in bf16)."""
+    steps = _run(_DECODE.replace("__PRECISION__", precision))["steps"]
     assert steps[0]["launches"] > 0  # the prompt's step ran on the cuda device
     decode = steps[8:]  # after the warm-up steps that trace, bind and capture each new layout
     assert decode
