@@ -16,7 +16,8 @@
 # conformance suite beside them, and test_gpu_device_memory.py (device memory flat over session
 # cycles) alone after them (on the 16-core H200 machine seven such processes and the conformance
 # suite took under 5 minutes; one after the other they take about 15). Logs per shard:
-# gpu-tests-<k>.log.
+# gpu-tests-<k>.log. HIPEP_GPU_TEST_STALL_S (default 240): a test running longer writes every
+# thread's stack into its log, and goes on.
 #
 # usage: [HIPEP_GPU_SHARDS=N] tools/gpu_check.sh [extra pytest arguments]
 set -uo pipefail
@@ -76,9 +77,13 @@ deal_shards() {
 }
 
 shards="${HIPEP_GPU_SHARDS:-1}"
+# A test that runs longer than this many seconds gets every thread's stack written into its log
+# (pytest's faulthandler_timeout; the test goes on): a stall then says where it waits.
+stall="${HIPEP_GPU_TEST_STALL_S:-240}"
 if [ "$shards" -le 1 ]; then
   step "pytest tests/gpu -m gpu"
-  "$py" -P -m pytest "$repo/tests/gpu" -m gpu -p no:cacheprovider -q -rfEs --junitxml="$logs/gpu-tests.xml" "$@" \
+  "$py" -P -m pytest "$repo/tests/gpu" -m gpu -p no:cacheprovider -q -rfEs --junitxml="$logs/gpu-tests.xml" \
+    -o faulthandler_timeout="$stall" "$@" \
     2>&1 | tee "$logs/gpu-tests.log"
   rc=${PIPESTATUS[0]}
   [ "$rc" -eq 0 ] || status=$rc
@@ -94,7 +99,8 @@ else
   pids=()
   for k in "${!groups[@]}"; do
     # shellcheck disable=SC2086  # a group is a list of paths
-    "$py" -P -m pytest ${groups[k]} -m gpu -p no:cacheprovider -q -rfEs --junitxml="$logs/gpu-tests-$k.xml" "$@" \
+    "$py" -P -m pytest ${groups[k]} -m gpu -p no:cacheprovider -q -rfEs --junitxml="$logs/gpu-tests-$k.xml" \
+      -o faulthandler_timeout="$stall" "$@" \
       >"$logs/gpu-tests-$k.log" 2>&1 &
     pids+=($!)
   done
@@ -112,7 +118,8 @@ else
     wait "$conformance_pid"
     conformance_done $?
   fi
-  "$py" -P -m pytest "$repo/tests/gpu/test_gpu_device_memory.py" -m gpu -p no:cacheprovider -q -rfEs "$@" \
+  "$py" -P -m pytest "$repo/tests/gpu/test_gpu_device_memory.py" -m gpu -p no:cacheprovider -q -rfEs \
+    -o faulthandler_timeout="$stall" "$@" \
     >"$logs/gpu-tests-memory.log" 2>&1
   rc=$?
   [ "$rc" -eq 0 ] || status=$rc

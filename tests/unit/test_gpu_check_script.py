@@ -39,3 +39,16 @@ def test_more_groups_than_files_leaves_none_empty(tmp_path):
     groups = _deal(5, files)
     assert len(groups) == 3 and all(len(g) == 1 for g in groups)
     assert _deal(2, files) == [[str(files[0])], [str(files[2]), str(files[1])]]
+
+
+def test_every_gpu_test_run_dumps_stacks_when_a_test_stalls():
+    """A GPU test that stalls (one did once, in a seven-shard run on an H100, and passed every
+    time it was run again) leaves the stacks of every thread in its log: each tests/gpu pytest
+    invocation of the script sets pytest's faulthandler_timeout."""
+    text = SCRIPT.read_text()
+    runs = [line for line in text.splitlines() if "-m pytest" in line and "-m gpu" in line]
+    assert len(runs) == 3  # unsharded, each shard, and the device-memory file after the shards
+    for line in runs:
+        following = text[text.index(line):].split("\n", 2)[1]
+        assert 'faulthandler_timeout="$stall"' in line + following
+    assert 'stall="${HIPEP_GPU_TEST_STALL_S:-240}"' in text
