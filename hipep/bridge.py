@@ -213,7 +213,8 @@ class EpState:
         self._unexpanded.pop(key, None)
         records = []
         lines = "\n".join("  " + line for line in report.rejection_lines())
-        expanded = "\n".join("  " + e.line() for e in report.expansions)
+        left = [e for e in report.expansions if not e.direct]  # the ones hipep does not claim whole
+        expanded = "\n".join("  " + e.line() for e in left)
         if report.rejections and self.options.strict:
             # One message saying what happens. ORT only logs a failing GetCapability and goes on:
             # the session fails in Compile or, when hipep claimed nothing, at its first run.
@@ -227,13 +228,13 @@ class EpState:
                            if self.fallback_disabled else "they fall back to another EP (usually the CPU EP)")
             records.append((WARNING, f"{EP_NAME} did not claim {len(report.rejections)} node(s) of graph "
                                      f"'{graph.name}'; {consequence}:\n{lines}"))
-        if report.expansions:
+        if left:
             if self.options.strict:  # checked at the first run, once ORT has partitioned to the end
                 self._unexpanded[key] = (
-                    f"strict: {len(report.expansions)} function node(s) of graph '{graph.name}' ran on "
+                    f"strict: {len(left)} function node(s) of graph '{graph.name}' ran on "
                     f"another EP (one with a kernel for the op) instead of being replaced by their "
                     f"bodies, which {EP_NAME} claims, and the 'strict' option forbids that:\n{expanded}")
-            records.append((INFO, f"{EP_NAME} leaves {len(report.expansions)} function node(s) of graph "
+            records.append((INFO, f"{EP_NAME} leaves {len(left)} function node(s) of graph "
                                   f"'{graph.name}' for ORT to replace by their bodies:\n{expanded}"))
         records.append((INFO, f"{EP_NAME}: {report.summary()}"))
         counters.bump("capability_calls")

@@ -26,6 +26,7 @@ def compile_subgraph(graph: GraphView, name: str, inputs: list[str], outputs: li
     initializers hipep keeps itself (ORT does not pass them): they become plan values of kind
     "weight" with index -1, bound by name at run time, unless the IR holds them as constants."""
     from .frontend import import_graph
+    from .functions import expand_function_nodes
     from .ir.api import print_ir
     from .passes import pipeline_with_overrides, run_pipeline
     from .passes.emit_plan import take_plan
@@ -37,6 +38,8 @@ def compile_subgraph(graph: GraphView, name: str, inputs: list[str], outputs: li
         raise OptionError(f"option 'pass_options': {e}") from None
     dump = getattr(options, "dump_ir", "") or ""
     folder = os.path.join(dump, re.sub(r"[^A-Za-z0-9_.-]", "_", name)) if dump else ""
+    # Function nodes the partitioner claimed whole (hipep.partition) are compiled as their bodies.
+    graph = expand_function_nodes(graph)
     extra = _weight_arguments(graph, inputs, held)
     module = import_graph(graph, list(inputs) + extra, outputs, name)
     after_each = None

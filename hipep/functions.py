@@ -15,7 +15,11 @@ hipep cannot run). The body is the op schema's function at the model's opset for
 the schema's function depends on them (context-dependent functions), with the node's attributes
 (and the schema's defaults) substituted.
 
-Plain Python: imports only onnx and graph.
+`expand_function_nodes` substitutes the bodies of such nodes in a subgraph hipep compiles: the
+partitioner claims a function node whole where its body can run where the subgraph runs (hipep
+then fuses it with its neighbours, where ORT's inlining would leave it a subgraph of its own).
+
+Plain Python: imports only onnx, graph and (for the expansion) the registry.
 """
 from __future__ import annotations
 
@@ -76,6 +80,8 @@ def function_body(node: Node, graph: GraphView) -> GraphView | None:
         from onnx import inliner
 
         inlined = inliner.inline_local_functions(model)
+        _prefix_inner_values(inlined.graph, set(present) | {v for v in node.outputs if v},
+                             f"{next((v for v in node.outputs if v), node.name)}/{node.op_type}/")
         inlined = onnx.shape_inference.infer_shapes(inlined, strict_mode=False, data_prop=True)
     except Exception:  # noqa: BLE001 - a body onnx cannot inline is one hipep does not claim
         return None
@@ -85,6 +91,52 @@ def function_body(node: Node, graph: GraphView) -> GraphView | None:
     view.weights |= {v for v in present if v in graph.weights}
     view.inputs = [v for v in view.inputs if v not in view.weights]
     return view
+
+
+def expand_function_nodes(graph: GraphView) -> GraphView:
+    """`graph` with every node of an op hipep has no registry entry for replaced by its function
+    body (and those bodies' function nodes by theirs): what ORT would inline, for hipep's compiler,
+    which the partitioner let claim such a node whole (hipep.partition). Other nodes as they are."""
+    import dataclasses
+
+    from .errors import ModelError
+    from .ops.registry import lookup
+
+    if all(n.subgraphs or lookup(n.domain, n.op_type) is not None for n in graph.nodes):
+        return graph
+    nodes, types, constants = [], dict(graph.types), dict(graph.constants)
+    for node in graph.nodes:
+        if node.subgraphs or lookup(node.domain, node.op_type) is not None:
+            nodes.append(node)
+            continue
+        body = function_body(node, graph)
+        if body is None:
+            raise ModelError(f"node '{node.label}' ({node.qualified_op}): hipep has no kernel for it and "
+                             f"cannot build its function body")
+        body = expand_function_nodes(body)
+        nodes += body.nodes
+        types.update(body.types)
+        constants.update(body.constants)
+    nodes = [dataclasses.replace(n, index=i) for i, n in enumerate(nodes)]
+    return dataclasses.replace(graph, nodes=nodes, types=types, constants=constants, invalid_utf8={})
+
+
+def _prefix_inner_values(g, keep: set, prefix: str) -> None:
+    """Renames the values of an inlined body that are not the node's own inputs and outputs:
+    `prefix` + name, so two bodies of one graph never share a name."""
+    inner = {v for n in g.node for v in list(n.input) + list(n.output) if v and v not in keep}
+    inner |= {i.name for i in g.initializer if i.name not in keep}
+
+    def rename(v):
+        return prefix + v if v in inner else v
+
+    for n in g.node:
+        n.input[:] = [rename(v) for v in n.input]
+        n.output[:] = [rename(v) for v in n.output]
+    for i in g.initializer:
+        i.name = rename(i.name)
+    for vi in g.value_info:
+        vi.name = rename(vi.name)
 
 
 def _opset(domain: str, graph: GraphView) -> int:

@@ -19,10 +19,12 @@ Control-flow bodies (If/Loop/Scan) are partitioned on their own into `nested`, a
 GetCapability separately for each nested subgraph.
 
 A node of an ONNX op hipep has no registry entry for, whose schema defines it as a function
-(Swish, NegativeLogLikelihoodLoss, ...), is left unclaimed but is no rejection when hipep would
-claim every node of its function body (hipep.functions): ORT replaces such a node by its body when
-no EP takes it and asks again, and hipep claims the body then. The report lists it under
-`expansions`, with the body's own report.
+(Swish, NegativeLogLikelihoodLoss, ...), is no rejection when hipep would claim every node of its
+function body (hipep.functions) and ORT would inline that body (no EP has a kernel for the op).
+hipep claims it whole and compiles its body, fused with its neighbours ("direct"), where the body
+runs on the device with no host read but of constants (always on the CPU device); otherwise it
+leaves the node, and ORT replaces it by its body when no EP takes it and asks again, and hipep
+claims the body then. The report lists both under `expansions`, with the body's own report.
 
 Plain Python: imports only graph, functions and ops.
 """
@@ -56,16 +58,22 @@ class Rejection:
 
 @dataclass
 class Expansion:
-    """A node hipep leaves for ORT to replace by its function body, all of which hipep claims."""
+    """A node of an ONNX function op hipep has no entry for, whose body hipep claims whole. `direct`:
+    hipep claims the node itself and compiles its body (hipep.functions.expand_function_nodes),
+    fused with its neighbours; else (a GPU body that needs host reads) it leaves the node, and ORT
+    replaces it by its body and asks again."""
     node: Node
     body: "PartitionReport"
+    direct: bool = False
 
     def line(self) -> str:
         n = self.node
         ops = ", ".join(dict.fromkeys(self.body.labels_by_op()))
-        return (f"node '{n.label}' ({n.domain or 'ai.onnx'}::{n.op_type}, opset {n.since_version}): "
-                f"a function; ONNX Runtime replaces it by its body ({ops}) when no EP has a kernel for "
-                f"it, and hipep claims all {self.body.claimed_total} nodes of that")
+        head = f"node '{n.label}' ({n.domain or 'ai.onnx'}::{n.op_type}, opset {n.since_version}): a function"
+        if self.direct:
+            return f"{head}, run as its body ({ops}: {self.body.claimed_total} nodes)"
+        return (f"{head}; ONNX Runtime replaces it by its body ({ops}) when no EP has a kernel for it, and "
+                f"hipep claims all {self.body.claimed_total} nodes of that")
 
 
 SHOWN_NODES = 8  # claimed nodes a report's subgraph line names before it counts the rest
@@ -94,7 +102,7 @@ class PartitionReport:
     def claimed_total(self) -> int:
         """Nodes hipep runs: claimed here, in nested graphs and in the bodies ORT expands."""
         return (self.claimed_count + sum(r.claimed_total for r in self.nested)
-                + sum(e.body.claimed_total for e in self.expansions))
+                + sum(e.body.claimed_total for e in self.expansions if not e.direct))
 
     @property
     def all_claimed(self) -> bool:
@@ -107,8 +115,9 @@ class PartitionReport:
 
     def summary(self) -> str:
         text = f"claimed {self.claimed_count} of {self.total_nodes} nodes in {len(self.clusters)} subgraphs"
-        if self.expansions:
-            text += f", {len(self.expansions)} left for ORT to expand into nodes hipep claims"
+        left = sum(not e.direct for e in self.expansions)
+        if left:
+            text += f", {left} left for ORT to expand into nodes hipep claims"
         return text
 
     def rejection_lines(self) -> list[str]:
@@ -129,9 +138,14 @@ class PartitionReport:
                 names += f", ... and {len(cluster) - len(shown)} more (all of them: explain --all)"
             lines.append(f"{indent}  subgraph {k} ({len(cluster)} "
                          f"{'node' if len(cluster) == 1 else 'nodes'}): {names}")
-        if self.expansions:
-            lines.append(f"{indent}  left for ORT to expand ({len(self.expansions)}):")
-            lines += [f"{indent}    {e.line()}" for e in self.expansions]
+        direct = [e for e in self.expansions if e.direct]
+        left = [e for e in self.expansions if not e.direct]
+        if direct:
+            lines.append(f"{indent}  functions run as their bodies ({len(direct)}):")
+            lines += [f"{indent}    {e.line()}" for e in direct]
+        if left:
+            lines.append(f"{indent}  left for ORT to expand ({len(left)}):")
+            lines += [f"{indent}    {e.line()}" for e in left]
         if self.rejections:
             lines.append(f"{indent}  not claimed ({len(self.rejections)}):")
             lines += [f"{indent}    {line}" for line in self.rejection_lines()]
@@ -478,7 +492,25 @@ def _expansion(node: Node, graph: GraphView, claim: Claim, device: str,
     report = partition(body, claim, device, expands)
     if not report.all_claimed or report.claimed_total == 0:
         return None
-    return Expansion(node, report)
+    return Expansion(node, report, direct=device == "cpu" or _runs_on_device_alone(body, report))
+
+
+def _runs_on_device_alone(body: GraphView, report: "PartitionReport") -> bool:
+    """Whether a function body hipep claims on a GPU runs with no value the host must read but
+    constants (no host inputs of data, no control flow; nested functions likewise), so its node
+    can join any subgraph: the partitioner's checks on host work and shapes see the node, not its
+    body."""
+    direct = {e.node.index for e in report.expansions if e.direct}
+    for n in body.nodes:
+        op = lookup(n.domain, n.op_type)
+        if op is None:
+            if n.index not in direct:
+                return False
+            continue
+        if op.control_flow or any(i < len(n.inputs) and n.inputs[i] and n.inputs[i] not in body.constants
+                                  for i in op.host_inputs):
+            return False
+    return True
 
 
 def _partition_once(graph: GraphView, claim: Claim, device: str, refused: dict[int, str],
@@ -519,9 +551,16 @@ def _partition_once(graph: GraphView, claim: Claim, device: str, refused: dict[i
             expansion = _expansion(node, graph, base_claim, device, expands)
             if expansion is not None:
                 expansions[pos] = expansion
+                if expansion.direct:  # claimed whole: compiled through its body
+                    reason = None
+                    if device != "cpu":  # a device op of its data inputs, reading none on the host
+                        facts.has_kernel[node.index] = True
+                        facts.integer_outputs[node.index] = _integer_outputs(node, graph)
+                        facts.data_inputs[node.index] = [v for v in node.inputs if v and v not in graph.constants]
+                        facts.shape_inputs[node.index] = []
             else:
                 reasons[pos] = reason
-        else:
+        if reason is None:
             eligible = producer_clusters & ~d
             if not eligible:
                 eligible = ((1 << len(clusters)) - 1) & ~d

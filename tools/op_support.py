@@ -41,9 +41,9 @@ quotes the predicate's docstring where it has one).
 
 Ops that ONNX defines as functions run on hipep without an entry here where ORT's CPU EP has no
 kernel for them (Swish, NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, CenterCropPad, ...):
-ORT replaces such a node by its function body and hipep claims the body's nodes. `hipep explain`
-lists them as "left for ORT to expand"; the conformance part below lists their cases as
-"(function)" (node cases that ran as ORT's expansion, and the suite's own expanded forms).
+hipep runs such a node through its function body, or (on a GPU, a body with shape arithmetic)
+leaves it for ORT to replace by that body and claims the body's nodes. `hipep explain` says which;
+the conformance part below lists their cases as "(function)".
 """
 
 
