@@ -51,6 +51,10 @@ def function_body(node: Node, graph: GraphView) -> GraphView | None:
     except (TypeError, ValueError):
         return None
     input_types = [_type_proto(graph.type_of(v)) if v else onnx.TypeProto() for v in node.inputs]
+    # the newest function version not above the model's opset (onnx asks for one it has exactly)
+    versions = (schema.context_dependent_function_opset_versions if schema.has_context_dependent_function
+                else schema.function_opset_versions)
+    version = max((v for v in versions if v <= version), default=version)
     try:
         if schema.has_context_dependent_function:
             raw = schema.get_context_dependent_function_with_opset_version(

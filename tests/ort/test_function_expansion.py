@@ -160,3 +160,18 @@ def test_nodes_fused_by_an_earlier_call_are_neither_claimed_nor_rejected():
     report = partition(graph, fused_domain=hipep.EP_NAME)
     assert not report.rejections
     assert sorted(len(c) for c in report.clusters) == [1, 1]
+
+
+def test_the_body_is_the_newest_function_version_not_above_the_model_opset(rng):
+    """NegativeLogLikelihoodLoss's function is defined for opset 22: a model at opset 24 gets that
+    body (onnx hands a function out only for a version it defines), as ORT picks it."""
+    model = make_model([h.make_node("Swish", ["x"], ["y"], name="sw"),
+                        h.make_node("NegativeLogLikelihoodLoss", ["y", "t"], ["loss"], name="nll")],
+                       [tensor("x", T.FLOAT, [3, 4]), tensor("t", T.INT64, [3])], [tensor("loss", T.FLOAT, [])],
+                       opset=24)
+    report = hipep.explain(model)
+    assert report.all_claimed and [e.node.name for e in report.expansions if e.direct] == ["sw", "nll"]
+    sess = session(model, disable_fallback=True)
+    assert assignment(sess) == {CPU_EP: [["sw", "nll"]]}
+    assert_matches_cpu(sess, model, {"x": rng.standard_normal((3, 4)).astype(np.float32),
+                                     "t": rng.integers(0, 4, 3)}, rtol=1e-6, atol=0)
