@@ -5,8 +5,8 @@ SoftmaxCrossEntropyLoss, CenterCropPad, Bernoulli, ... ONNX Runtime's partitione
 node no EP took to the EPs again after it has replaced each such node whose op has a function
 body with that body (its CPU EP has kernels for some of these ops, AffineGrid and the window
 functions among them; for the others the body is what runs). So hipep need not implement such an
-op: it leaves the node, ORT inlines the body, and hipep claims the body's nodes in the next
-GetCapability call.
+op: it runs the node through its body, or leaves it for ORT to inline and claims the body's nodes
+in the next GetCapability call (hipep.partition says which).
 
 `function_body` builds the graph ORT inlines for a node, as a GraphView, so the partitioner can
 tell whether hipep would claim all of it (and say so instead of reporting the node as a node
@@ -27,11 +27,6 @@ from .graph import GraphView, Node, TensorType, _graph_from_proto
 
 # The domain the node becomes a call of while onnx's inliner substitutes its body.
 _CALL_DOMAIN = "hipep.function"
-
-
-def has_function_body(node: Node, graph: GraphView) -> bool:
-    schema = _schema(node, graph)
-    return schema is not None and bool(schema.has_function or schema.has_context_dependent_function)
 
 
 def function_body(node: Node, graph: GraphView) -> GraphView | None:
@@ -106,11 +101,19 @@ def expand_function_nodes(graph: GraphView) -> GraphView:
     from .errors import ModelError
     from .ops.registry import lookup
 
-    if all(n.subgraphs or lookup(n.domain, n.op_type) is not None for n in graph.nodes):
+    def has_function(g: GraphView) -> bool:
+        return any(any(has_function(b) for b in n.subgraphs.values()) if n.subgraphs
+                   else lookup(n.domain, n.op_type) is None for n in g.nodes)
+
+    if not has_function(graph):
         return graph
     nodes, types, constants = [], dict(graph.types), dict(graph.constants)
     for node in graph.nodes:
-        if node.subgraphs or lookup(node.domain, node.op_type) is not None:
+        if node.subgraphs:  # an If's or Loop's bodies hold claimed function nodes of their own
+            nodes.append(dataclasses.replace(
+                node, subgraphs={k: expand_function_nodes(b) for k, b in node.subgraphs.items()}))
+            continue
+        if lookup(node.domain, node.op_type) is not None:
             nodes.append(node)
             continue
         body = function_body(node, graph)

@@ -20,9 +20,22 @@ def _claim_bodies(node: Node, graph: GraphView, attrs: dict) -> str | None:
     for attr, body in node.subgraphs.items():
         for inner in body.nodes:
             reason = check_node(inner, body)
-            if reason is not None:
+            if reason is not None and not _runs_as_function_body(inner, body):
                 return f"its {attr} graph has a node hipep cannot run: node '{inner.label}' ({inner.qualified_op}): {reason}"
     return None
+
+
+def _runs_as_function_body(node: Node, graph: GraphView) -> bool:
+    """A node of an ONNX function op without a registry entry whose body's nodes hipep runs (the
+    compiler substitutes the body: hipep.functions.expand_function_nodes)."""
+    from ..functions import function_body
+    from .registry import lookup
+
+    if node.subgraphs or lookup(node.domain, node.op_type) is not None:
+        return False
+    body = function_body(node, graph)
+    return body is not None and all(check_node(n, body) is None or _runs_as_function_body(n, body)
+                                    for n in body.nodes)
 
 
 def _loop_types(types, values, attrs, num_outputs):

@@ -175,3 +175,23 @@ def test_the_body_is_the_newest_function_version_not_above_the_model_opset(rng):
     assert assignment(sess) == {CPU_EP: [["sw", "nll"]]}
     assert_matches_cpu(sess, model, {"x": rng.standard_normal((3, 4)).astype(np.float32),
                                      "t": rng.integers(0, 4, 3)}, rtol=1e-6, atol=0)
+
+
+def test_a_function_node_in_a_branch_runs_as_its_body(rng):
+    """An If whose branches hold a Swish: the branch's function node is claimed with the If and
+    compiled through its body too."""
+    def branch(name, alpha):
+        return h.make_graph([h.make_node("Swish", ["x"], [f"{name}_y"], alpha=alpha, name=f"{name}_swish")], name,
+                            [], [tensor(f"{name}_y", T.FLOAT, [3, 4])])
+
+    nodes = [h.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="sum"),
+             h.make_node("Greater", ["s", "zero"], ["c"], name="positive"),
+             h.make_node("If", ["c"], ["y"], then_branch=branch("then", 1.0), else_branch=branch("else", 2.0),
+                         name="branch")]
+    model = make_model(nodes, [tensor("x", T.FLOAT, [3, 4])], [tensor("y", T.FLOAT, [3, 4])],
+                       [h.make_tensor("zero", T.FLOAT, [], [0.0])], opset=24)
+    assert hipep.explain(model).all_claimed
+    sess = session(model, disable_fallback=True)
+    for sign in (1.0, -1.0):
+        x = (np.abs(rng.standard_normal((3, 4))) * sign).astype(np.float32)
+        assert_matches_cpu(sess, model, {"x": x}, rtol=0, atol=0)
