@@ -365,7 +365,7 @@ def test_fused_decode_requests_only_past_cache_rows_before_it_waits():
     may move ahead of the wait."""
     bodies = {e: b for e, b in _entry_bodies(_ptx("attention_decode", "compute_90")).items()
               if e.startswith("hipep_gqa_decode_fused_")}
-    assert len(bodies) == 2 * 4, sorted(bodies)  # f32, f16; blocks of 1, 2, 4, 8 query rows
+    assert len(bodies) == 3 * 4, sorted(bodies)  # f32, f16, bf16; blocks of 1, 2, 4, 8 query rows
     for entry, body in bodies.items():
         wait = _loads_only_streamed_data_before_it_waits(entry, body)
         assert "ld.global.cs" not in body[wait:], entry
