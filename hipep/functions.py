@@ -29,6 +29,14 @@ from .graph import GraphView, Node, TensorType, _graph_from_proto
 _CALL_DOMAIN = "hipep.function"
 
 
+def is_function_candidate(node: Node) -> bool:
+    """A node hipep can run only as a function body: its op has no registry entry, and it holds no
+    graph attribute (control flow has entries; other ops with bodies, SequenceMap, are not run)."""
+    from .ops.registry import lookup
+
+    return not node.subgraphs and lookup(node.domain, node.op_type) is None
+
+
 def function_body(node: Node, graph: GraphView) -> GraphView | None:
     """The graph ORT inlines for `node`: its inputs are the node's inputs (constant ones as the
     graph's constants), its outputs the node's outputs, every other value named after the node.
@@ -99,11 +107,10 @@ def expand_function_nodes(graph: GraphView) -> GraphView:
     import dataclasses
 
     from .errors import ModelError
-    from .ops.registry import lookup
 
     def has_function(g: GraphView) -> bool:
         return any(any(has_function(b) for b in n.subgraphs.values()) if n.subgraphs
-                   else lookup(n.domain, n.op_type) is None for n in g.nodes)
+                   else is_function_candidate(n) for n in g.nodes)
 
     if not has_function(graph):
         return graph
@@ -113,7 +120,7 @@ def expand_function_nodes(graph: GraphView) -> GraphView:
             nodes.append(dataclasses.replace(
                 node, subgraphs={k: expand_function_nodes(b) for k, b in node.subgraphs.items()}))
             continue
-        if lookup(node.domain, node.op_type) is not None:
+        if not is_function_candidate(node):
             nodes.append(node)
             continue
         body = function_body(node, graph)

@@ -34,7 +34,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .functions import function_body
+from .functions import function_body, is_function_candidate
 from .graph import GraphView, Node, topological_order, value_edges
 from .ops.registry import check_node, lookup
 
@@ -64,11 +64,12 @@ class Expansion:
     replaces it by its body and asks again."""
     node: Node
     body: "PartitionReport"
+    body_ops: tuple[str, ...] = ()  # the op types of the body's nodes, first appearance first
     direct: bool = False
 
     def line(self) -> str:
         n = self.node
-        ops = ", ".join(dict.fromkeys(self.body.labels_by_op()))
+        ops = ", ".join(self.body_ops)
         head = f"node '{n.label}' ({n.domain or 'ai.onnx'}::{n.op_type}, opset {n.since_version}): a function"
         if self.direct:
             return f"{head}, run as its body ({ops}: {self.body.claimed_total} nodes)"
@@ -90,9 +91,9 @@ class PartitionReport:
     # empty for the main graph.
     context: str = ""
     labels: dict[int, str] = field(default_factory=dict)  # Node.index -> Node.label
-    # Function nodes left for ORT to replace by their bodies, which hipep claims (graph order).
+    # Function nodes whose bodies hipep claims whole (graph order): run as those bodies, or left
+    # for ORT to replace by them.
     expansions: list[Expansion] = field(default_factory=list)
-    op_types: dict[int, str] = field(default_factory=dict)  # Node.index -> Node.op_type
 
     @property
     def claimed_count(self) -> int:
@@ -109,9 +110,6 @@ class PartitionReport:
         """True when no node is rejected here or in any nested graph (a function node whose body
         hipep claims is no rejection)."""
         return not self.rejections and all(r.all_claimed for r in self.nested)
-
-    def labels_by_op(self) -> list[str]:
-        return [self.op_types[i] for c in self.clusters for i in c if i in self.op_types]
 
     def summary(self) -> str:
         text = f"claimed {self.claimed_count} of {self.total_nodes} nodes in {len(self.clusters)} subgraphs"
@@ -482,9 +480,7 @@ def _expansion(node: Node, graph: GraphView, claim: Claim, device: str,
                expands: Expands | None) -> Expansion | None:
     """The node's Expansion when it is a function node of an op hipep has no entry for, ORT
     replaces it by its body, and hipep would claim that whole body; else None."""
-    if node.subgraphs or lookup(node.domain, node.op_type) is not None:
-        return None
-    if expands is not None and not expands(node):
+    if not is_function_candidate(node) or (expands is not None and not expands(node)):
         return None
     body = function_body(node, graph)
     if body is None:
@@ -492,7 +488,8 @@ def _expansion(node: Node, graph: GraphView, claim: Claim, device: str,
     report = partition(body, claim, device, expands)
     if not report.all_claimed or report.claimed_total == 0:
         return None
-    return Expansion(node, report, direct=device == "cpu" or _runs_on_device_alone(body, report))
+    return Expansion(node, report, tuple(dict.fromkeys(n.op_type for n in body.nodes)),
+                     direct=device == "cpu" or _runs_on_device_alone(body, report))
 
 
 def _runs_on_device_alone(body: GraphView, report: "PartitionReport") -> bool:
@@ -590,5 +587,4 @@ def _partition_once(graph: GraphView, claim: Claim, device: str, refused: dict[i
         nested=nested,
         labels={n.index: n.label for n in nodes},
         expansions=[expansions[pos] for pos in range(len(nodes)) if pos in expansions],
-        op_types={n.index: n.op_type for n in nodes},
     )

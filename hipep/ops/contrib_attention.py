@@ -48,9 +48,8 @@ from ._common import (at, dim_value, elem_of, has_input, input_type, kernel, kno
                       shape_rule, shape_str, tensor_type)
 from .elementwise import fma_f32
 from .mlas import _gqa_flash_mlas, _gqa_naive_mlas, _mlas_exact_ok, _rms_rows
-from .registry import F16, F32, I32, I64, LLM_FLOATS, OUTPUT_COUNT, REQUIRED, OpDef, register
+from .registry import I32, I64, LLM_FLOATS, OUTPUT_COUNT, REQUIRED, OpDef, register
 
-FLOATS = frozenset({F32, F16})
 I32S = frozenset({I32})
 I64S = frozenset({I64})
 

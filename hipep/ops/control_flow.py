@@ -26,16 +26,13 @@ def _claim_bodies(node: Node, graph: GraphView, attrs: dict) -> str | None:
 
 
 def _runs_as_function_body(node: Node, graph: GraphView) -> bool:
-    """A node of an ONNX function op without a registry entry whose body's nodes hipep runs (the
-    compiler substitutes the body: hipep.functions.expand_function_nodes)."""
-    from ..functions import function_body
-    from .registry import lookup
+    """A node of an ONNX function op without a registry entry whose body the partitioner claims
+    whole (the compiler substitutes the body: hipep.functions.expand_function_nodes)."""
+    from ..functions import function_body, is_function_candidate
+    from ..partition import partition
 
-    if node.subgraphs or lookup(node.domain, node.op_type) is not None:
-        return False
-    body = function_body(node, graph)
-    return body is not None and all(check_node(n, body) is None or _runs_as_function_body(n, body)
-                                    for n in body.nodes)
+    body = function_body(node, graph) if is_function_candidate(node) else None
+    return body is not None and partition(body).all_claimed
 
 
 def _loop_types(types, values, attrs, num_outputs):

@@ -27,7 +27,7 @@ from ._common import (NP_DTYPES, at, broadcast_partial, elem_of, input_type, ker
 from .pointwise import Builder, compute_type
 # Re-exported: the contrib, normalization and attention families build on these.
 from .pointwise import erf, fma_f32, mlas_logistic, mlas_tanh  # noqa: F401
-from .registry import (ALL, ALL_INTS, BF16, BOOL, F16, F64, FLOATS, I8, I16, I32, I64, NUMERIC, REQUIRED,
+from .registry import (ALL, ALL_INTS, BF16, BOOL, F16, F64, FLOATS, I8, I16, I32, I64, LLM_FLOATS, NUMERIC, REQUIRED,
                        SINCE_VERSION, U8, U32, U64, OpDef, register)
 
 BOOLS = frozenset({BOOL})
@@ -279,8 +279,7 @@ def _f32(v) -> np.float32:
     return np.float32(v)  # ONNX float attributes are f32; ORT computes with them as such
 
 
-# bf16 where LLMs' activations meet them (ORT's CUDA EP's bf16 kernels compute in f32 too).
-_LLM_UNARY = FLOATS | {BF16}
+# bf16 (LLM_FLOATS) where LLMs' activations meet them (ORT's CUDA EP's bf16 kernels compute in f32 too).
 _reg_unary("Neg", (6, 13), lambda b, x, a: -x, NUMERIC | {BF16})
 _reg_unary("Abs", (6, 13), lambda b, x, a: b.abs(x), NUMERIC)
 
@@ -306,10 +305,10 @@ _reg_unary("Exp", (6, 13), lambda b, x, a: b.exp(x), _F64_MATH | {BF16})
 _reg_unary("Log", (6, 13), lambda b, x, a: b.log(x), _F64_MATH)
 _reg_unary("Sqrt", (6, 13), lambda b, x, a: b.sqrt(x), _F64_MATH | {BF16})
 _reg_unary("Reciprocal", (6, 13), lambda b, x, a: b.recip(x), _F64_MATH | {BF16})
-_reg_unary("Sigmoid", (6, 13), lambda b, x, a: 1.0 / (1.0 + b.exp(-x)), _LLM_UNARY, wide=True,
+_reg_unary("Sigmoid", (6, 13), lambda b, x, a: 1.0 / (1.0 + b.exp(-x)), LLM_FLOATS, wide=True,
            f32_fn=lambda b, x, a: b.mlas_logistic(x))
 _reg_unary("Tanh", (6, 13), lambda b, x, a: b.tanh(x), _F64_MATH | {BF16}, f32_fn=lambda b, x, a: b.mlas_tanh(x))
-_reg_unary("Erf", (9, 13), lambda b, x, a: b.erf(x), _LLM_UNARY, wide=True)
+_reg_unary("Erf", (9, 13), lambda b, x, a: b.erf(x), LLM_FLOATS, wide=True)
 _reg_unary("Sin", (7, 22), lambda b, x, a: b.sin(x), _F64_MATH)
 _reg_unary("Cos", (7, 22), lambda b, x, a: b.cos(x), _F64_MATH)
 _reg_unary("Floor", (6, 13), lambda b, x, a: b.floor(x), _F64_MATH)
@@ -323,7 +322,7 @@ _reg_unary("Elu", (6, 22), lambda b, x, a: b.where(b.ge(x, 0), x, a["alpha"] * b
 _reg_unary("HardSigmoid", (6, 22),
            lambda b, x, a: b.min(b.max(_f32(a["alpha"]) * x + _f32(a["beta"]), 0), 1),
            attributes={"alpha": 0.2, "beta": 0.5})
-_reg_unary("Gelu", (20,), _gelu, _LLM_UNARY, attributes={"approximate": "none"}, claim=_claim_gelu, wide=True,
+_reg_unary("Gelu", (20,), _gelu, LLM_FLOATS, attributes={"approximate": "none"}, claim=_claim_gelu, wide=True,
            f32_fn=_gelu_tanh_f32)
 
 

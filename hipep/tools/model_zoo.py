@@ -265,7 +265,7 @@ def cpu_ep_folder(folder: str) -> str:
     (which the CPU EP refuses), those norms unfolded: Q and K each through Reshape to heads ->
     SimplifiedLayerNormalization (epsilon qk_norm_epsilon) -> Reshape back, ahead of the node, as
     the unfused model computes them; where it computes in bf16 (which the CPU EP has no kernels
-    for), in f32 with every bf16 result rounded to bf16 (`_bf16_as_f32`: the same weights,
+    for), in f32 with every bf16 result rounded to bf16 (`bf16_as_f32`: the same weights,
     exactly)."""
     import onnx
 
@@ -275,7 +275,7 @@ def cpu_ep_folder(folder: str) -> str:
         out = os.path.normpath(folder) + "-cpu-ep"
         if not os.path.isfile(os.path.join(out, "model.onnx")):
             model = onnx.load(path)
-            _bf16_as_f32(model)
+            bf16_as_f32(model)
             _save_beside(folder, out, model)
         return out
     return _unfold_qk_norms(folder, head)
@@ -287,13 +287,13 @@ def _has_bf16(model) -> bool:
         any(i.data_type == 16 for i in model.graph.initializer)
 
 
-# Outputs of ORT's norms that stay f32 whatever the input type (mean and inverse standard deviation).
-_F32_STATISTICS = {(op, k) for op in ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization",
-                                      "SkipLayerNormalization", "LayerNormalization", "RMSNormalization")
-                   for k in (1, 2)} - {("SimplifiedLayerNormalization", 2)}
+# Outputs of ORT's norms that stay f32 whatever the input type (mean, inverse standard deviation).
+_F32_STATISTICS = {("SimplifiedLayerNormalization", 1), ("LayerNormalization", 1), ("LayerNormalization", 2),
+                   ("SkipSimplifiedLayerNormalization", 1), ("SkipSimplifiedLayerNormalization", 2),
+                   ("SkipLayerNormalization", 1), ("SkipLayerNormalization", 2)}
 
 
-def _bf16_as_f32(model) -> None:
+def bf16_as_f32(model) -> None:
     """Rewrites `model` in place to compute in f32 what it computed in bf16, with every bf16 result
     still rounded to bf16: bf16 initializers, Constant values, graph inputs, outputs and value infos
     become f32 (exactly: every bf16 value is an f32 value); each node output that was bf16 passes

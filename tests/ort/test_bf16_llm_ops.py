@@ -2,7 +2,7 @@
 MatMul, the RMS norms, the SiLU and residual arithmetic, MatMulNBits and GatherBlockQuantized with
 bf16 scales, and the activations LLMs use. ORT's CPU EP has no bf16 kernels for them, so each is
 compared with the CPU EP running the same model in f32 with every bf16 result rounded to bf16
-(hipep.tools.model_zoo._bf16_as_f32: a Cast to bf16 and back after each op, kernels the CPU EP
+(hipep.tools.model_zoo.bf16_as_f32: a Cast to bf16 and back after each op, kernels the CPU EP
 has): the same arithmetic on the same values, rounded where a bf16 device rounds. The feeds are f32
 (ORT's Python binding takes no bf16) and the models cast them in and the results out."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto as T, helper as h, numpy_helper
 
-from hipep.tools.model_zoo import _bf16_as_f32
+from hipep.tools.model_zoo import bf16_as_f32
 
 from helpers import assignment, cpu_ep, make_model, session, tensor
 
@@ -34,7 +34,7 @@ def _with_casts(core_nodes, inputs, outputs, inits=(), opset=21):
 def _oracle(model):
     f32 = type(model)()
     f32.CopyFrom(model)
-    _bf16_as_f32(f32)
+    bf16_as_f32(f32)
     return ort.InferenceSession(f32.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
