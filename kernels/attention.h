@@ -177,24 +177,17 @@ HIPEP_DEVICE float hipep_gqa_finish(float acc, float m, float l, bool has_sink, 
 
 // ---- rotary ----------------------------------------------------------------------------------------
 
-// The rotation of one element pair (x1, x2) by (cos, sin); f32 in MLAS's fused form (see above).
+// The rotation of one element pair (x1, x2) by (cos, sin): unfused for the 16-bit types (f16, bf16:
+// hipep/ops/contrib_attention.py rotates both alike), f32 in MLAS's fused form (see above).
 template <typename T>
-HIPEP_DEVICE void hipep_rope(float x1, float x2, float c, float s, float& y1, float& y2);
+HIPEP_DEVICE void hipep_rope(float x1, float x2, float c, float s, float& y1, float& y2) {
+  y1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+  y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+}
 
 template <> HIPEP_DEVICE void hipep_rope<float>(float x1, float x2, float c, float s, float& y1, float& y2) {
   y1 = fmaf(x1, c, -__fmul_rn(x2, s));
   y2 = fmaf(x1, s, __fmul_rn(x2, c));
-}
-
-template <> HIPEP_DEVICE void hipep_rope<hipep_half>(float x1, float x2, float c, float s, float& y1, float& y2) {
-  y1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
-  y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
-}
-
-// bf16: the unfused form, as for f16 (hipep/ops/contrib_attention.py rotates both types alike).
-template <> HIPEP_DEVICE void hipep_rope<hipep_bf16>(float x1, float x2, float c, float s, float& y1, float& y2) {
-  y1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
-  y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
 }
 
 // The elements of pair j of a head: j < half rotated (j and j + half, or 2j and 2j + 1

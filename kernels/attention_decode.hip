@@ -33,16 +33,12 @@ template <int G> struct hipep_dec_threads {
 // Keys per lane per pass: K and V of these are in flight together (registers: 2 * KPL * 8 elements).
 template <typename T, int G> struct hipep_dec_keys { static constexpr int value = (sizeof(T) == 2 && G <= 4) ? 8 : 4; };
 
-// Eight elements of a row as loaded (16-byte words), converted to f32 when used.
-template <typename T> struct hipep_raw8;
-template <> struct hipep_raw8<hipep_half> { uint4 w; };
-template <> struct hipep_raw8<hipep_bf16> { uint4 w; };
+// Eight elements of a row as loaded (16-byte words), converted to f32 when used: one word of a
+// 16-bit type (f16, bf16; the templates), two of f32 (the overloads).
+template <typename T> struct hipep_raw8 { uint4 w; };
 template <> struct hipep_raw8<float> { float4 x, y; };
 
-HIPEP_DEVICE void hipep_raw_load(hipep_raw8<hipep_half>& r, const hipep_half* p) {
-  r.w = *reinterpret_cast<const uint4*>(p);
-}
-HIPEP_DEVICE void hipep_raw_load(hipep_raw8<hipep_bf16>& r, const hipep_bf16* p) {
+template <typename T> HIPEP_DEVICE void hipep_raw_load(hipep_raw8<T>& r, const T* p) {
   r.w = *reinterpret_cast<const uint4*>(p);
 }
 HIPEP_DEVICE void hipep_raw_load(hipep_raw8<float>& r, const float* p) {
@@ -51,28 +47,19 @@ HIPEP_DEVICE void hipep_raw_load(hipep_raw8<float>& r, const float* p) {
 }
 // The same through ld.global.cs (hipep_ld_stream): a load that stays ahead of hipep_grid_wait where the
 // code puts it (the fused kernel's first pass of past keys, requested while the kernel ahead finishes).
-HIPEP_DEVICE void hipep_raw_load_early(hipep_raw8<hipep_half>& r, const hipep_half* p) {
-  r.w = hipep_ld_stream(reinterpret_cast<const uint4*>(p));
-}
-HIPEP_DEVICE void hipep_raw_load_early(hipep_raw8<hipep_bf16>& r, const hipep_bf16* p) {
+template <typename T> HIPEP_DEVICE void hipep_raw_load_early(hipep_raw8<T>& r, const T* p) {
   r.w = hipep_ld_stream(reinterpret_cast<const uint4*>(p));
 }
 HIPEP_DEVICE void hipep_raw_load_early(hipep_raw8<float>& r, const float* p) {
   r.x = hipep_ld_stream(reinterpret_cast<const float4*>(p));
   r.y = hipep_ld_stream(reinterpret_cast<const float4*>(p) + 1);
 }
-HIPEP_DEVICE void hipep_raw_zero(hipep_raw8<hipep_half>& r) { r.w = make_uint4(0u, 0u, 0u, 0u); }
-HIPEP_DEVICE void hipep_raw_zero(hipep_raw8<hipep_bf16>& r) { r.w = make_uint4(0u, 0u, 0u, 0u); }
+template <typename T> HIPEP_DEVICE void hipep_raw_zero(hipep_raw8<T>& r) { r.w = make_uint4(0u, 0u, 0u, 0u); }
 HIPEP_DEVICE void hipep_raw_zero(hipep_raw8<float>& r) { r.x = r.y = make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
-HIPEP_DEVICE void hipep_raw_float(const hipep_raw8<hipep_half>& r, float* f) {
-  const hipep_half* h = reinterpret_cast<const hipep_half*>(&r.w);
+template <typename T> HIPEP_DEVICE void hipep_raw_float(const hipep_raw8<T>& r, float* f) {
+  const T* h = reinterpret_cast<const T*>(&r.w);
 #pragma unroll
-  for (int e = 0; e < 8; ++e) f[e] = __half2float(h[e]);
-}
-HIPEP_DEVICE void hipep_raw_float(const hipep_raw8<hipep_bf16>& r, float* f) {
-  const hipep_bf16* h = reinterpret_cast<const hipep_bf16*>(&r.w);
-#pragma unroll
-  for (int e = 0; e < 8; ++e) f[e] = __bfloat162float(h[e]);
+  for (int e = 0; e < 8; ++e) f[e] = hipep_to_float(h[e]);
 }
 HIPEP_DEVICE void hipep_raw_float(const hipep_raw8<float>& r, float* f) {
   f[0] = r.x.x; f[1] = r.x.y; f[2] = r.x.z; f[3] = r.x.w; f[4] = r.y.x; f[5] = r.y.y; f[6] = r.y.z; f[7] = r.y.w;

@@ -15,18 +15,12 @@ HIPEP_DEVICE void hipep_load8(const float* p, float* f) {
   f[0] = x.x; f[1] = x.y; f[2] = x.z; f[3] = x.w; f[4] = y.x; f[5] = y.y; f[6] = y.z; f[7] = y.w;
 }
 
-HIPEP_DEVICE void hipep_load8(const hipep_half* p, float* f) {
+// f16 and bf16: one 16-byte word.
+template <typename T> HIPEP_DEVICE void hipep_load8(const T* p, float* f) {
   const uint4 u = *reinterpret_cast<const uint4*>(p);
-  const hipep_half* h = reinterpret_cast<const hipep_half*>(&u);
+  const T* h = reinterpret_cast<const T*>(&u);
 #pragma unroll
-  for (int e = 0; e < 8; ++e) f[e] = __half2float(h[e]);
-}
-
-HIPEP_DEVICE void hipep_load8(const hipep_bf16* p, float* f) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
-  const hipep_bf16* h = reinterpret_cast<const hipep_bf16*>(&u);
-#pragma unroll
-  for (int e = 0; e < 8; ++e) f[e] = __bfloat162float(h[e]);
+  for (int e = 0; e < 8; ++e) f[e] = hipep_to_float(h[e]);
 }
 
 // Cache rows [j0, j0 + BN) (zeros from `end` on) into shared memory as f32, 16 bytes a load.
