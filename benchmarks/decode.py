@@ -19,10 +19,11 @@ device, through ONNX Runtime with IOBinding and through onnxruntime-genai.
 Writes benchmarks/results/<date>-decode-<gpu>.md and .png (the plot needs matplotlib). Building
 the model (once, cached) needs the `models` extra and takes ~30 s on 16 cores.
 
-    python benchmarks/decode.py [--quick] [--model DIR | --precision int4|int4-f16] [--no-genai] [--host-io] [--out DIR]
+    python benchmarks/decode.py [--quick] [--model DIR | --precision int4|int4-f16|int4-bf16] [--no-genai] [--host-io] [--out DIR]
 
 `--precision int4-f16` measures the builder's CUDA-target int4 model instead (f16 activations and
-KV cache), into <date>-decode-<gpu>-int4-f16.md.
+KV cache), into <date>-decode-<gpu>-int4-f16.md; `int4-bf16` the same in bf16 (its CPU EP
+reference runs the model in f32 with every bf16 result rounded, model_zoo.cpu_ep_folder).
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from machine import machine_info  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 PROMPT, NEW, RUNS, COMPARE = 128, 128, 3, 16
+CACHE_TYPES = {"tensor(float)": 1, "tensor(float16)": 10, "tensor(bfloat16)": 16}  # ORT's type -> ONNX's number
 
 # Batch 1, 128 new tokens after a 128-token prompt, same model shape, measured on the H200 machine
 # (2026-12-01): the context these numbers are read in.
@@ -87,11 +89,11 @@ class Decoder:
         self.cache_bytes, self.caches = 0, {}
         for i in sess.get_inputs():
             if i.name.startswith("past_key_values."):
-                dtype = np.float16 if "float16" in i.type else np.float32
-                zeros = np.zeros((1, i.shape[1], max_len, head_size), dtype)
-                value = place.value(zeros)
+                onnx_type = CACHE_TYPES[i.type]
+                shape = (1, i.shape[1], max_len, head_size)
+                value = place.zeros(shape, onnx_type)
                 self.caches[i.name] = value
-                self.cache_bytes += zeros.nbytes
+                self.cache_bytes += int(np.prod(shape)) * gh.ONNX_ITEMSIZE[onnx_type]
                 self.binding.bind_ortvalue_input(i.name, value)
                 self.binding.bind_ortvalue_output(i.name.replace("past_key_values.", "present."), value)
         self.logits: dict[int, object] = {}
@@ -146,7 +148,8 @@ def model_facts(folder: str) -> dict:
     dec = cfg["model"]["decoder"]
     # what a decode step must read: every MatMulNBits weight and scale (the embedding is one row)
     names = {i for n in m.graph.node if n.op_type == "MatMulNBits" for i in n.input[1:] if i}
-    itemsize = {onnx.TensorProto.UINT8: 1, onnx.TensorProto.FLOAT16: 2, onnx.TensorProto.FLOAT: 4}
+    itemsize = {onnx.TensorProto.UINT8: 1, onnx.TensorProto.FLOAT16: 2, onnx.TensorProto.BFLOAT16: 2,
+                onnx.TensorProto.FLOAT: 4}
     step_bytes = sum(int(np.prod(t.dims)) * itemsize.get(t.data_type, 4) for t in m.graph.initializer
                      if t.name in names)
     past = next(i for i in m.graph.input if i.name.startswith("past_key_values."))
@@ -199,6 +202,10 @@ def run_hipep(path: str, facts: dict, prompt: np.ndarray, new: int, runs: int, p
 def run_cpu_reference(path: str, facts: dict, prompt: np.ndarray, count: int) -> dict:
     import onnxruntime as ort
 
+    from hipep.tools import model_zoo
+
+    # a bf16 model as the CPU EP can run it: f32 with every bf16 result rounded to bf16
+    path = os.path.join(model_zoo.cpu_ep_folder(os.path.dirname(path)), os.path.basename(path))
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     dec = Decoder(sess, facts["head_size"], prompt.size + count, gh.Placement(0, want_device=False))
     return dec.generate(prompt, count)
@@ -409,9 +416,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="prompt 16, 16 new tokens, one run: a smoke test")
     ap.add_argument("--model", help="a builder model folder (default: model_zoo's llama '1b' of --precision, built once)")
-    ap.add_argument("--precision", choices=("int4", "int4-f16"), default="int4",
+    ap.add_argument("--precision", choices=("int4", "int4-f16", "int4-bf16"), default="int4",
                     help="int4: the builder's CPU target (f32 activations, MatMulNBits at accuracy level 4); "
-                         "int4-f16: its CUDA target (f16 activations and KV cache, level 0), what a GPU user builds")
+                         "int4-f16: its CUDA target (f16 activations and KV cache, level 0), what a GPU user builds; "
+                         "int4-bf16: the same in bf16")
     ap.add_argument("--prompt", type=int, default=PROMPT, help=f"prompt tokens (default {PROMPT})")
     ap.add_argument("--new", type=int, default=NEW, help=f"new tokens (default {NEW})")
     ap.add_argument("--runs", type=int, default=RUNS, help=f"timed runs (default {RUNS})")

@@ -14,7 +14,7 @@ kernels add up: at ~0.8 ms of kernels a step, every 0.1 ms of host work is ~10 %
 
 Writes benchmarks/results/<date>-decode-host-<gpu>[-int4-f16].md.
 
-    python benchmarks/decode_host.py [--precision int4|int4-f16] [--model DIR] [--steps N] [--out DIR] [--pstats FILE]
+    python benchmarks/decode_host.py [--precision int4|int4-f16|int4-bf16] [--model DIR] [--steps N] [--out DIR] [--pstats FILE]
 """
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ def render(info: dict, facts: dict, folder: str, m: dict, top: int, command: str
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="a builder model folder (default: model_zoo's llama '1b' of --precision, built once)")
-    ap.add_argument("--precision", choices=("int4", "int4-f16"), default="int4-f16",
+    ap.add_argument("--precision", choices=("int4", "int4-f16", "int4-bf16"), default="int4-f16",
                     help="the builder's CPU target (int4) or its CUDA target (int4-f16, default)")
     ap.add_argument("--steps", type=int, default=STEPS, help=f"steps timed, and as many profiled (default {STEPS})")
     ap.add_argument("--top", type=int, default=TOP, help=f"profile rows listed (default {TOP})")

@@ -14,6 +14,9 @@ import numpy as np
 
 ORT_ELEMENT = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
                "tensor(int32)": np.int32, "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
+# ONNX element type numbers of the float types a builder decoder's cache holds
+ONNX_NUMPY = {1: np.float32, 10: np.float16}
+ONNX_ITEMSIZE = {1: 4, 10: 2, 16: 2}
 
 
 class Unavailable(Exception):
@@ -129,6 +132,19 @@ class Placement:
         if self.on_device:
             return self.ort.OrtValue.ortvalue_from_numpy(array, "cuda", self.device_id)
         return self.ort.OrtValue.ortvalue_from_numpy(array)
+
+    def zeros(self, shape, onnx_type: int):
+        """An OrtValue of zeros of ONNX element type `onnx_type` (bf16, 16, included, which numpy
+        cannot hold): on the device allocated by ORT and cleared by the driver, else host memory."""
+        if not self.on_device:
+            host = np.zeros(shape, np.uint16 if onnx_type == 16 else ONNX_NUMPY[onnx_type])
+            return self.ort.OrtValue.ortvalue_from_numpy_with_onnx_type(host, onnx_type)
+        value = self.ort.OrtValue.ortvalue_from_shape_and_type(list(shape), onnx_type, "cuda", self.device_id)
+        nbytes = int(np.prod(shape)) * ONNX_ITEMSIZE[onnx_type]
+        if nbytes:
+            _ok(_driver().cuMemsetD8Async(value.data_ptr(), 0, nbytes, 0), "cuMemsetD8Async")
+            _ok(_driver().cuCtxSynchronize(), "cuCtxSynchronize")
+        return value
 
     def empty(self, shape, dtype):
         if self.on_device:
