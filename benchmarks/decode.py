@@ -153,7 +153,6 @@ def model_facts(folder: str) -> dict:
     step_bytes = sum(int(np.prod(t.dims)) * itemsize.get(t.data_type, 4) for t in m.graph.initializer
                      if t.name in names)
     past = next(i for i in m.graph.input if i.name.startswith("past_key_values."))
-    logits = next(o for o in m.graph.output if o.name == "logits")
     nbits = next((n for n in m.graph.node if n.op_type == "MatMulNBits"), None)
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in nbits.attribute} if nbits is not None else {}
     return {"ops": dict(ops.most_common()), "bytes": os.path.getsize(data) if os.path.exists(data) else 0,
@@ -161,7 +160,8 @@ def model_facts(folder: str) -> dict:
             "hidden": dec["hidden_size"], "heads": dec["num_attention_heads"], "kv_heads": dec["num_key_value_heads"],
             "vocab": cfg["model"]["vocab_size"], "context": cfg["model"]["context_length"],
             "cache_itemsize": itemsize.get(past.type.tensor_type.elem_type, 4),
-            "activations": onnx.helper.tensor_dtype_to_np_dtype(logits.type.tensor_type.elem_type).name,
+            # (the KV cache's type: a bf16 model's logits are f32)
+            "activations": onnx.helper.tensor_dtype_to_np_dtype(past.type.tensor_type.elem_type).name,
             "quantization": (f"MatMulNBits {attrs['bits']}-bit, block {attrs['block_size']}, accuracy level "
                              f"{attrs.get('accuracy_level', 0)}") if attrs else "no MatMulNBits"}
 

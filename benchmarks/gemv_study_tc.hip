@@ -178,6 +178,6 @@ PM(4, 1, 2, 1) PM(8, 1, 2, 1) PM(4, 2, 2, 1) PM(8, 2, 2, 1) PM(4, 4, 2, 1) PM(8,
   HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, 2)                                \
       h2_tc_u##U##_s##SPLIT(HIPEP_MNB_PARAMS(hipep_half)) {                                           \
     hipep_mnb_gemv_tc<U, SPLIT, false, true>(hipep_mnb_a_loaded<hipep_half>{A},                       \
-                                             hipep_mnb_tc_plain{B, scales, zp, bias, Y}, a);          \
+                                             hipep_mnb_tc_plain<hipep_half>{B, scales, zp, bias, Y}, a);\
   }
 PT(2, 2) PT(4, 2) PT(2, 4) PT(4, 4) PT(2, 8) PT(4, 8)

@@ -244,7 +244,7 @@ template <typename P> HIPEP_DEVICE void hipep_materialize(P*& p) {
 }
 
 // ---- tensor cores --------------------------------------------------------------------------------
-// D += A B for a warp: mma.sync m16n8k16, A and B fp16, D f32 (NVIDIA compute capability 8.0 and
+// D += A B for a warp: mma.sync m16n8k16, A and B fp16 (or bf16: _bf16), D f32 (NVIDIA compute capability 8.0 and
 // newer; the tests' host stand-in emulates it). Lane 4g + t holds A's rows g and g + 8 at k 2t, 2t + 1
 // (a0, a1) and 2t + 8, 2t + 9 (a2, a3), B's column g at k 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1), D's
 // rows g (d0, d1) and g + 8 (d2, d3) at columns 2t, 2t + 1; a register holds two halves, the lower k
@@ -260,6 +260,20 @@ HIPEP_DEVICE void hipep_mma_m16n8k16(float (&d)[4], unsigned int a0, unsigned in
   hipep_host_mma_m16n8k16(d, a0, a1, a2, a3, b0, b1);
 #elif defined(HIPEP_HAS_MMA)
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else
+  for (int i = 0; i < 4; ++i) d[i] = __int_as_float(0x7fc00000);
+#endif
+}
+// The same with A and B bf16 (registers of two bf16 values, as above).
+HIPEP_DEVICE void hipep_mma_m16n8k16_bf16(float (&d)[4], unsigned int a0, unsigned int a1, unsigned int a2,
+                                          unsigned int a3, unsigned int b0, unsigned int b1) {
+#if defined(HIPEP_HOST_MMA)
+  hipep_host_mma_m16n8k16_bf16(d, a0, a1, a2, a3, b0, b1);
+#elif defined(HIPEP_HAS_MMA)
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                "{%0,%1,%2,%3};"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));

@@ -128,14 +128,17 @@ HIPEP_DEVICE void hipep_mnb_row_stage_q8(unsigned char* smem, const T* HIPEP_RES
   }
 }
 
-// 8 halves of A from k0 (zeros past K): one 16-byte load where A allows it. A comes from the kernel
-// ahead, which may still run when this one starts: coherent loads after the wait (hipep_ld_produced).
-HIPEP_DEVICE uint4 hipep_mnb_row_a8(const hipep_half* HIPEP_RESTRICT A, hipep_i64 k0, const hipep_mnb_args& a) {
+// 8 16-bit values of A (E: fp16, or bf16 for the tensor-core kernel) from k0 (zeros past K): one
+// 16-byte load where A allows it. A comes from the kernel ahead, which may still run when this one
+// starts: coherent loads after the wait (hipep_ld_produced).
+template <typename E>
+HIPEP_DEVICE uint4 hipep_mnb_row_a8(const E* HIPEP_RESTRICT A, hipep_i64 k0, const hipep_mnb_args& a) {
+  static_assert(sizeof(E) == 2, "8 values of A are one 16-byte load");
   if (a.a_vec && k0 + 8 <= a.k && (a.k % 8) == 0) return hipep_ld_produced(reinterpret_cast<const uint4*>(A + k0));
   uint4 raw;
-  hipep_half* h = reinterpret_cast<hipep_half*>(&raw);
+  E* h = reinterpret_cast<E*>(&raw);
 #pragma unroll
-  for (int j = 0; j < 8; ++j) h[j] = (k0 + j < a.k) ? hipep_ld_produced(A + k0 + j) : __float2half(0.0f);
+  for (int j = 0; j < 8; ++j) h[j] = (k0 + j < a.k) ? hipep_ld_produced(A + k0 + j) : hipep_from_float<E>(0.0f);
   return raw;
 }
 
@@ -152,10 +155,10 @@ struct hipep_mnb_h2_layout {
   }
 };
 
-// h2 staging: thread t takes word w (8 halves) and puts it where Layout says; P words a thread in
-// flight.
-template <int P = MNB_ROW_STAGE_H2, typename Layout = hipep_mnb_h2_layout>
-HIPEP_DEVICE void hipep_mnb_row_stage_h2(unsigned char* smem, const hipep_half* HIPEP_RESTRICT A, hipep_i64 kt,
+// h2 staging: thread t takes word w (8 values of E, fp16 but for the tensor-core kernel's bf16) and
+// puts it where Layout says; P words a thread in flight.
+template <int P = MNB_ROW_STAGE_H2, typename Layout = hipep_mnb_h2_layout, typename E = hipep_half>
+HIPEP_DEVICE void hipep_mnb_row_stage_h2(unsigned char* smem, const E* HIPEP_RESTRICT A, hipep_i64 kt,
                                          int tile_chunks, const hipep_mnb_args& a) {
   const int words = tile_chunks * 4;
   for (int w0 = 0; w0 < words; w0 += P * blockDim.x) {
@@ -169,7 +172,7 @@ HIPEP_DEVICE void hipep_mnb_row_stage_h2(unsigned char* smem, const hipep_half* 
     for (int i = 0; i < P; ++i) {
       const int w = w0 + i * blockDim.x + threadIdx.x;
       if (w >= words) break;
-      Layout::put(smem, w, tile_chunks, reinterpret_cast<const hipep_half*>(&raw[i]));
+      Layout::put(smem, w, tile_chunks, reinterpret_cast<const E*>(&raw[i]));
     }
   }
 }
@@ -186,7 +189,7 @@ template <typename T> struct hipep_mnb_a_loaded {
     if constexpr (Q8) {
       hipep_mnb_row_stage_q8<T, P>(smem, A, kt, tile_chunks, a);
     } else {
-      hipep_mnb_row_stage_h2<P, Layout>(smem, reinterpret_cast<const hipep_half*>(A), kt, tile_chunks, a);
+      hipep_mnb_row_stage_h2<P, Layout, T>(smem, A, kt, tile_chunks, a);
     }
   }
 };

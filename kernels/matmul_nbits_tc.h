@@ -1,5 +1,5 @@
-// The one-row GEMV of fp16 A (decode) on tensor cores, as templates: 4-bit weights, block_size
-// >= 32, 16-byte aligned rows, packed 4-bit or no zero points, fp16 scales.
+// The one-row GEMV of fp16 or bf16 A (decode) on tensor cores, as templates: 4-bit weights, block_size
+// >= 32, 16-byte aligned rows, packed 4-bit or no zero points, scales of A's type.
 //
 // The row GEMV in packed arithmetic (matmul_nbits_row.h) spends ~17 instructions on a word of B (8
 // weights): a LOP3 a nibble pair to halves 1024 + q, a subtraction of the offset and zero point each,
@@ -24,6 +24,12 @@
 //   sum(a) (hipep_mnb_tc_sums), so that a chunk's sum of (q - zp) a is D - off - zp sx.
 // * SPLIT warps share a column group, each on its own run of chunks (a multiple of 4: whole rounds;
 //   A and the weights past K_pad are zeros), their sums meeting in shared memory in warp order.
+// * bf16 A (hipep_mnb_tc_type): bf16 has 7 mantissa bits, so a high nibble cannot stay at bits 4..7
+//   (bit 7 is the exponent's): the high nibbles are shifted down to bits 0..3 first (one more shift
+//   a register) and both become halves 128 + q, exact; the odd values are staged as they are, the
+//   bf16 mma runs, and off takes 128 in place of 1024. It is the only packed form for bf16, whose
+//   8-bit significand makes products rounded to bf16 (as the h2 kernels' are to fp16) an error the
+//   size of the result's own rounding.
 //
 // The sums are in f32 throughout (the h2 kernels round each word's four products to fp16), in another
 // order: not the h2 kernels' bits. NVIDIA compute capability 8.0 and newer (HIPEP_HAS_MMA; the binding
@@ -40,60 +46,90 @@
 // Chunks a warp's run covers: whole rounds of 4 (a thread's chunk each), SPLIT runs over the row.
 HIPEP_DEVICE int hipep_mnb_tc_run(int chunks, int split) { return ((chunks + 4 * split - 1) / (4 * split)) * 4; }
 
-// The tensor-core kernel's layout of a staged word w: its four pairs (a0, a4), (a2, a6), (a1 / 16,
-// a5 / 16), (a3 / 16, a7 / 16) as one 16-byte store at w (a chunk's four words: 64 bytes). A source
-// stages through it (stage<false, P, hipep_mnb_tc_layout>), whatever it computes A from.
-struct hipep_mnb_tc_layout {
-  HIPEP_DEVICE static void put(unsigned char* smem, int w, int, const hipep_half* h) {
-    __half2 pr[4];
-    pr[0] = __halves2half2(h[0], h[4]);
-    pr[1] = __halves2half2(h[2], h[6]);
-    pr[2] = __halves2half2(__float2half(__half2float(h[1]) * 0.0625f), __float2half(__half2float(h[5]) * 0.0625f));
-    pr[3] = __halves2half2(__float2half(__half2float(h[3]) * 0.0625f), __float2half(__half2float(h[7]) * 0.0625f));
-    reinterpret_cast<uint4*>(smem)[w] = *reinterpret_cast<const uint4*>(pr);
+// What the kernel takes from A's type: MAGIC, the bits OR'd above a nibble pair that make the
+// halves OFFSET + q (low nibbles), and, from a register shifted right by HI_SHIFT and masked by
+// HI_MASK, OFFSET + HI q (high nibbles), exactly; the odd values of A are staged times 1 / HI, so
+// that each product is OFFSET a + q a; a register's two values as floats (the low one first); the
+// mma of that type.
+template <typename T> struct hipep_mnb_tc_type;
+template <> struct hipep_mnb_tc_type<hipep_half> {
+  static constexpr unsigned int MAGIC = 0x64006400u, HI_MASK = 0x00F000F0u;
+  static constexpr int HI_SHIFT = 0;
+  static constexpr float OFFSET = 1024.0f, HI = 16.0f;
+  HIPEP_DEVICE static float2 pair(unsigned int v) { return __half22float2(hipep_u32_half2(v)); }
+  HIPEP_DEVICE static void mma(float (&d)[4], unsigned int a0, unsigned int a1, unsigned int a2, unsigned int a3,
+                               unsigned int b0, unsigned int b1) {
+    hipep_mma_m16n8k16(d, a0, a1, a2, a3, b0, b1);
+  }
+};
+template <> struct hipep_mnb_tc_type<hipep_bf16> {
+  static constexpr unsigned int MAGIC = 0x43004300u, HI_MASK = 0x000F000Fu;
+  static constexpr int HI_SHIFT = 4;
+  static constexpr float OFFSET = 128.0f, HI = 1.0f;
+  HIPEP_DEVICE static float2 pair(unsigned int v) { return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xFFFF0000u)); }
+  HIPEP_DEVICE static void mma(float (&d)[4], unsigned int a0, unsigned int a1, unsigned int a2, unsigned int a3,
+                               unsigned int b0, unsigned int b1) {
+    hipep_mma_m16n8k16_bf16(d, a0, a1, a2, a3, b0, b1);
   }
 };
 
+// The tensor-core kernel's layout of a staged word w of A's type T: its four pairs (a0, a4), (a2, a6),
+// (a1 / HI, a5 / HI), (a3 / HI, a7 / HI) as one 16-byte store at w (a chunk's four words: 64 bytes). A
+// source stages through it (stage<false, P, hipep_mnb_tc_layout>), whatever it computes A from.
+template <typename T> struct hipep_mnb_tc_layout_of {
+  HIPEP_DEVICE static T odd(T v) {
+    constexpr float hi = hipep_mnb_tc_type<T>::HI;
+    return hi == 1.0f ? v : hipep_from_float<T>(hipep_to_float(v) * (1.0f / hi));
+  }
+  HIPEP_DEVICE static void put(unsigned char* smem, int w, int, const T* h) {
+    const T pr[8] = {h[0], h[4], h[2], h[6], odd(h[1]), odd(h[5]), odd(h[3]), odd(h[7])};
+    reinterpret_cast<uint4*>(smem)[w] = *reinterpret_cast<const uint4*>(pr);
+  }
+};
+typedef hipep_mnb_tc_layout_of<hipep_half> hipep_mnb_tc_layout;
+
 // Each staged chunk's off and sx, from the staged halves themselves (so they are what the mmas
-// multiply: an odd value's a / 16 rounded as staged): off = 1024 (sum of all 32 staged halves), the
-// products' offsets (1024 a even, 1024 (a / 16) odd); sx = sum(a even) + 16 sum(a / 16 odd). Without
+// multiply: an odd value's a / HI rounded as staged): off = OFFSET (sum of all 32 staged halves), the
+// products' offsets (OFFSET a even, OFFSET (a / HI) odd); sx = sum(a even) + HI sum(a / HI odd). Without
 // zero points (8) off takes 8 sx too. A thread a chunk; between two barriers of the block.
-template <bool ZP>
+template <typename T, bool ZP>
 HIPEP_DEVICE void hipep_mnb_tc_sums(const uint4* planes, float* off, float* sx, int staged) {
+  typedef hipep_mnb_tc_type<T> Ty;
   for (int c = threadIdx.x; c < staged; c += blockDim.x) {
     float even = 0.0f, odd = 0.0f;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const uint4 p = planes[c * 4 + i];
-      const float2 e0 = __half22float2(hipep_u32_half2(p.x)), e1 = __half22float2(hipep_u32_half2(p.y));
-      const float2 o0 = __half22float2(hipep_u32_half2(p.z)), o1 = __half22float2(hipep_u32_half2(p.w));
+      const float2 e0 = Ty::pair(p.x), e1 = Ty::pair(p.y);
+      const float2 o0 = Ty::pair(p.z), o1 = Ty::pair(p.w);
       even += (e0.x + e0.y) + (e1.x + e1.y);
       odd += (o0.x + o0.y) + (o1.x + o1.y);
     }
-    const float s = even + 16.0f * odd;
-    off[c] = 1024.0f * (even + odd) + (ZP ? 0.0f : 8.0f * s);
+    const float s = even + Ty::HI * odd;
+    off[c] = Ty::OFFSET * (even + odd) + (ZP ? 0.0f : 8.0f * s);
     sx[c] = s;
   }
 }
 
 // What a warp's quads compute and where it goes. Rows g and g + 8 of a quad's mma are the columns
 // col(0) and col(1); write() takes their two sums (in lane t = 0 of the quad).
-// MatMulNBits: 16 columns a warp, n0 + g and n0 + g + 8, and the bias.
-struct hipep_mnb_tc_plain {
+// MatMulNBits: 16 columns a warp, n0 + g and n0 + g + 8, and the bias; T: A's (and Y's) type.
+template <typename T = hipep_half> struct hipep_mnb_tc_plain {
+  typedef T Elem;
   const unsigned char* B;
-  const hipep_half* scales;
+  const T* scales;
   const void* zp;
-  const hipep_half* bias;  // null: none
-  hipep_half* Y;
+  const T* bias;  // null: none
+  T* Y;
   static constexpr int COLUMNS = 16;
-  HIPEP_DEVICE hipep_mnb_row_col<hipep_half> col(int c, hipep_i64 n0, int g, const hipep_mnb_args& a) const {
-    return hipep_mnb_row_col_at<hipep_half>(B, scales, zp, n0 + g + 8 * c, a);
+  HIPEP_DEVICE hipep_mnb_row_col<T> col(int c, hipep_i64 n0, int g, const hipep_mnb_args& a) const {
+    return hipep_mnb_row_col_at<T>(B, scales, zp, n0 + g + 8 * c, a);
   }
   HIPEP_DEVICE void write(hipep_i64 n0, int g, const float (&acc)[2], const hipep_mnb_args& a) const {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const hipep_i64 n = n0 + g + 8 * c;
-      if (n < a.n) Y[n] = hipep_from_float<hipep_half>(acc[c] + (bias != 0 ? hipep_to_float(hipep_ld_stream(bias + n)) : 0.0f));
+      if (n < a.n) Y[n] = hipep_from_float<T>(acc[c] + (bias != 0 ? hipep_to_float(hipep_ld_stream(bias + n)) : 0.0f));
     }
   }
 };
@@ -101,6 +137,7 @@ struct hipep_mnb_tc_plain {
 // hipep::GatedMatMulNBits: 8 columns a warp, column n0 + g of both weights; the two sums rounded to
 // fp16 as the projections' outputs are, joined by the pointwise program (Epilogue).
 template <typename TO, typename Epilogue> struct hipep_mnb_tc_gated {
+  typedef hipep_half Elem;
   const unsigned char* B0;
   const hipep_half* scales0;
   const void* zp0;
@@ -121,6 +158,8 @@ template <typename TO, typename Epilogue> struct hipep_mnb_tc_gated {
 
 template <int U, int SPLIT, bool ZP, bool PAIRED, typename Out, typename Src = hipep_mnb_a_loaded<hipep_half>>
 HIPEP_DEVICE void hipep_mnb_gemv_tc(const Src src, const Out out, const hipep_mnb_args a) {
+  typedef typename Out::Elem T;
+  typedef hipep_mnb_tc_type<T> Ty;
   constexpr int GROUPS = MNB_WARPS / SPLIT;
   hipep_grid_release();
   HIPEP_DYNAMIC_SHARED(float4, hipep_mnb_smem4);
@@ -131,7 +170,7 @@ HIPEP_DEVICE void hipep_mnb_gemv_tc(const Src src, const Out out, const hipep_mn
   const int chunks = (int)(a.k_pad >> 5), run = hipep_mnb_tc_run(chunks, SPLIT), rounds = run / 4;
   const int cbase = part * run;
   const hipep_i64 n0 = ((hipep_i64)blockIdx.x * GROUPS + warp / SPLIT) * Out::COLUMNS;
-  hipep_mnb_row_col<hipep_half> col[2] = {out.col(0, n0, g, a), out.col(1, n0, g, a)};
+  hipep_mnb_row_col<T> col[2] = {out.col(0, n0, g, a), out.col(1, n0, g, a)};
   if (!ZP) col[0].zp = col[1].zp = nullptr;
   const bool owner = t < 2;  // D's columns 2t, 2t + 1: threads 2t, 2t + 1's chunks
   // Round r's loads: chunk cbase + 4r + t of both columns, and an owner's scales and zero points of
@@ -175,9 +214,9 @@ HIPEP_DEVICE void hipep_mnb_gemv_tc(const Src src, const Out out, const hipep_mn
   float* off = reinterpret_cast<float*>(smem + staged * 64);
   float* sx = off + staged;
   if (threadIdx.x < 4) zeros[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
-  src.template stage<false, MNB_ROW_STAGE_H2, hipep_mnb_tc_layout>(smem, 0, staged, a);
+  src.template stage<false, MNB_ROW_STAGE_H2, hipep_mnb_tc_layout_of<T>>(smem, 0, staged, a);
   __syncthreads();
-  hipep_mnb_tc_sums<ZP>(planes, off, sx, staged);
+  hipep_mnb_tc_sums<T, ZP>(planes, off, sx, staged);
   __syncthreads();
   float acc[2] = {0.0f, 0.0f};
   for (int r0 = 0; r0 < rounds; r0 += U) {
@@ -194,19 +233,18 @@ HIPEP_DEVICE void hipep_mnb_gemv_tc(const Src src, const Out out, const hipep_mn
       for (int i = 0; i < 4; ++i) {
         const unsigned int va = wa[i], vb = wb[i], va8 = va >> 8, vb8 = vb >> 8;
         const uint4 p = x[i];
-        hipep_mma_m16n8k16(d, hipep_and_or<0x000F000Fu, 0x64006400u>(va), hipep_and_or<0x000F000Fu, 0x64006400u>(vb),
-                           hipep_and_or<0x000F000Fu, 0x64006400u>(va8), hipep_and_or<0x000F000Fu, 0x64006400u>(vb8),
-                           p.x, p.y);
-        hipep_mma_m16n8k16(d, hipep_and_or<0x00F000F0u, 0x64006400u>(va), hipep_and_or<0x00F000F0u, 0x64006400u>(vb),
-                           hipep_and_or<0x00F000F0u, 0x64006400u>(va8), hipep_and_or<0x00F000F0u, 0x64006400u>(vb8),
-                           p.z, p.w);
+        Ty::mma(d, hipep_and_or<0x000F000Fu, Ty::MAGIC>(va), hipep_and_or<0x000F000Fu, Ty::MAGIC>(vb),
+                hipep_and_or<0x000F000Fu, Ty::MAGIC>(va8), hipep_and_or<0x000F000Fu, Ty::MAGIC>(vb8), p.x, p.y);
+        constexpr int hs = Ty::HI_SHIFT;
+        Ty::mma(d, hipep_and_or<Ty::HI_MASK, Ty::MAGIC>(va >> hs), hipep_and_or<Ty::HI_MASK, Ty::MAGIC>(vb >> hs),
+                hipep_and_or<Ty::HI_MASK, Ty::MAGIC>(va8 >> hs), hipep_and_or<Ty::HI_MASK, Ty::MAGIC>(vb8 >> hs), p.z, p.w);
       }
       if (owner) {
         const int c0 = cbase + 4 * r + 2 * t;  // even: 8-byte aligned pairs of off and sx
         const float2 o = *reinterpret_cast<const float2*>(off + c0), m = *reinterpret_cast<const float2*>(sx + c0);
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const float2 sc = __half22float2(hipep_u32_half2(s[c][u]));
+          const float2 sc = Ty::pair(s[c][u]);
           if (ZP) {
             const float z0 = (float)(z[c][u] & 0xFu), z1 = (float)((z[c][u] >> 4) & 0xFu);
             acc[c] = fmaf(sc.x, d[2 * c] - fmaf(z0, m.x, o.x), acc[c]);

@@ -152,8 +152,8 @@ def _render_tc(plan: RowPlan, src_type: str) -> tuple[str, str]:
     source = (f'#include "{HEADER}"\n#include "matmul_nbits_tc.h"\n'
               f"HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, 2)\n"
               f"    {name}(const {src_type} src, HIPEP_MNB_WEIGHTS(hipep_half)) {{\n"
-              f"  hipep_mnb_gemv_tc<{plan.u}, {plan.split}, {flags}, hipep_mnb_tc_plain, {src_type}>(\n"
-              f"      src, hipep_mnb_tc_plain{{B, scales, zp, bias, Y}}, a);\n}}\n")
+              f"  hipep_mnb_gemv_tc<{plan.u}, {plan.split}, {flags}, hipep_mnb_tc_plain<hipep_half>, {src_type}>(\n"
+              f"      src, hipep_mnb_tc_plain<hipep_half>{{B, scales, zp, bias, Y}}, a);\n}}\n")
     return name, source
 
 

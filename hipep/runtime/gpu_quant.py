@@ -84,10 +84,11 @@ GEMV_ROW = _env_int(GEMV_ROW_ENV, 1, (0, 1))
 # HIPEP_MNB_GEMV_ROW_COLS: 0 keeps the one-row GEMV at one column a warp (see row_cols_form).
 GEMV_ROW_COLS_ENV = "HIPEP_MNB_GEMV_ROW_COLS"
 GEMV_ROW_COLS = _env_int(GEMV_ROW_COLS_ENV, 1, (0, 1))
-# HIPEP_MNB_GEMV_TC: 1 runs fp16 decode rows on tensor cores where the device has them (see
-# row_tc_form); off until timed on a GPU against the forms above.
+# HIPEP_MNB_GEMV_TC: 1 runs fp16 decode rows on tensor cores too where the device has them, 0 no
+# row at all (see row_tc_form). Unset (-1): bf16 rows only, which have no packed form of their own;
+# fp16's h2 forms were faster on the H100 and H200.
 GEMV_ROW_TC_ENV = "HIPEP_MNB_GEMV_TC"
-GEMV_ROW_TC = _env_int(GEMV_ROW_TC_ENV, 0, (0, 1))
+GEMV_ROW_TC = _env_int(GEMV_ROW_TC_ENV, -1, (0, 1))
 
 
 class MatMulNBitsArgs(ctypes.Structure):
@@ -297,14 +298,16 @@ TC_SPLIT8_MIN_CHUNKS = 96
 TC_SMEM_PER_CHUNK = 72
 
 
-def row_tc_form(layout: MatMulNBitsArgs, target, scales_aligned: bool) -> tuple[int, int, bool, int] | None:
+def row_tc_form(layout: MatMulNBitsArgs, target, scales_aligned: bool, dt: str = "f16") -> tuple[int, int, bool, int] | None:
     """(U, warps a column group, paired scales, shared bytes) of the tensor-core row GEMV for an
-    fp16 row (the h2 cases of mnb_row_plan), or None where it does not run: HIPEP_MNB_GEMV_TC off, a
-    device without tensor cores (Target.tensor_cores), block 32 with an odd number of blocks a row
-    or scales not 4-byte aligned (block 32 reads a chunk pair's two scales as one load), or a row
-    whose staged A passes the shared-memory budget."""
+    fp16 or bf16 (`dt`) row (the h2 cases of mnb_row_plan), or None where it does not run:
+    HIPEP_MNB_GEMV_TC off (unset: on for bf16 only), a device without tensor cores
+    (Target.tensor_cores), block 32 with an odd number of blocks a row or scales not 4-byte aligned
+    (block 32 reads a chunk pair's two scales as one load), or a row whose staged A passes the
+    shared-memory budget."""
     bs, chunks = 1 << layout.log2_bs, layout.k_pad // 32
-    if not (GEMV_ROW_TC and target.tensor_cores and target.warp_size == 32):
+    on = GEMV_ROW_TC == 1 or (GEMV_ROW_TC == -1 and dt == "bf16")
+    if not (on and target.tensor_cores and target.warp_size == 32):
         return None
     paired = bs == 32
     if paired and (layout.nb % 2 or not scales_aligned):
@@ -326,14 +329,15 @@ def mnb_row_plan(layout: MatMulNBitsArgs, bits, dt, target,
                  tc_scales_aligned: bool | None = None) -> RowPlan | None:
     """The one-row GEMV in packed arithmetic (kernels/matmul_nbits_row.hip, hipep_mnb_gemv_row_*) where
     it applies -- 4 bits, block_size >= 32, 16-byte aligned rows, integer or no zero points, and
-    A quantized to int8 (q8) or fp16 (h2) -- else None (the general GEMV runs). `layout`: the
+    A quantized to int8 (q8) or fp16 (h2), or bf16 on tensor cores -- else None (the general GEMV
+    runs). `layout`: the
     node's arguments as the binding derived them (m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs,
     zp_mode, aligned16, int8_a), completed here with the row GEMV's tile. `tc_scales_aligned`:
-    where not None, an fp16 row may take the tensor-core form (row_tc_form; the fused forms, which
-    stage A their own way, pass None)."""
+    where not None, an fp16 or bf16 row may take the tensor-core form (row_tc_form; the fused forms,
+    which stage A their own way, pass None)."""
     bs, quant_a = 1 << layout.log2_bs, layout.int8_a
     if not (GEMV_ROW and bits == 4 and bs >= 32 and layout.aligned16 and layout.zp_mode in (0, 1)
-            and (quant_a or dt == "f16")):
+            and (quant_a or dt in ("f16", "bf16"))):
         return None
     chunks = layout.k_pad // 32
     per_chunk = 36 + 4 * 32 // bs if quant_a else 64  # shared bytes a chunk of A takes (see row_smem)
@@ -348,7 +352,7 @@ def mnb_row_plan(layout: MatMulNBitsArgs, bits, dt, target,
     if grid[0] <= ROW_W3_BLOCKS_PER_SM * target.sm_count:
         entry, min_blocks = entry + "_w3", ROW_W3_BLOCKS_PER_SM
     zp_suffix = '_zp' if zp else ''
-    tc_form = (row_tc_form(layout, target, tc_scales_aligned)
+    tc_form = (row_tc_form(layout, target, tc_scales_aligned, dt)
                if variant == "h2" and tc_scales_aligned is not None else None)
     if tc_form is not None:
         # Tensor cores: the nibbles' halves summed in f32 by mma.sync, 16 columns a warp
@@ -358,6 +362,8 @@ def mnb_row_plan(layout: MatMulNBitsArgs, bits, dt, target,
         entry = f"hipep_mnb_gemv_tc_{dt}_{'b32' if paired else 'bw'}_u{u}_s{split}{zp_suffix}"
         return RowPlan("tc", q8, u, zp, 2, entry, grid, smem, chunks, cols=16, split=split, module="matmul_nbits_tc",
                        paired=paired)
+    if variant == "h2" and dt != "f16":
+        return None  # bf16 pairs: the tensor-core form only (the h2 arithmetic is fp16's)
     cols_form = row_cols_form(chunks, layout.n, target) if variant == "h2" and tile_chunks == chunks else None
     if cols_form is not None:
         # Several columns a warp: each pair of A read from shared memory serves them all, and the

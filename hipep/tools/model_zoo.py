@@ -159,9 +159,11 @@ def _config(arch: str, size: str = "tiny"):
 
             # one linear-attention layer (2 key heads, 4 value heads, as Qwen3.5's 16 over 32) and one
             # full-attention layer, small enough for every test
+            # (the whole head rotated, said at the top level too: transformers 5.17 reads it there, 0.25
+            # by default, and the builder from there)
             text = dict(common, num_key_value_heads=kv_heads, head_dim=head_dim, linear_num_key_heads=2,
                         linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
-                        layer_types=["linear_attention", "full_attention"],
+                        layer_types=["linear_attention", "full_attention"], partial_rotary_factor=1.0,
                         rope_parameters=dict(rope, rope_theta=10000.0, partial_rotary_factor=1.0))
             return Qwen3_5Config(text_config=text, vision_config=vision)
         from transformers import Qwen3VLConfig

@@ -208,6 +208,45 @@ def test_matmul_nbits_on_tensor_cores(tensor_core_forms, shape):
     assert rel_l2(got, reference(feeds, weights, {"K": k, "N": n, "bits": 4, "block_size": bs})) < 2e-3
 
 
+# (K, N, block size, zero points): bf16 decode rows at the ~1.1B model's shapes (qkv, o, gate/up,
+# down, the LM head), and K short of K_pad with N odd and block 64 with zero points.
+BF16_SHAPES = [(2048, 3072, 32, "none"), (2048, 2048, 32, "uint8"), (2048, 8192, 32, "none"),
+               (8192, 2048, 128, "none"), (2048, 32000, 32, "none"), (4000, 4097, 64, "uint8")]
+
+
+@pytest.mark.parametrize("shape", BF16_SHAPES, ids=[f"K{s[0]}-N{s[1]}-bs{s[2]}-{s[3]}" for s in BF16_SHAPES])
+def test_bf16_decode_rows_run_on_tensor_cores(monkeypatch, shape):
+    """bf16 decode rows take the tensor-core GEMV by default (HIPEP_MNB_GEMV_TC unset; bf16 has no
+    packed form of its own): within the output's bf16 rounding of hipep's float64 reference on the
+    same bf16 A and scales. bf16 inside the model (Casts from and to f32: ORT's Python layer cannot
+    feed numpy bfloat16); replays give the first run's bits."""
+    import ml_dtypes
+
+    from hipep.runtime import gpu_quant as gq
+
+    answers, form = [], gq.row_tc_form
+    monkeypatch.setattr(gq, "row_tc_form", lambda *args: answers.append(form(*args)) or answers[-1])
+    k, n, bs, zp_kind = shape
+    rng = np.random.default_rng(k + n)
+    bf16 = ml_dtypes.bfloat16
+    B, scales, zp = quantize_blockwise(rng.standard_normal((n, k)).astype(np.float32), 4, bs, zp_kind, rng)
+    scales = scales.astype(bf16)
+    inits = [numpy_helper.from_array(B, "B"), numpy_helper.from_array(scales.reshape(-1), "scales")]
+    if zp is not None:
+        inits.append(numpy_helper.from_array(zp.reshape(-1), "zp"))
+    nodes = [helper.make_node("Cast", ["A"], ["A_b"], to=TP.BFLOAT16),
+             helper.make_node("MatMulNBits", ["A_b", "B", "scales"] + (["zp"] if zp is not None else []), ["Y_b"],
+                              domain="com.microsoft", name="mnb", K=k, N=n, bits=4, block_size=bs),
+             helper.make_node("Cast", ["Y_b"], ["Y"], to=F32)]
+    model = make_model(nodes, [tensor("A", F32, [1, k])], [tensor("Y", F32, None)], inits, opset=21, extra_opsets=[MS])
+    feeds = {"A": (rng.standard_normal((1, k)) * 0.5).astype(np.float32)}
+    got = run_gpu(model, feeds)
+    assert answers and None not in answers, answers
+    want = reference({"A": feeds["A"].astype(bf16).astype(np.float32)}, (B, scales.astype(np.float32), zp, None),
+                     {"K": k, "N": n, "bits": 4, "block_size": bs})
+    assert rel_l2(got, want) < 2.5e-3  # the outputs rounded to bf16 alone: ~1.1e-3
+
+
 def test_tensor_core_gemv_that_starts_early_waits_for_the_kernel_ahead(tensor_core_forms):
     """The tensor-core row GEMV overlaps the kernel ahead as the row GEMVs do: a chain of GEMV ->
     SiLU links replayed 50 times gives the same bits each time and ORT's CPU EP's values."""

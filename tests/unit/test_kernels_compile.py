@@ -309,17 +309,19 @@ def test_tensor_core_row_gemv_loads_weights_before_it_waits_and_keeps_its_regist
     """The tensor-core row GEMV (kernels/matmul_nbits_tc.hip) overlaps the kernel ahead as the row
     GEMVs do: its first weights, scales and zero points through ld.global.cs before
     griddepcontrol.wait, A after it through coherent 16-byte loads, nothing through the read-only
-    path; it issues mma.sync, makes its nibble pairs by lop3, and no instance spills at its launch
-    bounds (two blocks an SM)."""
+    path; it issues mma.sync of A's type (fp16 or bf16), makes its nibble pairs by lop3, and no
+    instance spills at its launch bounds (two blocks an SM)."""
     from hipep.runtime import kernel_cache
 
     bodies = _entry_bodies(_ptx("matmul_nbits_tc", "compute_90"))
-    want = {f"hipep_mnb_gemv_tc_f16_{b}_u{gq.TC_U}_s{s}{z}" for b in ("b32", "bw") for s in (4, 8) for z in ("", "_zp")}
+    want = {f"hipep_mnb_gemv_tc_{t}_{b}_u{gq.TC_U}_s{s}{z}"
+            for t in ("f16", "bf16") for b in ("b32", "bw") for s in (4, 8) for z in ("", "_zp")}
     assert set(bodies) == want
     for entry, body in bodies.items():
         wait = _loads_only_streamed_data_before_it_waits(entry, body)
         assert "ld.global.cg.v4" in body[wait:], entry
-        assert body.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") >= 8, entry
+        t = "bf16" if "_bf16_" in entry else "f16"
+        assert body.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32") >= 8, entry
         masks = ("983055", "15728880")  # 0x000F000F, 0x00F000F0: the nibble pairs, by lop3 only
         assert sum("lop3.b32" in line and any(m in line for m in masks) for line in body.splitlines()) >= 8, entry
         assert not any("and.b32" in line and any(m in line for m in masks) for line in body.splitlines()), entry

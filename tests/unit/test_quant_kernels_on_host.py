@@ -166,15 +166,43 @@ def test_row_gemv_on_tensor_cores_on_host(matmul_nbits, monkeypatch, k, n, bs, z
     assert err < 1e-2, (entry, err)
 
 
+@pytest.mark.parametrize("k,n,bs,zp_kind,with_bias,entry", [
+    (4096, 40, 32, "none", True, "hipep_mnb_gemv_tc_bf16_b32_u4_s8"),
+    (2048, 44, 32, "uint8", False, "hipep_mnb_gemv_tc_bf16_b32_u4_s4_zp"),
+    (4000, 37, 64, "uint8", True, "hipep_mnb_gemv_tc_bf16_bw_u4_s8_zp"),
+    (8192, 20, 128, "none", False, "hipep_mnb_gemv_tc_bf16_bw_u4_s8"),
+    (256, 33, 32, "uint8", True, "hipep_mnb_gemv_tc_bf16_b32_u4_s4_zp"),
+])
+def test_bf16_row_gemv_on_tensor_cores_on_host(matmul_nbits, k, n, bs, zp_kind, with_bias, entry):
+    """bf16 rows take the tensor-core form by default (HIPEP_MNB_GEMV_TC unset): halves 128 + q,
+    the bf16 mma, off's 128. Its sums are f32 throughout, so it meets the registry reference within
+    the output's own bf16 rounding (2^-8 of the largest output)."""
+    got, want, entries = _run(matmul_nbits, 1, k, n, bs, ml_dtypes.bfloat16, zp_kind, 0, with_bias, tensor_cores=True)
+    assert entries == [entry]
+    err = np.abs(got.astype(np.float64) - want.astype(np.float64)).max() / np.abs(want.astype(np.float64)).max()
+    assert err < 2 ** -8, (entry, err)
+
+
 def test_tensor_core_form_needs_the_option_and_the_device(monkeypatch):
-    """The tensor-core row GEMV runs only with HIPEP_MNB_GEMV_TC=1 and on a device with tensor cores
-    (Target.tensor_cores); A quantized to int8 (accuracy level 4) keeps the q8 kernels."""
-    for option, cores, dtype, level, tc in [(1, True, np.float16, 0, True), (0, True, np.float16, 0, False),
-                                            (1, False, np.float16, 0, False), (1, True, np.float32, 4, False)]:
+    """The tensor-core row GEMV runs fp16 rows only with HIPEP_MNB_GEMV_TC=1, bf16 rows unless it is
+    0, and only on a device with tensor cores (Target.tensor_cores); A quantized to int8 (accuracy
+    level 4) keeps the q8 kernels; bf16 without tensor cores the general GEMV."""
+    bf16 = ml_dtypes.bfloat16
+    for option, cores, dtype, level, entry in [
+            (1, True, np.float16, 0, "hipep_mnb_gemv_tc_f16_b32_u4_s4"),
+            (-1, True, np.float16, 0, "hipep_mnb_gemv_row1_h2_f16_b4_u2_c4_s1"),
+            (0, True, np.float16, 0, "hipep_mnb_gemv_row1_h2_f16_b4_u2_c4_s1"),
+            (1, False, np.float16, 0, "hipep_mnb_gemv_row1_h2_f16_b4_u2_c4_s1"),
+            (1, True, np.float32, 4, "hipep_mnb_gemv_row_q8_f32_b4_w3"),
+            (-1, True, bf16, 0, "hipep_mnb_gemv_tc_bf16_b32_u4_s4"),
+            (1, True, bf16, 0, "hipep_mnb_gemv_tc_bf16_b32_u4_s4"),
+            (0, True, bf16, 0, "hipep_mnb_gemv_bf16_b4_m1"),
+            (-1, False, bf16, 0, "hipep_mnb_gemv_bf16_b4_m1"),
+            (-1, True, bf16, 4, "hipep_mnb_gemv_row_q8_bf16_b4_w3")]:
         monkeypatch.setattr(gq, "GEMV_ROW_TC", option)
         ops = _bind_case(1, 2048, 64, 32, dtype, "none", level, tensor_cores=cores)[0]
-        assert ("_tc_" in ops[0].entry) == tc, (option, cores, dtype, ops[0].entry)
-        assert (ops[0].module == "matmul_nbits_tc") == tc
+        assert [o.entry for o in ops] == [entry], (option, cores, dtype, level)
+        assert (ops[0].module == "matmul_nbits_tc") == ("_tc_" in entry)
 
 
 @pytest.mark.parametrize("k,n,bs,zp_kind,with_bias,entry", [

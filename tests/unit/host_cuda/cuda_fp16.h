@@ -132,5 +132,7 @@ inline __half2 __hsub2(__half2 a, __half2 b) { return {(__half)((double)a.x - b.
 #define HIPEP_HOST_MMA 1
 void hipep_host_mma_m16n8k16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
                              unsigned b1);
+void hipep_host_mma_m16n8k16_bf16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                  unsigned b1);
 unsigned char* hipep_host_dynamic_smem();
 #define HIPEP_DYNAMIC_SHARED(type, name) type* name = reinterpret_cast<type*>(hipep_host_dynamic_smem())

@@ -41,25 +41,33 @@ unsigned char* hipep_host_dynamic_smem() { return dynamic_smem; }
 
 static unsigned mma_fragments[1024][6];  // a0..a3, b0, b1 of every thread of the block
 
-static double mma_half(unsigned reg, int which) {
+// One of a register's two 16-bit values (`which`: 0 the low one), fp16 or bf16, exactly as a double.
+static double mma_value(unsigned reg, int which, bool bf16) {
   uint16_t bits = (uint16_t)(reg >> (16 * which));
+  if (bf16) {
+    const uint32_t u = (uint32_t)bits << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return (double)f;
+  }
   __half h;
   std::memcpy(&h, &bits, 2);
   return (double)h;
 }
 
-void hipep_host_mma_m16n8k16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
-                             unsigned b1) {
+// D += A B over the warp's fragments; the products and their sum exact (in double), rounded once.
+static void host_mma(float (&d)[4], const unsigned (&mine)[6], bool bf16) {
   const int tid = hipep_host_tid(), lane = tid % HIPEP_WARP_SIZE, base = tid - lane;
-  const unsigned mine[6] = {a0, a1, a2, a3, b0, b1};
   std::memcpy(mma_fragments[tid], mine, sizeof(mine));
   hipep_host_warp_barrier();
   // A[row][k]: lane 4 (row % 8) + (k % 8) / 2, register (row >= 8) + 2 (k >= 8), half k % 2
   auto a_at = [&](int row, int k) {
-    return mma_half(mma_fragments[base + 4 * (row % 8) + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k % 2);
+    return mma_value(mma_fragments[base + 4 * (row % 8) + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k % 2, bf16);
   };
   // B[k][col]: lane 4 col + (k % 8) / 2, register 4 + (k >= 8), half k % 2
-  auto b_at = [&](int k, int col) { return mma_half(mma_fragments[base + 4 * col + (k % 8) / 2][4 + (k >= 8)], k % 2); };
+  auto b_at = [&](int k, int col) {
+    return mma_value(mma_fragments[base + 4 * col + (k % 8) / 2][4 + (k >= 8)], k % 2, bf16);
+  };
   const int g = lane / 4, t = lane % 4;
   float out[4];
   for (int i = 0; i < 4; ++i) {
@@ -70,4 +78,14 @@ void hipep_host_mma_m16n8k16(float (&d)[4], unsigned a0, unsigned a1, unsigned a
   }
   hipep_host_warp_barrier();
   for (int i = 0; i < 4; ++i) d[i] = out[i];
+}
+
+void hipep_host_mma_m16n8k16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                             unsigned b1) {
+  host_mma(d, {a0, a1, a2, a3, b0, b1}, false);
+}
+
+void hipep_host_mma_m16n8k16_bf16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                  unsigned b1) {
+  host_mma(d, {a0, a1, a2, a3, b0, b1}, true);
 }
