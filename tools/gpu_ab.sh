@@ -66,7 +66,6 @@ main() {
   # built every time (13 s): a machine still warm from an earlier call holds that call's hipep
   source "$repo/tools/gpu_install.sh"
   export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-  [ -f wheelhouse/head.commit ] && export HIPEP_COMMIT="${HIPEP_COMMIT:-$(cut -c1-7 wheelhouse/head.commit)}"
   # the tiny test models the wheelhouse carries, where tests read them (~/.cache/hipep)
   if [ -d wheelhouse/hipep-cache/models ]; then
     mkdir -p ~/.cache/hipep/models && cp -rn wheelhouse/hipep-cache/models/* ~/.cache/hipep/models/ 2>/dev/null

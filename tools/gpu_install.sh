@@ -5,6 +5,12 @@
 # or ORT_INCLUDE_DIR). Exits the calling script on a failure.
 # HIPEP_GPU_INSTALLED=1 skips all of it: hipep is already built and installed on this machine (a
 # second check beside a first one, which must not rebuild the package the first one is importing).
+
+# The commit results name (benchmarks/machine.py): wheelhouse/head.commit, which gpu_wheelhouse.sh
+# writes and a caller rewrites when it copies a newer tree; a copied tree's .git may be older.
+if [ -z "${HIPEP_COMMIT:-}" ] && [ -f wheelhouse/head.commit ]; then
+  export HIPEP_COMMIT="$(cut -c1-7 wheelhouse/head.commit)"
+fi
 if [ "${HIPEP_GPU_INSTALLED:-0}" = "1" ]; then
   step "hipep already installed (HIPEP_GPU_INSTALLED=1): $("$py" -P -c 'import hipep; print(hipep.__file__)' 2>&1 | tail -1)"
   return 0

@@ -58,5 +58,8 @@ for src in "$cache"/models/*/; do
 done
 [ -d "$cache/conformance" ] && mkdir -p "$dest/hipep-cache" && cp -r "$cache/conformance" "$dest/hipep-cache/"
 
+# the commit the GPU machine's results name (tools/gpu_install.sh exports it as HIPEP_COMMIT)
+git rev-parse HEAD >"$dest/head.commit" 2>/dev/null || true
+
 echo "gpu_wheelhouse: $(ls "$dest"/*.whl | wc -l) wheel(s) and ONNX Runtime headers in $dest:"
 ls -1 "$dest"
