@@ -137,20 +137,40 @@ def expand_function_nodes(graph: GraphView) -> GraphView:
 
 def _prefix_inner_values(g, keep: set, prefix: str) -> None:
     """Renames the values of an inlined body that are not the node's own inputs and outputs:
-    `prefix` + name, so two bodies of one graph never share a name."""
-    inner = {v for n in g.node for v in list(n.input) + list(n.output) if v and v not in keep}
-    inner |= {i.name for i in g.initializer if i.name not in keep}
+    `prefix` + name, so two bodies of one graph never share a name. The bodies of its If and Loop
+    nodes too: their references to the body's values, and their own values."""
+
+    def subgraphs(n):
+        for a in n.attribute:
+            yield from ([a.g] if a.HasField("g") else []) + list(a.graphs)
+
+    def values(graph) -> set:
+        out = {i.name for i in graph.initializer}
+        for n in graph.node:
+            out |= {v for v in list(n.input) + list(n.output) if v}
+            for sub in subgraphs(n):
+                out |= values(sub) | {v.name for v in list(sub.input) + list(sub.output)}
+        return out
+
+    inner = values(g) - keep
 
     def rename(v):
         return prefix + v if v in inner else v
 
-    for n in g.node:
-        n.input[:] = [rename(v) for v in n.input]
-        n.output[:] = [rename(v) for v in n.output]
-    for i in g.initializer:
-        i.name = rename(i.name)
-    for vi in g.value_info:
-        vi.name = rename(vi.name)
+    def rename_in(graph) -> None:
+        for n in graph.node:
+            n.input[:] = [rename(v) for v in n.input]
+            n.output[:] = [rename(v) for v in n.output]
+            for sub in subgraphs(n):
+                rename_in(sub)
+                for vi in list(sub.input) + list(sub.output):
+                    vi.name = rename(vi.name)
+        for i in graph.initializer:
+            i.name = rename(i.name)
+        for vi in graph.value_info:
+            vi.name = rename(vi.name)
+
+    rename_in(g)
 
 
 def _opset(domain: str, graph: GraphView) -> int:

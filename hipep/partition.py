@@ -477,10 +477,12 @@ def partition(graph: GraphView, claim: Claim = check_node, device: str = "cpu",
 
 
 def _expansion(node: Node, graph: GraphView, claim: Claim, device: str,
-               expands: Expands | None) -> Expansion | None:
-    """The node's Expansion when it is a function node of an op hipep has no entry for, ORT
-    replaces it by its body, and hipep would claim that whole body; else None."""
-    if not is_function_candidate(node) or (expands is not None and not expands(node)):
+               expands: Expands | None) -> Expansion | str | None:
+    """The node's Expansion when it is a function node of an op hipep has no entry for and hipep
+    would claim that whole body, claimed as the node (direct) or left for ORT to replace by the body
+    (only where ORT does: `expands`; an op ORT has a kernel of, such as HannWindow or AffineGrid,
+    stays a node); the reason it is left where only that stands in the way; else None."""
+    if not is_function_candidate(node):
         return None
     body = function_body(node, graph)
     if body is None:
@@ -488,8 +490,12 @@ def _expansion(node: Node, graph: GraphView, claim: Claim, device: str,
     report = partition(body, claim, device, expands)
     if not report.all_claimed or report.claimed_total == 0:
         return None
-    return Expansion(node, report, tuple(dict.fromkeys(n.op_type for n in body.nodes)),
-                     direct=device == "cpu" or _runs_on_device_alone(body, report))
+    direct = device == "cpu" or _runs_on_device_alone(body, report)
+    if not direct and expands is not None and not expands(node):
+        return (f"a function whose body ({', '.join(dict.fromkeys(n.op_type for n in body.nodes))}) runs on "
+                f"{device} only with host reads of its values, and ONNX Runtime runs its own kernel for it "
+                f"instead of that body")
+    return Expansion(node, report, tuple(dict.fromkeys(n.op_type for n in body.nodes)), direct=direct)
 
 
 def _runs_on_device_alone(body: GraphView, report: "PartitionReport") -> bool:
@@ -546,7 +552,9 @@ def _partition_once(graph: GraphView, claim: Claim, device: str, refused: dict[i
         reason = _claim_safely(claim, node, graph)
         if reason is not None:
             expansion = _expansion(node, graph, base_claim, device, expands)
-            if expansion is not None:
+            if isinstance(expansion, str):
+                reasons[pos] = expansion
+            elif expansion is not None:
                 expansions[pos] = expansion
                 if expansion.direct:  # claimed whole: compiled through its body
                     reason = None

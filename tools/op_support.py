@@ -39,11 +39,13 @@ listed sets (one set per type constraint; a constraint binds all positions that 
 uses only the listed attributes, and the op's claim predicate accepts it (the limits column
 quotes the predicate's docstring where it has one).
 
-Ops that ONNX defines as functions run on hipep without an entry here where ORT's CPU EP has no
-kernel for them (Swish, NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, CenterCropPad, ...):
-hipep runs such a node through its function body, or (on a GPU, a body with shape arithmetic)
-leaves it for ORT to replace by that body and claims the body's nodes. `hipep explain` says which;
-the conformance part below lists their cases as "(function)".
+Ops that ONNX defines as functions run on hipep without an entry here (Swish,
+NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, CenterCropPad, AffineGrid, the window
+functions, ...): hipep runs such a node through its function body, or (on a GPU, a body with shape
+arithmetic) leaves it for ORT to replace by that body and claims the body's nodes -- where ORT's
+CPU EP has no kernel for the op; where it has one (AffineGrid, the windows), ORT never replaces
+the node, and ORT's CPU EP runs it. `hipep explain` says which; the conformance part below lists
+their cases as "(function)".
 """
 
 

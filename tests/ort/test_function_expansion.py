@@ -36,10 +36,20 @@ def cross_entropy_model(reduction="mean", weighted=True, ignore_index=2):
                       [tensor("loss", T.FLOAT, None), tensor("log_prob", T.FLOAT, [2, 3, 4])], opset=13)
 
 
-def hann_model():
-    """HannWindow: a function op ORT's CPU EP has a kernel for, so ORT never expands it."""
-    return make_model([h.make_node("HannWindow", ["n"], ["y"], name="hann")], [tensor("n", T.INT64, [])],
+def hann_model(op="HannWindow", **attrs):
+    """HannWindow (or another window): a function op ORT's CPU EP has a kernel for, so ORT never
+    expands it."""
+    return make_model([h.make_node(op, ["n"], ["y"], name="window", **attrs)], [tensor("n", T.INT64, [])],
                       [tensor("y", T.FLOAT, None)], opset=17)
+
+
+def affine_grid_model(dims, align_corners):
+    """AffineGrid: a function op ORT's CPU EP has a kernel for, whose body branches (If) on the
+    grid's rank and reads the body's values from inside its branches."""
+    n, rank = 2, len(dims)
+    node = h.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=align_corners, name="affine")
+    return make_model([node], [tensor("theta", T.FLOAT, [n, rank, rank + 1])], [tensor("grid", T.FLOAT, None)],
+                      [h.make_tensor("size", T.INT64, [rank + 2], [n, 3, *dims])], opset=20)
 
 
 def test_the_ops_are_functions_hipep_has_no_entry_for():
@@ -91,13 +101,56 @@ def test_a_body_that_needs_host_reads_on_a_gpu_is_left_for_ort_to_expand():
     assert inner.node.op_type == "NegativeLogLikelihoodLoss" and inner.direct
 
 
-def test_a_function_op_ort_has_a_kernel_for_is_a_rejection():
+def test_a_function_op_ort_has_a_kernel_for_is_claimed_whole_or_left_with_the_reason():
+    """ORT never replaces HannWindow by its body (its CPU EP has a kernel), so hipep claims the node
+    whole where its body runs alone on the device (the CPU device), and leaves it on a GPU, where
+    the body's Range sizes its output from a value the host must read, saying so."""
     report = hipep.explain(hann_model())
+    assert report.all_claimed and report.expansions[0].direct
+    report = hipep.explain(hann_model(), device="cuda")
     assert not report.all_claimed and not report.expansions
-    assert "HannWindow is not implemented by hipep" in report.rejections[0].line()
-    # told that ORT would expand it, the partitioner claims it through its body instead
+    line = report.rejections[0].line()
+    assert "runs on cuda only with host reads" in line and "ONNX Runtime runs its own kernel" in line
+    # told that ORT would expand it, the partitioner leaves it for ORT to expand instead
     graph = GraphView.from_onnx(hann_model())
-    assert partition(graph).expansions and not partition(graph, expands=lambda node: False).expansions
+    expansion, = partition(graph, device="cuda").expansions
+    assert not expansion.direct
+    assert not partition(graph, device="cuda", expands=lambda node: False).expansions
+
+
+@pytest.mark.parametrize("op", ["HannWindow", "HammingWindow", "BlackmanWindow"])
+@pytest.mark.parametrize("periodic", [0, 1])
+def test_window_functions_run_on_hipep_with_the_cpu_eps_window(op, periodic):
+    model = hann_model(op, periodic=periodic, output_datatype=T.FLOAT)
+    sess = session(model, disable_fallback=True)
+    assert assignment(sess) == {CPU_EP: [["window"]]}
+    for n in (1, 8, 33):
+        assert_matches_cpu(sess, model, {"n": np.array(n, np.int64)}, rtol=1e-5, atol=1e-6)
+
+
+def test_a_body_whose_branches_read_its_values_keeps_their_names_joined():
+    """The body's values get the node's prefix inside its If branches too: every value a branch
+    reads is the body's input, one of its values or the branch's own."""
+    graph = GraphView.from_onnx(affine_grid_model((4, 5), 0))
+    body = function_body(graph.nodes[0], graph)
+    known = set(body.inputs) | set(body.constants) | {v for n in body.nodes for v in n.outputs}
+    branches = [b for n in body.nodes for b in n.subgraphs.values()]
+    assert branches
+    for b in branches:
+        own = set(b.inputs) | set(b.constants) | {v for n in b.nodes for v in n.outputs}
+        reads = {v for n in b.nodes for v in n.inputs if v}
+        assert reads <= known | own, reads - known - own
+        assert all(v.startswith("grid/AffineGrid/") for v in reads - own - {"theta", "size"})
+
+
+@pytest.mark.parametrize("dims", [(4, 5), (2, 3, 4)])
+@pytest.mark.parametrize("align_corners", [0, 1])
+def test_affine_grid_runs_on_hipep_through_its_body(rng, dims, align_corners):
+    model = affine_grid_model(dims, align_corners)
+    sess = session(model, disable_fallback=True)
+    assert assignment(sess) == {CPU_EP: [["affine"]]}
+    theta = rng.standard_normal((2, len(dims), len(dims) + 1)).astype(np.float32)
+    assert_matches_cpu(sess, model, {"theta": theta}, rtol=1e-5, atol=1e-6)
 
 
 def test_swish_runs_on_hipep_under_strict_with_the_cpu_eps_results(rng):
