@@ -66,7 +66,7 @@ def _matmul_shape(types, values, attrs, num_outputs):
     return [tensor_type(elem, batch + rows + cols)]
 
 
-register(OpDef("MatMul", (1, 9, 13), ("T", "T"), ("T",), {"T": NUMERIC | {BF16}}, _matmul,
+register(OpDef("MatMul", (1, 9, 13), ("T", "T"), ("T",), {"T": NUMERIC | {BF16, F64}}, _matmul,
                shape_rule=_matmul_shape))
 
 

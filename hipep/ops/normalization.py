@@ -12,7 +12,7 @@ from ..errors import RuntimeShapeError
 from ._common import (NP_DTYPES, at, elem_of, input_rank, kernel, normalize_axes, normalize_axis, pshape_str, result,
                       shape_of, shape_rule, shape_str, tensor_type, unidirectional_ok, upcast)
 from .mlas import _layer_norm_rows, _mlas_softmax_f32
-from .registry import BF16, F16, F32, FLOATS, REQUIRED, SINCE_VERSION, OpDef, register
+from .registry import BF16, F16, F32, F64, FLOATS, REQUIRED, SINCE_VERSION, OpDef, register
 
 
 BF16_DT = NP_DTYPES[BF16]
@@ -84,7 +84,7 @@ def _softmax_like_shape(op_type: str):
 _softmax_shape = _softmax_like_shape("Softmax")
 
 
-register(OpDef("Softmax", (1, 11, 13), ("T",), ("T",), {"T": FLOATS}, _softmax,
+register(OpDef("Softmax", (1, 11, 13), ("T",), ("T",), {"T": FLOATS | {F64}}, _softmax,
                attributes={"axis": None}, claim=_claim_softmax, shape_rule=_softmax_shape))
 
 
@@ -223,8 +223,8 @@ def _hardmax(xs, axis):
     return np.moveaxis(out, -1, axis)
 
 
-for _name, _fn in (("LogSoftmax", _log_softmax), ("Hardmax", _hardmax)):
-    register(OpDef(_name, (1, 11, 13), ("T",), ("T",), {"T": FLOATS}, _softmax_like(_name, _fn),
+for _name, _fn, _types in (("LogSoftmax", _log_softmax, FLOATS | {F64}), ("Hardmax", _hardmax, FLOATS)):
+    register(OpDef(_name, (1, 11, 13), ("T",), ("T",), {"T": _types}, _softmax_like(_name, _fn),
                    attributes={"axis": None}, claim=_both(_claim_softmax, _f16_broken_before(11)),
                    shape_rule=_softmax_like_shape(_name)))
 

@@ -1,6 +1,6 @@
 """GPU bindings of the reductions (ReduceSum, ReduceMean, ReduceMax, ReduceMin, the last two over
 bool too; for float types, f64 included, also ReduceProd, ReduceSumSquare, ReduceL1, ReduceL2,
-ReduceLogSum, and ReduceLogSumExp over the last axes), Softmax and LogSoftmax: kernels/reduce.hip
+ReduceLogSum, and ReduceLogSumExp over the last axes), Softmax and LogSoftmax (f64 too): kernels/reduce.hip
 and kernels/softmax.hip, one row per warp or block; ArgMax and ArgMin, kernels/argmax.hip; and
 CumSum and CumProd, kernels/scan.hip, over a constant axis or one the kernel reads at run time
 (registered in hipep.runtime.gpu_kernels' table on import)."""
@@ -14,7 +14,7 @@ import ml_dtypes  # noqa: F401  (registers numpy's 'bfloat16' dtype name)
 from ..errors import HipepError, RuntimeShapeError
 from ..ops._common import normalize_axes, normalize_axis, shape_str
 from ..ops.registry import SINCE_VERSION
-from .gpu_binding_core import (Arg, KernelOp, NoKernel, _DT, _VEC, _binding, _cdiv, _dt, _pow2_at_least, _prod,
+from .gpu_binding_core import (Arg, KernelOp, NoKernel, _DT, _VEC, _binding, _cdiv, _pow2_at_least, _prod,
                                _values_or_attr, _vec_ok, flat_config, permuted_copy, ptr, workspace_regions)
 from .gpu_faults import fault_param
 
@@ -157,7 +157,7 @@ def _softmax_axis(attrs) -> int:
 
 
 def _softmax_check(attrs, dtypes, shapes, values):
-    if not dtypes or dtypes[0] not in ("float32", "float16"):
+    if not dtypes or dtypes[0] not in ("float32", "float16", "float64"):
         return f"element type {dtypes[0] if dtypes else '?'}"
     return None  # any axis: one that is not the last is moved there first (_softmax_bind)
 
@@ -165,7 +165,9 @@ def _softmax_check(attrs, dtypes, shapes, values):
 def _softmax_bind(op_type: str, prefix: str):
     def bind(ins, outs, attrs, target):
         x, y = ins[0], outs[0]
-        dt = _dt(x.dtype, op_type)
+        dt = _REDUCE_DT.get(x.dtype.name)
+        if dt not in ("f32", "f16", "bf16", "f64"):
+            raise NoKernel(f"{op_type} has no kernel for element type {x.dtype.name}")
         rank = x.ndim
         if rank == 0:
             raise HipepError(f"{op_type}: input must have rank >= 1, got a scalar")
@@ -176,7 +178,7 @@ def _softmax_bind(op_type: str, prefix: str):
         rows, cols = _prod(x.shape[:axis]), _prod(x.shape[axis:])
         if rows * cols == 0:
             return []
-        vec = _VEC.get(dt, 1)
+        vec = _REDUCE_VEC.get(dt, 1)
         use_vec = _vec_ok([x, y], cols, vec, x.dtype.itemsize)
         grid, block = _row_config(rows, _cdiv(cols, vec) if use_vec else cols, target)
         return [KernelOp(f"{prefix}_{dt}" + ("_vec" if use_vec else ""), grid, block,

@@ -228,7 +228,8 @@ def softmax_lib(tmp_path_factory):
 @pytest.mark.parametrize("shape", [(3, 8), (4, 129), (2, 1000), (5, 1)])
 def test_softmax_kernels_follow_the_reference(softmax_lib, op_type, shape):
     rng = np.random.default_rng(shape[-1])
-    for dtype, tol in ((np.float32, dict(rtol=1e-5, atol=1e-6)), (np.float16, dict(rtol=1e-2, atol=1e-3))):
+    for dtype, tol in ((np.float32, dict(rtol=1e-5, atol=1e-6)), (np.float16, dict(rtol=1e-2, atol=1e-3)),
+                       (np.float64, dict(rtol=1e-13, atol=1e-15))):  # f64: sums in double
         x = rng.uniform(-8, 8, shape).astype(dtype)
         x[0, 0] = -np.inf  # a row with an infinitely unlikely element
         view, want, ops = _launch_op(softmax_lib, op_type, [x], {"axis": -1, SINCE_VERSION: 13})
