@@ -185,6 +185,22 @@ def test_softmax_opset11_flattens_at_the_axis(rng, op):
     check(model, {"x": rand(rng, (2, 3, 5), F32)})
 
 
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("shape,axis", [((4, 12, 129), -1), ((2, 4096), -1), ((2, 300, 8), 1)])
+def test_softmax_in_f64(rng, op, shape, axis):
+    """f64 rows sum in double (kernels/softmax.hip's f64 instances): ORT's CPU EP's values to 1e-12."""
+    model = make_model([n(op, ["x"], ["y"], axis=axis, name="sm")], [tensor("x", TP.DOUBLE, list(shape))],
+                       [tensor("y", TP.DOUBLE, None)], opset=13)
+    gpu_checks.assert_claimed_whole(model)
+    feeds = {"x": rng.uniform(-8.0, 8.0, shape)}
+    want = cpu_session(model).run(None, feeds)[0]
+    sess = hipep.InferenceSession(model, device="cuda")
+    for _ in range(3):  # first run, bound replay, CUDA graph replay
+        got = sess.run(None, feeds)[0]
+        assert got.dtype == np.float64
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
 def test_softmax_of_minus_infinity_rows_matches_the_reference():
     x = np.full((2, 8), -np.inf, np.float32)
     x[1, 3] = 1.0
