@@ -8,14 +8,23 @@
 # it over the machine's own, without its dependencies, which the machine's onnxruntime brought) and
 # the newest onnxruntime-genai, so the GPU tests run against the newest release as CI runs the oldest.
 #
-# usage: tools/gpu_wheelhouse.sh [--newest-ort] [wheelhouse_dir]
+# With --models it first builds every tiny builder decoder tests/gpu runs (and the form of each
+# that ORT's CPU EP runs), so the GPU machine runs the models this machine's transformers and
+# builder made instead of building them with its own, older ones (whose configs can read
+# differently: transformers 5.17 reads Qwen3.5's rotary factor from elsewhere than 5.25).
+#
+# usage: tools/gpu_wheelhouse.sh [--newest-ort] [--models] [wheelhouse_dir]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 newest_ort=0
-if [ "${1:-}" = "--newest-ort" ]; then
-  newest_ort=1
-  shift
-fi
+models=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --newest-ort) newest_ort=1; shift ;;
+    --models) models=1; shift ;;
+    *) break ;;
+  esac
+done
 dest="${1:-wheelhouse}"
 py="${PYTHON:-python3}"
 mkdir -p "$dest"
@@ -49,6 +58,9 @@ cp -r "$include" "$dest/ort-headers/include/onnxruntime"
 # them, so the GPU machine builds nothing for tests/gpu. Every model folder under 4 MB (a few MB in
 # all); the ~1.1B builds (model_zoo size '1b', ~1 GB) stay behind and are built on the GPU machine.
 cache="${HIPEP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hipep}"
+if [ "$models" = 1 ]; then
+  "$py" -m hipep.tools.model_zoo --test-models
+fi
 rm -rf "$dest/hipep-cache"
 for src in "$cache"/models/*/; do
   [ -d "$src" ] || continue

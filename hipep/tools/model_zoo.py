@@ -92,6 +92,12 @@ _BUILD = {"fp32": ("fp32", "cpu", ()), "fp16": ("fp16", "cuda", ()), "int4": ("i
 # The precisions whose activations and KV cache are bf16: ORT's CPU EP has no bf16 kernels for
 # their MatMul, norms or attention, so `cpu_ep_folder` gives it the same model in f32.
 BF16_PRECISIONS = ("bf16", "int4-bf16")
+# The tiny decoders hipep's tests build (tests/models, tests/gpu): every precision of the three
+# base architectures; the vision-language text decoders, qwen3 and phi3 in their f32 build and the
+# GPU user's int4 build (f16 activations); the mixture of experts in f32.
+TEST_DECODERS = tuple([(a, p) for a in ARCHITECTURES for p in PRECISIONS]
+                      + [(a, p) for a in VISION_LANGUAGE + QK_NORM + LONG_ROPE for p in ("fp32", "int4-f16")]
+                      + [(a, "fp32") for a in MIXTURE_OF_EXPERTS])
 SIZES = ("tiny", "medium", "1b")
 _VERSION = 2  # bump when the configs below change: the cache key includes it
 VOCAB = 256
@@ -489,3 +495,31 @@ def decoder_steps(path: str, head_size: int, prompt: int = 5, decode: int = 2, s
         past += ids.shape[1]
         ids = rng.integers(3, VOCAB, size=(1, 1)).astype(np.int64)
     return out
+
+
+def build_test_decoders() -> int:
+    """Builds (or finds cached) every TEST_DECODERS model and the form of it ORT's CPU EP runs;
+    prints one line each. Returns how many could not be built."""
+    failed = 0
+    for arch, precision in TEST_DECODERS:
+        try:
+            folder = decoder(arch, precision)
+            cpu_ep_folder(folder)
+            print(f"{arch} {precision}: {folder}", flush=True)
+        except Exception as e:  # noqa: BLE001 - the builder's own words, then the next model
+            failed += 1
+            print(f"{arch} {precision}: FAILED: {type(e).__name__}: {str(e).strip().splitlines()[-1:]}", flush=True)
+    return failed
+
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(description="hipep's builder test decoders, built into the model cache "
+                                             "(HIPEP_CACHE_DIR, default ~/.cache/hipep)")
+    ap.add_argument("--test-models", action="store_true", help="build every tiny decoder the tests use")
+    args = ap.parse_args()
+    if not args.test_models:
+        ap.error("nothing to do: pass --test-models")
+    sys.exit(1 if build_test_decoders() else 0)

@@ -24,11 +24,7 @@ import hipep  # noqa: E402
 from hipep.tools import model_zoo  # noqa: E402
 from teacher_forcing import GPU_MISSING_OPS, assert_follows_the_cpu_ep, decoder_geometry, run_step  # noqa: E402
 
-CASES = ([(a, p) for a in model_zoo.ARCHITECTURES for p in model_zoo.PRECISIONS]
-         + [(a, p) for a in model_zoo.VISION_LANGUAGE + model_zoo.QK_NORM + model_zoo.LONG_ROPE
-            for p in ("fp32", "int4-f16")
-            if a not in GPU_MISSING_OPS]
-         + [(a, "fp32") for a in model_zoo.MIXTURE_OF_EXPERTS if a not in GPU_MISSING_OPS])
+CASES = [(a, p) for a, p in model_zoo.TEST_DECODERS if a not in GPU_MISSING_OPS]
 STEPS = 32
 PROMPT = 7
 

@@ -20,13 +20,8 @@ from hipep.tools.generate import greedy  # noqa: E402
 from teacher_forcing import (GPU_MISSING_OPS, assert_follows_the_cpu_ep, decoder_geometry,  # noqa: E402
                              greedy_on_session)
 
-# the vision-language text decoders and qwen3 in their f32 build and the GPU user's int4 build (f16
-# activations; qwen3's folds its Q/K norms into GroupQueryAttention, which the CPU EP runs unfolded)
-VLM_PRECISIONS = ("fp32", "int4-f16")
-CASES = ([(a, p) for a in model_zoo.ARCHITECTURES for p in model_zoo.PRECISIONS]
-         + [(a, p) for a in model_zoo.VISION_LANGUAGE + model_zoo.QK_NORM + model_zoo.LONG_ROPE
-            for p in VLM_PRECISIONS]
-         + [(a, "fp32") for a in model_zoo.MIXTURE_OF_EXPERTS])
+# (qwen3's int4-f16 build folds its Q/K norms into GroupQueryAttention, which the CPU EP runs unfolded)
+CASES = list(model_zoo.TEST_DECODERS)
 PROMPTS_1 = [[1, 20, 21, 22, 23, 24]]
 PROMPTS_2 = [[1, 14, 15], [1, 30, 31, 32, 33, 34, 35, 36]]  # different lengths: left padding
 
