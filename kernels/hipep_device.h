@@ -302,6 +302,7 @@ HIPEP_DEVICE unsigned int hipep_atomic_inc(unsigned int* p) { return atomicAdd(p
 #define HIPEP_FAULT_WRITE_INDEX 5u   // a write index outside [0, bound] (bound -1: any index >= 0 is valid)
 #define HIPEP_FAULT_KV_LENGTH 6u     // a count of valid keys (nonpad_kv_seqlen) outside [0, bound] (bound: the keys)
 #define HIPEP_FAULT_AXIS 7u          // an axis outside [-bound, bound - 1] (bound: the input's rank)
+#define HIPEP_FAULT_SEQUENCE_LENGTH 8u  // a sequence length outside [0, bound] (bound: the time axis' extent)
 
 struct hipep_fault_record {
   unsigned int code;  // 0: no fault; HIPEP_FAULT_*

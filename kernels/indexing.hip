@@ -1,5 +1,5 @@
 // Indexing by a tensor of indices, the data moves: GatherElements, GatherND, ScatterElements
-// (Scatter) and ScatterND with reduction 'none', and TensorScatter's rows. The addressing is
+// (Scatter) and ScatterND with reduction 'none', TensorScatter's rows, and ReverseSequence. The addressing is
 // kernels/indexing.h's; the scatters' reductions are kernels/scatter_reduce.hip (a module of their
 // own, so a model without them does not compile their ~100 entry points).
 //
@@ -215,6 +215,50 @@ HIPEP_DEVICE void hipep_tensor_scatter(const W* HIPEP_RESTRICT update, const hip
 HIPEP_ELEMENTS_FAMILY(i32, int)
 HIPEP_ELEMENTS_FAMILY(i64, hipep_i64)
 HIPEP_ND_FAMILY(i64, hipep_i64)
+
+// ---- ReverseSequence -------------------------------------------------------------------------------
+// The input as [d0, d1, inner] (batch and time are axes 0 and 1, in either order). Each output
+// element reads its batch entry's length from sequence_lens (device memory) and takes the element
+// mirrored within that length, or its own past it. A length outside [0, steps] (ONNX Runtime
+// rejects it) is reported and its entry copied as it is.
+
+struct hipep_reverse_sequence_args {
+  hipep_i64 n;      // elements
+  hipep_i64 d1;     // axis 1's extent
+  hipep_i64 inner;  // elements a (axis 0, axis 1) position holds
+  hipep_i64 steps;  // the time axis' extent
+  int batch_first;  // batch_axis 0, time_axis 1 (else the other way round)
+};
+
+template <typename W>
+HIPEP_DEVICE void hipep_reverse_sequence(const W* HIPEP_RESTRICT x, const hipep_i64* HIPEP_RESTRICT lens,
+                                         W* HIPEP_RESTRICT y, const hipep_reverse_sequence_args a,
+                                         const hipep_fault_site fault) {
+  const hipep_i64 step = (hipep_i64)gridDim.x * blockDim.x;
+  for (hipep_i64 i = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += step) {
+    const hipep_i64 r = i % a.inner, j = i / a.inner, a1 = j % a.d1, a0 = j / a.d1;
+    const hipep_i64 b = a.batch_first ? a0 : a1, t = a.batch_first ? a1 : a0;
+    hipep_i64 len = lens[b];
+    if (len < 0 || len > a.steps) {
+      hipep_report_fault(fault, HIPEP_FAULT_SEQUENCE_LENGTH, len, a.steps);
+      len = 0;
+    }
+    const hipep_i64 s = t < len ? len - 1 - t : t;
+    y[i] = x[(a.batch_first ? b * a.d1 + s : s * a.d1 + b) * a.inner + r];
+  }
+}
+
+#define HIPEP_REVERSE_SEQUENCE(WNAME, W)                                                                         \
+  HIPEP_KERNEL void hipep_reverse_sequence_##WNAME(const W* HIPEP_RESTRICT x, const hipep_i64* HIPEP_RESTRICT lens, \
+                                                   W* HIPEP_RESTRICT y, const hipep_reverse_sequence_args a,      \
+                                                   const hipep_fault_site f) {                                    \
+    hipep_reverse_sequence<W>(x, lens, y, a, f);                                                                 \
+  }
+
+HIPEP_REVERSE_SEQUENCE(w1, unsigned char)
+HIPEP_REVERSE_SEQUENCE(w2, unsigned short)
+HIPEP_REVERSE_SEQUENCE(w4, unsigned int)
+HIPEP_REVERSE_SEQUENCE(w8, hipep_u64)
 
 // TensorScatter moves rows as words of 1 to 16 bytes (the runtime widens them where it can).
 #define HIPEP_TENSOR_SCATTER(WNAME, W)                                                                             \

@@ -1,5 +1,5 @@
-"""Indexing ops: GatherElements, GatherND, ScatterElements, ScatterND, Scatter, OneHot, and
-TensorScatter (the KV-cache update that pairs with Attention).
+"""Indexing ops: GatherElements, GatherND, ScatterElements, ScatterND, Scatter, OneHot,
+TensorScatter (the KV-cache update that pairs with Attention), and ReverseSequence.
 
 Indices may be negative (counted from the end of their axis); an index outside [-n, n-1] is a
 RuntimeShapeError naming the offending value, as ONNX Runtime rejects it. Scatter reductions
@@ -406,3 +406,53 @@ def _claim_tensor_scatter(node, graph, attrs):
 register(OpDef(TS, (24,), ("T", "T", "I64"), ("T",), {"T": ANY_TENSOR_BF16, "I64": I64S}, _tensor_scatter,
                attributes={"mode": "linear", "axis": -2}, claim=_claim_tensor_scatter, min_inputs=2,
                shape_rule=_tensor_scatter_shape, inplace={0: 0}))
+
+
+# ---- ReverseSequence -------------------------------------------------------------------------
+
+def _reverse_sequence_axes(op_type: str, attrs) -> tuple[int, int]:
+    batch, time = int(attrs.get("batch_axis", 1)), int(attrs.get("time_axis", 0))
+    if {batch, time} != {0, 1}:
+        raise RuntimeShapeError(f"{op_type}: batch_axis and time_axis must be 0 and 1, one each: got batch_axis "
+                                f"{batch}, time_axis {time}")
+    return batch, time
+
+
+def _reverse_sequence_check(x_shape, lens_shape, batch: int) -> None:
+    if x_shape is not None and len(x_shape) < 2:
+        raise RuntimeShapeError(f"ReverseSequence: input must have rank >= 2, got {pshape_str(x_shape)}")
+    if lens_shape is not None and len(lens_shape) != 1:
+        raise RuntimeShapeError(f"ReverseSequence: sequence_lens must be 1-D [batch], got {pshape_str(lens_shape)}")
+    if x_shape is not None and lens_shape is not None and None not in (x_shape[batch], lens_shape[0]) \
+            and x_shape[batch] != lens_shape[0]:
+        raise RuntimeShapeError(f"ReverseSequence: sequence_lens has {lens_shape[0]} entries for input "
+                                f"{pshape_str(x_shape)}'s {x_shape[batch]} batch entries (batch_axis {batch})")
+
+
+@kernel("ReverseSequence")
+def _reverse_sequence(inputs, attrs):
+    x, lens = inputs
+    batch, time = _reverse_sequence_axes("ReverseSequence", attrs)
+    _reverse_sequence_check(x.shape, lens.shape, batch)
+    steps = x.shape[time]
+    out = x.copy()
+    src, dst = np.moveaxis(x, (batch, time), (0, 1)), np.moveaxis(out, (batch, time), (0, 1))  # views
+    for b, n in enumerate(lens.astype(np.int64)):
+        if not 0 <= n <= steps:
+            raise RuntimeShapeError(f"ReverseSequence: sequence length {n} of batch entry {b} is out of range "
+                                    f"[0, {steps}] (the time axis' extent)")
+        dst[b, :n] = src[b, :n][::-1]
+    return [result(out)]
+
+
+@shape_rule("ReverseSequence")
+def _reverse_sequence_shape(types, values, attrs, num_outputs):
+    batch, _ = _reverse_sequence_axes("ReverseSequence", attrs)
+    _reverse_sequence_check(shape_of(types[0]), shape_of(types[1]), batch)
+    return [tensor_type(elem_of(types[0]), shape_of(types[0]))]
+
+
+# Opset 28 adds bf16 to T (claimed at both: the same data movement).
+register(OpDef("ReverseSequence", (10, 28), ("T", "I64"), ("T",), {"T": ANY_TENSOR_BF16, "I64": I64S},
+               _reverse_sequence, attributes={"batch_axis": 1, "time_axis": 0},
+               shape_rule=_reverse_sequence_shape))

@@ -38,6 +38,7 @@ FAULT_SEQLEN_SHORT = 4  # a seqlens_k value below bound - 1 (bound: the step's n
 FAULT_WRITE_INDEX = 5  # a write index outside [0, bound] (bound -1: any index >= 0 is valid)
 FAULT_KV_LENGTH = 6  # a count of valid keys (nonpad_kv_seqlen) outside [0, bound] (bound: the keys)
 FAULT_AXIS = 7  # an axis outside [-bound, bound - 1] (bound: the input's rank)
+FAULT_SEQUENCE_LENGTH = 8  # a sequence length outside [0, bound] (bound: the time axis' extent)
 
 
 class FaultRecord(ctypes.Structure):
@@ -137,6 +138,9 @@ def fault_error(record: FaultRecord, sites: FaultSites) -> InputFault | None:
     if code == FAULT_KV_LENGTH:
         return RangeFault(f"{label}: {what}: {value} valid keys is out of range [0, {bound}]: a batch entry has "
                           f"at most the {bound} keys of K and V")
+    if code == FAULT_SEQUENCE_LENGTH:
+        return RangeFault(f"{label}: {what}: sequence length {value} is out of range [0, {bound}] (the time axis' "
+                          f"extent)")
     return InputFault(f"{label}: {what}: the kernel reported fault code {code} (value {value}, bound {bound})")
 
 

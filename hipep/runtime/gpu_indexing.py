@@ -1,6 +1,6 @@
 """GPU bindings of the ops that index by a tensor of indices: GatherElements, GatherND,
 ScatterElements, its opset-9 name Scatter, ScatterND (kernels/indexing.hip; the scatters'
-reductions kernels/scatter_reduce.hip), and TensorScatter (kernels/indexing.hip).
+reductions kernels/scatter_reduce.hip), TensorScatter and ReverseSequence (kernels/indexing.hip).
 
 Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported.
 
@@ -20,6 +20,9 @@ TensorScatter copies past_cache into present_cache, unless ORT gave present the 
 (the registry's `inplace`: a decode step updating the cache in place), then one launch writes the
 update's rows: rows of the axes after the sequence axis, moved as the widest words their bytes and
 the pointers allow. A write index out of range is reported; its batch entry keeps past's rows.
+
+ReverseSequence: one launch, a thread an element, reading its batch entry's length on the device;
+a length out of range is reported and its entry copied as it is.
 """
 from __future__ import annotations
 
@@ -418,3 +421,34 @@ def _tensor_scatter_bind(ins, outs, attrs, target):
     grid, block = _row_config(a.inner, rows)
     params = [ptr(update), ptr(indices), ptr(out), a, fault]
     return ops + [KernelOp(f"hipep_tensor_scatter_w{word}", grid, block, params, module="indexing")]
+
+
+# ---- ReverseSequence -----------------------------------------------------------------------------
+
+class ReverseSequenceArgs(ctypes.Structure):
+    _fields_ = [("n", ctypes.c_longlong), ("d1", ctypes.c_longlong), ("inner", ctypes.c_longlong),
+                ("steps", ctypes.c_longlong), ("batch_first", ctypes.c_int)]
+
+
+def _reverse_sequence_check(attrs, dtypes, shapes, values):
+    axes = {int(attrs.get("batch_axis", 1)), int(attrs.get("time_axis", 0))}
+    return None if axes == {0, 1} else "batch_axis and time_axis other than 0 and 1"
+
+
+@_binding("::ReverseSequence", check=_reverse_sequence_check, modules=("indexing",))
+def _reverse_sequence_bind(ins, outs, attrs, target):
+    x, lens, y = ins[0], ins[1], outs[0]
+    if y is None or y.size == 0:
+        return []
+    batch, time = int(attrs.get("batch_axis", 1)), int(attrs.get("time_axis", 0))
+    if x.ndim < 2 or lens.ndim != 1 or int(lens.shape[0]) != int(x.shape[batch]):
+        raise HipepError(f"ReverseSequence: sequence_lens {list(lens.shape)} for input {list(x.shape)} (batch_axis "
+                         f"{batch}): it must be 1-D with one length per batch entry")
+    e = x.dtype.itemsize
+    if e not in (1, 2, 4, 8):
+        raise NoKernel(f"ReverseSequence of {e}-byte elements")
+    args = ReverseSequenceArgs(y.size, int(x.shape[1]), _prod(x.shape[2:]), int(x.shape[time]), int(batch == 0))
+    fault = fault_param(target, "input 1 (sequence_lens)")
+    grid, block = flat_config(y.size, target)
+    return [KernelOp(f"hipep_reverse_sequence_w{e}", grid, block, [ptr(x), ptr(lens), ptr(y), args, fault],
+                     module="indexing")]

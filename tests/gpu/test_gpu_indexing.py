@@ -263,3 +263,31 @@ def test_an_index_out_of_range_names_the_node_and_the_session_runs_on(monkeypatc
         with pytest.raises(Exception, match=bad_index_message("picky", op_type, what, bad_index, extent)):
             sess.run(None, bad)
         np.testing.assert_array_equal(sess.run(None, good)[0], want[0])  # the record was cleared
+
+
+# ---- ReverseSequence -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("elem", [F32, F16, I64, BOOL])
+@pytest.mark.parametrize("shape,batch_axis,time_axis", [((5, 3), 1, 0), ((3, 5, 7), 0, 1), ((40, 8, 64), 1, 0)])
+def test_reverse_sequence(rng, elem, shape, batch_axis, time_axis):
+    """Lengths of 0, of the whole time axis and between, read on the device; ORT's CPU EP's values."""
+    model = make_model([n("ReverseSequence", ["x", "lens"], ["y"], batch_axis=batch_axis, time_axis=time_axis,
+                          name="rs")],
+                       [tensor("x", elem, list(shape)), tensor("lens", I64, [shape[batch_axis]])],
+                       [tensor("y", elem, None)], opset=10)
+    lens = rng.integers(0, shape[time_axis] + 1, shape[batch_axis]).astype(np.int64)
+    lens[0], lens[-1] = 0, shape[time_axis]
+    check(model, {"x": values(rng, shape, elem), "lens": lens})
+
+
+def test_a_sequence_length_out_of_range_names_the_node_and_the_session_runs_on(rng):
+    model = make_model([n("ReverseSequence", ["x", "lens"], ["y"], batch_axis=0, time_axis=1, name="rs")],
+                       [tensor("x", F32, [2, 4]), tensor("lens", I64, [2])], [tensor("y", F32, None)], opset=10)
+    sess = hipep.InferenceSession(model, device="cuda")
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    with pytest.raises(Exception, match=r"node 'rs' \(ReverseSequence\): input 1 \(sequence_lens\): sequence length 5 "
+                                        r"is out of range \[0, 4\]"):
+        sess.run(None, {"x": x, "lens": np.array([1, 5], np.int64)})
+    lens = np.array([3, 4], np.int64)
+    np.testing.assert_array_equal(sess.run(None, {"x": x, "lens": lens})[0],
+                                  cpu_session(model).run(None, {"x": x, "lens": lens})[0])
