@@ -308,6 +308,10 @@ TOLERANCE_OVERRIDES: dict[str, tuple[float, float, str]] = {
     "test_attention_4d_causal_fp16_expanded": (
         3e-3, 1e-3, "the same computation spelled out in f16 primitives: ORT's f16 Mul in this graph is not "
                     "correctly rounded, hipep's is, and two elements end 1 f16 ulp apart"),
+    **{case: (1e-3, 1e-6, "the expected outputs hold f32 rounding noise (~2e-7) where the exact inverse is 0; "
+                          "hipep's DFT sums in double; ORT's CPU EP misses the case's atol=1e-7 on 10% of the "
+                          "elements")
+       for case in ("test_dft_inverse", "test_dft_inverse_opset19")},
 }
 current_case: dict[str, str] = {}
 

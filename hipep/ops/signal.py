@@ -1,0 +1,105 @@
+"""Signal ops: DFT (opsets 17 and 20; forward and inverse, one-sided, the inverse of a one-sided
+spectrum).
+
+The reference computes in double, as numpy's FFT, and rounds the result to the input's type once:
+ONNX's own reference does the same, while ONNX Runtime's CPU kernel sums in the input's type (its
+outputs differ from these by that type's rounding). The input is [.., signal .., 1 or 2]: a real
+signal, or complex as (real, imaginary) pairs; the output has pairs, or for the inverse of a
+one-sided spectrum (inverse=1, onesided=1, numpy's irfft) a real signal.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import RuntimeShapeError
+from ._common import at, elem_of, kernel, known_value, result, shape_of, shape_rule, tensor_type
+from .registry import F32, F64, I32, I64, SINCE_VERSION, OpDef, register
+
+
+def dft_axis(rank: int, attrs, axis_value=None) -> int:
+    """The signal axis, non-negative: opset 20 reads it from input 2 (default -2), opset 17 from
+    the attribute (default 1); it must be one of the signal axes, [-rank, -2] or [0, rank - 2]."""
+    if int(attrs.get(SINCE_VERSION, 20)) >= 20:
+        axis = -2 if axis_value is None else int(np.asarray(axis_value).reshape(-1)[0])
+    else:
+        axis = int(attrs.get("axis", 1))
+    if not (-rank <= axis <= -2 or 0 <= axis <= rank - 2):
+        raise RuntimeShapeError(f"DFT: axis {axis} is not a signal axis of a rank-{rank} input (expected "
+                                f"{-rank}..-2 or 0..{rank - 2}; the last axis holds real and imaginary parts)")
+    return axis % rank
+
+
+def dft_length(x_shape, axis: int, attrs, length_value=None) -> int:
+    """The transform's length n: input 1, else the axis' extent (for the inverse of a one-sided
+    spectrum, 2 (extent - 1))."""
+    if length_value is not None:
+        n = int(np.asarray(length_value).reshape(-1)[0])
+        if n < 1:
+            raise RuntimeShapeError(f"DFT: dft_length must be at least 1, got {n}")
+        return n
+    extent = int(x_shape[axis])
+    if attrs.get("inverse", 0) and attrs.get("onesided", 0):
+        return 2 * (extent - 1)
+    return extent
+
+
+def dft_output_shape(x_shape, axis: int, n: int, attrs) -> tuple:
+    inverse, onesided = bool(attrs.get("inverse", 0)), bool(attrs.get("onesided", 0))
+    out = list(x_shape)
+    out[axis] = n // 2 + 1 if onesided and not inverse else n
+    out[-1] = 1 if inverse and onesided else 2
+    return tuple(out)
+
+
+def _check_input(shape) -> None:
+    if len(shape) < 2:
+        raise RuntimeShapeError(f"DFT: input must have rank >= 2 (signal axes, then real/imaginary), got {list(shape)}")
+    if shape[-1] is not None and shape[-1] not in (1, 2):
+        raise RuntimeShapeError(f"DFT: the input's last axis holds a real value (1) or a real and an imaginary part "
+                                f"(2), got {shape[-1]}")
+
+
+@kernel("DFT")
+def _dft(inputs, attrs):
+    x = inputs[0]
+    _check_input(x.shape)
+    axis = dft_axis(x.ndim, attrs, at(inputs, 2))
+    n = dft_length(x.shape, axis, attrs, at(inputs, 1))
+    inverse, onesided = bool(attrs.get("inverse", 0)), bool(attrs.get("onesided", 0))
+    signal = x[..., 0].astype(np.float64) + (1j * x[..., 1].astype(np.float64) if x.shape[-1] == 2 else 0)
+    if inverse and onesided:
+        out = np.fft.irfft(signal, n=n, axis=axis)[..., None]
+    else:
+        spectrum = np.fft.ifft(signal, n=n, axis=axis) if inverse else np.fft.fft(signal, n=n, axis=axis)
+        if onesided:
+            spectrum = np.take(spectrum, np.arange(n // 2 + 1), axis=axis)
+        out = np.stack([spectrum.real, spectrum.imag], axis=-1)
+    return [result(out.astype(x.dtype))]
+
+
+@shape_rule("DFT")
+def _dft_shape(types, values, attrs, num_outputs):
+    shape = shape_of(types[0])
+    elem = elem_of(types[0])
+    if shape is None:
+        return [tensor_type(elem, None)]
+    _check_input(shape)
+    axis_value = known_value(types, values, 2)
+    if int(attrs.get(SINCE_VERSION, 20)) >= 20 and at(types, 2) is not None and axis_value is None:
+        return [tensor_type(elem, (None,) * len(shape))]
+    axis = dft_axis(len(shape), attrs, axis_value)
+    length_value = known_value(types, values, 1)
+    if (at(types, 1) is not None and length_value is None) or (length_value is None and shape[axis] is None):
+        out = list(dft_output_shape(tuple(1 if d is None else d for d in shape), axis, 1, attrs))
+        out[axis] = None
+        return [tensor_type(elem, tuple(None if i < len(shape) - 1 and shape[i] is None else d
+                                        for i, d in enumerate(out)))]
+    return [tensor_type(elem, dft_output_shape(shape, axis, dft_length(shape, axis, attrs, length_value), attrs))]
+
+
+# ONNX Runtime's CPU kernel takes float and double; dft_length and axis are int32 or int64 scalars
+# the host reads (they size the output).
+register(OpDef("DFT", (17, 20), ("T1", "T2", "I64"), ("T1",),
+               {"T1": frozenset({F32, F64}), "T2": frozenset({I32, I64}), "I64": frozenset({I64})}, _dft,
+               attributes={"axis": 1, "inverse": 0, "onesided": 0}, shape_rule=_dft_shape, host_inputs=(1, 2),
+               min_inputs=1))

@@ -1,0 +1,56 @@
+"""GPU binding of DFT (kernels/dft.hip): one launch, a thread an output element, the sum over the
+transform's length in double (the CPU device's reference computes in double too). dft_length and
+the axis are host inputs: the shapes and the launch's arguments come from them.
+
+Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported."""
+from __future__ import annotations
+
+import ctypes
+
+from ..errors import HipepError
+from ..ops.signal import dft_axis, dft_length, dft_output_shape
+from .gpu_binding_core import KernelOp, NoKernel, _binding, _prod, flat_config, ptr
+
+_DFT_TYPES = {"float32": "f32", "float64": "f64"}
+
+
+class DftArgs(ctypes.Structure):
+    _fields_ = [("outer", ctypes.c_longlong), ("inner", ctypes.c_longlong), ("in_len", ctypes.c_longlong),
+                ("out_len", ctypes.c_longlong), ("n", ctypes.c_longlong), ("complex_in", ctypes.c_int),
+                ("mode", ctypes.c_int)]
+
+
+def _dft_check(attrs, dtypes, shapes, values):
+    if not dtypes or dtypes[0] not in _DFT_TYPES:
+        return f"element type {dtypes[0] if dtypes else '?'}"
+    return None
+
+
+def _value(ins, i):
+    arg = ins[i] if i < len(ins) else None
+    return None if arg is None else arg.value
+
+
+@_binding("::DFT", check=_dft_check, modules=("dft",))
+def _dft_bind(ins, outs, attrs, target):
+    x, y = ins[0], outs[0]
+    if y is None:
+        return []
+    dt = _DFT_TYPES.get(x.dtype.name)
+    if dt is None:
+        raise NoKernel(f"DFT has no kernel for element type {x.dtype.name}")
+    for i, what in ((1, "dft_length"), (2, "axis")):
+        if i < len(ins) and ins[i] is not None and ins[i].value is None:
+            raise NoKernel(f"DFT: input {i} ({what}) is not a value the host holds")
+    axis = dft_axis(x.ndim, attrs, _value(ins, 2))
+    n = dft_length(x.shape, axis, attrs, _value(ins, 1))
+    shape = dft_output_shape(x.shape, axis, n, attrs)
+    if tuple(y.shape) != shape:
+        raise HipepError(f"DFT: output of shape {list(y.shape)}, expected {list(shape)}")
+    if y.size == 0:
+        return []
+    inverse, onesided = bool(attrs.get("inverse", 0)), bool(attrs.get("onesided", 0))
+    args = DftArgs(_prod(x.shape[:axis]), _prod(x.shape[axis + 1:-1]), int(x.shape[axis]), int(shape[axis]), n,
+                   int(x.shape[-1] == 2), 2 if inverse and onesided else int(inverse))
+    grid, block = flat_config(args.outer * args.out_len * args.inner, target)
+    return [KernelOp(f"hipep_dft_{dt}", grid, block, [ptr(x), ptr(y), args], module="dft")]

@@ -1,0 +1,73 @@
+// ONNX DFT: a thread per output element (a complex bin, or a real sample for the inverse of a
+// one-sided spectrum), summing over the transform's length in double as the CPU device's reference
+// does (numpy's FFT). O(n) work a bin: for the short transforms of signal front ends and the
+// conformance suite; a long transform would want an FFT. Each angle is 2 pi (j k mod n) / n, the
+// product reduced in integers so that it stays exact for any bin.
+//
+// The runtime views the input as [outer, in_len, inner, 1 or 2] (the signal axis in the middle) and
+// the output as [outer, out_len, inner, 2], or [..., 1] for the inverse of a one-sided spectrum.
+#include "hipep_device.h"
+
+struct hipep_dft_args {
+  hipep_i64 outer, inner;  // elements before and after the signal axis (the last axis apart)
+  hipep_i64 in_len;        // the input's extent along the signal axis
+  hipep_i64 out_len;       // the output's
+  hipep_i64 n;             // the transform's length (dft_length)
+  int complex_in;          // the input's last axis holds (real, imaginary) (else: real only)
+  int mode;                // 0: forward; 1: inverse (scaled by 1 / n); 2: inverse of a one-sided spectrum
+};
+
+HIPEP_DEVICE void hipep_dft_twiddle(hipep_i64 m, hipep_i64 n, double& c, double& s) {
+  const double angle = 6.283185307179586476925286766559 * (double)m / (double)n;
+  c = cos(angle);
+  s = sin(angle);
+}
+
+template <typename T>
+HIPEP_DEVICE void hipep_dft(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y, const hipep_dft_args a) {
+  const hipep_i64 total = a.outer * a.out_len * a.inner, ci = a.complex_in ? 2 : 1, stride = a.inner * ci;
+  const hipep_i64 step = (hipep_i64)gridDim.x * blockDim.x;
+  for (hipep_i64 i = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
+    const hipep_i64 r = i % a.inner, j = i / a.inner, k = j % a.out_len, o = j / a.out_len;
+    const T* base = x + (o * a.in_len * a.inner + r) * ci;  // element t of the signal: base[t * stride]
+    double re = 0.0, im = 0.0, c, s;
+    if (a.mode == 2) {
+      // numpy's irfft: y_k = (1 / n) sum_f Re(X_f e^{+2 pi i f k / n}), X_f for f >= n / 2 + 1 the
+      // conjugate of X_{n - f}, bins past the input zero.
+      const hipep_i64 half = a.n / 2 + 1;
+      for (hipep_i64 f = 0; f < a.n; ++f) {
+        const hipep_i64 src = f < half ? f : a.n - f;
+        if (src >= a.in_len) continue;
+        const double xr = (double)base[src * stride];
+        const double xi = ci == 2 ? (f < half ? 1.0 : -1.0) * (double)base[src * stride + 1] : 0.0;
+        hipep_dft_twiddle((f * k) % a.n, a.n, c, s);
+        re += xr * c - xi * s;
+      }
+      y[i] = (T)(re / (double)a.n);
+      continue;
+    }
+    const double sign = a.mode == 1 ? 1.0 : -1.0;
+    const hipep_i64 len = a.in_len < a.n ? a.in_len : a.n;
+    for (hipep_i64 t = 0; t < len; ++t) {
+      const double xr = (double)base[t * stride];
+      const double xi = ci == 2 ? (double)base[t * stride + 1] : 0.0;
+      hipep_dft_twiddle((t * k) % a.n, a.n, c, s);
+      s *= sign;
+      re += xr * c - xi * s;
+      im += xr * s + xi * c;
+    }
+    if (a.mode == 1) {
+      re /= (double)a.n;
+      im /= (double)a.n;
+    }
+    y[2 * i] = (T)re;
+    y[2 * i + 1] = (T)im;
+  }
+}
+
+HIPEP_KERNEL void hipep_dft_f32(const float* HIPEP_RESTRICT x, float* HIPEP_RESTRICT y, const hipep_dft_args a) {
+  hipep_dft<float>(x, y, a);
+}
+HIPEP_KERNEL void hipep_dft_f64(const double* HIPEP_RESTRICT x, double* HIPEP_RESTRICT y, const hipep_dft_args a) {
+  hipep_dft<double>(x, y, a);
+}
