@@ -1,11 +1,13 @@
-// ONNX DFT: a thread per output element (a complex bin, or a real sample for the inverse of a
+// ONNX DFT and STFT: a thread per output element (a complex bin, or a real sample for the inverse of a
 // one-sided spectrum), summing over the transform's length in double as the CPU device's reference
 // does (numpy's FFT). O(n) work a bin: for the short transforms of signal front ends and the
 // conformance suite; a long transform would want an FFT. Each angle is 2 pi (j k mod n) / n, the
 // product reduced in integers so that it stays exact for any bin.
 //
-// The runtime views the input as [outer, in_len, inner, 1 or 2] (the signal axis in the middle) and
-// the output as [outer, out_len, inner, 2], or [..., 1] for the inverse of a one-sided spectrum.
+// DFT: the runtime views the input as [outer, in_len, inner, 1 or 2] (the signal axis in the middle)
+// and the output as [outer, out_len, inner, 2], or [..., 1] for the inverse of a one-sided spectrum.
+// STFT: the signal is [batch, length, 1 or 2], the output [batch, frames, bins, 2]; frame f is the
+// signal from f * step on, times the window (none: ones), through a forward DFT of its length.
 #include "hipep_device.h"
 
 struct hipep_dft_args {
@@ -65,9 +67,46 @@ HIPEP_DEVICE void hipep_dft(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y, cons
   }
 }
 
+struct hipep_stft_args {
+  hipep_i64 batch, length;  // the signal's
+  hipep_i64 frames, n;      // frames, and the frame length (the DFT's)
+  hipep_i64 bins;           // bins a frame keeps (n, or n / 2 + 1 one-sided)
+  hipep_i64 step;           // frame_step
+  int complex_in;
+};
+
+template <typename T>
+HIPEP_DEVICE void hipep_stft(const T* HIPEP_RESTRICT x, const T* HIPEP_RESTRICT window, T* HIPEP_RESTRICT y,
+                             const hipep_stft_args a) {
+  const hipep_i64 total = a.batch * a.frames * a.bins, ci = a.complex_in ? 2 : 1;
+  const hipep_i64 step = (hipep_i64)gridDim.x * blockDim.x;
+  for (hipep_i64 i = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
+    const hipep_i64 k = i % a.bins, j = i / a.bins, f = j % a.frames, b = j / a.frames;
+    const T* frame = x + (b * a.length + f * a.step) * ci;
+    double re = 0.0, im = 0.0, c, s;
+    for (hipep_i64 t = 0; t < a.n; ++t) {
+      const double w = window != nullptr ? (double)window[t] : 1.0;
+      const double xr = w * (double)frame[t * ci], xi = ci == 2 ? w * (double)frame[t * ci + 1] : 0.0;
+      hipep_dft_twiddle((t * k) % a.n, a.n, c, s);
+      re += xr * c + xi * s;  // times e^{-i angle}
+      im += xi * c - xr * s;
+    }
+    y[2 * i] = (T)re;
+    y[2 * i + 1] = (T)im;
+  }
+}
+
 HIPEP_KERNEL void hipep_dft_f32(const float* HIPEP_RESTRICT x, float* HIPEP_RESTRICT y, const hipep_dft_args a) {
   hipep_dft<float>(x, y, a);
 }
 HIPEP_KERNEL void hipep_dft_f64(const double* HIPEP_RESTRICT x, double* HIPEP_RESTRICT y, const hipep_dft_args a) {
   hipep_dft<double>(x, y, a);
+}
+HIPEP_KERNEL void hipep_stft_f32(const float* HIPEP_RESTRICT x, const float* HIPEP_RESTRICT window,
+                                 float* HIPEP_RESTRICT y, const hipep_stft_args a) {
+  hipep_stft<float>(x, window, y, a);
+}
+HIPEP_KERNEL void hipep_stft_f64(const double* HIPEP_RESTRICT x, const double* HIPEP_RESTRICT window,
+                                 double* HIPEP_RESTRICT y, const hipep_stft_args a) {
+  hipep_stft<double>(x, window, y, a);
 }

@@ -1,5 +1,5 @@
 """Signal ops: DFT (opsets 17 and 20; forward and inverse, one-sided, the inverse of a one-sided
-spectrum).
+spectrum) and STFT (frames of the signal, windowed, each through a forward DFT).
 
 The reference computes in double, as numpy's FFT, and rounds the result to the input's type once:
 ONNX's own reference does the same, while ONNX Runtime's CPU kernel sums in the input's type (its
@@ -103,3 +103,65 @@ register(OpDef("DFT", (17, 20), ("T1", "T2", "I64"), ("T1",),
                {"T1": frozenset({F32, F64}), "T2": frozenset({I32, I64}), "I64": frozenset({I64})}, _dft,
                attributes={"axis": 1, "inverse": 0, "onesided": 0}, shape_rule=_dft_shape, host_inputs=(1, 2),
                min_inputs=1))
+
+
+# ---- STFT ------------------------------------------------------------------------------------
+
+def stft_frames(signal_shape, step, window_shape, length_value) -> tuple[int, int]:
+    """(frame length, frames): the length from input 3, else the window's, else the whole signal;
+    1 + (signal length - frame length) // frame_step frames."""
+    if len(signal_shape) != 3 or signal_shape[-1] not in (1, 2):
+        raise RuntimeShapeError(f"STFT: signal must be [batch, signal_length, 1 or 2], got {list(signal_shape)}")
+    if step < 1:
+        raise RuntimeShapeError(f"STFT: frame_step must be at least 1, got {step}")
+    if length_value is not None:
+        length = int(np.asarray(length_value).reshape(-1)[0])
+        if window_shape is not None and tuple(window_shape) != (length,):
+            raise RuntimeShapeError(f"STFT: window {list(window_shape)} for frame_length {length}: it must be "
+                                    f"[frame_length]")
+    elif window_shape is not None:
+        if len(window_shape) != 1:
+            raise RuntimeShapeError(f"STFT: window must be 1-D, got {list(window_shape)}")
+        length = int(window_shape[0])
+    else:
+        length = int(signal_shape[1])
+    if not 1 <= length <= signal_shape[1]:
+        raise RuntimeShapeError(f"STFT: frame_length {length} must be within [1, {signal_shape[1]}] (the signal's "
+                                f"length)")
+    return length, 1 + (int(signal_shape[1]) - length) // step
+
+
+def stft_bins(length: int, attrs) -> int:
+    return length // 2 + 1 if attrs.get("onesided", 1) else length
+
+
+@kernel("STFT")
+def _stft(inputs, attrs):
+    x, window, length = inputs[0], at(inputs, 2), at(inputs, 3)
+    step = int(np.asarray(inputs[1]).reshape(-1)[0])
+    n, frames = stft_frames(x.shape, step, None if window is None else window.shape, length)
+    signal = x[..., 0].astype(np.float64) + (1j * x[..., 1].astype(np.float64) if x.shape[-1] == 2 else 0)
+    at_ = np.arange(frames)[:, None] * step + np.arange(n)[None, :]
+    framed = signal[:, at_]  # [batch, frames, n]
+    if window is not None:
+        framed = framed * window.astype(np.float64)
+    spectrum = np.fft.fft(framed, n=n, axis=-1)[..., :stft_bins(n, attrs)]
+    return [result(np.stack([spectrum.real, spectrum.imag], axis=-1).astype(x.dtype))]
+
+
+@shape_rule("STFT")
+def _stft_shape(types, values, attrs, num_outputs):
+    shape, elem = shape_of(types[0]), elem_of(types[0])
+    step, length = known_value(types, values, 1), known_value(types, values, 3)
+    window = shape_of(types[2]) if at(types, 2) is not None else None
+    if shape is None or None in shape or step is None or (at(types, 3) is not None and length is None) \
+            or (window is not None and None in window):
+        batch = None if shape is None else shape[0]
+        return [tensor_type(elem, (batch, None, None, 2))]
+    n, frames = stft_frames(shape, int(np.asarray(step).reshape(-1)[0]), window, length)
+    return [tensor_type(elem, (shape[0], frames, stft_bins(n, attrs), 2))]
+
+
+register(OpDef("STFT", (17,), ("T1", "T2", "T1", "T2"), ("T1",),
+               {"T1": frozenset({F32, F64}), "T2": frozenset({I32, I64})}, _stft,
+               attributes={"onesided": 1}, shape_rule=_stft_shape, host_inputs=(1, 3), min_inputs=2))

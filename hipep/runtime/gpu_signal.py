@@ -1,14 +1,17 @@
-"""GPU binding of DFT (kernels/dft.hip): one launch, a thread an output element, the sum over the
-transform's length in double (the CPU device's reference computes in double too). dft_length and
-the axis are host inputs: the shapes and the launch's arguments come from them.
+"""GPU bindings of DFT and STFT (kernels/dft.hip): one launch, a thread an output element, the sum
+over the transform's length in double (the CPU device's reference computes in double too).
+dft_length, the axis, frame_step and frame_length are host inputs: the shapes and the launch's
+arguments come from them.
 
 Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported."""
 from __future__ import annotations
 
 import ctypes
 
+import numpy as np
+
 from ..errors import HipepError
-from ..ops.signal import dft_axis, dft_length, dft_output_shape
+from ..ops.signal import dft_axis, dft_length, dft_output_shape, stft_bins, stft_frames
 from .gpu_binding_core import KernelOp, NoKernel, _binding, _prod, flat_config, ptr
 
 _DFT_TYPES = {"float32": "f32", "float64": "f64"}
@@ -54,3 +57,33 @@ def _dft_bind(ins, outs, attrs, target):
                    int(x.shape[-1] == 2), 2 if inverse and onesided else int(inverse))
     grid, block = flat_config(args.outer * args.out_len * args.inner, target)
     return [KernelOp(f"hipep_dft_{dt}", grid, block, [ptr(x), ptr(y), args], module="dft")]
+
+
+class StftArgs(ctypes.Structure):
+    _fields_ = [("batch", ctypes.c_longlong), ("length", ctypes.c_longlong), ("frames", ctypes.c_longlong),
+                ("n", ctypes.c_longlong), ("bins", ctypes.c_longlong), ("step", ctypes.c_longlong),
+                ("complex_in", ctypes.c_int)]
+
+
+@_binding("::STFT", check=_dft_check, modules=("dft",))
+def _stft_bind(ins, outs, attrs, target):
+    x, y = ins[0], outs[0]
+    window = ins[2] if len(ins) > 2 else None
+    if y is None:
+        return []
+    dt = _DFT_TYPES.get(x.dtype.name)
+    if dt is None:
+        raise NoKernel(f"STFT has no kernel for element type {x.dtype.name}")
+    for i, what in ((1, "frame_step"), (3, "frame_length")):
+        if i < len(ins) and ins[i] is not None and ins[i].value is None:
+            raise NoKernel(f"STFT: input {i} ({what}) is not a value the host holds")
+    step = int(np.asarray(_value(ins, 1)).reshape(-1)[0])
+    n, frames = stft_frames(x.shape, step, None if window is None else window.shape, _value(ins, 3))
+    bins = stft_bins(n, attrs)
+    if tuple(y.shape) != (int(x.shape[0]), frames, bins, 2):
+        raise HipepError(f"STFT: output of shape {list(y.shape)}, expected {[int(x.shape[0]), frames, bins, 2]}")
+    if y.size == 0:
+        return []
+    args = StftArgs(int(x.shape[0]), int(x.shape[1]), frames, n, bins, step, int(x.shape[-1] == 2))
+    grid, block = flat_config(args.batch * frames * bins, target)
+    return [KernelOp(f"hipep_stft_{dt}", grid, block, [ptr(x), ptr(window), ptr(y), args], module="dft")]

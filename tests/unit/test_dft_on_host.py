@@ -1,8 +1,9 @@
-"""DFT's kernel (kernels/dft.hip) on the CPU: g++ compiles the unchanged source against the host
+"""DFT's and STFT's kernels (kernels/dft.hip) on the CPU: g++ compiles the unchanged source against the host
 stand-in for the CUDA headers, and the launch the binding gives runs over host memory, against
 the registry's reference (hipep.ops.signal: numpy's FFT in double): forward and inverse, real and
 complex input, one-sided spectra and their inverse (irfft), dft_length shorter and longer than the
-signal, both opsets' axis, f32 and f64. Skipped without g++."""
+signal, both opsets' axis, f32 and f64; STFT's frames with and without a window, one-sided or not,
+real and complex signals. Skipped without g++."""
 from __future__ import annotations
 
 import shutil
@@ -47,5 +48,20 @@ def test_dft_follows_the_reference(libraries, dtype, shape, length, axis, invers
         attrs["axis"] = axis
     (got,), (want,), ops = run_on_host(libraries, "::DFT", inputs, attrs, sm_count=1)
     assert [o.entry for o in ops] == [f"hipep_dft_{'f32' if dtype == np.float32 else 'f64'}"]
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got, want, **tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("signal,step,window,length,onesided", [
+    ((2, 64, 1), 8, 16, None, 1), ((1, 50, 2), 7, None, 12, 0), ((3, 40, 1), 5, None, None, 1),
+    ((2, 33, 1), 4, 10, 10, 0)])
+def test_stft_follows_the_reference(libraries, dtype, signal, step, window, length, onesided):
+    rng = np.random.default_rng(sum(signal) + step)
+    inputs = [rng.standard_normal(signal).astype(dtype), np.array(step, np.int64),
+              None if window is None else np.hanning(window).astype(dtype),
+              None if length is None else np.array(length, np.int64)]
+    (got,), (want,), ops = run_on_host(libraries, "::STFT", inputs, {"onesided": onesided}, sm_count=1)
+    assert [o.entry for o in ops] == [f"hipep_stft_{'f32' if dtype == np.float32 else 'f64'}"]
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(got, want, **tol)
