@@ -7,7 +7,7 @@ import numpy as np
 from ..errors import RuntimeShapeError
 from ._common import (at, broadcast_partial, elem_of, kernel, pshape_str, result, shape_of,
                       shape_rule, shape_str, tensor_type, type_name, unidirectional_ok, upcast)
-from .registry import BF16, F32, F64, FLOATS, I8, I32, NUMERIC, REQUIRED, U8, OpDef, register
+from .registry import BF16, F16, F32, F64, FLOATS, I8, I32, NUMERIC, REQUIRED, U8, OpDef, register
 
 
 def _check_matmul_shapes(op_type: str, a: np.ndarray, b: np.ndarray) -> None:
@@ -390,6 +390,7 @@ def _claim_qlinear_matmul(node, graph, attrs):
     return None
 
 
+# Opset 21 allows f16 scales (as ORT's CPU EP runs them: widened to f32, then the same steps).
 register(OpDef("QLinearMatMul", (10, 21), ("T1", "S", "T1", "T2", "S", "T2", "S", "T3"), ("T3",),
-               {"T1": _Q8, "T2": _Q8, "T3": _Q8, "S": frozenset({F32})}, _qlinear_matmul,
+               {"T1": _Q8, "T2": _Q8, "T3": _Q8, "S": frozenset({F32, F16})}, _qlinear_matmul,
                claim=_claim_qlinear_matmul, shape_rule=_qlinear_matmul_shape))

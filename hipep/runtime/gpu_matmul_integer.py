@@ -170,13 +170,14 @@ def _qlinear_check(attrs, dtypes, shapes, values):
     return f"b_scale of shape {list(b_scale)} is not one per column of B {list(b)}"
 
 
-def requantize_expression(y_dtype: str):
-    """(acc int32, a_scale, b_scale, y_scale, y_zero_point) -> y, the CPU reference's steps in f32.
-    A NaN product (a NaN or 0/0 scale) gives y_zero_point, as the reference's conversion does."""
+def requantize_expression(y_dtype: str, scale_dtype: str = "float32"):
+    """(acc int32, a_scale, b_scale, y_scale, y_zero_point) -> y, the CPU reference's steps in f32
+    (f16 scales, opset 21's, widened first). A NaN product (a NaN or 0/0 scale) gives y_zero_point,
+    as the reference's conversion does."""
     from ..ops.pointwise import F32, Builder, Operand
 
-    b = Builder([Operand(_INT32)] + [Operand(np.dtype(np.float32))] * 3 + [Operand(np.dtype(y_dtype))])
-    scale = b.input(1) * b.input(2) / b.input(3)
+    b = Builder([Operand(_INT32)] + [Operand(np.dtype(scale_dtype))] * 3 + [Operand(np.dtype(y_dtype))])
+    scale = b.cast(b.input(1), F32) * b.cast(b.input(2), F32) / b.cast(b.input(3), F32)
     v = b.cast(b.input(0), F32) * scale
     zero = b.const(0, F32)
     v = b.where(b.isnan(v), zero, v)
@@ -200,4 +201,8 @@ def _qlinear_matmul_bind(ins, outs, attrs, target):
     acc = Arg(acc_at, tuple(y.shape), _INT32)
     ops = matmul_integer_ops(ins[_A], ins[_B], ins[_A_ZP], ins[_B_ZP], acc)
     params = [acc, ins[_A_SCALE], ins[_B_SCALE], ins[_Y_SCALE], ins[_Y_ZP]]
-    return ops + expression_ops(requantize_expression(y.dtype.name), params, [y], target, "QLinearMatMul")
+    scales = {ins[i].dtype.name for i in (_A_SCALE, _B_SCALE, _Y_SCALE)}
+    if len(scales) != 1 or not scales <= {"float32", "float16"}:
+        raise NoKernel(f"QLinearMatMul with scales of types {sorted(scales)}")
+    return ops + expression_ops(requantize_expression(y.dtype.name, scales.pop()), params, [y], target,
+                                "QLinearMatMul")

@@ -89,3 +89,16 @@ def test_claims():
     assert "a_scale of shape [4]" in gk.kernel_reason("::QLinearMatMul", {}, dtypes, [shapes[0], (4,)] + shapes[2:])
     assert "b_scale of shape [8]" in gk.kernel_reason("::QLinearMatMul", {}, dtypes, shapes[:4] + [(8,)] + shapes[5:])
     assert "a_zero_point of shape [4]" in gk.kernel_reason("::QLinearMatMul", {}, dtypes, shapes[:2] + [(4,)] + shapes[3:])
+
+
+@pytest.mark.parametrize("ta,tb,ty", TYPES)
+def test_f16_scales_are_widened_as_the_reference_does(libs, ta, tb, ty):
+    """Opset 21's f16 scales: the expression reads them as f16 and widens them to f32 first."""
+    rng = np.random.default_rng(21)
+    a, b = _rand(rng, ta, (6, 20)), _rand(rng, tb, (20, 7))
+    def f16(v):  # a one-element scale (_run turns 0-d scales into f32)
+        return np.array([v], np.float16)
+
+    _run(libs, a, f16(0.05), _rand(rng, ta, ()), b, f16(0.03), _rand(rng, tb, ()), f16(0.4), _rand(rng, ty, ()))
+    _run(libs, a, f16(0.05), _rand(rng, ta, ()), b, rng.uniform(0.01, 0.05, 7).astype(np.float16),
+         _rand(rng, tb, (7,)), f16(0.4), _rand(rng, ty, ()))
