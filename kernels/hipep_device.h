@@ -254,33 +254,28 @@ template <typename P> HIPEP_DEVICE void hipep_materialize(P*& p) {
 #if (defined(HIPEP_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800) || defined(HIPEP_HOST_MMA)
 #define HIPEP_HAS_MMA 1
 #endif
-HIPEP_DEVICE void hipep_mma_m16n8k16(float (&d)[4], unsigned int a0, unsigned int a1, unsigned int a2,
-                                     unsigned int a3, unsigned int b0, unsigned int b1) {
+// One function per operand type (hipep_mma_m16n8k16 + SUFFIX; TYPE: PTX's name of it), the host
+// stand-in's emulation (hipep_host_mma_m16n8k16 + SUFFIX) where it builds.
+#define HIPEP_MMA_M16N8K16(SUFFIX, TYPE)                                                                   \
+  HIPEP_DEVICE void hipep_mma_m16n8k16##SUFFIX(float (&d)[4], unsigned int a0, unsigned int a1,            \
+                                               unsigned int a2, unsigned int a3, unsigned int b0,          \
+                                               unsigned int b1) {                                          \
+    HIPEP_MMA_BODY(SUFFIX, TYPE)                                                                         \
+  }
 #if defined(HIPEP_HOST_MMA)
-  hipep_host_mma_m16n8k16(d, a0, a1, a2, a3, b0, b1);
+#define HIPEP_MMA_BODY(SUFFIX, TYPE) hipep_host_mma_m16n8k16##SUFFIX(d, a0, a1, a2, a3, b0, b1);
 #elif defined(HIPEP_HAS_MMA)
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+#define HIPEP_MMA_BODY(SUFFIX, TYPE)                                                                     \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
+               "{%8,%9}, {%0,%1,%2,%3};"                                                                 \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                          \
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 #else
+#define HIPEP_MMA_BODY(SUFFIX, TYPE) \
   for (int i = 0; i < 4; ++i) d[i] = __int_as_float(0x7fc00000);
 #endif
-}
-// The same with A and B bf16 (registers of two bf16 values, as above).
-HIPEP_DEVICE void hipep_mma_m16n8k16_bf16(float (&d)[4], unsigned int a0, unsigned int a1, unsigned int a2,
-                                          unsigned int a3, unsigned int b0, unsigned int b1) {
-#if defined(HIPEP_HOST_MMA)
-  hipep_host_mma_m16n8k16_bf16(d, a0, a1, a2, a3, b0, b1);
-#elif defined(HIPEP_HAS_MMA)
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#else
-  for (int i = 0; i < 4; ++i) d[i] = __int_as_float(0x7fc00000);
-#endif
-}
+HIPEP_MMA_M16N8K16(, "f16")
+HIPEP_MMA_M16N8K16(_bf16, "bf16")
 
 // ---- atomics ------------------------------------------------------------------------------------
 // Same spelling on both platforms; wrapped so kernels do not depend on which overloads exist.

@@ -34,17 +34,25 @@ def _value(ins, i):
     return None if arg is None else arg.value
 
 
+def _signal_input(ins, op_type: str, host_inputs) -> str:
+    """The kernel name's type of input 0, after checking that the inputs the shapes come from
+    (position -> name) are values the host holds."""
+    x = ins[0]
+    dt = _DFT_TYPES.get(x.dtype.name)
+    if dt is None:
+        raise NoKernel(f"{op_type} has no kernel for element type {x.dtype.name}")
+    for i, what in host_inputs:
+        if i < len(ins) and ins[i] is not None and ins[i].value is None:
+            raise NoKernel(f"{op_type}: input {i} ({what}) is not a value the host holds")
+    return dt
+
+
 @_binding("::DFT", check=_dft_check, modules=("dft",))
 def _dft_bind(ins, outs, attrs, target):
     x, y = ins[0], outs[0]
     if y is None:
         return []
-    dt = _DFT_TYPES.get(x.dtype.name)
-    if dt is None:
-        raise NoKernel(f"DFT has no kernel for element type {x.dtype.name}")
-    for i, what in ((1, "dft_length"), (2, "axis")):
-        if i < len(ins) and ins[i] is not None and ins[i].value is None:
-            raise NoKernel(f"DFT: input {i} ({what}) is not a value the host holds")
+    dt = _signal_input(ins, "DFT", ((1, "dft_length"), (2, "axis")))
     axis = dft_axis(x.ndim, attrs, _value(ins, 2))
     n = dft_length(x.shape, axis, attrs, _value(ins, 1))
     shape = dft_output_shape(x.shape, axis, n, attrs)
@@ -71,12 +79,7 @@ def _stft_bind(ins, outs, attrs, target):
     window = ins[2] if len(ins) > 2 else None
     if y is None:
         return []
-    dt = _DFT_TYPES.get(x.dtype.name)
-    if dt is None:
-        raise NoKernel(f"STFT has no kernel for element type {x.dtype.name}")
-    for i, what in ((1, "frame_step"), (3, "frame_length")):
-        if i < len(ins) and ins[i] is not None and ins[i].value is None:
-            raise NoKernel(f"STFT: input {i} ({what}) is not a value the host holds")
+    dt = _signal_input(ins, "STFT", ((1, "frame_step"), (3, "frame_length")))
     step = int(np.asarray(_value(ins, 1)).reshape(-1)[0])
     n, frames = stft_frames(x.shape, step, None if window is None else window.shape, _value(ins, 3))
     bins = stft_bins(n, attrs)
