@@ -248,10 +248,10 @@ def test_a_destroyed_session_is_freed_without_the_cycle_collector(compiled_refs)
 # ---- ORT's thread pools around hipep's Compute ---------------------------------------------------
 
 def branches_model(width: int = 256) -> bytes:
-    """hipep's Tanh → Mul → Add (a3); the CPU EP's Cast to double → MatMul in double → Cast back
+    """hipep's Tanh → Mul → Add (a3); the CPU EP's Cast to double → Gemm in double → Cast back
     on a3, then hipep's Add of both (y1): a second fused node, since the path through the CPU
-    nodes splits the two. Beside them, from x, a second double MatMul on the CPU EP (y2). hipep
-    claims no float64 MatMul or Cast, so the CPU EP runs those, its MatMul on the intra-op pool;
+    nodes splits the two. Beside them, from x, a second double Gemm on the CPU EP (y2). hipep
+    claims no float64 Gemm or Cast, so the CPU EP runs those, its Gemm on the intra-op pool;
     with the parallel executor the second branch runs while hipep's first fused node does."""
     rng = np.random.default_rng(2)
     f, d = TensorProto.FLOAT, TensorProto.DOUBLE
@@ -261,11 +261,11 @@ def branches_model(width: int = 256) -> bytes:
         node("Mul", ["a1", "scale"], ["a2"], name="a_mul"),
         node("Add", ["a2", "x"], ["a3"], name="a_add"),
         node("Cast", ["a3"], ["ad"], name="b_to_double", to=d),
-        node("MatMul", ["ad", "w"], ["bd"], name="b_matmul"),
+        node("Gemm", ["ad", "w"], ["bd"], name="b_gemm"),
         node("Cast", ["bd"], ["bf"], name="b_to_float", to=f),
         node("Add", ["a3", "bf"], ["y1"], name="join"),
         node("Cast", ["x"], ["xd"], name="c_to_double", to=d),
-        node("MatMul", ["xd", "w"], ["cd"], name="c_matmul"),
+        node("Gemm", ["xd", "w"], ["cd"], name="c_gemm"),
         node("Cast", ["cd"], ["y2"], name="c_to_float", to=f),
     ]
     inits = [numpy_helper.from_array(np.full((width,), 0.5, np.float32), "scale"),
