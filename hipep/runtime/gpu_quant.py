@@ -84,8 +84,8 @@ GEMV_ROW = _env_int(GEMV_ROW_ENV, 1, (0, 1))
 # HIPEP_MNB_GEMV_ROW_COLS: 0 keeps the one-row GEMV at one column a warp (see row_cols_form).
 GEMV_ROW_COLS_ENV = "HIPEP_MNB_GEMV_ROW_COLS"
 GEMV_ROW_COLS = _env_int(GEMV_ROW_COLS_ENV, 1, (0, 1))
-# HIPEP_MNB_GEMV_TC: 1 runs fp16 decode rows on tensor cores too where the device has them, 0 no
-# row at all (see row_tc_form). Unset (-1): bf16 rows only, which have no packed form of their own;
+# HIPEP_MNB_GEMV_TC: where the device has tensor cores, 1 runs fp16 decode rows on them too, 0 runs
+# none there (see row_tc_form). Unset (-1): bf16 rows only, which have no packed form of their own;
 # fp16's h2 forms were faster on the H100 and H200.
 GEMV_ROW_TC_ENV = "HIPEP_MNB_GEMV_TC"
 GEMV_ROW_TC = _env_int(GEMV_ROW_TC_ENV, -1, (0, 1))
@@ -330,8 +330,7 @@ def mnb_row_plan(layout: MatMulNBitsArgs, bits, dt, target,
     """The one-row GEMV in packed arithmetic (kernels/matmul_nbits_row.hip, hipep_mnb_gemv_row_*) where
     it applies -- 4 bits, block_size >= 32, 16-byte aligned rows, integer or no zero points, and
     A quantized to int8 (q8) or fp16 (h2), or bf16 on tensor cores -- else None (the general GEMV
-    runs). `layout`: the
-    node's arguments as the binding derived them (m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs,
+    runs). `layout`: the node's arguments as the binding derived them (m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs,
     zp_mode, aligned16, int8_a), completed here with the row GEMV's tile. `tc_scales_aligned`:
     where not None, an fp16 or bf16 row may take the tensor-core form (row_tc_form; the fused forms,
     which stage A their own way, pass None)."""
