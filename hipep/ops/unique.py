@@ -49,7 +49,9 @@ def _unique_shape(types, values, attrs, num_outputs):
     if x is not None:
         y, first, inverse, counts = distinct(np.asarray(x), attrs)
         shapes = [y.shape, first.shape, inverse.shape, counts.shape]
-    elif axis is None or shape is None:
+    elif shape is None:  # with an axis, Y has the input's rank, unknown here
+        shapes = [None if axis is not None else (None,), (None,), (None,), (None,)]
+    elif axis is None:
         shapes = [(None,), (None,), (None,), (None,)]
     else:
         axis = normalize_axis("Unique", int(axis), len(shape))

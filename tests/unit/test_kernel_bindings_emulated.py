@@ -175,7 +175,8 @@ def test_fault_record_layout_matches_the_device_header():
     codes = {name: int(value) for name, value in re.findall(r"#define HIPEP_FAULT_(\w+) (\d+)u", header)}
     assert codes == {"INDEX": gf.FAULT_INDEX, "POSITION": gf.FAULT_POSITION, "SEQLEN": gf.FAULT_SEQLEN,
                      "SEQLEN_SHORT": gf.FAULT_SEQLEN_SHORT, "WRITE_INDEX": gf.FAULT_WRITE_INDEX,
-                     "KV_LENGTH": gf.FAULT_KV_LENGTH, "AXIS": gf.FAULT_AXIS}
+                     "KV_LENGTH": gf.FAULT_KV_LENGTH, "AXIS": gf.FAULT_AXIS,
+                     "SEQUENCE_LENGTH": gf.FAULT_SEQUENCE_LENGTH}
     assert len(set(codes.values())) == len(codes) and gf.FAULT_NONE not in codes.values()
 
 

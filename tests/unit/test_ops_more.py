@@ -501,6 +501,34 @@ for _v in (10, 21):
 case("QLinearMatMul", 21, _qlm(u8, i8, (2, 3, 16), (16, 4), b_per_col=True), id="QLinearMatMul-per-column")
 case("QLinearMatMul", 21, _qlm(u8, u8, (3, 64), (64, 7)), id="QLinearMatMul-saturates")
 
+case("QLinearMatMul", 21, [REF.RNG.integers(0, 255, (3, 8)).astype(u8), A(0.02, f16), A(5, u8),
+                           REF.RNG.integers(0, 255, (8, 4)).astype(u8), A(0.03, f16), A(7, u8), A(0.5, f16),
+                           A(3, u8)], id="QLinearMatMul-f16-scales")
+
+# ---- signal, detection and set ops ------------------------------------------------------------------
+# (ORT sums DFT and STFT in f32, hipep in double: a few 1e-6 apart, 4e-6 where the exact value is 0)
+SIGNAL_TOL = (1e-4, 2e-5)
+case("DFT", 17, [R(2, 8, 1)], {"axis": 1}, tol=SIGNAL_TOL)
+case("DFT", 17, [R(2, 6, 2), A(8)], {"axis": 1, "inverse": 1}, tol=SIGNAL_TOL)
+case("DFT", 20, [R(3, 10, 1), A(12), A(-2)], {"onesided": 1}, tol=SIGNAL_TOL)
+case("DFT", 20, [R(2, 5, 2), A(8), A(1)], {"inverse": 1, "onesided": 1}, id="DFT-20-irfft", tol=SIGNAL_TOL)
+case("STFT", 17, [R(2, 64, 1), A(8), R(16, lo=0, hi=1), A(16)], {"onesided": 1}, tol=SIGNAL_TOL)
+case("STFT", 17, [R(1, 40, 2), A(5), None, A(10)], {"onesided": 0}, tol=SIGNAL_TOL)
+
+
+def _boxes(n):
+    corners = REF.RNG.uniform(0, 10, (2, n, 2))
+    return np.concatenate([corners, corners + REF.RNG.uniform(0.5, 4, (2, n, 2))], -1).astype(f32)
+
+
+case("NonMaxSuppression", 10, [_boxes(12), R(2, 3, 12, lo=0, hi=1), A([4]), A([0.3], f32), A([0.2], f32)])
+case("NonMaxSuppression", 11, [_boxes(12), R(2, 1, 12, lo=0, hi=1), A([12]), A([0.5], f32)],
+     {"center_point_box": 1})
+case("ReverseSequence", 10, [R(4, 3, 2), A([1, 4, 0])], {"batch_axis": 1, "time_axis": 0})
+case("ReverseSequence", 10, [R(3, 5), A([5, 2, 3])], {"batch_axis": 0, "time_axis": 1})
+case("Unique", 11, [A([2, 1, 1, 3, 4, 3], f32)], {"sorted": 0}, n_out=4)
+case("Unique", 11, [A([[1, 0, 0], [1, 0, 0], [2, 3, 4]], i64)], {"axis": 0}, n_out=4)
+
 
 # ---- the comparison and the shape-rule contract, case by case -------------------------------------
 
