@@ -116,7 +116,30 @@ FUZZ = (
     "huge constant ConstantOfShape folded by ORT itself, MatMul and TopK shape checks), none with "
     "1.32")
 
+IRFFT = (
+    "its DFT refuses inverse=1 with onesided=1 (the inverse of a one-sided spectrum, numpy's irfft; "
+    "1.32 runs it): nothing to compare hipep with")
+
+STFT_COMPLEX = (
+    "its STFT of a complex signal gives values unrelated to the signal (up to 1e30; 1.32's are the "
+    "transform's)")
+
+REVERSE_EMPTY = (
+    "its ReverseSequence leaves a batch entry of length 0 unwritten, where ONNX (and 1.32) copy it "
+    "unchanged")
+
 DIFFERENCES = (
+    # (measured with 1.24.1 and 1.32.0 only: a pass between is not reported)
+    Difference(IRFFT, since=(1, 24), until=(1, 32), strict=False, cases=(
+        'tests/unit/test_ops_more.py::test_matches_ort[DFT-20-irfft]',
+    )),
+    Difference(STFT_COMPLEX, since=(1, 24), until=(1, 32), strict=False, cases=(
+        'tests/unit/test_ops_more.py::test_matches_ort[STFT-17-complex]',
+    )),
+    Difference(REVERSE_EMPTY, since=(1, 24), until=(1, 32), strict=False, cases=(
+        'tests/unit/test_ops_more.py::test_matches_ort[ReverseSequence-10-empty-entry]',
+        'tests/ort/test_reverse_sequence.py::test_reverse_sequence_gives_the_cpu_eps_values[*]',
+    )),
     Difference(GRID_SAMPLE_ORDER, since=(1, 24), until=(1, 32), strict=False, cases=(
         'tests/unit/test_ops_grid_sample.py::test_session_default_attributes_per_opset',
     )),

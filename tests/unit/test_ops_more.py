@@ -513,7 +513,7 @@ case("DFT", 17, [R(2, 6, 2), A(8)], {"axis": 1, "inverse": 1}, tol=SIGNAL_TOL)
 case("DFT", 20, [R(3, 10, 1), A(12), A(-2)], {"onesided": 1}, tol=SIGNAL_TOL)
 case("DFT", 20, [R(2, 5, 2), A(8), A(1)], {"inverse": 1, "onesided": 1}, id="DFT-20-irfft", tol=SIGNAL_TOL)
 case("STFT", 17, [R(2, 64, 1), A(8), R(16, lo=0, hi=1), A(16)], {"onesided": 1}, tol=SIGNAL_TOL)
-case("STFT", 17, [R(1, 40, 2), A(5), None, A(10)], {"onesided": 0}, tol=SIGNAL_TOL)
+case("STFT", 17, [R(1, 40, 2), A(5), None, A(10)], {"onesided": 0}, tol=SIGNAL_TOL, id="STFT-17-complex")
 
 
 def _boxes(n):
@@ -524,7 +524,8 @@ def _boxes(n):
 case("NonMaxSuppression", 10, [_boxes(12), R(2, 3, 12, lo=0, hi=1), A([4]), A([0.3], f32), A([0.2], f32)])
 case("NonMaxSuppression", 11, [_boxes(12), R(2, 1, 12, lo=0, hi=1), A([12]), A([0.5], f32)],
      {"center_point_box": 1})
-case("ReverseSequence", 10, [R(4, 3, 2), A([1, 4, 0])], {"batch_axis": 1, "time_axis": 0})
+case("ReverseSequence", 10, [R(4, 3, 2), A([1, 4, 0])], {"batch_axis": 1, "time_axis": 0},
+     id="ReverseSequence-10-empty-entry")
 case("ReverseSequence", 10, [R(3, 5), A([5, 2, 3])], {"batch_axis": 0, "time_axis": 1})
 case("Unique", 11, [A([2, 1, 1, 3, 4, 3], f32)], {"sorted": 0}, n_out=4)
 case("Unique", 11, [A([[1, 0, 0], [1, 0, 0], [2, 3, 4]], i64)], {"axis": 0}, n_out=4)
