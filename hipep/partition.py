@@ -491,11 +491,11 @@ def _expansion(node: Node, graph: GraphView, claim: Claim, device: str,
     if not report.all_claimed or report.claimed_total == 0:
         return None
     direct = device == "cpu" or _runs_on_device_alone(body, report)
+    ops = tuple(dict.fromkeys(n.op_type for n in body.nodes))
     if not direct and expands is not None and not expands(node):
-        return (f"a function whose body ({', '.join(dict.fromkeys(n.op_type for n in body.nodes))}) runs on "
-                f"{device} only with host reads of its values, and ONNX Runtime runs its own kernel for it "
-                f"instead of that body")
-    return Expansion(node, report, tuple(dict.fromkeys(n.op_type for n in body.nodes)), direct=direct)
+        return (f"a function whose body ({', '.join(ops)}) runs on {device} only with host reads of its values, "
+                f"and ONNX Runtime runs its own kernel for it instead of that body")
+    return Expansion(node, report, ops, direct=direct)
 
 
 def _runs_on_device_alone(body: GraphView, report: "PartitionReport") -> bool:

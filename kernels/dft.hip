@@ -25,6 +25,23 @@ HIPEP_DEVICE void hipep_dft_twiddle(hipep_i64 m, hipep_i64 n, double& c, double&
   s = sin(angle);
 }
 
+// Bin k of the length-n transform of a signal's first `len` elements, each times its window weight
+// (window null: 1): sum_t w_t x_t e^{sign 2 pi i t k / n}, element t at base[t * stride] and, where
+// ci is 2, its imaginary part beside it. Added into (re, im).
+template <typename T>
+HIPEP_DEVICE void hipep_dft_bin(const T* base, hipep_i64 stride, hipep_i64 ci, const T* window, hipep_i64 len,
+                                hipep_i64 k, hipep_i64 n, double sign, double& re, double& im) {
+  double c, s;
+  for (hipep_i64 t = 0; t < len; ++t) {
+    const double w = window != nullptr ? (double)window[t] : 1.0;
+    const double xr = w * (double)base[t * stride], xi = ci == 2 ? w * (double)base[t * stride + 1] : 0.0;
+    hipep_dft_twiddle((t * k) % n, n, c, s);
+    s *= sign;
+    re += xr * c - xi * s;
+    im += xr * s + xi * c;
+  }
+}
+
 template <typename T>
 HIPEP_DEVICE void hipep_dft(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y, const hipep_dft_args a) {
   const hipep_i64 total = a.outer * a.out_len * a.inner, ci = a.complex_in ? 2 : 1, stride = a.inner * ci;
@@ -48,16 +65,8 @@ HIPEP_DEVICE void hipep_dft(const T* HIPEP_RESTRICT x, T* HIPEP_RESTRICT y, cons
       y[i] = (T)(re / (double)a.n);
       continue;
     }
-    const double sign = a.mode == 1 ? 1.0 : -1.0;
-    const hipep_i64 len = a.in_len < a.n ? a.in_len : a.n;
-    for (hipep_i64 t = 0; t < len; ++t) {
-      const double xr = (double)base[t * stride];
-      const double xi = ci == 2 ? (double)base[t * stride + 1] : 0.0;
-      hipep_dft_twiddle((t * k) % a.n, a.n, c, s);
-      s *= sign;
-      re += xr * c - xi * s;
-      im += xr * s + xi * c;
-    }
+    hipep_dft_bin<T>(base, stride, ci, nullptr, a.in_len < a.n ? a.in_len : a.n, k, a.n, a.mode == 1 ? 1.0 : -1.0,
+                     re, im);
     if (a.mode == 1) {
       re /= (double)a.n;
       im /= (double)a.n;
@@ -82,15 +91,8 @@ HIPEP_DEVICE void hipep_stft(const T* HIPEP_RESTRICT x, const T* HIPEP_RESTRICT 
   const hipep_i64 step = (hipep_i64)gridDim.x * blockDim.x;
   for (hipep_i64 i = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
     const hipep_i64 k = i % a.bins, j = i / a.bins, f = j % a.frames, b = j / a.frames;
-    const T* frame = x + (b * a.length + f * a.step) * ci;
-    double re = 0.0, im = 0.0, c, s;
-    for (hipep_i64 t = 0; t < a.n; ++t) {
-      const double w = window != nullptr ? (double)window[t] : 1.0;
-      const double xr = w * (double)frame[t * ci], xi = ci == 2 ? w * (double)frame[t * ci + 1] : 0.0;
-      hipep_dft_twiddle((t * k) % a.n, a.n, c, s);
-      re += xr * c + xi * s;  // times e^{-i angle}
-      im += xi * c - xr * s;
-    }
+    double re = 0.0, im = 0.0;
+    hipep_dft_bin<T>(x + (b * a.length + f * a.step) * ci, ci, ci, window, a.n, k, a.n, -1.0, re, im);
     y[2 * i] = (T)re;
     y[2 * i + 1] = (T)im;
   }

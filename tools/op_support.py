@@ -42,10 +42,10 @@ quotes the predicate's docstring where it has one).
 Ops that ONNX defines as functions run on hipep without an entry here (Swish,
 NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, CenterCropPad, AffineGrid, the window
 functions, ...): hipep runs such a node through its function body, or (on a GPU, a body with shape
-arithmetic) leaves it for ORT to replace by that body and claims the body's nodes -- where ORT's
-CPU EP has no kernel for the op; where it has one (AffineGrid, the windows), ORT never replaces
-the node, and ORT's CPU EP runs it. `hipep explain` says which; the conformance part below lists
-their cases as "(function)".
+arithmetic) leaves it for ORT to replace by that body and claims the body's nodes. Where ORT's
+CPU EP has a kernel for the op (AffineGrid, the windows), ORT never replaces the node: hipep runs
+it through its body where that body reads no host value (the CPU device), else leaves it to ORT's
+CPU EP. `hipep explain` says which; the conformance part below lists their cases as "(function)".
 """
 
 

@@ -410,7 +410,7 @@ register(OpDef(TS, (24,), ("T", "T", "I64"), ("T",), {"T": ANY_TENSOR_BF16, "I64
 
 # ---- ReverseSequence -------------------------------------------------------------------------
 
-def _reverse_sequence_axes(op_type: str, attrs) -> tuple[int, int]:
+def reverse_sequence_axes(op_type: str, attrs) -> tuple[int, int]:
     batch, time = int(attrs.get("batch_axis", 1)), int(attrs.get("time_axis", 0))
     if {batch, time} != {0, 1}:
         raise RuntimeShapeError(f"{op_type}: batch_axis and time_axis must be 0 and 1, one each: got batch_axis "
@@ -418,7 +418,7 @@ def _reverse_sequence_axes(op_type: str, attrs) -> tuple[int, int]:
     return batch, time
 
 
-def _reverse_sequence_check(x_shape, lens_shape, batch: int) -> None:
+def reverse_sequence_check(x_shape, lens_shape, batch: int) -> None:
     if x_shape is not None and len(x_shape) < 2:
         raise RuntimeShapeError(f"ReverseSequence: input must have rank >= 2, got {pshape_str(x_shape)}")
     if lens_shape is not None and len(lens_shape) != 1:
@@ -432,8 +432,8 @@ def _reverse_sequence_check(x_shape, lens_shape, batch: int) -> None:
 @kernel("ReverseSequence")
 def _reverse_sequence(inputs, attrs):
     x, lens = inputs
-    batch, time = _reverse_sequence_axes("ReverseSequence", attrs)
-    _reverse_sequence_check(x.shape, lens.shape, batch)
+    batch, time = reverse_sequence_axes("ReverseSequence", attrs)
+    reverse_sequence_check(x.shape, lens.shape, batch)
     steps = x.shape[time]
     out = x.copy()
     src, dst = np.moveaxis(x, (batch, time), (0, 1)), np.moveaxis(out, (batch, time), (0, 1))  # views
@@ -447,8 +447,8 @@ def _reverse_sequence(inputs, attrs):
 
 @shape_rule("ReverseSequence")
 def _reverse_sequence_shape(types, values, attrs, num_outputs):
-    batch, _ = _reverse_sequence_axes("ReverseSequence", attrs)
-    _reverse_sequence_check(shape_of(types[0]), shape_of(types[1]), batch)
+    batch, _ = reverse_sequence_axes("ReverseSequence", attrs)
+    reverse_sequence_check(shape_of(types[0]), shape_of(types[1]), batch)
     return [tensor_type(elem_of(types[0]), shape_of(types[0]))]
 
 

@@ -31,7 +31,8 @@ import ctypes
 import numpy as np
 
 from ..errors import HipepError
-from ..ops.indexing import TS, tensor_scatter_axis  # the reference's own shape rules
+# the reference's own shape rules
+from ..ops.indexing import TS, reverse_sequence_axes, reverse_sequence_check, tensor_scatter_axis
 from .gpu_binding_core import (Arg, CopyOp, KernelOp, NoKernel, _binding, _cdiv, _prod, _word, contiguous_strides,
                                fill_ops, flat_config, merge_dims, ptr, workspace_regions)
 from .gpu_faults import fault_param
@@ -430,20 +431,13 @@ class ReverseSequenceArgs(ctypes.Structure):
                 ("steps", ctypes.c_longlong), ("batch_first", ctypes.c_int)]
 
 
-def _reverse_sequence_check(attrs, dtypes, shapes, values):
-    axes = {int(attrs.get("batch_axis", 1)), int(attrs.get("time_axis", 0))}
-    return None if axes == {0, 1} else "batch_axis and time_axis other than 0 and 1"
-
-
-@_binding("::ReverseSequence", check=_reverse_sequence_check, modules=("indexing",))
+@_binding("::ReverseSequence", modules=("indexing",))
 def _reverse_sequence_bind(ins, outs, attrs, target):
     x, lens, y = ins[0], ins[1], outs[0]
     if y is None or y.size == 0:
         return []
-    batch, time = int(attrs.get("batch_axis", 1)), int(attrs.get("time_axis", 0))
-    if x.ndim < 2 or lens.ndim != 1 or int(lens.shape[0]) != int(x.shape[batch]):
-        raise HipepError(f"ReverseSequence: sequence_lens {list(lens.shape)} for input {list(x.shape)} (batch_axis "
-                         f"{batch}): it must be 1-D with one length per batch entry")
+    batch, time = reverse_sequence_axes("ReverseSequence", attrs)
+    reverse_sequence_check(x.shape, lens.shape, batch)
     e = x.dtype.itemsize
     if e not in (1, 2, 4, 8):
         raise NoKernel(f"ReverseSequence of {e}-byte elements")

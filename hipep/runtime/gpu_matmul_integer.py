@@ -156,6 +156,9 @@ def _qlinear_check(attrs, dtypes, shapes, values):
                  [_at(shapes, _A), _at(shapes, _B), _at(shapes, _A_ZP), _at(shapes, _B_ZP)], None)
     if why is not None:
         return why
+    scales = {_at(dtypes, i) for i in (_A_SCALE, _B_SCALE, _Y_SCALE)}
+    if len(scales) != 1 or not scales <= {"float32", "float16"}:
+        return f"scales of types {sorted(map(str, scales))} (one of float32 and float16 for all three)"
     for name, pos in (("a_scale", _A_SCALE), ("y_scale", _Y_SCALE), ("y_zero_point", _Y_ZP)):
         why = _scalar_reason(name, _at(shapes, pos))
         if why is not None:
@@ -201,8 +204,5 @@ def _qlinear_matmul_bind(ins, outs, attrs, target):
     acc = Arg(acc_at, tuple(y.shape), _INT32)
     ops = matmul_integer_ops(ins[_A], ins[_B], ins[_A_ZP], ins[_B_ZP], acc)
     params = [acc, ins[_A_SCALE], ins[_B_SCALE], ins[_Y_SCALE], ins[_Y_ZP]]
-    scales = {ins[i].dtype.name for i in (_A_SCALE, _B_SCALE, _Y_SCALE)}
-    if len(scales) != 1 or not scales <= {"float32", "float16"}:
-        raise NoKernel(f"QLinearMatMul with scales of types {sorted(scales)}")
-    return ops + expression_ops(requantize_expression(y.dtype.name, scales.pop()), params, [y], target,
+    return ops + expression_ops(requantize_expression(y.dtype.name, ins[_A_SCALE].dtype.name), params, [y], target,
                                 "QLinearMatMul")

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import ctypes
 
-import numpy as np
-
 from ..errors import HipepError
 from ..ops.signal import dft_axis, dft_length, dft_output_shape, stft_bins, stft_frames
-from .gpu_binding_core import KernelOp, NoKernel, _binding, _prod, flat_config, ptr
+from .gpu_binding_core import KernelOp, NoKernel, _binding, _prod, _values_or_attr, flat_config, ptr
 
 _DFT_TYPES = {"float32": "f32", "float64": "f64"}
 
@@ -29,21 +27,10 @@ def _dft_check(attrs, dtypes, shapes, values):
     return None
 
 
-def _value(ins, i):
-    arg = ins[i] if i < len(ins) else None
-    return None if arg is None else arg.value
-
-
-def _signal_input(ins, op_type: str, host_inputs) -> str:
-    """The kernel name's type of input 0, after checking that the inputs the shapes come from
-    (position -> name) are values the host holds."""
-    x = ins[0]
+def _kernel_type(x, op_type: str) -> str:
     dt = _DFT_TYPES.get(x.dtype.name)
     if dt is None:
         raise NoKernel(f"{op_type} has no kernel for element type {x.dtype.name}")
-    for i, what in host_inputs:
-        if i < len(ins) and ins[i] is not None and ins[i].value is None:
-            raise NoKernel(f"{op_type}: input {i} ({what}) is not a value the host holds")
     return dt
 
 
@@ -52,9 +39,9 @@ def _dft_bind(ins, outs, attrs, target):
     x, y = ins[0], outs[0]
     if y is None:
         return []
-    dt = _signal_input(ins, "DFT", ((1, "dft_length"), (2, "axis")))
-    axis = dft_axis(x.ndim, attrs, _value(ins, 2))
-    n = dft_length(x.shape, axis, attrs, _value(ins, 1))
+    dt = _kernel_type(x, "DFT")
+    axis = dft_axis(x.ndim, attrs, _values_or_attr(ins, 2, {}, "axis"))
+    n = dft_length(x.shape, axis, attrs, _values_or_attr(ins, 1, {}, "dft_length"))
     shape = dft_output_shape(x.shape, axis, n, attrs)
     if tuple(y.shape) != shape:
         raise HipepError(f"DFT: output of shape {list(y.shape)}, expected {list(shape)}")
@@ -79,9 +66,10 @@ def _stft_bind(ins, outs, attrs, target):
     window = ins[2] if len(ins) > 2 else None
     if y is None:
         return []
-    dt = _signal_input(ins, "STFT", ((1, "frame_step"), (3, "frame_length")))
-    step = int(np.asarray(_value(ins, 1)).reshape(-1)[0])
-    n, frames = stft_frames(x.shape, step, None if window is None else window.shape, _value(ins, 3))
+    dt = _kernel_type(x, "STFT")
+    step = _values_or_attr(ins, 1, {}, "frame_step")[0]
+    n, frames = stft_frames(x.shape, step, None if window is None else window.shape,
+                            _values_or_attr(ins, 3, {}, "frame_length"))
     bins = stft_bins(n, attrs)
     if tuple(y.shape) != (int(x.shape[0]), frames, bins, 2):
         raise HipepError(f"STFT: output of shape {list(y.shape)}, expected {[int(x.shape[0]), frames, bins, 2]}")
