@@ -12,7 +12,7 @@ weights are ten times the L2), so the flush changes little but for small activat
 
 Writes benchmarks/results/<date>-decode-profile-<gpu>[-int4-f16].md.
 
-    python benchmarks/decode_profile.py [--precision int4|int4-f16] [--model DIR] [--ncu PATH] [--out DIR]
+    python benchmarks/decode_profile.py [--precision int4|int4-f16|int4-bf16] [--model DIR] [--ncu PATH] [--out DIR]
 """
 from __future__ import annotations
 
@@ -149,8 +149,8 @@ def child(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="a builder model folder (default: model_zoo's llama '1b' of --precision, built once)")
-    ap.add_argument("--precision", choices=("int4", "int4-f16"), default="int4-f16",
-                    help="int4-f16 (default): f16 activations, MatMulNBits at level 0; int4: f32, level 4")
+    ap.add_argument("--precision", choices=("int4", "int4-f16", "int4-bf16"), default="int4-f16",
+                    help="int4-f16 (default): f16 activations, MatMulNBits at level 0; int4-bf16: the same in bf16; int4: f32, level 4")
     ap.add_argument("--ncu", help="Nsight Compute's command line tool (default: ncu on PATH, /usr/local/cuda/bin/ncu)")
     ap.add_argument("--device-id", type=int, default=0)
     ap.add_argument("--out", default=RESULTS, help="folder for <date>-decode-profile-<gpu>.md")
