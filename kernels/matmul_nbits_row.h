@@ -194,7 +194,7 @@ template <typename T> struct hipep_mnb_a_loaded {
   }
 };
 
-// hipep_mnb_skip_norm_src (hipep::SkipNormMatMulNBits, h2 only): A is the fp16 row that
+// hipep_mnb_skip_norm_src (hipep::SkipNormMatMulNBits): A is the fp16 or bf16 (T) row that
 // com.microsoft::SkipSimplifiedLayerNormalization makes of x and skip (+ bias), computed by every
 // block from the rows themselves, so the norm is no launch of its own. The arithmetic is the skip
 // norm kernel's (kernels/rms_norm.hip hipep_skip_rms_norm, and its _overlap form) in the same order:
@@ -204,20 +204,21 @@ template <typename T> struct hipep_mnb_a_loaded {
 // GEMV reads it); block 0 writes the norm's other outputs the plan keeps (mean, inv_std,
 // input_skip_bias_sum; null: dropped), the others only stage. W: vectors a thread (the row is at
 // most W * blockDim.x vectors of 8). One row (decode); K % 8 == 0, 16-byte
-// aligned rows, A's tile one tile (the binding checks).
-template <int W> struct hipep_mnb_skip_norm_src {
-  const hipep_half* x;
-  const hipep_half* skip;
-  const hipep_half* gamma;
-  const hipep_half* bias;  // null: none
+// aligned rows, A's tile one tile (the binding checks). T: A's type, fp16 for the packed-arithmetic
+// GEMVs; bf16 only as the tensor-core kernel's source (matmul_nbits_tc.h), bf16 having no h2 form.
+template <int W, typename T = hipep_half> struct hipep_mnb_skip_norm_src {
+  const T* x;
+  const T* skip;
+  const T* gamma;
+  const T* bias;  // null: none
   float* mean;
   float* inv_std;
-  hipep_half* sum_out;
+  T* sum_out;
   float eps;
 
   template <bool Q8, int P, typename Layout = hipep_mnb_h2_layout>
   HIPEP_DEVICE void stage(unsigned char* smem, hipep_i64, int tile_chunks, const hipep_mnb_args& a) const {
-    static_assert(!Q8, "the fused norm stages fp16 pairs (h2) only");
+    static_assert(!Q8, "the fused norm stages 16-bit pairs only");
     __shared__ float scratch[HIPEP_MAX_WARPS];
     const int nv = (int)(a.k >> 3), words = tile_chunks * 4;
     // Every load of the row in flight at once: x and skip come from earlier kernels (coherent
@@ -238,9 +239,9 @@ template <int W> struct hipep_mnb_skip_norm_src {
     float sq = 0.0f;
 #pragma unroll
     for (int i = 0; i < W; ++i) {
-      const hipep_half* xh = reinterpret_cast<const hipep_half*>(&xu[i]);
-      const hipep_half* sh = reinterpret_cast<const hipep_half*>(&su[i]);
-      const hipep_half* bh = reinterpret_cast<const hipep_half*>(&bu[i]);
+      const T* xh = reinterpret_cast<const T*>(&xu[i]);
+      const T* sh = reinterpret_cast<const T*>(&su[i]);
+      const T* bh = reinterpret_cast<const T*>(&bu[i]);
       const bool on = (int)(threadIdx.x + i * blockDim.x) < nv;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -256,12 +257,12 @@ template <int W> struct hipep_mnb_skip_norm_src {
     for (int i = 0; i < W; ++i) {
       const int w = threadIdx.x + i * blockDim.x;
       if (w >= words) break;
-      const hipep_half* gh = reinterpret_cast<const hipep_half*>(&gu[i]);
-      hipep_half o[8], s[8];
+      const T* gh = reinterpret_cast<const T*>(&gu[i]);
+      T o[8], s[8];
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
-        o[k] = hipep_from_float<hipep_half>(w < nv ? f[i][k] / root * hipep_to_float(gh[k]) : 0.0f);
-        s[k] = hipep_from_float<hipep_half>(f[i][k]);
+        o[k] = hipep_from_float<T>(w < nv ? f[i][k] / root * hipep_to_float(gh[k]) : 0.0f);
+        s[k] = hipep_from_float<T>(f[i][k]);
       }
       Layout::put(smem, w, tile_chunks, o);
       if (writer && w < nv && sum_out != 0) reinterpret_cast<uint4*>(sum_out)[w] = *reinterpret_cast<const uint4*>(s);

@@ -135,24 +135,24 @@ template <typename T = hipep_half> struct hipep_mnb_tc_plain {
 };
 
 // hipep::GatedMatMulNBits: 8 columns a warp, column n0 + g of both weights; the two sums rounded to
-// fp16 as the projections' outputs are, joined by the pointwise program (Epilogue).
-template <typename TO, typename Epilogue> struct hipep_mnb_tc_gated {
-  typedef hipep_half Elem;
+// A's type T (fp16 or bf16) as the projections' outputs are, joined by the pointwise program (Epilogue).
+template <typename TO, typename Epilogue, typename T = hipep_half> struct hipep_mnb_tc_gated {
+  typedef T Elem;
   const unsigned char* B0;
-  const hipep_half* scales0;
+  const T* scales0;
   const void* zp0;
   const unsigned char* B1;
-  const hipep_half* scales1;
+  const T* scales1;
   const void* zp1;
   TO* Y;
   static constexpr int COLUMNS = 8;
-  HIPEP_DEVICE hipep_mnb_row_col<hipep_half> col(int c, hipep_i64 n0, int g, const hipep_mnb_args& a) const {
-    return c == 0 ? hipep_mnb_row_col_at<hipep_half>(B0, scales0, zp0, n0 + g, a)
-                  : hipep_mnb_row_col_at<hipep_half>(B1, scales1, zp1, n0 + g, a);
+  HIPEP_DEVICE hipep_mnb_row_col<T> col(int c, hipep_i64 n0, int g, const hipep_mnb_args& a) const {
+    return c == 0 ? hipep_mnb_row_col_at<T>(B0, scales0, zp0, n0 + g, a)
+                  : hipep_mnb_row_col_at<T>(B1, scales1, zp1, n0 + g, a);
   }
   HIPEP_DEVICE void write(hipep_i64 n0, int g, const float (&acc)[2], const hipep_mnb_args& a) const {
     const hipep_i64 n = n0 + g;
-    if (n < a.n) Y[n] = Epilogue()(hipep_from_float<hipep_half>(acc[0]), hipep_from_float<hipep_half>(acc[1]));
+    if (n < a.n) Y[n] = Epilogue()(hipep_from_float<T>(acc[0]), hipep_from_float<T>(acc[1]));
   }
 };
 

@@ -4,9 +4,11 @@ and the pointwise program joining their results).
 One row of A (decoding) where the one-row GEMV in packed arithmetic applies to both weights runs
 one kernel, rendered per program: kernels/matmul_nbits_row.h's hipep_mnb_gemv_row1_gated with the
 program as its epilogue (hipep.ops.pointwise_hip.render_hip_functor). A warp streams column n of both
-weights, A is staged once, and only the program's result is written. Otherwise (prefill, f32 A at
-accuracy level 0, K past one round of loads, float zero points) the two MatMulNBits run as they
-would alone, into the stream's workspace, and the program's kernel reads them there.
+weights, A is staged once, and only the program's result is written. On tensor cores a bf16 row
+(and an fp16 one with HIPEP_MNB_GEMV_TC=1) is one kernel the same way, kernels/matmul_nbits_tc.h's
+template with hipep_mnb_tc_gated as its output. Otherwise (prefill, f32 A at accuracy level 0, K
+past one round of loads, float zero points, bf16 without tensor cores) the two MatMulNBits run as
+they would alone, into the stream's workspace, and the program's kernel reads them there.
 """
 from __future__ import annotations
 
@@ -78,29 +80,31 @@ def _rendered_source(expr, t: str, out_dtype: str, q8: bool, u: int, zp: bool,
     return name, source
 
 
-def _rendered_tc_source(expr, out_dtype: str, u: int, split: int, zp: bool, paired: bool,
+def _rendered_tc_source(expr, t: str, out_dtype: str, u: int, split: int, zp: bool, paired: bool,
                         a_source: tuple[str, int] | None = None) -> tuple[str, str]:
     """(entry name, source) of the tensor-core gated kernel (kernels/matmul_nbits_tc.h: rows g and
-    g + 8 of a quad's mma are column n of the two weights) for this program; fp16 A. `a_source` as
-    _rendered_source's (its blocks unused: the kernel's launch bounds are 2 blocks an SM)."""
+    g + 8 of a quad's mma are column n of the two weights) for this program; `t`: A's type, f16 or
+    bf16. `a_source` as _rendered_source's (its blocks unused: the kernel's launch bounds are 2
+    blocks an SM)."""
     from ..ops.pointwise_hip import render_hip_functor
     from .kernel_cache import HEADER
 
-    data = json.dumps([expr.to_data(), out_dtype, "tc", u, split, zp, paired] + ([a_source[0]] if a_source else []),
+    data = json.dumps([expr.to_data(), t, out_dtype, "tc", u, split, zp, paired] + ([a_source[0]] if a_source else []),
                       sort_keys=True)
     key = hashlib.sha1(data.encode()).hexdigest()[:16]
     name, epilogue = f"hipep_mnb_gated_tc_{key}", f"hipep_gated_epilogue_{key}"
+    c_type, a_dtype = _C_TYPE[t], {"f16": "float16", "bf16": "bfloat16"}[t]
     to = _C_TYPE[_dt(np.dtype(out_dtype), GATED_MATMUL_NBITS)]
     if a_source is None:
-        src_type, params, src = "hipep_mnb_a_loaded<hipep_half>", f"HIPEP_MNB_GATED_PARAMS(hipep_half, {to})", \
-            "hipep_mnb_a_loaded<hipep_half>{A}"
+        src_type, params, src = f"hipep_mnb_a_loaded<{c_type}>", f"HIPEP_MNB_GATED_PARAMS({c_type}, {to})", \
+            f"hipep_mnb_a_loaded<{c_type}>{{A}}"
     else:
         src_type = a_source[0]
-        params, src = f"const {src_type} src, HIPEP_MNB_GATED_WEIGHTS(hipep_half, {to})", "src"
-    out = f"hipep_mnb_tc_gated<{to}, {epilogue}>"
+        params, src = f"const {src_type} src, HIPEP_MNB_GATED_WEIGHTS({c_type}, {to})", "src"
+    out = f"hipep_mnb_tc_gated<{to}, {epilogue}, {c_type}>"
     flags = f"{'true' if zp else 'false'}, {'true' if paired else 'false'}"
     source = (f'#include "{HEADER}"\n#include "matmul_nbits_tc.h"\n'
-              + render_hip_functor(expr, epilogue, ["float16", "float16"])
+              + render_hip_functor(expr, epilogue, [a_dtype, a_dtype])
               + "HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, 2)\n"
               + f"    {name}({params}) {{\n"
               + f"  hipep_mnb_gemv_tc<{u}, {split}, {flags}, {out}, {src_type}>({src}, "
@@ -111,8 +115,9 @@ def _rendered_tc_source(expr, out_dtype: str, u: int, split: int, zp: bool, pair
 def gated_row_variant(A, first, second, attrs, target) -> tuple[bool, int, bool, int] | None:
     """(q8, U, zero points, launch bounds) of the one-kernel form for one row of A, or None where
     it does not apply: 4 bits, block_size >= 32, 16-byte aligned rows, no or uint8 zero points on
-    both weights alike, A quantized to int8 (accuracy_level 4) or fp16, and a row a warp covers in
-    one round of at most 4 chunks a lane (U of them)."""
+    both weights alike, A quantized to int8 (accuracy_level 4), fp16 or bf16 (bf16 on tensor cores
+    only: it has no packed form), and a row a warp covers in one round of at most 4 chunks a lane
+    (U of them)."""
     k, bits, bs = int(attrs["K"]), int(attrs.get("bits", 4)), int(attrs["block_size"])
     dt = _dt(A.dtype, GATED_MATMUL_NBITS)
     zps = [h[3] for h in (first, second)]
@@ -123,7 +128,8 @@ def gated_row_variant(A, first, second, attrs, target) -> tuple[bool, int, bool,
     nb = _cdiv(k, bs)
     aligned = (nb * bs * bits // 8) % 16 == 0 and all(h[1].ptr % 16 == 0 for h in (first, second))
     chunks, ws = nb * bs // 32, target.warp_size
-    if not (GEMV_ROW and bits == 4 and bs >= 32 and aligned and (quant_a or dt == "f16") and chunks <= 4 * ws):
+    if not (GEMV_ROW and bits == 4 and bs >= 32 and aligned and (quant_a or dt in ("f16", "bf16"))
+            and chunks <= 4 * ws):
         return None
     u = next(u for u in (1, 2, 4) if u * ws >= chunks)
     return bool(quant_a), u, zp, MIN_BLOCKS[u, zp]
@@ -133,8 +139,9 @@ def _gated_row_op(A, first, second, y, expr, attrs, target, a_source: tuple[str,
                   staged_max: int | None = None, tc_only: bool = False):
     """The one-kernel form for one row of A (gated_row_variant), or None where it does not apply.
     `a_source`: see _rendered_source; `staged_max`: the most chunks of A that source stages (None:
-    any). With HIPEP_MNB_GEMV_TC=1 on a device with tensor cores an fp16 row takes the tensor-core
-    form (gpu_quant.row_tc_form); `tc_only`: that form or None."""
+    any). On a device with tensor cores a bf16 row takes the tensor-core form, and an fp16 row with
+    HIPEP_MNB_GEMV_TC=1 (gpu_quant.row_tc_form); `tc_only`: that form or None. A bf16 row has no
+    other one-kernel form."""
     variant = gated_row_variant(A, first, second, attrs, target)
     if variant is None:
         return None
@@ -148,13 +155,14 @@ def _gated_row_op(A, first, second, y, expr, attrs, target, a_source: tuple[str,
     params = [ctypes.c_uint64(A.ptr), ptr(first[1]), ptr(first[2]), ptr(first[3]), ptr(second[1]), ptr(second[2]),
               ptr(second[3]), ctypes.c_uint64(y.ptr), args]
     weights = all(w is None or w.constant for h in (first, second) for w in h[1:])
-    tc = None if quant_a else gpu_quant.row_tc_form(args, target, all(h[2].ptr % 4 == 0 for h in (first, second)))
+    dt = _dt(A.dtype, GATED_MATMUL_NBITS)
+    tc = None if quant_a else gpu_quant.row_tc_form(args, target, all(h[2].ptr % 4 == 0 for h in (first, second)), dt)
     if tc is not None and (staged_max is None or tc[3] // gpu_quant.TC_SMEM_PER_CHUNK <= staged_max):
         tu, split, paired, smem = tc
-        name, source = _rendered_tc_source(expr, y.dtype.name, tu, split, zp, paired, a_source)
+        name, source = _rendered_tc_source(expr, dt, y.dtype.name, tu, split, zp, paired, a_source)
         return KernelOp(name, (_cdiv(n * split, 8 * GEMV_WARPS), 1, 1), (GEMV_WARPS * target.warp_size, 1, 1), params,
                         source=source, smem=smem, overlaps_previous=weights)
-    if tc_only:
+    if tc_only or (dt == "bf16" and not quant_a):
         return None
     name, source = _rendered_source(expr, _dt(A.dtype, GATED_MATMUL_NBITS), y.dtype.name, quant_a, u, zp, a_source)
     return KernelOp(name, (_cdiv(n, GEMV_WARPS), 1, 1), (GEMV_WARPS * target.warp_size, 1, 1), params,

@@ -6,10 +6,12 @@ One fp16 row (decoding) where the matmul runs the one-row GEMV in packed arithme
 _row1 or _row1_gated) with the norm as A's source (hipep_mnb_skip_norm_src): every block
 normalizes the row it stages, and block 0 writes the norm's outputs the plan keeps (the residual
 sum). Its registers cost blocks per SM (FUSED_MIN_BLOCKS, measured with ptxas for sm_90: no
-spills); where that would take the GEMV's grid more waves than alone (the LM head's 4000 blocks),
-or anywhere else -- several rows, f32/bf16 or int8-quantized A, a row past FUSED_MAX_WORDS vectors a
-thread -- the norm runs as alone into the stream's workspace and the matmul's own binding reads it
-there: the unfused plan's launches and bits.
+spills). Where the matmul runs on tensor cores (a bf16 row, whose only one-row form that is; an
+fp16 row with HIPEP_MNB_GEMV_TC=1) the norm is the source of kernels/matmul_nbits_tc.h's template
+the same way. Where that would take the GEMV's grid more waves than alone (the LM head's 4000
+blocks), or anywhere else -- several rows, f32 or int8-quantized A, bf16 without tensor cores, a row
+past FUSED_MAX_WORDS vectors a thread -- the norm runs as alone into the stream's workspace and the
+matmul's own binding reads it there: the unfused plan's launches and bits.
 """
 from __future__ import annotations
 
@@ -103,14 +105,17 @@ def _waves(grid: int, blocks: int, target) -> int:
 def _source(norm, norm_outs, eps: float, words: int) -> tuple[str, SkipNormSource]:
     x, skip, gamma, bias = norm
     _, mean, inv, total = norm_outs
-    return (f"hipep_mnb_skip_norm_src<{words}>",
+    elem = "hipep_bf16" if x.dtype.name == "bfloat16" else "hipep_half"
+    return (f"hipep_mnb_skip_norm_src<{words}, {elem}>",
             SkipNormSource(_p(x), _p(skip), _p(gamma), _p(bias), _p(mean), _p(inv), _p(total), eps))
 
 
 def _fusable(norm, norm_outs, target) -> int | None:
-    """Vectors of the row a thread where the norm's one fp16 row can be A's source, else None."""
+    """Vectors of the row a thread where the norm's one fp16 or bf16 row can be A's source, else
+    None (bf16 rows then fuse only into the tensor-core forms, the only ones bf16 has)."""
     x, skip, gamma, bias = norm
-    if not FUSE_ONE_ROW or target.warp_size * GEMV_WARPS != FUSED_THREADS or x.dtype.name != "float16":
+    if not FUSE_ONE_ROW or target.warp_size * GEMV_WARPS != FUSED_THREADS or x.dtype.name not in ("float16",
+                                                                                                   "bfloat16"):
         return None
     h = int(x.shape[-1]) if x.ndim else 0
     if h == 0 or x.size != h or skip.size != h or gamma.size != h or (bias is not None and bias.size != h):
@@ -141,19 +146,20 @@ def _render(form: str, u: int, zp: bool, src_type: str, blocks: int, cols: int, 
     return name, source
 
 
-def _render_tc(plan: RowPlan, src_type: str) -> tuple[str, str]:
+def _render_tc(plan: RowPlan, src_type: str, elem: str) -> tuple[str, str]:
     """(entry, source) of the fused tensor-core row GEMV (kernels/matmul_nbits_tc.h, 16 columns a
-    warp) with the norm as A's source."""
+    warp) with the norm as A's source; `elem`: A's C type (hipep_half or hipep_bf16)."""
     from .kernel_cache import HEADER
 
     flags = f"{'true' if plan.zp else 'false'}, {'true' if plan.paired else 'false'}"
     key = hashlib.sha1(repr(("tc", plan.u, plan.split, flags, src_type)).encode()).hexdigest()[:12]
     name = f"hipep_mnb_normed_tc_u{plan.u}_s{plan.split}{'_zp' if plan.zp else ''}_{key}"
+    out = f"hipep_mnb_tc_plain<{elem}>"
     source = (f'#include "{HEADER}"\n#include "matmul_nbits_tc.h"\n'
               f"HIPEP_KERNEL void __launch_bounds__(MNB_WARPS * HIPEP_WARP_SIZE, 2)\n"
-              f"    {name}(const {src_type} src, HIPEP_MNB_WEIGHTS(hipep_half)) {{\n"
-              f"  hipep_mnb_gemv_tc<{plan.u}, {plan.split}, {flags}, hipep_mnb_tc_plain<hipep_half>, {src_type}>(\n"
-              f"      src, hipep_mnb_tc_plain<hipep_half>{{B, scales, zp, bias, Y}}, a);\n}}\n")
+              f"    {name}(const {src_type} src, HIPEP_MNB_WEIGHTS({elem})) {{\n"
+              f"  hipep_mnb_gemv_tc<{plan.u}, {plan.split}, {flags}, {out}, {src_type}>(\n"
+              f"      src, {out}{{B, scales, zp, bias, Y}}, a);\n}}\n")
     return name, source
 
 
@@ -162,18 +168,20 @@ def _fused_mnb(norm, norm_outs, inner_ins, y, inner_attrs, eps, words, target) -
     replaced by the norm."""
     x = norm[0]
     ops = _mnb_bind([Arg(x.ptr, x.shape, x.dtype)] + list(inner_ins), [y], inner_attrs, target)
+    bf16 = x.dtype.name == "bfloat16"
     if len(ops) == 1 and ops[0].module == "matmul_nbits_tc":
-        # The tensor-core form (HIPEP_MNB_GEMV_TC=1): its A staged through the norm, whose every
-        # vector of the padded row must lie in the threads' share of it.
+        # The tensor-core form (bf16's; fp16's with HIPEP_MNB_GEMV_TC=1): its A staged through the
+        # norm, whose every vector of the padded row must lie in the threads' share of it.
         op = ops[0]
-        plan = mnb_row_plan(op.params[-1], int(inner_attrs.get("bits", 4)), "f16", target, tc_scales_aligned=True)
+        plan = mnb_row_plan(op.params[-1], int(inner_attrs.get("bits", 4)), "bf16" if bf16 else "f16", target,
+                            tc_scales_aligned=True)
         if plan is None or plan.form != "tc" or plan.smem // TC_SMEM_PER_CHUNK * 4 > words * FUSED_THREADS:
             return None
         src_type, src = _source(norm, norm_outs, eps, words)
-        name, source = _render_tc(plan, src_type)
+        name, source = _render_tc(plan, src_type, "hipep_bf16" if bf16 else "hipep_half")
         return KernelOp(name, plan.grid, op.block, [src] + list(op.params[1:]), source=source, smem=plan.smem,
                         overlaps_previous=op.overlaps_previous)
-    if len(ops) != 1 or ops[0].module != "matmul_nbits_row":
+    if bf16 or len(ops) != 1 or ops[0].module != "matmul_nbits_row":  # bf16: no packed-arithmetic form
         return None
     op = ops[0]
     layout: MatMulNBitsArgs = op.params[-1]

@@ -671,9 +671,10 @@ def _assert_no_spills(op) -> None:
     assert spills and not any(spills), log
 
 
-def _normed_launch(rows: int, kind: str, k: int, n: int, zp: str = "none", sm_count: int = 132):
-    """hipep::SkipNormMatMulNBits bound as the cuda device binds it, for `rows` rows of x: the launch
-    and its ops. `kind`: "plain" (one MatMulNBits) or "gated" (gate, up and SiLU)."""
+def _normed_launch(rows: int, kind: str, k: int, n: int, zp: str = "none", sm_count: int = 132, elem: int = 10):
+    """hipep::SkipNormMatMulNBits bound as the cuda device binds it, for `rows` rows of x (`elem`:
+    fp16 or bf16): the launch and its ops. `kind`: "plain" (one MatMulNBits) or "gated" (gate, up
+    and SiLU)."""
     from onnx import numpy_helper
 
     from hipep.compiler import compile_subgraph
@@ -682,9 +683,9 @@ def _normed_launch(rows: int, kind: str, k: int, n: int, zp: str = "none", sm_co
     from quant_helpers import gated_mlp_model, matmul_nbits_model, with_skip_norm
 
     if kind == "gated":
-        model, feeds = gated_mlp_model([1, rows], k, n, zp_kind=zp)
+        model, feeds = gated_mlp_model([1, rows], k, n, elem=elem, zp_kind=zp)
     else:
-        model, feeds, _ = matmul_nbits_model([1, rows], k, n, 4, 32, elem=10, zp_kind=zp)
+        model, feeds, _ = matmul_nbits_model([1, rows], k, n, 4, 32, elem=elem, zp_kind=zp)
     model, feeds = with_skip_norm(model, feeds, k)
     g = GraphView.from_onnx(model)
     plan = compile_subgraph(g, "layer", list(g.inputs), list(g.outputs), None,
@@ -698,9 +699,10 @@ def _normed_launch(rows: int, kind: str, k: int, n: int, zp: str = "none", sm_co
             ins.append(None)
             continue
         name = plan.values[vid].name
-        value = inits[name] if name in inits else np.zeros((1, rows, k), np.float16)
+        value = inits[name] if name in inits else np.zeros((1, rows, k), feeds["x"].dtype)
         ins.append(arg(value, 1 << (20 + i), constant=name in inits))
-    outs = [out_arg((1, rows, n), np.float16)] + [None] * 3 + [out_arg((1, rows, k), np.float16, 0x7000000)]
+    y_type = feeds["x"].dtype
+    outs = [out_arg((1, rows, n), y_type)] + [None] * 3 + [out_arg((1, rows, k), y_type, 0x7000000)]
     target = dataclasses.replace(TARGET, sm_count=sm_count, workspace=lambda nbytes: 0xA000000)
     return launch, gk.BINDINGS[launch.op].bind(ins, outs, launch.attributes, target)
 
@@ -733,14 +735,17 @@ def test_normed_gemv_is_one_kernel_that_waits_before_it_reads_the_rows(kind, k, 
 @pytest.mark.parametrize("kind,k,n", [("plain", 2048, 3072), ("plain", 4096, 1024), ("gated", 2048, 8192)],
                          ids=["qkv", "k4096", "gated"])
 @pytest.mark.parametrize("zp", ["none", "uint8"])
-def test_normed_tensor_core_gemv_is_one_kernel_that_waits_and_keeps_its_registers(monkeypatch, kind, k, n, zp):
-    """HIPEP_MNB_GEMV_TC=1 on a device with tensor cores: the norm fused into the tensor-core row
-    GEMV (or gated pair) is one rendered kernel (kernels/matmul_nbits_tc.h with the norm as A's
-    source) that overlaps the kernel ahead as the h2 forms do and spills nothing at 2 blocks an SM;
-    without the norm the gated pair's tensor-core kernel the same."""
-    monkeypatch.setattr(gq, "GEMV_ROW_TC", 1)
+@pytest.mark.parametrize("elem", [10, 16], ids=["f16", "bf16"])
+def test_normed_tensor_core_gemv_is_one_kernel_that_waits_and_keeps_its_registers(monkeypatch, kind, k, n, zp, elem):
+    """On a device with tensor cores (fp16 with HIPEP_MNB_GEMV_TC=1, bf16 by default): the norm
+    fused into the tensor-core row GEMV (or gated pair) is one rendered kernel
+    (kernels/matmul_nbits_tc.h with the norm as A's source) that overlaps the kernel ahead as the h2
+    forms do and spills nothing at 2 blocks an SM; without the norm the gated pair's tensor-core
+    kernel the same."""
+    if elem == 10:
+        monkeypatch.setattr(gq, "GEMV_ROW_TC", 1)
     monkeypatch.setattr(sys.modules[__name__], "TARGET", dataclasses.replace(TARGET, tensor_cores=True))
-    _, ops = _normed_launch(1, kind, k, n, zp)
+    _, ops = _normed_launch(1, kind, k, n, zp, elem=elem)
     (op,) = ops
     assert "_tc_" in op.entry and "skip_norm_src" in op.source and op.overlaps_previous, op.entry
     _assert_no_spills(op)
@@ -752,7 +757,7 @@ def test_normed_tensor_core_gemv_is_one_kernel_that_waits_and_keeps_its_register
         from hipep.runtime import gpu_norm_matmul as gnm
 
         monkeypatch.setattr(gnm, "FUSE_ONE_ROW", False)
-        _, unfused = _normed_launch(1, kind, k, n, zp)
+        _, unfused = _normed_launch(1, kind, k, n, zp, elem=elem)
         gated = unfused[-1]
         assert gated.entry.startswith("hipep_mnb_gated_tc_") and "skip_norm_src" not in gated.source
         _assert_no_spills(gated)

@@ -33,9 +33,9 @@ def libs(tmp_path_factory):
     return built
 
 
-def _case(kind: str, k: int, n: int, zp_kind: str, norm_bias: bool, seed: int):
+def _case(kind: str, k: int, n: int, zp_kind: str, norm_bias: bool, seed: int, elem: int = 10):
     """(inputs, attrs) of the fused launch hip-fuse-norm-matmul makes of a skip norm and a
-    MatMulNBits (or a gated MLP) with random weights, for one row."""
+    MatMulNBits (or a gated MLP) with random weights, for one row of `elem` (fp16 or bf16)."""
     from onnx import numpy_helper
 
     from hipep.compiler import compile_subgraph
@@ -44,9 +44,9 @@ def _case(kind: str, k: int, n: int, zp_kind: str, norm_bias: bool, seed: int):
     from quant_helpers import gated_mlp_model, matmul_nbits_model, with_skip_norm
 
     if kind == "gated":
-        model, feeds = gated_mlp_model([1, 1], k, n, zp_kind=zp_kind, seed=seed)
+        model, feeds = gated_mlp_model([1, 1], k, n, elem=elem, zp_kind=zp_kind, seed=seed)
     else:
-        model, feeds, _ = matmul_nbits_model([1, 1], k, n, 4, 32, elem=10, zp_kind=zp_kind, seed=seed)
+        model, feeds, _ = matmul_nbits_model([1, 1], k, n, 4, 32, elem=elem, zp_kind=zp_kind, seed=seed)
     model, feeds = with_skip_norm(model, feeds, k, norm_bias=norm_bias, seed=seed, epsilon=1e-5)
     g = GraphView.from_onnx(model)
     plan = compile_subgraph(g, "layer", list(g.inputs), list(g.outputs), None,
@@ -64,8 +64,8 @@ def _run(libs, inputs, attrs, sm_count, tensor_cores=False):
     want = lookup("hipep", "SkipNormMatMulNBits").reference(list(inputs), attrs)
     mem = HostMemory()
     ins = [None if v is None else mem.put(v)[0] for v in inputs]
-    y, y_view = mem.put(np.full(want[0].shape, np.nan, f16))
-    total, total_view = mem.put(np.full(want[4].shape, np.nan, f16))
+    y, y_view = mem.put(np.full(want[0].shape, np.nan, want[0].dtype))
+    total, total_view = mem.put(np.full(want[4].shape, np.nan, want[4].dtype))
     outs = [gk.Arg(y.ptr, y.shape, y.dtype), None, None, None, gk.Arg(total.ptr, total.shape, total.dtype)]
     target = gk.Target(sm_count=sm_count, warp_size=32, scratch=lambda nbytes: 0,
                        workspace=lambda nbytes: mem.put(np.zeros(nbytes, np.uint8))[0].ptr, tensor_cores=tensor_cores)
@@ -141,3 +141,40 @@ def test_fused_norm_on_tensor_cores_gives_the_unfused_launches_bits(libs, monkey
         np.testing.assert_array_equal(total, total0)
     assert _rel(y, want_y) < 2e-3 and _rel(y0, want_y) < 2e-3
     assert _rel(total, want_total) < 1e-3
+
+
+@pytest.mark.parametrize("kind,k,n,entry", [
+    ("plain", 2048, 20, "hipep_mnb_normed_tc_u4_s4"),
+    ("plain", 4096, 40, "hipep_mnb_normed_tc_u4_s8"),
+    ("gated", 1024, 24, "hipep_mnb_gated_tc_"),
+])
+@pytest.mark.parametrize("zp_kind", ["none", "uint8"])
+def test_bf16_norm_fuses_into_the_tensor_core_gemv(libs, monkeypatch, kind, k, n, entry, zp_kind):
+    """bf16 rows, whose one-row GEMV is the tensor-core form by default: the norm (in bf16, the
+    skip norm kernel's arithmetic) stages its row into that kernel as fp16's does, bit for bit the
+    norm's own launch and then the tensor-core GEMV (or gated pair) reading it; the gated pair
+    alone is one kernel too."""
+    inputs, attrs = _case(kind, k, n, zp_kind, False, seed=k + n + 1, elem=16)
+    y, total, want_y, want_total, ops = _run(libs, inputs, attrs, 132, tensor_cores=True)
+    assert len(ops) == 1 and ops[0].entry.startswith(entry) and "skip_norm_src<" in ops[0].source, \
+        [o.entry for o in ops]
+    assert "hipep_bf16>" in ops[0].source
+    monkeypatch.setattr(gnm, "FUSE_ONE_ROW", False)
+    y0, total0, _, _, ops0 = _run(libs, inputs, attrs, 132, tensor_cores=True)
+    assert [o.entry for o in ops0][0] == "hipep_skip_rms_norm_bf16_overlap" and len(ops0) == 2
+    assert ops0[1].entry.startswith("hipep_mnb_gated_tc_" if kind == "gated" else "hipep_mnb_gemv_tc_bf16"), \
+        ops0[1].entry
+    if k <= 2048:
+        np.testing.assert_array_equal(y.view(np.uint16), y0.view(np.uint16))
+        np.testing.assert_array_equal(total.view(np.uint16), total0.view(np.uint16))
+    assert _rel(y, want_y) < 1e-2 and _rel(y0, want_y) < 1e-2
+    assert _rel(total, want_total) < 5e-3
+
+
+def test_bf16_without_tensor_cores_keeps_the_norm_apart(libs):
+    """Without tensor cores a bf16 row has no one-row form to fuse into: the norm's launch, then
+    the general GEMV, as the unfused plan."""
+    inputs, attrs = _case("plain", 2048, 20, "none", False, seed=7, elem=16)
+    y, total, want_y, want_total, ops = _run(libs, inputs, attrs, 132, tensor_cores=False)
+    assert len(ops) == 2 and ops[0].entry.startswith("hipep_skip_rms_norm_bf16"), [o.entry for o in ops]
+    assert _rel(y, want_y) < 1e-2
