@@ -5,7 +5,7 @@ from .registry import OpDef, all_ops, check_node, lookup, resolve_attributes  # 
 
 FAMILIES = ("elementwise", "linalg", "normalization", "shape", "dims", "reduce", "control_flow", "contrib_attention",
             "rotary", "attention", "contrib_quant", "moe", "linear_attention", "contrib_norm", "vision", "resize",
-            "indexing", "quantize", "grid_sample", "signal", "detection", "unique")
+            "indexing", "quantize", "grid_sample", "signal", "detection", "unique", "recurrent")
 
 
 def _import_families():

@@ -530,6 +530,50 @@ case("ReverseSequence", 10, [R(3, 5), A([5, 2, 3])], {"batch_axis": 0, "time_axi
 case("Unique", 11, [A([2, 1, 1, 3, 4, 3], f32)], {"sorted": 0}, n_out=4)
 case("Unique", 11, [A([[1, 0, 0], [1, 0, 0], [2, 3, 4]], i64)], {"axis": 0}, n_out=4)
 
+# ---- recurrent ops ---------------------------------------------------------------------------------
+# (X [seq 4, batch 3, input 5], hidden 4; weights in [-1, 1]. Layout 1, which ORT's CPU EP refuses,
+# and more configurations are in test_ops_recurrent.py.)
+
+
+def _rnn(op, dirs=1, bias=True, lens=None, initial=False, peepholes=False, dtype=f32):
+    g = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+    ins = [R(4, 3, 5, dtype=dtype, lo=-1, hi=1), R(dirs, 4 * g, 5, dtype=dtype, lo=-1, hi=1),
+           R(dirs, 4 * g, 4, dtype=dtype, lo=-1, hi=1), R(dirs, 8 * g, dtype=dtype, lo=-1, hi=1) if bias else None,
+           None if lens is None else A(lens, i32), R(dirs, 3, 4, dtype=dtype, lo=-1, hi=1) if initial else None]
+    if op == "LSTM":
+        ins += [R(dirs, 3, 4, dtype=dtype, lo=-1, hi=1) if initial else None,
+                R(dirs, 12, dtype=dtype, lo=-1, hi=1) if peepholes else None]
+    while ins[-1] is None:
+        ins.pop()
+    return ins
+
+
+_BI = {"direction": "bidirectional"}
+case("RNN", 7, _rnn("RNN", bias=False), {"hidden_size": 4}, n_out=2, id="RNN-7-defaults")
+case("RNN", 14, _rnn("RNN", 2, lens=[4, 1, 3], initial=True), {"hidden_size": 4, **_BI}, n_out=2,
+     id="RNN-14-bidirectional-lengths")
+case("RNN", 22, _rnn("RNN", lens=[2, 0, 4], initial=True),
+     {"hidden_size": 4, "direction": "reverse", "activations": ["Relu"], "clip": 1.5}, n_out=2,
+     id="RNN-22-reverse-relu-clip")
+case("RNN", 22, _rnn("RNN", 2, dtype=f16, lens=[3, 4, 1], initial=True), {"hidden_size": 4, **_BI}, n_out=2,
+     id="RNN-22-f16")
+case("GRU", 7, _rnn("GRU", bias=False), {"hidden_size": 4}, n_out=2, id="GRU-7-defaults")
+case("GRU", 14, _rnn("GRU", 2, lens=[3, 1, 4], initial=True), {"hidden_size": 4, "linear_before_reset": 1, **_BI},
+     n_out=2, id="GRU-14-linear-before-reset")
+case("GRU", 22, _rnn("GRU", lens=[4, 0, 2], initial=True),
+     {"hidden_size": 4, "direction": "reverse", "clip": 0.8, "activations": ["HardSigmoid", "Softsign"]}, n_out=2,
+     id="GRU-22-reverse-clip")
+case("GRU", 22, _rnn("GRU", dtype=f16, lens=[4, 2, 3], initial=True), {"hidden_size": 4}, n_out=2, id="GRU-22-f16")
+case("LSTM", 7, _rnn("LSTM", bias=False), {"hidden_size": 4}, n_out=3, id="LSTM-7-defaults")
+case("LSTM", 14, _rnn("LSTM", 2, lens=[4, 0, 2], initial=True, peepholes=True), {"hidden_size": 4, **_BI}, n_out=3,
+     id="LSTM-14-peepholes-lengths")
+case("LSTM", 22, _rnn("LSTM", initial=True, peepholes=True), {"hidden_size": 4, "input_forget": 1, "clip": 0.7},
+     n_out=3, id="LSTM-22-input-forget-clip")
+case("LSTM", 22, _rnn("LSTM"), {"hidden_size": 4, "activations": ["HardSigmoid", "Softsign", "Softplus"],
+                                "activation_alpha": [0.3], "activation_beta": [0.4]}, n_out=3, id="LSTM-22-activations")
+case("LSTM", 22, _rnn("LSTM", 2, dtype=f16, lens=[1, 4, 3], initial=True, peepholes=True), {"hidden_size": 4, **_BI},
+     n_out=3, id="LSTM-22-f16")
+
 
 # ---- the comparison and the shape-rule contract, case by case -------------------------------------
 
