@@ -117,11 +117,16 @@ class Decoder:
 
     def generate(self, prompt: np.ndarray, new: int, timed: bool = False) -> dict:
         """Greedy tokens after `prompt`: the prompt's step gives the first, each decode step one
-        more. With `timed`, per decode step its wall time and hipep.stats() deltas."""
+        more. With `timed`, per decode step its wall time and hipep.stats() deltas, and the
+        prompt's step's (the time to the first token)."""
+        clock = time.perf_counter_ns
+        c0 = _counters() if timed else None
+        t0 = clock()
         row = self.step(prompt[None], prompt.size)
         tokens, first_row = [greedy_token(row)], row
+        prompt_ns = clock() - t0
+        prompt_stats = {k: v - c0[k] for k, v in _counters().items()} if timed else None
         wall, stats = [], []
-        clock = time.perf_counter_ns
         for k in range(1, new):
             ids = np.array([[tokens[-1]]], np.int64)
             c0 = _counters() if timed else None
@@ -133,7 +138,8 @@ class Decoder:
                 c1 = _counters()
                 wall.append(t1 - t0)
                 stats.append({k: c1[k] - c0[k] for k in c0})
-        return {"tokens": tokens, "first_row": first_row, "wall_ns": np.asarray(wall, np.int64), "stats": stats}
+        return {"tokens": tokens, "first_row": first_row, "wall_ns": np.asarray(wall, np.int64), "stats": stats,
+                "prompt_ns": prompt_ns, "prompt_stats": prompt_stats}
 
 
 def model_facts(folder: str) -> dict:
@@ -181,6 +187,10 @@ def summarize(runs: list[dict]) -> dict:
             "specializations": int(stat["specializations"].sum()),
             "issue": {k: float(np.median(stat[k])) for k in ("direct_launches", "graph_launches", "graph_node_updates")},
             "native_share": float(np.mean(stat["native_runs"] > 0)) if "native_runs" in stat else 0.0,
+            # the prompt's step: the time to the first token, and its kernels' share
+            "prompt_ms": float(np.median([r["prompt_ns"] for r in runs])) / 1e6 if "prompt_ns" in runs[0] else None,
+            "prompt_kernel_ms": (float(np.median([r["prompt_stats"]["kernel_us"] for r in runs])) / 1e3
+                                 if runs[0].get("prompt_stats") else None),
             "series_ms": np.median(np.stack([r["wall_ns"] for r in runs]), axis=0) / 1e6,
             "series_kernel_ms": np.median(np.stack([[s["kernel_us"] for s in r["stats"]] for r in runs]), axis=0) / 1e3}
 
@@ -308,6 +318,11 @@ def render(info: dict, facts: dict, folder: str, place: gh.Placement, copy: dict
                       f"(hipep.stats()'s run_us less sync_wait_us: checks, binding, graph launches and node "
                       f"updates, the plan's host steps), the rest of the {r['host_ms']:.3f} ms outside it (ORT's "
                       f"run and the host inputs' copies, the logits row read back, the argmax)."]
+    if "error" not in hip and hip.get("prompt_ms") is not None:
+        kernels = (f", {hip['prompt_kernel_ms']:.2f} ms of it kernels"
+                   if hip.get("prompt_kernel_ms") is not None else "")
+        L += ["", f"ORT + IOBinding, the prompt's step (time to the first token, median): {hip['prompt_ms']:.2f} ms for "
+                  f"{args.prompt} tokens{kernels}: {args.prompt / hip['prompt_ms'] * 1e3:.0f} prompt tokens/s."]
     if "error" not in hip and hip["kernel_ms"] > 0:
         L += ["", f"Weights read per step / kernel time: {facts['weights_per_step'] / hip['kernel_ms'] / 1e6:.0f} GB/s "
                   f"({facts['weights_per_step'] / hip['kernel_ms'] / 1e6 / copy['gbps']:.0%} of the copy bandwidth); "

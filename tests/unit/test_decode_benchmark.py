@@ -43,7 +43,8 @@ def _run(steps: int, wall_us: float, kernel_us: int, run_us: int, wait_us: int) 
               "direct_launches": 0, "graph_launches": 2, "graph_node_updates": 2, "run_us": run_us,
               "sync_wait_us": wait_us} for _ in range(steps)]
     return {"tokens": [5, 6, 7, 8], "first_row": np.ones(8, np.float32),
-            "wall_ns": np.full(steps, int(wall_us * 1000), np.int64), "stats": stats}
+            "wall_ns": np.full(steps, int(wall_us * 1000), np.int64), "stats": stats,
+            "prompt_ns": 12_800_000, "prompt_stats": {**stats[0], "kernel_us": 10_000.0}}
 
 
 def test_the_report_splits_host_time_into_hipeps_runtime_and_the_rest():
@@ -66,6 +67,9 @@ def test_the_report_splits_host_time_into_hipeps_runtime_and_the_rest():
                          hip, cpu, {"error": "skipped"}, None, args, "python benchmarks/decode.py")
     assert "host time per step (median): 0.400 ms in hipep's runtime" in text
     assert "the rest of the 0.640 ms outside it" in text
+    # the prompt's step: 12.8 ms wall, 10 ms of kernels, 128 tokens
+    assert "the prompt's step (time to the first token, median): 12.80 ms for 128 tokens, 10.00 ms of it " \
+           "kernels: 10000 prompt tokens/s" in text
 
 
 def test_a_results_header_names_the_launch_path_settings_in_effect():
