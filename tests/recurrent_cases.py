@@ -35,6 +35,9 @@ class Case:
     outputs: tuple | None = None  # the outputs the node has (indices into OUTPUTS[op]); None: all
     dtype: type = np.float32
     opset: int = 22
+    # W and R drawn from [-scale, scale] (None: [-1, 1]); 1 / sqrt(input + hidden) keeps a wide
+    # layer's gate inputs near 1, where they are neither saturated nor exploding, as in trained models
+    scale: float | None = None
 
     @property
     def directions(self) -> int:
@@ -61,12 +64,14 @@ class Case:
         rng = np.random.default_rng(seed)
         d, g, h = self.directions, GATES[self.op], self.hidden
 
-        def u(*shape):
-            return rng.uniform(-1, 1, shape).astype(self.dtype)
+        def u(*shape, scale=1.0):
+            return rng.uniform(-scale, scale, shape).astype(self.dtype)
+
+        ws = 1.0 if self.scale is None else self.scale
 
         state = (self.batch, d, h) if self.layout else (d, self.batch, h)
         out = [u(*((self.batch, self.seq, self.input) if self.layout else (self.seq, self.batch, self.input))),
-               u(d, g * h, self.input), u(d, g * h, h), u(d, 2 * g * h) if self.bias else None,
+               u(d, g * h, self.input, scale=ws), u(d, g * h, h, scale=ws), u(d, 2 * g * h) if self.bias else None,
                None if self.lens is None else np.array(self.lens, np.int32), u(*state) if self.initial else None]
         if self.op == "LSTM":
             out += [u(*state) if self.initial else None, u(d, 3 * h) if self.peepholes else None]

@@ -235,6 +235,10 @@ def _entry_points_named_by_bindings() -> set[tuple[str, str]]:
                                              {"axis": 0}, TARGET))
         x = np.zeros((2, 64, 48), dt)
         add(gk.BINDINGS["::Transpose"].bind([arg(x, aligned)], [out_arg((2, 48, 64), dt)], {"perm": [0, 2, 1]}, TARGET))
+    for op, gates in (("RNN", 1), ("GRU", 3), ("LSTM", 4)):  # the recurrent kernels, f32 and f16
+        for dt in (np.float32, np.float16):
+            ins = [arg(np.zeros(s, dt), aligned) for s in ((2, 1, 3), (1, 4 * gates, 3), (1, 4 * gates, 4))]
+            add(gk.BINDINGS[f"::{op}"].bind(ins, [out_arg((2, 1, 1, 4), dt)], {"hidden_size": 4}, TARGET))
     return names
 
 
