@@ -480,7 +480,7 @@ def _expansion(node: Node, graph: GraphView, claim: Claim, device: str,
                expands: Expands | None) -> Expansion | str | None:
     """The node's Expansion when it is a function node of an op hipep has no entry for and hipep
     would claim that whole body, claimed as the node (direct) or left for ORT to replace by the body
-    (only where ORT does: `expands`; an op ORT has a kernel of, such as HannWindow or AffineGrid,
+    (only where ORT does: `expands`; an op ORT has a kernel of, such as AffineGrid,
     stays a node); the reason it is left where only that stands in the way; else None."""
     if not is_function_candidate(node):
         return None

@@ -8,6 +8,9 @@
 // and the output as [outer, out_len, inner, 2], or [..., 1] for the inverse of a one-sided spectrum.
 // STFT: the signal is [batch, length, 1 or 2], the output [batch, frames, bins, 2]; frame f is the
 // signal from f * step on, times the window (none: ones), through a forward DFT of its length.
+// The window functions (HannWindow, HammingWindow, BlackmanWindow): a thread a sample of the
+// cosine sum a0 - a1 cos(n step) + a2 cos(2 n step), in double, its products and sums rounded one by
+// one as ONNX Runtime's CPU kernel's are (no fused multiply-add), rounded to T once.
 #include "hipep_device.h"
 
 struct hipep_dft_args {
@@ -111,4 +114,25 @@ HIPEP_KERNEL void hipep_stft_f32(const float* HIPEP_RESTRICT x, const float* HIP
 HIPEP_KERNEL void hipep_stft_f64(const double* HIPEP_RESTRICT x, const double* HIPEP_RESTRICT window,
                                  double* HIPEP_RESTRICT y, const hipep_stft_args a) {
   hipep_stft<double>(x, window, y, a);
+}
+
+template <typename T>
+HIPEP_DEVICE void hipep_cosine_window(T* HIPEP_RESTRICT y, hipep_i64 size, double step, double a0, double a1,
+                                      double a2) {
+  const hipep_i64 stride = (hipep_i64)gridDim.x * blockDim.x;
+  for (hipep_i64 i = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; i < size; i += stride) {
+    const double n = (double)i;
+    double w = __dsub_rn(a0, __dmul_rn(a1, cos(__dmul_rn(step, n))));
+    if (a2 != 0.0) w = __dadd_rn(w, __dmul_rn(a2, cos(__dmul_rn(__dmul_rn(2.0, step), n))));
+    y[i] = (T)w;
+  }
+}
+
+HIPEP_KERNEL void hipep_cosine_window_f32(float* HIPEP_RESTRICT y, hipep_i64 size, double step, double a0, double a1,
+                                          double a2) {
+  hipep_cosine_window<float>(y, size, step, a0, a1, a2);
+}
+HIPEP_KERNEL void hipep_cosine_window_f64(double* HIPEP_RESTRICT y, hipep_i64 size, double step, double a0,
+                                          double a1, double a2) {
+  hipep_cosine_window<double>(y, size, step, a0, a1, a2);
 }

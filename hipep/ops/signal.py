@@ -1,5 +1,6 @@
 """Signal ops: DFT (opsets 17 and 20; forward and inverse, one-sided, the inverse of a one-sided
-spectrum) and STFT (frames of the signal, windowed, each through a forward DFT).
+spectrum), STFT (frames of the signal, windowed, each through a forward DFT), and the window
+functions HannWindow, HammingWindow and BlackmanWindow (opset 17).
 
 The reference computes in double, as numpy's FFT, and rounds the result to the input's type once:
 ONNX's own reference does the same, while ONNX Runtime's CPU kernel sums in the input's type (its
@@ -12,8 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import RuntimeShapeError
-from ._common import at, elem_of, kernel, known_value, result, shape_of, shape_rule, tensor_type
-from .registry import F32, F64, I32, I64, SINCE_VERSION, OpDef, register
+from ..graph import numpy_dtype
+from ._common import at, elem_of, kernel, known_value, result, shape_of, shape_rule, tensor_type, type_name
+from .registry import ALL_INTS, F32, F64, I32, I64, SINCE_VERSION, OpDef, register
 
 
 def dft_axis(rank: int, attrs, axis_value=None) -> int:
@@ -165,3 +167,76 @@ def _stft_shape(types, values, attrs, num_outputs):
 register(OpDef("STFT", (17,), ("T1", "T2", "T1", "T2"), ("T1",),
                {"T1": frozenset({F32, F64}), "T2": frozenset({I32, I64})}, _stft,
                attributes={"onesided": 1}, shape_rule=_stft_shape, host_inputs=(1, 3), min_inputs=2))
+
+
+# ---- window functions ------------------------------------------------------------------------
+
+# The cosine-sum windows w[n] = a0 - a1 cos(2 pi n / N) + a2 cos(4 pi n / N), N the size (periodic)
+# or the size - 1 (symmetric), as ONNX Runtime's CPU kernel computes them: its coefficients are
+# f32 values (Hamming's a0 = 25/46 in f32, a1 = 1 - a0; Blackman's a2 = 0.16 / 2, a0 = 0.5 - a2),
+# the sum is in double and rounded (an integer type: truncated) once. The ONNX spec's own
+# coefficients differ by f32's rounding (under 1e-7 of a value).
+_F = np.float32
+_HAMMING_A0 = _F(25) / _F(46)
+_BLACKMAN_A2 = _F(0.16) / _F(2)
+WINDOW_COEFFICIENTS = {
+    "HannWindow": (float(_F(0.5)), float(_F(0.5)), 0.0),
+    "HammingWindow": (float(_HAMMING_A0), float(_F(1) - _HAMMING_A0), 0.0),
+    "BlackmanWindow": (float(_F(0.5) - _BLACKMAN_A2), float(_F(0.5)), float(_BLACKMAN_A2)),
+}
+WINDOW_TYPES = frozenset({F32, F64}) | ALL_INTS  # ONNX Runtime's CPU kernel's output types
+
+
+def window_size(op_type: str, value) -> int:
+    size = int(np.asarray(value).reshape(-1)[0])
+    if size < 0:
+        raise RuntimeShapeError(f"{op_type}: size must not be negative, got {size}")
+    return size
+
+
+def window_increment(size: int, periodic: bool) -> float:
+    """The angle between samples, 2 pi / N in double (N = 0, a symmetric window of one sample:
+    infinite, as ONNX Runtime's division gives, so that sample is NaN)."""
+    denominator = size if periodic else size - 1
+    return float(np.float64(2 * np.pi) / np.float64(denominator)) if denominator else float("inf")
+
+
+def _window_elem(attrs) -> int:
+    return int(attrs.get("output_datatype", F32))
+
+
+def _window(op_type: str):
+    a0, a1, a2 = WINDOW_COEFFICIENTS[op_type]
+
+    @kernel(op_type)
+    def reference(inputs, attrs):
+        size = window_size(op_type, inputs[0])
+        step = window_increment(size, bool(attrs.get("periodic", 1)))
+        n = np.arange(size, dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            w = a0 - a1 * np.cos(step * n)
+            if a2 != 0:
+                w = w + a2 * np.cos(2 * step * n)
+        dtype = numpy_dtype(_window_elem(attrs))
+        if dtype.kind in "iu":
+            w = np.trunc(w)
+        return [result(w.astype(dtype), dtype)]
+
+    @shape_rule(op_type)
+    def rule(types, values, attrs, num_outputs):
+        size = known_value(types, values, 0)
+        return [tensor_type(_window_elem(attrs), (None,) if size is None else (window_size(op_type, size),))]
+
+    def claim(node, graph, attrs):
+        elem = _window_elem(attrs)
+        if elem not in WINDOW_TYPES:
+            return f"attribute output_datatype={type_name(elem)} is not one of ONNX Runtime's CPU kernel's types"
+        return None
+
+    register(OpDef(op_type, (17,), ("T1",), ("T2",), {"T1": frozenset({I32, I64}), "T2": WINDOW_TYPES}, reference,
+                   attributes={"output_datatype": F32, "periodic": 1}, claim=claim, shape_rule=rule,
+                   host_inputs=(0,)))
+
+
+for _op in WINDOW_COEFFICIENTS:
+    _window(_op)

@@ -1,7 +1,7 @@
-"""GPU bindings of DFT and STFT (kernels/dft.hip): one launch, a thread an output element, the sum
-over the transform's length in double (the CPU device's reference computes in double too).
-dft_length, the axis, frame_step and frame_length are host inputs: the shapes and the launch's
-arguments come from them.
+"""GPU bindings of DFT, STFT and the window functions (kernels/dft.hip): one launch, a thread an
+output element, the sum over the transform's length in double (the CPU device's reference computes
+in double too). dft_length, the axis, frame_step, frame_length and a window's size are host inputs:
+the shapes and the launch's arguments come from them.
 
 Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported."""
 from __future__ import annotations
@@ -9,7 +9,8 @@ from __future__ import annotations
 import ctypes
 
 from ..errors import HipepError
-from ..ops.signal import dft_axis, dft_length, dft_output_shape, stft_bins, stft_frames
+from ..ops.signal import (WINDOW_COEFFICIENTS, dft_axis, dft_length, dft_output_shape, stft_bins, stft_frames,
+                          window_increment, window_size)
 from .gpu_binding_core import KernelOp, NoKernel, _binding, _prod, _values_or_attr, flat_config, ptr
 
 _DFT_TYPES = {"float32": "f32", "float64": "f64"}
@@ -78,3 +79,40 @@ def _stft_bind(ins, outs, attrs, target):
     args = StftArgs(int(x.shape[0]), int(x.shape[1]), frames, n, bins, step, int(x.shape[-1] == 2))
     grid, block = flat_config(args.batch * frames * bins, target)
     return [KernelOp(f"hipep_stft_{dt}", grid, block, [ptr(x), ptr(window), ptr(y), args], module="dft")]
+
+
+# ---- HannWindow, HammingWindow, BlackmanWindow ------------------------------------------------
+
+def _window_check(attrs, dtypes, shapes, values):
+    from ..ops._common import type_name
+
+    elem = int(attrs.get("output_datatype", 1))
+    if elem not in (1, 11):  # the kernel writes f32 and f64; ONNX Runtime's integer outputs stay on the CPU
+        return f"output_datatype {type_name(elem)}: the GPU kernel writes float and double"
+    return None
+
+
+def _window_binding(op_type: str):
+    a0, a1, a2 = WINDOW_COEFFICIENTS[op_type]
+
+    @_binding(f"::{op_type}", check=_window_check, modules=("dft",))
+    def bind(ins, outs, attrs, target):
+        y = outs[0]
+        if y is None:
+            return []
+        size = window_size(op_type, _values_or_attr(ins, 0, {}, "size"))
+        if tuple(y.shape) != (size,):
+            raise HipepError(f"{op_type}: output of shape {list(y.shape)}, expected [{size}]")
+        if size == 0:
+            return []
+        dt = _kernel_type(y, op_type)
+        step = window_increment(size, bool(attrs.get("periodic", 1)))
+        grid, block = flat_config(size, target)
+        return [KernelOp(f"hipep_cosine_window_{dt}", grid, block,
+                         [ptr(y), ctypes.c_longlong(size), ctypes.c_double(step), ctypes.c_double(a0),
+                          ctypes.c_double(a1), ctypes.c_double(a2)], module="dft")]
+    return bind
+
+
+for _op in WINDOW_COEFFICIENTS:
+    _window_binding(_op)

@@ -1,5 +1,6 @@
-"""DFT and STFT on the CUDA device (kernels/dft.hip): forward and inverse, real and complex,
-one-sided and its inverse, padded and truncated lengths, frames with and without a window. Each
+"""DFT, STFT and the window functions on the CUDA device (kernels/dft.hip): forward and inverse, real
+and complex, one-sided and its inverse, padded and truncated lengths, frames with and without a
+window; Hann, Hamming and Blackman windows against ORT's CPU EP, alone and feeding an STFT. Each
 against hipep's float64 reference (numpy's FFT; the kernels sum in double too) to the output type's
 rounding, and against ORT's CPU EP, which sums in the input's type: its f32 STFT of a 400-sample
 frame is ~1e-4 of the spectrum's peak off the exact transform, so that comparison takes 1e-3 of the
@@ -83,3 +84,47 @@ def test_stft(rng, elem, signal, step, window, length, onesided):
     check(model, "STFT", x, [np.array(step, np.int64), None if window is None else np.hanning(window).astype(dtype),
                              None if length is None else np.array(length, np.int64)],
           {"onesided": onesided, SINCE_VERSION: 17})
+
+
+
+@pytest.mark.parametrize("op_type", ["HannWindow", "HammingWindow", "BlackmanWindow"])
+@pytest.mark.parametrize("periodic", [0, 1])
+@pytest.mark.parametrize("elem", [TP.FLOAT, TP.DOUBLE])
+def test_window_functions(op_type, periodic, elem):
+    """The size is a graph input the host reads: each run's window against ORT's CPU EP, whose
+    arithmetic the kernel repeats (double sums, no fused multiply-add); the GPU's cos may differ
+    from the host's in double's last place."""
+    node = helper.make_node(op_type, ["n"], ["y"], periodic=periodic, output_datatype=elem, name="window")
+    model = make_model([node], [tensor("n", TP.INT64, [])], [tensor("y", elem, None)], [], opset=17)
+    gpu_checks.assert_claimed_whole(model)
+    sess, ref = hipep.InferenceSession(model, device="cuda"), cpu_session(model)
+    tol = 2 ** -24 if elem == TP.FLOAT else 1e-15
+    for size in (400, 1, 64, 0, 400):
+        feed = {"n": np.array(size, np.int64)}
+        got, want = sess.run(None, feed)[0], ref.run(None, feed)[0]
+        assert got.dtype == want.dtype and got.shape == want.shape == (size,)
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol)
+
+
+def test_integer_windows_stay_with_ort_on_the_gpu():
+    node = helper.make_node("HannWindow", ["n"], ["y"], output_datatype=TP.INT32, name="window")
+    model = make_model([node], [tensor("n", TP.INT64, [])], [tensor("y", TP.INT32, None)], [], opset=17)
+    report = hipep.explain(model, device="cuda")
+    assert "node 'window'" in str(report) and "output_datatype i32: the GPU kernel writes float and double" in str(report)
+
+
+def test_hann_window_feeds_a_stft():
+    """An audio front end's first steps: a Hann window of the frame length made on the device and
+    the framed spectrum of a signal through it, one subgraph."""
+    n = helper.make_tensor("n", TP.INT64, [], [400])
+    step = helper.make_tensor("step", TP.INT64, [], [160])
+    nodes = [helper.make_node("HannWindow", ["n"], ["w"], name="window"),
+             helper.make_node("STFT", ["x", "step", "w", ""], ["y"], onesided=1, name="stft")]
+    model = make_model(nodes, [tensor("x", TP.FLOAT, [2, 1600, 1])], [tensor("y", TP.FLOAT, None)], [n, step],
+                       opset=17)
+    gpu_checks.assert_claimed_whole(model)
+    x = np.random.default_rng(3).standard_normal((2, 1600, 1)).astype(np.float32)
+    want = cpu_session(model).run(None, {"x": x})[0]
+    got = hipep.InferenceSession(model, device="cuda").run(None, {"x": x})[0]
+    assert got.shape == want.shape == (2, 8, 201, 2)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-3 * np.abs(want).max())

@@ -38,7 +38,7 @@ def cross_entropy_model(reduction="mean", weighted=True, ignore_index=2):
 
 def hann_model(op="HannWindow", **attrs):
     """HannWindow (or another window): a function op ORT's CPU EP has a kernel for, so ORT never
-    expands it."""
+    expands it; hipep has a registry entry of its own for it."""
     return make_model([h.make_node(op, ["n"], ["y"], name="window", **attrs)], [tensor("n", T.INT64, [])],
                       [tensor("y", T.FLOAT, None)], opset=17)
 
@@ -53,7 +53,7 @@ def affine_grid_model(dims, align_corners):
 
 
 def test_the_ops_are_functions_hipep_has_no_entry_for():
-    for op in ("Swish", "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "HannWindow"):
+    for op in ("Swish", "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "AffineGrid"):
         assert lookup("", op) is None, f"{op} has a registry entry now; these tests need another op"
 
 
@@ -102,17 +102,18 @@ def test_a_body_that_needs_host_reads_on_a_gpu_is_left_for_ort_to_expand():
 
 
 def test_a_function_op_ort_has_a_kernel_for_is_claimed_whole_or_left_with_the_reason():
-    """ORT never replaces HannWindow by its body (its CPU EP has a kernel), so hipep claims the node
+    """ORT never replaces AffineGrid by its body (its CPU EP has a kernel), so hipep claims the node
     whole where its body runs alone on the device (the CPU device), and leaves it on a GPU, where
-    the body's Range sizes its output from a value the host must read, saying so."""
-    report = hipep.explain(hann_model())
+    the body's If on the grid's rank is control flow the host runs, saying so."""
+    model = affine_grid_model((4, 5), 0)
+    report = hipep.explain(model)
     assert report.all_claimed and report.expansions[0].direct
-    report = hipep.explain(hann_model(), device="cuda")
+    report = hipep.explain(model, device="cuda")
     assert not report.all_claimed and not report.expansions
     line = report.rejections[0].line()
     assert "runs on cuda only with host reads" in line and "ONNX Runtime runs its own kernel" in line
     # told that ORT would expand it, the partitioner leaves it for ORT to expand instead
-    graph = GraphView.from_onnx(hann_model())
+    graph = GraphView.from_onnx(model)
     expansion, = partition(graph, device="cuda").expansions
     assert not expansion.direct
     assert not partition(graph, device="cuda", expands=lambda node: False).expansions
@@ -121,11 +122,14 @@ def test_a_function_op_ort_has_a_kernel_for_is_claimed_whole_or_left_with_the_re
 @pytest.mark.parametrize("op", ["HannWindow", "HammingWindow", "BlackmanWindow"])
 @pytest.mark.parametrize("periodic", [0, 1])
 def test_window_functions_run_on_hipep_with_the_cpu_eps_window(op, periodic):
+    """The window functions have registry entries (hipep.ops.signal): the node is hipep's, no body,
+    and the window the CPU EP's bit for bit."""
     model = hann_model(op, periodic=periodic, output_datatype=T.FLOAT)
+    assert not hipep.explain(model).expansions
     sess = session(model, disable_fallback=True)
     assert assignment(sess) == {CPU_EP: [["window"]]}
     for n in (1, 8, 33):
-        assert_matches_cpu(sess, model, {"n": np.array(n, np.int64)}, rtol=1e-5, atol=1e-6)
+        assert_matches_cpu(sess, model, {"n": np.array(n, np.int64)}, rtol=0, atol=0)
 
 
 def test_a_body_whose_branches_read_its_values_keeps_their_names_joined():
@@ -193,11 +197,13 @@ def test_a_function_inside_a_function_body_runs_as_its_body_too(rng, reduction, 
 
 def test_without_ort_to_ask_hipep_runs_a_function_op_through_its_body(monkeypatch):
     """Where hipep cannot ask ORT's CPU EP (a host other than onnxruntime's Python module), it
-    counts on ORT expanding function nodes, so it claims HannWindow (which ORT's CPU EP has a
-    kernel for) through its body: the CPU EP's window, to f32 rounding."""
+    counts on ORT expanding function nodes, so it claims AffineGrid (which ORT's CPU EP has a
+    kernel for) through its body: the CPU EP's grid, to f32 rounding."""
     monkeypatch.setattr(hipep.bridge, "_ort_expands", lambda: None)
-    sess = plain_ort_session(hann_model(), CPU_EP, strict="1")
-    assert_matches_cpu(sess, hann_model(), {"n": np.array(8, np.int64)}, rtol=1e-6, atol=1e-7)
+    model = affine_grid_model((4, 5), 1)
+    sess = plain_ort_session(model, CPU_EP, strict="1")
+    theta = np.random.default_rng(5).standard_normal((2, 2, 3)).astype(np.float32)
+    assert_matches_cpu(sess, model, {"theta": theta}, rtol=1e-5, atol=1e-6)
 
 
 def test_nodes_fused_by_an_earlier_call_are_neither_claimed_nor_rejected():

@@ -3,7 +3,7 @@ stand-in for the CUDA headers, and the launch the binding gives runs over host m
 the registry's reference (hipep.ops.signal: numpy's FFT in double): forward and inverse, real and
 complex input, one-sided spectra and their inverse (irfft), dft_length shorter and longer than the
 signal, both opsets' axis, f32 and f64; STFT's frames with and without a window, one-sided or not,
-real and complex signals. Skipped without g++."""
+real and complex signals; the window functions' cosine sums, bit for bit. Skipped without g++."""
 from __future__ import annotations
 
 import shutil
@@ -13,14 +13,14 @@ import pytest
 
 from hipep.ops.registry import SINCE_VERSION
 
-from unit.host_kernels import compile_module, run_on_host
+from unit.host_kernels import EXACT_FLAGS, compile_module, run_on_host
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 
 
 @pytest.fixture(scope="module")
 def libraries(tmp_path_factory):
-    return {"warp": 32, "dft": compile_module(tmp_path_factory.mktemp("dft"), "dft", 32)}
+    return {"warp": 32, "dft": compile_module(tmp_path_factory.mktemp("dft"), "dft", 32, EXACT_FLAGS)}
 
 
 CASES = [  # (input shape, dft_length or None, axis, inverse, onesided, opset)
@@ -65,3 +65,18 @@ def test_stft_follows_the_reference(libraries, dtype, signal, step, window, leng
     assert [o.entry for o in ops] == [f"hipep_stft_{'f32' if dtype == np.float32 else 'f64'}"]
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(got, want, **tol)
+
+
+@pytest.mark.parametrize("op_type", ["HannWindow", "HammingWindow", "BlackmanWindow"])
+@pytest.mark.parametrize("periodic", [0, 1])
+@pytest.mark.parametrize("elem", [1, 11], ids=["f32", "f64"])
+@pytest.mark.parametrize("size", [1, 2, 10, 401])
+def test_window_functions_follow_the_reference_bit_for_bit(libraries, op_type, periodic, elem, size):
+    """The kernel rounds each product and sum as the reference (and ONNX Runtime's CPU kernel) does;
+    the host's cos is the reference's, so the bits agree (a GPU's cos may differ in the last place of
+    double). A symmetric window of one sample divides by zero: NaN, as ORT gives."""
+    attrs = {"output_datatype": elem, "periodic": periodic}
+    (got,), (want,), ops = run_on_host(libraries, f"::{op_type}", [np.array(size, np.int64)], attrs, sm_count=1)
+    assert [o.entry for o in ops] == [f"hipep_cosine_window_{'f32' if elem == 1 else 'f64'}"]
+    assert got.dtype == want.dtype and got.shape == (size,)
+    np.testing.assert_array_equal(got, want)

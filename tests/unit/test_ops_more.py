@@ -529,6 +529,9 @@ case("ReverseSequence", 10, [R(4, 3, 2), A([1, 4, 0])], {"batch_axis": 1, "time_
 case("ReverseSequence", 10, [R(3, 5), A([5, 2, 3])], {"batch_axis": 0, "time_axis": 1})
 case("Unique", 11, [A([2, 1, 1, 3, 4, 3], f32)], {"sorted": 0}, n_out=4)
 case("Unique", 11, [A([[1, 0, 0], [1, 0, 0], [2, 3, 4]], i64)], {"axis": 0}, n_out=4)
+case("HannWindow", 17, [A(10)], {"periodic": 0})
+case("HammingWindow", 17, [A(7, np.int32)], {"output_datatype": 11})
+case("BlackmanWindow", 17, [A(16)], {"output_datatype": 7})
 
 # ---- recurrent ops ---------------------------------------------------------------------------------
 # (X [seq 4, batch 3, input 5], hidden 4; weights in [-1, 1]. Layout 1, which ORT's CPU EP refuses,
