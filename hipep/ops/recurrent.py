@@ -67,25 +67,22 @@ def _ort_values(op_type: str, names, alphas, betas) -> list:
                 values.append(0.0 if not used or given is None else (given[d] if d < len(given) else None))
             out.append(tuple(values))
         return out
-    ia = ib = 0
-    for name in names:
-        (ta, tb), (da, db) = _TAKES.get(name, (False, False)), _ORT_DEFAULTS.get(name, (0.0, 0.0))
-        alpha = beta = 0.0
-        if ta:
-            alpha, ia = (alphas[ia], ia + 1) if alphas and ia < len(alphas) else (da, ia)
-        if tb:
-            beta, ib = (betas[ib], ib + 1) if betas and ib < len(betas) else (db, ib)
-        out.append((alpha, beta))
-    return out
+    return _consumed_in_order(names, alphas, betas, _ORT_DEFAULTS, (0.0, 0.0))
 
 
 def _spec_values(names, alphas, betas) -> list:
     """(alpha, beta) per activation as the spec says: the lists consumed in order of the activations
     that take a value, the defaults of the ONNX ops of those names where they run out (None where
     there is none); 0.0 for a value an activation does not use."""
+    return _consumed_in_order(names, alphas, betas, _SPEC_DEFAULTS, (None, None))
+
+
+def _consumed_in_order(names, alphas, betas, defaults: dict, missing: tuple) -> list:
+    """(alpha, beta) per activation, the lists consumed in order of the activations that take a
+    value, `defaults` (else `missing`) where they run out; 0.0 for a value an activation does not use."""
     out, ia, ib = [], 0, 0
     for name in names:
-        (ta, tb), (da, db) = _TAKES.get(name, (False, False)), _SPEC_DEFAULTS.get(name, (None, None))
+        (ta, tb), (da, db) = _TAKES.get(name, (False, False)), defaults.get(name, missing)
         alpha = beta = 0.0
         if ta:
             alpha, ia = (alphas[ia], ia + 1) if alphas and ia < len(alphas) else (da, ia)
