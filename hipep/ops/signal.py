@@ -1,6 +1,7 @@
 """Signal ops: DFT (opsets 17 and 20; forward and inverse, one-sided, the inverse of a one-sided
 spectrum), STFT (frames of the signal, windowed, each through a forward DFT), and the window
-functions HannWindow, HammingWindow and BlackmanWindow (opset 17).
+functions HannWindow, HammingWindow and BlackmanWindow, and MelWeightMatrix (opset 17; MelWeightMatrix
+on the CPU device only).
 
 The reference computes in double, as numpy's FFT, and rounds the result to the input's type once:
 ONNX's own reference does the same, while ONNX Runtime's CPU kernel sums in the input's type (its
@@ -240,3 +241,79 @@ def _window(op_type: str):
 
 for _op in WINDOW_COEFFICIENTS:
     _window(_op)
+
+
+# ---- MelWeightMatrix -------------------------------------------------------------------------
+
+def _hz_to_mel(hz: float) -> float:
+    return 2595.0 * np.log10(1.0 + hz / 700.0)
+
+
+def _mel_to_hz(mel: float) -> float:
+    return 700.0 * (10.0 ** (mel / 2595.0) - 1.0)
+
+
+def mel_bins(num_mel_bins: int, dft_length: int, sample_rate: int, lower_hz: float, upper_hz: float) -> list[int]:
+    """The spectrogram bins of the mel triangles' num_mel_bins + 2 corners, as ONNX Runtime's CPU kernel
+    places them: the mel range split into num_mel_bins + 2 steps (the spec's reference takes + 1;
+    ORT's step is kept, as every consumer of these matrices runs ORT's), each corner's frequency in
+    double, floor((dft_length + 1) hz / sample_rate). Its range checks are in f32, as ORT's are; a
+    corner past the last bin (which ORT would write out of bounds) is an error here."""
+    op = "MelWeightMatrix"
+    if num_mel_bins < 0 or dft_length < 1 or sample_rate < 1:
+        raise RuntimeShapeError(f"{op}: num_mel_bins must not be negative and dft_length and sample_rate must be "
+                                f"positive, got {num_mel_bins}, {dft_length}, {sample_rate}")
+    bins = dft_length // 2 + 1
+    f32 = np.float32
+    for name, hz in (("lower_edge_hertz", lower_hz), ("upper_edge_hertz", upper_hz)):
+        index = np.floor(f32(dft_length + 1) * f32(hz) / f32(sample_rate))
+        if not 0 <= index < bins:
+            raise RuntimeShapeError(f"{op}: {name}={hz} gives spectrogram bin {index:g}, outside [0, {bins}) for "
+                                    f"dft_length {dft_length} and sample_rate {sample_rate}")
+    low, high = _hz_to_mel(float(f32(lower_hz))), _hz_to_mel(float(f32(upper_hz)))
+    step = (high - low) / float(num_mel_bins + 2)
+    corners = [int(np.floor((dft_length + 1) * _mel_to_hz(low + step * i) / sample_rate))
+               for i in range(num_mel_bins + 2)]
+    if max(corners, default=0) >= bins:
+        raise RuntimeShapeError(f"{op}: a mel triangle reaches spectrogram bin {max(corners)}, past the last "
+                                f"({bins - 1}) for dft_length {dft_length} and sample_rate {sample_rate}")
+    return corners
+
+
+def _scalar(value):
+    return np.asarray(value).reshape(-1)[0]
+
+
+@kernel("MelWeightMatrix")
+def _mel_weight_matrix(inputs, attrs):
+    num, length, rate = (int(_scalar(v)) for v in inputs[:3])
+    corners = mel_bins(num, length, rate, float(_scalar(inputs[3])), float(_scalar(inputs[4])))
+    dtype = numpy_dtype(_window_elem(attrs))
+    y = np.zeros((length // 2 + 1, num), dtype)
+    # ORT's arithmetic per element: (j - left) / T(rising width) and (right - j) / T(falling width)
+    # in T (integer division for an integer T), the falling edge written after the rising one.
+    width = (lambda a, b: a // b) if dtype.kind in "iu" else (lambda a, b: dtype.type(a) / dtype.type(b))
+    for i in range(num):
+        left, center, right = corners[i:i + 3]
+        if center == left:
+            y[center, i] = 1
+        else:
+            for j in range(left, center + 1):
+                y[j, i] = width(j - left, center - left)
+        for j in range(center, right):
+            y[j, i] = width(right - j, right - center)
+    return [result(y, dtype)]
+
+
+@shape_rule("MelWeightMatrix")
+def _mel_weight_matrix_shape(types, values, attrs, num_outputs):
+    num, length = known_value(types, values, 0), known_value(types, values, 1)
+    return [tensor_type(_window_elem(attrs), (None if length is None else int(_scalar(length)) // 2 + 1,
+                                              None if num is None else int(_scalar(num))))]
+
+
+# ONNX Runtime's CPU kernel reads the two edges as f32 only, and writes the window functions' types.
+register(OpDef("MelWeightMatrix", (17,), ("T1", "T1", "T1", "T2", "T2"), ("T3",),
+               {"T1": frozenset({I32, I64}), "T2": frozenset({F32}), "T3": WINDOW_TYPES}, _mel_weight_matrix,
+               attributes={"output_datatype": F32}, shape_rule=_mel_weight_matrix_shape,
+               host_inputs=(0, 1, 2, 3, 4)))

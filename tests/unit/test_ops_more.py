@@ -532,6 +532,9 @@ case("Unique", 11, [A([[1, 0, 0], [1, 0, 0], [2, 3, 4]], i64)], {"axis": 0}, n_o
 case("HannWindow", 17, [A(10)], {"periodic": 0})
 case("HammingWindow", 17, [A(7, np.int32)], {"output_datatype": 11})
 case("BlackmanWindow", 17, [A(16)], {"output_datatype": 7})
+case("MelWeightMatrix", 17, [A(8), A(64), A(8000), A(0, f32), A(4000, f32)])
+case("MelWeightMatrix", 17, [A(20, np.int32), A(400, np.int32), A(16000, np.int32), A(20, f32), A(7600, f32)],
+     {"output_datatype": 11})
 
 # ---- recurrent ops ---------------------------------------------------------------------------------
 # (X [seq 4, batch 3, input 5], hidden 4; weights in [-1, 1]. Layout 1, which ORT's CPU EP refuses,
