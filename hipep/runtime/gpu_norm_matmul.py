@@ -212,7 +212,8 @@ def _fused_gated(norm, norm_outs, inner_ins, y, inner_attrs, eps, words, target)
     if variant is None or variant[0]:
         return None
     src_type, src = _source(norm, norm_outs, eps, words)
-    # The tensor-core form first (HIPEP_MNB_GEMV_TC=1), where the norm's threads cover its padded row.
+    # The tensor-core form first (bf16's; fp16's with HIPEP_MNB_GEMV_TC=1), where the norm's threads cover
+    # its padded row; bf16 has no other.
     op = _gated_row_op(a, first, second, y, fused_expr(inner_attrs), inner_attrs, target, (src_type, 2),
                        staged_max=words * FUSED_THREADS // 4, tc_only=True)
     if op is not None:

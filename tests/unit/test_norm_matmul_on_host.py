@@ -161,7 +161,7 @@ def test_bf16_norm_fuses_into_the_tensor_core_gemv(libs, monkeypatch, kind, k, n
     assert "hipep_bf16>" in ops[0].source
     monkeypatch.setattr(gnm, "FUSE_ONE_ROW", False)
     y0, total0, _, _, ops0 = _run(libs, inputs, attrs, 132, tensor_cores=True)
-    assert [o.entry for o in ops0][0] == "hipep_skip_rms_norm_bf16_overlap" and len(ops0) == 2
+    assert ops0[0].entry == "hipep_skip_rms_norm_bf16_overlap" and len(ops0) == 2
     assert ops0[1].entry.startswith("hipep_mnb_gated_tc_" if kind == "gated" else "hipep_mnb_gemv_tc_bf16"), \
         ops0[1].entry
     if k <= 2048:
@@ -177,4 +177,4 @@ def test_bf16_without_tensor_cores_keeps_the_norm_apart(libs):
     inputs, attrs = _case("plain", 2048, 20, "none", False, seed=7, elem=16)
     y, total, want_y, want_total, ops = _run(libs, inputs, attrs, 132, tensor_cores=False)
     assert len(ops) == 2 and ops[0].entry.startswith("hipep_skip_rms_norm_bf16"), [o.entry for o in ops]
-    assert _rel(y, want_y) < 1e-2
+    assert _rel(y, want_y) < 1e-2 and _rel(total, want_total) < 5e-3
