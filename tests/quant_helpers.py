@@ -4,15 +4,11 @@ values along K: asymmetric min/max with a uint8 zero point, symmetric around 2^(
 one, or a float zero point), packed least significant bits first."""
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
 from helpers import make_model, tensor
-
-# numpy's type of each float element type the builders take
-NP_FLOAT = {TP.FLOAT: np.float32, TP.FLOAT16: np.float16, TP.BFLOAT16: ml_dtypes.bfloat16}
 
 MS = ("com.microsoft", 1)
 
@@ -72,7 +68,7 @@ def matmul_nbits_model(m_shape, k, n, bits, block_size, elem=TP.FLOAT, zp_kind="
     m_shape: A's leading dims (ints, or names for symbolic ones). Returns (model, feeds,
     (B, scales, zp, bias))."""
     rng = np.random.default_rng(seed)
-    npt = NP_FLOAT[elem]
+    npt = helper.tensor_dtype_to_np_dtype(elem)
     w = rng.standard_normal((n, k)).astype(np.float32)
     B, scales, zp = quantize_blockwise(w, bits, block_size, zp_kind, rng)
     scales = scales.astype(npt)
@@ -101,7 +97,7 @@ def gather_block_quantized_model(vocab, hidden, bits, block_size, idx_shape, ele
     """A single GatherBlockQuantized node as the builder emits it for the embedding table: uint8
     data [vocab, *middle, hidden * bits / 8], gather_axis 0, quantize_axis last."""
     rng = np.random.default_rng(seed)
-    npt = NP_FLOAT[elem]
+    npt = helper.tensor_dtype_to_np_dtype(elem)
     rows = vocab * int(np.prod(middle, dtype=np.int64))
     w = rng.standard_normal((rows, hidden)).astype(np.float32)
     B, scales, z = quantize_blockwise(w, bits, block_size, "uint8" if zp else "none", rng)
@@ -129,7 +125,7 @@ def gated_mlp_model(m_shape, k, n, block_size=32, elem=TP.FLOAT16, zp_kind="none
     feeds. `bias_on_up` gives the up projection a bias, `extra_output` makes the up projection's
     result a graph output too (both keep hip-fuse-gated-matmul away)."""
     rng = np.random.default_rng(seed)
-    npt = NP_FLOAT[elem]
+    npt = helper.tensor_dtype_to_np_dtype(elem)
     inits, nodes = [], []
     for name in ("gate", "up"):
         B, scales, zp = quantize_blockwise(rng.standard_normal((n, k)).astype(np.float32), 4, block_size, zp_kind, rng)
@@ -181,7 +177,7 @@ def with_skip_norm(model, feeds, k, residual=True, norm_bias=False, seed=1, epsi
     (a_in,) = [i for i in g.input if i.name == "A"]
     elem = a_in.type.tensor_type.elem_type
     dims = [d.dim_param or d.dim_value for d in a_in.type.tensor_type.shape.dim]
-    npt = NP_FLOAT[elem]
+    npt = helper.tensor_dtype_to_np_dtype(elem)
     inits = [numpy_helper.from_array((1 + 0.1 * rng.standard_normal(k)).astype(npt), "norm_gamma")]
     norm_inputs = ["x", "skip", "norm_gamma"]
     if norm_bias:

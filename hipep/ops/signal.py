@@ -15,7 +15,8 @@ import numpy as np
 
 from ..errors import RuntimeShapeError
 from ..graph import numpy_dtype
-from ._common import at, elem_of, kernel, known_value, result, shape_of, shape_rule, tensor_type, type_name
+from ._common import (at, elem_of, kernel, known_value, result, scalar_operand, shape_of, shape_rule, tensor_type,
+                      type_name)
 from .registry import ALL_INTS, F32, F64, I32, I64, SINCE_VERSION, OpDef, register
 
 
@@ -189,7 +190,7 @@ WINDOW_TYPES = frozenset({F32, F64}) | ALL_INTS  # ONNX Runtime's CPU kernel's o
 
 
 def window_size(op_type: str, value) -> int:
-    size = int(np.asarray(value).reshape(-1)[0])
+    size = int(scalar_operand(op_type, "size", value))
     if size < 0:
         raise RuntimeShapeError(f"{op_type}: size must not be negative, got {size}")
     return size
@@ -204,6 +205,14 @@ def window_increment(size: int, periodic: bool) -> float:
 
 def _window_elem(attrs) -> int:
     return int(attrs.get("output_datatype", F32))
+
+
+def _claim_output_datatype(node, graph, attrs):
+    """output_datatype one of the types ONNX Runtime's CPU kernel writes: f32, f64, integers."""
+    elem = _window_elem(attrs)
+    if elem not in WINDOW_TYPES:
+        return f"attribute output_datatype={type_name(elem)} is not one of ONNX Runtime's CPU kernel's types"
+    return None
 
 
 def _window(op_type: str):
@@ -228,14 +237,8 @@ def _window(op_type: str):
         size = known_value(types, values, 0)
         return [tensor_type(_window_elem(attrs), (None,) if size is None else (window_size(op_type, size),))]
 
-    def claim(node, graph, attrs):
-        elem = _window_elem(attrs)
-        if elem not in WINDOW_TYPES:
-            return f"attribute output_datatype={type_name(elem)} is not one of ONNX Runtime's CPU kernel's types"
-        return None
-
     register(OpDef(op_type, (17,), ("T1",), ("T2",), {"T1": frozenset({I32, I64}), "T2": WINDOW_TYPES}, reference,
-                   attributes={"output_datatype": F32, "periodic": 1}, claim=claim, shape_rule=rule,
+                   attributes={"output_datatype": F32, "periodic": 1}, claim=_claim_output_datatype, shape_rule=rule,
                    host_inputs=(0,)))
 
 
@@ -280,14 +283,15 @@ def mel_bins(num_mel_bins: int, dft_length: int, sample_rate: int, lower_hz: flo
     return corners
 
 
-def _scalar(value):
-    return np.asarray(value).reshape(-1)[0]
+_MEL_INPUTS = ("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz")
 
 
 @kernel("MelWeightMatrix")
 def _mel_weight_matrix(inputs, attrs):
-    num, length, rate = (int(_scalar(v)) for v in inputs[:3])
-    corners = mel_bins(num, length, rate, float(_scalar(inputs[3])), float(_scalar(inputs[4])))
+    num, length, rate, lower, upper = (scalar_operand("MelWeightMatrix", name, v)
+                                       for name, v in zip(_MEL_INPUTS, inputs))
+    num, length = int(num), int(length)
+    corners = mel_bins(num, length, int(rate), float(lower), float(upper))
     dtype = numpy_dtype(_window_elem(attrs))
     y = np.zeros((length // 2 + 1, num), dtype)
     # ORT's arithmetic per element: (j - left) / T(rising width) and (right - j) / T(falling width)
@@ -308,12 +312,14 @@ def _mel_weight_matrix(inputs, attrs):
 @shape_rule("MelWeightMatrix")
 def _mel_weight_matrix_shape(types, values, attrs, num_outputs):
     num, length = known_value(types, values, 0), known_value(types, values, 1)
-    return [tensor_type(_window_elem(attrs), (None if length is None else int(_scalar(length)) // 2 + 1,
-                                              None if num is None else int(_scalar(num))))]
+    op = "MelWeightMatrix"
+    return [tensor_type(_window_elem(attrs),
+                        (None if length is None else int(scalar_operand(op, _MEL_INPUTS[1], length)) // 2 + 1,
+                         None if num is None else int(scalar_operand(op, _MEL_INPUTS[0], num))))]
 
 
 # ONNX Runtime's CPU kernel reads the two edges as f32 only, and writes the window functions' types.
 register(OpDef("MelWeightMatrix", (17,), ("T1", "T1", "T1", "T2", "T2"), ("T3",),
                {"T1": frozenset({I32, I64}), "T2": frozenset({F32}), "T3": WINDOW_TYPES}, _mel_weight_matrix,
-               attributes={"output_datatype": F32}, shape_rule=_mel_weight_matrix_shape,
+               attributes={"output_datatype": F32}, claim=_claim_output_datatype, shape_rule=_mel_weight_matrix_shape,
                host_inputs=(0, 1, 2, 3, 4)))

@@ -32,6 +32,7 @@ GATED = f"hipep::{GATED_MATMUL_NBITS}"
 # -- with zero points at 3; tests/unit/test_kernels_compile.py checks).
 MIN_BLOCKS = {(1, False): 6, (1, True): 6, (2, False): 5, (2, True): 4, (4, False): 3, (4, True): 2}
 _C_TYPE = {"f16": "hipep_half", "f32": "float", "bf16": "hipep_bf16"}
+_NUMPY_NAME = {"f16": "float16", "f32": "float32", "bf16": "bfloat16"}  # the pointwise program's operand types
 
 
 def _halves(ins):
@@ -62,7 +63,7 @@ def _rendered_source(expr, t: str, out_dtype: str, q8: bool, u: int, zp: bool,
     key = hashlib.sha1(data.encode()).hexdigest()[:16]
     name = f"hipep_mnb_gated_{key}"
     epilogue = f"hipep_gated_epilogue_{key}"
-    a_dtype = {"f16": "float16", "f32": "float32", "bf16": "bfloat16"}[t]
+    a_dtype = _NUMPY_NAME[t]
     c_type, to = _C_TYPE[t], _C_TYPE[_dt(np.dtype(out_dtype), GATED_MATMUL_NBITS)]
     if a_source is None:
         src_type, blocks = f"hipep_mnb_a_loaded<{c_type}>", MIN_BLOCKS[u, zp]
@@ -93,7 +94,7 @@ def _rendered_tc_source(expr, t: str, out_dtype: str, u: int, split: int, zp: bo
                       sort_keys=True)
     key = hashlib.sha1(data.encode()).hexdigest()[:16]
     name, epilogue = f"hipep_mnb_gated_tc_{key}", f"hipep_gated_epilogue_{key}"
-    c_type, a_dtype = _C_TYPE[t], {"f16": "float16", "bf16": "bfloat16"}[t]
+    c_type, a_dtype = _C_TYPE[t], _NUMPY_NAME[t]
     to = _C_TYPE[_dt(np.dtype(out_dtype), GATED_MATMUL_NBITS)]
     if a_source is None:
         src_type, params, src = f"hipep_mnb_a_loaded<{c_type}>", f"HIPEP_MNB_GATED_PARAMS({c_type}, {to})", \

@@ -23,7 +23,7 @@ from ..options import env_flag
 from ..ops.contrib_quant import GATED_MATMUL_NBITS, NORM_INPUTS, SKIP_NORM_MATMUL_NBITS, matmul_attributes
 from .gpu_binding_core import (Arg, BINDINGS, KernelOp, _binding, _cdiv, _dt, workspace_after, workspace_regions)
 from .gpu_gated_matmul import _check as _gated_check
-from .gpu_gated_matmul import _gated_row_op, _halves, gated_row_variant
+from .gpu_gated_matmul import _C_TYPE, _gated_row_op, _halves, gated_row_variant
 from .gpu_kernels import _float_check
 from .gpu_quant import GEMV_WARPS, TC_SMEM_PER_CHUNK, MatMulNBitsArgs, RowPlan, _mnb_check, _mnb_bind, mnb_row_plan
 
@@ -105,8 +105,7 @@ def _waves(grid: int, blocks: int, target) -> int:
 def _source(norm, norm_outs, eps: float, words: int) -> tuple[str, SkipNormSource]:
     x, skip, gamma, bias = norm
     _, mean, inv, total = norm_outs
-    elem = "hipep_bf16" if x.dtype.name == "bfloat16" else "hipep_half"
-    return (f"hipep_mnb_skip_norm_src<{words}, {elem}>",
+    return (f"hipep_mnb_skip_norm_src<{words}, {_C_TYPE[_dt(x.dtype, SKIP_NORM_MATMUL_NBITS)]}>",
             SkipNormSource(_p(x), _p(skip), _p(gamma), _p(bias), _p(mean), _p(inv), _p(total), eps))
 
 
@@ -168,20 +167,19 @@ def _fused_mnb(norm, norm_outs, inner_ins, y, inner_attrs, eps, words, target) -
     replaced by the norm."""
     x = norm[0]
     ops = _mnb_bind([Arg(x.ptr, x.shape, x.dtype)] + list(inner_ins), [y], inner_attrs, target)
-    bf16 = x.dtype.name == "bfloat16"
+    dt = _dt(x.dtype, SKIP_NORM_MATMUL_NBITS)
     if len(ops) == 1 and ops[0].module == "matmul_nbits_tc":
         # The tensor-core form (bf16's; fp16's with HIPEP_MNB_GEMV_TC=1): its A staged through the
         # norm, whose every vector of the padded row must lie in the threads' share of it.
         op = ops[0]
-        plan = mnb_row_plan(op.params[-1], int(inner_attrs.get("bits", 4)), "bf16" if bf16 else "f16", target,
-                            tc_scales_aligned=True)
+        plan = mnb_row_plan(op.params[-1], int(inner_attrs.get("bits", 4)), dt, target, tc_scales_aligned=True)
         if plan is None or plan.form != "tc" or plan.smem // TC_SMEM_PER_CHUNK * 4 > words * FUSED_THREADS:
             return None
         src_type, src = _source(norm, norm_outs, eps, words)
-        name, source = _render_tc(plan, src_type, "hipep_bf16" if bf16 else "hipep_half")
+        name, source = _render_tc(plan, src_type, _C_TYPE[dt])
         return KernelOp(name, plan.grid, op.block, [src] + list(op.params[1:]), source=source, smem=plan.smem,
                         overlaps_previous=op.overlaps_previous)
-    if bf16 or len(ops) != 1 or ops[0].module != "matmul_nbits_row":  # bf16: no packed-arithmetic form
+    if dt == "bf16" or len(ops) != 1 or ops[0].module != "matmul_nbits_row":  # bf16: no packed-arithmetic form
         return None
     op = ops[0]
     layout: MatMulNBitsArgs = op.params[-1]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ctypes
 
 from ..errors import HipepError
+from ..ops._common import type_name
+from ..ops.registry import F32, F64
 from ..ops.signal import (WINDOW_COEFFICIENTS, dft_axis, dft_length, dft_output_shape, stft_bins, stft_frames,
                           window_increment, window_size)
 from .gpu_binding_core import KernelOp, NoKernel, _binding, _prod, _values_or_attr, flat_config, ptr
@@ -84,10 +86,8 @@ def _stft_bind(ins, outs, attrs, target):
 # ---- HannWindow, HammingWindow, BlackmanWindow ------------------------------------------------
 
 def _window_check(attrs, dtypes, shapes, values):
-    from ..ops._common import type_name
-
-    elem = int(attrs.get("output_datatype", 1))
-    if elem not in (1, 11):  # the kernel writes f32 and f64; ONNX Runtime's integer outputs stay on the CPU
+    elem = int(attrs.get("output_datatype", F32))
+    if elem not in (F32, F64):  # the kernel writes f32 and f64; ONNX Runtime's integer outputs stay on the CPU
         return f"output_datatype {type_name(elem)}: the GPU kernel writes float and double"
     return None
 
