@@ -28,7 +28,7 @@ from .pointwise import Builder, compute_type
 # Re-exported: the contrib, normalization and attention families build on these.
 from .pointwise import erf, fma_f32, mlas_logistic, mlas_tanh  # noqa: F401
 from .registry import (ALL, ALL_INTS, BF16, BOOL, F16, F64, FLOATS, I8, I16, I32, I64, LLM_FLOATS, NUMERIC, REQUIRED,
-                       SINCE_VERSION, U8, U32, U64, OpDef, register)
+                       SINCE_VERSION, U8, U16, U32, U64, OpDef, register)
 
 BOOLS = frozenset({BOOL})
 
@@ -422,8 +422,13 @@ _register_pointwise("Where", (9, 16), ("B", "T", "T"), ("T",), {"B": BOOLS, "T":
 
 # ---- Cast ------------------------------------------------------------------------------------
 
-# Cast's targets: NP_DTYPES and f64.
-_CAST_TARGETS = {**NP_DTYPES, F64: np.dtype(np.float64)}
+# Cast's targets: NP_DTYPES, f64 and every integer width. A float out of an integer target's range
+# (NaN, inf) is undefined in ONNX and C; the CPU device gives numpy's astype, which is what ORT's CPU
+# EP gives on x86 for every pair of these types (a small int through int32, u32 and u64 through
+# int64), and a GPU converts as its hardware does (saturating on NVIDIA). In range all agree.
+_CAST_TARGETS = {**NP_DTYPES, F64: np.dtype(np.float64), I8: np.dtype(np.int8), U8: np.dtype(np.uint8),
+                 I16: np.dtype(np.int16), U16: np.dtype(np.uint16), U32: np.dtype(np.uint32),
+                 U64: np.dtype(np.uint64)}
 
 
 def _cast_to(b: Builder, x, source: np.dtype, to: int):
@@ -463,7 +468,7 @@ def _claim_cast(node, graph, attrs):
 
 
 _register_pointwise("Cast", (6, 9, 13, 19, 21, 23, 24, 25, 28), ("T1",), ("T2",),
-                    {"T1": ALL | {BF16, F64}, "T2": ALL | {BF16, F64}}, _cast_expr,
+                    {"T1": ALL | ALL_INTS | {BF16, F64}, "T2": ALL | ALL_INTS | {BF16, F64}}, _cast_expr,
                     attributes={"to": REQUIRED, "saturate": 1, "round_mode": "up"},
                     claim=_claim_cast, shape_rule=_cast_shape)
 

@@ -1,9 +1,10 @@
 """The ops hipep.runtime.gpu_bindings_misc composes from existing kernels, and LpPool (kernels/pool.hip,
 any p), end to end: small ONNX models through hipep.InferenceSession(device="cuda"), every node
 claimed, compared with ONNX Runtime's CPU EP over three runs (first run, bound replay, CUDA graph
-replay): OneHot, EyeLike, Hardmax, LpNormalization, MeanVarianceNormalization, LRN, BitShift, LpPool
-and BitCast; f32 within 1e-5, f16 within 1e-2, integers and one-hot outputs exactly. Hardmax with
-NaN inputs is compared with hipep's CPU device (ORT's result there depends on its vectorization)."""
+replay): OneHot, EyeLike, Hardmax, LpNormalization, MeanVarianceNormalization, LRN, BitShift, LpPool,
+BitCast and Cast between every integer width; f32 within 1e-5, f16 within 1e-2, integers and
+one-hot outputs exactly. Hardmax with NaN inputs is compared with hipep's CPU device (ORT's result
+there depends on its vectorization)."""
 from __future__ import annotations
 
 import numpy as np
@@ -168,3 +169,29 @@ def test_bitcast(src, dst):
     model = make_model([helper.make_node("BitCast", ["x"], ["y"], to=dst)], [tensor("x", src, list(x.shape))],
                        [tensor("y", dst, list(x.shape))], opset=26)
     check_on_cuda(model, {"x": x}, dst, claimed=True, bits=True)
+
+
+_WIDTHS = [TP.INT8, TP.UINT8, TP.INT16, TP.UINT16, TP.INT32, TP.UINT32, TP.INT64, TP.UINT64]
+
+
+@pytest.mark.parametrize("src", _WIDTHS + [TP.FLOAT, TP.FLOAT16, TP.DOUBLE, TP.BOOL])
+def test_cast_between_every_integer_width_and_the_floats(src):
+    """Cast from each type to every integer width and from each width to the floats, one model of
+    all the targets (generated kernels, claimed whole), exactly as ORT's CPU EP: integers wrap to
+    the narrower widths, floats truncate toward zero (values within every target's range; past it
+    ONNX and C leave the result undefined and GPUs saturate)."""
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(src))
+    rng = np.random.default_rng(11)
+    if dtype.kind == "f":
+        x = rng.uniform(0, 127, (4, 33)).astype(dtype)
+        x[0, :3] = [0.0, -0.0, 126.9]
+    elif dtype.kind == "b":
+        x = rng.integers(0, 2, (4, 33)).astype(bool)
+    else:
+        info = np.iinfo(dtype)
+        x = rng.integers(info.min, info.max, (4, 33), dtype=dtype, endpoint=True)
+    targets = [t for t in _WIDTHS + [TP.FLOAT, TP.FLOAT16, TP.DOUBLE, TP.BOOL] if t != src]
+    nodes = [n("Cast", ["x"], [f"y{i}"], to=t, name=f"to_{i}") for i, t in enumerate(targets)]
+    model = make_model(nodes, [tensor("x", src, list(x.shape))],
+                       [tensor(f"y{i}", t, list(x.shape)) for i, t in enumerate(targets)], opset=21)
+    check_on_cuda(model, {"x": x}, TP.FLOAT, claimed=True, exact=True)

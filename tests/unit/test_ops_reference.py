@@ -243,6 +243,22 @@ _CAST_SRC = {
 for _src, _x in _CAST_SRC.items():
     for _dst, _to in _CAST_TO.items():
         case("Cast", 19, [_x], {"to": _to}, id=f"Cast-{np.dtype(_src)}-{np.dtype(_dst)}")
+# Every integer width, both ways: values in range, wrapping integers, and (from floats) NaN, inf and
+# values past the target's range, where numpy's astype and ORT's x86 kernels agree.
+_WIDTHS = {np.int8: TensorProto.INT8, np.uint8: TensorProto.UINT8, np.int16: TensorProto.INT16,
+           np.uint16: TensorProto.UINT16, np.uint32: TensorProto.UINT32, np.uint64: TensorProto.UINT64}
+_FLOAT_SPECIALS = A([0.5, -0.5, 127.5, -128.5, 255.9, 300.7, -1.5, 65535.4, 7e4, -3e9, 4.3e9, 1e10, np.nan, np.inf,
+                     -np.inf, -0.0], f32)
+for _w, _to in _WIDTHS.items():
+    _info = np.iinfo(_w)
+    _own = A([0, 1, _info.max, _info.min, _info.max // 3, 100], _w)
+    for _src, _x in [*_CAST_SRC.items(), (f32, _FLOAT_SPECIALS), (np.float64, _FLOAT_SPECIALS.astype(np.float64)),
+                     (np.int8, A([-128, -1, 0, 1, 127], np.int8)), (np.uint64, A([0, 1, 2**64 - 1, 2**63, 300], np.uint64))]:
+        if np.dtype(_src) != np.dtype(_w):
+            case("Cast", 19, [_x], {"to": _to}, id=f"Cast-{np.dtype(_src)}-{np.dtype(_w)}-{_x.size}")
+    for _dst, _to2 in {**_CAST_TO, np.float64: TensorProto.DOUBLE, np.int8: TensorProto.INT8}.items():
+        if np.dtype(_dst) != np.dtype(_w):
+            case("Cast", 13, [_own], {"to": _to2}, id=f"Cast-{np.dtype(_w)}-{np.dtype(_dst)}")
 for _v in (6, 9, 13, 21, 23, 24, 25):
     case("Cast", _v, [R(3, 4, lo=-100, hi=100)], {"to": TensorProto.INT64})
 case("Cast", 19, [A([np.nan, np.inf, -np.inf, 1e5], f32)], {"to": TensorProto.FLOAT16}, id="Cast-special-f16")

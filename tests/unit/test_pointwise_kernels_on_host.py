@@ -152,6 +152,34 @@ def test_clip_and_where_on_the_integer_types_onnx_runtime_takes(tmp_path, dtype)
         np.testing.assert_array_equal(got, want)
 
 
+_CAST_WIDTHS = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64]
+
+
+@pytest.mark.parametrize("src", _CAST_WIDTHS + [np.float32, np.float16, np.float64, np.bool_])
+def test_cast_between_every_integer_width_and_the_floats(tmp_path, src):
+    """Cast from each type to every integer width and back to the floats, exactly as the reference
+    (numpy's astype, which ORT's CPU EP matches): integers wrap to the narrower widths; floats
+    truncate toward zero (values within every target's range: past it C leaves the result to the
+    hardware)."""
+    from onnx.helper import np_dtype_to_tensor_dtype
+    if np.dtype(src).kind == "f":
+        x = np.array([0.0, -0.0, 1.5, -1.5, 2.7, -2.7, 100.25, -127.9, 126.5, 3.0], src)
+    elif src is np.bool_:
+        x = np.array([True, False, True])
+    else:
+        info = np.iinfo(src)
+        x = np.array([v for v in (0, 1, info.max, info.min, info.max // 3, 100, 255, 256) if info.min <= v <= info.max], src)
+    unsigned_safe = x if np.dtype(src).kind != "f" else np.abs(x)
+    for dst in _CAST_WIDTHS + [np.float32, np.float16, np.float64, np.bool_]:
+        if np.dtype(dst) == np.dtype(src):
+            continue
+        operand = unsigned_safe if np.dtype(dst).kind == "u" else x
+        attrs = {"to": np_dtype_to_tensor_dtype(np.dtype(dst)), SINCE_VERSION: 21}
+        got, want = _run_generated(tmp_path, "Cast", [operand], attrs)
+        assert got.dtype == np.dtype(dst)
+        np.testing.assert_array_equal(got, want, err_msg=f"{np.dtype(src)} -> {np.dtype(dst)}")
+
+
 # ---- Pow: every type pair, exponents known when bound and only at run time ----------------------
 
 POW_TYPES = [np.float32, np.float16, np.int32, np.int64]
