@@ -27,7 +27,7 @@ from ._common import (NP_DTYPES, at, broadcast_partial, elem_of, input_type, ker
 from .pointwise import Builder, compute_type
 # Re-exported: the contrib, normalization and attention families build on these.
 from .pointwise import erf, fma_f32, mlas_logistic, mlas_tanh  # noqa: F401
-from .registry import (ALL, ALL_INTS, BF16, BOOL, F16, F64, FLOATS, I8, I16, I32, I64, LLM_FLOATS, NUMERIC, REQUIRED,
+from .registry import (ALL, ALL_INTS, BF16, BOOL, F16, F32, F64, FLOATS, I8, I16, I32, I64, LLM_FLOATS, NUMERIC, REQUIRED,
                        SINCE_VERSION, U8, U16, U32, U64, OpDef, register)
 
 BOOLS = frozenset({BOOL})
@@ -163,10 +163,19 @@ def _variadic(prim: str):
 # Max and Min select an input's value, exact in every type; not 16-bit integers, for which ONNX
 # Runtime's CPU EP (the oracle) has no kernel.
 _SELECTED = NUMERIC | {I8, U8, U32, U64, F64}
-_register_pointwise("Max", (8, 12, 13), ("T",), ("T",), {"T": _SELECTED}, _variadic("max"), names=_variadic_names,
-                    min_inputs=1, variadic=True, shape_rule=_broadcast_rule("Max"))
-_register_pointwise("Min", (8, 12, 13), ("T",), ("T",), {"T": _SELECTED}, _variadic("min"), names=_variadic_names,
-                    min_inputs=1, variadic=True, shape_rule=_broadcast_rule("Min"))
+# Opset 6's forms do not broadcast and take floats only (ORT's CPU EP: f32, f16 through it); the
+# reference broadcasts, which agrees wherever opset 6 is valid.
+def _claim_max_min_6(node, graph, attrs):
+    if node.since_version < 8 and _input_elem(node, graph) not in (F32, F16):
+        return (f"input 0 has element type {type_name(_input_elem(node, graph))}: ONNX Runtime's CPU EP runs "
+                f"{node.op_type}-6 in f32 (and f16 through it) only")
+    return None
+
+
+_register_pointwise("Max", (6, 8, 12, 13), ("T",), ("T",), {"T": _SELECTED}, _variadic("max"), names=_variadic_names,
+                    min_inputs=1, variadic=True, shape_rule=_broadcast_rule("Max"), claim=_claim_max_min_6)
+_register_pointwise("Min", (6, 8, 12, 13), ("T",), ("T",), {"T": _SELECTED}, _variadic("min"), names=_variadic_names,
+                    min_inputs=1, variadic=True, shape_rule=_broadcast_rule("Min"), claim=_claim_max_min_6)
 
 
 def _mod_expr(operands, attrs):
@@ -333,6 +342,13 @@ def _clip_expr(operands, attrs):
     # infinity clamps to it; for integers that changes nothing.
     b = Builder(operands)
     dtype = operands[0].dtype
+    if int(attrs.get(SINCE_VERSION, 13)) < 11:
+        # Clip-6: the bounds are attributes, +-FLT_MAX where absent (ORT's f32 kernel; f16 runs
+        # through it between casts, so there the default bounds round to infinities).
+        lo = -_FLT_MAX if attrs.get("min") is None else float(attrs["min"])
+        hi = _FLT_MAX if attrs.get("max") is None else float(attrs["max"])
+        with np.errstate(over="ignore"):
+            return b.build(b.min(b.max(b.input(0), b.const(lo, dtype)), b.const(hi, dtype)))
     finite = np.finfo(dtype) if np.dtype(dtype).kind == "f" else None
     if np.dtype(dtype) == np.float16 and int(attrs.get(SINCE_VERSION, 13)) < 12:
         # ORT has no f16 Clip-11 kernel and runs it in f32 between casts: the f32 limit rounds
@@ -350,8 +366,20 @@ def _clip_expr(operands, attrs):
     return b.build(out, broadcast=[0])
 
 
-# Clip-6 (min/max attributes defaulting to +-FLT_MAX) is not claimed: the expression reads its
-# bounds as inputs only, and the reference is not told the opset.
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def _claim_clip(node, graph, attrs):
+    if node.since_version < 11:
+        if _input_elem(node, graph) not in (F32, F16):
+            return (f"input 0 has element type {type_name(_input_elem(node, graph))}: ONNX Runtime's CPU EP runs "
+                    f"Clip-6 in f32 (and f16 through it) only")
+        lo, hi = attrs.get("min"), attrs.get("max")
+        if lo is not None and hi is not None and float(lo) > float(hi):
+            return f"attributes min={lo} > max={hi} (ONNX Runtime rejects Clip-6 so)"
+    return None
+
+
 @shape_rule("Clip")
 def _clip_shape(types, values, attrs, num_outputs):
     for i, what in ((1, "min"), (2, "max")):
@@ -363,8 +391,10 @@ def _clip_shape(types, values, attrs, num_outputs):
 
 
 # The integer types ONNX Runtime's CPU EP clips (ONNX allows them from Clip-12): not 16-bit ones.
-_register_pointwise("Clip", (11, 12, 13), ("T", "T", "T"), ("T",), {"T": NUMERIC | {I8, U8, U32, U64}}, _clip_expr,
-                    names=["input", "min", "max"], min_inputs=1, shape_rule=_clip_shape)
+# Clip-6 takes one input and its bounds as attributes (min and max, absent from the later forms).
+_register_pointwise("Clip", (6, 11, 12, 13), ("T", "T", "T"), ("T",), {"T": NUMERIC | {I8, U8, U32, U64}},
+                    _clip_expr, names=["input", "min", "max"], min_inputs=1, shape_rule=_clip_shape,
+                    attributes={"min": None, "max": None}, claim=_claim_clip)
 
 
 # ---- comparisons and logic -------------------------------------------------------------------

@@ -488,6 +488,8 @@ def _claim_split(node, graph, attrs):
         return f"attribute 'split' is not part of Split opset {v} (it is an input since 13)"
     if has_input(node, 1) and v < 13:
         return f"Split opset {v} takes the sizes as attribute 'split', not as an input"
+    if v < 11 and int(attrs["axis"]) < 0:
+        return f"attribute axis={attrs['axis']}: Split opset {v} takes non-negative axes only"
     if attrs.get("num_outputs") is not None:
         if v < 18:
             return f"attribute 'num_outputs' is not part of Split opset {v}"
@@ -510,7 +512,7 @@ def _claim_split(node, graph, attrs):
     return None  # opsets 11/13 without sizes: equal parts, one per output (OUTPUT_COUNT)
 
 
-register(OpDef("Split", (11, 13, 18), ("T", "I"), ("T",) * MAX_SPLIT_OUTPUTS,
+register(OpDef("Split", (2, 11, 13, 18), ("T", "I"), ("T",) * MAX_SPLIT_OUTPUTS,
                {"T": ANY_TENSOR_BF16, "I": I64S}, _split,
                attributes={"axis": 0, "split": None, "num_outputs": None},
                claim=_claim_split, min_inputs=1, shape_rule=_split_shape, host_inputs=(1,)))

@@ -195,3 +195,19 @@ def test_cast_between_every_integer_width_and_the_floats(src):
     model = make_model(nodes, [tensor("x", src, list(x.shape))],
                        [tensor(f"y{i}", t, list(x.shape)) for i, t in enumerate(targets)], opset=21)
     check_on_cuda(model, {"x": x}, TP.FLOAT, claimed=True, exact=True)
+
+
+@pytest.mark.parametrize("elem", [F32, F16])
+def test_opset_6_clip_max_min_and_opset_2_split(elem):
+    """The old forms PyTorch's exporter wrote: Clip-6 (bounds as attributes, +-FLT_MAX where absent),
+    Max-6 and Min-6, and Split-2 (sizes as an attribute), generated kernels and copies, NaN and
+    infinities included."""
+    nodes = [n("Clip", ["x"], ["c"], min=-1.0, max=2.0, name="clip"), n("Clip", ["x"], ["d"], name="clip_default"),
+             n("Max", ["x", "z"], ["hi"], name="max"), n("Min", ["x", "z"], ["lo"], name="min"),
+             n("Split", ["x"], ["s0", "s1"], axis=1, split=[3, 5], name="split")]
+    outs = ["c", "d", "hi", "lo", "s0", "s1"]
+    model = make_model(nodes, [tensor("x", elem, [2, 8]), tensor("z", elem, [2, 8])],
+                       [tensor(o, elem, None) for o in outs], opset=6)
+    with np.errstate(over="ignore"):
+        x = np.array([[np.nan, -np.inf, np.inf, -5, 0.5, 7, 3.4e38, 1.0]] * 2, np.float32).astype(NP[elem])
+    check_on_cuda(model, {"x": x, "z": x[:, ::-1].copy()}, elem, claimed=True, exact=True)

@@ -63,7 +63,7 @@ CASES = [
     ("matmul-f64", "MatMul", 13, [D, D], {}, [TP.DOUBLE], None),
     ("hardmax-f64", "Hardmax", 13, [D], {}, [TP.DOUBLE], ["f64"]),
     ("max-bool", "Max", 13, [B, B], {}, [TP.BOOL], ["i1"]),
-    ("max-opset6", "Max", 6, [F, F], {}, [TP.FLOAT], ["opset version 6"]),
+    ("max-opset6-f64", "Max", 6, [D, D], {}, [TP.DOUBLE], ["Max-6 in f32"]),
     ("equal-f64", "Equal", 19, [D, D], {}, [TP.BOOL], None),
     ("equal-string", "Equal", 19, [(TP.STRING, [2, 2])] * 2, {}, [TP.BOOL], ["string"]),
     ("not-i32", "Not", 1, [I32], {}, [TP.INT32], ["i32"]),
@@ -77,7 +77,8 @@ CASES = [
     ("gemm-transA", "Gemm", 13, [F, (TP.FLOAT, [3, 2])], {"transA": 2}, [TP.FLOAT], ["transA=2"]),
     ("gemm9-no-c", "Gemm", 9, [F, (TP.FLOAT, [3, 2])], {}, [TP.FLOAT], ["requires input C"]),
     ("gemm-ok", "Gemm", 11, [F, (TP.FLOAT, [3, 2])], {"transB": 0}, [TP.FLOAT], None),
-    ("clip-opset6", "Clip", 6, [F], {"min": 0.0, "max": 1.0}, [TP.FLOAT], ["opset version 6"]),
+    ("clip-opset6-min-above-max", "Clip", 6, [F], {"min": 2.0, "max": 1.0}, [TP.FLOAT], ["min=2.0 > max=1.0"]),
+    ("clip-opset6-f64", "Clip", 6, [D], {}, [TP.DOUBLE], ["element type f64"]),
     ("clip-13", "Clip", 13, [F, None, (TP.FLOAT, [])], {}, [TP.FLOAT], None),
     # Cast
     ("cast-to-string", "Cast", 19, [F], {"to": TP.STRING}, [TP.FLOAT], ["to=string"]),

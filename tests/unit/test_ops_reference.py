@@ -152,6 +152,8 @@ for _op in ("Max", "Min"):
     case(_op, 13, [R(2, 3, dtype=f16)])
     case(_op, 13, [R(2, 3, dtype=i64, lo=-9, hi=9), R(2, 1, dtype=i64, lo=-9, hi=9)])
     case(_op, 13, [A([np.nan, 1, 2], f32), A([0, np.nan, 1], f32)], id=f"{_op}-nan")
+    case(_op, 6, [A([np.nan, 1, 2, -np.inf], f32), A([0, np.nan, 1, 3.4e38], f32), R(4)], id=f"{_op}-6")
+    case(_op, 6, [R(2, 3, dtype=f16), R(2, 3, dtype=f16)], id=f"{_op}-6-f16")
 
 case("Mod", 10, [R(3, 4, dtype=i32, lo=-30, hi=30), nonzero(4, dtype=i32, lo=-7, hi=7)])
 case("Mod", 13, [R(3, 4, dtype=i64, lo=-30, hi=30), nonzero(4, dtype=i64, lo=-7, hi=7)], {"fmod": 1})
@@ -203,6 +205,11 @@ case("Round", 22, [A([0.5, 1.5, 2.5, -0.5, -2.5, 2.4999999999, 2 ** 52 + 0.5, -3
      id="Round-f64-half-even")
 
 case("Clip", 11, [R(4, 5, lo=-3, hi=3), A(-1.0, f32)])
+_CLIP_SPECIAL = A([np.nan, -np.inf, np.inf, -5, 0.5, 7, 3.4e38, 1.0], f32)
+for _attrs in ({"min": -1.0, "max": 2.0}, {}, {"min": 1.0}, {"max": 0.1}):  # Clip-6: bounds as attributes
+    case("Clip", 6, [_CLIP_SPECIAL], _attrs, id=f"Clip-6-{'-'.join(_attrs) or 'defaults'}")
+    with np.errstate(over="ignore"):
+        case("Clip", 6, [_CLIP_SPECIAL.astype(f16)], _attrs, id=f"Clip-6-f16-{'-'.join(_attrs) or 'defaults'}")
 case("Clip", 12, [R(4, 5, dtype=i32, lo=-9, hi=9), A(-2, i32), A(3, i32)])
 case("Clip", 13, [R(4, 5, dtype=f16, lo=-3, hi=3), None, A(0.5, f16)])
 case("Clip", 13, [R(4, 5, dtype=i64, lo=-9, hi=9)])
@@ -326,6 +333,8 @@ case("Slice", 13, [R(5), A([-10], i64), A([-20], i64), A([0], i64), A([-1], i64)
 case("Slice", 13, [R(5), A([10], i64), A([-2**63], i64), A([0], i64), A([-2], i64)], id="Slice-neg-step")
 case("Slice", 13, [R(4, 5, dtype=f16), A([3, 4], i64), A([0, 0], i64), A([1, 0], i64), A([-1, -3], i64)])
 case("Split", 11, [R(6, 4)], {"split": [1, 2, 3]}, n_out=3)
+case("Split", 2, [R(2, 6)], {"axis": 1, "split": [4, 2]}, n_out=2)
+case("Split", 2, [R(6, 4)], n_out=3, id="Split-2-even")
 case("Split", 11, [R(2, 6)], {"axis": -1, "split": [4, 2]}, n_out=2)
 case("Split", 13, [R(6, 4, dtype=i64), A([2, 0, 4], i64)], n_out=3)
 case("Split", 18, [R(7, 2)], {"num_outputs": 3}, n_out=3)
