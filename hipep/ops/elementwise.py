@@ -665,9 +665,9 @@ def _claim_bitshift(node, graph, attrs):
 
 # Shifts by the width or more give 0 (a right shift of a negative value -1), as opset 28 defines
 # for every version: C leaves it undefined, and ONNX Runtime 1.24's x86 kernels shift by the amount
-# modulo the width. Signed types from opset 28; uint16 is left out: ONNX Runtime before 1.32 has
-# no kernel for it, so its CPU EP could not be the oracle.
-_register_pointwise("BitShift", (11, 28), ("T", "T"), ("T",), {"T": frozenset({U8, U32, U64, I8, I16, I32, I64})},
+# modulo the width. Signed types from opset 28; uint16 too, which ONNX Runtime's CPU EP has from
+# 1.32 on (before it, hipep runs what its CPU EP cannot).
+_register_pointwise("BitShift", (11, 28), ("T", "T"), ("T",), {"T": frozenset({U8, U16, U32, U64, I8, I16, I32, I64})},
                     _bitshift_expr, names=["X", "Y"], attributes={"direction": REQUIRED}, claim=_claim_bitshift,
                     shape_rule=_broadcast_rule("BitShift", names=["X", "Y"]))
 

@@ -113,7 +113,7 @@ def test_bitshift(elem, direction):
     run(model, {"x": x, "s": y}, elem)
 
 
-@pytest.mark.parametrize("elem", [TP.INT8, TP.INT16, I32, I64, U8, U64])
+@pytest.mark.parametrize("elem", [TP.INT8, TP.INT16, I32, I64, U8, TP.UINT16, U64])
 @pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
 def test_bitshift_opset_28(elem, direction):
     """Signed types (arithmetic right shifts) and shift amounts that are negative or past the width,

@@ -111,7 +111,7 @@ for _dt, _bits in ((u8, 8), (u32, 32), (u64, 64)):
              {"direction": _dir}, id=f"BitShift-{np.dtype(_dt)}-{_dir}")
 # Opset 28: signed types (arithmetic right shifts), and shifts by negative amounts or past the
 # width, which leave the sign fill (ONNX Runtime 1.32's CPU EP computes them so)
-for _dt in (i8, i16, i32, i64, u8, u32, u64):
+for _dt in (i8, i16, i32, i64, u8, np.uint16, u32, u64):
     _info, _bits = np.iinfo(_dt), np.dtype(_dt).itemsize * 8
     _x = np.concatenate([A([_info.min, _info.max, 0, -1 if _info.min else 1], _dt),
                          REF.RNG.integers(_info.min, _info.max, 8, dtype=_dt, endpoint=True)])

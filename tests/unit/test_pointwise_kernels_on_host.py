@@ -119,7 +119,7 @@ def _run_generated(tmp_path, op_type: str, inputs, attrs):
     return got, want
 
 
-@pytest.mark.parametrize("dtype", [np.uint8, np.uint32, np.uint64, np.int8, np.int16, np.int32, np.int64])
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64, np.int8, np.int16, np.int32, np.int64])
 @pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
 def test_bitshift_kernel_equals_the_reference(tmp_path, dtype, direction):
     rng = np.random.default_rng(5)
