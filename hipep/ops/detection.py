@@ -6,8 +6,9 @@ its IoU with a box already selected for that class exceeds iou_threshold, until
 max_output_boxes_per_class are selected (none where it is absent or not positive). Coordinates and
 IoU in f32, ORT's steps: corners [y1, x1, y2, x2] in either order (center_point_box 0), or
 [x_center, y_center, width, height] (1); boxes of zero or negative area, or not overlapping,
-never suppress. The output's length depends on the values: every input is a host input, and a
-GPU device leaves the node to the CPU EP (no kernel).
+never suppress. The output's length depends on the values: every input is a host input, so the
+shape rule runs `select_boxes` on them and sizes the output; on a GPU kernels/nms.hip then selects
+on the device with the same order and f32 arithmetic (hipep.runtime.gpu_detection).
 """
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ def _scalar(value, what: str, dtype, default):
     return dtype(v.reshape(-1)[0])
 
 
-def _check_shapes(boxes, scores) -> None:
+def check_shapes(boxes, scores) -> None:
+    """RuntimeShapeError where the extents of boxes and scores (None: unknown) are not
+    [num_batches, spatial_dimension, 4] and [num_batches, num_classes, spatial_dimension]."""
     if boxes is not None and (len(boxes) != 3 or boxes[2] not in (None, 4)):
         raise RuntimeShapeError(f"{NMS}: boxes must be [num_batches, spatial_dimension, 4], got {list(boxes)}")
     if scores is not None and len(scores) != 3:
@@ -68,7 +71,7 @@ def _suppresses(a: np.ndarray, b: np.ndarray, center: bool, iou_threshold: np.fl
 
 def select_boxes(boxes, scores, max_out, iou_threshold, score_threshold, center: bool) -> np.ndarray:
     """The selected [batch, class, box] triples, [n, 3] int64."""
-    _check_shapes(boxes.shape, scores.shape)
+    check_shapes(boxes.shape, scores.shape)
     limit = _scalar(max_out, "max_output_boxes_per_class", int, 0)
     iou = _scalar(iou_threshold, "iou_threshold", np.float32, np.float32(0))
     if not 0 <= iou <= 1:
@@ -101,7 +104,7 @@ def _nms(inputs, attrs):
 
 @shape_rule(NMS)
 def _nms_shape(types, values, attrs, num_outputs):
-    _check_shapes(shape_of(types[0]), shape_of(types[1]))
+    check_shapes(shape_of(types[0]), shape_of(types[1]))
     # The count depends on the values: every input is a host input, so at run time they are here.
     known = [known_value(types, values, i) for i in range(len(types))]
     if known[0] is None or known[1] is None or any(at(types, i) is not None and known[i] is None
