@@ -236,7 +236,7 @@ def device_claim(claim: Claim, device: str, refused: dict[int, str] | None = Non
             facts.data_inputs[node.index] = [v for v in data_inputs if v not in graph.constants]
             facts.shape_inputs[node.index] = [(i, node.inputs[i]) for i in op.host_inputs
                                               if i < len(node.inputs) and node.inputs[i]
-                                              and node.inputs[i] not in graph.constants]
+                                              and not _plan_constant(graph, node.inputs[i])]
         return None
 
     return claim_on_device
@@ -335,8 +335,9 @@ def _shapes_from_device_values(graph: GraphView, clusters: list[list[int]], fact
     input shapes and from values the host knows (hipep.runtime.shapes traces them); it runs a plan
     step by step only where a Loop or Scan makes that necessary (subgraphs holding one are not
     checked: the interpreter reads what it needs as the device computes it). Within a subgraph the
-    host knows: constant initializers; small values handed in from outside, which the host reads at
-    run time (integers element by element as symbols; floats and bools whole, their values pinned,
+    host knows: constant initializers the plan holds as constants (at most the IR's
+    MAX_DENSE_ELEMENTS elements: a larger one is a weight in device memory); small values handed
+    in from outside, which the host reads at run time (integers element by element as symbols; floats and bools whole, their values pinned,
     so that a run with other values is traced anew); and the integer results of members whose data
     inputs it knows (shape arithmetic, evaluated on the host). Small means at most
     MAX_READ_ELEMENTS elements: a value whose static extents hold more is not read, and one of
@@ -359,7 +360,7 @@ def _shapes_from_device_values(graph: GraphView, clusters: list[list[int]], fact
             return v not in graph.constants and v not in produced and _read_elements(graph, v) is None
 
         def is_known(v: str) -> bool:  # as integers the host follows through shape arithmetic
-            if v in graph.constants or v in known:
+            if _plan_constant(graph, v) or v in known:
                 return True
             return from_outside(v) and _integer(graph, v)
 
@@ -378,6 +379,9 @@ def _shapes_from_device_values(graph: GraphView, clusters: list[list[int]], fact
                 if v in produced:
                     p = produced[v]
                     where = f"computed on the device by node '{p.label}' ({p.op_type})"
+                elif v in graph.constants:
+                    where = (f"a {dtype} initializer of {graph.constants[v].size} elements, which the plan holds in "
+                             f"device memory (the host reads initializers of at most {_max_constant()} elements)")
                 elif _read_elements(graph, v) is not None:
                     where = (f"a {dtype} tensor of {_read_elements(graph, v)} elements, more than the host reads "
                              f"({_max_read()})")
@@ -400,6 +404,22 @@ def _shapes_from_device_values(graph: GraphView, clusters: list[list[int]], fact
 
 # Ops whose subgraph's plan runs step by step on every device (Scan becomes a loop too).
 _STEP_BY_STEP = frozenset({"Loop", "Scan"})
+
+
+def _plan_constant(graph: GraphView, v: str) -> bool:
+    """Whether `v` is a constant initializer the plan holds as a constant, whose value its shape
+    program reads (hipep.compiler's rule for IR constants); a larger one is a weight, which the
+    plan keeps in device memory only."""
+    from .compiler import _ir_constant
+
+    c = graph.constants.get(v)
+    return c is not None and _ir_constant(c)
+
+
+def _max_constant() -> int:
+    from .ir.dialect import MAX_DENSE_ELEMENTS
+
+    return MAX_DENSE_ELEMENTS
 
 
 def _max_read() -> int:

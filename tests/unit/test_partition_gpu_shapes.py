@@ -251,3 +251,30 @@ def test_nonzero_of_a_scalar_input_is_claimed():
                        [tensor("y", T.INT64, None)], opset=13)
     assert _traces(model, {"x": np.array(1.5, np.float32)})
     assert not partition(GraphView.from_onnx(model), device="cuda").rejections
+
+
+@pytest.mark.parametrize("n", [1024, 1025])
+def test_a_selection_from_an_initializer_is_claimed_where_the_plan_holds_it_as_a_constant(n):
+    """An initializer of at most MAX_DENSE_ELEMENTS elements is a constant of the plan, which the
+    shape tracer reads; a larger one is a weight in device memory, which it does not: the node that
+    would read it is left to other EPs, with the reason."""
+    c = h.make_tensor("c", T.FLOAT, [n], (np.arange(n) % 3).astype(np.float32))
+    model = make_model([h.make_node("Add", ["c", "x"], ["s"]), h.make_node("NonZero", ["c"], ["y"])],
+                       [tensor("x", T.FLOAT, [n])], [tensor("y", T.INT64, None), tensor("s", T.FLOAT, None)], [c],
+                       opset=13)
+    g = GraphView.from_onnx(model)
+    plan = compile_subgraph(g, "sub", list(g.inputs), list(g.outputs), held=list(g.constants))
+    weights = {vid: g.constants[v.name] for vid, v in plan.values.items() if v.kind == "weight"}
+    constants = {vid: np.asarray(plan.constants[v.constant], dtype=v.dtype)
+                 for vid, v in plan.values.items() if v.kind == "constant"}
+    try:
+        trace_shapes(plan, [np.zeros(n, np.float32)], {**constants, **weights})
+        traces = True
+    except DataDependent:
+        traces = False
+    report = partition(g, device="cuda")
+    assert traces == (n <= 1024) == (not report.rejections), report.format()
+    if n > 1024:
+        assert _rejected(report)["NonZero"].startswith(
+            "its output's shape depends on the value of input 0 'c', a float32 initializer of 1025 elements, which "
+            "the plan holds in device memory (the host reads initializers of at most 1024 elements)")
