@@ -1,8 +1,16 @@
 """Unique (opsets 11 and 28): the distinct values of a tensor (flattened), or its distinct slices
 along `axis`, as ONNX Runtime's CPU kernel gives them: ascending (sorted=1; slices in
 lexicographic order) or in order of first occurrence (sorted=0), with each one's first index, every
-element's (or slice's) index into them, and their counts. The outputs' lengths depend on the
-values: the input is a host input, and a GPU device leaves the node to the CPU EP (no kernel).
+element's (or slice's) index into them, and their counts. -0 and 0 are one value (Y holds the
+first occurrence's). NaN follows numpy's np.unique: without an axis, or for a 1-D input, NaNs are
+one value ordered after every number; a slice of a higher-rank input holding a NaN equals no other
+slice (ORT's CPU kernel orders NaN with `<`, under which it is equivalent to every value, so its
+results with NaN depend on where the NaNs are).
+
+The outputs' lengths depend on the values: the input is a host input, whose values the shape rule
+reads to size them. A GPU device claims the node where the host knows those values
+(hipep.runtime.gpu_unique: kernels/unique.hip computes the outputs on the device, bit for bit
+these), and leaves it to other EPs, with the reason, where the device computes them.
 """
 from __future__ import annotations
 

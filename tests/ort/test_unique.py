@@ -1,6 +1,9 @@
 """Unique on hipep's CPU reference device in a real ORT session: ORT's CPU EP's four outputs for
 values and for slices along an axis, sorted or in order of first occurrence, with repeats; a node
-asking for Y alone; the GPU leaves it (no kernel)."""
+asking for Y alone. On a GPU device hipep claims it where the host knows the input's values (the
+shape program sizes the outputs; kernels/unique.hip computes them), and leaves it with the reason
+where the device computes the input, the input is more than the host reads, or it is a constant
+larger than the kernel's pairwise comparison takes."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,6 +11,7 @@ import pytest
 from onnx import TensorProto as T, helper as h
 
 import hipep
+from hipep.runtime.gpu_unique import MAX_ELEMENTS
 
 from helpers import assignment, cpu_ep, cpu_session, make_model, session, tensor
 
@@ -42,6 +46,28 @@ def test_a_node_asking_for_the_values_alone(rng):
                                   cpu_session(model).run(None, {"x": x})[0])
 
 
-def test_on_a_gpu_it_is_left_with_the_reason():
-    (rejection,) = hipep.explain(unique_model(T.FLOAT, (6, 4)), device="cuda").rejections
-    assert "no kernel for cuda" in rejection.line()
+@pytest.mark.parametrize("elem", [T.FLOAT, T.DOUBLE, T.INT64, T.INT8])
+@pytest.mark.parametrize("axis", [None, 0, -1])
+def test_on_a_gpu_it_is_claimed_where_the_host_knows_its_input(elem, axis):
+    attrs = {"sorted": 0} | ({} if axis is None else {"axis": axis})
+    report = hipep.explain(unique_model(elem, (6, 4), **attrs), device="cuda")
+    assert not report.rejections and report.claimed_count == 1, report.format()
+
+
+def test_on_a_gpu_it_is_left_with_the_reason_where_the_kernel_does_not_apply():
+    # its input computed on the device: the outputs' lengths are unknown before the launches
+    nodes = [h.make_node("Relu", ["x"], ["r"], name="relu"), h.make_node("Unique", ["r"], OUTS, name="unique")]
+    model = make_model(nodes, [tensor("x", T.FLOAT, [6, 4])], [tensor(o, T.FLOAT if o == "y" else T.INT64, None)
+                                                                for o in OUTS], opset=11)
+    (rejection,) = hipep.explain(model, device="cuda").rejections
+    assert rejection.node.op_type == "Unique"
+    assert "depends on the value of input 0 'r', computed on the device by node" in rejection.line()
+    # an input handed in that is more than the host reads
+    (rejection,) = hipep.explain(unique_model(T.FLOAT, (10, 10)), device="cuda").rejections
+    assert "a float32 tensor of 100 elements, more than the host reads" in rejection.line()
+    # a constant beyond the one block's pairwise comparison
+    big = h.make_tensor("c", T.FLOAT, [MAX_ELEMENTS + 1], np.zeros(MAX_ELEMENTS + 1, np.float32))
+    model = make_model([h.make_node("Unique", ["c"], OUTS, name="unique")], [],
+                       [tensor(o, T.FLOAT if o == "y" else T.INT64, None) for o in OUTS], [big], opset=11)
+    (rejection,) = hipep.explain(model, device="cuda").rejections
+    assert f"no kernel for cuda: Unique (an input of {MAX_ELEMENTS + 1} elements" in rejection.line()
