@@ -239,6 +239,13 @@ def _entry_points_named_by_bindings() -> set[tuple[str, str]]:
         for dt in (np.float32, np.float16):
             ins = [arg(np.zeros(s, dt), aligned) for s in ((2, 1, 3), (1, 4 * gates, 3), (1, 4 * gates, 4))]
             add(gk.BINDINGS[f"::{op}"].bind(ins, [out_arg((2, 1, 1, 4), dt)], {"hidden_size": 4}, TARGET))
+    for dt in (np.float32, np.float64, np.int64, np.int8):  # Unique: 4 rows, one distinct
+        outs = [out_arg((1, 6), dt), out_arg((1,), np.int64), out_arg((4,), np.int64), out_arg((1,), np.int64)]
+        add(gk.BINDINGS["::Unique"].bind([arg(np.zeros((4, 6), dt), aligned)], outs, {"sorted": 1, "axis": 0},
+                                         dataclasses.replace(TARGET, workspace=lambda n: 0xA00000)))
+    nms_ins = [arg(np.zeros((1, 6, 4), np.float32), aligned), arg(np.zeros((1, 2, 6), np.float32), aligned),
+               arg(np.array([3]), IDX), arg(np.zeros(1, np.float32), IDX)]
+    add(gk.BINDINGS["::NonMaxSuppression"].bind(nms_ins, [out_arg((4, 3), np.int64)], {"center_point_box": 0}, TARGET))
     return names
 
 
@@ -387,6 +394,16 @@ def test_kernels_that_precede_a_gemv_in_decode_release_it():
         assert bodies, name
         for entry, body in bodies.items():
             assert "griddepcontrol.launch_dependents" in body, entry
+
+
+@needs_nvrtc
+def test_nms_iou_arithmetic_is_not_contracted():
+    """NonMaxSuppression's IoU is the CPU reference's operations one rounding each (the _rn
+    intrinsics), so the GPU selects the same boxes: no multiply in it may fuse into the add or
+    subtract after it. The kernel has no FMA of its own, so the PTX must have none at all."""
+    body = _entry_bodies(_ptx("nms", "compute_90"))["hipep_nms"]
+    assert "mul.rn.f32" in body and "div.rn.f32" in body
+    assert "fma.rn.f32" not in body
 
 
 def _param_bytes(ptx: str) -> dict[str, list[int]]:
