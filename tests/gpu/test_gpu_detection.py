@@ -22,6 +22,7 @@ from hipep.runtime.cuda import cuda_status
 
 from gpu_checks import assert_claimed_whole
 from helpers import check_runs_against_cpu_ep, cpu_session, make_model, tensor
+from selection_inputs import clustered_boxes, random_boxes, tied_scores
 
 pytestmark = pytest.mark.gpu
 _ok, _why = cuda_status(0)
@@ -46,43 +47,6 @@ def nms_model(center: int, batches: int, classes: int, n: int, present=INPUTS, s
               for name in names if name and name not in constants]
     inits = [numpy_helper.from_array(v, k) for k, v in constants.items()]
     return make_model([node], inputs, [tensor("selected", TP.INT64, None)], inits, opset=11)
-
-
-def random_boxes(rng, batches: int, n: int, center: int) -> np.ndarray:
-    """Over a 10 x 10 field: corners in either order (center 0) or centers and sizes (center 1),
-    about one box in ten of zero or negative width or height."""
-    if center:
-        xy = rng.uniform(0, 10, (batches, n, 2))
-        wh = rng.uniform(0.5, 5, (batches, n, 2))
-        bad = rng.random((batches, n, 2)) < 0.1
-        wh[bad] = rng.choice([0.0, -1.0], bad.sum())
-        return np.concatenate([xy, wh], -1).astype(np.float32)
-    a = rng.uniform(0, 10, (batches, n, 2))
-    b = a + rng.uniform(0.5, 5, (batches, n, 2)) * rng.choice([-1, 1], (batches, n, 2))
-    bad = rng.random((batches, n)) < 0.1
-    b[bad, 1] = a[bad, 1]  # zero width
-    return np.concatenate([a, b], -1).astype(np.float32)
-
-
-def clustered_boxes(rng, batches: int, n: int, center: int, clusters: int = 6) -> np.ndarray:
-    """Boxes jittered around a few anchors: most pairs overlap."""
-    anchors = rng.uniform(2, 8, (batches, clusters, 2))
-    pick = rng.integers(0, clusters, (batches, n))
-    xy = np.take_along_axis(anchors, pick[..., None], 1) + rng.normal(0, 0.3, (batches, n, 2))
-    wh = rng.uniform(1.0, 2.0, (batches, n, 2))
-    if center:
-        return np.concatenate([xy, wh], -1).astype(np.float32)
-    lo, hi = xy - wh / 2, xy + wh / 2
-    return np.concatenate([lo[..., ::-1], hi[..., ::-1]], -1).astype(np.float32)
-
-
-def tied_scores(rng, batches: int, classes: int, n: int, levels: int | None = None) -> np.ndarray:
-    s = rng.uniform(0, 1, (batches, classes, n))
-    if levels:
-        s = np.round(s * levels) / levels
-    s = s.astype(np.float32)
-    s[0, 0, 1:3] = s[0, 0, 0]  # equal scores: the lower box index first
-    return s
 
 
 def feeds_for(rng, center, batches, classes, n, limit, iou, threshold=None, scalar_rank=1):

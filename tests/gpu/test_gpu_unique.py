@@ -21,6 +21,7 @@ from hipep.runtime.cuda import cuda_status
 
 from gpu_checks import assert_claimed_whole
 from helpers import cpu_session, make_model, tensor
+from selection_inputs import repeated_values
 
 pytestmark = pytest.mark.gpu
 _ok, _why = cuda_status(0)
@@ -59,20 +60,6 @@ def check(model, feeds_list, reference="ort"):
             assert_bitwise(sess.run(None, feeds), want)
 
 
-def _values(rng, shape, dtype):
-    """Small integers (many repeats), a repeated slice along every axis, -0 beside 0 in floats."""
-    x = np.asarray(rng.integers(-2, 3, shape)).astype(dtype)
-    for axis, n in enumerate(x.shape):
-        if n > 2:
-            idx = [slice(None)] * x.ndim
-            src = list(idx)
-            idx[axis], src[axis] = n - 1, 0
-            x[tuple(idx)] = x[tuple(src)]
-    if np.dtype(dtype).kind == "f":
-        x[x == 0] = np.where(rng.random(int((x == 0).sum())) < 0.5, -0.0, 0.0)
-    return x
-
-
 # The ONNX backend test's cases (onnx.backend.test.case.node.unique): their inputs, attributes and
 # element types (its bfloat16 case is not a type ONNX Runtime's CPU kernel takes).
 BACKEND = {
@@ -92,7 +79,7 @@ def test_the_onnx_backend_cases(case):
     x, attrs = BACKEND[case]
     rng = np.random.default_rng(len(case))
     # the case's own input, then others of its shape (specialized anew)
-    check(unique_model(x.dtype.type, x.shape, **attrs), [{"x": x}] + [{"x": _values(rng, x.shape, x.dtype.type)}
+    check(unique_model(x.dtype.type, x.shape, **attrs), [{"x": x}] + [{"x": repeated_values(rng, x.shape, x.dtype.type)}
                                                                       for _ in range(2)])
 
 
@@ -106,7 +93,7 @@ SHAPES = [((6, 4), None), ((6, 4), 0), ((6, 4), 1), ((6, 4), -1), ((2, 4, 2), 1)
 def test_unique_follows_the_cpu_ep(dtype, shape, axis, sort):
     attrs = {"sorted": sort} | ({} if axis is None else {"axis": axis})
     rng = np.random.default_rng(len(shape) * 10 + (axis or 0))
-    feeds = [{"x": _values(rng, shape, dtype)} for _ in range(3)] + [{"x": np.ones(shape, dtype)}]
+    feeds = [{"x": repeated_values(rng, shape, dtype)} for _ in range(3)] + [{"x": np.ones(shape, dtype)}]
     check(unique_model(dtype, shape, **attrs), feeds)
 
 
@@ -118,7 +105,7 @@ def test_outputs_nobody_reads(outputs, graph_outputs, axis):
     attrs = {"sorted": 0} | ({} if axis is None else {"axis": axis})
     rng = np.random.default_rng(7)
     check(unique_model(np.float32, (4, 6), outputs, graph_outputs, **attrs),
-          [{"x": _values(rng, (4, 6), np.float32)} for _ in range(3)])
+          [{"x": repeated_values(rng, (4, 6), np.float32)} for _ in range(3)])
 
 
 @pytest.mark.parametrize("shape,axis", [((7,), None), ((7,), 0), ((7, 2), None), ((7, 2), 0), ((2, 7), 1)], ids=str)
@@ -129,7 +116,7 @@ def test_nan_as_the_cpu_device(dtype, shape, axis, sort):
     feeds = []
     for seed in range(3):
         rng = np.random.default_rng(seed)
-        x = _values(rng, shape, dtype)
+        x = repeated_values(rng, shape, dtype)
         flat = x.reshape(-1)
         flat[rng.permutation(flat.size)[: 2 + seed]] = np.nan
         feeds.append({"x": x})
@@ -149,7 +136,7 @@ def test_unique_between_device_work_with_device_inputs():
     sess = hipep.InferenceSession(data, device="cuda", disable_cpu_ep_fallback=True)
     ref = cpu_session(data)
     for seed in range(3):
-        feeds = {"x": _values(np.random.default_rng(seed), (12,), np.float32)}
+        feeds = {"x": repeated_values(np.random.default_rng(seed), (12,), np.float32)}
         want = ref.run(None, feeds)
         binding = sess.io_binding()
         binding.bind_ortvalue_input("x", ort.OrtValue.ortvalue_from_numpy(feeds["x"], "cuda", 0))

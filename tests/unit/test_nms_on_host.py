@@ -19,6 +19,7 @@ from hipep.runtime import gpu_kernels as gk
 from hipep.runtime.gpu_detection import MAX_BOXES, MAX_THREADS
 
 from helpers import cpu_session, make_model, tensor
+from selection_inputs import clustered_boxes, random_boxes, tied_scores
 from unit.host_kernels import EXACT_FLAGS, compile_module, run_on_host
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
@@ -69,44 +70,6 @@ def check(libs, inputs, center: int = 0, ort: bool = True):
 def scalars(limit, iou, threshold=None):
     return [np.array([limit], np.int64), np.array([iou], np.float32),
             None if threshold is None else np.array([threshold], np.float32)]
-
-
-def random_boxes(rng, batches: int, n: int, center: int, size=(0.5, 4.0), degenerate=0.1) -> np.ndarray:
-    """Boxes over a 10 x 10 field: corners in either order (center 0) or a center and a size
-    (center 1); a share `degenerate` of them of zero or negative width or height."""
-    lo, hi = size
-    if center:
-        xy = rng.uniform(0, 10, (batches, n, 2))
-        wh = rng.uniform(lo, hi, (batches, n, 2))
-        bad = rng.random((batches, n, 2)) < degenerate
-        wh[bad] = rng.choice([0.0, -1.0], bad.sum())
-        return np.concatenate([xy, wh], -1).astype(np.float32)
-    a = rng.uniform(0, 10, (batches, n, 2))
-    b = a + rng.uniform(lo, hi, (batches, n, 2)) * rng.choice([-1, 1], (batches, n, 2))  # either corner first
-    bad = rng.random((batches, n)) < degenerate
-    b[bad, 0] = a[bad, 0]  # zero height
-    return np.concatenate([a, b], -1).astype(np.float32)
-
-
-def clustered_boxes(rng, batches: int, n: int, center: int, clusters: int = 4) -> np.ndarray:
-    """Boxes jittered around a few anchors: most pairs overlap, at every IoU."""
-    anchors = rng.uniform(2, 8, (batches, clusters, 2))
-    pick = rng.integers(0, clusters, (batches, n))
-    xy = np.take_along_axis(anchors, pick[..., None], 1) + rng.normal(0, 0.3, (batches, n, 2))
-    wh = rng.uniform(1.0, 2.0, (batches, n, 2))
-    if center:
-        return np.concatenate([xy, wh], -1).astype(np.float32)
-    lo, hi = xy - wh / 2, xy + wh / 2
-    return np.concatenate([lo[..., ::-1], hi[..., ::-1]], -1).astype(np.float32)  # [y1, x1, y2, x2]
-
-
-def tied_scores(rng, batches: int, classes: int, n: int, levels: int | None = None) -> np.ndarray:
-    s = rng.uniform(0, 1, (batches, classes, n))
-    if levels:
-        s = np.round(s * levels) / levels  # few distinct values: ties everywhere
-    s = s.astype(np.float32)
-    s[0, 0, 1:4] = s[0, 0, 0]  # equal scores: the lower box index first
-    return s
 
 
 # ---- the ONNX backend test's cases ----------------------------------------------------------------

@@ -19,6 +19,7 @@ from hipep.runtime import gpu_kernels as gk
 from hipep.runtime.gpu_unique import MAX_ELEMENTS
 
 from helpers import cpu_session, make_model, tensor
+from selection_inputs import repeated_values
 from unit.host_kernels import HostMemory, compile_module, run_on_host
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
@@ -31,20 +32,6 @@ OUTS = ["y", "indices", "inverse", "counts"]
 @pytest.fixture(scope="module")
 def libs(tmp_path_factory):
     return {"warp": 32, "unique": compile_module(tmp_path_factory.mktemp("host_unique"), "unique", 32)}
-
-
-def _values(rng, shape, dtype, signed_zeros=True):
-    """Small integers (many repeats), a repeated slice along every axis, and -0 beside 0 in floats."""
-    x = np.asarray(rng.integers(-2, 3, shape)).astype(dtype)
-    for axis, n in enumerate(x.shape):
-        if n > 2:
-            idx = [slice(None)] * x.ndim
-            src = list(idx)
-            idx[axis], src[axis] = n - 1, 0
-            x[tuple(idx)] = x[tuple(src)]
-    if signed_zeros and np.dtype(dtype).kind == "f":
-        x[x == 0] = np.where(rng.random(int((x == 0).sum())) < 0.5, -0.0, 0.0)
-    return x
 
 
 def assert_bitwise(got, want):
@@ -76,7 +63,7 @@ CASES = [((6, 4), None), ((6, 4), 0), ((6, 4), 1), ((6, 4), -1), ((6, 4), -2), (
 @pytest.mark.parametrize("sort", [1, 0])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_outputs_are_the_references_and_the_cpu_eps(libs, shape, axis, sort, dtype):
-    x = _values(np.random.default_rng(len(shape) * 10 + (axis or 0)), shape, dtype)
+    x = repeated_values(np.random.default_rng(len(shape) * 10 + (axis or 0)), shape, dtype)
     attrs = {"sorted": sort} | ({} if axis is None else {"axis": axis})
     got, want, ops = _run(libs, x, attrs)
     assert [o.entry for o in ops] == [f"hipep_unique_{_name(dtype)}"]
@@ -104,7 +91,7 @@ def test_nan_as_the_reference(libs, dtype, shape, axis, sort):
     1-D input); a slice of a higher-rank input holding a NaN equals no other slice, and orders
     after the numbers in its position, slices alike in order by index."""
     rng = np.random.default_rng(sum(shape))
-    x = _values(rng, shape, dtype)
+    x = repeated_values(rng, shape, dtype)
     flat = x.reshape(-1)
     flat[rng.permutation(flat.size)[: max(2, flat.size // 3)]] = np.nan
     if x.ndim == 2 and axis is not None:  # two slices alike but for their NaNs, and one without
@@ -132,7 +119,7 @@ def test_more_items_than_threads(libs, dtype, sort):
 @pytest.mark.parametrize("drop", [(1, 2, 3), (0, 1, 3), (0, 2), (0, 1, 2)], ids=str)
 @pytest.mark.parametrize("axis", [None, 1])
 def test_outputs_nobody_reads_are_not_written(libs, drop, axis):
-    x = _values(np.random.default_rng(5), (4, 6), np.float32)
+    x = repeated_values(np.random.default_rng(5), (4, 6), np.float32)
     attrs = {"sorted": 0} | ({} if axis is None else {"axis": axis})
     got, want, _ = _run(libs, x, attrs, drop=drop)
     for k in drop:
@@ -141,7 +128,7 @@ def test_outputs_nobody_reads_are_not_written(libs, drop, axis):
 
 
 def test_a_node_asking_for_y_alone(libs):
-    x = _values(np.random.default_rng(6), (20,), np.int64)
+    x = repeated_values(np.random.default_rng(6), (20,), np.int64)
     got, want, _ = run_on_host(libs, "::Unique", [x], {"sorted": 0}, n_out=1, workspace=True)
     assert_bitwise(got, want)
 
