@@ -1,6 +1,7 @@
-// ONNX MatMulInteger: int8/uint8 A and B, optional zero points, int32 output, numpy matmul
+// ONNX MatMulInteger (and the product of ConvInteger and QLinearConv: W times X's windows, per
+// image and group): int8/uint8 A and B, optional zero points, int32 output, numpy matmul
 // broadcasting of the batch axes:
-//     Y[z, m, n] = sum_k (A[z](m, k) - a_zp(m)) * (B[z](k, n) - b_zp(z, n))
+//     Y[z, m, n] = sum_k (A[z](m, k) - a_zp(z, m)) * (B[z](k, n) - b_zp(z, n))
 // Every product fits in an int (|x - zp| <= 255), and the sum wraps modulo 2^32 as ONNX Runtime's
 // int32 accumulation does; it is kept in unsigned ints so the wraparound is defined, and the bits
 // are the same as int32 adds give.
@@ -12,8 +13,10 @@
 // runtime folds A's batch into rows, so a per-row zero point of A is indexed modulo a_zp_rows.
 //
 // Zero points: a_zp null (0), per tensor (a_zp_rows 0) or per row (a_zp_rows = rows of one A
-// matrix); b_zp null, per tensor (b_zp_cols 0) or per column (b_zp_cols 1), and, with b_zp_batched,
-// one row of N per matrix of B ([..., 1, N] shaped like B's batch): its offset is b_off / k.
+// matrix), and, with a_zp_batched, M of them per matrix of A (a grouped convolution's per-channel
+// zero points of W [G, M/G, K]): their offset is a_off / k; b_zp null, per tensor
+// (b_zp_cols 0) or per column (b_zp_cols 1), and, with b_zp_batched, one row of N per matrix of B
+// ([..., 1, N] shaped like B's batch): its offset is b_off / k.
 // They are subtracted as the tiles are loaded, so the inner loop is a plain integer product and
 // the padding of partial tiles (0, not the zero point) adds nothing.
 //
@@ -40,6 +43,7 @@ struct hipep_matmul_integer_args {
   hipep_i64 b_batch[HIPEP_MMI_MAX_BATCH_RANK];
   hipep_i64 a_zp_rows;  // 0: one zero point for A; else one per row, rows counted modulo this
   hipep_i64 b_zp_cols;  // 0: one zero point for B; 1: one per column
+  int a_zp_batched;     // per-row zero points that differ per matrix of A
   int b_zp_batched;     // per-column zero points that differ per matrix of B
   int batch_rank;
 };
@@ -72,6 +76,7 @@ HIPEP_DEVICE void hipep_matmul_integer(const TA* HIPEP_RESTRICT A, const TB* HIP
     }
     const TA* pa = A + ao;
     const TB* pb = B + bo;
+    const TA* pza = a_zp == nullptr ? nullptr : a_zp + (a.a_zp_batched && a.k > 0 ? ao / a.k : 0);
     // B's zero points for the columns this thread loads: they do not change along k.
     const TB* pz = b_zp == nullptr ? nullptr : b_zp + (a.b_zp_batched && a.k > 0 ? bo / a.k : 0);
     int bz[B_PER];
@@ -86,7 +91,7 @@ HIPEP_DEVICE void hipep_matmul_integer(const TA* HIPEP_RESTRICT A, const TB* HIP
 #pragma unroll
       for (int i = 0; i < A_PER; ++i) {
         const hipep_i64 gm = m0 + (tid + i * HIPEP_MMI_THREADS) / BK;
-        az[i] = (a_zp != nullptr && a.a_zp_rows != 0 && gm < a.m) ? (int)a_zp[gm % a.a_zp_rows] : a_scalar_zp;
+        az[i] = (pza != nullptr && a.a_zp_rows != 0 && gm < a.m) ? (int)pza[gm % a.a_zp_rows] : a_scalar_zp;
       }
       unsigned acc[TM][TN];
 #pragma unroll

@@ -4,8 +4,8 @@ call."""
 from .registry import OpDef, all_ops, check_node, lookup, resolve_attributes  # noqa: F401
 
 FAMILIES = ("elementwise", "linalg", "normalization", "shape", "dims", "reduce", "control_flow", "contrib_attention",
-            "rotary", "attention", "contrib_quant", "moe", "linear_attention", "contrib_norm", "vision", "resize",
-            "indexing", "quantize", "grid_sample", "signal", "detection", "unique", "recurrent")
+            "rotary", "attention", "contrib_quant", "moe", "linear_attention", "contrib_norm", "vision", "conv_integer",
+            "resize", "indexing", "quantize", "grid_sample", "signal", "detection", "unique", "recurrent")
 
 
 def _import_families():

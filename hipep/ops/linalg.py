@@ -7,6 +7,7 @@ import numpy as np
 from ..errors import RuntimeShapeError
 from ._common import (at, broadcast_partial, elem_of, kernel, pshape_str, result, shape_of,
                       shape_rule, shape_str, tensor_type, type_name, unidirectional_ok, upcast)
+from .mlas import requantize_output
 from .registry import BF16, F16, F32, F64, FLOATS, I8, I32, NUMERIC, REQUIRED, U8, OpDef, register
 
 
@@ -366,14 +367,11 @@ def _qlinear_matmul(inputs, attrs):
     acc = _int_matmul("QLinearMatMul", a, b, _zero_point("QLinearMatMul", "a_zero_point", a_zp),
                       _zero_point("QLinearMatMul", "b_zero_point", b_zp, b))
     # ONNX Runtime (MLAS): scale = a_scale * b_scale / y_scale in f32; y = round-half-even of
-    # clamp(float(acc) * scale) + y_zero_point, saturated to the output type.
+    # clamp(float(acc) * scale) + y_zero_point, saturated to the output type (a NaN to its low end).
     scale = (_scale("QLinearMatMul", "a_scale", a_scale) * _scale("QLinearMatMul", "b_scale", b_scale, b)
              / _scale("QLinearMatMul", "y_scale", y_scale)).astype(np.float32)
     zp = int(_zero_point("QLinearMatMul", "y_zero_point", y_zp))
-    info = np.iinfo(y_zp.dtype)
-    v = acc.astype(np.int32).astype(np.float32) * scale
-    v = np.clip(v, np.float32(info.min - zp), np.float32(info.max - zp))
-    return [result(np.rint(v).astype(np.int32) + zp, y_zp.dtype)]
+    return [result(requantize_output(acc.astype(np.int32), scale, zp, y_zp.dtype))]
 
 
 @shape_rule("QLinearMatMul")

@@ -20,7 +20,9 @@ What is here, and which op's reference calls it:
   normalization.py (Softmax, LogSoftmax) and GroupQueryAttention;
 * LayerNorm (`_layer_norm_rows`, `_hsum8`): normalization.py; its simplified (RMS) form with
   ORT's scalar loop for short rows (`_rms_rows`, `_seq_sum`, `_fma`): contrib_norm.py;
-* MatMulNBits' int8-activation path (`quantize_rows_int8`, `_mnb_int8_blk32`): contrib_quant.py.
+* MatMulNBits' int8-activation path (`quantize_rows_int8`, `_mnb_int8_blk32`): contrib_quant.py;
+* the requantization of the quantized products (`requantize_output`): linalg.py (QLinearMatMul)
+  and conv_integer.py (QLinearConv).
 
 The f32 Sigmoid/Tanh replays (`mlas_logistic`, `mlas_tanh`) are pointwise primitives and stay in
 pointwise.py beside the HIP helpers rendered from them; MLAS's fused rotary kernel is `_rope(...,
@@ -524,3 +526,19 @@ def _mnb_int8_blk32(a2: np.ndarray, q, s, z, bias) -> np.ndarray:
             zsum = fma_f32(ablk[:, b, None], bblk[None, lo:hi, b], zsum)
         out[:, lo:hi] = (c + zsum).astype(f32)
     return out
+
+
+# ---- MlasRequantizeOutput: a quantized product's int32 sums to int8/uint8 ----------------------
+# ORT's QLinearMatMul and QLinearConv (its non-symmetric path; the symmetric ones fuse the same
+# steps) requantize with SSE2: cvtepi32_ps, mulps by the scale, maxps/minps against the output's
+# range less the zero point (a NaN product gives the low end: MAXPS returns its second operand when
+# either is a NaN), cvtps2dq (round half to even), plus the zero point.
+
+def requantize_output(acc: np.ndarray, scale, zero_point: int, dtype) -> np.ndarray:
+    """int32 sums `acc` times the f32 `scale` (broadcast against acc), as MLAS requantizes them to
+    `dtype` (int8 or uint8) with `zero_point`."""
+    info = np.iinfo(dtype)
+    lo, hi = f32(info.min - zero_point), f32(info.max - zero_point)
+    v = np.asarray(acc, np.int32).astype(f32) * np.asarray(scale, f32)
+    v = np.where(np.isnan(v), lo, np.minimum(np.maximum(v, lo), hi))
+    return (np.rint(v).astype(np.int32) + np.int32(zero_point)).astype(dtype)

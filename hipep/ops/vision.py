@@ -216,16 +216,13 @@ def _conv_check(op_type, x_shape, w_shape, b_shape, attrs, transpose=False):
     return group, kernel, m
 
 
-@kernel("Conv")
-def _conv(inputs, attrs):
-    x, w = inputs[0], inputs[1]
-    b = at(inputs, 2)
-    group, kern, m = _conv_check("Conv", x.shape, w.shape, None if b is None else b.shape, attrs)
-    win = _Window("Conv", x.shape[2:], kern, attrs)
-    # Products are summed in f64 and rounded once: every output channel then gets the same
-    # rounding whatever BLAS tile it lands in (identical filters give identical channels).
-    xs, ws = x.astype(np.float64), w.astype(np.float64)
-    n, c = x.shape[:2]
+def conv_products(xs: np.ndarray, ws: np.ndarray, win: _Window, group: int) -> np.ndarray:
+    """Y [N, M, *out] = the convolution of xs [N, C, *in] with ws [M, C/group, *kernel] over
+    `win`'s windows (padding with zeros), both already of the type the products are summed in:
+    im2col and one matmul per group, batched over the images."""
+    n, c = xs.shape[:2]
+    m = ws.shape[0]
+    kern = win.kernel
     cg, mg = c // group, m // group
     nsp = len(kern)
     kp = int(np.prod(kern, dtype=np.int64))
@@ -235,9 +232,20 @@ def _conv(inputs, attrs):
     cols = np.ascontiguousarray(view.transpose(perm)).reshape(n, group, p, cg * kp)
     wt = ws.reshape(group, mg, cg * kp).transpose(0, 2, 1)
     y = np.matmul(cols, wt)  # (N, G, P, Mg)
-    y = y.transpose(0, 1, 3, 2).reshape((n, m) + tuple(win.out))
+    return y.transpose(0, 1, 3, 2).reshape((n, m) + tuple(win.out))
+
+
+@kernel("Conv")
+def _conv(inputs, attrs):
+    x, w = inputs[0], inputs[1]
+    b = at(inputs, 2)
+    group, kern, m = _conv_check("Conv", x.shape, w.shape, None if b is None else b.shape, attrs)
+    win = _Window("Conv", x.shape[2:], kern, attrs)
+    # Products are summed in f64 and rounded once: every output channel then gets the same
+    # rounding whatever BLAS tile it lands in (identical filters give identical channels).
+    y = conv_products(x.astype(np.float64), w.astype(np.float64), win, group)
     if b is not None:
-        y = y + b.astype(np.float64).reshape((m,) + (1,) * nsp)
+        y = y + b.astype(np.float64).reshape((m,) + (1,) * len(kern))
     return [result(y, x.dtype)]
 
 
@@ -247,12 +255,16 @@ def _claim_conv(node, graph, attrs):
     return _claim_window_attrs(node, graph, attrs)
 
 
-def _conv_rule(op_type, transpose=False):
+def _conv_rule(op_type, transpose=False, operands=(0, 1, 2), elem_type=None):
+    """Conv's shape rule for `op_type`, whose X, W and B are the inputs at positions `operands`
+    (B's None where the op has none); the output's element type is X's, or `elem_type(types)`."""
+    xi, wi, bi = operands
+
     @shape_rule(op_type)
     def rule(types, values, attrs, num_outputs):
-        elem = elem_of(types[0])
-        x, w = shape_of(types[0]), shape_of(types[1])
-        b = shape_of(at(types, 2))
+        elem = elem_of(types[xi]) if elem_type is None else elem_type(types)
+        x, w = shape_of(types[xi]), shape_of(types[wi])
+        b = None if bi is None else shape_of(at(types, bi))
         rank = len(x) if x is not None else (len(w) if w is not None else None)
         if rank is None:
             return [tensor_type(elem, None)]
@@ -282,9 +294,10 @@ def _conv_rule(op_type, transpose=False):
     return rule
 
 
-register(OpDef("Conv", (1, 11, 22), ("T", "T", "T"), ("T",), {"T": FLOATS}, _conv,
-               attributes={"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_shape": None,
-                           "pads": None, "strides": None},
+# Conv's attributes (ConvInteger's and QLinearConv's too: conv_integer.py)
+CONV_ATTRIBUTES = {"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_shape": None, "pads": None,
+                   "strides": None}
+register(OpDef("Conv", (1, 11, 22), ("T", "T", "T"), ("T",), {"T": FLOATS}, _conv, attributes=dict(CONV_ATTRIBUTES),
                claim=_claim_conv, min_inputs=2, shape_rule=_conv_rule("Conv")))
 
 

@@ -394,11 +394,13 @@ def _conv_reads_padding(win) -> bool:
     return any(win.pb[i] or _window_reach(win, i) > length for i, length in enumerate(win.lengths))
 
 
-def _window_ops(x: Arg, dst: Arg, win, taps_first: bool, fill: bytes, target: Target) -> list:
+def _window_ops(x: Arg, dst: Arg, win, taps_first: bool, fill: bytes, target: Target,
+                fill_src: Arg | None = None) -> list:
     """Ops copying X's sliding windows into dst, laid out [N, C, *kernel, *out] (taps_first: Conv's
     im2col) or [N, C, *out, *kernel] (a pool's rows): a strided view of X, and where a window
-    reaches past the input (padding, ceil_mode's overhang) a copy that writes `fill` there. Spatial
-    axis d of window position o_d and tap k_d reads o_d * stride + k_d * dilation - pad_begin."""
+    reaches past the input (padding, ceil_mode's overhang) a copy that writes `fill` there (the
+    element *fill_src instead where given: a zero point in device memory). Spatial axis d of window
+    position o_d and tap k_d reads o_d * stride + k_d * dilation - pad_begin."""
     n, c = int(x.shape[0]), int(x.shape[1])
     nsp = len(win.kernel)
     xs = contiguous_strides(x.shape)
@@ -416,7 +418,7 @@ def _window_ops(x: Arg, dst: Arg, win, taps_first: bool, fill: bytes, target: Ta
         coef[tap_at], coef[step_at] = win.dilations[d], win.strides[d]
         checks.append((coef, -win.pb[d], win.lengths[d]))
     offset = -sum(pb * s for pb, s in zip(win.pb, xs[2:]))
-    return fill_copy(x, dst, dims, strides, offset, checks, target, fill=fill)
+    return fill_copy(x, dst, dims, strides, offset, checks, target, fill=fill, fill_src=fill_src)
 
 
 def _conv_check(attrs, dtypes, shapes, values):

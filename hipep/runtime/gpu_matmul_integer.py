@@ -1,5 +1,7 @@
-"""GPU bindings: ai.onnx MatMulInteger through kernels/matmul_integer.hip, and QLinearMatMul as
-that product into the stream's workspace followed by one requantizing expression.
+"""GPU bindings: the integer products. ai.onnx MatMulInteger through kernels/matmul_integer.hip,
+QLinearMatMul as that product into the stream's workspace followed by one requantizing expression,
+and the integer convolutions ConvInteger and QLinearConv as Conv's im2col (gpu_linalg) followed by
+the same product (and, for QLinearConv, the requantizing expression).
 
 Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported.
 
@@ -16,8 +18,18 @@ it, so it is not claimed (the kernel and `bind` do handle it: a_zp_rows).
 
 QLinearMatMul (opsets 10, 21) requantizes the int32 product as the CPU reference (hipep.ops.linalg)
 and ONNX Runtime's MLAS do, in f32: scale = a_scale * b_scale / y_scale (each step rounded),
-v = float(acc) * scale, clamped to the output type's range less y_zero_point, rounded half to even,
-plus y_zero_point. b_scale may be per column ([N]); the other scales and y_zero_point are scalars.
+v = float(acc) * scale, clamped to the output type's range less y_zero_point (a NaN to its low
+end), rounded half to even, plus y_zero_point. b_scale may be per column ([N]); the other scales
+and y_zero_point are scalars.
+
+ConvInteger and QLinearConv (hipep.ops.conv_integer) copy X's windows as Conv does ([N, C * kernel,
+out] in the stream's workspace), filling the padding with x_zero_point itself (the copy reads it
+from device memory), so that a padded tap's X - x_zero_point is 0; then W [G, M/G, C/G * kernel]
+times each image's group of windows is one batched integer product, W's zero point one value or
+one per output channel (the kernel's a_zp_batched for a group's share). QLinearConv's expression
+adds the int32 bias (wrapping), scales by x_scale * w_scale[m] / y_scale (w_scale one value or per
+output channel) and requantizes as QLinearMatMul. Grouped and depthwise convolutions run as that
+batched product too (a depthwise one is a 1-row product per image and channel: correct, not fast).
 """
 from __future__ import annotations
 
@@ -27,7 +39,8 @@ import numpy as np
 
 from ..errors import HipepError
 from .gpu_binding_core import Arg, KernelOp, NoKernel, _binding, _cdiv, _prod, ptr, workspace_regions
-from .gpu_linalg import GEMM_MAX_BATCH_RANK, MAX_GRID_YZ, matmul_problem, matmul_shape_reason
+from .gpu_linalg import (CONV_MAX_SPATIAL, GEMM_MAX_BATCH_RANK, MAX_GRID_YZ, GemmProblem, _conv_window, _window_ops,
+                         matmul_problem, matmul_shape_reason)
 
 TILE_M = TILE_N = 64  # kernels/matmul_integer.hip's HIPEP_MMI_BM / HIPEP_MMI_BN
 THREADS = 256
@@ -41,7 +54,7 @@ class MatMulIntegerArgs(ctypes.Structure):
                 ("a_batch", ctypes.c_longlong * GEMM_MAX_BATCH_RANK),
                 ("b_batch", ctypes.c_longlong * GEMM_MAX_BATCH_RANK),
                 ("a_zp_rows", ctypes.c_longlong), ("b_zp_cols", ctypes.c_longlong),
-                ("b_zp_batched", ctypes.c_int), ("batch_rank", ctypes.c_int)]
+                ("a_zp_batched", ctypes.c_int), ("b_zp_batched", ctypes.c_int), ("batch_rank", ctypes.c_int)]
 
 
 def _known(shape) -> bool:
@@ -105,10 +118,31 @@ def _matmul_integer_bind(ins, outs, attrs, target):
 
 def matmul_integer_ops(a: Arg, b: Arg, a_zp: Arg | None, b_zp: Arg | None, y: Arg) -> list:
     """The launch computing Y = (A - a_zp) @ (B - b_zp) in int32."""
+    p = matmul_problem(a.shape, b.shape)
+    a_zp_rows = b_zp_cols = 0
+    b_zp_batched = False
+    if a_zp is not None and a_zp.size != 1:
+        a_zp_rows = 1 if len(a.shape) == 1 else int(a.shape[-2])  # modulo: A's batch may be folded into rows
+        if a_zp.size != a_zp_rows:
+            raise HipepError(f"MatMulInteger: a_zero_point of shape {list(a_zp.shape)} for A {list(a.shape)}")
+    if b_zp is not None and b_zp.size != 1:
+        b_zp_cols = 1
+        # [..., 1, N] with B's batch axes: one row of zero points per matrix of B.
+        b_zp_batched = len(b_zp.shape) > 2 and _prod(b_zp.shape[:-2]) > 1
+    return integer_product_ops(p, a, b, a_zp, b_zp, y, a_zp_rows=a_zp_rows, b_zp_cols=b_zp_cols,
+                               b_zp_batched=b_zp_batched)
+
+
+def integer_product_ops(p: GemmProblem, a: Arg, b: Arg, a_zp: Arg | None, b_zp: Arg | None, y: Arg, *,
+                        a_zp_rows: int = 0, a_zp_batched: bool = False, b_zp_cols: int = 0,
+                        b_zp_batched: bool = False) -> list:
+    """The launch computing p's product (A's k and B's n contiguous, Y contiguous [batch, m, n]) of
+    A - a_zp and B - b_zp in int32. a_zp: one value, or one per row (a_zp_rows: rows counted modulo
+    it; a_zp_batched: a_zp_rows of them per matrix of A, at a_off / k); b_zp: one value, or one per
+    column (b_zp_cols 1; b_zp_batched: a row of them per matrix of B, at b_off / k)."""
     names = [a.dtype.name, b.dtype.name]
     if any(n not in _SHORT for n in names) or y.dtype.name != "int32":
-        raise NoKernel(f"MatMulInteger on {names[0]}/{names[1]} -> {y.dtype.name}")
-    p = matmul_problem(a.shape, b.shape)
+        raise NoKernel(f"an integer product of {names[0]}/{names[1]} -> {y.dtype.name}")
     if p.m * p.n * p.batch == 0:
         return []
     if y.size != p.batch * p.m * p.n:
@@ -118,15 +152,8 @@ def matmul_integer_ops(a: Arg, b: Arg, a_zp: Arg | None, b_zp: Arg | None, y: Ar
     g.batch_rank = len(p.batch_dims)
     for d, (e, sa, sb) in enumerate(zip(p.batch_dims, p.a_batch, p.b_batch)):
         g.batch_dims[d], g.a_batch[d], g.b_batch[d] = e, sa, sb
-    if a_zp is not None and a_zp.size != 1:
-        rows = 1 if len(a.shape) == 1 else int(a.shape[-2])
-        if a_zp.size != rows:
-            raise HipepError(f"MatMulInteger: a_zero_point of shape {list(a_zp.shape)} for A {list(a.shape)}")
-        g.a_zp_rows = rows  # per row of A; modulo: A's batch may be folded into rows
-    if b_zp is not None and b_zp.size != 1:
-        g.b_zp_cols = 1
-        # [..., 1, N] with B's batch axes: one row of zero points per matrix of B.
-        g.b_zp_batched = int(len(b_zp.shape) > 2 and _prod(b_zp.shape[:-2]) > 1)
+    g.a_zp_rows, g.a_zp_batched = a_zp_rows, int(a_zp_batched)
+    g.b_zp_cols, g.b_zp_batched = b_zp_cols, int(b_zp_batched)
     grid = (_cdiv(p.n, TILE_N), min(_cdiv(p.m, TILE_M), MAX_GRID_YZ), min(p.batch, MAX_GRID_YZ))
     entry = f"hipep_matmul_integer_{_SHORT[names[0]]}_{_SHORT[names[1]]}"
     params = [ptr(a), ptr(b), ptr(a_zp), ptr(b_zp), ptr(y), g]
@@ -173,22 +200,27 @@ def _qlinear_check(attrs, dtypes, shapes, values):
     return f"b_scale of shape {list(b_scale)} is not one per column of B {list(b)}"
 
 
+def _requantized(b, v, zp_input: int, y_dtype: str):
+    """MLAS's requantization of the f32 products `v` (ops.mlas.requantize_output): clamped to the
+    output type's range less y_zero_point (input `zp_input`), a NaN to its low end, rounded half
+    to even, plus y_zero_point."""
+    from ..ops.pointwise import F32
+
+    zp = b.cast(b.input(zp_input), F32)
+    info = np.iinfo(y_dtype)
+    lo, hi = b.const(info.min, F32) - zp, b.const(info.max, F32) - zp
+    v = b.where(b.isnan(v), lo, b.min(b.max(v, lo), hi))
+    return b.cast(b.cast(b.rint(v), "int32") + b.cast(b.input(zp_input), "int32"), y_dtype)
+
+
 def requantize_expression(y_dtype: str, scale_dtype: str = "float32"):
     """(acc int32, a_scale, b_scale, y_scale, y_zero_point) -> y, the CPU reference's steps in f32
-    (f16 scales, opset 21's, widened first). A NaN product (a NaN or 0/0 scale) gives y_zero_point,
-    as the reference's conversion does."""
+    (f16 scales, opset 21's, widened first)."""
     from ..ops.pointwise import F32, Builder, Operand
 
     b = Builder([Operand(_INT32)] + [Operand(np.dtype(scale_dtype))] * 3 + [Operand(np.dtype(y_dtype))])
     scale = b.cast(b.input(1), F32) * b.cast(b.input(2), F32) / b.cast(b.input(3), F32)
-    v = b.cast(b.input(0), F32) * scale
-    zero = b.const(0, F32)
-    v = b.where(b.isnan(v), zero, v)
-    zp = b.cast(b.input(4), F32)
-    info = np.iinfo(y_dtype)
-    v = b.min(b.max(v, b.const(info.min, F32) - zp), b.const(info.max, F32) - zp)
-    q = b.cast(b.rint(v), "int32") + b.cast(b.input(4), "int32")
-    return b.build(b.cast(q, y_dtype))
+    return b.build(_requantized(b, b.cast(b.input(0), F32) * scale, 4, y_dtype))
 
 
 @_binding("::QLinearMatMul", check=_qlinear_check, modules=("matmul_integer",))
@@ -206,3 +238,131 @@ def _qlinear_matmul_bind(ins, outs, attrs, target):
     params = [acc, ins[_A_SCALE], ins[_B_SCALE], ins[_Y_SCALE], ins[_Y_ZP]]
     return ops + expression_ops(requantize_expression(y.dtype.name, ins[_A_SCALE].dtype.name), params, [y], target,
                                 "QLinearMatMul")
+
+
+# ---- ConvInteger and QLinearConv: Conv's im2col, then the integer product ------------------------
+
+# QLinearConv's inputs: x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B
+_X, _X_SCALE, _X_ZP, _W, _W_SCALE, _W_ZP, _QY_SCALE, _QY_ZP, _BIAS = range(9)
+
+
+def _integer_conv_reason(what: str, x_dtype, w_dtype, x_shape) -> str | None:
+    if x_dtype not in _SHORT or w_dtype not in _SHORT:
+        return f"element types {x_dtype}/{w_dtype} (int8 and uint8 are supported)"
+    if x_shape is not None and len(x_shape) - 2 > CONV_MAX_SPATIAL:
+        return f"{what} over {len(x_shape) - 2} spatial axes (at most {CONV_MAX_SPATIAL})"
+    return None
+
+
+def _conv_integer_check(attrs, dtypes, shapes, values):
+    return _integer_conv_reason("ConvInteger", _at(dtypes, 0), _at(dtypes, 1), _at(shapes, 0))
+
+
+def _qlinear_conv_check(attrs, dtypes, shapes, values):
+    if _at(dtypes, _QY_ZP) not in _SHORT:
+        return f"y_zero_point of type {_at(dtypes, _QY_ZP)} (int8 and uint8 are supported)"
+    return _integer_conv_reason("QLinearConv", _at(dtypes, _X), _at(dtypes, _W), _at(shapes, _X))
+
+
+def _conv_layout(attrs, x: Arg, w: Arg):
+    """(windows, images, channels, output channels, groups) of the convolution, as Conv's binding
+    reads them."""
+    win = _conv_window(attrs, x.shape, w.shape)
+    return win, int(x.shape[0]), int(x.shape[1]), int(w.shape[0]), int(attrs.get("group", 1))
+
+
+def _cols_elements(win, n: int, c: int) -> int:
+    """The elements of the windows' copy [N, C * kernel, out]."""
+    return n * c * _prod(win.kernel) * _prod(win.out)
+
+
+def conv_integer_ops(x: Arg, w: Arg, x_zp: Arg | None, w_zp: Arg | None, acc: Arg, attrs, cols_at: int,
+                     target, what: str) -> list:
+    """The launches computing acc [N, M, *out] = conv(X - x_zp, W - w_zp) in int32: X's windows
+    copied to cols_at as [N, C * kernel, out] (Conv's im2col), where they reach into the padding
+    with x_zp itself (so that a padded tap's X - x_zp is 0); then, per image and group,
+    W[g] [M/G, C/G * kernel] times the group's windows, one batched integer product. w_zp is one
+    value or one per output channel (a_zp_batched: a group's M/G of them). `what` names the op in
+    errors."""
+    win, n, c, m, group = _conv_layout(attrs, x, w)
+    if m % group or c % group:
+        raise HipepError(f"{what}: X of {c} channels and W of {m} output channels for group={group}")
+    cg, mg = c // group, m // group
+    kp, p = _prod(win.kernel), _prod(win.out)
+    kg = cg * kp
+    cols = Arg(cols_at, (_cols_elements(win, n, c),), x.dtype)
+    ops = _window_ops(x, cols, win, True, b"", target, fill_src=x_zp)
+    batch, a_batch, b_batch = [n], [0], [c * kp * p]
+    if group > 1:
+        batch, a_batch, b_batch = [n, group], [0, mg * kg], [c * kp * p, kg * p]
+    problem = GemmProblem(mg, p, kg, a_sm=kg, a_sk=1, b_sk=p, b_sn=1, batch_dims=batch, a_batch=a_batch,
+                          b_batch=b_batch)
+    rows = 0
+    if w_zp is not None and w_zp.size != 1:
+        if w_zp.size != m:
+            raise HipepError(f"{what}: w_zero_point of shape {list(w_zp.shape)} for W {list(w.shape)} (one value "
+                             f"or one per output channel)")
+        rows = mg
+    if x_zp is not None and x_zp.size != 1:
+        raise HipepError(f"{what}: x_zero_point of shape {list(x_zp.shape)} (one value)")
+    return ops + integer_product_ops(problem, w, cols, w_zp, x_zp, acc, a_zp_rows=rows,
+                                     a_zp_batched=bool(rows) and group > 1)
+
+
+@_binding("::ConvInteger", check=_conv_integer_check, modules=("copy", "matmul_integer"))
+def _conv_integer_bind(ins, outs, attrs, target):
+    x, w, y = ins[0], ins[1], outs[0]
+    if y is None or y.size == 0:
+        return []
+    win, n, c, _, _ = _conv_layout(attrs, x, w)
+    (cols_at,) = workspace_regions(target, "ConvInteger", [_cols_elements(win, n, c) * x.dtype.itemsize])
+    return conv_integer_ops(x, w, _at(ins, 2), _at(ins, 3), y, attrs, cols_at, target, "ConvInteger")
+
+
+def conv_requantize_expression(y_dtype: str, bias: bool):
+    """(acc int32, B int32 or omitted, x_scale, w_scale, y_scale, y_zero_point) -> y, the CPU
+    reference's steps (ops.conv_integer): acc + B wrapping in int32; scale = x_scale * w_scale /
+    y_scale in f32, left to right; then MLAS's requantization of float(acc) * scale."""
+    from ..ops.pointwise import F32, Builder, Operand
+
+    f32 = np.dtype(np.float32)
+    b = Builder([Operand(_INT32), Operand(_INT32) if bias else None, Operand(f32), Operand(f32), Operand(f32),
+                 Operand(np.dtype(y_dtype))])
+    acc = b.input(0)
+    if bias:  # in int64, then back: the int32 sum's wraparound without C's signed overflow
+        acc = b.cast(b.cast(acc, "int64") + b.cast(b.input(1), "int64"), "int32")
+    scale = b.input(2) * b.input(3) / b.input(4)
+    return b.build(_requantized(b, b.cast(acc, F32) * scale, 5, y_dtype))
+
+
+def _per_channel_view(a: Arg | None, m: int, rank: int, what: str) -> Arg | None:
+    """A per-output-channel operand ([M]) as [M, 1, ...] against Y [N, M, *out] of `rank` axes; one
+    value stays as it is."""
+    if a is None or a.size == 1:
+        return a
+    if a.size != m:
+        raise HipepError(f"QLinearConv: {what} of shape {list(a.shape)} (one value or one per output channel, {m}, "
+                         f"expected)")
+    return Arg(a.ptr, (m,) + (1,) * (rank - 2), a.dtype)
+
+
+@_binding("::QLinearConv", check=_qlinear_conv_check, modules=("copy", "matmul_integer"))
+def _qlinear_conv_bind(ins, outs, attrs, target):
+    from .gpu_bindings_pointwise import expression_ops
+
+    x, w, y = ins[_X], ins[_W], outs[0]
+    if y is None or y.size == 0:
+        return []
+    if y.dtype.name not in _SHORT:
+        raise NoKernel(f"QLinearConv to {y.dtype.name}")
+    win, n, c, m, _ = _conv_layout(attrs, x, w)
+    cols_at, acc_at = workspace_regions(target, "QLinearConv", [_cols_elements(win, n, c) * x.dtype.itemsize,
+                                                                 y.size * 4])
+    acc = Arg(acc_at, tuple(y.shape), _INT32)
+    ops = conv_integer_ops(x, w, ins[_X_ZP], ins[_W_ZP], acc, attrs, cols_at, target, "QLinearConv")
+    bias = _at(ins, _BIAS)
+    rank = len(y.shape)
+    params = [acc, _per_channel_view(bias, m, rank, "B"), ins[_X_SCALE],
+              _per_channel_view(ins[_W_SCALE], m, rank, "w_scale"), ins[_QY_SCALE], ins[_QY_ZP]]
+    return ops + expression_ops(conv_requantize_expression(y.dtype.name, bias is not None), params, [y], target,
+                                "QLinearConv")

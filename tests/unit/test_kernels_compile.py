@@ -95,6 +95,14 @@ def test_rendered_pointwise_kernels_compile_through_the_header():
     r = gk.render_pointwise(expr, ["float16"] + ["float32"] * 4, ["float16"])
     data, _ = kernel_cache.compile_cubin(r.source, r.name, ARCH, DEFINES, use_cache=False)
     assert r.name.encode() + b"\0" in data
+    # QLinearConv's requantization (not a registry pointwise op): an int32 bias, f32 scales
+    from hipep.runtime.gpu_matmul_integer import conv_requantize_expression
+
+    for y_dtype in ("uint8", "int8"):
+        r = gk.render_pointwise(conv_requantize_expression(y_dtype, True),
+                                ["int32", "int32", "float32", "float32", "float32", y_dtype], [y_dtype])
+        data, _ = kernel_cache.compile_cubin(r.source, r.name, ARCH, DEFINES, use_cache=False)
+        assert r.name.encode() + b"\0" in data
     # a fused chain with a NaN constant and a broadcast operand
     b = Builder([Operand(f32), Operand(f32)])
     x, y = b.input(0), b.input(1)

@@ -504,6 +504,12 @@ case("QLinearMatMul", 21, _qlm(u8, u8, (3, 64), (64, 7)), id="QLinearMatMul-satu
 case("QLinearMatMul", 21, [REF.RNG.integers(0, 255, (3, 8)).astype(u8), A(0.02, f16), A(5, u8),
                            REF.RNG.integers(0, 255, (8, 4)).astype(u8), A(0.03, f16), A(7, u8), A(0.5, f16),
                            A(3, u8)], id="QLinearMatMul-f16-scales")
+# a NaN product (0/0 or a NaN scale) requantizes to the output type's low end, as MLAS's does
+case("QLinearMatMul", 10, [A(np.arange(12).reshape(3, 4), u8), A(0, f32), A(1, u8), A(np.arange(8).reshape(4, 2), u8),
+                           A(0.1, f32), A(2, u8), A(0, f32), A(100, u8)], id="QLinearMatMul-nan-product")
+case("QLinearMatMul", 10, [A(np.arange(12).reshape(3, 4), i8), A(np.nan, f32), A(1, i8),
+                           A(np.arange(8).reshape(4, 2), i8), A(0.1, f32), A(2, i8), A(1, f32), A(-100, i8)],
+     id="QLinearMatMul-nan-scale")
 
 # ---- signal, detection and set ops ------------------------------------------------------------------
 # (ORT sums DFT and STFT in f32, hipep in double: a few 1e-6 apart, 4e-6 where the exact value is 0)

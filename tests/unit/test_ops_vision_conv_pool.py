@@ -1,5 +1,5 @@
-"""Conv, ConvTranspose and the pools (max, average, Lp, global) against ONNX Runtime's CPU EP, and
-their shape rules (tests/ops_vision_harness.py says how)."""
+"""Conv, ConvInteger, QLinearConv, ConvTranspose and the pools (max, average, Lp, global) against ONNX
+Runtime's CPU EP, and their shape rules (tests/ops_vision_harness.py says how)."""
 from __future__ import annotations
 
 import numpy as np
@@ -112,6 +112,26 @@ for _op in ("GlobalAveragePool", "GlobalMaxPool"):
     case(_op, 22, [R(1, 2, 3, 4, 5)], id=f"{_op}-3d")
     case(_op, 22, [R(2, 3, 4, 4, dtype=f16)], via=F16, id=f"{_op}-f16")
 
+
+# ---- ConvInteger, QLinearConv (last: the cases above keep their numbers and arrays; more cases in
+# test_ops_conv_integer.py) ---------------------------------------------------------------------
+case("ConvInteger", 10, [R(2, 3, 7, 8, dtype=u8, lo=0, hi=255), R(4, 3, 3, 3, dtype=u8, lo=0, hi=255), A(131, u8),
+                         A([7], u8)], {"pads": [1, 2, 0, 1], "strides": [2, 1]}, id="ConvInteger-10")
+case("ConvInteger", 10, [R(1, 4, 9, 9, dtype=i8, lo=-128, hi=127), R(6, 2, 3, 3, dtype=u8, lo=0, hi=255),
+                         A(-5, i8)], {"group": 2, "dilations": [2, 1], "pads": [1, 1, 1, 1]},
+     id="ConvInteger-i8-u8-group")
+case("ConvInteger", 10, [R(2, 3, 11, dtype=u8, lo=0, hi=255), R(4, 3, 3, dtype=i8, lo=-128, hi=127)],
+     {"auto_pad": "SAME_LOWER", "strides": [2]}, id="ConvInteger-1d-no-zero-points")
+case("QLinearConv", 10, [R(1, 3, 8, 7, dtype=u8, lo=0, hi=255), A(0.02, f32), A(128, u8),
+                         R(4, 3, 3, 3, dtype=i8, lo=-128, hi=127), A([0.01, 0.02, 0.015, 0.03], f32), A([0] * 4, i8),
+                         A(0.15, f32), A(120, u8), R(4, dtype=np.int32, lo=-5000, hi=5000)], {"pads": [1, 1, 1, 1]},
+     id="QLinearConv-10")
+case("QLinearConv", 10, [R(2, 6, 6, 6, dtype=i8, lo=-128, hi=127), A(0.05, f32), A(-3, i8),
+                         R(6, 1, 3, 3, dtype=i8, lo=-128, hi=127), A(0.02, f32), A(4, i8), A(0.3, f32), A(-10, i8)],
+     {"group": 6, "strides": [2, 2], "pads": [0, 1, 1, 0]}, id="QLinearConv-i8-depthwise")
+case("QLinearConv", 10, [R(1, 2, 4, 5, 3, dtype=u8, lo=0, hi=255), A([0.04], f32), A([100], u8),
+                         R(3, 2, 2, 2, 2, dtype=u8, lo=0, hi=255), A(0.01, f32), A(127, u8), A([0.5], f32), A([7], u8),
+                         R(3, dtype=np.int32, lo=-500, hi=500)], {"auto_pad": "SAME_UPPER"}, id="QLinearConv-3d-u8")
 
 # The cases against ORT's CPU EP, and the shape rules' run-time contract and partial shapes.
 test_matches_ort, test_rule_matches_reference, test_partial_shapes_never_invent_extents = case_tests(CASES)
