@@ -126,8 +126,9 @@ else
   step "test_gpu_device_memory.py alone: pytest exit code $rc: $(tail -1 "$logs/gpu-tests-memory.log")"
 fi
 
-step "pytest tests/unit/test_kernels_compile.py (NVRTC compile check)"
-"$py" -P -m pytest "$repo/tests/unit/test_kernels_compile.py" -p no:cacheprovider -q -rfEs 2>&1 \
+step "pytest tests/unit/test_kernels_compile.py and test_kernels_decode_ptx.py (NVRTC compile check)"
+"$py" -P -m pytest "$repo/tests/unit/test_kernels_compile.py" "$repo/tests/unit/test_kernels_decode_ptx.py" \
+  -p no:cacheprovider -q -rfEs 2>&1 \
   | tee "$logs/compile-check.log"
 rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || status=$rc

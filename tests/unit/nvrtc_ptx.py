@@ -1,6 +1,7 @@
 """NVRTC's output for the kernel tests that read it: the PTX of a kernels/*.hip module or of a
-rendered launch's source, split into its entry points, and ptxas' report (registers, spills) of a
-compile for sm_90. Skipped by the callers where nvidia-cuda-nvrtc is not installed."""
+rendered launch's source, split into its entry points and their parameters' bytes, and ptxas'
+report (registers, spills) of a compile for sm_90. Skipped by the callers where
+nvidia-cuda-nvrtc is not installed."""
 from __future__ import annotations
 
 import re
@@ -71,3 +72,15 @@ def ptxas_log(source: str, name: str) -> str:
         nvrtc.nvrtcDestroyProgram(prog)
     PTXAS_LOGS[source] = log
     return log
+
+
+def param_bytes(ptx: str) -> dict[str, list[int]]:
+    """Each entry's parameters as NVRTC laid them out: bytes per parameter, in order."""
+    out = {}
+    for m in re.finditer(r"\.entry (\w+)\((.*?)\)", ptx, re.S):
+        sizes = []
+        for p in re.finditer(r"\.param\s+(?:\.align\s+\d+\s+)?\.[a-z]+(\d+)\s+\w+?(?:\[(\d+)\])?\s*(?:,|$)",
+                             m.group(2), re.M):
+            sizes.append(int(p.group(2)) if p.group(2) else int(p.group(1)) // 8)
+        out[m.group(1)] = sizes
+    return out

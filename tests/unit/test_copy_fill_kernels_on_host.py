@@ -271,9 +271,9 @@ def test_pad_modes_are_claimed():
 def test_new_entry_points_take_what_the_bindings_pass():
     """hipep_pad_w* and hipep_trilu_w* exist in NVRTC's sm_90 build of kernels/copy.hip and take
     parameters of the sizes the bindings pass (PadArgs, TriluArgs mirror the kernel's structs)."""
-    from unit.test_kernels_compile import _param_bytes, _ptx
+    from unit.nvrtc_ptx import param_bytes, ptx
 
-    params = _param_bytes(_ptx("copy", "compute_90"))
+    params = param_bytes(ptx("copy", "compute_90"))
     mem = HostMemory()
     launches = []
     for dtype, shape in ((np.uint8, (3, 5)), (np.float16, (3, 5)), (np.float32, (3, 5)), (np.int64, (3, 5)),

@@ -350,9 +350,9 @@ def test_max_pool_indices_with_nan_follow_onnx_runtime(libraries):
 def test_pool_entry_points_take_what_the_bindings_pass():
     """Every kernels/pool.hip entry point MaxPool, AveragePool and LpPool bind exists in NVRTC's sm_90 build and
     takes parameters of the sizes the bindings pass (PoolArgs mirrors hipep_pool_args)."""
-    from unit.test_kernels_compile import _param_bytes, _ptx
+    from unit.nvrtc_ptx import param_bytes, ptx
 
-    params = _param_bytes(_ptx("pool", "compute_90"))
+    params = param_bytes(ptx("pool", "compute_90"))
     mem = HostMemory()
     target = gk.Target(sm_count=1, warp_size=32)
     launches = []

@@ -437,7 +437,7 @@ def test_every_launch_names_an_entry_point_that_takes_its_parameters():
     if not nvrtc_available():
         pytest.skip("nvidia-cuda-nvrtc (cuda-bindings) is not installed")
     from unit.kernel_emulation import IDX, SRC, arg, out_arg
-    from unit.test_kernels_compile import _param_bytes, _ptx
+    from unit.nvrtc_ptx import param_bytes, ptx
 
     target = gk.Target(sm_count=4, warp_size=32, workspace=lambda n: 0x800000, fault=lambda w: gf.FaultSite(0x700000, 1))
     types = [np.float32, np.float16, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
@@ -470,7 +470,7 @@ def test_every_launch_names_an_entry_point_that_takes_its_parameters():
     kernels = [op for op in launches if isinstance(op, gk.KernelOp)]
     params = {}
     for module in sorted({op.module for op in kernels}):
-        params.update(_param_bytes(_ptx(module, "compute_90")))
+        params.update(param_bytes(ptx(module, "compute_90")))
     assert len({op.entry for op in kernels if op.module == "scatter_reduce"}) > 100
     for op in kernels:
         assert op.entry in params, f"{op.module}: {op.entry}"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import re
 
 import ml_dtypes
 import numpy as np
@@ -22,7 +21,7 @@ from hipep.runtime import gpu_quant as gq
 
 from helpers import needs_nvrtc
 from unit.kernel_emulation import IDX, SRC, TARGET, arg, out_arg
-from unit.nvrtc_ptx import ARCH, DEFINES, entry_bodies, ptx
+from unit.nvrtc_ptx import ARCH, DEFINES, entry_bodies, param_bytes, ptx
 
 
 
@@ -267,18 +266,6 @@ def test_nms_iou_arithmetic_is_not_contracted():
     assert "fma.rn.f32" not in body
 
 
-def _param_bytes(ptx: str) -> dict[str, list[int]]:
-    """Each entry's parameters as NVRTC laid them out: bytes per parameter, in order."""
-    out = {}
-    for m in re.finditer(r"\.entry (\w+)\((.*?)\)", ptx, re.S):
-        sizes = []
-        for p in re.finditer(r"\.param\s+(?:\.align\s+\d+\s+)?\.[a-z]+(\d+)\s+\w+?(?:\[(\d+)\])?\s*(?:,|$)",
-                             m.group(2), re.M):
-            sizes.append(int(p.group(2)) if p.group(2) else int(p.group(1)) // 8)
-        out[m.group(1)] = sizes
-    return out
-
-
 @needs_nvrtc
 def test_attention_and_rotary_launches_pass_what_their_entry_points_take():
     """Every GroupQueryAttention, RotaryEmbedding and MRotaryEmbedding launch (decode, prefill, window cache, the fault
@@ -288,7 +275,7 @@ def test_attention_and_rotary_launches_pass_what_their_entry_points_take():
 
     params = {}
     for module in ("attention_cache", "attention_decode", "attention_prefill", "rotary", "rms_norm"):
-        params.update(_param_bytes(ptx(module, "compute_90")))
+        params.update(param_bytes(ptx(module, "compute_90")))
     rng = np.random.default_rng(3)
     launches = []
     for dtype in (np.float32, np.float16):
@@ -334,7 +321,7 @@ def test_linear_attention_launches_pass_what_their_entry_points_take():
     from unit.test_gpu_attention_bindings import Memory, _attrs
     from unit.test_ops_linear_attention import U, _rng, linear_attention_inputs
 
-    params = _param_bytes(ptx("linear_attention", "compute_90"))
+    params = param_bytes(ptx("linear_attention", "compute_90"))
     rng = _rng("params")
     launches = []
     for dtype in (np.float32, np.float16):
@@ -367,7 +354,7 @@ def test_mha_and_attention_launches_pass_what_their_entry_points_take():
     kernels/attention_mha.hip declares, each of the size the kernel expects."""
     from unit.test_gpu_attention_bindings import Memory, _attrs
 
-    params = _param_bytes(ptx("attention_mha", "compute_90"))
+    params = param_bytes(ptx("attention_mha", "compute_90"))
     launches = []
     for dtype in (np.float32, np.float16):
         b, n, s, l, h = 1, 2, 3, 5, 8
@@ -396,7 +383,7 @@ def test_moe_launches_pass_what_their_entry_points_take():
     from unit.test_gpu_attention_bindings import Memory, _attrs
     from unit.test_ops_contrib import W, moe_inputs
 
-    params = _param_bytes(ptx("moe", "compute_90"))
+    params = param_bytes(ptx("moe", "compute_90"))
     launches = []
     for dtype in (np.float32, np.float16):
         ins, attrs, _ = moe_inputs("swiglu", dtype=dtype, extra={"swiglu_limit": 7.0}, H=16, I=8)
@@ -418,7 +405,7 @@ def test_qmoe_launches_pass_what_their_entry_points_take():
     from unit.test_gpu_attention_bindings import Memory, _attrs
     from unit.test_ops_contrib import W, qmoe_inputs
 
-    params = _param_bytes(ptx("moe", "compute_90"))
+    params = param_bytes(ptx("moe", "compute_90"))
     launches = []
     for dtype in (np.float32, np.float16):
         for bits, bs, extra in ((4, 0, {}), (4, 32, {}), (8, 16, {}), (4, 16, {"accuracy_level": 4})):
