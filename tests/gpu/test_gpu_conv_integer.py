@@ -16,6 +16,7 @@ from onnx import helper, numpy_helper
 from hipep.runtime.cuda import cuda_status
 from gpu_checks import check_on_cuda
 from helpers import cpu_session, make_model, tensor
+from quantized_conv_models import ELEM, random_ints, single_node_model
 
 pytestmark = pytest.mark.gpu
 _ok, _why = cuda_status(0)
@@ -23,8 +24,6 @@ if not _ok:
     pytest.skip(f"no CUDA device: {_why}", allow_module_level=True)
 
 F32 = np.float32
-ELEM = {np.dtype(np.uint8): TP.UINT8, np.dtype(np.int8): TP.INT8, np.dtype(np.int32): TP.INT32,
-        np.dtype(np.float32): TP.FLOAT}
 TYPES = [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.uint8), (np.int8, np.int8)]
 QTYPES = [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.int8)]  # (x and y, w)
 
@@ -41,31 +40,6 @@ CONV = [  # (X, W, attributes)
 ]
 
 
-def _rand(rng, dtype, shape):
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, info.max + 1, shape).astype(dtype)
-
-
-def _model(op, values: dict, y_elem, attrs, initializers=()):
-    """A single-node model over `values` (name -> array, None for an omitted input); the names in
-    `initializers` are initializers, the others graph inputs. (model, feeds)"""
-    names = [k if v is not None else "" for k, v in values.items()]
-    while names and not names[-1]:
-        names.pop()
-    inputs, inits, feeds = [], [], {}
-    for name, v in values.items():
-        if v is None:
-            continue
-        v = np.asarray(v)
-        if name in initializers:
-            inits.append(numpy_helper.from_array(v, name))
-        else:
-            inputs.append(tensor(name, ELEM[v.dtype], list(v.shape)))
-            feeds[name] = v
-    node = helper.make_node(op, names, ["y"], **attrs)
-    return make_model([node], inputs, [tensor("y", y_elem, None)], inits, opset=10), feeds
-
-
 def _check(model, feeds, y_elem):
     want = cpu_session(model).run(None, feeds)
     check_on_cuda(model, feeds, y_elem, exact=True, want=want, claimed=True)
@@ -76,35 +50,37 @@ def _check(model, feeds, y_elem):
 @pytest.mark.parametrize("w_init", [False, True])
 def test_conv_integer_matches_ort(tx, tw, x_shape, w_shape, attrs, w_init):
     rng = np.random.default_rng(len(x_shape) * 100 + w_shape[0])
-    x, w = _rand(rng, tx, x_shape), _rand(rng, tw, w_shape)
+    x, w = random_ints(rng, tx, x_shape), random_ints(rng, tw, w_shape)
     constant = ("w", "w_zero_point") if w_init else ()
-    values = {"x": x, "w": w, "x_zero_point": _rand(rng, tx, ()), "w_zero_point": _rand(rng, tw, (1,))}
-    _check(*_model("ConvInteger", values, TP.INT32, attrs, constant), TP.INT32)
-    _check(*_model("ConvInteger", {"x": x, "w": w}, TP.INT32, attrs, constant), TP.INT32)
-    values = {"x": x, "w": w, "x_zero_point": None, "w_zero_point": _rand(rng, tw, ())}
-    _check(*_model("ConvInteger", values, TP.INT32, attrs, constant), TP.INT32)
+    values = {"x": x, "w": w, "x_zero_point": random_ints(rng, tx, ()), "w_zero_point": random_ints(rng, tw, (1,))}
+    _check(*single_node_model("ConvInteger", values, TP.INT32, attrs, constant), TP.INT32)
+    _check(*single_node_model("ConvInteger", {"x": x, "w": w}, TP.INT32, attrs, constant), TP.INT32)
+    values = {"x": x, "w": w, "x_zero_point": None, "w_zero_point": random_ints(rng, tw, ())}
+    _check(*single_node_model("ConvInteger", values, TP.INT32, attrs, constant), TP.INT32)
 
 
 def test_conv_integer_extremes_and_wraparound():
     # |x - x_zp| = |w - w_zp| = 255 over many taps, padded taps adding nothing
     values = {"x": np.full((1, 300, 6, 6), -128, np.int8), "w": np.full((70, 300, 3, 3), 127, np.int8),
               "x_zero_point": np.int8(127), "w_zero_point": np.int8(-128)}
-    _check(*_model("ConvInteger", values, TP.INT32, {"pads": [1, 1, 1, 1]}), TP.INT32)
+    _check(*single_node_model("ConvInteger", values, TP.INT32, {"pads": [1, 1, 1, 1]}), TP.INT32)
     # 255 * 255 * 40000 passes 2**31: the int32 sums wrap
     values = {"x": np.full((1, 40000, 2, 2), 255, np.uint8), "w": np.full((3, 40000, 1, 1), 255, np.uint8)}
-    _check(*_model("ConvInteger", values, TP.INT32, {}), TP.INT32)
+    _check(*single_node_model("ConvInteger", values, TP.INT32, {}), TP.INT32)
 
 
 def _qlinear_values(rng, tx, tw, x_shape, w_shape, per_channel, bias, equal_zero_points=True):
     m = w_shape[0]
     k = int(np.prod(w_shape[1:]))
     per = (m,) if per_channel else ()
-    w_zp = np.full(per, _rand(rng, tw, ()) if rng.random() < 0.6 else 0, tw)
+    w_zp = np.full(per, random_ints(rng, tw, ()) if rng.random() < 0.6 else 0, tw)
     if not equal_zero_points:
-        w_zp = _rand(rng, tw, per)
-    return {"x": _rand(rng, tx, x_shape), "x_scale": np.asarray(0.05, F32), "x_zero_point": _rand(rng, tx, ()),
-            "w": _rand(rng, tw, w_shape), "w_scale": rng.uniform(0.01, 0.05, per).astype(F32), "w_zero_point": w_zp,
-            "y_scale": np.asarray(0.02 * k, F32), "y_zero_point": _rand(rng, tx, ()),
+        w_zp = random_ints(rng, tw, per)
+    return {"x": random_ints(rng, tx, x_shape), "x_scale": np.asarray(0.05, F32),
+            "x_zero_point": random_ints(rng, tx, ()),
+            "w": random_ints(rng, tw, w_shape), "w_scale": rng.uniform(0.01, 0.05, per).astype(F32),
+            "w_zero_point": w_zp,
+            "y_scale": np.asarray(0.02 * k, F32), "y_zero_point": random_ints(rng, tx, ()),
             "B": rng.integers(-50000, 50000, m).astype(np.int32) if bias else None}
 
 
@@ -120,7 +96,7 @@ def test_qlinear_conv_matches_ort(tx, tw, x_shape, w_shape, attrs, w_init):
     rng = np.random.default_rng(len(x_shape) * 100 + w_shape[0] + 1)
     for per_channel, bias in ((False, False), (True, True), (True, False)):
         values = _qlinear_values(rng, tx, tw, x_shape, w_shape, per_channel, bias)
-        _check(*_model("QLinearConv", values, ELEM[np.dtype(tx)], attrs, _CONSTANT if w_init else ()),
+        _check(*single_node_model("QLinearConv", values, ELEM[np.dtype(tx)], attrs, _CONSTANT if w_init else ()),
                ELEM[np.dtype(tx)])
 
 
@@ -133,7 +109,7 @@ def test_per_channel_zero_points_of_w(group):
         values = _qlinear_values(rng, tx, tw, (2, 16, 12, 11), (32, 16 // group, 3, 3), True, True,
                                  equal_zero_points=False)
         for constant in ((), _CONSTANT):
-            _check(*_model("QLinearConv", values, ELEM[np.dtype(tx)], {"group": group, "pads": [1, 1, 1, 1]},
+            _check(*single_node_model("QLinearConv", values, ELEM[np.dtype(tx)], {"group": group, "pads": [1, 1, 1, 1]},
                            constant), ELEM[np.dtype(tx)])
 
 
@@ -143,7 +119,8 @@ def test_nan_and_infinite_scales(x_scale, y_scale):
     for tx, tw in QTYPES:
         values = _qlinear_values(rng, tx, tw, (1, 8, 9, 9), (16, 8, 3, 3), True, True)
         values["x_scale"], values["y_scale"] = np.asarray(x_scale, F32), np.asarray(y_scale, F32)
-        _check(*_model("QLinearConv", values, ELEM[np.dtype(tx)], {"pads": [1, 1, 1, 1]}), ELEM[np.dtype(tx)])
+        _check(*single_node_model("QLinearConv", values, ELEM[np.dtype(tx)], {"pads": [1, 1, 1, 1]}),
+               ELEM[np.dtype(tx)])
 
 
 def test_a_quantized_mobilenet_block():
@@ -161,7 +138,7 @@ def test_a_quantized_mobilenet_block():
     def qconv(x, x_scale, x_zp, w_shape, y, group=1, **attrs):
         m = w_shape[0]
         k = int(np.prod(w_shape[1:]))
-        names = [x, x_scale, x_zp, add(f"{y}_w", _rand(rng, np.int8, w_shape)),
+        names = [x, x_scale, x_zp, add(f"{y}_w", random_ints(rng, np.int8, w_shape)),
                  add(f"{y}_ws", rng.uniform(0.002, 0.01, m).astype(F32)), add(f"{y}_wz", np.zeros(m, np.int8)),
                  add(f"{y}_s", np.asarray(0.01 * k ** 0.5, F32)), add(f"{y}_z", np.uint8(rng.integers(100, 156))),
                  add(f"{y}_b", rng.integers(-2000, 2000, m).astype(np.int32))]
@@ -175,5 +152,5 @@ def test_a_quantized_mobilenet_block():
     qconv(*h, (o, e, 1, 1), "project")
     model = make_model(nodes, [tensor("x", TP.UINT8, [2, c, 28, 28])], [tensor("project", TP.UINT8, None)], inits,
                        opset=10)
-    feeds = {"x": _rand(rng, np.uint8, (2, c, 28, 28))}
+    feeds = {"x": random_ints(rng, np.uint8, (2, c, 28, 28))}
     _check(model, feeds, TP.UINT8)

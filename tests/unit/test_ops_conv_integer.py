@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 from onnx import TensorProto as TP
-from onnx import helper, numpy_helper
+from onnx import helper
 
 import hipep
 from hipep.errors import HipepError
@@ -20,18 +20,12 @@ from hipep.graph import GraphView
 from hipep.ops import check_node, lookup
 from hipep.ops.registry import OUTPUT_COUNT, SINCE_VERSION
 
-from helpers import cpu_session, make_model, tensor
+from helpers import cpu_session, tensor
+from quantized_conv_models import ELEM, random_ints, single_node_model
 
 F32 = np.float32
-ELEM = {np.dtype(np.uint8): TP.UINT8, np.dtype(np.int8): TP.INT8, np.dtype(np.int32): TP.INT32,
-        np.dtype(np.float32): TP.FLOAT}
 QTYPES = [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.int8)]  # (x and y, w): ORT's CPU EP's
 SEEDS = range(24)
-
-
-def _rand(rng, dtype, shape):
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, info.max + 1, shape).astype(dtype)
 
 
 def _geometry(rng):
@@ -58,25 +52,6 @@ def _geometry(rng):
     return int(rng.integers(1, 3)), cg * group, mg * group, spatial, kernel, attrs
 
 
-def _model(op, values: dict, y_elem, attrs, initializers=()):
-    """A single-node model over `values` (name -> array, None for an omitted input); the names in
-    `initializers` are initializers, the others graph inputs. (model, feeds)"""
-    names = [k if v is not None else "" for k, v in values.items()]
-    while names and not names[-1]:
-        names.pop()
-    inputs, inits, feeds = [], [], {}
-    for name, v in values.items():
-        if v is None:
-            continue
-        if name in initializers:
-            inits.append(numpy_helper.from_array(np.asarray(v), name))
-        else:
-            inputs.append(tensor(name, ELEM[np.asarray(v).dtype], list(np.shape(v))))
-            feeds[name] = np.asarray(v)
-    node = helper.make_node(op, names, ["y"], name="conv", **attrs)
-    return make_model([node], inputs, [tensor("y", y_elem, None)], inits, opset=10), feeds
-
-
 def _check(model, feeds):
     """hipep's CPU device claims the node and gives ORT's CPU EP's outputs exactly."""
     report = hipep.explain(model, device="cpu")
@@ -96,22 +71,22 @@ def test_conv_integer_matches_the_cpu_ep(seed):
     rng = np.random.default_rng(seed)
     n, c, m, spatial, kernel, attrs = _geometry(rng)
     tx, tw = [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.uint8), (np.int8, np.int8)][seed % 4]
-    x, w = _rand(rng, tx, (n, c, *spatial)), _rand(rng, tw, (m, c // attrs["group"], *kernel))
-    zero_points = [(_rand(rng, tx, ()), _rand(rng, tw, (1,))), (None, None), (_rand(rng, tx, (1,)), None),
-                   (None, _rand(rng, tw, ()))][seed // 4 % 4]
+    x, w = random_ints(rng, tx, (n, c, *spatial)), random_ints(rng, tw, (m, c // attrs["group"], *kernel))
+    zero_points = [(random_ints(rng, tx, ()), random_ints(rng, tw, (1,))), (None, None),
+                   (random_ints(rng, tx, (1,)), None), (None, random_ints(rng, tw, ()))][seed // 4 % 4]
     values = {"x": x, "w": w, "x_zero_point": zero_points[0], "w_zero_point": zero_points[1]}
     constant = (seed + seed // 4) % 2  # W an initializer for every type pairing on some seeds
-    _check(*_model("ConvInteger", values, TP.INT32, attrs, ("w", "w_zero_point") if constant else ()))
+    _check(*single_node_model("ConvInteger", values, TP.INT32, attrs, ("w", "w_zero_point") if constant else ()))
 
 
 def test_conv_integer_extremes_and_wraparound():
     # |x - x_zp| = |w - w_zp| = 255, the largest products, over many taps; padded taps add nothing
     x, w = np.full((1, 40, 5, 5), -128, np.int8), np.full((3, 40, 3, 3), 127, np.int8)
-    got = _check(*_model("ConvInteger", {"x": x, "w": w, "xz": np.int8(127), "wz": np.int8(-128)}, TP.INT32,
+    got = _check(*single_node_model("ConvInteger", {"x": x, "w": w, "xz": np.int8(127), "wz": np.int8(-128)}, TP.INT32,
                          {"pads": [1, 1, 1, 1]}))
     assert got[0, 0, 2, 2] == -360 * 255 * 255 and got[0, 0, 0, 0] == -160 * 255 * 255
     # 255 * 255 * 33100 passes 2**31: the int32 sums wrap
-    got = _check(*_model("ConvInteger", {"x": np.full((1, 33100, 1, 2), 255, np.uint8),
+    got = _check(*single_node_model("ConvInteger", {"x": np.full((1, 33100, 1, 2), 255, np.uint8),
                                          "w": np.full((2, 33100, 1, 1), 255, np.uint8)}, TP.INT32, {}))
     assert (got == np.int64(255 * 255 * 33100).astype(np.int32)).all()
 
@@ -132,11 +107,12 @@ def _qlinear_values(rng, tx, tw, x_shape, w_shape, per_channel, bias, scales="ra
         xs = F32([0.1, 0.3, 0.7, 0.05][int(rng.integers(4))])
         ws = np.array([0.1, 0.2, 0.3, 0.5, 0.6])[rng.integers(0, 5, per)]
         ys = F32([0.3, 0.7, 1.1, 3.0, 10.0, 100.0][int(rng.integers(6))])
-    w_zp = _rand(rng, tw, ()) if rng.random() < 0.7 else np.zeros((), tw)
-    w_zp = np.full(per, w_zp, tw) if equal_zero_points else _rand(rng, tw, per)
-    return {"x": _rand(rng, tx, x_shape), "x_scale": np.asarray(xs, F32), "x_zero_point": _rand(rng, tx, ()),
-            "w": _rand(rng, tw, w_shape), "w_scale": np.asarray(ws, F32), "w_zero_point": w_zp,
-            "y_scale": np.asarray(ys, F32), "y_zero_point": _rand(rng, tx, ()),
+    w_zp = random_ints(rng, tw, ()) if rng.random() < 0.7 else np.zeros((), tw)
+    w_zp = np.full(per, w_zp, tw) if equal_zero_points else random_ints(rng, tw, per)
+    return {"x": random_ints(rng, tx, x_shape), "x_scale": np.asarray(xs, F32),
+            "x_zero_point": random_ints(rng, tx, ()),
+            "w": random_ints(rng, tw, w_shape), "w_scale": np.asarray(ws, F32), "w_zero_point": w_zp,
+            "y_scale": np.asarray(ys, F32), "y_zero_point": random_ints(rng, tx, ()),
             "B": rng.integers(-30000, 30000, m).astype(np.int32) if bias else None}
 
 
@@ -153,7 +129,7 @@ def test_qlinear_conv_matches_the_cpu_ep(seed):
     scales = ["random", "halves", "decimals"][seed // 3 % 3]
     values = _qlinear_values(rng, tx, tw, (n, c, *spatial), (m, c // attrs["group"], *kernel), seed % 2 == 0,
                              rng.random() < 0.6, scales)
-    _check(*_model("QLinearConv", values, ELEM[np.dtype(tx)], attrs, _CONSTANT if seed // 2 % 2 else ()))
+    _check(*single_node_model("QLinearConv", values, ELEM[np.dtype(tx)], attrs, _CONSTANT if seed // 2 % 2 else ()))
 
 
 @pytest.mark.parametrize("tx,tw", QTYPES)
@@ -167,9 +143,9 @@ def test_requantization_ties_and_near_ties(tx, tw):
         values = {"x": x, "x_scale": np.asarray(xs, F32), "x_zero_point": np.zeros((), tx),
                   "w": np.array([1, 3, -1 if tw == np.int8 else 5], tw).reshape(3, 1, 1, 1),
                   "w_scale": np.asarray(ws, F32), "w_zero_point": np.zeros(3, tw), "y_scale": np.asarray(ys, F32),
-                  "y_zero_point": _rand(rng, tx, ()), "B": np.array([0, 1, -1], np.int32)}
+                  "y_zero_point": random_ints(rng, tx, ()), "B": np.array([0, 1, -1], np.int32)}
         for constant in ((), _CONSTANT):
-            _check(*_model("QLinearConv", values, ELEM[np.dtype(tx)], {}, constant))
+            _check(*single_node_model("QLinearConv", values, ELEM[np.dtype(tx)], {}, constant))
 
 
 @pytest.mark.parametrize("x_scale,y_scale", [(0.0, 0.0), (np.nan, 1.0), (1.0, 0.0), (np.inf, 1.0), (1e30, 1e-30)])
@@ -178,7 +154,7 @@ def test_nan_and_infinite_scales(x_scale, y_scale):
     for tx, tw in QTYPES:
         values = _qlinear_values(rng, tx, tw, (1, 2, 5, 5), (3, 2, 3, 3), True, True)
         values["x_scale"], values["y_scale"] = np.asarray(x_scale, F32), np.asarray(y_scale, F32)
-        got = _check(*_model("QLinearConv", values, ELEM[np.dtype(tx)], {"pads": [1, 1, 1, 1]}))
+        got = _check(*single_node_model("QLinearConv", values, ELEM[np.dtype(tx)], {"pads": [1, 1, 1, 1]}))
         if np.isnan(x_scale) or x_scale == y_scale == 0:
             assert (got == np.iinfo(tx).min).all()  # MLAS: a NaN product goes to the low end
 
@@ -188,7 +164,7 @@ def test_bias_wraps_as_int32():
     values = {"x": x, "x_scale": np.asarray(1, F32), "x_zero_point": np.uint8(0), "w": np.ones((3, 1, 1, 1), np.uint8),
               "w_scale": np.array([1e-9, 1.0, 1e-9], F32), "w_zero_point": np.uint8(0), "y_scale": np.asarray(1, F32),
               "y_zero_point": np.uint8(128), "B": np.array([2**31 - 100, -2**31, -2**31 + 5], np.int32)}
-    got = _check(*_model("QLinearConv", values, TP.UINT8, {}))
+    got = _check(*single_node_model("QLinearConv", values, TP.UINT8, {}))
     assert got[0, 0, 0, 0] == 128 + 2 and got[0, 0, -1, -1] == 128 - 2  # 2**31 - 100 + 255 wraps negative
 
 
@@ -200,7 +176,7 @@ def test_per_channel_zero_points_of_w():
         values = _qlinear_values(rng, tx, tw, (2, 6, 7, 6), (6, 6 // group, 3, 2), True, True,
                                  equal_zero_points=False)
         for constant in ((), _CONSTANT):
-            _check(*_model("QLinearConv", values, ELEM[np.dtype(tx)], {"group": group, "pads": [1, 0, 1, 1]},
+            _check(*single_node_model("QLinearConv", values, ELEM[np.dtype(tx)], {"group": group, "pads": [1, 0, 1, 1]},
                            constant))
 
 
@@ -336,7 +312,7 @@ def test_shape_rules():
 def test_an_error_at_run_time_names_the_node():
     """A per-channel w_zero_point whose length the claim cannot see (a symbolic extent)."""
     values = _qlinear_values(np.random.default_rng(1), np.uint8, np.int8, (1, 4, 5, 5), (6, 4, 3, 3), True, False)
-    model, feeds = _model("QLinearConv", values, TP.UINT8, {})
+    model, feeds = single_node_model("QLinearConv", values, TP.UINT8, {})
     model.graph.input[5].type.tensor_type.shape.dim[0].dim_param = "z"
     sess = hipep.InferenceSession(model, device="cpu")
     feeds["w_zero_point"] = np.zeros(4, np.int8)
