@@ -118,7 +118,7 @@ def body_weights(graph: GraphView) -> dict:
             for name in body.weights:
                 out.setdefault(name, (None, body.type_of(name)))
             for name, c in body.constants.items():
-                if not _ir_constant(c):
+                if not ir_constant(c):
                     out.setdefault(name, (c, body.type_of(name)))
             for name, entry in body_weights(body).items():
                 out.setdefault(name, entry)
@@ -138,7 +138,7 @@ def hold_body_weights(graph: GraphView) -> tuple[set[str], dict]:
     return set(body), copied
 
 
-def _ir_constant(c) -> bool:
+def ir_constant(c) -> bool:
     """Whether the frontend makes constant data an IR constant (hip.constant): at most
     MAX_DENSE_ELEMENTS elements of a type the IR holds."""
     from .ir.dialect import MAX_DENSE_ELEMENTS, ConstantOp
@@ -162,7 +162,7 @@ def _weight_arguments(graph: GraphView, inputs: list[str], held) -> list[str]:
         if name in given or name in out:
             continue
         c = graph.constants.get(name)
-        if c is not None and _ir_constant(c):
+        if c is not None and ir_constant(c):
             continue
         out.append(name)
     return out

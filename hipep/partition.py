@@ -337,9 +337,10 @@ def _shapes_from_device_values(graph: GraphView, clusters: list[list[int]], fact
     checked: the interpreter reads what it needs as the device computes it). Within a subgraph the
     host knows: constant initializers the plan holds as constants (at most the IR's
     MAX_DENSE_ELEMENTS elements: a larger one is a weight in device memory); small values handed
-    in from outside, which the host reads at run time (integers element by element as symbols; floats and bools whole, their values pinned,
-    so that a run with other values is traced anew); and the integer results of members whose data
-    inputs it knows (shape arithmetic, evaluated on the host). Small means at most
+    in from outside, which the host reads at run time (integers element by element as symbols;
+    floats and bools whole, their values pinned, so that a run with other values is traced anew);
+    and the integer results of members whose data inputs it knows (shape arithmetic, evaluated on
+    the host). Small means at most
     MAX_READ_ELEMENTS elements: a value whose static extents hold more is not read, and one of
     unknown extents that holds more at run time is an error there. Like the tracer, it also follows the launches that only move or
     re-type known integers (TRACKED_ON_DEVICE: Cast of a Shape to float is known), but no
@@ -410,10 +411,10 @@ def _plan_constant(graph: GraphView, v: str) -> bool:
     """Whether `v` is a constant initializer the plan holds as a constant, whose value its shape
     program reads (hipep.compiler's rule for IR constants); a larger one is a weight, which the
     plan keeps in device memory only."""
-    from .compiler import _ir_constant
+    from .compiler import ir_constant
 
     c = graph.constants.get(v)
-    return c is not None and _ir_constant(c)
+    return c is not None and ir_constant(c)
 
 
 def _max_constant() -> int:

@@ -379,10 +379,29 @@ CONV_MAX_SPATIAL = 3  # the windows' copy has 2 + 2 * spatial axes (kernels/copy
 CONV_MAX_BIAS_GROUPS = 8  # a grouped convolution with bias runs a product per image and group
 
 
-def _conv_window(attrs, x_shape, w_shape):
+def conv_window(attrs, x_shape, w_shape):
     from ..ops.vision import _Window
 
     return _Window("Conv", x_shape[2:], [int(k) for k in w_shape[2:]], attrs)
+
+
+def conv_cols_elements(win, n: int, c: int) -> int:
+    """The elements of a convolution's windows' copy [N, C, *kernel, *out] (im2col)."""
+    return n * c * _prod(win.kernel) * _prod(win.out)
+
+
+def conv_product_problem(win, n: int, c: int, m: int, group: int) -> GemmProblem:
+    """The product after im2col, one per (image, group): Y[i, g] [M/G, out] = W[g] [M/G, C/G * kernel]
+    @ windows[i, g] [C/G * kernel, out], W shared by the images (Conv's and the integer
+    convolutions')."""
+    cg, mg = c // group, m // group
+    kp, p = _prod(win.kernel), _prod(win.out)
+    kg = cg * kp
+    batch, a_batch, b_batch = [n], [0], [c * kp * p]
+    if group > 1:
+        batch, a_batch, b_batch = [n, group], [0, mg * kg], [c * kp * p, kg * p]
+    return GemmProblem(mg, p, kg, a_sm=kg, a_sk=1, b_sk=p, b_sn=1, batch_dims=batch, a_batch=a_batch,
+                       b_batch=b_batch)
 
 
 def _window_reach(win, i: int) -> int:
@@ -394,7 +413,7 @@ def _conv_reads_padding(win) -> bool:
     return any(win.pb[i] or _window_reach(win, i) > length for i, length in enumerate(win.lengths))
 
 
-def _window_ops(x: Arg, dst: Arg, win, taps_first: bool, fill: bytes, target: Target,
+def window_ops(x: Arg, dst: Arg, win, taps_first: bool, fill: bytes, target: Target,
                 fill_src: Arg | None = None) -> list:
     """Ops copying X's sliding windows into dst, laid out [N, C, *kernel, *out] (taps_first: Conv's
     im2col) or [N, C, *out, *kernel] (a pool's rows): a strided view of X, and where a window
@@ -440,26 +459,21 @@ def _conv_bind(ins, outs, attrs, target):
     b = ins[2] if len(ins) > 2 else None
     if y is None or y.size == 0:
         return []
-    win = _conv_window(attrs, x.shape, w.shape)
+    win = conv_window(attrs, x.shape, w.shape)
     n, c = int(x.shape[0]), int(x.shape[1])
     m, group = int(w.shape[0]), int(attrs.get("group", 1))
     cg, mg = c // group, m // group
     kp, p = _prod(win.kernel), _prod(win.out)
     kg = cg * kp
     # The windows [N, C, *kernel, *out] (= [N, G, Kg, P]), zeros where they reach into the padding
-    cols_bytes = n * c * kp * p * x.dtype.itemsize
+    cols_bytes = conv_cols_elements(win, n, c) * x.dtype.itemsize
     (cols_at,) = workspace_regions(target, "Conv", [cols_bytes])
-    cols = Arg(cols_at, (n * c * kp * p,), x.dtype)
-    ops = _window_ops(x, cols, win, True, b"", target)
+    cols = Arg(cols_at, (conv_cols_elements(win, n, c),), x.dtype)
+    ops = window_ops(x, cols, win, True, b"", target)
     # The products run after the copy on the same stream; their own workspace lies past the windows.
     gemm_target = workspace_after(target, [cols_bytes])
     if b is None or group == 1:
-        # one product per (image, group): Y[i, g] = W[g] @ windows[i, g], W shared by the images
-        batch, a_batch, b_batch = [n], [0], [c * kp * p]
-        if group > 1:
-            batch, a_batch, b_batch = [n, group], [0, mg * kg], [c * kp * p, kg * p]
-        problem = GemmProblem(mg, p, kg, a_sm=kg, a_sk=1, b_sk=p, b_sn=1, batch_dims=batch, a_batch=a_batch,
-                              b_batch=b_batch)
+        problem = conv_product_problem(win, n, c, m, group)
         if b is not None:  # the bias [M] down the rows
             problem.has_c, problem.c_sm, problem.c_sn, problem.beta = True, 1, 0, 1.0
         return ops + gemm_ops(problem, w, cols, b, y, gemm_target)

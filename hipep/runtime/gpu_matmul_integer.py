@@ -39,8 +39,8 @@ import numpy as np
 
 from ..errors import HipepError
 from .gpu_binding_core import Arg, KernelOp, NoKernel, _binding, _cdiv, _prod, ptr, workspace_regions
-from .gpu_linalg import (CONV_MAX_SPATIAL, GEMM_MAX_BATCH_RANK, MAX_GRID_YZ, GemmProblem, _conv_window, _window_ops,
-                         matmul_problem, matmul_shape_reason)
+from .gpu_linalg import (CONV_MAX_SPATIAL, GEMM_MAX_BATCH_RANK, MAX_GRID_YZ, GemmProblem, conv_cols_elements,
+                         conv_product_problem, conv_window, matmul_problem, matmul_shape_reason, window_ops)
 
 TILE_M = TILE_N = 64  # kernels/matmul_integer.hip's HIPEP_MMI_BM / HIPEP_MMI_BN
 THREADS = 256
@@ -267,13 +267,8 @@ def _qlinear_conv_check(attrs, dtypes, shapes, values):
 def _conv_layout(attrs, x: Arg, w: Arg):
     """(windows, images, channels, output channels, groups) of the convolution, as Conv's binding
     reads them."""
-    win = _conv_window(attrs, x.shape, w.shape)
+    win = conv_window(attrs, x.shape, w.shape)
     return win, int(x.shape[0]), int(x.shape[1]), int(w.shape[0]), int(attrs.get("group", 1))
-
-
-def _cols_elements(win, n: int, c: int) -> int:
-    """The elements of the windows' copy [N, C * kernel, out]."""
-    return n * c * _prod(win.kernel) * _prod(win.out)
 
 
 def conv_integer_ops(x: Arg, w: Arg, x_zp: Arg | None, w_zp: Arg | None, acc: Arg, attrs, cols_at: int,
@@ -287,16 +282,10 @@ def conv_integer_ops(x: Arg, w: Arg, x_zp: Arg | None, w_zp: Arg | None, acc: Ar
     win, n, c, m, group = _conv_layout(attrs, x, w)
     if m % group or c % group:
         raise HipepError(f"{what}: X of {c} channels and W of {m} output channels for group={group}")
-    cg, mg = c // group, m // group
-    kp, p = _prod(win.kernel), _prod(win.out)
-    kg = cg * kp
-    cols = Arg(cols_at, (_cols_elements(win, n, c),), x.dtype)
-    ops = _window_ops(x, cols, win, True, b"", target, fill_src=x_zp)
-    batch, a_batch, b_batch = [n], [0], [c * kp * p]
-    if group > 1:
-        batch, a_batch, b_batch = [n, group], [0, mg * kg], [c * kp * p, kg * p]
-    problem = GemmProblem(mg, p, kg, a_sm=kg, a_sk=1, b_sk=p, b_sn=1, batch_dims=batch, a_batch=a_batch,
-                          b_batch=b_batch)
+    mg = m // group
+    cols = Arg(cols_at, (conv_cols_elements(win, n, c),), x.dtype)
+    ops = window_ops(x, cols, win, True, b"", target, fill_src=x_zp)
+    problem = conv_product_problem(win, n, c, m, group)
     rows = 0
     if w_zp is not None and w_zp.size != 1:
         if w_zp.size != m:
@@ -315,7 +304,7 @@ def _conv_integer_bind(ins, outs, attrs, target):
     if y is None or y.size == 0:
         return []
     win, n, c, _, _ = _conv_layout(attrs, x, w)
-    (cols_at,) = workspace_regions(target, "ConvInteger", [_cols_elements(win, n, c) * x.dtype.itemsize])
+    (cols_at,) = workspace_regions(target, "ConvInteger", [conv_cols_elements(win, n, c) * x.dtype.itemsize])
     return conv_integer_ops(x, w, _at(ins, 2), _at(ins, 3), y, attrs, cols_at, target, "ConvInteger")
 
 
@@ -356,7 +345,7 @@ def _qlinear_conv_bind(ins, outs, attrs, target):
     if y.dtype.name not in _SHORT:
         raise NoKernel(f"QLinearConv to {y.dtype.name}")
     win, n, c, m, _ = _conv_layout(attrs, x, w)
-    cols_at, acc_at = workspace_regions(target, "QLinearConv", [_cols_elements(win, n, c) * x.dtype.itemsize,
+    cols_at, acc_at = workspace_regions(target, "QLinearConv", [conv_cols_elements(win, n, c) * x.dtype.itemsize,
                                                                  y.size * 4])
     acc = Arg(acc_at, tuple(y.shape), _INT32)
     ops = conv_integer_ops(x, w, ins[_X_ZP], ins[_W_ZP], acc, attrs, cols_at, target, "QLinearConv")

@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import HipepError
 from ..ops.registry import OUTPUT_COUNT, SINCE_VERSION
 from .gpu_binding_core import Arg, KernelOp, NoKernel, _binding, _prod, flat_config, ptr, workspace_regions
-from .gpu_linalg import CONV_MAX_SPATIAL, _float_type, _window_ops
+from .gpu_linalg import CONV_MAX_SPATIAL, _float_type, window_ops
 
 POOL_AXES = 3  # kernels/pool.hip's HIPEP_POOL_AXES
 # element type -> kernels/pool.hip's name for it: max_pool's, and average_pool's and lp_pool's
@@ -100,7 +100,7 @@ def _max_pool_bind(ins, outs, attrs, target):
     (windows_at,) = workspace_regions(target, "MaxPool", [rows * kp * x.dtype.itemsize])
     windows = Arg(windows_at, (rows, kp), x.dtype)
     fill = np.asarray(-np.inf).astype(x.dtype).tobytes()
-    ops = _window_ops(x, windows, win, False, fill, target)
+    ops = window_ops(x, windows, win, False, fill, target)
     flat = Arg(y.ptr, (rows,), y.dtype)
     return ops + _reduce_bind("ReduceMax")([windows, None], [flat], {"axes": [1], "keepdims": 0}, target)
 
