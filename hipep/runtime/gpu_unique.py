@@ -34,14 +34,17 @@ class UniqueArgs(ctypes.Structure):
                 ("groups", ctypes.c_longlong), ("sorted", ctypes.c_int), ("nan_distinct", ctypes.c_int)]
 
 
+def _too_many_elements(n: int) -> str:
+    return f"an input of {n} elements, more than its one block's pairwise comparison takes ({MAX_ELEMENTS})"
+
+
 def _unique_check(attrs, dtypes, shapes, values):
     d = dtypes[0] if dtypes else ""
     if d and d not in _TYPES:
         return f"input 0 of element type {d}"
     shape = shapes[0] if shapes else None
     if shape is not None and all(s is not None for s in shape) and _prod(shape) > MAX_ELEMENTS:
-        return (f"an input of {_prod(shape)} elements, more than its one block's pairwise comparison takes "
-                f"({MAX_ELEMENTS})")
+        return _too_many_elements(_prod(shape))
     return None
 
 
@@ -75,8 +78,7 @@ def _unique_bind(ins, outs, attrs, target):
         raise NoKernel(f"Unique of element type {x.dtype.name}")
     shape = [int(d) for d in x.shape]
     if _prod(shape) > MAX_ELEMENTS:
-        raise NoKernel(f"Unique of an input of {_prod(shape)} elements, more than its one block's pairwise "
-                       f"comparison takes ({MAX_ELEMENTS})")
+        raise NoKernel(f"Unique of {_too_many_elements(_prod(shape))}")
     outer, items, inner, axis = _layout(shape, attrs.get("axis"))
     # The distinct items' count, from whichever of Y, indices and counts someone reads (the shape
     # program sized them from the same values); with none of them, only inverse is written.
