@@ -136,3 +136,63 @@ HIPEP_KERNEL void hipep_cosine_window_f64(double* HIPEP_RESTRICT y, hipep_i64 si
                                           double a1, double a2) {
   hipep_cosine_window<double>(y, size, step, a0, a1, a2);
 }
+
+// MelWeightMatrix: a thread an element (j, i) of the [bins, num_mel_bins] matrix. The host places the
+// triangles' num_mel_bins + 2 corners (spectrogram bins, in double as ONNX Runtime's CPU kernel does:
+// hipep.ops.signal.mel_bins) and hands them in the arguments; mel bin i rises from corner i to
+// corner i + 1 and falls to corner i + 2. Each weight is ORT's quotient in T: (j - left) / (center -
+// left) rising, (right - j) / (right - center) falling (written after the rising edge, so it wins
+// at the center), a one-bin rise (center == left) a 1 at the center; integer T divides as integers.
+#define HIPEP_MEL_MAX_CORNERS 1000
+struct hipep_mel_args {
+  hipep_i64 bins, num;                     // the output's [bins, num] extents
+  int corners[HIPEP_MEL_MAX_CORNERS];      // num + 2 of them used
+};
+
+// Float T: (T)a / (T)b, correctly rounded for float (NVRTC's default -prec-div=true, HIP's default
+// correctly rounded divide) and double alike, as the CPU's division. Integer T: the quotient of the
+// two non-negative widths in int, then T (0 or 1), as hipep's reference divides them.
+template <typename T>
+HIPEP_DEVICE T hipep_mel_quotient(int a, int b) {
+  return (T)(a / b);
+}
+template <>
+HIPEP_DEVICE float hipep_mel_quotient<float>(int a, int b) {
+  return (float)a / (float)b;
+}
+template <>
+HIPEP_DEVICE double hipep_mel_quotient<double>(int a, int b) {
+  return (double)a / (double)b;
+}
+
+template <typename T>
+HIPEP_DEVICE void hipep_mel_weight_matrix(T* HIPEP_RESTRICT y, const hipep_mel_args& a) {
+  const hipep_i64 total = a.bins * a.num, stride = (hipep_i64)gridDim.x * blockDim.x;
+  for (hipep_i64 e = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+    const int j = (int)(e / a.num), i = (int)(e % a.num);
+    const int left = a.corners[i], center = a.corners[i + 1], right = a.corners[i + 2];
+    T w = (T)0;
+    if (center == left) {
+      if (j == center) w = (T)1;
+    } else if (left <= j && j <= center) {
+      w = hipep_mel_quotient<T>(j - left, center - left);
+    }
+    if (center <= j && j < right) w = hipep_mel_quotient<T>(right - j, right - center);
+    y[e] = w;
+  }
+}
+
+#define HIPEP_MEL_ENTRY(name, T)                                                                   \
+  HIPEP_KERNEL void hipep_mel_weight_matrix_##name(T* HIPEP_RESTRICT y, const hipep_mel_args a) { \
+    hipep_mel_weight_matrix<T>(y, a);                                                              \
+  }
+HIPEP_MEL_ENTRY(f32, float)
+HIPEP_MEL_ENTRY(f64, double)
+HIPEP_MEL_ENTRY(i8, signed char)
+HIPEP_MEL_ENTRY(i16, short)
+HIPEP_MEL_ENTRY(i32, int)
+HIPEP_MEL_ENTRY(i64, long long)
+HIPEP_MEL_ENTRY(u8, unsigned char)
+HIPEP_MEL_ENTRY(u16, unsigned short)
+HIPEP_MEL_ENTRY(u32, unsigned int)
+HIPEP_MEL_ENTRY(u64, unsigned long long)

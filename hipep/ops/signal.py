@@ -283,15 +283,21 @@ def mel_bins(num_mel_bins: int, dft_length: int, sample_rate: int, lower_hz: flo
     return corners
 
 
-_MEL_INPUTS = ("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz")
+MEL_INPUTS = ("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz")
+
+
+def mel_operands(values) -> tuple[int, int, int, float, float]:
+    """MelWeightMatrix's five scalar inputs: num_mel_bins, dft_length, sample_rate (ints) and the
+    two edges (floats)."""
+    num, length, rate, lower, upper = (scalar_operand("MelWeightMatrix", name, v)
+                                       for name, v in zip(MEL_INPUTS, values))
+    return int(num), int(length), int(rate), float(lower), float(upper)
 
 
 @kernel("MelWeightMatrix")
 def _mel_weight_matrix(inputs, attrs):
-    num, length, rate, lower, upper = (scalar_operand("MelWeightMatrix", name, v)
-                                       for name, v in zip(_MEL_INPUTS, inputs))
-    num, length = int(num), int(length)
-    corners = mel_bins(num, length, int(rate), float(lower), float(upper))
+    num, length, rate, lower, upper = mel_operands(inputs)
+    corners = mel_bins(num, length, rate, lower, upper)
     dtype = numpy_dtype(_window_elem(attrs))
     y = np.zeros((length // 2 + 1, num), dtype)
     # ORT's arithmetic per element: (j - left) / T(rising width) and (right - j) / T(falling width)
@@ -314,8 +320,8 @@ def _mel_weight_matrix_shape(types, values, attrs, num_outputs):
     num, length = known_value(types, values, 0), known_value(types, values, 1)
     op = "MelWeightMatrix"
     return [tensor_type(_window_elem(attrs),
-                        (None if length is None else int(scalar_operand(op, _MEL_INPUTS[1], length)) // 2 + 1,
-                         None if num is None else int(scalar_operand(op, _MEL_INPUTS[0], num))))]
+                        (None if length is None else int(scalar_operand(op, MEL_INPUTS[1], length)) // 2 + 1,
+                         None if num is None else int(scalar_operand(op, MEL_INPUTS[0], num))))]
 
 
 # ONNX Runtime's CPU kernel reads the two edges as f32 only, and writes the window functions' types.

@@ -1,18 +1,21 @@
-"""GPU bindings of DFT, STFT and the window functions (kernels/dft.hip): one launch, a thread an
-output element, the sum over the transform's length in double (the CPU device's reference computes
-in double too). dft_length, the axis, frame_step, frame_length and a window's size are host inputs:
-the shapes and the launch's arguments come from them.
+"""GPU bindings of DFT, STFT, the window functions and MelWeightMatrix (kernels/dft.hip): one
+launch, a thread an output element, the sum over the transform's length in double (the CPU device's
+reference computes in double too). dft_length, the axis, frame_step, frame_length, a window's size
+and MelWeightMatrix's five inputs are host inputs: the shapes and the launch's arguments come from
+them (MelWeightMatrix's triangle corners placed by the host, as the reference places them).
 
 Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported."""
 from __future__ import annotations
 
 import ctypes
 
+import numpy as np
+
 from ..errors import HipepError
 from ..ops._common import type_name
 from ..ops.registry import F32, F64
-from ..ops.signal import (WINDOW_COEFFICIENTS, dft_axis, dft_length, dft_output_shape, stft_bins, stft_frames,
-                          window_increment, window_size)
+from ..ops.signal import (MEL_INPUTS, WINDOW_COEFFICIENTS, dft_axis, dft_length, dft_output_shape, mel_bins,
+                          mel_operands, stft_bins, stft_frames, window_increment, window_size)
 from .gpu_binding_core import KernelOp, NoKernel, _binding, _prod, _values_or_attr, flat_config, ptr
 
 _DFT_TYPES = {"float32": "f32", "float64": "f64"}
@@ -116,3 +119,55 @@ def _window_binding(op_type: str):
 
 for _op in WINDOW_COEFFICIENTS:
     _window_binding(_op)
+
+
+# ---- MelWeightMatrix --------------------------------------------------------------------------
+
+# The corners travel in the launch's arguments (kernels/dft.hip HIPEP_MEL_MAX_CORNERS: 4 KB of
+# parameters at most on every target), so num_mel_bins + 2 of them must fit.
+MEL_MAX_CORNERS = 1000
+MEL_MAX_BINS = MEL_MAX_CORNERS - 2
+_MEL_TYPES = {"float32": "f32", "float64": "f64", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+              "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64"}
+
+
+class MelArgs(ctypes.Structure):
+    _fields_ = [("bins", ctypes.c_longlong), ("num", ctypes.c_longlong), ("corners", ctypes.c_int * MEL_MAX_CORNERS)]
+
+
+def _too_many_mel_bins(num: int) -> str:
+    return (f"num_mel_bins {num}: the kernel takes the triangles' corners in its launch arguments, at most "
+            f"{MEL_MAX_BINS} mel bins")
+
+
+def _mel_check(attrs, dtypes, shapes, values):
+    num = values[0] if values and values[0] is not None and np.asarray(values[0]).size == 1 else None
+    if num is not None and int(np.asarray(num).reshape(-1)[0]) > MEL_MAX_BINS:
+        return _too_many_mel_bins(int(np.asarray(num).reshape(-1)[0]))
+    return None
+
+
+@_binding("::MelWeightMatrix", check=_mel_check, reads_values=True, modules=("dft",))
+def _mel_bind(ins, outs, attrs, target):
+    y = outs[0]
+    if y is None:
+        return []
+    for index, (name, a) in enumerate(zip(MEL_INPUTS, ins)):
+        if a is None or a.value is None:
+            raise HipepError(f"MelWeightMatrix: input {index} ('{name}') must be readable by the host at launch")
+    num, length, rate, lower, upper = mel_operands([a.value for a in ins])
+    if num > MEL_MAX_BINS:
+        raise NoKernel(f"MelWeightMatrix: {_too_many_mel_bins(num)}")
+    corners = mel_bins(num, length, rate, lower, upper)
+    shape = (length // 2 + 1, num)
+    if tuple(y.shape) != shape:
+        raise HipepError(f"MelWeightMatrix: output of shape {list(y.shape)}, expected {list(shape)}")
+    dt = _MEL_TYPES.get(y.dtype.name)
+    if dt is None:
+        raise NoKernel(f"MelWeightMatrix has no kernel for output type {y.dtype.name}")
+    if y.size == 0:
+        return []
+    args = MelArgs(shape[0], num)
+    args.corners[:len(corners)] = corners
+    grid, block = flat_config(y.size, target)
+    return [KernelOp(f"hipep_mel_weight_matrix_{dt}", grid, block, [ptr(y), args], module="dft")]

@@ -1,6 +1,7 @@
-"""DFT, STFT and the window functions on the CUDA device (kernels/dft.hip): forward and inverse, real
-and complex, one-sided and its inverse, padded and truncated lengths, frames with and without a
-window; Hann, Hamming and Blackman windows against ORT's CPU EP, alone and feeding an STFT. Each
+"""DFT, STFT, the window functions and MelWeightMatrix on the CUDA device (kernels/dft.hip): forward
+and inverse, real and complex, one-sided and its inverse, padded and truncated lengths, frames with
+and without a window; Hann, Hamming and Blackman windows against ORT's CPU EP, alone and feeding an
+STFT; mel matrices bit for bit and a log-mel spectrogram against ORT's CPU EP. Each
 against hipep's float64 reference (numpy's FFT; the kernels sum in double too) to the output type's
 rounding, and against ORT's CPU EP, which sums in the input's type: its f32 STFT of a 400-sample
 frame is ~1e-4 of the spectrum's peak off the exact transform, so that comparison takes 1e-3 of the
@@ -127,4 +128,52 @@ def test_hann_window_feeds_a_stft():
     want = cpu_session(model).run(None, {"x": x})[0]
     got = hipep.InferenceSession(model, device="cuda").run(None, {"x": x})[0]
     assert got.shape == want.shape == (2, 8, 201, 2)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-3 * np.abs(want).max())
+
+
+MEL_RUNS = [(80, 400, 16000, 0.0, 8000.0), (40, 512, 16000, 20.0, 8000.0), (8, 16, 8192, 0.0, 4096.0),
+            (80, 400, 16000, 0.0, 8000.0), (128, 2048, 44100, 30.0, 11025.0)]
+
+
+@pytest.mark.parametrize("elem", [TP.FLOAT, TP.DOUBLE, TP.INT32, TP.UINT8])
+def test_mel_weight_matrix(elem):
+    """The five inputs are graph inputs the host reads: each run's matrix (a new size, new edges, a
+    size seen before) bit for bit against ORT's CPU EP."""
+    node = helper.make_node("MelWeightMatrix", ["bins", "n", "rate", "lo", "hi"], ["y"], output_datatype=elem,
+                            name="mel")
+    inputs = [tensor(x, TP.INT64, []) for x in ("bins", "n", "rate")] + [tensor(x, TP.FLOAT, []) for x in ("lo", "hi")]
+    model = make_model([node], inputs, [tensor("y", elem, None)], [], opset=17)
+    gpu_checks.assert_claimed_whole(model)
+    sess, ref = hipep.InferenceSession(model, device="cuda"), cpu_session(model)
+    for bins, n, rate, lo, hi in MEL_RUNS:
+        feed = {"bins": np.array(bins, np.int64), "n": np.array(n, np.int64), "rate": np.array(rate, np.int64),
+                "lo": np.array(lo, np.float32), "hi": np.array(hi, np.float32)}
+        got, want = sess.run(None, feed)[0], ref.run(None, feed)[0]
+        assert got.dtype == want.dtype and got.shape == want.shape == (n // 2 + 1, bins)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_log_mel_spectrogram():
+    """A speech front end on the device, one subgraph: Hann window, STFT, power spectrum, the mel
+    matrix made by MelWeightMatrix, log."""
+    consts = [helper.make_tensor(name, TP.INT64, [], [v]) for name, v in
+              (("n", 400), ("step", 160), ("bins", 80), ("rate", 16000))]
+    consts += [helper.make_tensor("lo", TP.FLOAT, [], [0.0]), helper.make_tensor("hi", TP.FLOAT, [], [8000.0]),
+               helper.make_tensor("floor", TP.FLOAT, [], [1e-10]),
+               helper.make_tensor("axis", TP.INT64, [1], [-1]), helper.make_tensor("two", TP.FLOAT, [], [2.0])]
+    nodes = [helper.make_node("HannWindow", ["n"], ["w"], name="window"),
+             helper.make_node("STFT", ["x", "step", "w", ""], ["spec"], onesided=1, name="stft"),
+             helper.make_node("Pow", ["spec", "two"], ["sq"], name="square"),
+             helper.make_node("ReduceSum", ["sq", "axis"], ["power"], keepdims=0, name="power"),
+             helper.make_node("MelWeightMatrix", ["bins", "n", "rate", "lo", "hi"], ["mel_w"], name="mel"),
+             helper.make_node("MatMul", ["power", "mel_w"], ["mel"], name="project"),
+             helper.make_node("Max", ["mel", "floor"], ["clamped"], name="clamp"),
+             helper.make_node("Log", ["clamped"], ["y"], name="log")]
+    model = make_model(nodes, [tensor("x", TP.FLOAT, [2, 16000, 1])], [tensor("y", TP.FLOAT, None)], consts,
+                       opset=18)
+    gpu_checks.assert_claimed_whole(model)
+    x = np.random.default_rng(5).standard_normal((2, 16000, 1)).astype(np.float32)
+    want = cpu_session(model).run(None, {"x": x})[0]
+    got = hipep.InferenceSession(model, device="cuda").run(None, {"x": x})[0]
+    assert got.shape == want.shape == (2, 98, 80)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-3 * np.abs(want).max())

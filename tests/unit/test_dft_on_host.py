@@ -3,7 +3,8 @@ stand-in for the CUDA headers, and the launch the binding gives runs over host m
 the registry's reference (hipep.ops.signal: numpy's FFT in double): forward and inverse, real and
 complex input, one-sided spectra and their inverse (irfft), dft_length shorter and longer than the
 signal, both opsets' axis, f32 and f64; STFT's frames with and without a window, one-sided or not,
-real and complex signals; the window functions' cosine sums, bit for bit. Skipped without g++."""
+real and complex signals; the window functions' cosine sums and MelWeightMatrix's triangles in each
+output type, bit for bit. Skipped without g++."""
 from __future__ import annotations
 
 import shutil
@@ -80,3 +81,33 @@ def test_window_functions_follow_the_reference_bit_for_bit(libraries, op_type, p
     assert [o.entry for o in ops] == [f"hipep_cosine_window_{'f32' if elem == 1 else 'f64'}"]
     assert got.dtype == want.dtype and got.shape == (size,)
     np.testing.assert_array_equal(got, want)
+
+
+MEL_CASES = [(8, 16, 8192, 0.0, 4096.0), (40, 512, 16000, 20.0, 8000.0), (80, 400, 16000, 0.0, 8000.0),
+             (3, 64, 100, 1.0, 40.0), (0, 16, 8000, 0.0, 3000.0), (998, 4096, 48000, 0.0, 24000.0)]
+
+
+@pytest.mark.parametrize("elem", [1, 11, 3, 5, 6, 7, 2, 4, 12, 13],
+                         ids=["f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64"])
+@pytest.mark.parametrize("case", MEL_CASES, ids=lambda c: f"{c[0]}-bins-of-{c[1]}")
+def test_mel_weight_matrix_follows_the_reference_bit_for_bit(libraries, elem, case):
+    """The host places the corners, the kernel writes every element of the matrix (zeros too) with
+    the reference's quotient in the output type; 998 mel bins is the most the launch arguments hold."""
+    num, length, rate, lo, hi = case
+    if elem not in (1, 11) and num > 100:
+        pytest.skip("the integer outputs' arithmetic is the same for every size")
+    inputs = [np.array(num, np.int64), np.array(length, np.int64), np.array(rate, np.int64), np.array(lo, np.float32),
+              np.array(hi, np.float32)]
+    (got,), (want,), ops = run_on_host(libraries, "::MelWeightMatrix", inputs, {"output_datatype": elem}, sm_count=1)
+    assert got.dtype == want.dtype and got.shape == (length // 2 + 1, num)
+    assert [o.entry[:len("hipep_mel_weight_matrix_")] for o in ops] == (["hipep_mel_weight_matrix_"] if num else [])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_mel_weight_matrix_past_the_argument_limit_is_no_kernel(libraries):
+    from hipep.runtime.gpu_binding_core import NoKernel
+
+    inputs = [np.array(999, np.int64), np.array(4096, np.int64), np.array(48000, np.int64), np.array(0, np.float32),
+              np.array(24000, np.float32)]
+    with pytest.raises(NoKernel, match="num_mel_bins 999: .* at most 998 mel bins"):
+        run_on_host(libraries, "::MelWeightMatrix", inputs, {"output_datatype": 1}, sm_count=1)

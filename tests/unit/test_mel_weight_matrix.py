@@ -1,6 +1,7 @@
 """MelWeightMatrix on the CPU device: ORT's CPU kernel's matrix bit for bit (its corners' placement
 and its per-type arithmetic), a clear error where an edge or a triangle falls outside the
-spectrogram, and on a GPU the node left to ORT with the reason."""
+spectrogram; a GPU claims it (kernels/dft.hip) up to the mel bins its launch arguments hold and
+leaves a larger constant count to ORT with the reason."""
 from __future__ import annotations
 
 import numpy as np
@@ -42,6 +43,12 @@ def test_an_edge_past_the_spectrogram_is_a_clear_error_and_the_session_goes_on()
     assert sess.run(None, feeds(4, 16, 16000, 0, 7000))[0].shape == (9, 4)
 
 
-def test_a_gpu_leaves_it_to_ort_with_the_reason():
-    line = hipep.explain(mel_model(), device="cuda").rejections[0].line()
-    assert "node 'mel'" in line and "no kernel for cuda" in line
+def test_a_gpu_claims_it_up_to_the_mel_bins_its_launch_holds():
+    assert not hipep.explain(mel_model(), device="cuda").rejections
+    node = helper.make_node("MelWeightMatrix", ["bins", "n", "rate", "lo", "hi"], ["y"], name="mel")
+    consts = [helper.make_tensor("bins", TP.INT64, [], [999]), helper.make_tensor("n", TP.INT64, [], [4096]),
+              helper.make_tensor("rate", TP.INT64, [], [48000]), helper.make_tensor("lo", TP.FLOAT, [], [0.0]),
+              helper.make_tensor("hi", TP.FLOAT, [], [24000.0])]
+    model = make_model([node], [], [tensor("y", TP.FLOAT, None)], consts, opset=17)
+    line = hipep.explain(model, device="cuda").rejections[0].line()
+    assert "node 'mel'" in line and "num_mel_bins 999" in line and "at most 998 mel bins" in line, line
