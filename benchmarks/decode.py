@@ -113,7 +113,7 @@ class Decoder:
             out = self.logits[n] = self.place.empty((1, n, self.vocab), self.logits_dtype)
         b.bind_ortvalue_output("logits", out)
         self.sess.run_with_iobinding(b)
-        return gh.to_host(out)[0, -1]
+        return gh.last_row(out)
 
     def generate(self, prompt: np.ndarray, new: int, timed: bool = False) -> dict:
         """Greedy tokens after `prompt`: the prompt's step gives the first, each decode step one
@@ -191,6 +191,13 @@ def summarize(runs: list[dict]) -> dict:
             "prompt_ms": float(np.median([r["prompt_ns"] for r in runs])) / 1e6 if "prompt_ns" in runs[0] else None,
             "prompt_kernel_ms": (float(np.median([r["prompt_stats"]["kernel_us"] for r in runs])) / 1e3
                                  if runs[0].get("prompt_stats") else None),
+            "prompt_issue": ({k: float(np.median([r["prompt_stats"].get(k, 0) for r in runs]))
+                              for k in ("launches", "direct_launches", "graph_launches", "graph_node_updates",
+                                        "native_runs", "specializations", "transfer_bytes")}
+                             | {"runtime_host_ms": float(np.median([r["prompt_stats"]["run_us"]
+                                                                    - r["prompt_stats"]["sync_wait_us"]
+                                                                    for r in runs])) / 1e3}
+                             if runs[0].get("prompt_stats") else None),
             "series_ms": np.median(np.stack([r["wall_ns"] for r in runs]), axis=0) / 1e6,
             "series_kernel_ms": np.median(np.stack([[s["kernel_us"] for s in r["stats"]] for r in runs]), axis=0) / 1e3}
 
@@ -321,8 +328,17 @@ def render(info: dict, facts: dict, folder: str, place: gh.Placement, copy: dict
     if "error" not in hip and hip.get("prompt_ms") is not None:
         kernels = (f", {hip['prompt_kernel_ms']:.2f} ms of it kernels"
                    if hip.get("prompt_kernel_ms") is not None else "")
-        L += ["", f"ORT + IOBinding, the prompt's step (time to the first token, median): {hip['prompt_ms']:.2f} ms for "
-                  f"{args.prompt} tokens{kernels}: {args.prompt / hip['prompt_ms'] * 1e3:.0f} prompt tokens/s."]
+        L += ["", f"ORT + IOBinding, the prompt's step (time to the first token, median): "
+                  f"{hip['prompt_ms']:.2f} ms for {args.prompt} tokens{kernels}: "
+                  f"{args.prompt / hip['prompt_ms'] * 1e3:.0f} prompt tokens/s (binding, run, the last position's "
+                  f"logits row read back, argmax)."]
+        p = hip.get("prompt_issue")
+        if p:
+            L += ["", f"The prompt's step (median): {p['runtime_host_ms']:.3f} ms in hipep's runtime, "
+                      f"{p['launches']:.0f} launches: CUDA graph launches {p['graph_launches']:.0f}, kernel nodes "
+                      f"updated {p['graph_node_updates']:.0f}, launches issued one by one "
+                      f"{p['direct_launches']:.0f}; native runs {p['native_runs']:.0f}, specializations "
+                      f"{p['specializations']:.0f}, copied host↔device {gh.bytes_text(p['transfer_bytes'])}."]
     if "error" not in hip and hip["kernel_ms"] > 0:
         L += ["", f"Weights read per step / kernel time: {facts['weights_per_step'] / hip['kernel_ms'] / 1e6:.0f} GB/s "
                   f"({facts['weights_per_step'] / hip['kernel_ms'] / 1e6 / copy['gbps']:.0%} of the copy bandwidth); "

@@ -170,6 +170,25 @@ def to_host(value) -> np.ndarray:
     return out
 
 
+def last_row(value) -> np.ndarray:
+    """The last row of a bound [..., n, width] value (a step's logits: the next token comes from
+    the last position's), read back alone. With one row that is the whole value, read as
+    `to_host` reads it; a prompt's step reads one row of its n (the builder's models give logits
+    for every position: 8 to 16 MB for a 128-token prompt of a 32000-word vocabulary), as a
+    generator that picks the next token reads only that row."""
+    shape = tuple(value.shape())
+    if len(shape) < 2 or shape[-2] <= 1:
+        return to_host(value).reshape(-1)[-shape[-1]:] if shape else to_host(value)
+    if value.device_name().lower() == "cpu":
+        return value.numpy()[..., -1, :].reshape(-1)[-shape[-1]:].copy()
+    d = _driver()
+    out = np.empty(shape[-1], ORT_ELEMENT[value.data_type()])
+    _ok(d.cuCtxSynchronize(), "cuCtxSynchronize")
+    offset = (int(np.prod(shape)) - shape[-1]) * out.itemsize
+    _ok(d.cuMemcpyDtoH(out.ctypes.data, value.data_ptr() + offset, out.nbytes), "cuMemcpyDtoH")
+    return out
+
+
 def _ok(result, what: str):
     d = _driver()
     err = result[0] if isinstance(result, tuple) else result

@@ -70,6 +70,18 @@ def test_the_report_splits_host_time_into_hipeps_runtime_and_the_rest():
     # the prompt's step: 12.8 ms wall, 10 ms of kernels, 128 tokens
     assert "the prompt's step (time to the first token, median): 12.80 ms for 128 tokens, 10.00 ms of it " \
            "kernels: 10000 prompt tokens/s" in text
+    assert "The prompt's step (median): 0.400 ms in hipep's runtime, 149 launches: CUDA graph launches 2" in text
+
+
+def test_a_step_reads_back_only_the_last_positions_logits():
+    import onnxruntime as ort
+
+    import gpu_harness
+
+    logits = np.arange(3 * 5, dtype=np.float32).reshape(1, 3, 5)
+    np.testing.assert_array_equal(gpu_harness.last_row(ort.OrtValue.ortvalue_from_numpy(logits)), logits[0, -1])
+    one = logits[:, -1:]
+    np.testing.assert_array_equal(gpu_harness.last_row(ort.OrtValue.ortvalue_from_numpy(one)), logits[0, -1])
 
 
 def test_a_results_header_names_the_launch_path_settings_in_effect():
