@@ -24,6 +24,9 @@
 //     shared memory (double-buffered, the next slice's global loads in registers while the
 //     current one is used), each thread accumulating a TM x TN register block.
 // MT is the most rows a gemv instance handles (the runtime picks the smallest MT >= m).
+// f64 (gemm_f64): 16 x 16 output tiles, 16-deep slices of A and B through shared memory, a thread
+// an output accumulating in double: the conformance suite's and scientific models' double
+// products, where exactness matters more than speed.
 #include "hipep_device.h"
 
 #define HIPEP_GEMM_MAX_BATCH_RANK 4
@@ -425,3 +428,36 @@ HIPEP_GEMM_ENTRY(f16, hipep_half, 128, 8, 8, 1)
 HIPEP_GEMM_ENTRY(f16, hipep_half, 64, 16, 4, 2)
 HIPEP_GEMM_ENTRY(bf16, hipep_bf16, 128, 8, 8, 1)
 HIPEP_GEMM_ENTRY(bf16, hipep_bf16, 64, 16, 4, 2)
+
+// ---- gemm_f64: double products ------------------------------------------------------------------
+
+#define HIPEP_GEMM_F64_TILE 16
+
+HIPEP_KERNEL void __launch_bounds__(HIPEP_GEMM_F64_TILE * HIPEP_GEMM_F64_TILE)
+    hipep_gemm_f64(const double* HIPEP_RESTRICT A, const double* HIPEP_RESTRICT B, const double* HIPEP_RESTRICT C,
+                   double* HIPEP_RESTRICT Y, const hipep_gemm_args a) {
+  __shared__ double as[HIPEP_GEMM_F64_TILE][HIPEP_GEMM_F64_TILE];
+  __shared__ double bs[HIPEP_GEMM_F64_TILE][HIPEP_GEMM_F64_TILE + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const hipep_i64 col = (hipep_i64)blockIdx.x * HIPEP_GEMM_F64_TILE + tx;
+  const hipep_i64 row = (hipep_i64)blockIdx.y * HIPEP_GEMM_F64_TILE + ty;
+  for (hipep_i64 z = blockIdx.z; z < a.batch; z += gridDim.z) {
+    hipep_i64 ao, bo;
+    hipep_gemm_offsets(a, z, ao, bo);
+    double acc = 0.0;
+    for (hipep_i64 k0 = 0; k0 < a.k; k0 += HIPEP_GEMM_F64_TILE) {
+      // Past the edges the tiles hold zeros (their products add nothing).
+      as[ty][tx] = row < a.m && k0 + tx < a.k ? A[ao + row * a.a_sm + (k0 + tx) * a.a_sk] : 0.0;
+      bs[ty][tx] = k0 + ty < a.k && col < a.n ? B[bo + (k0 + ty) * a.b_sk + col * a.b_sn] : 0.0;
+      __syncthreads();
+      const int depth = a.k - k0 < HIPEP_GEMM_F64_TILE ? (int)(a.k - k0) : HIPEP_GEMM_F64_TILE;
+      for (int l = 0; l < depth; ++l) acc += as[ty][l] * bs[l][tx];
+      __syncthreads();
+    }
+    if (row < a.m && col < a.n) {
+      double v = (double)a.alpha * acc;
+      if (C != 0) v += (double)a.beta * C[row * a.c_sm + col * a.c_sn];
+      Y[(z * a.m + row) * a.n + col] = v;
+    }
+  }
+}

@@ -43,6 +43,8 @@ GEMV_MAX_SPLITS = 32
 GEMM_THREADS = 256
 MAX_GRID_YZ = 65535
 _FLOAT_TYPES = ("float32", "float16", "bfloat16")
+_PRODUCT_TYPES = _FLOAT_TYPES + ("float64",)  # MatMul and Gemm: f64 through gemm_f64
+GEMM_F64_TILE = 16  # kernels/gemm.hip's HIPEP_GEMM_F64_TILE
 
 
 class GemmArgs(ctypes.Structure):
@@ -174,6 +176,8 @@ def _aligned(pointer: int, strides: Sequence[int], vec: int, itemsize: int) -> b
 
 def gemm_ops(p: GemmProblem, a: Arg, b: Arg, c: Arg | None, y: Arg, target: Target) -> list:
     """The launches computing `p` into y."""
+    if y.dtype == np.float64:
+        return _f64_ops(p, a, b, c, y)
     dt = _dt(y.dtype, "MatMul/Gemm")
     if dt not in ("f32", "f16", "bf16"):
         raise NoKernel(f"MatMul/Gemm on {y.dtype.name}")
@@ -223,6 +227,20 @@ def gemm_ops(p: GemmProblem, a: Arg, b: Arg, c: Arg | None, y: Arg, target: Targ
         raise NoKernel(f"a product of {p.m} rows (at most {MAX_GRID_YZ * tile})")
     return [KernelOp(f"hipep_gemm_{dt}_{tile}", (_cdiv(p.n, tile), gy, gz), (GEMM_THREADS, 1, 1), params,
                      module="gemm")]
+
+
+def _f64_ops(p: GemmProblem, a: Arg, b: Arg, c: Arg | None, y: Arg) -> list:
+    """kernels/gemm.hip's gemm_f64: a thread an output, 16 x 16 tiles."""
+    if p.m * p.n * p.batch == 0:
+        return []
+    if y.size != p.batch * p.m * p.n:
+        raise HipepError(f"output of {y.size} elements for a product of {p.batch} x {p.m} x {p.n}")
+    gy = _cdiv(p.m, GEMM_F64_TILE)
+    if gy > MAX_GRID_YZ:
+        raise NoKernel(f"a double product of {p.m} rows (at most {MAX_GRID_YZ * GEMM_F64_TILE})")
+    return [KernelOp("hipep_gemm_f64", (_cdiv(p.n, GEMM_F64_TILE), gy, min(p.batch, MAX_GRID_YZ)),
+                     (GEMM_F64_TILE, GEMM_F64_TILE, 1),
+                     [ptr(a), ptr(b), ptr(c if p.has_c else None), ptr(y), p.args()], module="gemm")]
 
 
 # ---- cuBLASLt on NVIDIA --------------------------------------------------------------------------
@@ -324,8 +342,14 @@ def _float_type(dtypes) -> str | None:
     return None
 
 
+def _product_type(dtypes) -> str | None:
+    if not dtypes or dtypes[0] not in _PRODUCT_TYPES:
+        return f"element type {dtypes[0] if dtypes else '?'}"
+    return None
+
+
 def _matmul_check(attrs, dtypes, shapes, values):
-    why = _float_type(dtypes)
+    why = _product_type(dtypes)
     if why is not None:
         return why
     a = shapes[0] if shapes else None
@@ -360,7 +384,7 @@ def _matmul_bind(ins, outs, attrs, target):
 
 
 def _gemm_check(attrs, dtypes, shapes, values):
-    return _float_type(dtypes)
+    return _product_type(dtypes)
 
 
 @_binding("::Gemm", check=_gemm_check, modules=("gemm",))

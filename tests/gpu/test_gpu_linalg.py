@@ -102,6 +102,24 @@ def test_matmul_of_empty_operands(rng, gemm_mode):
     check(model, {"a": np.zeros((3, 0), np.float32), "b": np.zeros((0, 5), np.float32)}, PRODUCT_TOL[F32])
 
 
+@pytest.mark.parametrize("a_shape,b_shape", [((7,), (7, 5)), ((33, 255), (255, 129)), ((2, 3, 1, 64), (2, 3, 64, 17)),
+                                             ((5, 64), (2, 64, 9)), ((3, 128, 64), (3, 64, 128))])
+def test_matmul_in_double(rng, a_shape, b_shape):
+    """kernels/gemm.hip's gemm_f64 (no vendor library path): a double sum per output against ORT's
+    CPU EP to double's rounding over the sum's length."""
+    model = make_model([n("MatMul", ["a", "b"], ["y"], name="mm")],
+                       [tensor("a", TP.DOUBLE, list(a_shape)), tensor("b", TP.DOUBLE, list(b_shape))],
+                       [tensor("y", TP.DOUBLE, None)], opset=13)
+    feeds = {"a": rng.uniform(-1, 1, a_shape), "b": rng.uniform(-1, 1, b_shape)}
+    want = cpu_session(model).run(None, feeds)[0]
+    assert not hipep.explain(model, device="cuda").rejections
+    sess = hipep.InferenceSession(model, device="cuda")
+    for _ in range(3):
+        got = sess.run(None, feeds)[0]
+        assert got.dtype == np.float64 and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
+
+
 # ---- Gemm ---------------------------------------------------------------------------------------
 
 GEMM_CASES = [

@@ -84,6 +84,19 @@ def test_bf16_products(libraries):
         close(view, want, 2e-2)
 
 
+@pytest.mark.parametrize("a_shape,b_shape,offset", [((1, 64), (64, 20), 0), ((3, 40), (40, 17), 1),
+                                                     ((2, 3, 1, 8), (1, 8, 12), 0), ((7,), (3, 7, 2), 3),
+                                                     ((33, 17), (17, 5), 0), ((2, 20, 18), (2, 18, 3), 0)])
+def test_double_products(libraries, a_shape, b_shape, offset):
+    """gemm_f64: 16 x 16 tiles over edges, broadcast batches, a 1-D operand, K past one slice."""
+    rng = np.random.default_rng(3)
+    a, b = rng.uniform(-1, 1, a_shape), rng.uniform(-1, 1, b_shape)
+    (got,), _, ops = run(libraries, "::MatMul", [a, b], {}, offsets={1: offset})
+    assert [o.entry for o in ops] == ["hipep_gemm_f64"]
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, np.matmul(a, b), rtol=1e-13, atol=1e-14)
+
+
 GEMM = [((8, 16), (12, 16), (8, 1), {"transB": 1, "alpha": 0.5, "beta": 2.0}),
         ((16, 33), (70, 16), (33, 70), {"transA": 1, "transB": 1, "beta": -1.0}),
         ((1, 64), (100, 64), (100,), {"transB": 1}), ((16, 8), (16, 12), (12,), {"transA": 1}),
