@@ -1,3 +1,4 @@
+// AffineGrid (opset 20) is at the end of this file.
 // GridSample (opsets 16, 20, 22): one thread per output element (n, c, output position), a
 // grid-stride loop. X is [N, C, *in] with 2 or 3 spatial axes, the grid [N, *out, r], Y [N, C, *out].
 //
@@ -209,3 +210,70 @@ HIPEP_GRID_SAMPLE_ENTRY(f32, float, f32, float)
 HIPEP_GRID_SAMPLE_ENTRY(f32, float, f16, hipep_half)
 HIPEP_GRID_SAMPLE_ENTRY(f16, hipep_half, f32, float)
 HIPEP_GRID_SAMPLE_ENTRY(f16, hipep_half, f16, hipep_half)
+
+// ---- AffineGrid (opset 20) -----------------------------------------------------------------------
+// A thread per grid point (n, d, h, w): its base coordinates x (along W), y (H) and z (D, 3-D only)
+// and theta[n]'s rows applied to them, each operation rounded in T as ONNX Runtime's CPU kernel
+// (hipep.ops.grid_sample, the CPU reference) rounds it: the base is -1 + i * (2 / (L - 1)), its
+// last point 1 and a one-point axis 1, times (L - 1) / L without align_corners; a component is
+// (r0 * x + r1 * y) + t in 2-D, and in 3-D (r0 * x + (r1 * y + r2 * z)) + t for f32 but
+// ((r0 * x + r1 * y) + r2 * z) + t for f64. The grid is [N, (D,) H, W, r], theta [N, r, r + 1].
+struct hipep_affine_grid_args {
+  hipep_i64 points;   // N * D * H * W
+  hipep_i64 dims[3];  // the spatial extents, outer to inner (D, H, W; 2-D: 1, H, W)
+  int spatial;        // r: 2 or 3
+  int align_corners;
+};
+
+HIPEP_DEVICE float hipep_affine_add(float a, float b) { return __fadd_rn(a, b); }
+HIPEP_DEVICE float hipep_affine_mul(float a, float b) { return __fmul_rn(a, b); }
+HIPEP_DEVICE float hipep_affine_div(float a, float b) { return __fdiv_rn(a, b); }
+HIPEP_DEVICE double hipep_affine_add(double a, double b) { return __dadd_rn(a, b); }
+HIPEP_DEVICE double hipep_affine_mul(double a, double b) { return __dmul_rn(a, b); }
+HIPEP_DEVICE double hipep_affine_div(double a, double b) { return __ddiv_rn(a, b); }
+
+template <typename T>
+HIPEP_DEVICE T hipep_affine_base(hipep_i64 i, hipep_i64 length, int align_corners) {
+  T v = (T)1;
+  if (length != 1 && i != length - 1)
+    v = hipep_affine_add((T)-1, hipep_affine_mul((T)i, hipep_affine_div((T)2, (T)(length - 1))));
+  if (!align_corners) v = hipep_affine_div(hipep_affine_mul(v, (T)(length - 1)), (T)length);
+  return v;
+}
+
+template <typename T>
+HIPEP_DEVICE void hipep_affine_grid(const T* HIPEP_RESTRICT theta, T* HIPEP_RESTRICT grid,
+                                    const hipep_affine_grid_args& a) {
+  const hipep_i64 stride = (hipep_i64)gridDim.x * blockDim.x;
+  const hipep_i64 per_n = a.dims[0] * a.dims[1] * a.dims[2];
+  const int r = a.spatial;
+  for (hipep_i64 e = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; e < a.points; e += stride) {
+    const hipep_i64 n = e / per_n, p = e % per_n;
+    const T x = hipep_affine_base<T>(p % a.dims[2], a.dims[2], a.align_corners);
+    const T y = hipep_affine_base<T>((p / a.dims[2]) % a.dims[1], a.dims[1], a.align_corners);
+    const T z = r == 3 ? hipep_affine_base<T>(p / (a.dims[2] * a.dims[1]), a.dims[0], a.align_corners) : (T)0;
+    const T* rows = theta + n * r * (r + 1);
+    for (int c = 0; c < r; ++c) {
+      const T* row = rows + c * (r + 1);
+      const T px = hipep_affine_mul(row[0], x), py = hipep_affine_mul(row[1], y);
+      T sum;
+      if (r == 2) {
+        sum = hipep_affine_add(px, py);
+      } else {
+        const T pz = hipep_affine_mul(row[2], z);
+        sum = sizeof(T) == 4 ? hipep_affine_add(px, hipep_affine_add(py, pz))
+                             : hipep_affine_add(hipep_affine_add(px, py), pz);
+      }
+      grid[e * r + c] = hipep_affine_add(sum, row[r]);
+    }
+  }
+}
+
+HIPEP_KERNEL void hipep_affine_grid_f32(const float* HIPEP_RESTRICT theta, float* HIPEP_RESTRICT grid,
+                                        const hipep_affine_grid_args a) {
+  hipep_affine_grid<float>(theta, grid, a);
+}
+HIPEP_KERNEL void hipep_affine_grid_f64(const double* HIPEP_RESTRICT theta, double* HIPEP_RESTRICT grid,
+                                        const hipep_affine_grid_args a) {
+  hipep_affine_grid<double>(theta, grid, a);
+}

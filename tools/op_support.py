@@ -40,12 +40,12 @@ uses only the listed attributes, and the op's claim predicate accepts it (the li
 quotes the predicate's docstring where it has one).
 
 Ops that ONNX defines as functions run on hipep without an entry here (Swish,
-NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, CenterCropPad, AffineGrid, the window
-functions, ...): hipep runs such a node through its function body, or (on a GPU, a body with shape
-arithmetic) leaves it for ORT to replace by that body and claims the body's nodes. Where ORT's
-CPU EP has a kernel for the op (AffineGrid, the windows), ORT never replaces the node: hipep runs
-it through its body where that body reads no host value (the CPU device), else leaves it to ORT's
-CPU EP. `hipep explain` says which; the conformance part below lists their cases as "(function)".
+NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss, CenterCropPad, ...): hipep runs such a node
+through its function body, or (on a GPU, a body with shape arithmetic) leaves it for ORT to
+replace by that body and claims the body's nodes. Function ops ORT's CPU EP has a kernel for are
+never replaced by ORT; those hipep runs (AffineGrid, the window functions) have entries here and
+follow that kernel. `hipep explain` says which; the conformance part below lists function cases
+as "(function)".
 """
 
 

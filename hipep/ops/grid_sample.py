@@ -1,4 +1,14 @@
-"""GridSample (opsets 16, 20, 22), following ONNX Runtime's CPU kernel operation for operation, so
+"""AffineGrid (opset 20) and GridSample (opsets 16, 20, 22): a spatial transformer's grid and its
+sampling. AffineGrid is an ONNX function, but ONNX Runtime's CPU EP runs its own kernel for it
+(f32 and f64), so ORT never replaces the node by its body; hipep follows that kernel (as of
+onnxruntime 1.32): the base grid along each axis is Eigen's LinSpaced(L, -1, 1) in the element
+type (-1 + i * (2 / (L - 1)), the last point 1, a one-point axis 1), times (L - 1) / L without
+align_corners, each operation rounded; then, in the element type, a component is
+(r0 * x + r1 * y) + t in 2-D and, in 3-D, (r0 * x + (r1 * y + r2 * z)) + t for f32 but
+((r0 * x + r1 * y) + r2 * z) + t for f64 (Eigen's sums as ORT's kernel gets them, measured bit for
+bit), each product and sum rounded. The grid size is a host input.
+
+GridSample follows ONNX Runtime's CPU kernel operation for operation, so
 that results agree with it bit for bit (measured against onnxruntime 1.32: every mode, padding mode
 and align_corners, f32, f16, f64 and mixed f16/f32, 4-D and 5-D, grids far outside [-1, 1]).
 
@@ -32,7 +42,7 @@ import numpy as np
 
 from ..errors import RuntimeShapeError
 from ._common import elem_of, input_type, kernel, pshape_str, result, shape_of, shape_rule, tensor_type, type_name
-from .registry import F16, F32, F64, OpDef, register
+from .registry import F16, F32, F64, I64, OpDef, register
 
 # The mode names of each since-version (ONNX renamed them at opset 20), and the canonical names
 # the references and kernels use.
@@ -273,6 +283,86 @@ def _claim_grid_sample(node, graph, attrs):
                 f"4-D X only)")
     return None
 
+
+# ---- AffineGrid --------------------------------------------------------------------------------
+
+def affine_grid_shape(theta_shape, size) -> tuple:
+    """The grid's shape (N, *spatial, r) for `size` [N, C, *spatial] (r = 2 or 3 spatial axes),
+    with theta [N, r, r + 1] (theta_shape None: not checked)."""
+    size = [int(v) for v in size]
+    if len(size) not in (4, 5):
+        raise RuntimeShapeError(f"AffineGrid: size must hold 4 extents (N, C, H, W) or 5 (N, C, D, H, W), got "
+                                f"{len(size)}: {size}")
+    if min(size[:2]) < 0:
+        raise RuntimeShapeError(f"AffineGrid: size {size} has a negative extent")
+    for k in range(2, len(size)):
+        if size[k] <= 0:  # as ORT's CPU kernel: N and C may be 0, a spatial extent not
+            raise RuntimeShapeError(f"AffineGrid: size[{k}] ({'DHW'[k - len(size)]}={size[k]}) must be positive "
+                                    f"(size {size})")
+    r = len(size) - 2
+    if theta_shape is not None and tuple(int(d) for d in theta_shape) != (size[0], r, r + 1):
+        raise RuntimeShapeError(f"AffineGrid: theta of shape {pshape_str(theta_shape)} for size {size}: expected "
+                                f"[{size[0]}, {r}, {r + 1}] (N, {r}, {r + 1} for {r} spatial axes)")
+    return (size[0], *size[2:], r)
+
+
+def affine_base(length: int, align_corners: bool, dtype) -> np.ndarray:
+    """ORT's base coordinates along one axis of `length` points, in `dtype` (module doc)."""
+    t = np.dtype(dtype).type
+    if length == 1:
+        v = np.ones(1, dtype)
+    else:
+        v = t(-1) + np.arange(length, dtype=dtype) * (t(2) / t(max(length - 1, 1)))
+        if length:
+            v[-1] = t(1)
+    if not align_corners:
+        v = v * t(length - 1) / t(max(length, 1))
+    return v.astype(dtype)
+
+
+@kernel("AffineGrid")
+def _affine_grid(inputs, attrs):
+    theta, size = inputs[0], np.asarray(inputs[1]).reshape(-1)
+    if theta.ndim != 3:
+        raise RuntimeShapeError(f"AffineGrid: theta must be 3-D [N, r, r + 1], got {pshape_str(theta.shape)}")
+    shape = affine_grid_shape(theta.shape, size)
+    r = shape[-1]
+    align = bool(int(attrs.get("align_corners", 0)))
+    t = theta.dtype.type
+    # base coordinates in the element type, x along the last spatial axis, broadcast over the grid
+    axes = [affine_base(n, align, theta.dtype) for n in shape[1:-1]]  # outer (D or H) to inner (W)
+    coords = [a.reshape([1] + [-1 if k == d else 1 for k in range(r)])
+              for d, a in enumerate(axes)][::-1]  # x, y(, z)
+    grid = np.empty(shape, theta.dtype)
+    for c in range(r):
+        row = theta[:, c].reshape([-1, r + 1] + [1] * r)
+        products = [row[:, k] * coords[k] for k in range(r)]
+        if r == 2:
+            acc = products[0] + products[1]
+        elif theta.dtype == np.float32:  # Eigen's sums of three, as ORT's kernel gets them: f32 pairs the last two
+            acc = products[0] + (products[1] + products[2])
+        else:  # f64 adds left to right
+            acc = (products[0] + products[1]) + products[2]
+        grid[..., c] = acc + row[:, r]
+    return [result(grid.astype(theta.dtype, copy=False), t)]
+
+
+@shape_rule("AffineGrid")
+def _affine_grid_rule(types, values, attrs, num_outputs):
+    size = values[1] if len(values) > 1 else None
+    elem = elem_of(types[0])
+    if size is not None:
+        return [tensor_type(elem, affine_grid_shape(None, np.asarray(size).reshape(-1)))]
+    n = shape_of(types[1])
+    rank = None if not n or n[0] is None else int(n[0])
+    return [tensor_type(elem, None if rank is None else (None,) * rank)]
+
+
+register(OpDef("AffineGrid", (20,), ("T1", "T2"), ("T1",), {"T1": frozenset({F32, F64}), "T2": frozenset({I64})},
+               _affine_grid, attributes={"align_corners": 0}, shape_rule=_affine_grid_rule, host_inputs=(1,)))
+
+
+# ---- GridSample ---------------------------------------------------------------------------------
 
 _GS_TYPES = frozenset({F32, F16, F64})
 register(OpDef("GridSample", (16, 20, 22), ("T1", "T2"), ("T1",), {"T1": _GS_TYPES, "T2": _GS_TYPES}, _grid_sample,

@@ -1,4 +1,4 @@
-"""GPU binding: GridSample (opsets 16, 20, 22), kernels/grid_sample.hip.
+"""GPU bindings: GridSample (opsets 16, 20, 22) and AffineGrid (20), kernels/grid_sample.hip.
 
 Registered into the kernel table (hipep.runtime.gpu_kernels) when it is imported.
 
@@ -20,7 +20,7 @@ import ctypes
 import numpy as np
 
 from ..errors import HipepError
-from ..ops.grid_sample import PADDING_MODES, grid_sample_mode, grid_sample_shape, weights_first
+from ..ops.grid_sample import PADDING_MODES, affine_grid_shape, grid_sample_mode, grid_sample_shape, weights_first
 from .gpu_binding_core import KernelOp, NoKernel, _binding, fill_ops, flat_config, ptr
 
 MAX_SPATIAL = 3  # HIPEP_GRID_SAMPLE_MAX_SPATIAL
@@ -101,3 +101,53 @@ def _grid_sample_bind(ins, outs, attrs, target):
     launch_grid, block = flat_config(n, target)
     entry = f"hipep_grid_sample_{_TYPES[x.dtype.name]}_{_TYPES[grid.dtype.name]}"
     return [KernelOp(entry, launch_grid, block, [ptr(x), ptr(grid), ptr(y), args], module="grid_sample")]
+
+
+# ---- AffineGrid ---------------------------------------------------------------------------------
+# One launch, a thread per grid point; the size is a host input (the grid's shape), theta stays on
+# the device. The kernel repeats the CPU reference's operations (hipep.ops.grid_sample) in f32 or
+# f64, so the grid is the CPU device's (and ONNX Runtime's CPU EP's) bit for bit.
+
+_AFFINE_TYPES = {"float32": "f32", "float64": "f64"}
+
+
+class AffineGridArgs(ctypes.Structure):
+    """kernels/grid_sample.hip's hipep_affine_grid_args."""
+    _fields_ = [("points", ctypes.c_longlong), ("dims", ctypes.c_longlong * 3), ("spatial", ctypes.c_int),
+                ("align_corners", ctypes.c_int)]
+
+
+def _affine_check(attrs, dtypes, shapes, values):
+    if dtypes and dtypes[0] not in _AFFINE_TYPES:
+        return f"theta of element type {dtypes[0]} (f32 and f64 have a kernel)"
+    return None
+
+
+@_binding("::AffineGrid", check=_affine_check, modules=("grid_sample",))
+def _affine_grid_bind(ins, outs, attrs, target):
+    theta, size, grid = ins[0], ins[1], outs[0]
+    if grid is None:
+        return []
+    if size.value is None:
+        raise HipepError("AffineGrid: input 1 ('size') must be readable by the host at launch")
+    if theta.ndim != 3:
+        raise HipepError(f"AffineGrid: theta must be 3-D [N, r, r + 1], got {list(theta.shape)}")
+    shape = affine_grid_shape(theta.shape, np.asarray(size.value).reshape(-1))  # RuntimeShapeError naming both
+    if tuple(shape) != tuple(int(d) for d in grid.shape) or grid.dtype != theta.dtype:
+        raise HipepError(f"AffineGrid: the output is {grid.dtype.name} {list(grid.shape)}, theta {theta.dtype.name} "
+                         f"and size give {list(shape)}")
+    dt = _AFFINE_TYPES.get(theta.dtype.name)
+    if dt is None:
+        raise NoKernel(f"AffineGrid: theta of element type {theta.dtype.name}")
+    args = AffineGridArgs()
+    spatial = len(shape) - 2
+    args.points = int(np.prod(shape[:-1], dtype=np.int64))
+    if args.points == 0:
+        return []
+    dims = (1,) * (3 - spatial) + tuple(shape[1:-1])
+    for k, d in enumerate(dims):
+        args.dims[k] = d
+    args.spatial, args.align_corners = spatial, int(bool(int(attrs.get("align_corners", 0) or 0)))
+    launch_grid, block = flat_config(args.points, target)
+    return [KernelOp(f"hipep_affine_grid_{dt}", launch_grid, block, [ptr(theta), ptr(grid), args],
+                     module="grid_sample")]

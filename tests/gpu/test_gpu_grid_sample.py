@@ -4,7 +4,8 @@ Runtime's CPU EP over repeated runs (first run, bound replay, CUDA graph replay)
 kernel repeats ORT's f32 operations one for one (tests/unit/test_grid_sample_on_host.py runs the
 same kernel on the CPU against the reference). The cases mirror the host ones: every mode, padding
 mode and align_corners at each opset, X and grid each f32 or f16, 4-D and 5-D, grid points far
-outside [-1, 1], rounding ties and one-pixel axes. ORT's weights-first 2-D bilinear path (linear,
+outside [-1, 1], rounding ties and one-pixel axes; AffineGrid alone (f32 and f64, 2-D and 3-D) and
+feeding GridSample, bit for bit. ORT's weights-first 2-D bilinear path (linear,
 zeros, align_corners=0) came with onnxruntime PR #27359 (2026); on releases before it those cases
 are held to f32 rounding instead of bits."""
 from __future__ import annotations
@@ -14,10 +15,11 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper
 
+import hipep
 from hipep.ops.grid_sample import weights_first
 from hipep.runtime.cuda import cuda_status, get_device
-from gpu_checks import check_on_cuda
-from helpers import make_model, tensor
+from gpu_checks import assert_claimed_whole, check_on_cuda
+from helpers import cpu_session, make_model, tensor
 from ort_differences import FOLLOWED, ORT_VERSION
 
 pytestmark = pytest.mark.gpu
@@ -120,3 +122,51 @@ def test_large_image_grid_stride_loop(rng):
     for mode in ("linear", "cubic"):
         model = grid_sample_model(22, F32, F32, mode=mode, padding_mode="border", align_corners=1)
         check(model, x, grid, F32)
+
+
+# ---- AffineGrid -----------------------------------------------------------------------------------
+
+AFFINE_SIZES = {4: [(2, 3, 4, 5), (1, 1, 1, 1), (3, 2, 7, 1), (2, 3, 64, 96), (2, 3, 4, 5)],
+                5: [(2, 3, 2, 3, 4), (1, 1, 1, 5, 1), (2, 1, 5, 7, 9), (2, 3, 2, 3, 4)]}
+
+
+@pytest.mark.parametrize("align_corners", [0, 1])
+@pytest.mark.parametrize("elem", [TP.FLOAT, TP.DOUBLE], ids=["f32", "f64"])
+@pytest.mark.parametrize("rank", [4, 5])
+def test_affine_grid(rng, rank, elem, align_corners):
+    """The size is a graph input the host reads (a new size, a size seen before): each run's grid
+    bit for bit against ORT's CPU EP."""
+    r = rank - 2
+    node = helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=align_corners, name="affine")
+    model = make_model([node], [tensor("theta", elem, ["N", r, r + 1]), tensor("size", TP.INT64, [rank])],
+                       [tensor("grid", elem, None)], opset=20)
+    assert_claimed_whole(model)
+    sess, ref = hipep.InferenceSession(model, device="cuda"), cpu_session(model)
+    dtype = np.float32 if elem == TP.FLOAT else np.float64
+    for size in AFFINE_SIZES[rank]:
+        feed = {"theta": rng.standard_normal((size[0], r, r + 1)).astype(dtype), "size": np.array(size, np.int64)}
+        got, want = sess.run(None, feed)[0], ref.run(None, feed)[0]
+        assert got.dtype == want.dtype and got.shape == want.shape == (size[0], *size[2:], r)
+        np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
+
+
+def test_a_spatial_transformer_samples_its_affine_grid():
+    """AffineGrid of a constant size feeding GridSample, one subgraph on the device."""
+    nodes = [helper.make_node("AffineGrid", ["theta", "size"], ["grid"], name="affine"),
+             helper.make_node("GridSample", ["x", "grid"], ["y"], mode="linear", name="sample")]
+    size = helper.make_tensor("size", TP.INT64, [4], [2, 3, 24, 32])
+    model = make_model(nodes, [tensor("x", F32, [2, 3, 28, 36]), tensor("theta", F32, [2, 2, 3])],
+                       [tensor("y", F32, None)], [size], opset=20)
+    assert_claimed_whole(model)
+    r = np.random.default_rng(6)
+    feed = {"x": r.standard_normal((2, 3, 28, 36)).astype(np.float32),
+            "theta": (np.eye(2, 3) + 0.2 * r.standard_normal((2, 2, 3))).astype(np.float32)}
+    want = cpu_session(model).run(None, feed)[0]
+    sess = hipep.InferenceSession(model, device="cuda")
+    for _ in range(3):
+        got = sess.run(None, feed)[0]
+        assert got.shape == want.shape == (2, 3, 24, 32)
+        if ORT_VERSION >= FOLLOWED:
+            np.testing.assert_array_equal(got, want)
+        else:  # the weights-first bilinear path (module doc): f32 rounding
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

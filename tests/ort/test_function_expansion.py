@@ -2,7 +2,12 @@
 their function bodies when no EP takes them: hipep claims such a node whole and compiles its body,
 fused with its neighbours, where the body runs on its device with no host read but of constants;
 otherwise (on a GPU, bodies with shape arithmetic) it leaves the node for ORT to inline and claims
-the body then. explain says which, strict=1 accepts both, and results are the CPU EP's."""
+the body then. explain says which, strict=1 accepts both, and results are the CPU EP's.
+
+A function op ORT's CPU EP has a kernel for is never inlined by ORT: hipep runs such a node through
+its body where it can, else leaves it with the reason. AffineGrid was such an op until hipep gave
+it a registry entry (hipep.ops.grid_sample); the tests of that path take hipep without the entry
+(the `without_affine_grid_entry` fixture), the partitioner's rules being the same for any such op."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,6 +18,7 @@ import hipep
 import hipep.bridge
 from hipep.functions import function_body
 from hipep.graph import GraphView
+from hipep.ops import registry
 from hipep.ops.registry import lookup
 from hipep.partition import partition
 
@@ -52,9 +58,23 @@ def affine_grid_model(dims, align_corners):
                       [h.make_tensor("size", T.INT64, [rank + 2], [n, 3, *dims])], opset=20)
 
 
-def test_the_ops_are_functions_hipep_has_no_entry_for():
+@pytest.fixture
+def without_affine_grid_entry(monkeypatch):
+    """hipep as it is without its AffineGrid entry: a function op ORT's CPU EP has a kernel for,
+    whose body branches (If) on the grid's rank and reads the grid's size on the host."""
+    assert lookup("", "AffineGrid") is not None
+    monkeypatch.delitem(registry._REGISTRY, ("", "AffineGrid"))
+
+
+def test_the_ops_are_functions_hipep_has_no_entry_for(without_affine_grid_entry):
     for op in ("Swish", "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "AffineGrid"):
         assert lookup("", op) is None, f"{op} has a registry entry now; these tests need another op"
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_with_its_entry_affine_grid_is_an_op_of_its_own(device):
+    report = hipep.explain(affine_grid_model((4, 5), 0), device=device)
+    assert report.all_claimed and not report.expansions and not report.rejections
 
 
 def test_function_body_substitutes_attributes_and_follows_input_types():
@@ -101,7 +121,7 @@ def test_a_body_that_needs_host_reads_on_a_gpu_is_left_for_ort_to_expand():
     assert inner.node.op_type == "NegativeLogLikelihoodLoss" and inner.direct
 
 
-def test_a_function_op_ort_has_a_kernel_for_is_claimed_whole_or_left_with_the_reason():
+def test_a_function_op_ort_has_a_kernel_for_is_claimed_whole_or_left_with_the_reason(without_affine_grid_entry):
     """ORT never replaces AffineGrid by its body (its CPU EP has a kernel), so hipep claims the node
     whole where its body runs alone on the device (the CPU device), and leaves it on a GPU, where
     the body's If on the grid's rank is control flow the host runs, saying so."""
@@ -132,7 +152,7 @@ def test_window_functions_run_on_hipep_with_the_cpu_eps_window(op, periodic):
         assert_matches_cpu(sess, model, {"n": np.array(n, np.int64)}, rtol=0, atol=0)
 
 
-def test_a_body_whose_branches_read_its_values_keeps_their_names_joined():
+def test_a_body_whose_branches_read_its_values_keeps_their_names_joined(without_affine_grid_entry):
     """The body's values get the node's prefix inside its If branches too: every value a branch
     reads is the body's input, one of its values or the branch's own."""
     graph = GraphView.from_onnx(affine_grid_model((4, 5), 0))
@@ -149,7 +169,7 @@ def test_a_body_whose_branches_read_its_values_keeps_their_names_joined():
 
 @pytest.mark.parametrize("dims", [(4, 5), (2, 3, 4)])
 @pytest.mark.parametrize("align_corners", [0, 1])
-def test_affine_grid_runs_on_hipep_through_its_body(rng, dims, align_corners):
+def test_affine_grid_runs_on_hipep_through_its_body(rng, dims, align_corners, without_affine_grid_entry):
     model = affine_grid_model(dims, align_corners)
     sess = session(model, disable_fallback=True)
     assert assignment(sess) == {CPU_EP: [["affine"]]}
@@ -195,7 +215,7 @@ def test_a_function_inside_a_function_body_runs_as_its_body_too(rng, reduction, 
     assert_matches_cpu(sess, model, feeds, rtol=1e-6, atol=0)  # the mean's sums: another order
 
 
-def test_without_ort_to_ask_hipep_runs_a_function_op_through_its_body(monkeypatch):
+def test_without_ort_to_ask_hipep_runs_a_function_op_through_its_body(monkeypatch, without_affine_grid_entry):
     """Where hipep cannot ask ORT's CPU EP (a host other than onnxruntime's Python module), it
     counts on ORT expanding function nodes, so it claims AffineGrid (which ORT's CPU EP has a
     kernel for) through its body: the CPU EP's grid, to f32 rounding."""

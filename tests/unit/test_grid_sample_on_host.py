@@ -5,7 +5,10 @@ block, and the output is compared with the op registry's reference (the CPU devi
 every mode, padding mode and align_corners, X and grid each f32 or f16, 4-D and 5-D, grid points
 far outside [-1, 1], coordinates on rounding ties, one-pixel axes, and NaN / infinite points
 (where ORT is undefined and both devices clamp alike). Skipped without g++; the NVRTC check needs
-nvidia-cuda-nvrtc. tests/gpu/test_gpu_grid_sample.py runs the same on a GPU against ORT."""
+nvidia-cuda-nvrtc. tests/gpu/test_gpu_grid_sample.py runs the same on a GPU against ORT.
+AffineGrid's kernel (the same module) likewise: f32 and f64, 2-D and 3-D, align_corners 0 and 1,
+one-point axes, bit for bit against the reference (which is ORT's CPU kernel's grid bit for bit,
+tests/ort/test_affine_grid.py)."""
 from __future__ import annotations
 
 import ctypes
@@ -16,7 +19,7 @@ import pytest
 
 from hipep.errors import HipepError
 from hipep.runtime import gpu_kernels as gk
-from hipep.runtime.gpu_grid_sample import GridSampleArgs
+from hipep.runtime.gpu_grid_sample import AffineGridArgs, GridSampleArgs
 
 from helpers import needs_nvrtc
 from unit.host_kernels import EXACT_FLAGS, compile_module, run_on_host
@@ -27,7 +30,7 @@ MODES = ["linear", "nearest", "cubic"]
 PADDINGS = ["zeros", "border", "reflection"]
 TYPES = {"f32": (f32, f32), "f16": (f16, f16), "f32-grid-f16": (f32, f16), "f16-grid-f32": (f16, f32)}
 ENTRIES = ("hipep_grid_sample_f32_f32", "hipep_grid_sample_f32_f16", "hipep_grid_sample_f16_f32",
-           "hipep_grid_sample_f16_f16")
+           "hipep_grid_sample_f16_f16", "hipep_affine_grid_f32", "hipep_affine_grid_f64")
 
 
 @pytest.fixture(scope="module")
@@ -180,6 +183,34 @@ def test_args_mirror_the_kernel_struct():
     assert GridSampleArgs.spatial.offset == 56 and GridSampleArgs.weights_first.offset == 72
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("align_corners", [0, 1])
+@pytest.mark.parametrize("size", [(2, 3, 4, 5), (1, 1, 1, 1), (3, 2, 7, 1), (1, 2, 17, 33), (2, 3, 2, 3, 4),
+                                  (1, 1, 1, 5, 1), (2, 1, 5, 7, 9), (0, 1, 2, 3)])
+def test_affine_grid_follows_the_reference_bit_for_bit(libs, dtype, align_corners, size):
+    r = len(size) - 2
+    theta = np.random.default_rng(sum(size)).standard_normal((size[0], r, r + 1)).astype(dtype)
+    (got,), (want,), ops = run_on_host(libs, "::AffineGrid", [theta, np.array(size, np.int64)],
+                                       {"align_corners": align_corners}, sm_count=1)
+    assert [o.entry for o in ops] == ([f"hipep_affine_grid_{'f32' if dtype == np.float32 else 'f64'}"]
+                                      if size[0] else [])
+    assert got.shape == want.shape == (size[0], *size[2:], r) and got.dtype == dtype
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def test_affine_grid_shapes_are_checked_by_the_binding(libs):
+    theta = np.zeros((2, 2, 3), np.float32)
+    with pytest.raises(Exception, match=r"theta of shape \[2, 2, 3\] for size \[2, 1, 2, 2, 2\]: expected \[2, 3, 4\]"):
+        run_on_host(libs, "::AffineGrid", [theta, np.array([2, 1, 2, 2, 2], np.int64)], {})
+    with pytest.raises(Exception, match=r"size\[3\] \(W=0\) must be positive"):
+        run_on_host(libs, "::AffineGrid", [theta, np.array([2, 1, 2, 0], np.int64)], {})
+
+
+def test_affine_grid_args_mirror_the_kernel_struct():
+    # kernels/grid_sample.hip's hipep_affine_grid_args: 4 int64 then 2 ints
+    assert ctypes.sizeof(AffineGridArgs) == 40 and AffineGridArgs.spatial.offset == 32
+
+
 def test_gpu_claims_and_refusals():
     f32_, f16_ = "float32", "float16"
     for dtypes in ([f32_, f32_], [f16_, f16_], [f32_, f16_], [f16_, f32_]):
@@ -196,6 +227,9 @@ def test_gpu_claims_and_refusals():
     assert "2 or 3 spatial axes" in gk.kernel_reason("::GridSample", {}, [f32_, f32_], [(1,) * 6, (1,) * 6])
     assert "padding_mode='wrap'" in gk.kernel_reason("::GridSample", {"padding_mode": "wrap"}, [f32_, f32_])
     assert "grid_sample" in gk.modules()
+    assert gk.has_kernel("::AffineGrid", {}, ["float32", "int64"], [(1, 2, 3), (4,)])
+    assert gk.has_kernel("::AffineGrid", {"align_corners": 1}, ["float64", "int64"], [None, None])
+    assert "float16" in gk.kernel_reason("::AffineGrid", {}, ["float16", "int64"])
 
 
 @needs_nvrtc
