@@ -1,6 +1,8 @@
 """Where a decode step's GPU time goes: one decode step of the ~1.1B builder llama (decode.py's
 model and loop) under NVIDIA's Nsight Compute (ncu), each kernel's duration and DRAM traffic, summed
-by kernel and grid (so the MatMulNBits projections of different shapes stay apart).
+by kernel and grid (so the MatMulNBits projections of different shapes stay apart). With
+--prompt-step, the prompt's step instead (the 128-token prefill behind the time to the first
+token), run again at the same positions after the warm-up steps.
 
 ncu runs every kernel alone, one after the other (no overlap with the kernel ahead, no gaps
 between graph nodes), at the GPU's own clocks (--clock-control none) and with the caches flushed
@@ -10,9 +12,10 @@ of its own without ncu, which slows every launch of a process it is attached to)
 the sum. The weights stream from HBM in a real step too (the model's
 weights are ten times the L2), so the flush changes little but for small activations.
 
-Writes benchmarks/results/<date>-decode-profile-<gpu>[-int4-f16].md.
+Writes benchmarks/results/<date>-decode-profile-<gpu>[-int4-f16][-prompt].md.
 
-    python benchmarks/decode_profile.py [--precision int4|int4-f16|int4-bf16] [--model DIR] [--ncu PATH] [--out DIR]
+    python benchmarks/decode_profile.py [--precision int4|int4-f16|int4-bf16] [--model DIR] [--prompt-step]
+                                        [--ncu PATH] [--out DIR]
 """
 from __future__ import annotations
 
@@ -93,14 +96,17 @@ def summarize(launches: list[dict]) -> list[dict]:
 
 
 def render(info: dict, facts: dict, folder: str, step: dict, launches: list[dict], copy_gbps: float,
-           command: str) -> str:
+           command: str, prompt_step: bool = False) -> str:
     rows = summarize(launches)
     total_ns = sum(k["ns"] for k in launches) or 1.0
-    lines = gh.header_lines(f"Where a decode step's GPU time goes: {os.path.basename(folder)} on {info['gpu']}", info,
+    what = "the prompt's step" if prompt_step else "a decode step"
+    lines = gh.header_lines(f"Where {what}'s GPU time goes: {os.path.basename(folder)} on {info['gpu']}", info,
                             command)
+    profiled = (f"the prompt's step ({PROMPT} tokens), run again at the same positions after {WARM_STEPS} decode steps"
+                if prompt_step else f"decode step {WARM_STEPS + 1} after a {PROMPT}-token prompt")
     lines += [f"- model: `{folder}` ({facts['layers']} layers, hidden {facts['hidden']}, {facts['quantization']}, "
               f"{facts['activations']} activations); {gh.bytes_text(facts['weights_per_step'])} of weights read per step",
-              f"- the profiled step: decode step {WARM_STEPS + 1} after a {PROMPT}-token prompt",
+              f"- the profiled step: {profiled}",
               f"- that step unprofiled: {step['kernel_us']:.0f} µs of kernel time (hipep.stats()'s kernel_us: the "
               f"replay from its first launch to its last end; a run of its own, without ncu), {step['launches']:.0f} launches",
               f"- under ncu: {len(launches)} kernels, {total_ns / 1e3:.0f} µs summed (each kernel alone, caches "
@@ -118,7 +124,8 @@ def render(info: dict, facts: dict, folder: str, step: dict, launches: list[dict
 
 def child(args) -> int:
     """Runs under ncu: decodes the prompt and WARM_STEPS tokens unprofiled, measures the next step's
-    kernel time, then profiles one more step (cuProfilerStart/Stop around it)."""
+    kernel time, then profiles one more step (cuProfilerStart/Stop around it). With --prompt-step
+    the measured and the profiled steps are the prompt's, again at its positions."""
     import decode as D
     from cuda.bindings import driver
 
@@ -133,15 +140,21 @@ def child(args) -> int:
     for _ in range(WARM_STEPS):
         total += 1
         tok = D.greedy_token(dec.step(np.array([[tok]]), total))
+    def next_step():
+        nonlocal tok, total
+        if args.prompt_step:  # the same prompt at the same positions: the cache's rows rewritten alike
+            return dec.step(prompt[None], PROMPT)
+        total += 1
+        tok = D.greedy_token(dec.step(np.array([[tok]]), total))
+        return None
+
     c0 = D._counters()
-    total += 1
-    tok = D.greedy_token(dec.step(np.array([[tok]]), total))
+    next_step()
     c1 = D._counters()
     with open(args.child, "w") as f:
         json.dump({"kernel_us": c1["kernel_us"] - c0["kernel_us"], "launches": c1["launches"] - c0["launches"]}, f)
     driver.cuProfilerStart()  # the driver API hipep itself uses (cuda-bindings' runtime module needs libcudart)
-    total += 1
-    dec.step(np.array([[tok]]), total)
+    next_step()
     driver.cuProfilerStop()
     return 0
 
@@ -154,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ncu", help="Nsight Compute's command line tool (default: ncu on PATH, /usr/local/cuda/bin/ncu)")
     ap.add_argument("--device-id", type=int, default=0)
     ap.add_argument("--out", default=RESULTS, help="folder for <date>-decode-profile-<gpu>.md")
+    ap.add_argument("--prompt-step", action="store_true", help="profile the prompt's step (prefill) instead")
     ap.add_argument("--child", help=argparse.SUPPRESS)  # the profiled process: where it writes its step's numbers
     args = ap.parse_args(argv)
     if args.child:
@@ -180,8 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         step_file, log = os.path.join(tmp, "step.json"), os.path.join(tmp, "ncu.csv")
         # The step's own kernel time comes from a run without ncu: attached, ncu slows every launch
         # of the process, profiled or not (the same child; cuProfilerStart/Stop do nothing there).
+        child_flags = ["--prompt-step"] if args.prompt_step else []
         plain = subprocess.run([sys.executable, "-P", os.path.abspath(__file__), "--model", folder, "--device-id",
-                                str(args.device_id), "--child", step_file], capture_output=True, text=True)
+                                str(args.device_id), *child_flags, "--child", step_file],
+                               capture_output=True, text=True)
         if plain.returncode != 0 or not os.path.exists(step_file):
             tail = (plain.stderr or plain.stdout).strip().splitlines()[-3:]
             return gh.fail("decode_profile.py", f"the unprofiled step failed (exit {plain.returncode}): "
@@ -192,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                "--target-processes", "all",
                "--metrics", ",".join(METRICS), "--log-file", log,
                sys.executable, "-P", os.path.abspath(__file__), "--model", folder, "--device-id", str(args.device_id),
-               "--child", os.path.join(tmp, "profiled-step.json")]
+               *child_flags, "--child", os.path.join(tmp, "profiled-step.json")]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0 or not os.path.exists(log):
             tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
@@ -205,9 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     command = "python benchmarks/decode_profile.py " + " ".join(argv if argv is not None else sys.argv[1:])
     os.makedirs(args.out, exist_ok=True)
     suffix = "" if args.precision == "int4" or args.model else f"-{args.precision}"
+    suffix += "-prompt" if args.prompt_step else ""
     path = os.path.join(args.out, f"{info['date']}-decode-profile-{gh.device_slug(info['gpu'])}{suffix}.md")
     with open(path, "w") as f:
-        f.write(render(info, facts, folder, step, launches, copy["gbps"], command.strip()))
+        f.write(render(info, facts, folder, step, launches, copy["gbps"], command.strip(), args.prompt_step))
     total = sum(k["ns"] for k in launches) / 1e3
     print(f"{len(launches)} kernels, {total:.0f} µs summed under ncu; the step unprofiled: {step['kernel_us']:.0f} µs")
     for g in summarize(launches)[:12]:
