@@ -53,13 +53,15 @@ def test_no_csv_table_reads_as_no_launches():
     assert dp.parse_ncu_csv("==PROF== Connected to process 7\n==ERROR== no kernels were profiled\n") == []
 
 
+INFO = {"gpu": "NVIDIA H200", "date": "2026-12-02", "commit": "abc1234", "arch": "sm_90", "sms": 132,
+        "l2_bytes": 60 << 20, "driver_cuda": "13.0", "nvrtc": "13.0", "cpu": "x", "cores": 16, "memory": "126 GiB",
+        "load": 0.5, "onnxruntime": "1.30.0", "numpy": "2.5", "python": "3.12"}
+FACTS = {"layers": 16, "hidden": 2048, "quantization": "MatMulNBits 4-bit, block 32, accuracy level 0",
+         "activations": "float16", "weights_per_step": 584_000_000}
+
+
 def test_report_names_the_step_and_the_sum():
-    info = {"gpu": "NVIDIA H200", "date": "2026-12-02", "commit": "abc1234", "arch": "sm_90", "sms": 132,
-            "l2_bytes": 60 << 20, "driver_cuda": "13.0", "nvrtc": "13.0", "cpu": "x", "cores": 16, "memory": "126 GiB",
-            "load": 0.5, "onnxruntime": "1.30.0", "numpy": "2.5", "python": "3.12"}
-    facts = {"layers": 16, "hidden": 2048, "quantization": "MatMulNBits 4-bit, block 32, accuracy level 0",
-             "activations": "float16", "weights_per_step": 584_000_000}
-    text = dp.render(info, facts, "/m/llama-1b-int4-f16", {"kernel_us": 1231.0, "launches": 149},
+    text = dp.render(INFO, FACTS, "/m/llama-1b-int4-f16", {"kernel_us": 1231.0, "launches": 149},
                      dp.parse_ncu_csv(CSV), 4200.0, "python benchmarks/decode_profile.py")
     assert "1231 µs of kernel time" in text and "5 kernels, 25 µs summed" in text
     assert "| hipep_mnb_gemv_row1_h2_f16_b4_u2 | (4000, 1, 1) | (256, 1, 1) | 1 | 15.5 |" in text
@@ -67,12 +69,7 @@ def test_report_names_the_step_and_the_sum():
 
 
 def test_a_prompt_step_report_says_so():
-    info = {"gpu": "NVIDIA H200", "date": "2026-12-06", "commit": "abc1234", "arch": "sm_90", "sms": 132,
-            "l2_bytes": 60 << 20, "driver_cuda": "13.0", "nvrtc": "13.0", "cpu": "x", "cores": 16, "memory": "126 GiB",
-            "load": 0.5, "onnxruntime": "1.32.0", "numpy": "2.5", "python": "3.12"}
-    facts = {"layers": 16, "hidden": 2048, "quantization": "MatMulNBits 4-bit, block 32, accuracy level 0",
-             "activations": "float16", "weights_per_step": 584_000_000}
-    text = dp.render(info, facts, "/m/llama-1b-int4-f16", {"kernel_us": 6880.0, "launches": 90},
+    text = dp.render(INFO, FACTS, "/m/llama-1b-int4-f16", {"kernel_us": 6880.0, "launches": 90},
                      dp.parse_ncu_csv(CSV), 4200.0, "python benchmarks/decode_profile.py --prompt-step",
                      prompt_step=True)
     assert text.startswith("# Where the prompt's step's GPU time goes")
