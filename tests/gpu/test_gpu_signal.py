@@ -131,14 +131,14 @@ def test_hann_window_feeds_a_stft():
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-3 * np.abs(want).max())
 
 
-MEL_RUNS = [(80, 400, 16000, 0.0, 8000.0), (40, 512, 16000, 20.0, 8000.0), (8, 16, 8192, 0.0, 4096.0),
-            (80, 400, 16000, 0.0, 8000.0), (128, 2048, 44100, 30.0, 11025.0)]
+MEL_RUNS = [(80, 400, 16000, 0.0, 8000.0), (80, 400, 22050, 300.0, 11000.0), (40, 512, 16000, 20.0, 8000.0),
+            (8, 16, 8192, 0.0, 4096.0), (80, 400, 16000, 0.0, 8000.0), (128, 2048, 44100, 30.0, 11025.0)]
 
 
 @pytest.mark.parametrize("elem", [TP.FLOAT, TP.DOUBLE, TP.INT32, TP.UINT8])
 def test_mel_weight_matrix(elem):
-    """The five inputs are graph inputs the host reads: each run's matrix (a new size, new edges, a
-    size seen before) bit for bit against ORT's CPU EP."""
+    """The five inputs are graph inputs the host reads: each run's matrix (a new size, the same size
+    with another rate and edges, a size seen before) bit for bit against ORT's CPU EP."""
     node = helper.make_node("MelWeightMatrix", ["bins", "n", "rate", "lo", "hi"], ["y"], output_datatype=elem,
                             name="mel")
     inputs = [tensor(x, TP.INT64, []) for x in ("bins", "n", "rate")] + [tensor(x, TP.FLOAT, []) for x in ("lo", "hi")]
