@@ -539,6 +539,8 @@ case("HannWindow", 17, [A(10)], {"periodic": 0})
 case("HammingWindow", 17, [A(7, np.int32)], {"output_datatype": 11})
 case("BlackmanWindow", 17, [A(16)], {"output_datatype": 7})
 case("MelWeightMatrix", 17, [A(8), A(64), A(8000), A(0, f32), A(4000, f32)])
+case("AffineGrid", 20, [R(2, 2, 3), A([2, 3, 4, 5])], {"align_corners": 1})
+case("AffineGrid", 20, [R(1, 3, 4, dtype=np.float64), A([1, 2, 3, 4, 5])], id="AffineGrid-3d-f64")
 case("MelWeightMatrix", 17, [A(20, np.int32), A(400, np.int32), A(16000, np.int32), A(20, f32), A(7600, f32)],
      {"output_datatype": 11})
 
