@@ -29,12 +29,19 @@ from .graph import GraphView, Node, TensorType, _graph_from_proto
 _CALL_DOMAIN = "hipep.function"
 
 
-def is_function_candidate(node: Node) -> bool:
-    """A node hipep can run only as a function body: its op has no registry entry, and it holds no
-    graph attribute (control flow has entries; other ops with bodies, SequenceMap, are not run)."""
-    from .ops.registry import lookup
+def is_function_candidate(node: Node, graph: GraphView | None = None) -> bool:
+    """A node hipep can run only as a function body: it holds no graph attribute (control flow has
+    entries; other ops with bodies, SequenceMap, are not run) and its op has no registry entry, or
+    (given the node's graph) an entry that takes other element types only and says such nodes run
+    through the body (OpDef.body_for_other_types: AffineGrid in f16)."""
+    from .ops.registry import check_types, lookup
 
-    return not node.subgraphs and lookup(node.domain, node.op_type) is None
+    if node.subgraphs:
+        return False
+    op = lookup(node.domain, node.op_type)
+    if op is None:
+        return True
+    return graph is not None and op.body_for_other_types and check_types(op, node, graph) is not None
 
 
 def function_body(node: Node, graph: GraphView) -> GraphView | None:
@@ -101,16 +108,17 @@ def function_body(node: Node, graph: GraphView) -> GraphView | None:
 
 
 def expand_function_nodes(graph: GraphView) -> GraphView:
-    """`graph` with every node of an op hipep has no registry entry for replaced by its function
-    body (and those bodies' function nodes by theirs): what ORT would inline, for hipep's compiler,
-    which the partitioner let claim such a node whole (hipep.partition). Other nodes as they are."""
+    """`graph` with every node of an op hipep has no registry entry for (or whose entry sends the
+    node's types to the body: is_function_candidate) replaced by its function body (and those
+    bodies' function nodes by theirs): what ORT would inline, for hipep's compiler, which the
+    partitioner let claim such a node whole (hipep.partition). Other nodes as they are."""
     import dataclasses
 
     from .errors import ModelError
 
     def has_function(g: GraphView) -> bool:
         return any(any(has_function(b) for b in n.subgraphs.values()) if n.subgraphs
-                   else is_function_candidate(n) for n in g.nodes)
+                   else is_function_candidate(n, g) for n in g.nodes)
 
     if not has_function(graph):
         return graph
@@ -120,7 +128,7 @@ def expand_function_nodes(graph: GraphView) -> GraphView:
             nodes.append(dataclasses.replace(
                 node, subgraphs={k: expand_function_nodes(b) for k, b in node.subgraphs.items()}))
             continue
-        if not is_function_candidate(node):
+        if not is_function_candidate(node, graph):
             nodes.append(node)
             continue
         body = function_body(node, graph)

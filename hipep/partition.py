@@ -503,7 +503,7 @@ def _expansion(node: Node, graph: GraphView, claim: Claim, device: str,
     would claim that whole body, claimed as the node (direct) or left for ORT to replace by the body
     (only where ORT does: `expands`; an op ORT has a kernel of, such as AffineGrid,
     stays a node); the reason it is left where only that stands in the way; else None."""
-    if not is_function_candidate(node):
+    if not is_function_candidate(node, graph):
         return None
     body = function_body(node, graph)
     if body is None:

@@ -31,7 +31,7 @@ def _runs_as_function_body(node: Node, graph: GraphView) -> bool:
     from ..functions import function_body, is_function_candidate
     from ..partition import partition
 
-    body = function_body(node, graph) if is_function_candidate(node) else None
+    body = function_body(node, graph) if is_function_candidate(node, graph) else None
     return body is not None and partition(body).all_claimed
 
 

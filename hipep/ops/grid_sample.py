@@ -359,7 +359,8 @@ def _affine_grid_rule(types, values, attrs, num_outputs):
 
 
 register(OpDef("AffineGrid", (20,), ("T1", "T2"), ("T1",), {"T1": frozenset({F32, F64}), "T2": frozenset({I64})},
-               _affine_grid, attributes={"align_corners": 0}, shape_rule=_affine_grid_rule, host_inputs=(1,)))
+               _affine_grid, attributes={"align_corners": 0}, shape_rule=_affine_grid_rule, host_inputs=(1,),
+               body_for_other_types=True))  # f16: ORT's CPU EP has no kernel and inlines the body
 
 
 # ---- GridSample ---------------------------------------------------------------------------------

@@ -97,6 +97,10 @@ class OpDef:
     # op's semantics for those operands do not fit one. The reference evaluates it and
     # hip-fuse-pointwise fuses chains of such ops into one kernel.
     pointwise: Callable[[list, dict], Any] | None = None
+    # An ONNX function op whose entry takes some element types only (those ORT's CPU kernel has):
+    # a node of other types runs through the op's function body, as an op without an entry does
+    # (hipep.functions.is_function_candidate).
+    body_for_other_types: bool = False
     # Inputs the compiler needs as compile-time constants are not required here: the CPU
     # reference reads every operand at run time.
 
@@ -156,7 +160,7 @@ def check_node(node: Node, graph: GraphView) -> str | None:
     for name, default in op.attributes.items():
         if default is REQUIRED and name not in node.attributes:
             return f"required attribute '{name}' is missing"
-    reason = _check_arity(op, node) or _check_types(op, node, graph)
+    reason = _check_arity(op, node) or check_types(op, node, graph)
     if reason:
         return reason
     if op.claim is not None:
@@ -179,7 +183,7 @@ def _check_arity(op: OpDef, node: Node) -> str | None:
     return None
 
 
-def _check_types(op: OpDef, node: Node, graph: GraphView) -> str | None:
+def check_types(op: OpDef, node: Node, graph: GraphView) -> str | None:
     bound: dict[str, int] = {}
     positions = [("input", i, name, op.inputs[min(i, len(op.inputs) - 1)] if op.inputs else "")
                  for i, name in enumerate(node.inputs)]

@@ -91,3 +91,17 @@ def test_a_size_of_another_length_than_4_or_5_is_a_clear_error():
 def test_a_gpu_claims_it(elem):
     report = hipep.explain(affine_model(elem, 5), device="cuda")
     assert report.all_claimed and not report.rejections
+
+
+def test_f16_runs_through_the_function_body():
+    """ORT's CPU EP has no f16 kernel (ORT inlines the body): hipep claims the node whole on the
+    CPU device and compiles its function body, as for an op without an entry."""
+    model = affine_model(T.FLOAT16, 4)
+    report = hipep.explain(model)
+    assert report.all_claimed and [e.direct for e in report.expansions] == [True]
+    sess = session(model, disable_fallback=True)
+    assert assignment(sess) == {CPU_EP: [["affine"]]}
+    feed = feeds((2, 1, 4, 5), np.float16)
+    got, want = sess.run(None, feed)[0], cpu_session(model).run(None, feed)[0]
+    assert got.dtype == np.float16 and got.shape == want.shape == (2, 4, 5, 2)
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=0, atol=2e-3)
