@@ -69,21 +69,56 @@ def explain(model_or_path, device: str = "cpu") -> PartitionReport:
     return partition(graph, device=device, expands=ort_expands)
 
 
-def ort_expands(node) -> bool:
+def ort_expands(node, graph=None) -> bool:
     """Whether ORT replaces `node`, a node of a function op no EP took, by the op's function body:
-    it does unless its CPU EP has a kernel for the op at the node's version (AffineGrid and the
-    window functions have one; Swish and the losses do not). Asked of the installed onnxruntime."""
+    it does unless its CPU EP has a kernel for the op at the node's version and, given the node's
+    graph, for its element types (AffineGrid has f32 and f64 kernels, not f16; Swish and the losses
+    have none). Asked of the installed onnxruntime."""
     kernels = _cpu_kernels()
     if kernels is None:  # no onnxruntime to ask: what ORT does for ops without kernels
         return True
-    return not any(lo <= node.since_version <= hi for lo, hi in kernels.get((node.domain, node.op_type), ()))
+    defs = [c for lo, hi, c in kernels.get((node.domain, node.op_type), ()) if lo <= node.since_version <= hi]
+    if not defs:
+        return True
+    types = None if graph is None else _constraint_types(node, graph)
+    if not types:  # types unknown: the version's kernel is taken to run it
+        return False
+    return not any(all(t in c[name] for name, t in types.items() if name in c) for c in defs)
+
+
+def _constraint_types(node, graph) -> dict[str, str] | None:
+    """The node's element type per type constraint of its op's schema ({"T1": "tensor(float16)"}),
+    in ORT's kernel-definition spelling; None where the schema or a type is unknown."""
+    import onnx
+
+    try:
+        schema = onnx.defs.get_schema(node.op_type, node.since_version, node.domain)
+    except Exception:  # noqa: BLE001 - an op onnx does not know
+        return None
+    types: dict[str, str] = {}
+    for formals, values in ((schema.inputs, node.inputs), (schema.outputs, node.outputs)):
+        for i, value in enumerate(values):
+            if not value or not formals:
+                continue
+            formal = formals[min(i, len(formals) - 1)]
+            elem = graph.type_of(value).elem_type
+            if not elem:
+                return None
+            types.setdefault(formal.type_str, f"tensor({_ORT_TYPE_NAMES.get(elem, '')})")
+    return types
+
+
+# ONNX element types as ORT's kernel definitions spell them (TensorProto names, lower case, but these)
+_ORT_TYPE_NAMES = {1: "float", 11: "double", 10: "float16", 16: "bfloat16", 2: "uint8", 3: "int8", 4: "uint16",
+                   5: "int16", 6: "int32", 7: "int64", 8: "string", 9: "bool", 12: "uint32", 13: "uint64"}
 
 
 _CPU_KERNELS: dict | None = None
 
 
 def _cpu_kernels() -> dict | None:
-    """(domain, op type) -> the version ranges ORT's CPU EP has kernels for, or None."""
+    """(domain, op type) -> (first version, last version, type constraints) of each of ORT's CPU EP's
+    kernels, or None."""
     global _CPU_KERNELS
     if _CPU_KERNELS is None:
         try:
@@ -96,7 +131,8 @@ def _cpu_kernels() -> dict | None:
         for k in defs:
             if k.provider == "CPUExecutionProvider":
                 domain = "" if k.domain == "ai.onnx" else k.domain
-                table.setdefault((domain, k.op_name), []).append(tuple(k.version_range))
+                lo, hi = k.version_range
+                table.setdefault((domain, k.op_name), []).append((lo, hi, dict(k.type_constraints)))
         _CPU_KERNELS = table
     return _CPU_KERNELS
 

@@ -40,9 +40,10 @@ from .ops.registry import check_node, lookup
 
 # claim(node, graph) -> None to claim the node, or the reason it is not claimed.
 Claim = Callable[[Node, GraphView], "str | None"]
-# expands(node) -> whether ORT replaces an unclaimed node of a function op by its body (it does
-# unless one of its EPs has a kernel for the op: hipep.explain asks ORT's CPU EP).
-Expands = Callable[[Node], bool]
+# expands(node, graph) -> whether ORT replaces an unclaimed node of a function op by its body (it
+# does unless one of its EPs has a kernel for the op and the node's types: hipep.explain asks ORT's
+# CPU EP).
+Expands = Callable[[Node, GraphView], bool]
 
 
 @dataclass
@@ -513,7 +514,7 @@ def _expansion(node: Node, graph: GraphView, claim: Claim, device: str,
         return None
     direct = device == "cpu" or _runs_on_device_alone(body, report)
     ops = tuple(dict.fromkeys(n.op_type for n in body.nodes))
-    if not direct and expands is not None and not expands(node):
+    if not direct and expands is not None and not expands(node, graph):
         return (f"a function whose body ({', '.join(ops)}) runs on {device} only with host reads of its values, "
                 f"and ONNX Runtime runs its own kernel for it instead of that body")
     return Expansion(node, report, ops, direct=direct)

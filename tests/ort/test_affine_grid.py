@@ -105,3 +105,23 @@ def test_f16_runs_through_the_function_body():
     got, want = sess.run(None, feed)[0], cpu_session(model).run(None, feed)[0]
     assert got.dtype == np.float16 and got.shape == want.shape == (2, 4, 5, 2)
     np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=0, atol=2e-3)
+
+
+def test_ort_is_asked_whether_it_has_a_kernel_for_the_nodes_types():
+    """ORT replaces a function node by its body where its CPU EP has no kernel for the node's
+    version and element types: f32 and f64 AffineGrid have one, f16 not."""
+    from hipep.explain import ort_expands
+    from hipep.graph import GraphView
+
+    for elem, expanded in ((T.FLOAT, False), (T.DOUBLE, False), (T.FLOAT16, True)):
+        graph = GraphView.from_onnx(affine_model(elem, 4))
+        assert ort_expands(graph.nodes[0], graph) is expanded, elem
+        assert ort_expands(graph.nodes[0]) is False  # types unknown: the version's kernel is taken
+
+
+def test_f16_on_a_gpu_is_left_for_ort_to_expand():
+    """Its body reads the size on the host, so a GPU does not claim the node itself; ORT inlines it
+    (no f16 kernel) and hipep claims the body's nodes in the next round."""
+    report = hipep.explain(affine_model(T.FLOAT16, 4), device="cuda")
+    assert report.all_claimed and report.claimed_count == 0 and not report.expansions[0].direct
+    assert "left for ORT to expand (1)" in report.format()

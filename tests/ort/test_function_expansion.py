@@ -136,7 +136,7 @@ def test_a_function_op_ort_has_a_kernel_for_is_claimed_whole_or_left_with_the_re
     graph = GraphView.from_onnx(model)
     expansion, = partition(graph, device="cuda").expansions
     assert not expansion.direct
-    assert not partition(graph, device="cuda", expands=lambda node: False).expansions
+    assert not partition(graph, device="cuda", expands=lambda node, graph: False).expansions
 
 
 @pytest.mark.parametrize("op", ["HannWindow", "HammingWindow", "BlackmanWindow"])
