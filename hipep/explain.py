@@ -104,13 +104,9 @@ def _constraint_types(node, graph) -> dict[str, str] | None:
             elem = graph.type_of(value).elem_type
             if not elem:
                 return None
-            types.setdefault(formal.type_str, f"tensor({_ORT_TYPE_NAMES.get(elem, '')})")
+            # ORT spells a type as ONNX's schemas do: tensor(<TensorProto name in lower case>)
+            types.setdefault(formal.type_str, f"tensor({onnx.TensorProto.DataType.Name(elem).lower()})")
     return types
-
-
-# ONNX element types as ORT's kernel definitions spell them (TensorProto names, lower case, but these)
-_ORT_TYPE_NAMES = {1: "float", 11: "double", 10: "float16", 16: "bfloat16", 2: "uint8", 3: "int8", 4: "uint16",
-                   5: "int16", 6: "int32", 7: "int64", 8: "string", 9: "bool", 12: "uint32", 13: "uint64"}
 
 
 _CPU_KERNELS: dict | None = None

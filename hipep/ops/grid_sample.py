@@ -307,28 +307,23 @@ def affine_grid_shape(theta_shape, size) -> tuple:
 
 
 def affine_base(length: int, align_corners: bool, dtype) -> np.ndarray:
-    """ORT's base coordinates along one axis of `length` points, in `dtype` (module doc)."""
+    """ORT's base coordinates along one axis of `length` (> 0) points, in `dtype` (module doc)."""
     t = np.dtype(dtype).type
-    if length == 1:
-        v = np.ones(1, dtype)
-    else:
-        v = t(-1) + np.arange(length, dtype=dtype) * (t(2) / t(max(length - 1, 1)))
-        if length:
-            v[-1] = t(1)
+    v = np.ones(1, dtype)
+    if length > 1:
+        v = t(-1) + np.arange(length, dtype=dtype) * (t(2) / t(length - 1))
+        v[-1] = t(1)
     if not align_corners:
-        v = v * t(length - 1) / t(max(length, 1))
+        v = v * t(length - 1) / t(length)
     return v.astype(dtype)
 
 
 @kernel("AffineGrid")
 def _affine_grid(inputs, attrs):
     theta, size = inputs[0], np.asarray(inputs[1]).reshape(-1)
-    if theta.ndim != 3:
-        raise RuntimeShapeError(f"AffineGrid: theta must be 3-D [N, r, r + 1], got {pshape_str(theta.shape)}")
-    shape = affine_grid_shape(theta.shape, size)
+    shape = affine_grid_shape(theta.shape, size)  # theta [N, r, r + 1], or the error naming both
     r = shape[-1]
     align = bool(int(attrs.get("align_corners", 0)))
-    t = theta.dtype.type
     # base coordinates in the element type, x along the last spatial axis, broadcast over the grid
     axes = [affine_base(n, align, theta.dtype) for n in shape[1:-1]]  # outer (D or H) to inner (W)
     coords = [a.reshape([1] + [-1 if k == d else 1 for k in range(r)])
@@ -344,7 +339,7 @@ def _affine_grid(inputs, attrs):
         else:  # f64 adds left to right
             acc = (products[0] + products[1]) + products[2]
         grid[..., c] = acc + row[:, r]
-    return [result(grid.astype(theta.dtype, copy=False), t)]
+    return [result(grid, theta.dtype)]
 
 
 @shape_rule("AffineGrid")

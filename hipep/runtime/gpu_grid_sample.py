@@ -130,8 +130,6 @@ def _affine_grid_bind(ins, outs, attrs, target):
         return []
     if size.value is None:
         raise HipepError("AffineGrid: input 1 ('size') must be readable by the host at launch")
-    if theta.ndim != 3:
-        raise HipepError(f"AffineGrid: theta must be 3-D [N, r, r + 1], got {list(theta.shape)}")
     shape = affine_grid_shape(theta.shape, np.asarray(size.value).reshape(-1))  # RuntimeShapeError naming both
     if tuple(shape) != tuple(int(d) for d in grid.shape) or grid.dtype != theta.dtype:
         raise HipepError(f"AffineGrid: the output is {grid.dtype.name} {list(grid.shape)}, theta {theta.dtype.name} "

@@ -176,15 +176,16 @@ def _aligned(pointer: int, strides: Sequence[int], vec: int, itemsize: int) -> b
 
 def gemm_ops(p: GemmProblem, a: Arg, b: Arg, c: Arg | None, y: Arg, target: Target) -> list:
     """The launches computing `p` into y."""
-    if y.dtype == np.float64:
-        return _f64_ops(p, a, b, c, y)
-    dt = _dt(y.dtype, "MatMul/Gemm")
-    if dt not in ("f32", "f16", "bf16"):
+    f64 = y.dtype == np.float64
+    dt = "f64" if f64 else _dt(y.dtype, "MatMul/Gemm")
+    if dt not in ("f32", "f16", "bf16", "f64"):
         raise NoKernel(f"MatMul/Gemm on {y.dtype.name}")
     if p.m * p.n * p.batch == 0:
         return []
     if y.size != p.batch * p.m * p.n:
         raise HipepError(f"output of {y.size} elements for a product of {p.batch} x {p.m} x {p.n}")
+    if f64:
+        return _f64_ops(p, a, b, c, y)
     blas = _blas_ops(p, a, b, c, y, dt, target)
     if blas is not None:
         return blas
@@ -231,10 +232,6 @@ def gemm_ops(p: GemmProblem, a: Arg, b: Arg, c: Arg | None, y: Arg, target: Targ
 
 def _f64_ops(p: GemmProblem, a: Arg, b: Arg, c: Arg | None, y: Arg) -> list:
     """kernels/gemm.hip's gemm_f64: a thread an output, 16 x 16 tiles."""
-    if p.m * p.n * p.batch == 0:
-        return []
-    if y.size != p.batch * p.m * p.n:
-        raise HipepError(f"output of {y.size} elements for a product of {p.batch} x {p.m} x {p.n}")
     gy = _cdiv(p.m, GEMM_F64_TILE)
     if gy > MAX_GRID_YZ:
         raise NoKernel(f"a double product of {p.m} rows (at most {MAX_GRID_YZ * GEMM_F64_TILE})")
@@ -336,20 +333,14 @@ def _split_gemv_ops(p: GemmProblem, a: Arg, b: Arg, c: Arg | None, y: Arg, dt: s
                      module="gemm")]
 
 
-def _float_type(dtypes) -> str | None:
-    if not dtypes or dtypes[0] not in _FLOAT_TYPES:
-        return f"element type {dtypes[0] if dtypes else '?'}"
-    return None
-
-
-def _product_type(dtypes) -> str | None:
-    if not dtypes or dtypes[0] not in _PRODUCT_TYPES:
+def _float_type(dtypes, types=_FLOAT_TYPES) -> str | None:
+    if not dtypes or dtypes[0] not in types:
         return f"element type {dtypes[0] if dtypes else '?'}"
     return None
 
 
 def _matmul_check(attrs, dtypes, shapes, values):
-    why = _product_type(dtypes)
+    why = _float_type(dtypes, _PRODUCT_TYPES)
     if why is not None:
         return why
     a = shapes[0] if shapes else None
@@ -384,7 +375,7 @@ def _matmul_bind(ins, outs, attrs, target):
 
 
 def _gemm_check(attrs, dtypes, shapes, values):
-    return _product_type(dtypes)
+    return _float_type(dtypes, _PRODUCT_TYPES)
 
 
 @_binding("::Gemm", check=_gemm_check, modules=("gemm",))
