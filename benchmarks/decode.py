@@ -7,8 +7,10 @@ device, through ONNX Runtime with IOBinding and through onnxruntime-genai.
    held in hipep's device memory when ORT can allocate it there ("cuda" OrtValues), else in host
    memory that hipep stages (the results say which). Logits are bound to a value of the same kind
    and only the last position's row is read back; the argmax is taken on the host. tok/s over the
-   decode steps only (the prompt's step excluded), median of 3 runs after a warm-up run; per step,
-   the host time (step − kernel_us) and the launches from hipep.stats().
+   decode steps only (the prompt's step excluded), median of 3 runs after two warm-up runs; per
+   step, the host time (step − kernel_us) and the launches from hipep.stats(). The time to the
+   first token twice: the prompt's step of those runs (its shapes seen before: a graph replay), and
+   the prompt's step at lengths the session has not seen (the prompt less a token or a few).
 2. onnxruntime-genai with hipep (device=cuda): the same prompt and length. For a plugin EP it does
    not know, onnxruntime-genai keeps inputs, logits and the KV cache in host memory, so hipep copies
    every cache buffer in and out on each step; that cost is estimated from the buffers' bytes and
@@ -208,12 +210,37 @@ def run_hipep(path: str, facts: dict, prompt: np.ndarray, new: int, runs: int, p
 
     sess = hipep.InferenceSession(path, device=device, device_id=device_id)
     dec = Decoder(sess, facts["head_size"], prompt.size + new, place)
-    warm = dec.generate(prompt, new, timed=True)  # traces and captures each new layout
+    # A new input shape is traced and run launch by launch the first time, captured into a CUDA
+    # graph the second: two warm-up runs, so the timed prompt's steps replay their graph as the
+    # decode steps do (the prompt's step of a length not seen before is measured apart, below).
+    warm = dec.generate(prompt, new, timed=True)
+    dec.generate(prompt, new)
     timed = [dec.generate(prompt, new, timed=True) for _ in range(runs)]
     out = summarize(timed)
+    out["new_length"] = new_length_prompts(dec, prompt, runs)
     out.update(first_pass_tok_s=summarize([warm])["tok_s"], tokens=timed[0]["tokens"], first_row=timed[0]["first_row"],
                cache_bytes=dec.cache_bytes, same_tokens=all(r["tokens"] == timed[0]["tokens"] for r in timed + [warm]))
     return out
+
+
+def new_length_prompts(dec: Decoder, prompt: np.ndarray, count: int) -> dict:
+    """The prompt's step at lengths the session has not seen (the prompt less 1, 2, ... tokens),
+    once each: what a first request of that length waits for its first token (its shapes traced
+    and bound, its launches issued one by one). Medians of the wall time and hipep.stats()."""
+    walls, stats = [], []
+    for k in range(1, count + 1):
+        ids = prompt[: prompt.size - k]
+        c0 = _counters()
+        t0 = time.perf_counter_ns()
+        greedy_token(dec.step(ids[None], ids.size))
+        walls.append(time.perf_counter_ns() - t0)
+        c1 = _counters()
+        stats.append({key: c1[key] - c0[key] for key in c0})
+    return {"ms": float(np.median(walls)) / 1e6, "lengths": [prompt.size - k for k in range(1, count + 1)],
+            "kernel_ms": float(np.median([s["kernel_us"] for s in stats])) / 1e3,
+            "runtime_host_ms": float(np.median([s["run_us"] - s["sync_wait_us"] for s in stats])) / 1e3,
+            "specializations": float(np.median([s["specializations"] for s in stats])),
+            "direct_launches": float(np.median([s["direct_launches"] for s in stats]))}
 
 
 def run_cpu_reference(path: str, facts: dict, prompt: np.ndarray, count: int) -> dict:
@@ -292,7 +319,7 @@ def render(info: dict, facts: dict, folder: str, place: gh.Placement, copy: dict
           f"{facts['quantization']}; {ops}); {gh.bytes_text(facts['bytes'])} of weights, "
           f"{gh.bytes_text(facts['weights_per_step'])} read per step (MatMulNBits weights and scales)",
           f"- prompt {args.prompt} random tokens, {args.new} new tokens, greedy; tok/s over the {args.new - 1} decode "
-          f"steps (the prompt's step gives the first token), median of {args.runs} runs after a warm-up run",
+          f"steps (the prompt's step gives the first token), median of {args.runs} runs after two warm-up runs",
           f"- device-to-device copy in this run: {copy['gbps']:.0f} GB/s (read and write counted)", ""]
     L += ["## Throughput", "",
           "| path | KV cache and logits | tok/s | runs | ms/step | kernel ms/step | host ms/step | "
@@ -328,10 +355,18 @@ def render(info: dict, facts: dict, folder: str, place: gh.Placement, copy: dict
     if "error" not in hip and hip.get("prompt_ms") is not None:
         kernels = (f", {hip['prompt_kernel_ms']:.2f} ms of it kernels"
                    if hip.get("prompt_kernel_ms") is not None else "")
-        L += ["", f"ORT + IOBinding, the prompt's step (time to the first token, median): "
+        L += ["", f"ORT + IOBinding, the prompt's step (time to the first token, median, its length seen twice before): "
                   f"{hip['prompt_ms']:.2f} ms for {args.prompt} tokens{kernels}: "
                   f"{args.prompt / hip['prompt_ms'] * 1e3:.0f} prompt tokens/s (binding, run, the last position's "
                   f"logits row read back, argmax)."]
+        n = hip.get("new_length")
+        if n:
+            lengths = ", ".join(map(str, n["lengths"]))
+            L += ["", f"ORT + IOBinding, the prompt's step at a length not seen before ({lengths} "
+                      f"tokens, once each, median): {n['ms']:.2f} ms, {n['runtime_host_ms']:.2f} ms of it in hipep's "
+                      f"runtime (tracing the new shapes, binding, {n['direct_launches']:.0f} launches issued one by "
+                      f"one), the GPU busy or waiting for them for {n['kernel_ms']:.2f} ms (kernel_us); its second "
+                      f"run captures a CUDA graph, later ones replay it as above."]
         p = hip.get("prompt_issue")
         if p:
             L += ["", f"The prompt's step (median): {p['runtime_host_ms']:.3f} ms in hipep's runtime, "

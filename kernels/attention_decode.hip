@@ -607,6 +607,14 @@ HIPEP_DEVICE void hipep_gqa_decode_fused(const T* q, const T* k, const T* v, con
   HIPEP_GQA_DECODE_FUSED(NAME, T, 4)  \
   HIPEP_GQA_DECODE_FUSED(NAME, T, 8)
 
+// Each element type's kernels apart (HIPEP_TYPE_*, hipep_device.h): the runtime compiles this
+// module for the model's type only, a third of the whole module's NVRTC time.
+#if HIPEP_TYPE_f32
 HIPEP_GQA_DECODE_ALL(f32, float)
+#endif
+#if HIPEP_TYPE_f16
 HIPEP_GQA_DECODE_ALL(f16, hipep_half)
+#endif
+#if HIPEP_TYPE_bf16
 HIPEP_GQA_DECODE_ALL(bf16, hipep_bf16)
+#endif

@@ -72,6 +72,14 @@ typedef __nv_bfloat16 hipep_bf16;
 #define HIPEP_INF_F __builtin_inff()
 #define HIPEP_INF_D __builtin_inf()
 
+// Modules with kernels for several element types may be compiled for one of them only (the
+// runtime's "<module>@<type>", hipep.runtime.kernel_cache.module_source): that compile defines
+// HIPEP_ONLY_TYPE and HIPEP_TYPE_<type>; any other compile instantiates every type.
+#ifndef HIPEP_ONLY_TYPE
+#define HIPEP_TYPE_f32 1
+#define HIPEP_TYPE_f16 1
+#define HIPEP_TYPE_bf16 1
+#endif
 #define HIPEP_KERNEL extern "C" __global__
 // A launch's dynamic shared memory (its size is the launch's smem bytes). A macro so that the unit
 // tests' host stand-in (tests/unit/host_cuda) can give it storage of its own.

@@ -56,6 +56,7 @@ from ..errors import HipepError
 from ..options import env_flag
 from . import gpu_kernels as table
 from . import kernel_cache
+from .gpu_binding_core import NoKernel
 from .gpu_faults import FAULT_RECORD_BYTES, FaultSite, FaultSites, take_fault  # noqa: F401
 from .device import Device, Event, Graph, Kernel, Stream, check_patch, freeze, named_error  # noqa: F401
 from .cuda_driver import (_DRIVER, _INIT_LOCK, _STICKY, CudaError, _check, _driver, _error_text,  # noqa: F401
@@ -496,6 +497,31 @@ class CudaDevice(GraphReplay, Device):
 
     # ---- programs ------------------------------------------------------------------------------
 
+    def prepare_kernels(self, kernels: list[Kernel]) -> None:
+        """Compiles the kernels/*.hip modules the kernels' bindings use and this process has not
+        loaded, on background threads, the largest sources first (kernel_cache.compile_in_background).
+        A module takes from a fraction of a second to most of a minute, so on a machine whose
+        kernel cache is empty the first run waits for the slowest module instead of for the sum
+        of all of them. Kernels without a GPU program are left for compile() to report."""
+        names: set[str] = set()
+        for kernel in kernels:
+            try:
+                binding = table.program_binding(kernel)
+            except NoKernel:
+                continue
+            if binding is not None:
+                names.update(kernel_cache.typed_module(m, kernel.dtypes[0] if kernel.dtypes else "")
+                             for m in binding.modules)
+        with self._lock:
+            names -= {k for k in self._modules if not k.startswith("src:")}
+        sources = sorted(((n, kernel_cache.module_source(n)) for n in names), key=lambda s: -len(s[1]))
+        todo = [(n, src) for n, src in sources if not kernel_cache.is_cached(src, self.arch, self.defines)]
+        if todo:
+            log.info("compiling %d GPU kernel module(s) for %s in the background (%s); kept in %s for later "
+                     "sessions (`python -m hipep precompile` compiles them all ahead)", len(todo), self.arch,
+                     ", ".join(n for n, _ in todo), kernel_cache.cache_dir())
+            kernel_cache.compile_in_background(todo, self.arch, self.defines)
+
     def compile(self, kernel: Kernel) -> CudaProgram:
         key = (kernel.name, kernel.label, kernel.arity, kernel.dtypes, freeze(kernel.constants))
         with self._lock:
@@ -505,8 +531,8 @@ class CudaDevice(GraphReplay, Device):
         binding = table.program_binding(kernel)
         program = CudaProgram(self, kernel, binding)
         if binding is not None:
-            for module in binding.modules:
-                self._module(module)
+            for module in binding.modules:  # (the typed ones for the first input's element type)
+                self._module(kernel_cache.typed_module(module, kernel.dtypes[0] if kernel.dtypes else ""))
         with self._lock:
             self._programs[key] = program
         return program
@@ -528,11 +554,12 @@ class CudaDevice(GraphReplay, Device):
             return self._modules[key]
 
     def _function(self, op: table.KernelOp):
-        key = (op.module or f"src:{op.entry}", op.entry)
+        module_name = kernel_cache.typed_module(op.module, op.element_type) if op.module else None
+        key = (module_name or f"src:{op.entry}", op.entry)
         with self._lock:
             f = self._functions.get(key)
         if f is None:
-            module = self._module(op.module) if op.module else self._module(op.entry, op.source)
+            module = self._module(module_name) if module_name else self._module(op.entry, op.source)
             f = _check(_driver().cuModuleGetFunction(module, op.entry.encode()), f"cuModuleGetFunction({op.entry})")
             with self._lock:
                 self._functions[key] = f

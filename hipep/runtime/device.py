@@ -215,6 +215,11 @@ class Device(ABC):
     def compile(self, kernel: Kernel) -> Any:
         """The loaded program for `kernel` (backends cache compiled code)."""
 
+    def prepare_kernels(self, kernels: list[Kernel]) -> None:
+        """A plan's kernels, told when its executor is made, before any run: a backend that
+        compiles code may start on it now (the first run then waits only for what it still
+        lacks). Nothing here for a backend without such work."""
+
     @abstractmethod
     def launch(self, stream: Stream, program: Any, grid: tuple, block: tuple, smem: int, args: list,
                label: str = "") -> None:

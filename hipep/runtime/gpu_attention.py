@@ -456,7 +456,7 @@ def _gqa_bind(ins, outs, attrs, target):
                              ptr(cos), ptr(sin), ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v), ptr(bias),
                              ptr(sink), ptr(out), ctypes.c_uint64(region("part_acc")),
                              ctypes.c_uint64(region("part_ml")), ctypes.c_uint64(counters), a, length_fault,
-                             position_fault], module="attention_decode",
+                             position_fault], module="attention_decode", element_type=dt,
                             # its first pass of past cache rows requested while the kernel ahead
                             # (the QKV projection) finishes
                             overlaps_previous=OVERLAP_FUSED_DECODE))
@@ -485,7 +485,7 @@ def _gqa_bind(ins, outs, attrs, target):
                             [ctypes.c_uint64(q_att), ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v), sl, tot,
                              ptr(bias), ptr(sink), ptr(out), ctypes.c_uint64(region("part_acc")),
                              ctypes.c_uint64(region("part_ml")), ctypes.c_uint64(region("counters")), a],
-                            module="attention_decode"))
+                            module="attention_decode", element_type=dt))
     else:
         threads, _ = PREFILL[lay.prefill_bucket]
         ops.append(KernelOp(f"hipep_gqa_prefill_{dt}_h{lay.prefill_bucket}", (_cdiv(a.seq, threads // 4), a.heads,

@@ -41,7 +41,9 @@ class Arg(ShapedBuffer):
 @dataclass
 class KernelOp:
     """One kernel launch: `module` is a kernels/*.hip module name, or None with `source` a
-    generated one; `params` are the kernel's parameters in order (ctypes values)."""
+    generated one; `params` are the kernel's parameters in order (ctypes values). `element_type`
+    (f32, f16, bf16), for a module the device compiles per element type
+    (kernel_cache.TYPED_MODULES): the type whose compile holds the entry point."""
     entry: str
     grid: tuple
     block: tuple
@@ -54,6 +56,7 @@ class KernelOp:
     # launch it to start while the previous kernel of the stream finishes (programmatic dependent
     # launch), so its first loads of weights overlap that kernel's tail.
     overlaps_previous: bool = False
+    element_type: str = ""
 
 
 @dataclass

@@ -492,7 +492,7 @@ def _mnb_bind(ins, outs, attrs, target):
             params = [ctypes.c_uint64(a_ptr), ptr(B), ptr(scales), ptr(zp), ptr(bias),
                       ctypes.c_uint64(y.ptr + r0 * n * e), args]
             ops.append(KernelOp(f"hipep_mnb_gemv_{dt}_b{bits}_m{m_t}" + ("_c4" if wide else ""), grid, (GEMV_WARPS * target.warp_size, 1, 1),
-                                params, module="matmul_nbits", smem=smem))
+                                params, module="matmul_nbits", element_type=dt, smem=smem))
         return ops
     args = MatMulNBitsArgs(m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, 0, zp_mode, 0, 1, 0, quant_a)
     blas = _mnb_blas_ops(A, B, scales, zp, bias, y, args, bits, dt, target)
@@ -509,10 +509,11 @@ def _mnb_bind(ins, outs, attrs, target):
         qp = target.workspace(m * nb * 8)
         lanes = min(bs, target.warp_size)
         ops.append(KernelOp(f"hipep_mnb_a_int8_{dt}", (_cdiv(m * nb, GEMM_THREADS // lanes), 1, 1),
-                            (GEMM_THREADS, 1, 1), [ptr(A), ctypes.c_uint64(qp), args], module="matmul_nbits"))
+                            (GEMM_THREADS, 1, 1), [ptr(A), ctypes.c_uint64(qp), args], module="matmul_nbits",
+                            element_type=dt))
     ops.append(KernelOp(f"hipep_mnb_gemm_{dt}_b{bits}", gemm_grid, (GEMM_THREADS, 1, 1),
                         [ptr(A), ptr(B), ptr(scales), ptr(zp), ptr(bias), ptr(y), args, ctypes.c_uint64(qp)],
-                        module="matmul_nbits"))
+                        module="matmul_nbits", element_type=dt))
     return ops
 
 
@@ -555,7 +556,8 @@ def _mnb_blas_ops(A, B, scales, zp, bias, y, args: MatMulNBitsArgs, bits: int, d
     if args.int8_a:
         lanes = min(1 << int(args.log2_bs), target.warp_size)
         ops.append(KernelOp(f"hipep_mnb_a_int8_{dt}", (_cdiv(m * int(args.nb), GEMM_THREADS // lanes), 1, 1),
-                            (GEMM_THREADS, 1, 1), [ptr(A), ctypes.c_uint64(qp_ptr), args], module="matmul_nbits"))
+                            (GEMM_THREADS, 1, 1), [ptr(A), ctypes.c_uint64(qp_ptr), args], module="matmul_nbits",
+                            element_type=dt))
         ops.append(KernelOp(f"hipep_mnb_a_int8_dequant_{dt}", (_cdiv(m * k, DEQUANT_THREADS), 1, 1),
                             (DEQUANT_THREADS, 1, 1), [ptr(A), ctypes.c_uint64(qp_ptr), ctypes.c_uint64(a8_ptr), args],
                             module="matmul_nbits_dequant"))

@@ -149,33 +149,86 @@ def cache_key(source: str, arch: str, defines: dict) -> str:
 
 _LOCK = threading.Lock()
 _MEMORY: dict[str, bytes] = {}  # cache key → CUBIN, for this process
+_IN_FLIGHT: dict[str, threading.Event] = {}  # cache key → set when the thread producing it is done
 
 
 def compile_cubin(source: str, name: str, arch: str, defines: dict | None = None,
-                  use_cache: bool = True) -> tuple[bytes, bool]:
-    """(CUBIN for `arch`, whether it came from a cache). `name` labels the source in errors."""
+                  use_cache: bool = True, folder: Path | None = None) -> tuple[bytes, bool]:
+    """(CUBIN for `arch`, whether it came from a cache). `name` labels the source in errors. A
+    source another thread is compiling (a background compile, compile_in_background) is waited
+    for, not compiled twice. `folder`: the cache folder (default cache_dir())."""
     defines = dict(defines or {})
     key = cache_key(source, arch, defines)
-    with _LOCK:
-        hit = _MEMORY.get(key)
-    if hit is not None and use_cache:
-        return hit, True
-    path = cache_dir() / f"{key}.cubin"
-    if use_cache:
+    if not use_cache:
+        return nvrtc_compile(source, name, arch, defines), False
+    while True:
+        with _LOCK:
+            hit = _MEMORY.get(key)
+            if hit is not None:
+                return hit, True
+            pending = _IN_FLIGHT.get(key)
+            if pending is None:
+                done = _IN_FLIGHT[key] = threading.Event()
+                break
+        pending.wait()  # then from memory, or (its compile failed) compiled here to raise its error
+    try:
+        path = (folder or cache_dir()) / f"{key}.cubin"
         try:
             data = path.read_bytes()
         except OSError:
             data = b""
-        if data:
-            with _LOCK:
-                _MEMORY[key] = data
-            return data, True
-    data = nvrtc_compile(source, name, arch, defines)
+        hit = bool(data)
+        if not hit:
+            data = nvrtc_compile(source, name, arch, defines)
+            _write_atomic(path, data)
+        with _LOCK:
+            _MEMORY[key] = data
+        return data, hit
+    finally:
+        with _LOCK:
+            _IN_FLIGHT.pop(key, None)
+        done.set()
+
+
+def is_cached(source: str, arch: str, defines: dict | None = None) -> bool:
+    """Whether the CUBIN of `source` is in this process's memory or in the cache folder."""
+    key = cache_key(source, arch, dict(defines or {}))
     with _LOCK:
-        _MEMORY[key] = data
-    if use_cache:
-        _write_atomic(path, data)
-    return data, False
+        if key in _MEMORY:
+            return True
+    return (cache_dir() / f"{key}.cubin").is_file()
+
+
+def compile_in_background(sources: list[tuple[str, str]], arch: str, defines: dict | None = None,
+                          workers: int | None = None) -> list[threading.Thread]:
+    """Starts compiling (name, source) pairs into the cache on daemon threads, at most `workers`
+    (default: the CPU count) at once, and returns at once: NVRTC releases the GIL, so a module
+    that takes most of a minute to compile costs the first run only its own time, not the sum of
+    all modules' (compile_cubin, called when a kernel is bound, waits for the one it needs). A
+    failed compile is left for that call to raise. Daemon threads: a process that exits before
+    they finish does not wait for them (the cache's writes are atomic)."""
+    todo = list(sources)
+    if not todo:
+        return []
+    lock = threading.Lock()
+    folder = cache_dir()  # where the caller's process keeps them, whatever the environment says later
+
+    def work():
+        while True:
+            with lock:
+                if not todo:
+                    return
+                name, source = todo.pop(0)
+            try:
+                compile_cubin(source, name, arch, defines, folder=folder)
+            except Exception:  # noqa: BLE001 - raised again where the kernel is bound
+                pass
+
+    n = max(1, min(len(todo), workers or os.cpu_count() or 1))
+    threads = [threading.Thread(target=work, name=f"hipep-nvrtc-{i}", daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    return threads
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -235,12 +288,33 @@ def _check(nvrtc, err, what: str) -> None:
         raise HipepError(f"{what} failed: {msg.decode() if isinstance(msg, bytes) else msg}")
 
 
+# The element types a module compiled for one type may name ("<module>@<type>").
+TYPE_TAGS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+# Modules whose kernels the runtime compiles for one element type at a time: the two whose whole
+# compile takes most of a minute (every type's GQA decode and MatMulNBits GEMV/GEMM instantiated).
+TYPED_MODULES = ("attention_decode", "matmul_nbits")
+
+
+def typed_module(name: str, dtype) -> str:
+    """The module to load for kernels of element type `dtype` (a numpy dtype, its name, or its tag
+    f32/f16/bf16) from kernels/<name>.hip: one of
+    TYPED_MODULES compiled for that type alone ("<name>@<tag>"), else the whole module."""
+    tag = str(dtype) if str(dtype) in TYPE_TAGS.values() else TYPE_TAGS.get(str(dtype))
+    return f"{name}@{tag}" if name in TYPED_MODULES and tag else name
+
+
 def module_source(name: str) -> str:
-    """The full source NVRTC compiles for kernels/<name>.hip."""
-    path = kernel_sources().get(name)
+    """The full source NVRTC compiles for kernels/<name>.hip; for "<name>@<tag>" (f32, f16, bf16)
+    that module's kernels of the one element type (HIPEP_ONLY_TYPE, kernels/hipep_device.h)."""
+    base, _, tag = name.partition("@")
+    path = kernel_sources().get(base)
     if path is None:
-        raise HipepError(f"no kernel module kernels/{name}.hip")
-    return read_source(path)
+        raise HipepError(f"no kernel module kernels/{base}.hip")
+    if not tag:
+        return read_source(path)
+    if tag not in TYPE_TAGS.values():
+        raise HipepError(f"kernel module '{name}': no element type '{tag}' (one of {', '.join(TYPE_TAGS.values())})")
+    return f"#define HIPEP_ONLY_TYPE 1\n#define HIPEP_TYPE_{tag} 1\n" + read_source(path)
 
 
 def pointwise_source(rendered: str) -> str:

@@ -68,9 +68,16 @@ def test_the_report_splits_host_time_into_hipeps_runtime_and_the_rest():
     assert "host time per step (median): 0.400 ms in hipep's runtime" in text
     assert "the rest of the 0.640 ms outside it" in text
     # the prompt's step: 12.8 ms wall, 10 ms of kernels, 128 tokens
-    assert "the prompt's step (time to the first token, median): 12.80 ms for 128 tokens, 10.00 ms of it " \
-           "kernels: 10000 prompt tokens/s" in text
+    assert "the prompt's step (time to the first token, median, its length seen twice before): 12.80 ms for " \
+           "128 tokens, 10.00 ms of it kernels: 10000 prompt tokens/s" in text
     assert "The prompt's step (median): 0.400 ms in hipep's runtime, 149 launches: CUDA graph launches 2" in text
+    assert "length not seen before" not in text  # not measured: not reported
+    hip["new_length"] = {"ms": 31.5, "lengths": [127, 126, 125], "kernel_ms": 25.0, "runtime_host_ms": 30.25,
+                         "specializations": 1.0, "direct_launches": 262.0}
+    text = decode.render(info, facts, "/m/llama-1b", SimpleNamespace(label="device OrtValues"), {"gbps": 4200.0},
+                         hip, cpu, {"error": "skipped"}, None, args, "python benchmarks/decode.py")
+    assert "the prompt's step at a length not seen before (127, 126, 125 tokens, once each, median): 31.50 ms, " \
+           "30.25 ms of it in hipep's runtime (tracing the new shapes, binding, 262 launches issued one by one)" in text
 
 
 def test_a_step_reads_back_only_the_last_positions_logits():
