@@ -17,7 +17,8 @@
 //                          cache); hipep_gqa_prepare_*: rotary on Q (into workspace) and on the new K,
 //                          K/V written into the cache at each row's position; the decode kernel's
 //                          arrival counters zeroed;
-//   attention_decode.hip   hipep_gqa_decode_*: one query token (or a few): flash-decoding, the KV range
+//   attention_decode.hip   hipep_gqa_decode_* (device code in attention_decode.h, shared with
+//                          attention_decode_fused.hip): one query token (or a few): flash-decoding, the KV range
 //                          split over blocks (grid.x), the query rows sharing a KV head -- its query
 //                          heads, times the tokens -- in one block so K/V are read once per KV head;
 //                          partial max/sum/acc per split to workspace, and the last split block of a

@@ -49,7 +49,7 @@ from .gpu_binding_core import workspace_after, workspace_regions
 from .gpu_kernels import CopyOp, KernelOp, NoKernel, RmsArgs, _VEC, _binding, _cdiv, _dt, _rms_launch, flat_config, ptr
 
 GQA = "GroupQueryAttention"
-DEC_THREADS = 128  # kernels/attention_decode.hip HIPEP_DEC_THREADS
+DEC_THREADS = 128  # kernels/attention_decode.h HIPEP_DEC_THREADS
 DEC_THREADS_WIDE = 256  # HIPEP_DEC_THREADS_WIDE: blocks of up to 2 query rows
 DEC_HEADS = 8  # query rows (token, head) of one KV head per decode block: the largest variant (_g8)
 DEC_VARIANTS = (1, 2, 4, 8)  # hipep_gqa_decode_<dt>_g<G>: blocks of up to G query rows
@@ -374,7 +374,7 @@ def _qk_norm_ops(q, k, q_norm, k_norm, attrs, target):
 
 
 @_binding(f"com.microsoft::{GQA}", check=_gqa_check,
-          modules=("attention_cache", "attention_decode", "attention_prefill", "rms_norm"))
+          modules=("attention_cache", "attention_decode", "attention_decode_fused", "attention_prefill", "rms_norm"))
 def _gqa_bind(ins, outs, attrs, target):
     ins = list(ins) + [None] * (16 - len(ins))
     q, k, v, pk, pv, seqlens, total, cos, sin, pos_ids, bias, sink = ins[:12]
@@ -456,7 +456,7 @@ def _gqa_bind(ins, outs, attrs, target):
                              ptr(cos), ptr(sin), ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v), ptr(bias),
                              ptr(sink), ptr(out), ctypes.c_uint64(region("part_acc")),
                              ctypes.c_uint64(region("part_ml")), ctypes.c_uint64(counters), a, length_fault,
-                             position_fault], module="attention_decode", element_type=dt,
+                             position_fault], module="attention_decode_fused", element_type=dt,
                             # its first pass of past cache rows requested while the kernel ahead
                             # (the QKV projection) finishes
                             overlaps_previous=OVERLAP_FUSED_DECODE))

@@ -290,9 +290,9 @@ def _check(nvrtc, err, what: str) -> None:
 
 # The element types a module compiled for one type may name ("<module>@<type>").
 TYPE_TAGS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
-# Modules whose kernels the runtime compiles for one element type at a time: the two whose whole
+# Modules whose kernels the runtime compiles for one element type at a time: those whose whole
 # compile takes most of a minute (every type's GQA decode and MatMulNBits GEMV/GEMM instantiated).
-TYPED_MODULES = ("attention_decode", "matmul_nbits")
+TYPED_MODULES = ("attention_decode", "attention_decode_fused", "matmul_nbits")
 
 
 def typed_module(name: str, dtype) -> str:

@@ -707,7 +707,7 @@ def test_modules_compile_and_hold_every_entry_point_the_bindings_name():
     from hipep.runtime import kernel_cache
 
     cubins = {m: kernel_cache.compile_cubin(kernel_cache.module_source(m), m, ARCH, DEFINES, use_cache=False)[0]
-              for m in ("attention_cache", "attention_decode", "attention_prefill", "rotary")}
+              for m in ("attention_cache", "attention_decode", "attention_decode_fused", "attention_prefill", "rotary")}
     names = set()
     rng = np.random.default_rng(1)
     for dtype in (F32, F16):
@@ -723,7 +723,8 @@ def test_modules_compile_and_hold_every_entry_point_the_bindings_name():
                 names |= {(o.module, o.entry) for o in ops if isinstance(o, gk.KernelOp)}
         names.add(("rotary", f"hipep_rotary_{gk._dt(np.dtype(dtype), 'x')}"))
     names |= {("attention_cache", "hipep_gqa_window_store"), ("attention_cache", "hipep_gqa_copy_past")}
-    names |= {("attention_decode", f"hipep_gqa_decode_{kind}{dt}_g{g}") for kind in ("", "fused_")
+    names |= {("attention_decode" if kind == "" else "attention_decode_fused", f"hipep_gqa_decode_{kind}{dt}_g{g}")
+              for kind in ("", "fused_")
               for dt in ("f32", "f16") for g in DEC_VARIANTS}
     assert len(names) >= 20
     for module, entry in sorted(names):

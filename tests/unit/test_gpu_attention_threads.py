@@ -1,4 +1,5 @@
-"""kernels/attention_decode.hip's and attention_prefill.hip's kernels transcribed thread by thread
+"""kernels/attention_decode.h's (attention_decode.hip, attention_decode_fused.hip) and
+attention_prefill.hip's kernels transcribed thread by thread
 (numpy over the threads of one block, phase by phase between barriers; shuffles as reductions over
 their lane groups), with the kernels' own index formulas: which thread scores which key, owns which
 head dims and which keys of a tile in P @ V, how the shared-memory tiles are laid out (padded rows,

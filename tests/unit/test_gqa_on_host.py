@@ -1,5 +1,5 @@
 """GroupQueryAttention's GPU launches (hipep/runtime/gpu_attention.py: kernels/attention_cache.hip,
-attention_decode.hip, attention_prefill.hip, and rms_norm.hip for the fused Q/K norm) run on the
+attention_decode.hip, attention_decode_fused.hip, attention_prefill.hip, and rms_norm.hip for the fused Q/K norm) run on the
 host stand-in: g++ compiles the unchanged kernel sources, the launches run block by block on host
 threads (the split-KV decode's blocks one after another, so its last block merges every split's
 partials), and every output is compared with the registry's reference -- the kernels themselves,
@@ -19,7 +19,7 @@ from unit.test_gpu_attention_bindings import GQA, GQA_TOLERANCE, assert_gqa_resu
 
 F32, F16 = np.float32, np.float16
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
-MODULES = ("attention_cache", "attention_decode", "attention_prefill", "rms_norm")
+MODULES = ("attention_cache", "attention_decode", "attention_decode_fused", "attention_prefill", "rms_norm")
 # the cases of the bindings' emulation test that the host runs in reasonable time
 HOST_CASES = ["prompt", "prompt-padded-rotary", "prompt-window-padded-softcap", "prompt-sink-bias", "decode",
               "few-tokens-split", "decode-ragged-split", "decode-shared", "decode-window-split", "decode-sink-split",

@@ -274,7 +274,8 @@ def test_attention_and_rotary_launches_pass_what_their_entry_points_take():
     from unit.test_gpu_attention_bindings import GQA, Memory, _attrs, gqa_case
 
     params = {}
-    for module in ("attention_cache", "attention_decode", "attention_prefill", "rotary", "rms_norm"):
+    for module in ("attention_cache", "attention_decode", "attention_decode_fused", "attention_prefill", "rotary",
+                   "rms_norm"):
         params.update(param_bytes(ptx(module, "compute_90")))
     rng = np.random.default_rng(3)
     launches = []

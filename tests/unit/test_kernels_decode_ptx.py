@@ -123,7 +123,7 @@ def test_fused_decode_requests_only_past_cache_rows_before_it_waits():
     sequence lengths, the token's query, key and value and the rotary caches may be the kernel
     ahead's outputs, so they come after it; nothing goes through the read-only path, which ptxas
     may move ahead of the wait."""
-    bodies = {e: b for e, b in entry_bodies(ptx("attention_decode", "compute_90")).items()
+    bodies = {e: b for e, b in entry_bodies(ptx("attention_decode_fused", "compute_90")).items()
               if e.startswith("hipep_gqa_decode_fused_")}
     assert len(bodies) == 3 * 4, sorted(bodies)  # f32, f16, bf16; blocks of 1, 2, 4, 8 query rows
     for entry, body in bodies.items():
@@ -136,6 +136,7 @@ def test_kernels_that_precede_a_gemv_in_decode_release_it():
     """The norms, attention's decode kernel and the general GEMV let an overlapping GEMV after
     them start its loads as they start (griddepcontrol.launch_dependents)."""
     for name, prefix in (("rms_norm", "hipep_"), ("attention_decode", "hipep_gqa_decode_"),
+                         ("attention_decode_fused", "hipep_gqa_decode_fused_"),
                          ("matmul_nbits", "hipep_mnb_gemv_")):
         bodies = {e: b for e, b in entry_bodies(ptx(name, "compute_90")).items() if e.startswith(prefix)}
         assert bodies, name
