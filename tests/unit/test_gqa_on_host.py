@@ -2,8 +2,9 @@
 attention_decode.hip, attention_decode_fused.hip, attention_prefill.hip, and rms_norm.hip for the
 fused Q/K norm) run on the host stand-in: g++ compiles the unchanged kernel sources, the launches
 run block by block on host threads (the split-KV decode's blocks one after another, so its last
-block merges every split's partials), and every output is compared with the registry's reference -- the kernels themselves,
-where test_gpu_attention_bindings.py checks the bindings against a numpy transcription of them.
+block merges every split's partials), and every output is compared with the registry's reference
+-- the kernels themselves, where test_gpu_attention_bindings.py checks the bindings against a numpy
+transcription of them.
 Skipped without g++."""
 from __future__ import annotations
 
