@@ -202,7 +202,7 @@ def is_cached(source: str, arch: str, defines: dict | None = None) -> bool:
 def compile_in_background(sources: list[tuple[str, str]], arch: str, defines: dict | None = None,
                           workers: int | None = None) -> list[threading.Thread]:
     """Starts compiling (name, source) pairs into the cache on daemon threads, at most `workers`
-    (default: the CPU count) at once, and returns at once: NVRTC releases the GIL, so a module
+    (default: the CPUs this process may run on) at once, and returns at once: NVRTC releases the GIL, so a module
     that takes most of a minute to compile costs the first run only its own time, not the sum of
     all modules' (compile_cubin, called when a kernel is bound, waits for the one it needs). A
     failed compile is left for that call to raise. Daemon threads: a process that exits before
@@ -224,11 +224,19 @@ def compile_in_background(sources: list[tuple[str, str]], arch: str, defines: di
             except Exception:  # noqa: BLE001 - raised again where the kernel is bound
                 pass
 
-    n = max(1, min(len(todo), workers or os.cpu_count() or 1))
+    n = max(1, min(len(todo), workers or _usable_cpus()))
     threads = [threading.Thread(target=work, name=f"hipep-nvrtc-{i}", daemon=True) for i in range(n)]
     for t in threads:
         t.start()
     return threads
+
+
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (a container's or taskset's limit, not the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity call on this platform
+        return os.cpu_count() or 1
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

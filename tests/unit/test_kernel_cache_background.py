@@ -5,6 +5,7 @@ of them. A module being compiled in the background is waited for, never compiled
 background compile that fails is raised where the kernel is bound."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -75,6 +76,12 @@ def test_the_background_uses_at_most_the_workers_asked_for(fake_nvrtc):
         t.join(5)
     assert calls == {f"m{i}": 1 for i in range(5)}
     assert kernel_cache.compile_in_background([], "sm_90") == []
+    # by default as many as the CPUs this process may use (its affinity, not the machine's count)
+    threads = kernel_cache.compile_in_background([(f"n{i}", f"// module {i} 4") for i in range(64)], "sm_90")
+    assert len(threads) == min(64, len(os.sched_getaffinity(0)))
+    for t in threads:
+        t.join(30)
+    assert all(calls[f"n{i}"] == 1 for i in range(64))
 
 
 _SESSION = r"""
@@ -119,7 +126,7 @@ print(json.dumps(out))
 
 @needs_nvrtc
 def test_a_session_starts_compiling_its_modules_before_its_first_run(tmp_path):
-    env = {**__import__("os").environ, kernel_cache.CACHE_ENV: str(tmp_path / "kernels")}
+    env = {**os.environ, kernel_cache.CACHE_ENV: str(tmp_path / "kernels")}
     r = subprocess.run([sys.executable, "-c", _SESSION], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     out = __import__("json").loads(r.stdout.strip().splitlines()[-1])
