@@ -1,0 +1,177 @@
+"""The prompt's step (the time to the first token) of the ~1.1B builder llama at several prompt
+lengths, run after run: what a request of a length the session has not seen waits for, and what
+the same length costs once its CUDA graph is captured.
+
+A new input shape is traced and its launches issued one by one from Python the first time, the
+launches are captured into a CUDA graph the next time they come out the same, and later runs
+replay the graph. For each length (`--lengths`) the prompt's step runs `--runs` times, each run
+followed by three decode steps (as a request would continue), and each run's wall time and
+hipep.stats() deltas are recorded: kernel_us (from the first launch to the last end: the GPU busy
+or waiting on the host), hipep's runtime (run_us less sync_wait_us), launches one by one,
+graph launches, new specializations; and the cuBLASLt calls the run issues one by one (their
+count and summed host time, each call timed around cuBLASLt's own: a new GEMM shape's first calls
+are where cuBLASLt sets itself up). Lengths repeat to tell a new length from one seen before.
+
+Writes benchmarks/results/<date>-prompt-steps-<gpu>[-<precision>].md.
+
+    python benchmarks/prompt_steps.py [--precision int4|int4-f16|int4-bf16] [--model DIR]
+                                      [--lengths 128,100,77,512,1024] [--runs 4] [--host-driver] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # machine.py, gpu_harness.py, decode.py
+import decode as D  # noqa: E402
+import gpu_harness as gh  # noqa: E402
+from machine import machine_info  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+LENGTHS, RUNS, DECODE_AFTER = (128, 100, 77, 512, 1024), 4, 3
+
+
+class BlasTimer:
+    """Times each cuBLASLt call hipep issues one by one (hipep.runtime.cublaslt.MatmulPlan.run; a
+    replayed graph's calls are inside the graph and not seen here)."""
+
+    def __init__(self):
+        from hipep.runtime import cublaslt
+
+        self.calls: list[float] = []
+        self._plan, self._run = cublaslt.MatmulPlan, cublaslt.MatmulPlan.run
+        timer = self
+
+        def run(plan, *args, **kwargs):
+            t0 = time.perf_counter_ns()
+            try:
+                return timer._run(plan, *args, **kwargs)
+            finally:
+                timer.calls.append((time.perf_counter_ns() - t0) / 1e3)
+        self._plan.run = run
+
+    def take(self) -> list[float]:
+        calls, self.calls = self.calls, []
+        return calls
+
+    def close(self) -> None:
+        self._plan.run = self._run
+
+
+def measure(path: str, facts: dict, lengths: list[int], runs: int, device_id: int) -> list[dict]:
+    """One row per prompt step: its length, which run of that length it was, wall ms and the
+    counters' deltas."""
+    import hipep
+
+    sess = hipep.InferenceSession(path, device="cuda", device_id=device_id)
+    dec = D.Decoder(sess, facts["head_size"], max(lengths) + DECODE_AFTER + 1, gh.Placement(device_id))
+    rng = np.random.default_rng(0)
+    seen: dict[int, int] = {}
+    blas = BlasTimer()
+    rows = []
+    try:
+        for n in lengths:
+            for _ in range(runs):
+                prompt = rng.integers(3, facts["vocab"], n).astype(np.int64)
+                blas.take()
+                c0 = D._counters()
+                t0 = time.perf_counter_ns()
+                token = D.greedy_token(dec.step(prompt[None], n))
+                wall = time.perf_counter_ns() - t0
+                c1 = D._counters()
+                calls = blas.take()
+                seen[n] = seen.get(n, 0) + 1
+                d = {k: c1[k] - c0[k] for k in c0}
+                rows.append({"n": n, "run": seen[n], "wall_ms": wall / 1e6, "kernel_ms": d["kernel_us"] / 1e3,
+                             "runtime_ms": (d["run_us"] - d["sync_wait_us"]) / 1e3,
+                             "direct": d["direct_launches"], "graphs": d["graph_launches"],
+                             "specializations": d["specializations"], "blas_calls": len(calls),
+                             "blas_ms": sum(calls) / 1e3, "blas_first_ms": max(calls, default=0.0) / 1e3})
+                for k in range(DECODE_AFTER):  # the request goes on decoding
+                    token = D.greedy_token(dec.step(np.array([[token]], np.int64), n + 1 + k))
+    finally:
+        blas.close()
+    return rows
+
+
+def render(info: dict, facts: dict, folder: str, rows: list[dict], command: str) -> str:
+    L = gh.header_lines(f"The prompt's step by length and run: {os.path.basename(folder.rstrip(os.sep))} "
+                        f"on {info['gpu']}", info, command)
+    L += [f"- model: `{folder}` ({facts['layers']} layers, hidden {facts['hidden']}, {facts['quantization']}, "
+          f"{facts['activations']} activations)",
+          f"- each prompt step followed by {DECODE_AFTER} decode steps; lengths in the order run",
+          "",
+          "| prompt tokens | run of that length | wall ms | kernel ms | hipep's runtime ms | launches one by one "
+          "| graph launches | new specializations | cuBLASLt calls one by one | their ms | the slowest one, ms |",
+          "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        L.append(f"| {r['n']} | {r['run']} | {r['wall_ms']:.2f} | {r['kernel_ms']:.2f} | {r['runtime_ms']:.2f} | "
+                 f"{r['direct']} | {r['graphs']} | {r['specializations']} | {r['blas_calls']} | {r['blas_ms']:.2f} | "
+                 f"{r['blas_first_ms']:.2f} |")
+    L += ["", "kernel ms: hipep.stats()'s kernel_us, from a run's first launch to its last end (the GPU busy or "
+              "waiting for the host's launches); hipep's runtime: run_us less sync_wait_us; cuBLASLt calls: "
+              "those issued one by one (a replayed graph holds its own), each timed around cuBLASLt's call.", ""]
+    first = [r for r in rows if r["run"] == 1 and r is not rows[0]]
+    later = [r for r in rows if r["run"] >= 3]
+    if first and later:
+        new_ms = np.median([r["wall_ms"] for r in first])
+        new_runtime = np.median([r["runtime_ms"] for r in first])
+        seen_ms = np.median([r["wall_ms"] for r in later])
+        L += [f"A length not seen before (the process's first step aside): median {new_ms:.2f} ms, "
+              f"{new_runtime:.2f} ms of it in hipep's runtime; a length seen twice before: median "
+              f"{seen_ms:.2f} ms.", ""]
+    return "\n".join(L)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model",
+                    help="a builder model folder (default: model_zoo's llama '1b' of --precision, built once)")
+    ap.add_argument("--precision", choices=("int4", "int4-f16", "int4-bf16"), default="int4-f16")
+    ap.add_argument("--lengths", default=",".join(map(str, LENGTHS)),
+                    help="prompt lengths, in order (default %(default)s)")
+    ap.add_argument("--runs", type=int, default=RUNS, help=f"runs of each length (default {RUNS})")
+    ap.add_argument("--device-id", type=int, default=0)
+    ap.add_argument("--out", default=RESULTS, help="folder for <date>-prompt-steps-<gpu>.md")
+    ap.add_argument("--host-driver", action="store_true",
+                    help="no GPU: the cuda device on hipep.tools.host_driver's stand-in (kernels do not run; the "
+                         "host's share is what it measures)")
+    args = ap.parse_args(argv)
+    try:
+        lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--lengths: comma-separated token counts, got {args.lengths!r}")
+    if not lengths or min(lengths) < 1 or args.runs < 1:
+        ap.error("--lengths and --runs must be positive")
+    if args.host_driver:
+        from hipep.tools import host_driver
+
+        host_driver.install()
+    found = D.gpu_and_model("prompt_steps.py", args.device_id, args.model, args.precision)
+    if isinstance(found, int):
+        return found
+    device, folder, path = found
+    facts = D.model_facts(folder)
+    if max(lengths) + DECODE_AFTER + 1 > facts["context"]:
+        ap.error(f"--lengths: at most {facts['context'] - DECODE_AFTER - 1} tokens for the model's context")
+    info = {**machine_info(), **gh.gpu_info(device)}
+    rows = measure(path, facts, lengths, args.runs, args.device_id)
+    given = argv if argv is not None else sys.argv[1:]
+    command = "python benchmarks/prompt_steps.py" + (" " + " ".join(given)).rstrip()
+    os.makedirs(args.out, exist_ok=True)
+    suffix = "" if args.model else f"-{args.precision}"
+    text = render(info, facts, folder, rows, command)
+    name = f"{info['date']}-prompt-steps-{gh.device_slug(info['gpu'])}{suffix}.md"
+    with open(os.path.join(args.out, name), "w") as f:
+        f.write(text)
+    print(text, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
