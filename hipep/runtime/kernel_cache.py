@@ -225,9 +225,14 @@ def compile_in_background(sources: list[tuple[str, str]], arch: str, defines: di
                 pass
 
     n = max(1, min(len(todo), workers or _usable_cpus()))
-    threads = [threading.Thread(target=work, name=f"hipep-nvrtc-{i}", daemon=True) for i in range(n)]
-    for t in threads:
-        t.start()
+    threads = []
+    for i in range(n):
+        t = threading.Thread(target=work, name=f"hipep-nvrtc-{i}", daemon=True)
+        try:
+            t.start()
+        except RuntimeError:  # no new threads (interpreter shutdown): the bindings compile what they need
+            break
+        threads.append(t)
     return threads
 
 

@@ -138,3 +138,17 @@ def test_a_session_starts_compiling_its_modules_before_its_first_run(tmp_path):
     # pointwise kernels, whose source the binding renders, are compiled at the run
     modules = [n for n in out["compiled"] if not n.startswith("hipep_pw_")]
     assert sorted(modules) == sorted(set(modules)) and set(first[0]) <= set(modules), out
+
+
+def test_without_new_threads_the_bindings_compile_what_they_need(fake_nvrtc, monkeypatch):
+    """At interpreter shutdown no thread starts: nothing is started in the background, and the
+    module is compiled where its kernel is bound."""
+    calls, _ = fake_nvrtc
+
+    def refuse(self):
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    assert kernel_cache.compile_in_background([("late", "// late module 5")], "sm_90") == []
+    assert calls == {}
+    assert kernel_cache.compile_cubin("// late module 5", "late", "sm_90") == (b"cubin of // late module 5", False)
