@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from helpers import REPO, needs_nvrtc
+from helpers import needs_nvrtc
 from hipep.runtime import kernel_cache
 
 
@@ -127,7 +127,8 @@ print(json.dumps(out))
 @needs_nvrtc
 def test_a_session_starts_compiling_its_modules_before_its_first_run(tmp_path):
     env = {**os.environ, kernel_cache.CACHE_ENV: str(tmp_path / "kernels")}
-    r = subprocess.run([sys.executable, "-c", _SESSION], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    # -P: the installed hipep (with its native library), not the source tree's
+    r = subprocess.run([sys.executable, "-P", "-c", _SESSION], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     out = __import__("json").loads(r.stdout.strip().splitlines()[-1])
     first = out["first_started"]
