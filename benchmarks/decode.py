@@ -532,7 +532,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ORT + IOBinding on hipep: {hip['tok_s']:.1f} tok/s, {hip['ms']:.3f} ms/step "
               f"(kernel {hip['kernel_ms']:.3f}, host {hip['host_ms']:.3f} of which hipep's runtime "
               f"{hip['runtime_host_ms']:.3f}), {hip['launches']:.0f} launches/step; the prompt's step "
-              f"{hip['prompt_ms']:.2f} ms (kernel {hip['prompt_kernel_ms']:.2f})", flush=True)
+              f"{hip['prompt_ms']:.2f} ms (kernel {hip['prompt_kernel_ms']:.2f}), at a length not seen before "
+              f"{hip['new_length']['ms']:.2f} ms", flush=True)
     except Exception as e:  # noqa: BLE001 - a missing kernel or a failed step is the result
         hip = {"error": gh.first_line(e)}
         print(f"ORT + IOBinding on hipep FAILED: {hip['error']}", flush=True)
