@@ -223,10 +223,14 @@ def run_hipep(path: str, facts: dict, prompt: np.ndarray, new: int, runs: int, p
     return out
 
 
-def new_length_prompts(dec: Decoder, prompt: np.ndarray, count: int) -> dict:
+def new_length_prompts(dec: Decoder, prompt: np.ndarray, count: int) -> dict | None:
     """The prompt's step at lengths the session has not seen (the prompt less 1, 2, ... tokens),
     once each: what a first request of that length waits for its first token (its shapes traced
-    and bound, its launches issued one by one). Medians of the wall time and hipep.stats()."""
+    and bound, its launches issued one by one). Medians of the wall time and hipep.stats(); None
+    for a one-token prompt."""
+    count = min(count, prompt.size - 1)
+    if count < 1:
+        return None
     walls, stats = [], []
     for k in range(1, count + 1):
         ids = prompt[: prompt.size - k]
@@ -355,8 +359,8 @@ def render(info: dict, facts: dict, folder: str, place: gh.Placement, copy: dict
     if "error" not in hip and hip.get("prompt_ms") is not None:
         kernels = (f", {hip['prompt_kernel_ms']:.2f} ms of it kernels"
                    if hip.get("prompt_kernel_ms") is not None else "")
-        L += ["", f"ORT + IOBinding, the prompt's step (time to the first token, median, its length seen twice before): "
-                  f"{hip['prompt_ms']:.2f} ms for {args.prompt} tokens{kernels}: "
+        L += ["", "ORT + IOBinding, the prompt's step (time to the first token, median, its length seen twice "
+                  f"before): {hip['prompt_ms']:.2f} ms for {args.prompt} tokens{kernels}: "
                   f"{args.prompt / hip['prompt_ms'] * 1e3:.0f} prompt tokens/s (binding, run, the last position's "
                   f"logits row read back, argmax)."]
         n = hip.get("new_length")
@@ -532,8 +536,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ORT + IOBinding on hipep: {hip['tok_s']:.1f} tok/s, {hip['ms']:.3f} ms/step "
               f"(kernel {hip['kernel_ms']:.3f}, host {hip['host_ms']:.3f} of which hipep's runtime "
               f"{hip['runtime_host_ms']:.3f}), {hip['launches']:.0f} launches/step; the prompt's step "
-              f"{hip['prompt_ms']:.2f} ms (kernel {hip['prompt_kernel_ms']:.2f}), at a length not seen before "
-              f"{hip['new_length']['ms']:.2f} ms", flush=True)
+              f"{hip['prompt_ms']:.2f} ms (kernel {hip['prompt_kernel_ms']:.2f})"
+              + (f", at a length not seen before {hip['new_length']['ms']:.2f} ms" if hip.get("new_length") else ""),
+              flush=True)
     except Exception as e:  # noqa: BLE001 - a missing kernel or a failed step is the result
         hip = {"error": gh.first_line(e)}
         print(f"ORT + IOBinding on hipep FAILED: {hip['error']}", flush=True)

@@ -101,3 +101,22 @@ def test_a_results_header_names_the_launch_path_settings_in_effect():
     assert not any("environment" in line for line in plain)
     info["env"] = {"HIPEP_CUDA_OVERLAP": "0", "HIPEP_GEMM": "own"}
     assert gpu_harness.header_lines("t", info, "cmd")[-1] == "- environment: `HIPEP_CUDA_OVERLAP=0`, `HIPEP_GEMM=own`"
+
+
+def test_new_length_prompts_run_shorter_prompts_once_each():
+    """The prompt less 1, 2, ... tokens, each once (never an empty prompt), and None for a
+    one-token prompt."""
+    class Steps:
+        def __init__(self):
+            self.lengths = []
+
+        def step(self, ids, total):
+            assert ids.shape == (1, total) and total >= 1
+            self.lengths.append(total)
+            return np.zeros(8, np.float32)
+
+    dec = Steps()
+    out = decode.new_length_prompts(dec, np.arange(1, 5, dtype=np.int64), 3)
+    assert dec.lengths == [3, 2, 1] and out["lengths"] == [3, 2, 1] and out["ms"] >= 0
+    assert decode.new_length_prompts(dec, np.arange(1, 3, dtype=np.int64), 3)["lengths"] == [1]
+    assert decode.new_length_prompts(dec, np.array([7], np.int64), 3) is None
