@@ -2,17 +2,9 @@
 puts around cuBLASLt's calls (restored afterwards)."""
 from __future__ import annotations
 
-import os
-import sys
+from unit.test_decode_host_report import FACTS, INFO  # (which puts benchmarks/ on the path)
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                                "benchmarks"))
 import prompt_steps as ps  # noqa: E402
-
-INFO = {"date": "2026-12-06", "commit": "abc1234", "gpu": "NVIDIA H100 80GB HBM3", "arch": "sm_90", "sms": 132,
-        "l2_bytes": 50 * 2**20, "driver_cuda": "13.0", "nvrtc": "13.0", "cpu": "Xeon", "cores": 16,
-        "memory": "126 GiB", "load": 1.0, "onnxruntime": "1.32.0", "numpy": "2.5.2", "python": "3.12.3"}
-FACTS = {"layers": 16, "hidden": 2048, "quantization": "MatMulNBits 4-bit", "activations": "float16"}
 
 
 def _row(n, run, wall, runtime, direct, graphs, spec):
@@ -26,7 +18,7 @@ def test_the_report_lists_every_run_and_sets_new_lengths_against_seen_ones():
             _row(128, 3, 5.8, 5.3, 0, 1, 0), _row(100, 1, 46.0, 44.9, 262, 0, 1), _row(100, 2, 7.9, 7.0, 0, 1, 0),
             _row(100, 3, 3.6, 3.1, 0, 1, 0), _row(77, 1, 29.0, 28.2, 262, 0, 1), _row(77, 3, 3.0, 2.7, 0, 1, 0)]
     text = ps.render(INFO, FACTS, "/m/llama-1b-int4-f16-v2", rows, "python benchmarks/prompt_steps.py")
-    assert text.startswith("# The prompt's step by length and run: llama-1b-int4-f16-v2 on NVIDIA H100 80GB HBM3")
+    assert text.startswith(f"# The prompt's step by length and run: llama-1b-int4-f16-v2 on {INFO['gpu']}")
     assert "| 100 | 1 | 46.00 | 45.50 | 44.90 | 262 | 0 | 1 | 81 | 9.00 | 2.50 |" in text
     assert "| 128 | 3 | 5.80 | 5.30 | 5.30 | 0 | 1 | 0 | 0 | 0.00 | 0.00 |" in text
     # the process's first step (its kernels loaded, maybe compiled) is not a "new length" sample
