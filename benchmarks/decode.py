@@ -223,6 +223,16 @@ def run_hipep(path: str, facts: dict, prompt: np.ndarray, new: int, runs: int, p
     return out
 
 
+def timed_step(dec: Decoder, ids: np.ndarray, total: int) -> tuple[int, int, dict]:
+    """One step of `ids` (1 × n) timed: (its greedy token, wall ns, hipep.stats() deltas)."""
+    c0 = _counters()
+    t0 = time.perf_counter_ns()
+    token = greedy_token(dec.step(ids, total))
+    wall = time.perf_counter_ns() - t0
+    c1 = _counters()
+    return token, wall, {k: c1[k] - c0[k] for k in c0}
+
+
 def new_length_prompts(dec: Decoder, prompt: np.ndarray, count: int) -> dict | None:
     """The prompt's step at lengths the session has not seen (the prompt less 1, 2, ... tokens),
     once each: what a first request of that length waits for its first token (its shapes traced
@@ -233,13 +243,9 @@ def new_length_prompts(dec: Decoder, prompt: np.ndarray, count: int) -> dict | N
         return None
     walls, stats = [], []
     for k in range(1, count + 1):
-        ids = prompt[: prompt.size - k]
-        c0 = _counters()
-        t0 = time.perf_counter_ns()
-        greedy_token(dec.step(ids[None], ids.size))
-        walls.append(time.perf_counter_ns() - t0)
-        c1 = _counters()
-        stats.append({key: c1[key] - c0[key] for key in c0})
+        _, wall, delta = timed_step(dec, prompt[None, : prompt.size - k], prompt.size - k)
+        walls.append(wall)
+        stats.append(delta)
     return {"ms": float(np.median(walls)) / 1e6, "lengths": [prompt.size - k for k in range(1, count + 1)],
             "kernel_ms": float(np.median([s["kernel_us"] for s in stats])) / 1e3,
             "runtime_host_ms": float(np.median([s["run_us"] - s["sync_wait_us"] for s in stats])) / 1e3,

@@ -79,14 +79,9 @@ def measure(path: str, facts: dict, lengths: list[int], runs: int, device_id: in
             for _ in range(runs):
                 prompt = rng.integers(3, facts["vocab"], n).astype(np.int64)
                 blas.take()
-                c0 = D._counters()
-                t0 = time.perf_counter_ns()
-                token = D.greedy_token(dec.step(prompt[None], n))
-                wall = time.perf_counter_ns() - t0
-                c1 = D._counters()
+                token, wall, d = D.timed_step(dec, prompt[None], n)
                 calls = blas.take()
                 seen[n] = seen.get(n, 0) + 1
-                d = {k: c1[k] - c0[k] for k in c0}
                 rows.append({"n": n, "run": seen[n], "wall_ms": wall / 1e6, "kernel_ms": d["kernel_us"] / 1e3,
                              "runtime_ms": (d["run_us"] - d["sync_wait_us"]) / 1e3,
                              "direct": d["direct_launches"], "graphs": d["graph_launches"],

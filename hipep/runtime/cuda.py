@@ -47,7 +47,7 @@ import logging
 import os
 import threading
 import weakref
-from typing import Any
+from typing import Any, Iterable
 
 import ml_dtypes  # noqa: F401  (registers numpy's 'bfloat16' dtype name)
 import numpy as np
@@ -89,6 +89,15 @@ def _debug_spin_setting() -> tuple[str, float] | None:
 
 
 # ---- the device ---------------------------------------------------------------------------------
+
+def _binding_modules(binding, kernel: Kernel) -> list[str]:
+    """The modules a kernel's binding loads: those compiled per element type (kernel_cache.TYPED_MODULES)
+    for the kernel's first input's type."""
+    if binding is None:
+        return []
+    tag = kernel_cache.TYPE_TAGS.get(kernel.dtypes[0], "") if kernel.dtypes else ""
+    return [kernel_cache.typed_module(m, tag) for m in binding.modules]
+
 
 class CudaDevice(GraphReplay, Device):
     name = "cuda"
@@ -497,7 +506,7 @@ class CudaDevice(GraphReplay, Device):
 
     # ---- programs ------------------------------------------------------------------------------
 
-    def prepare_kernels(self, kernels: list[Kernel]) -> None:
+    def prepare_kernels(self, kernels: Iterable[Kernel]) -> None:
         """Compiles the kernels/*.hip modules the kernels' bindings use and this process has not
         loaded, on background threads, the largest sources first (kernel_cache.compile_in_background).
         A module takes from a fraction of a second to most of a minute, so on a machine whose
@@ -509,9 +518,7 @@ class CudaDevice(GraphReplay, Device):
                 binding = table.program_binding(kernel)
             except NoKernel:
                 continue
-            if binding is not None:
-                names.update(kernel_cache.typed_module(m, kernel.dtypes[0] if kernel.dtypes else "")
-                             for m in binding.modules)
+            names.update(_binding_modules(binding, kernel))
         with self._lock:
             names -= {k for k in self._modules if not k.startswith("src:")}
         sources = sorted(((n, kernel_cache.module_source(n)) for n in names), key=lambda s: -len(s[1]))
@@ -530,9 +537,8 @@ class CudaDevice(GraphReplay, Device):
             return program
         binding = table.program_binding(kernel)
         program = CudaProgram(self, kernel, binding)
-        if binding is not None:
-            for module in binding.modules:  # (the typed ones for the first input's element type)
-                self._module(kernel_cache.typed_module(module, kernel.dtypes[0] if kernel.dtypes else ""))
+        for module in _binding_modules(binding, kernel):
+            self._module(module)
         with self._lock:
             self._programs[key] = program
         return program

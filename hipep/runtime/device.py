@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 
 T = TypeVar("T")
 
@@ -215,10 +215,11 @@ class Device(ABC):
     def compile(self, kernel: Kernel) -> Any:
         """The loaded program for `kernel` (backends cache compiled code)."""
 
-    def prepare_kernels(self, kernels: list[Kernel]) -> None:
-        """A plan's kernels, told when its executor is made, before any run: a backend that
-        compiles code may start on it now (the first run then waits only for what it still
-        lacks). Nothing here for a backend without such work."""
+    def prepare_kernels(self, kernels: Iterable[Kernel]) -> None:
+        """A plan's kernels (an iterable made as it is read), told when its executor is made,
+        before any run: a backend that compiles code may start on it now (the first run then waits
+        only for what it still lacks). Nothing here, and nothing read, for a backend without such
+        work."""
 
     @abstractmethod
     def launch(self, stream: Stream, program: Any, grid: tuple, block: tuple, smem: int, args: list,

@@ -78,7 +78,7 @@ class Executor:
         self.replays = not any(isinstance(s, Loop) for s in walk(plan.steps)) and \
             bool(plan.steps) and isinstance(plan.steps[-1], Sync)
         # the device may start compiling the plan's kernels now (a GPU's first use on a machine)
-        device.prepare_kernels([kernel_of(plan, s, step_label(s)) for s in walk(plan.steps) if isinstance(s, Launch)])
+        device.prepare_kernels(kernel_of(plan, s, step_label(s)) for s in walk(plan.steps) if isinstance(s, Launch))
         if not self.replays:
             self._interpreter = Interpreter(plan, device, weights)
             return

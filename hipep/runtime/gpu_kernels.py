@@ -249,8 +249,8 @@ def modules() -> list[str]:
 def precompile_sources(float_types: Sequence[str] = ("float32", "float16")) -> list[tuple[str, str]]:
     """(name, source) of every kernel hipep can compile ahead of a model: each kernels/*.hip
     module (those the runtime compiles per element type, kernel_cache.TYPED_MODULES, once per
-    type, as the runtime loads them), and each registry pointwise op alone on `float_types` (fused groups depend on the
-    model, so they are compiled when first launched)."""
+    type, as the runtime loads them), and each registry pointwise op alone on `float_types`
+    (fused groups depend on the model, so they are compiled when first launched)."""
     from ..ops.registry import REQUIRED, all_ops
     from ..ops.pointwise import Operand
     from .kernel_cache import TYPE_TAGS, TYPED_MODULES, kernel_sources, module_source, read_source

@@ -308,12 +308,11 @@ TYPE_TAGS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 TYPED_MODULES = ("attention_decode", "attention_decode_fused", "matmul_nbits")
 
 
-def typed_module(name: str, dtype) -> str:
-    """The module to load for kernels of element type `dtype` (a numpy dtype, its name, or its tag
-    f32/f16/bf16) from kernels/<name>.hip: one of
-    TYPED_MODULES compiled for that type alone ("<name>@<tag>"), else the whole module."""
-    tag = str(dtype) if str(dtype) in TYPE_TAGS.values() else TYPE_TAGS.get(str(dtype))
-    return f"{name}@{tag}" if name in TYPED_MODULES and tag else name
+def typed_module(name: str, tag: str) -> str:
+    """The module to load for kernels of element type `tag` (f32, f16, bf16; "" for none) from
+    kernels/<name>.hip: one of TYPED_MODULES compiled for that type alone ("<name>@<tag>"), else
+    the whole module."""
+    return f"{name}@{tag}" if name in TYPED_MODULES and tag in TYPE_TAGS.values() else name
 
 
 def module_source(name: str) -> str:
