@@ -17,6 +17,7 @@ Expressions are plain data, so a traced shape program can be stored with a plan:
 """
 from __future__ import annotations
 
+import functools
 import operator
 import threading
 from typing import Any, Iterable
@@ -260,6 +261,15 @@ def _code(e: Expr, names: dict[str, str]) -> str:
     return f"({_code(e[1], names)} {e[0]} {_code(e[2], names)})"
 
 
+@functools.lru_cache(maxsize=1024)
+def compiled(src: str, filename: str):
+    """The code object of generated source `src` (a function definition), compiled once per
+    process: a new input shape's run generates the same source as the shapes before it (its shape
+    program, the replay's patches), and Python's compile costs about a millisecond where exec'ing
+    the code object into a fresh scope costs microseconds."""
+    return compile(src, filename, "exec")
+
+
 def compile_exprs(exprs: Iterable[Expr], symbols: list[str], fn_name: str = "evaluate"):
     """One Python function f(values) → tuple of the exprs' values, `values` being the symbols'
     values in the order of `symbols`. Generated once; a call costs about what the arithmetic does."""
@@ -271,7 +281,7 @@ def compile_exprs(exprs: Iterable[Expr], symbols: list[str], fn_name: str = "eva
         src += f"    ({unpack},) = values\n"
     src += f"    return ({body}{',' if body else ''})\n"
     scope: dict = {}
-    exec(compile(src, f"<hipep {fn_name}>", "exec"), scope)
+    exec(compiled(src, f"<hipep {fn_name}>"), scope)
     return scope[fn_name]
 
 
@@ -288,7 +298,7 @@ def compile_guards(guards: dict[tuple, bool], symbols: list[str], fn_name: str =
         src += f"    ({unpack},) = values\n"
     src += f"    return {' and '.join(terms) if terms else 'True'}\n"
     scope: dict = {}
-    exec(compile(src, f"<hipep {fn_name}>", "exec"), scope)
+    exec(compiled(src, f"<hipep {fn_name}>"), scope)
     return scope[fn_name]
 
 

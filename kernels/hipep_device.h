@@ -291,6 +291,21 @@ HIPEP_DEVICE float hipep_atomic_add(float* p, float v) { return atomicAdd(p, v);
 HIPEP_DEVICE int hipep_atomic_add(int* p, int v) { return atomicAdd(p, v); }
 HIPEP_DEVICE unsigned int hipep_atomic_inc(unsigned int* p) { return atomicAdd(p, 1u); }
 
+// The larger of *p and v into *p: the scatters' "last update wins" marks (kernels/indexing.hip,
+// kernels/max_unpool.hip).
+HIPEP_DEVICE void hipep_atomic_max_u32(unsigned int* p, unsigned int v) {
+#if defined(__CUDACC__) || defined(__HIP__) || defined(__HIPCC_RTC__)
+  atomicMax(p, v);
+#else  // the unit tests' host stand-in for the device has no atomicMax
+  unsigned int old = *(volatile unsigned int*)p;
+  while (old < v) {
+    const unsigned int seen = atomicCAS(p, old, v);
+    if (seen == old) break;
+    old = seen;
+  }
+#endif
+}
+
 // ---- fault reports ------------------------------------------------------------------------------
 // A kernel cannot raise: where ONNX Runtime rejects a value only the kernel sees (an index or a
 // position out of range), the kernel records it in its stream's fault record and goes on without
@@ -306,6 +321,7 @@ HIPEP_DEVICE unsigned int hipep_atomic_inc(unsigned int* p) { return atomicAdd(p
 #define HIPEP_FAULT_KV_LENGTH 6u     // a count of valid keys (nonpad_kv_seqlen) outside [0, bound] (bound: the keys)
 #define HIPEP_FAULT_AXIS 7u          // an axis outside [-bound, bound - 1] (bound: the input's rank)
 #define HIPEP_FAULT_SEQUENCE_LENGTH 8u  // a sequence length outside [0, bound] (bound: the time axis' extent)
+#define HIPEP_FAULT_FLAT_INDEX 9u    // an index outside [0, bound - 1] (bound: the elements of the flattened output)
 
 struct hipep_fault_record {
   unsigned int code;  // 0: no fault; HIPEP_FAULT_*

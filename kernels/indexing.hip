@@ -18,19 +18,6 @@
 // (constant indices without repeats) it passes no winner array and the write pass alone runs.
 #include "indexing.h"
 
-HIPEP_DEVICE void hipep_atomic_max_u32(unsigned int* p, unsigned int v) {
-#if defined(__CUDACC__) || defined(__HIP__) || defined(__HIPCC_RTC__)
-  atomicMax(p, v);
-#else  // the unit tests' host stand-in for the device has no atomicMax
-  unsigned int old = *(volatile unsigned int*)p;
-  while (old < v) {
-    const unsigned int seen = atomicCAS(p, old, v);
-    if (seen == old) break;
-    old = seen;
-  }
-#endif
-}
-
 // ---- GatherElements -------------------------------------------------------------------------------
 
 template <typename W, typename I>

@@ -25,6 +25,7 @@ import numpy as np
 from ..errors import HipepError, RuntimeShapeError
 from ..ops.registry import lookup
 from ..plan import split_op_key
+from ..symbolic import compiled
 from .device import Device, Event, Graph, Kernel, Stream, check_patch, freeze, named_error
 
 T = TypeVar("T")
@@ -264,7 +265,7 @@ class _InlineReplay:
         for start in range(0, n, self.CHUNK):
             lines.append("    ns += " + " + ".join(f"(e{i} - s{i})" for i in range(start, min(n, start + self.CHUNK))))
         lines.append("    return ns")
-        exec(compile("\n".join(lines) + "\n", "<hipep cpu replay>", "exec"), scope)
+        exec(compiled("\n".join(lines) + "\n", "<hipep cpu replay>"), scope)
         self._run = scope["run_all"]
 
     def __call__(self, stream: CpuStream, *ort_memory) -> None:

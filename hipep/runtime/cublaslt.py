@@ -82,6 +82,8 @@ def _library():
             "cublasLtMatmulPreferenceDestroy": [_void_p],
             "cublasLtMatmulAlgoGetHeuristic": [_void_p, _void_p, _void_p, _void_p, _void_p, _void_p, _void_p, i32,
                                                ctypes.POINTER(HeuristicResult), ctypes.POINTER(i32)],
+            "cublasLtMatmulAlgoCheck": [_void_p, _void_p, _void_p, _void_p, _void_p, _void_p, _void_p,
+                                        ctypes.POINTER(HeuristicResult)],
             "cublasLtMatmul": [_void_p, _void_p, _void_p, _void_p, _void_p, _void_p, _void_p, _void_p, _void_p,
                                _void_p, _void_p, _void_p, _void_p, _void_p, size_t, _void_p],
         }
@@ -271,4 +273,8 @@ def matmul_plan(device_key: int, dtype: str, m: int, n: int, k: int, a_sm: int, 
         _PLANS[key] = plan
         while len(_PLANS) > _PLANS_KEPT:
             _PLANS.popitem(last=False)  # bound launches keep their own reference
+    from . import cublaslt_warm  # (it imports this module)
+
+    # the other prompt lengths' kernels of this product, loaded in the background
+    cublaslt_warm.plan_made(device_key, dtype, n, k, (a_sm, a_sk, b_sk, b_sn), batch, alignments, bias, plan.result)
     return plan

@@ -39,6 +39,7 @@ FAULT_WRITE_INDEX = 5  # a write index outside [0, bound] (bound -1: any index >
 FAULT_KV_LENGTH = 6  # a count of valid keys (nonpad_kv_seqlen) outside [0, bound] (bound: the keys)
 FAULT_AXIS = 7  # an axis outside [-bound, bound - 1] (bound: the input's rank)
 FAULT_SEQUENCE_LENGTH = 8  # a sequence length outside [0, bound] (bound: the time axis' extent)
+FAULT_FLAT_INDEX = 9  # an index outside [0, bound - 1] (bound: the elements of the flattened output)
 
 
 class FaultRecord(ctypes.Structure):
@@ -141,6 +142,9 @@ def fault_error(record: FaultRecord, sites: FaultSites) -> InputFault | None:
     if code == FAULT_SEQUENCE_LENGTH:
         return RangeFault(f"{label}: {what}: sequence length {value} is out of range [0, {bound}] (the time axis' "
                           f"extent)")
+    if code == FAULT_FLAT_INDEX:
+        return IndexFault(f"{label}: {what}: index {value} is out of range [0, {bound}) (the output's {bound} "
+                          f"elements, flattened)")
     return InputFault(f"{label}: {what}: the kernel reported fault code {code} (value {value}, bound {bound})")
 
 

@@ -23,6 +23,9 @@ the pointers allow. A write index out of range is reported; its batch entry keep
 
 ReverseSequence: one launch, a thread an element, reading its batch entry's length on the device;
 a length out of range is reported and its entry copied as it is.
+
+MaxUnpool (kernels/max_unpool.hip) is a scatter of X into a zero-filled Y over the flattened
+tensors, the last of repeated indices winning as in the scatters; an index outside Y is reported.
 """
 from __future__ import annotations
 
@@ -446,3 +449,39 @@ def _reverse_sequence_bind(ins, outs, attrs, target):
     grid, block = flat_config(y.size, target)
     return [KernelOp(f"hipep_reverse_sequence_w{e}", grid, block, [ptr(x), ptr(lens), ptr(y), args, fault],
                      module="indexing")]
+
+
+# ---- MaxUnpool ------------------------------------------------------------------------------------
+# Y zero-filled, the winners zero-filled, a mark pass and a write pass over X's elements.
+
+class MaxUnpoolArgs(ctypes.Structure):
+    """kernels/max_unpool.hip's hipep_max_unpool_args."""
+    _fields_ = [("n", ctypes.c_longlong), ("size", ctypes.c_longlong)]
+
+
+@_binding("::MaxUnpool", modules=("max_unpool", "copy"))
+def _max_unpool_bind(ins, outs, attrs, target):
+    x, idx, y = ins[0], ins[1], outs[0]
+    if y is None:
+        return []
+    if tuple(idx.shape) != tuple(x.shape):
+        raise HipepError(f"MaxUnpool: I must have X's shape {list(x.shape)}, got {list(idx.shape)}")
+    e = x.dtype.itemsize
+    if e not in (2, 4, 8):
+        raise NoKernel(f"MaxUnpool of {e}-byte elements")
+    if x.size > MAX_WINNER_UPDATES:
+        raise NoKernel(f"MaxUnpool of {x.size} elements (at most {MAX_WINNER_UPDATES})")
+    ops = fill_ops(y, b"\0" * e, target)
+    if x.size == 0:
+        return ops
+    if y.size == 0:  # (every index is out of range: the CPU device's error)
+        raise HipepError(f"MaxUnpool: input 1 (I) indexes an empty output {list(y.shape)}")
+    winner, fill = _winners(target, y.size)
+    args = MaxUnpoolArgs(x.size, y.size)
+    fault = fault_param(target, "input 1 (I) into Y")
+    grid, block = flat_config(x.size, target)
+    return ops + fill + [
+        KernelOp("hipep_max_unpool_mark", grid, block, [ptr(idx), ctypes.c_uint64(winner), args, fault],
+                 module="max_unpool"),
+        KernelOp(f"hipep_max_unpool_write_w{e}", grid, block, [ptr(x), ptr(idx), ctypes.c_uint64(winner), ptr(y), args],
+                 module="max_unpool")]

@@ -10,6 +10,7 @@ import numpy as np
 from ..errors import HipepError
 from ..plan import Plan
 from ..symbolic import _code as expr_code
+from ..symbolic import compiled
 from .shapes import MAX_BYTES, ShapeProgram
 
 
@@ -28,7 +29,7 @@ def picker(indices):
         return lambda env: ()
     src = "def pick(env):\n    return (" + ", ".join(f"env[{i}]" for i in indices) + ",)\n"
     scope: dict = {}
-    exec(src, scope)
+    exec(compiled(src, "<hipep pick>"), scope)
     return scope["pick"]
 
 
@@ -70,7 +71,7 @@ def signature_function(plan: Plan, shape: ShapeProgram):
         terms.append(f"s{pos}[{k}]" if kind == "i" else f"int(x{pos}.reshape(-1)[{k}])")
     lines.append("    return (" + ", ".join(terms) + ("," if terms else "") + ")")
     scope: dict = {}
-    exec("\n".join(lines) + "\n", scope)
+    exec(compiled("\n".join(lines) + "\n", "<hipep signature>"), scope)
     return scope["signature"]
 
 
@@ -91,7 +92,7 @@ def plain_inputs_function(dtypes, device_arrays=frozenset()):
                   f"        elif c not in OWN or x.dtype is not D{pos}:",
                   "            return False"]
     lines.append("    return True")
-    exec(compile("\n".join(lines) + "\n", "<hipep inputs_plain>", "exec"), scope)
+    exec(compiled("\n".join(lines) + "\n", "<hipep inputs_plain>"), scope)
     return scope["inputs_plain"]
 
 
@@ -107,7 +108,7 @@ def exact_outputs_function(dtypes):
            f"    if len(arrays) != {n}: return False\n"
            + (f"    ({names}) = arrays\n" if n else "")
            + f"    return {dtypes_same} and ({''.join(f'a{j}.shape, ' for j in range(n))}) == shapes\n")
-    exec(compile(src, "<hipep outputs_exact>", "exec"), scope)
+    exec(compiled(src, "<hipep outputs_exact>"), scope)
     return scope["outputs_exact"]
 
 
@@ -135,7 +136,7 @@ def alias_function(name: str, pairs):
         raise HipepError(f"{name}: {pairs[k][2]} overlap in memory without being the same buffer")
 
     scope: dict = {"data_pointers": _data_pointers, "overlap": overlap}
-    exec(compile("\n".join(lines) + "\n", "<hipep aliases>", "exec"), scope)
+    exec(compiled("\n".join(lines) + "\n", "<hipep aliases>"), scope)
     return scope["aliases"]
 
 
@@ -149,7 +150,7 @@ def patch_function(sites):
         a = f"{'ins' if kind == 'in' else 'outs'}[{index}]"
         items.append(f"(n{m}, {k}, {a if view < 0 else f'{a}.reshape(ext[{view}])'})")
     src = "def patches(ins, outs, ext):\n    return [" + ", ".join(items) + "]\n"
-    exec(compile(src, "<hipep patches>", "exec"), scope)
+    exec(compiled(src, "<hipep patches>"), scope)
     return scope["patches"]
 
 
@@ -179,5 +180,5 @@ def probe_function(plan: Plan, shape: ShapeProgram, value_guards: dict, layout_i
     layout = "".join(f"v{i}, " for i in layout_indices)
     lines.append(f"    return ({env}), ({layout}), (" + "".join(f"o{j}, " for j in range(len(outs))) + ")")
     scope: dict = {}
-    exec(compile("\n".join(lines) + "\n", "<hipep probe>", "exec"), scope)
+    exec(compiled("\n".join(lines) + "\n", "<hipep probe>"), scope)
     return scope["probe"]

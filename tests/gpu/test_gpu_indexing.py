@@ -1,10 +1,10 @@
 """GatherElements, GatherND, ScatterElements, Scatter and ScatterND (kernels/indexing.hip,
-kernels/scatter_reduce.hip) end to end: small ONNX models through hipep.InferenceSession(device=
-"cuda"), claimed whole, compared with ONNX Runtime's CPU EP over three runs (first run, bound
-replay, CUDA graph replay): exactly for moves and integer reductions, within rounding for float
-reductions (atomics combine in arrival order). Repeated indices with reduction 'none' give the
-last update, as the CPU EP does, on every run. An index out of range is an error naming the node,
-and the session runs on."""
+kernels/scatter_reduce.hip), and MaxUnpool (kernels/max_unpool.hip) end to end: small ONNX models
+through hipep.InferenceSession(device="cuda"), claimed whole, compared with ONNX Runtime's CPU EP
+over three runs (first run, bound replay, CUDA graph replay): exactly for moves and integer
+reductions, within rounding for float reductions (atomics combine in arrival order). Repeated
+indices with reduction 'none' (and MaxUnpool's) give the last update, as the CPU EP does, on every
+run. An index out of range is an error naming the node, and the session runs on."""
 from __future__ import annotations
 
 import numpy as np
@@ -291,3 +291,40 @@ def test_a_sequence_length_out_of_range_names_the_node_and_the_session_runs_on(r
     lens = np.array([3, 4], np.int64)
     np.testing.assert_array_equal(sess.run(None, {"x": x, "lens": lens})[0],
                                   cpu_session(model).run(None, {"x": x, "lens": lens})[0])
+
+
+# ---- MaxUnpool (kernels/max_unpool.hip) ---------------------------------------------------------------
+
+def _unpool_indices(rng, shape_in, shape_out, repeats):
+    n_c, take, plane = shape_in[0] * shape_in[1], int(np.prod(shape_in[2:])), int(np.prod(shape_out[2:]))
+    idx = np.stack([rng.choice(plane, take, replace=False) + k * plane for k in range(n_c)]).reshape(shape_in)
+    if repeats:
+        idx.reshape(-1)[1::3] = idx.reshape(-1)[0]  # the last of the repeated ones stays, as in ORT's loop
+    return idx.astype(np.int64)
+
+
+@pytest.mark.parametrize("elem", [F32, F16])
+@pytest.mark.parametrize("repeats", [False, True])
+@pytest.mark.parametrize("shape_in,shape_out,attrs", [
+    ((2, 3, 2, 2), (2, 3, 4, 4), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ((1, 2, 3), (1, 2, 4), {"kernel_shape": [3], "pads": [1, 0]}),
+    ((4, 16, 32, 32), (4, 16, 64, 64), {"kernel_shape": [2, 2], "strides": [2, 2]})])
+def test_max_unpool(rng, elem, repeats, shape_in, shape_out, attrs):
+    model = make_model([n("MaxUnpool", ["x", "i"], ["y"], name="unpool", **attrs)],
+                       [tensor("x", elem, list(shape_in)), tensor("i", I64, list(shape_in))],
+                       [tensor("y", elem, None)], opset=22)
+    check(model, {"x": values(rng, shape_in, elem), "i": _unpool_indices(rng, shape_in, shape_out, repeats)})
+
+
+def test_a_max_unpool_index_out_of_range_names_the_node_and_the_session_runs_on(rng):
+    model = make_model([n("MaxUnpool", ["x", "i"], ["y"], name="unpool", kernel_shape=[2, 2], strides=[2, 2])],
+                       [tensor("x", F32, [1, 1, 2, 2]), tensor("i", I64, [1, 1, 2, 2])], [tensor("y", F32, None)],
+                       opset=22)
+    sess = hipep.InferenceSession(model, device="cuda")
+    x = rng.standard_normal((1, 1, 2, 2)).astype(np.float32)
+    with pytest.raises(Exception, match=r"node 'unpool' \(MaxUnpool\): input 1 \(I\) into Y: index 16 is out of "
+                                        r"range \[0, 16\)"):
+        sess.run(None, {"x": x, "i": np.array([[[[0, 3], [16, 5]]]], np.int64)})
+    good = np.array([[[[0, 3], [8, 15]]]], np.int64)
+    np.testing.assert_array_equal(sess.run(None, {"x": x, "i": good})[0],
+                                  cpu_session(model).run(None, {"x": x, "i": good})[0])

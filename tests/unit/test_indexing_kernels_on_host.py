@@ -1,10 +1,11 @@
-"""kernels/indexing.hip and kernels/scatter_reduce.hip on the CPU: GatherElements, GatherND
-(batch_dims), ScatterElements and Scatter, ScatterND, with every reduction, negative and repeated
-indices, several element types, compared with the registry's references (hipep.ops.indexing).
-g++ compiles the unchanged kernel source against the host stand-in for the CUDA headers (every GPU
-thread of a block a host thread, so the atomics of the reductions and of the winner pass really
-race), and the launches the bindings give run over host memory. An index out of range fills the
-fault record, names the node, and leaves no write outside the buffers. Skipped without g++."""
+"""kernels/indexing.hip, kernels/scatter_reduce.hip and kernels/max_unpool.hip on the CPU:
+GatherElements, GatherND (batch_dims), ScatterElements and Scatter, ScatterND, with every
+reduction, negative and repeated indices, several element types, MaxUnpool, compared with the
+registry's references (hipep.ops.indexing, hipep.ops.max_unpool). g++ compiles the unchanged
+kernel source against the host stand-in for the CUDA headers (every GPU thread of a block a host
+thread, so the atomics of the reductions and of the winner pass really race), and the launches
+the bindings give run over host memory. An index out of range fills the fault record, names the
+node, and leaves no write outside the buffers. Skipped without g++."""
 from __future__ import annotations
 
 import ctypes
@@ -27,7 +28,8 @@ SM = 1
 
 
 def _build(out, warp):
-    return {"warp": warp, **{m: compile_module(out, m, warp) for m in ("indexing", "scatter_reduce", "copy")}}
+    return {"warp": warp, **{m: compile_module(out, m, warp) for m in ("indexing", "scatter_reduce", "copy",
+                                                                        "max_unpool")}}
 
 
 @pytest.fixture(scope="module")
@@ -475,3 +477,48 @@ def test_every_launch_names_an_entry_point_that_takes_its_parameters():
     for op in kernels:
         assert op.entry in params, f"{op.module}: {op.entry}"
         assert [ctypes.sizeof(p) for p in op.params] == params[op.entry], op.entry
+
+
+# ---- MaxUnpool ---------------------------------------------------------------------------------------
+
+def _unpool_case(shape_in, shape_out, dtype, repeats, seed):
+    rng = np.random.default_rng(seed)
+    n, c = shape_in[:2]
+    plane, take = int(np.prod(shape_out[2:])), int(np.prod(shape_in[2:]))
+    idx = np.stack([rng.choice(plane, take, replace=False) + k * plane for k in range(n * c)]).reshape(shape_in)
+    if repeats:
+        idx.reshape(-1)[1::3] = idx.reshape(-1)[0]  # many elements aiming at one output: the last stays
+    x = (rng.standard_normal(shape_in) * 4).astype(dtype)
+    return x, idx.astype(np.int64)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("repeats", [False, True])
+@pytest.mark.parametrize("shape_in,shape_out,attrs", [
+    ((2, 3, 2, 2), (2, 3, 4, 4), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ((1, 2, 3), (1, 2, 4), {"kernel_shape": [3], "pads": [1, 0]}),
+    ((1, 1, 5, 5), (1, 1, 10, 10), {"kernel_shape": [2, 2], "strides": [2, 2]})])
+def test_max_unpool(libraries, dtype, repeats, shape_in, shape_out, attrs):
+    x, idx = _unpool_case(shape_in, shape_out, dtype, repeats, seed=len(shape_in) + repeats)
+    got, want, ops = run(libraries, "::MaxUnpool", [x, idx], attrs)
+    np.testing.assert_array_equal(got, want)
+    assert "hipep_max_unpool_mark" in entries(ops)
+
+
+def test_max_unpool_index_out_of_range_is_reported_for_the_node(libraries):
+    x, idx = np.arange(1, 5, dtype=np.float32).reshape(1, 1, 2, 2), np.array([[[[0, 3], [16, 5]]]], np.int64)
+    attrs = {"kernel_shape": [2, 2], "strides": [2, 2], OUTPUT_COUNT: 1, SINCE_VERSION: 22}
+    mem = HostMemory()
+    record = mem.put(np.zeros(gf.FAULT_RECORD_BYTES, np.uint8))[0].ptr
+    sites = gf.FaultSites()
+    out, view = mem.put(np.full((1, 1, 4, 4), 7, np.float32))
+    target = gk.Target(sm_count=SM, warp_size=32, workspace=lambda n: mem.put(np.zeros(n, np.uint8))[0].ptr,
+                       fault=lambda w: gf.FaultSite(record, sites.site("node 'u' (MaxUnpool)", w)))
+    _run_ops(libraries, gk.binding_for("::MaxUnpool").bind([mem.put(x)[0], mem.put(idx)[0]], [out], attrs, target))
+    error = gf.take_fault(record, sites)
+    assert isinstance(error, gf.IndexFault)
+    assert str(error) == ("node 'u' (MaxUnpool): input 1 (I) into Y: index 16 is out of range [0, 16) (the "
+                          "output's 16 elements, flattened)")
+    want = np.zeros((1, 1, 4, 4), np.float32)
+    want.reshape(-1)[[0, 3, 5]] = [1, 2, 4]
+    np.testing.assert_array_equal(view, want)  # the others written, the bad one dropped

@@ -176,7 +176,7 @@ def test_fault_record_layout_matches_the_device_header():
     assert codes == {"INDEX": gf.FAULT_INDEX, "POSITION": gf.FAULT_POSITION, "SEQLEN": gf.FAULT_SEQLEN,
                      "SEQLEN_SHORT": gf.FAULT_SEQLEN_SHORT, "WRITE_INDEX": gf.FAULT_WRITE_INDEX,
                      "KV_LENGTH": gf.FAULT_KV_LENGTH, "AXIS": gf.FAULT_AXIS,
-                     "SEQUENCE_LENGTH": gf.FAULT_SEQUENCE_LENGTH}
+                     "SEQUENCE_LENGTH": gf.FAULT_SEQUENCE_LENGTH, "FLAT_INDEX": gf.FAULT_FLAT_INDEX}
     assert len(set(codes.values())) == len(codes) and gf.FAULT_NONE not in codes.values()
 
 
@@ -208,6 +208,9 @@ def test_fault_messages_name_the_value_and_its_range():
     assert message(gf.FAULT_KV_LENGTH, 14, 13).endswith(
         "14 valid keys is out of range [0, 13]: a batch entry has at most the 13 keys of K and V")
     assert isinstance(gf.fault_error(gf.FaultRecord(gf.FAULT_KV_LENGTH, site, -1, 13), sites), gf.RangeFault)
+    assert message(gf.FAULT_FLAT_INDEX, 16, 16).endswith(
+        "index 16 is out of range [0, 16) (the output's 16 elements, flattened)")
+    assert isinstance(gf.fault_error(gf.FaultRecord(gf.FAULT_FLAT_INDEX, site, -1, 16), sites), gf.IndexFault)
     assert message(99, 5, 6).endswith("the kernel reported fault code 99 (value 5, bound 6)")
     assert isinstance(gf.fault_error(gf.FaultRecord(gf.FAULT_POSITION, site, 1, 1), sites), gf.RangeFault)
 

@@ -1,7 +1,7 @@
 """More ops against ONNX Runtime's CPU EP: activations and unary math, bitwise ops, Sum/Mean,
 CastLike, Dropout, Size; the reductions beyond Sum/Mean/Max/Min, ArgMax/ArgMin, CumSum/CumProd,
 TopK, Trilu, NonZero, Range, ConstantOfShape, EyeLike, Compress; LogSoftmax, Hardmax and the
-normalizations; Einsum, MatMulInteger, QLinearMatMul.
+normalizations; Einsum, MatMulInteger, QLinearMatMul; MaxUnpool.
 
 Single-node cases use test_ops_reference's harness (same tolerances, dtype/shape/aliasing checks);
 each case's shape rule is checked against its reference as test_shape_rules does for those. The
@@ -543,6 +543,22 @@ case("AffineGrid", 20, [R(2, 2, 3), A([2, 3, 4, 5])], {"align_corners": 1})
 case("AffineGrid", 20, [R(1, 3, 4, dtype=np.float64), A([1, 2, 3, 4, 5])], id="AffineGrid-3d-f64")
 case("MelWeightMatrix", 17, [A(20, np.int32), A(400, np.int32), A(16000, np.int32), A(20, f32), A(7600, f32)],
      {"output_datatype": 11})
+
+
+def _unpool_indices(n, c, spatial_in, spatial_out, seed=0):
+    """Unique indices into [n, c, *spatial_out] flattened, each (n, c) plane's inside its own."""
+    rng = np.random.default_rng(seed)
+    plane, take = int(np.prod(spatial_out)), int(np.prod(spatial_in))
+    idx = [rng.choice(plane, take, replace=False) + k * plane for k in range(n * c)]
+    return np.stack(idx).reshape(n, c, *spatial_in).astype(i64)
+
+
+case("MaxUnpool", 22, [R(2, 3, 2, 2), _unpool_indices(2, 3, (2, 2), (4, 4))],
+     {"kernel_shape": [2, 2], "strides": [2, 2]})
+case("MaxUnpool", 9, [R(1, 2, 3, dtype=f16), _unpool_indices(1, 2, (3,), (4,))], {"kernel_shape": [3], "pads": [1, 0]},
+     id="MaxUnpool-9-1d-f16-pads")
+case("MaxUnpool", 22, [R(1, 1, 2, 2), A([[[[0, 3], [3, 3]]]])], {"kernel_shape": [2, 2], "strides": [2, 2]},
+     id="MaxUnpool-22-repeated-index")
 
 # ---- recurrent ops ---------------------------------------------------------------------------------
 # (X [seq 4, batch 3, input 5], hidden 4; weights in [-1, 1]. Layout 1, which ORT's CPU EP refuses,

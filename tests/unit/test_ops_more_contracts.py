@@ -62,6 +62,11 @@ PARTIAL = [
      [(F, ["n", "c", 4]), (F, [3]), (F, [3]), (F, [3]), (F, [3])], {}, 1, [(None, 3, 4)]),
     ("matmulinteger", "MatMulInteger", 10, [(TP.UINT8, ["m", 4]), (TP.INT8, [4, 5])], {}, 1, [(None, 5)]),
     ("cumsum", "CumSum", 14, [(F, ["n", 3]), (I64, [])], {}, 1, [(None, 3)]),
+    ("unpool", "MaxUnpool", 22, [(F, ["n", 3, 4, "w"]), (I64, ["n", 3, 4, "w"])], {"kernel_shape": [2, 2],
+                                                                                  "strides": [2, 2]}, 1,
+     [(None, 3, 8, None)]),
+    ("unpool-shape-unknown", "MaxUnpool", 22, [(F, [1, 1, 2, 2]), (I64, [1, 1, 2, 2]), (I64, [4])],
+     {"kernel_shape": [2, 2]}, 1, [(None, None, None, None)]),
 ]
 
 
@@ -162,6 +167,8 @@ REJECT = [
     ("BitCast", 26, [(F, [3])], {"to": TP.FLOAT8E4M3FN}, 1, ["is not a supported target"]),
     ("QLinearMatMul", 10, [(TP.INT8, [2, 3]), (F, []), (TP.INT8, []), (TP.UINT8, [3, 4]), (F, []),
                            (TP.UINT8, []), (F, []), (TP.INT8, [])], {}, 1, ["i8/u8/i8"]),
+    ("MaxUnpool", 11, [(F, [1, 1, 2, 2]), (I64, [1, 1, 2, 2]), (I64, [4])], {"kernel_shape": [2, 2], "strides": [2, 2]},
+     1, ["output_shape", "ONNX spec", "left to ORT"]),
 ]
 
 
@@ -234,6 +241,11 @@ ERRORS = [
     ("MatMulInteger", [np.ones((2, 3), u8), np.ones((3, 5), u8), A([1, 2], u8)], {}, r"a_zero_point must be a scalar"),
     ("PRelu", [R(2, 3), R(2)], {}, r"X is \[2, 3\], slope is \[2\]"),
     ("Sum", [R(2), R(3)], {}, r"input 1 is \[3\]"),
+    ("MaxUnpool", [R(1, 1, 2, 2), A([[[[0, 3], [8, 16]]]], i64)], {"kernel_shape": [2, 2], "strides": [2, 2]},
+     r"index 16, outside Y's \[0, 16\)"),
+    ("MaxUnpool", [R(1, 1, 2, 2), A([[[[0, 3], [8, 15]]]], i64), A([1, 1, 3, 3], i64)],
+     {"kernel_shape": [2, 2], "strides": [2, 2]}, r"output_shape \[1, 1, 3, 3\] is smaller"),
+    ("MaxUnpool", [R(1, 1, 2, 2), A([[0, 3]], i64)], {"kernel_shape": [2, 2]}, r"I must have X's shape"),
 ]
 
 
@@ -373,3 +385,12 @@ def test_chain_end_to_end(options):
 def test_normalizations_end_to_end(options):
     rng = np.random.default_rng(12)
     _compare(_norm_model(), [{"x": rng.uniform(-2, 2, (nb, 4, 5, 5)).astype(f32)} for nb in (1, 3)], **options)
+
+
+def test_max_unpool_with_its_unpooled_shape_as_a_constant_output_shape_is_claimed():
+    """Where ORT and the spec agree: output_shape a constant equal to the unpooled shape (a larger
+    constant is left to ORT like an input)."""
+    ins = [(F, [1, 1, 2, 2]), (I64, [1, 1, 2, 2]), (I64, [4])]
+    attrs = {"kernel_shape": [2, 2], "strides": [2, 2]}
+    assert claim_of("MaxUnpool", 22, ins, attrs, initializers={2: A([1, 1, 4, 4], i64)}) is None
+    assert "left to ORT" in claim_of("MaxUnpool", 22, ins, attrs, initializers={2: A([1, 1, 5, 5], i64)})
