@@ -251,6 +251,17 @@ def if_model(then_op="ReduceMax", **attrs):
                        helper.make_tensor("axes12", TensorProto.INT64, [2], [1, 2])], opset=17)
 
 
+def max_unpool_indices(rng, shape_in, shape_out, repeats: bool = False) -> np.ndarray:
+    """MaxUnpool's I for X of `shape_in` unpooled to `shape_out`: each (n, c) plane's indices
+    distinct and inside its own plane of the flattened output (as MaxPool's Indices are); with
+    `repeats`, every third element aims at the first one's output (the last of them must win)."""
+    n_c, take, plane = shape_in[0] * shape_in[1], int(np.prod(shape_in[2:])), int(np.prod(shape_out[2:]))
+    idx = np.stack([rng.choice(plane, take, replace=False) + k * plane for k in range(n_c)]).reshape(shape_in)
+    if repeats:
+        idx.reshape(-1)[1::3] = idx.reshape(-1)[0]
+    return idx.astype(np.int64)
+
+
 def nvrtc_available() -> bool:
     """Whether NVRTC (the nvidia-cuda-nvrtc wheel, through cuda-bindings) can compile kernels here:
     no GPU is needed."""

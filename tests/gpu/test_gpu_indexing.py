@@ -17,7 +17,7 @@ import hipep
 from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, SINCE_VERSION, lookup
 from hipep.runtime.cuda import cuda_status, get_device
 from gpu_checks import check_on_cuda
-from helpers import cpu_session, make_model, tensor
+from helpers import cpu_session, make_model, max_unpool_indices, tensor
 
 pytestmark = pytest.mark.gpu
 _ok, _why = cuda_status(0)
@@ -295,14 +295,6 @@ def test_a_sequence_length_out_of_range_names_the_node_and_the_session_runs_on(r
 
 # ---- MaxUnpool (kernels/max_unpool.hip) ---------------------------------------------------------------
 
-def _unpool_indices(rng, shape_in, shape_out, repeats):
-    n_c, take, plane = shape_in[0] * shape_in[1], int(np.prod(shape_in[2:])), int(np.prod(shape_out[2:]))
-    idx = np.stack([rng.choice(plane, take, replace=False) + k * plane for k in range(n_c)]).reshape(shape_in)
-    if repeats:
-        idx.reshape(-1)[1::3] = idx.reshape(-1)[0]  # the last of the repeated ones stays, as in ORT's loop
-    return idx.astype(np.int64)
-
-
 @pytest.mark.parametrize("elem", [F32, F16])
 @pytest.mark.parametrize("repeats", [False, True])
 @pytest.mark.parametrize("shape_in,shape_out,attrs", [
@@ -313,7 +305,7 @@ def test_max_unpool(rng, elem, repeats, shape_in, shape_out, attrs):
     model = make_model([n("MaxUnpool", ["x", "i"], ["y"], name="unpool", **attrs)],
                        [tensor("x", elem, list(shape_in)), tensor("i", I64, list(shape_in))],
                        [tensor("y", elem, None)], opset=22)
-    check(model, {"x": values(rng, shape_in, elem), "i": _unpool_indices(rng, shape_in, shape_out, repeats)})
+    check(model, {"x": values(rng, shape_in, elem), "i": max_unpool_indices(rng, shape_in, shape_out, repeats)})
 
 
 def test_a_max_unpool_index_out_of_range_names_the_node_and_the_session_runs_on(rng):

@@ -19,6 +19,7 @@ from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, SINCE_VERSION, lookup
 from hipep.runtime import gpu_faults as gf
 from hipep.runtime import gpu_kernels as gk
 
+from helpers import max_unpool_indices
 from unit.host_kernels import HostMemory, compile_module, launch, run_on_host
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
@@ -481,17 +482,6 @@ def test_every_launch_names_an_entry_point_that_takes_its_parameters():
 
 # ---- MaxUnpool ---------------------------------------------------------------------------------------
 
-def _unpool_case(shape_in, shape_out, dtype, repeats, seed):
-    rng = np.random.default_rng(seed)
-    n, c = shape_in[:2]
-    plane, take = int(np.prod(shape_out[2:])), int(np.prod(shape_in[2:]))
-    idx = np.stack([rng.choice(plane, take, replace=False) + k * plane for k in range(n * c)]).reshape(shape_in)
-    if repeats:
-        idx.reshape(-1)[1::3] = idx.reshape(-1)[0]  # many elements aiming at one output: the last stays
-    x = (rng.standard_normal(shape_in) * 4).astype(dtype)
-    return x, idx.astype(np.int64)
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
 @pytest.mark.parametrize("repeats", [False, True])
 @pytest.mark.parametrize("shape_in,shape_out,attrs", [
@@ -499,7 +489,9 @@ def _unpool_case(shape_in, shape_out, dtype, repeats, seed):
     ((1, 2, 3), (1, 2, 4), {"kernel_shape": [3], "pads": [1, 0]}),
     ((1, 1, 5, 5), (1, 1, 10, 10), {"kernel_shape": [2, 2], "strides": [2, 2]})])
 def test_max_unpool(libraries, dtype, repeats, shape_in, shape_out, attrs):
-    x, idx = _unpool_case(shape_in, shape_out, dtype, repeats, seed=len(shape_in) + repeats)
+    rng = np.random.default_rng(len(shape_in) + repeats)
+    x = (rng.standard_normal(shape_in) * 4).astype(dtype)
+    idx = max_unpool_indices(rng, shape_in, shape_out, repeats)
     got, want, ops = run(libraries, "::MaxUnpool", [x, idx], attrs)
     np.testing.assert_array_equal(got, want)
     assert "hipep_max_unpool_mark" in entries(ops)

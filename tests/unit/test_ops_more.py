@@ -18,6 +18,8 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import numpy_helper
 
+from helpers import max_unpool_indices
+
 
 
 def _load(name, alias):
@@ -543,20 +545,10 @@ case("AffineGrid", 20, [R(2, 2, 3), A([2, 3, 4, 5])], {"align_corners": 1})
 case("AffineGrid", 20, [R(1, 3, 4, dtype=np.float64), A([1, 2, 3, 4, 5])], id="AffineGrid-3d-f64")
 case("MelWeightMatrix", 17, [A(20, np.int32), A(400, np.int32), A(16000, np.int32), A(20, f32), A(7600, f32)],
      {"output_datatype": 11})
-
-
-def _unpool_indices(n, c, spatial_in, spatial_out, seed=0):
-    """Unique indices into [n, c, *spatial_out] flattened, each (n, c) plane's inside its own."""
-    rng = np.random.default_rng(seed)
-    plane, take = int(np.prod(spatial_out)), int(np.prod(spatial_in))
-    idx = [rng.choice(plane, take, replace=False) + k * plane for k in range(n * c)]
-    return np.stack(idx).reshape(n, c, *spatial_in).astype(i64)
-
-
-case("MaxUnpool", 22, [R(2, 3, 2, 2), _unpool_indices(2, 3, (2, 2), (4, 4))],
+case("MaxUnpool", 22, [R(2, 3, 2, 2), max_unpool_indices(REF.RNG, (2, 3, 2, 2), (2, 3, 4, 4))],
      {"kernel_shape": [2, 2], "strides": [2, 2]})
-case("MaxUnpool", 9, [R(1, 2, 3, dtype=f16), _unpool_indices(1, 2, (3,), (4,))], {"kernel_shape": [3], "pads": [1, 0]},
-     id="MaxUnpool-9-1d-f16-pads")
+case("MaxUnpool", 9, [R(1, 2, 3, dtype=f16), max_unpool_indices(REF.RNG, (1, 2, 3), (1, 2, 4))],
+     {"kernel_shape": [3], "pads": [1, 0]}, id="MaxUnpool-9-1d-f16-pads")
 case("MaxUnpool", 22, [R(1, 1, 2, 2), A([[[[0, 3], [3, 3]]]])], {"kernel_shape": [2, 2], "strides": [2, 2]},
      id="MaxUnpool-22-repeated-index")
 
