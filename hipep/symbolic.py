@@ -261,12 +261,13 @@ def _code(e: Expr, names: dict[str, str]) -> str:
     return f"({_code(e[1], names)} {e[0]} {_code(e[2], names)})"
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=256)
 def compiled(src: str, filename: str):
     """The code object of generated source `src` (a function definition), compiled once per
     process: a new input shape's run generates the same source as the shapes before it (its shape
     program, the replay's patches), and Python's compile costs about a millisecond where exec'ing
-    the code object into a fresh scope costs microseconds."""
+    the code object into a fresh scope costs microseconds. The most recent 256 are kept (a large
+    plan's probe source runs to tens of kB)."""
     return compile(src, filename, "exec")
 
 
