@@ -106,9 +106,12 @@ atexit.register(_stop)
 
 
 def _work() -> None:
+    global _WORKER
     while not _STOP.is_set():
         with _LOCK:
             if not _QUEUE:
+                # (under the lock: a family queued after this starts a worker of its own)
+                _WORKER = None
                 return
             ctx, family = _QUEUE.pop(0)
         try:
