@@ -18,30 +18,24 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import RuntimeShapeError
-from ._common import (elem_of, input_type, int_list, kernel, known_value, result, shape_of, shape_rule, shape_str,
-                      tensor_type)
+from ._common import (elem_of, input_type, int_list, kernel, known_value, pshape_str, result, shape_of, shape_rule,
+                      shape_str, tensor_type)
 from .registry import FLOATS, I64, REQUIRED, OpDef, register
+from .vision import _pads, _spatial
 
 
-def _attr_list(attrs, name: str, n: int, default: int) -> list[int]:
-    v = attrs.get(name)
-    return [default] * n if v is None else [int(x) for x in v]
-
-
-def unpool_shape(x_shape, attrs, output_shape=None) -> tuple:
-    """Y's shape for X's `x_shape` (None extents stay unknown) and, where given, `output_shape`."""
+def unpool_shape(x_shape, attrs, output_shape=None, i_shape=None) -> tuple:
+    """Y's shape for X's `x_shape` (None extents stay unknown), I's `i_shape` where known (it must
+    be X's) and, where given, `output_shape`."""
     if len(x_shape) < 3:
-        raise RuntimeShapeError(f"MaxUnpool: X must be [N, C, *spatial] (rank >= 3), got {shape_str(x_shape)}")
+        raise RuntimeShapeError(f"MaxUnpool: X must be [N, C, *spatial] (rank >= 3), got {pshape_str(x_shape)}")
+    if i_shape is not None and (len(i_shape) != len(x_shape) or any(
+            a is not None and b is not None and a != b for a, b in zip(x_shape, i_shape))):
+        raise RuntimeShapeError(f"MaxUnpool: I must have X's shape {pshape_str(x_shape)}, got {pshape_str(i_shape)}")
     spatial = len(x_shape) - 2
-    kernel_shape = [int(k) for k in attrs["kernel_shape"]]
-    if len(kernel_shape) != spatial:
-        raise RuntimeShapeError(f"MaxUnpool: kernel_shape {kernel_shape} has {len(kernel_shape)} axes, X "
-                                f"{shape_str(x_shape)} has {spatial} spatial axes")
-    strides = _attr_list(attrs, "strides", spatial, 1)
-    pads = _attr_list(attrs, "pads", 2 * spatial, 0)
-    if len(strides) != spatial or len(pads) != 2 * spatial:
-        raise RuntimeShapeError(f"MaxUnpool: strides {strides} and pads {pads} must have {spatial} and "
-                                f"{2 * spatial} values for X {shape_str(x_shape)}")
+    kernel_shape = _spatial("MaxUnpool", attrs, "kernel_shape", spatial, 1)
+    strides = _spatial("MaxUnpool", attrs, "strides", spatial, 1)
+    pads = _pads("MaxUnpool", attrs, spatial)
     inferred = list(x_shape[:2])
     for i in range(spatial):
         d = x_shape[2 + i]
@@ -49,16 +43,16 @@ def unpool_shape(x_shape, attrs, output_shape=None) -> tuple:
         inferred.append(None if d is None else (int(d) - 1) * strides[i] + kernel_shape[i] - pad)
     if output_shape is None:
         if any(d is not None and d < 0 for d in inferred):
-            raise RuntimeShapeError(f"MaxUnpool: X {shape_str(x_shape)} with kernel_shape {kernel_shape}, strides "
-                                    f"{strides} and pads {pads} gives a negative extent {shape_str(inferred)}")
+            raise RuntimeShapeError(f"MaxUnpool: X {pshape_str(x_shape)} with kernel_shape {kernel_shape}, strides "
+                                    f"{strides} and pads {pads} gives a negative extent {pshape_str(inferred)}")
         return tuple(inferred)
     given = [int(d) for d in output_shape]
     if len(given) != len(x_shape):
         raise RuntimeShapeError(f"MaxUnpool: output_shape {given} must have one extent per axis of X "
-                                f"{shape_str(x_shape)}")
+                                f"{pshape_str(x_shape)}")
     if any(w is not None and g < w for g, w in zip(given, inferred)):
-        raise RuntimeShapeError(f"MaxUnpool: output_shape {given} is smaller than the shape X {shape_str(x_shape)} "
-                                f"unpools to, {shape_str(inferred)}")
+        raise RuntimeShapeError(f"MaxUnpool: output_shape {given} is smaller than the shape X {pshape_str(x_shape)} "
+                                f"unpools to, {pshape_str(inferred)}")
     return tuple(given)
 
 
@@ -66,11 +60,8 @@ def unpool_shape(x_shape, attrs, output_shape=None) -> tuple:
 def _max_unpool(inputs, attrs):
     x, indices = inputs[0], inputs[1]
     out_shape = inputs[2] if len(inputs) > 2 else None
-    if indices.shape != x.shape:
-        raise RuntimeShapeError(f"MaxUnpool: I must have X's shape {shape_str(x.shape)}, got "
-                                f"{shape_str(indices.shape)}")
     given = None if out_shape is None else int_list("MaxUnpool", "output_shape", out_shape)
-    shape = unpool_shape(x.shape, attrs, given)
+    shape = unpool_shape(x.shape, attrs, given, indices.shape)
     y = np.zeros(shape, x.dtype)
     size = y.size
     flat = indices.reshape(-1)
@@ -85,14 +76,15 @@ def _max_unpool(inputs, attrs):
 
 @shape_rule("MaxUnpool")
 def _max_unpool_rule(types, values, attrs, num_outputs):
-    x = shape_of(types[0])
+    x, i = shape_of(types[0]), shape_of(types[1])
     elem = elem_of(types[0])
     given = known_value(types, values, 2)
     if x is None:
         return [tensor_type(elem, None if given is None else (None,) * int(given.size))]
+    shape = unpool_shape(x, attrs, None if given is None else given.reshape(-1), i)
     if len(types) > 2 and types[2] is not None and given is None:
         return [tensor_type(elem, (None,) * len(x))]  # output_shape given but not known here
-    return [tensor_type(elem, unpool_shape(x, attrs, None if given is None else given.reshape(-1)))]
+    return [tensor_type(elem, shape)]
 
 
 def _claim_max_unpool(node, graph, attrs):

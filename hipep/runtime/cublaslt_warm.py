@@ -2,7 +2,7 @@
 
 cuBLASLt's kernels load the first time they run (CUDA's lazy module loading): 1.6-3.5 ms a
 kernel on the H100, measured for the ~1.1B model's products (benchmarks/results/
-2026-12-06-prompt-steps-cublaslt-h100.md). Its heuristic picks another kernel for many prompt
+2026-12-06-prompt-step-host-study-h100.md). Its heuristic picks another kernel for many prompt
 lengths, so early in a process a prompt of a length not seen before waited 5-15 ms on them,
 a third of that step's host time.
 

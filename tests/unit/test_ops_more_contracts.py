@@ -268,6 +268,8 @@ RULE_ERRORS = [  # errors the shape rules raise too (they show in shapes or host
     ("LRN", [(F, [2, 3, 4])], {"size": 3}, 1, r"rank 4"),
     ("Einsum", [(F, [3, 4]), (F, [5, 6])], {"equation": "ij,jk->ik"}, 1, r"subscript 'j' has extents 4, 5"),
     ("MatMulInteger", [(TP.UINT8, [3, 4]), (TP.INT8, [5, 6])], {}, 1, r"inner dimensions disagree"),
+    ("MaxUnpool", [(F, ["n", 1, 2, 2]), (I64, ["n", 1, 2, 3])], {"kernel_shape": [2, 2]}, 1,
+     r"I must have X's shape \[\?, 1, 2, 2\], got \[\?, 1, 2, 3\]"),
 ]
 
 
@@ -277,7 +279,7 @@ def test_rule_errors(op, inputs, attrs, n_out, pattern):
     with pytest.raises(RuntimeShapeError, match=pattern) as e:
         rule_on(op, {"TopK": 11, "ArgMax": 13, "Range": 11, "ConstantOfShape": 20, "Trilu": 14,
                      "GroupNormalization": 21, "BatchNormalization": 15, "LRN": 13, "Einsum": 12,
-                     "MatMulInteger": 10}[op],
+                     "MatMulInteger": 10, "MaxUnpool": 22}[op],
                 inputs, attrs, n_out)
     assert str(e.value).startswith(f"{op}: ")
 
