@@ -15,13 +15,19 @@ are where cuBLASLt sets itself up). Lengths repeat to tell a new length from one
 Writes benchmarks/results/<date>-prompt-steps-<gpu>[-<precision>].md.
 
     python benchmarks/prompt_steps.py [--precision int4|int4-f16|int4-bf16] [--model DIR]
-                                      [--lengths 128,100,77,512,1024] [--runs 4] [--host-driver] [--out DIR]
+                                      [--lengths 128,100,77,512,1024] [--runs 4] [--settle S] [--host-driver]
+                                      [--out DIR]
+
+--settle S waits S seconds after the process's first prompt step (a server's first request, then a
+pause before the next): time for work hipep does in the background meanwhile (HIPEP_CUBLASLT_WARM=1's
+worker, hipep/runtime/cublaslt_warm.py) to finish before the lengths that follow.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -38,7 +44,8 @@ LENGTHS, RUNS, DECODE_AFTER = (128, 100, 77, 512, 1024), 4, 3
 
 class BlasTimer:
     """Times each cuBLASLt call hipep issues one by one (hipep.runtime.cublaslt.MatmulPlan.run; a
-    replayed graph's calls are inside the graph and not seen here)."""
+    replayed graph's calls are inside the graph and not seen here), from the thread that runs the
+    session (not the warm-up worker's)."""
 
     def __init__(self):
         from hipep.runtime import cublaslt
@@ -48,6 +55,8 @@ class BlasTimer:
         timer = self
 
         def run(plan, *args, **kwargs):
+            if threading.current_thread() is not threading.main_thread():
+                return timer._run(plan, *args, **kwargs)
             t0 = time.perf_counter_ns()
             try:
                 return timer._run(plan, *args, **kwargs)
@@ -63,7 +72,7 @@ class BlasTimer:
         self._plan.run = self._run
 
 
-def measure(path: str, facts: dict, lengths: list[int], runs: int, device_id: int) -> list[dict]:
+def measure(path: str, facts: dict, lengths: list[int], runs: int, device_id: int, settle: float = 0.0) -> list[dict]:
     """One row per prompt step: its length, which run of that length it was, wall ms and the
     counters' deltas."""
     import hipep
@@ -89,17 +98,30 @@ def measure(path: str, facts: dict, lengths: list[int], runs: int, device_id: in
                              "blas_ms": sum(calls) / 1e3, "blas_first_ms": max(calls, default=0.0) / 1e3})
                 for k in range(DECODE_AFTER):  # the request goes on decoding
                     token = D.greedy_token(dec.step(np.array([[token]], np.int64), n + 1 + k))
+                if len(rows) == 1 and settle > 0:
+                    time.sleep(settle)
     finally:
         blas.close()
     return rows
 
 
-def render(info: dict, facts: dict, folder: str, rows: list[dict], command: str) -> str:
+def warm_line(settle: float) -> str:
+    from hipep.runtime import cublaslt_warm
+
+    if not cublaslt_warm.enabled():
+        return "off"
+    done = cublaslt_warm.wait(0)
+    return (f"on; {len(cublaslt_warm.warmed())} algorithms run by it"
+            f"{'' if done else ' (still running at the end)'}; {settle:g} s waited after the first prompt step")
+
+
+def render(info: dict, facts: dict, folder: str, rows: list[dict], command: str, settle: float = 0.0) -> str:
     L = gh.header_lines(f"The prompt's step by length and run: {os.path.basename(folder.rstrip(os.sep))} "
                         f"on {info['gpu']}", info, command)
     L += [f"- model: `{folder}` ({facts['layers']} layers, hidden {facts['hidden']}, {facts['quantization']}, "
           f"{facts['activations']} activations)",
           f"- each prompt step followed by {DECODE_AFTER} decode steps; lengths in the order run",
+          f"- cuBLASLt's warm-up worker (HIPEP_CUBLASLT_WARM=1): {warm_line(settle)}",
           "",
           "| prompt tokens | run of that length | wall ms | kernel ms | hipep's runtime ms | launches one by one "
           "| graph launches | new specializations | cuBLASLt calls one by one | their ms | the slowest one, ms |",
@@ -131,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lengths", default=",".join(map(str, LENGTHS)),
                     help="prompt lengths, in order (default %(default)s)")
     ap.add_argument("--runs", type=int, default=RUNS, help=f"runs of each length (default {RUNS})")
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="seconds to wait after the process's first prompt step (default 0)")
     ap.add_argument("--device-id", type=int, default=0)
     ap.add_argument("--out", default=RESULTS, help="folder for <date>-prompt-steps-<gpu>.md")
     ap.add_argument("--host-driver", action="store_true",
@@ -143,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--lengths: comma-separated token counts, got {args.lengths!r}")
     if not lengths or min(lengths) < 1 or args.runs < 1:
         ap.error("--lengths and --runs must be positive")
+    if args.settle < 0:
+        ap.error("--settle: seconds, at least 0")
     if args.host_driver:
         from hipep.tools import host_driver
 
@@ -155,12 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     if max(lengths) + DECODE_AFTER + 1 > facts["context"]:
         ap.error(f"--lengths: at most {facts['context'] - DECODE_AFTER - 1} tokens for the model's context")
     info = {**machine_info(), **gh.gpu_info(device)}
-    rows = measure(path, facts, lengths, args.runs, args.device_id)
+    rows = measure(path, facts, lengths, args.runs, args.device_id, args.settle)
     given = argv if argv is not None else sys.argv[1:]
     command = "python benchmarks/prompt_steps.py" + (" " + " ".join(given)).rstrip()
     os.makedirs(args.out, exist_ok=True)
     suffix = "" if args.model else f"-{args.precision}"
-    text = render(info, facts, folder, rows, command)
+    text = render(info, facts, folder, rows, command, args.settle)
     name = f"{info['date']}-prompt-steps-{gh.device_slug(info['gpu'])}{suffix}.md"
     with open(os.path.join(args.out, name), "w") as f:
         f.write(text)

@@ -47,3 +47,41 @@ def test_the_blas_timer_wraps_and_restores_cublaslt_calls():
     finally:
         timer.close()
     assert cublaslt.MatmulPlan.run is original
+
+
+def test_the_blas_timer_leaves_out_other_threads_calls(monkeypatch):
+    """cuBLASLt's warm-up worker (HIPEP_CUBLASLT_WARM=1) runs plans on a thread of its own while the
+    prompt's steps run: its calls are not the step's."""
+    import threading
+
+    from hipep.runtime import cublaslt
+
+    ran = []
+    monkeypatch.setattr(cublaslt.MatmulPlan, "run", lambda plan, *a: ran.append(threading.current_thread()))
+    timer = ps.BlasTimer()
+    try:
+        worker = threading.Thread(target=lambda: cublaslt.MatmulPlan.run(None))
+        worker.start()
+        worker.join()
+        assert len(ran) == 1 and timer.take() == []  # run, not timed
+        cublaslt.MatmulPlan.run(None)
+        assert len(ran) == 2 and len(timer.take()) == 1
+    finally:
+        timer.close()
+
+
+def test_the_report_says_whether_the_warm_up_worker_ran(monkeypatch):
+    rows = [_row(128, 1, 105000.0, 104000.0, 262, 0, 1)]
+    monkeypatch.delenv("HIPEP_CUBLASLT_WARM", raising=False)
+    assert "- cuBLASLt's warm-up worker (HIPEP_CUBLASLT_WARM=1): off" in ps.render(INFO, FACTS, "/m/x", rows, "c")
+    monkeypatch.setenv("HIPEP_CUBLASLT_WARM", "1")
+    text = ps.render(INFO, FACTS, "/m/x", rows, "c", settle=2.0)
+    assert "- cuBLASLt's warm-up worker (HIPEP_CUBLASLT_WARM=1): on; 0 algorithms run by it; 2 s waited" in text
+
+
+def test_settle_must_not_be_negative(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        ps.main(["--settle", "-1"])
+    assert "--settle" in capsys.readouterr().err
