@@ -20,7 +20,9 @@ as one CUDA graph and reads nothing back:
                 merged by the last split block of each KV head to finish (an arrival counter); a
                 span of up to DEC_DIRECT_PASSES key tiles (known only in the kernel: the lengths are
                 device values) is the first split block's alone, which writes the output
-  or prefill    several query tokens: query tiles against KV tiles, online softmax
+  or prefill    several query tokens: query tiles against KV tiles, online softmax; fp16 and bf16
+                with head sizes a multiple of 16 up to 128 on tensor cores where the device has
+                mma.sync (attention_prefill_tc.hip), else in f32 on the CUDA cores
   window_store  sliding-window cache: the kept rows back into present
 
 With q_norm_weight / k_norm_weight (Qwen3), two RMS norm launches (kernels/rms_norm.hip, as
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,6 +68,12 @@ OVERLAP_FUSED_DECODE = True
 # prefill variants: head-size bucket -> (threads, columns per thread); BM = threads / 4 query rows,
 # BN = 8 * columns keys per tile (shared memory stays below 48 KiB in f32)
 PREFILL = {64: (128, 4), 128: (128, 4), 256: (64, 2)}
+# The tensor-core prefill (kernels/attention_prefill_tc.hip): fp16 and bf16, head sizes a multiple of 16
+# up to 128 (its buckets), on a device with mma.sync (Target.tensor_cores); query rows a block (4 warps
+# of 16). HIPEP_GQA_PREFILL_TC=0 keeps every prefill on attention_prefill.hip (the benchmarks compare).
+PREFILL_TC_BUCKETS = (64, 128)
+PREFILL_TC_ROWS, PREFILL_TC_THREADS = 64, 128
+PREFILL_TC_ENV = "HIPEP_GQA_PREFILL_TC"
 
 _INTS = ("batch", "seq", "heads", "kv_heads", "head_size", "group", "rotary_half", "do_rotary", "interleaved",
          "has_pos_ids", "max_pos", "has_past", "past_rows", "cache_rows", "present_rows", "windowed", "window",
@@ -93,6 +102,16 @@ class GqaLayout:
     workspace: dict  # region -> (offset, bytes)
     workspace_bytes: int
     prefill_bucket: int
+
+
+def prefill_tc_bucket(a: GqaArgs, dt: str, target) -> int | None:
+    """The tensor-core prefill's head-size bucket for this launch, or None where attention_prefill.hip
+    runs it (f32, a head size not a multiple of 16 or above 128, no mma.sync, HIPEP_GQA_PREFILL_TC=0)."""
+    if dt not in ("f16", "bf16") or not getattr(target, "tensor_cores", False) or target.warp_size != 32:
+        return None
+    if os.environ.get(PREFILL_TC_ENV, "1").strip() == "0" or a.head_size % 16:
+        return None
+    return next((hb for hb in PREFILL_TC_BUCKETS if a.head_size <= hb), None)
 
 
 def gqa_head_size(attrs, q_shape, packed: bool) -> int:
@@ -374,7 +393,8 @@ def _qk_norm_ops(q, k, q_norm, k_norm, attrs, target):
 
 
 @_binding(f"com.microsoft::{GQA}", check=_gqa_check,
-          modules=("attention_cache", "attention_decode", "attention_decode_fused", "attention_prefill", "rms_norm"))
+          modules=("attention_cache", "attention_decode", "attention_decode_fused", "attention_prefill",
+                   "attention_prefill_tc", "rms_norm"))
 def _gqa_bind(ins, outs, attrs, target):
     ins = list(ins) + [None] * (16 - len(ins))
     q, k, v, pk, pv, seqlens, total, cos, sin, pos_ids, bias, sink = ins[:12]
@@ -487,11 +507,17 @@ def _gqa_bind(ins, outs, attrs, target):
                              ctypes.c_uint64(region("part_ml")), ctypes.c_uint64(region("counters")), a],
                             module="attention_decode", element_type=dt))
     else:
-        threads, _ = PREFILL[lay.prefill_bucket]
-        ops.append(KernelOp(f"hipep_gqa_prefill_{dt}_h{lay.prefill_bucket}", (_cdiv(a.seq, threads // 4), a.heads,
-                                                                              a.batch), (threads, 1, 1),
-                            [ctypes.c_uint64(q_att), ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v), sl, tot,
-                             ptr(bias), ptr(sink), ptr(out), a], module="attention_prefill"))
+        params = [ctypes.c_uint64(q_att), ctypes.c_uint64(cache_k), ctypes.c_uint64(cache_v), sl, tot, ptr(bias),
+                  ptr(sink), ptr(out), a]
+        tc = prefill_tc_bucket(a, dt, target)
+        if tc is not None:
+            ops.append(KernelOp(f"hipep_gqa_prefill_tc_{dt}_h{tc}", (_cdiv(a.seq, PREFILL_TC_ROWS), a.heads, a.batch),
+                                (PREFILL_TC_THREADS, 1, 1), params, module="attention_prefill_tc"))
+        else:
+            threads, _ = PREFILL[lay.prefill_bucket]
+            ops.append(KernelOp(f"hipep_gqa_prefill_{dt}_h{lay.prefill_bucket}",
+                                (_cdiv(a.seq, threads // 4), a.heads, a.batch), (threads, 1, 1), params,
+                                module="attention_prefill"))
     # 4. the sliding-window cache's kept rows into present
     if a.windowed:
         dst_k = pres_k.ptr if pres_k is not None else region("present_k")

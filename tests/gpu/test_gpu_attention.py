@@ -5,8 +5,9 @@ Tolerances: f32 relative 1e-5, absolute 2e-5 (the kernels sum scores and values 
 than MLAS; the rotated keys in present are exact), f16 relative 1e-2, absolute 2e-3. Runs repeat,
 so the bound launches and the CUDA graphs are replayed too.
 
-Cases: prompts (S = 1..40) and decode steps (S = 1 with past 0..300, and 4095), packed and separate QKV,
-rotary on/off, interleaved and partial rotary, position_ids, GQA ratios 1/2/4 (and 8), head sizes
+Cases: prompts (S = 1..40, and fp16 ones of 70..300 tokens on both prefill kernels) and decode steps
+(S = 1 with past 0..300, and 4095), packed and separate QKV, rotary on/off, interleaved and partial
+rotary, position_ids, GQA ratios 1/2/4 (and 8), head sizes
 64/80/128, softcap, local window, smooth softmax, head sink, attention_bias, batch 2 with different
 seqlens_k, the shared KV buffer (past and present bound to one host buffer of larger capacity through
 IOBinding) over consecutive steps, and gemma2's sliding-window cache."""
@@ -129,6 +130,21 @@ def test_prompt_head_layouts(heads, kv_heads, head):
 def test_prompt_head_size_256_and_16(dtype):
     run_gqa("h256", dict(seq=21, head=256, rotary=64, dtype=dtype))
     run_gqa("h16", dict(seq=21, head=16, rotary=16, dtype=dtype))
+
+
+@pytest.mark.parametrize("tensor_cores", ["1", "0"])
+@pytest.mark.parametrize("spec,attrs", [
+    (dict(seq=200, head=64, rotary=64), {}),
+    (dict(batch=2, seq=300, lens=[300, 170], head=128, rotary=128, heads=8, kv_heads=2), {}),
+    (dict(seq=130, head=80, heads=4, kv_heads=1), dict(local_window_size=48, softcap=3.0)),
+    (dict(seq=70, past=90, head=64, rotary=64, attention_bias=True, head_sink=True), {}),
+], ids=["h64", "h128-padded", "h80-window-softcap", "subsequent-bias-sink"])
+def test_long_fp16_prompts(spec, attrs, tensor_cores, monkeypatch):
+    """fp16 prompts past one block of query rows and one tile of keys: on tensor cores
+    (kernels/attention_prefill_tc.hip, the default on a device with mma.sync) and on the f32 kernel
+    (HIPEP_GQA_PREFILL_TC=0), both against the CPU EP."""
+    monkeypatch.setenv("HIPEP_GQA_PREFILL_TC", tensor_cores)
+    run_gqa(f"long{spec['seq']}{spec['head']}", dict(spec, dtype=F16), **attrs)
 
 
 def test_prompt_without_past():

@@ -80,7 +80,7 @@ class HostMemory:
 
 
 def run_on_host(libs: dict, op_key: str, inputs, attrs, n_out=1, offsets=None, sm_count=132, workspace=False,
-                drop=(), alias=None):
+                drop=(), alias=None, tensor_cores=False):
     """Binds the registry op `op_key` ("domain::Op") for `inputs` (its defaults, OUTPUT_COUNT and,
     unless `attrs` names one, the newest SINCE_VERSION filled in) and runs the launches on the host
     with `libs` (module name -> compiled library, "warp" -> warp size; generated expression kernels are compiled into
@@ -88,7 +88,8 @@ def run_on_host(libs: dict, op_key: str, inputs, attrs, n_out=1, offsets=None, s
     reference's outputs, the ops). `offsets` misalign inputs; `workspace` gives the launches a
     stream workspace; outputs whose index is in `drop` get no buffer (None: the graph leaves them
     out); `alias` maps an output index to the input whose buffer it is (ORT's in-place pairs: the
-    shared KV cache), whose view is then the output's."""
+    shared KV cache), whose view is then the output's; `tensor_cores`: the target has mma.sync
+    (Target.tensor_cores; the stand-in emulates it)."""
     domain, op_type = op_key.split("::")
     op = lookup(domain, op_type)
     attrs = {**{k: v for k, v in op.attributes.items() if v is not REQUIRED}, **attrs, OUTPUT_COUNT: n_out,
@@ -115,7 +116,7 @@ def run_on_host(libs: dict, op_key: str, inputs, attrs, n_out=1, offsets=None, s
         views.append(v)
     target = gk.Target(sm_count=sm_count, warp_size=libs["warp"], scratch=lambda n: 0,
                        workspace=(lambda n: mem.put(np.zeros(n, np.uint8))[0].ptr) if workspace else None,
-                       counters=lambda n: mem.put(np.zeros(n, np.uint8))[0].ptr)
+                       counters=lambda n: mem.put(np.zeros(n, np.uint8))[0].ptr, tensor_cores=tensor_cores)
     ops = gk.binding_for(op_key).bind(ins, outs, attrs, target)
     for o in ops:
         if isinstance(o, gk.CopyOp):

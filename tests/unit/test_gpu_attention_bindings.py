@@ -707,7 +707,8 @@ def test_modules_compile_and_hold_every_entry_point_the_bindings_name():
     from hipep.runtime import kernel_cache
 
     cubins = {m: kernel_cache.compile_cubin(kernel_cache.module_source(m), m, ARCH, DEFINES, use_cache=False)[0]
-              for m in ("attention_cache", "attention_decode", "attention_decode_fused", "attention_prefill", "rotary")}
+              for m in ("attention_cache", "attention_decode", "attention_decode_fused", "attention_prefill",
+                        "attention_prefill_tc", "rotary")}
     names = set()
     rng = np.random.default_rng(1)
     for dtype in (F32, F16):
@@ -718,15 +719,19 @@ def test_modules_compile_and_hold_every_entry_point_the_bindings_name():
                 ins, shapes = gqa_case(rng, head=head, dtype=dtype, rotary=16, **spec)
                 mem = Memory()
                 _, full = _attrs(GQA, dict(num_heads=4, kv_num_heads=2, do_rotary=1), 3)
-                ops = gk.BINDINGS[GQA].bind([mem.arg(a) for a in ins], [mem.arg(np.empty(s, dtype)) for s in shapes],
-                                            full, gk.Target(sm_count=sm, workspace=mem.alloc))
-                names |= {(o.module, o.entry) for o in ops if isinstance(o, gk.KernelOp)}
+                for cores in (False, True):  # with mma.sync: fp16's prefill on tensor cores
+                    ops = gk.BINDINGS[GQA].bind([mem.arg(a) for a in ins],
+                                                [mem.arg(np.empty(s, dtype)) for s in shapes], full,
+                                                gk.Target(sm_count=sm, workspace=mem.alloc, tensor_cores=cores))
+                    names |= {(o.module, o.entry) for o in ops if isinstance(o, gk.KernelOp)}
         names.add(("rotary", f"hipep_rotary_{gk._dt(np.dtype(dtype), 'x')}"))
     names |= {("attention_cache", "hipep_gqa_window_store"), ("attention_cache", "hipep_gqa_copy_past")}
     names |= {("attention_decode" if kind == "" else "attention_decode_fused", f"hipep_gqa_decode_{kind}{dt}_g{g}")
               for kind in ("", "fused_")
               for dt in ("f32", "f16") for g in DEC_VARIANTS}
-    assert len(names) >= 20
+    names |= {("attention_prefill_tc", f"hipep_gqa_prefill_tc_{dt}_h{hb}")
+              for dt in ("f16", "bf16") for hb in (64, 128)}
+    assert len(names) >= 24 and ("attention_prefill_tc", "hipep_gqa_prefill_tc_f16_h64") in names
     for module, entry in sorted(names):
         assert entry.encode() + b"\0" in cubins[module], f"{module}: {entry}"
 

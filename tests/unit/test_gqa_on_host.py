@@ -16,11 +16,13 @@ import pytest
 
 from hipep.runtime.gpu_attention import DEC_DIRECT_PASSES
 from unit.host_kernels import EXACT_FLAGS, compile_module, run_on_host
-from unit.test_gpu_attention_bindings import GQA, GQA_TOLERANCE, assert_gqa_results, case_setup
+from unit.test_gpu_attention_bindings import GQA, GQA_TOLERANCE, assert_gqa_results, case_setup, gqa_case
 
 F32, F16 = np.float32, np.float16
+BF16 = pytest.importorskip("ml_dtypes").bfloat16
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
-MODULES = ("attention_cache", "attention_decode", "attention_decode_fused", "attention_prefill", "rms_norm")
+MODULES = ("attention_cache", "attention_decode", "attention_decode_fused", "attention_prefill",
+           "attention_prefill_tc", "rms_norm")
 # the cases of the bindings' emulation test that the host runs in reasonable time
 HOST_CASES = ["prompt", "prompt-padded-rotary", "prompt-window-padded-softcap", "prompt-sink-bias", "decode",
               "few-tokens-split", "decode-ragged-split", "decode-shared", "decode-window-split", "decode-sink-split",
@@ -82,3 +84,64 @@ def test_gqa_fused_decode_kernel_computes_the_reference(libs, name):
         groups = a.batch * a.kv_heads * a.row_groups
         counters = (ctypes.c_uint32 * groups).from_address(ops[0].params[15].value)
         assert list(counters) == [0] * groups
+
+
+# The tensor-core prefill (attention_prefill_tc.hip: fp16 and bf16, head sizes a multiple of 16 up to 128, on
+# a device with mma.sync; the stand-in emulates mma.sync): prompts past DEC_MAX_SEQ tokens (fewer take the
+# split-KV kernel) with the features of the cases above, in both types, and cases
+# past one block of query rows (64) and one tile of keys (64), head sizes below and at a bucket's.
+TC_CASES = {
+    "prompt": dict(seq=12),
+    "prompt-padded-rotary": dict(batch=2, seq=10, lens=[10, 6], rotary=16),
+    "prompt-window-padded-softcap": dict(batch=2, seq=11, lens=[7, 11], attrs=dict(local_window_size=3, softcap=3.0)),
+    "prompt-sink-bias": dict(batch=2, seq=9, sink=True, bias=True),
+    "prompt-smooth": dict(seq=9, attrs=dict(smooth_softmax=1)),
+    "subsequent-prompt": dict(seq=9, past=5, rotary=16, position_ids=True),
+    "long-prompt-padded": dict(batch=2, seq=70, lens=[70, 41], heads=2, kv_heads=1, rotary=16),
+    "long-subsequent-window": dict(seq=66, past=80, heads=2, kv_heads=1, head=48,
+                                   attrs=dict(local_window_size=90)),
+    "prompt-head-64": dict(seq=9, head=64, rotary=32),
+    "prompt-head-80-packed": dict(seq=10, head=80, packed=True, heads=2, kv_heads=1),
+}
+
+
+def _tc_case(name, dtype):
+    spec = dict(TC_CASES[name])
+    rng = np.random.default_rng(len(name))
+    attrs = dict(num_heads=spec.get("heads", 4), kv_num_heads=spec.get("kv_heads", 2), **spec.pop("attrs", {}))
+    if spec.get("rotary"):
+        attrs["do_rotary"] = 1
+    ins, _ = gqa_case(rng, dtype=dtype, **spec)
+    return ins, attrs
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("name", list(TC_CASES))
+def test_gqa_tensor_core_prefill_computes_the_reference(libs, name, dtype):
+    ins, attrs = _tc_case(name, dtype)
+    views, want, ops = run_on_host(libs, GQA, ins, attrs, n_out=3, workspace=True, tensor_cores=True)
+    short = "f16" if dtype == F16 else "bf16"
+    head = TC_CASES[name].get("head", 16)
+    entries = [op.entry for op in ops if "prefill" in getattr(op, "entry", "")]
+    assert entries == [f"hipep_gqa_prefill_tc_{short}_h{64 if head <= 64 else 128}"]
+    assert_gqa_results(name, views, want, ops, dtype)
+
+
+def test_tensor_core_prefill_only_where_it_applies(libs, monkeypatch):
+    """f32, a head size not a multiple of 16, a device without mma.sync, or HIPEP_GQA_PREFILL_TC=0: the
+    f32 prefill kernel (attention_prefill.hip), which computes the same."""
+    from hipep.runtime.gpu_attention import PREFILL_TC_ENV
+
+    def entries(dtype, head, cores):
+        rng = np.random.default_rng(3)
+        ins, _ = gqa_case(rng, seq=12, head=head, dtype=dtype)
+        views, want, ops = run_on_host(libs, GQA, ins, dict(num_heads=4, kv_num_heads=2), n_out=3, workspace=True,
+                                       tensor_cores=cores)
+        assert_gqa_results("prompt", views, want, ops, dtype)
+        return [op.entry for op in ops if "prefill" in getattr(op, "entry", "")]
+
+    assert entries(F32, 16, True) == ["hipep_gqa_prefill_f32_h64"]
+    assert entries(F16, 24, True) == ["hipep_gqa_prefill_f16_h64"]
+    assert entries(F16, 16, False) == ["hipep_gqa_prefill_f16_h64"]
+    monkeypatch.setenv(PREFILL_TC_ENV, "0")
+    assert entries(F16, 16, True) == ["hipep_gqa_prefill_f16_h64"]

@@ -274,8 +274,8 @@ def test_attention_and_rotary_launches_pass_what_their_entry_points_take():
     from unit.test_gpu_attention_bindings import GQA, Memory, _attrs, gqa_case
 
     params = {}
-    for module in ("attention_cache", "attention_decode", "attention_decode_fused", "attention_prefill", "rotary",
-                   "rms_norm"):
+    for module in ("attention_cache", "attention_decode", "attention_decode_fused", "attention_prefill",
+                   "attention_prefill_tc", "rotary", "rms_norm"):
         params.update(param_bytes(ptx(module, "compute_90")))
     rng = np.random.default_rng(3)
     launches = []
@@ -289,7 +289,8 @@ def test_attention_and_rotary_launches_pass_what_their_entry_points_take():
                 _, full = _attrs(GQA, dict(num_heads=4, kv_num_heads=2, **extra), 3)
                 launches += gk.BINDINGS[GQA].bind([mem.arg(a) for a in ins + norms],
                                                   [mem.arg(np.empty(s, dtype)) for s in shapes],
-                                                  full, gk.Target(sm_count=8, workspace=mem.alloc))
+                                                  full, gk.Target(sm_count=8, workspace=mem.alloc,
+                                                                  tensor_cores=dtype == np.float16))
         # one token on the shared KV cache (present in past's buffer): the fused decode launch
         ins, shapes = gqa_case(rng, dtype=dtype, seq=1, total=301, capacity=320, rotary=16, position_ids=True)
         mem = Memory()
@@ -308,7 +309,8 @@ def test_attention_and_rotary_launches_pass_what_their_entry_points_take():
     kernels = [op for op in launches if isinstance(op, gk.KernelOp)]
     kinds = {op.entry.rsplit("_", 1)[0] for op in kernels}
     assert kinds >= {"hipep_gqa_copy", "hipep_gqa_prepare", "hipep_gqa_decode_f32", "hipep_gqa_prefill_f32",
-                     "hipep_gqa_decode_fused_f32", "hipep_gqa_decode_fused_f16", "hipep_gqa_window", "hipep_rotary",
+                     "hipep_gqa_decode_fused_f32", "hipep_gqa_decode_fused_f16", "hipep_gqa_prefill_tc_f16",
+                     "hipep_gqa_window", "hipep_rotary",
                      "hipep_rms_norm_f32_exact", "hipep_rms_norm_f16"}
     for op in kernels:
         assert [ctypes.sizeof(p) for p in op.params] == params[op.entry], op.entry
