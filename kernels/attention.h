@@ -30,6 +30,8 @@
 //                          requested before it waits for the kernel ahead (launched to overlap it);
 //   attention_prefill.hip  hipep_gqa_prefill_*: several query tokens: one block per (query tile, head,
 //                          batch), a loop over KV tiles with an online softmax, causal tiles skipped;
+//   attention_prefill_tc.hip  hipep_gqa_prefill_tc_*: the same on tensor cores (mma.sync) for fp16 and
+//                          bf16 with head sizes a multiple of 16 up to 128, where the device has them;
 //   attention_cache.hip    hipep_gqa_window_store: sliding-window cache: the window cache's kept rows
 //                          back into present.
 // Scores, softmax and the weighted sum of V run in f32; the output is rounded once. Rotated Q/K are
