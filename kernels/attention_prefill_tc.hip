@@ -58,11 +58,12 @@ HIPEP_DEVICE void hipep_gqa_prefill_tc(const T* HIPEP_RESTRICT q, const T* HIPEP
   constexpr int BM = HIPEP_PTC_BM, BN = HIPEP_PTC_BN, NT = HIPEP_PTC_THREADS;
   constexpr int LDK = HB + HIPEP_PTC_PAD, LDV = BN + HIPEP_PTC_PAD;
   constexpr int KS = HB / 16, DB = HB / 8, NB = BN / 8;  // k-steps of Q K^T, output dim blocks, key blocks
+  constexpr int WPT = BN * (HB / 8) / NT;                  // 16-byte words of K (and of V) a thread stages a tile
   __shared__ uint4 k_s4[BN * LDK * sizeof(T) / 16];
   __shared__ uint4 vt_s4[HB * LDV * sizeof(T) / 16];
   T* k_s = reinterpret_cast<T*>(k_s4);
   T* vt_s = reinterpret_cast<T*>(vt_s4);
-  const int H = a.head_size, H8 = H / 8, S = a.seq, t = threadIdx.x, lane = t % 32, warp = t / 32;
+  const int H = a.head_size, S = a.seq, t = threadIdx.x, lane = t % 32, warp = t / 32;
   const int g = lane / 4, tq = lane % 4;  // the quad (a row pair g, g + 8) and the thread in it
   const int q0 = blockIdx.x * BM, head = blockIdx.y, b = blockIdx.z, kvh = head / a.group;
   const int ks_n = H / 16, db_n = H / 8;
@@ -103,22 +104,30 @@ HIPEP_DEVICE void hipep_gqa_prefill_tc(const T* HIPEP_RESTRICT q, const T* HIPEP
   const hipep_i64 kv_base = ((hipep_i64)b * a.kv_heads + kvh) * a.cache_rows;
 
   for (int j0 = tile_lo; j0 < tile_hi; j0 += BN) {
-    __syncthreads();  // the previous tile is no longer read
-    // K as it lies, a 16-byte word a thread; V transposed: neighbouring threads take neighbouring keys of
-    // one 8-dim slice, so that their 2-byte stores fall into distinct banks. Zeros past the block's keys.
-    for (int i = t; i < BN * H8; i += NT) {
-      const int c = i / H8, d = (i % H8) * 8;
-      uint4 w = make_uint4(0u, 0u, 0u, 0u);
-      if (j0 + c < tile_hi) w = *reinterpret_cast<const uint4*>(cache_k + (kv_base + j0 + c) * H + d);
-      *reinterpret_cast<uint4*>(k_s + c * LDK + d) = w;
-    }
-    for (int i = t; i < BN * H8; i += NT) {
-      const int c = i % BN, d = (i / BN) * 8;
-      uint4 w = make_uint4(0u, 0u, 0u, 0u);
-      if (j0 + c < tile_hi) w = *reinterpret_cast<const uint4*>(cache_v + (kv_base + j0 + c) * H + d);
-      const T* h = reinterpret_cast<const T*>(&w);
+    // K as it lies, V transposed (neighbouring threads take neighbouring keys of one 8-dim slice, so that
+    // their 2-byte stores fall into distinct banks), 16-byte words, zeros past the block's keys: every
+    // word of the tile is requested before the first is stored (one memory round trip a tile, not one a
+    // word), and stored once the previous tile is no longer read.
+    uint4 kw[WPT], vw[WPT];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) vt_s[(d + e) * LDV + c] = h[e];
+    for (int r = 0; r < WPT; ++r) {
+      const int i = t + r * NT;
+      const int kc = i / (HB / 8), kd = (i % (HB / 8)) * 8, vc = i % BN, vd = (i / BN) * 8;
+      kw[r] = vw[r] = make_uint4(0u, 0u, 0u, 0u);
+      if (kd < H && j0 + kc < tile_hi)
+        kw[r] = *reinterpret_cast<const uint4*>(cache_k + (kv_base + j0 + kc) * H + kd);
+      if (vd < H && j0 + vc < tile_hi)
+        vw[r] = *reinterpret_cast<const uint4*>(cache_v + (kv_base + j0 + vc) * H + vd);
+    }
+    __syncthreads();  // the previous tile is no longer read
+#pragma unroll
+    for (int r = 0; r < WPT; ++r) {
+      const int i = t + r * NT;
+      const int kc = i / (HB / 8), kd = (i % (HB / 8)) * 8, vc = i % BN, vd = (i / BN) * 8;
+      *reinterpret_cast<uint4*>(k_s + kc * LDK + kd) = kw[r];
+      const T* h = reinterpret_cast<const T*>(&vw[r]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) vt_s[(vd + e) * LDV + vc] = h[e];
     }
     __syncthreads();
 
@@ -131,7 +140,8 @@ HIPEP_DEVICE void hipep_gqa_prefill_tc(const T* HIPEP_RESTRICT q, const T* HIPEP
       const T* kr = k_s + (8 * nb + g) * LDK + 2 * tq;
 #pragma unroll
       for (int kk = 0; kk < KS; ++kk)
-        if (kk < ks_n) hipep_ptc_type<T>::mma(s[nb], qa[kk], hipep_ptc_word(kr + 16 * kk), hipep_ptc_word(kr + 16 * kk + 8));
+        if (kk < ks_n)
+          hipep_ptc_type<T>::mma(s[nb], qa[kk], hipep_ptc_word(kr + 16 * kk), hipep_ptc_word(kr + 16 * kk + 8));
     }
     float mt[2] = {-HIPEP_INF_F, -HIPEP_INF_F};
 #pragma unroll
