@@ -51,7 +51,8 @@ def gpu_info(device) -> dict:
             "driver_cuda": f"{v // 1000}.{(v % 1000) // 10}", "nvrtc": ".".join(map(str, device.nvrtc_version)),
             # the launch-path settings in effect (docs/options.md): a run with one of them is another path
             "env": {k: v for k, v in sorted(os.environ.items())
-                    if k.startswith(("HIPEP_CUDA", "HIPEP_MNB_")) or k == "HIPEP_GEMM"}}
+                    if k.startswith(("HIPEP_CUDA", "HIPEP_MNB_", "HIPEP_GQA_", "HIPEP_CUBLASLT_"))
+                    or k == "HIPEP_GEMM"}}
 
 
 def device_slug(gpu_name: str) -> str:

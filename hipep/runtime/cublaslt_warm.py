@@ -14,8 +14,10 @@ algorithm confirmed for it by cublasLtMatmulAlgoCheck) in memory and on a stream
 A later prompt's plan then finds its kernel loaded. The worker uses its own cuBLASLt handle and
 makes no call that synchronizes the device (stream-ordered allocation).
 
-The worker is off unless HIPEP_CUBLASLT_WARM=1: it has not yet run on a GPU
-(tests/gpu/test_gpu_cublaslt_warm.py is its test).
+The worker is off unless HIPEP_CUBLASLT_WARM=1 (tests/gpu/test_gpu_cublaslt_warm.py is its test). On an H100
+it cut cuBLASLt's share of a new prompt length from 6-13 ms to about 1 ms, but the two lengths right after
+the first prompt took 26 ms longer (benchmarks/results/2026-12-06-gqa-prefill-tc-65221b1-h100.md), which is
+not explained yet.
 """
 from __future__ import annotations
 
