@@ -145,3 +145,28 @@ def test_tensor_core_prefill_only_where_it_applies(libs, monkeypatch):
     assert entries(F16, 16, False) == ["hipep_gqa_prefill_f16_h64"]
     monkeypatch.setenv(PREFILL_TC_ENV, "0")
     assert entries(F16, 16, True) == ["hipep_gqa_prefill_f16_h64"]
+
+
+@pytest.mark.parametrize("capacity,prompt", [(16, 12), (8, 11)])
+def test_gqa_tensor_core_prefill_on_the_sliding_window_cache(libs, capacity, prompt):
+    """gemma2's sliding-window cache: a prompt, then a second prompt, in fp16 on tensor cores; the output and
+    the cache rows the window keeps against the reference."""
+    from helpers import window_end
+
+    rng = np.random.default_rng(capacity + prompt)
+    window = 6
+    attrs = dict(num_heads=4, kv_num_heads=2, local_window_size=window, sliding_window_cache=1)
+    past = [rng.uniform(-1, 1, (1, 2, capacity, 16)).astype(F16) for _ in range(2)]
+    total = prompt
+    for step in range(2):  # (a second prompt takes batch 1, as the reference requires)
+        ins, _ = gqa_case(rng, batch=1, seq=prompt, total=total, capacity=capacity, lens=[total], dtype=F16)
+        ins[3], ins[4] = past
+        views, want, ops = run_on_host(libs, GQA, ins, attrs, n_out=3, workspace=True, tensor_cores=True)
+        assert "hipep_gqa_prefill_tc_f16_h64" in [getattr(op, "entry", "") for op in ops]
+        t = GQA_TOLERANCE["float16"]
+        np.testing.assert_allclose(views[0].astype(F32), want[0].astype(F32), err_msg=f"step {step}", **t)
+        rows = window_end(total, capacity, window)
+        for k in (1, 2):
+            np.testing.assert_allclose(views[k][:, :, :rows].astype(F32), want[k][:, :, :rows].astype(F32), **t)
+        past = [want[1], want[2]]
+        total += prompt
