@@ -26,7 +26,7 @@
 #define HIPEP_PTC_BN 64                      // keys a tile
 #define HIPEP_PTC_PAD 8                      // elements of padding a staged row
 
-// The mma of an element type, and two floats rounded to it as one register (the lower k first).
+// The mma of an element type.
 template <typename T> struct hipep_ptc_type;
 template <> struct hipep_ptc_type<hipep_half> {
   HIPEP_DEVICE static void mma(float (&d)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
@@ -39,13 +39,15 @@ template <> struct hipep_ptc_type<hipep_bf16> {
   }
 };
 
+// Two floats rounded to T as one register (the lower k first), and the rounded values as floats.
 template <typename T> HIPEP_DEVICE unsigned int hipep_ptc_pack(float lo, float hi, float& lo_r, float& hi_r) {
-  const T h[2] = {hipep_from_float<T>(lo), hipep_from_float<T>(hi)};
+  alignas(4) const T h[2] = {hipep_from_float<T>(lo), hipep_from_float<T>(hi)};
   lo_r = hipep_to_float(h[0]);
   hi_r = hipep_to_float(h[1]);
   return *reinterpret_cast<const unsigned int*>(h);
 }
 
+// Two consecutive elements (4-byte aligned) as one register.
 template <typename T> HIPEP_DEVICE unsigned int hipep_ptc_word(const T* p) {
   return *reinterpret_cast<const unsigned int*>(p);
 }
