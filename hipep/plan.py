@@ -26,7 +26,7 @@ Steps, executed in order by the executor:
   * Sync: the host waits until all queued device work is done;
   * Loop / If: control flow with nested step lists (ONNX Loop and If semantics).
 Launches name their kernel (the registry op, or a generated one) with the node's attributes as
-specialization constants, and their launch configuration as expressions; `aliases` declares the
+specialization constants (the device's binding chooses the launch configuration); `aliases` declares the
 in-place updates ORT may ask for (present in past's buffer).
 
 Syncs are the plan's business, not the executor's: a host step or host read (host_inputs, Loop
@@ -71,31 +71,19 @@ class Launch:
 
     The kernel is `kernel` (default: the registry op `op`, i.e. its entry point in kernels/ or,
     on the CPU device, its numpy reference) with the attributes as specialization constants. Its
-    arguments are the input buffers, the output buffers, then `scalars`. The launch configuration
-    is expressions (hipep.symbolic) over the symbols `n<id>` (element count of value <id>) and
-    `v<id>.<axis>` (an extent): default one thread per element of output 0, 256 per block."""
+    arguments are the input buffers, the output buffers, then `scalars`. The device's binding of the
+    op chooses the launch configuration from the bound shapes (hipep.runtime.gpu_kernels)."""
     op: str  # registry key "domain::op_type" ("::Add" for the default domain)
     node: str  # ONNX node label, for error messages
     attributes: dict[str, Any]
     inputs: tuple[int, ...]  # value ids, -1 for an omitted optional input
     outputs: tuple[int, ...]  # value ids, -1 for an output nobody reads
     kernel: str = ""
-    grid: tuple = ()
-    block: tuple = ()
-    smem: Any = 0
     scalars: tuple = ()
 
     @property
     def op_type(self) -> str:
         return op_type_of(self.op)
-
-    def launch_config(self) -> tuple[tuple, tuple, Any]:
-        """(grid, block, shared memory bytes) as expressions."""
-        if self.grid:
-            return self.grid, self.block or (256,), self.smem
-        out = next((v for v in self.outputs if v >= 0), -1)
-        numel = ("s", f"n{out}")
-        return (("//", ("+", numel, 255), 256),), (256,), 0
 
 
 @dataclass(frozen=True)

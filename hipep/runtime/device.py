@@ -114,9 +114,6 @@ class GraphNode:
     kind: str  # "launch" | "host" | "sync"
     program: Any = None
     args: list = field(default_factory=list)
-    grid: tuple = ()
-    block: tuple = ()
-    smem: int = 0
     label: str = ""
 
 

@@ -40,7 +40,7 @@ import numpy as np
 from .. import counters
 from ..errors import HipepError, RuntimeShapeError
 from ..plan import MEMORY_SPACES, HostStep, If, Launch, Loop, Plan, Sync, walk
-from ..symbolic import compile_exprs, compile_guards, evaluate, format_guard, symbols_of
+from ..symbolic import compile_exprs, compile_guards, format_guard, symbols_of
 from .device import Device, GraphNode
 from .host_values import HostValues, exclusive_host_slots
 from .host_values import enabled as host_values_enabled
@@ -347,7 +347,7 @@ class Executor:
             self.device.replay(context.stream, bound[1], bound[2](inputs, outputs, ext_shapes))
 
     def _capture(self, spec: "_Specialization", context: "_Context", inputs, outputs, env):
-        plan, values, layout = self.plan, self.plan.values, self._layout
+        values, layout = self.plan.values, self._layout
         graph = self.device.capture()
         sites = []
         ext_shapes = spec.program.external_shapes(env) if spec.program.external else ()
@@ -384,8 +384,6 @@ class Executor:
             node = GraphNode("launch" if isinstance(step, Launch) else "host", self._kernel(index, step, label),
                              label=label)
             node.args = [arg(v, node, k) for k, v in enumerate((*step.inputs, *step.outputs))]
-            if isinstance(step, Launch):
-                node.grid, node.block, node.smem = _launch_config(step, node.args, plan)
             graph.nodes.append(node)
         fills = []
         for vid, first, count in spec.program.host.targets:
@@ -529,7 +527,7 @@ def _taken_steps(plan: Plan, layout: _StaticLayout, branches: dict, index_of: di
 
 class _Specialization:
     """One layout signature: concrete shapes of the arena's values, slot offsets per memory space,
-    launch configurations, and per context the captured graph."""
+    and per context the captured graph."""
 
     def __init__(self, ex: Executor, program: _Program, env):
         plan, values, layout = ex.plan, ex.plan.values, ex._layout
@@ -591,23 +589,6 @@ class _Context:
                                      f"buffers: {type(e).__name__}: {e}") from None
                 self.sizes[space] = n
                 self.generation += 1
-
-
-def _launch_config(step: Launch, args, plan: Plan):
-    """The launch's grid, block and shared memory, its expressions evaluated on the bound shapes."""
-    grid, block, smem = step.launch_config()
-    known = {}
-    for vid, a in zip((*step.inputs, *step.outputs), args):
-        if vid >= 0 and a is not None:
-            known[f"n{vid}"] = int(a.size)
-            for axis, d in enumerate(a.shape):
-                known[f"v{vid}.{axis}"] = int(d)
-    try:
-        return (tuple(evaluate(e, known) for e in grid), tuple(evaluate(e, known) for e in block),
-                evaluate(smem, known))
-    except KeyError as e:
-        raise HipepError(f"node '{step.node}': its launch configuration refers to {e}, which is none of its "
-                         f"arguments") from None
 
 
 def _nbytes(plan: Plan, vid: int, shape) -> int:
