@@ -163,7 +163,7 @@ class CpuDevice(Device):
             program = self._programs[key] = CpuProgram(kernel)
         return program
 
-    def launch(self, stream: CpuStream, program: "CpuProgram", grid, block, smem, args, label: str = "") -> None:
+    def launch(self, stream: CpuStream, program: "CpuProgram", args, label: str = "") -> None:
         label = label or program.label
         stream.enqueue(label, _timed(stream, program.run, args, label))
 

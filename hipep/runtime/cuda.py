@@ -578,11 +578,11 @@ class CudaDevice(GraphReplay, Device):
             return _Blas(op)
         return _Launch(self._function(op), op, self.overlap_launches)
 
-    def launch(self, stream: CudaStream, program: CudaProgram, grid, block, smem, args, label: str = "") -> None:
-        """Binds and issues one launch now (the binding chooses the configuration: `grid`,
-        `block` and `smem` from the plan are not used). The stream keeps the program's recent
-        bindings by argument signature (_NodeState), as replay does: a loop's body launches the
-        same way every iteration, and binding again would cost more host time than the launch."""
+    def launch(self, stream: CudaStream, program: CudaProgram, args, label: str = "") -> None:
+        """Binds and issues one launch now (the binding chooses the configuration). The stream keeps
+        the program's recent bindings by argument signature (_NodeState), as replay does: a loop's
+        body launches the same way every iteration, and binding again would cost more host time
+        than the launch."""
         label = label or program.label
         self._current()
         state = stream.bound.get(program)

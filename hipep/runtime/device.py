@@ -10,7 +10,7 @@ programs and launch, in the manner of tinygrad's `runtime/ops_*.py`:
   * streams and events: device work queued in order (`Stream.enqueue`), host work run at once
     (`Stream.run_host`), `sync`, and events recorded on a stream and waited for;
   * programs: `compile(kernel)` once per kernel and its specialization constants, `launch(stream,
-    program, grid, block, smem, args)`, and `run_host_step` for a plan's host work;
+    program, args)` (the device chooses the configuration), and `run_host_step` for a plan's host work;
   * capture and replay: `capture()` records launches, host work and syncs into a `Graph`;
     `replay(stream, graph, patches)` issues it again with some arguments replaced (ORT's input
     and output memory, which changes every run). Nothing else may change between replays.
@@ -219,9 +219,9 @@ class Device(ABC):
         work."""
 
     @abstractmethod
-    def launch(self, stream: Stream, program: Any, grid: tuple, block: tuple, smem: int, args: list,
-               label: str = "") -> None:
-        """Queues one launch of `program` over `args` (views and scalars) on `stream`."""
+    def launch(self, stream: Stream, program: Any, args: list, label: str = "") -> None:
+        """Queues one launch of `program` over `args` (views and scalars) on `stream` (the device
+        chooses its configuration)."""
 
     # ---- capture and replay ------------------------------------------------------------------
 

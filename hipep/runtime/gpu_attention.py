@@ -107,7 +107,7 @@ class GqaLayout:
 def prefill_tc_bucket(a: GqaArgs, dt: str, target) -> int | None:
     """The tensor-core prefill's head-size bucket for this launch, or None where attention_prefill.hip
     runs it (f32, a head size not a multiple of 16 or above 128, no mma.sync, HIPEP_GQA_PREFILL_TC=0)."""
-    if dt not in ("f16", "bf16") or not getattr(target, "tensor_cores", False) or target.warp_size != 32:
+    if dt not in ("f16", "bf16") or not target.tensor_cores or target.warp_size != 32:
         return None
     if os.environ.get(PREFILL_TC_ENV, "1").strip() == "0" or a.head_size % 16:
         return None

@@ -311,7 +311,7 @@ class _Run:
                     label, lambda: self.dev.run_host_step(self.stream, program, args), ins))
             else:
                 self.launches += 1
-                _named_call(label, lambda: self.dev.launch(self.stream, program, (), (), 0, args, label), ins)
+                _named_call(label, lambda: self.dev.launch(self.stream, program, args, label), ins)
             return
 
         def work():  # reads the inputs and writes the outputs when it runs, not when issued

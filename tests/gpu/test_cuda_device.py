@@ -79,13 +79,13 @@ def test_a_launch_the_driver_refuses_is_raised_at_sync_with_its_label():
     original = gk.row_config
     try:
         gk.row_config = lambda rows, words, warp: ((rows, 1, 1), (4096, 1, 1))  # more threads than a block holds
-        device.launch(stream, program, (), (), 0, [x, y], label="node 'bad' (Softmax)")
+        device.launch(stream, program, [x, y], label="node 'bad' (Softmax)")
     finally:
         gk.row_config = original
     with pytest.raises(HipepError, match=r"node 'bad' \(Softmax\): launch of hipep_softmax_f32.*block \[4096"):
         stream.sync()
     # the stream is usable afterwards
-    device.launch(stream, program, (), (), 0, [x, y], label="node 'good' (Softmax)")
+    device.launch(stream, program, [x, y], label="node 'good' (Softmax)")
     stream.sync()
 
 
@@ -115,7 +115,7 @@ def test_wrapped_host_memory_is_read_and_written_in_place():
     x = np.random.default_rng(0).standard_normal((300, 1000)).astype(np.float32)  # pages of their own
     y = np.zeros_like(x)
     stream = device.new_stream()
-    device.launch(stream, program, (), (), 0, [device.wrap(x), device.wrap(y)])
+    device.launch(stream, program, [device.wrap(x), device.wrap(y)])
     stream.sync()
     e = np.exp(x - x.max(-1, keepdims=True))
     np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-5)

@@ -61,9 +61,9 @@ class OpaqueMemoryDevice(CpuDevice):
     def copy_async(self, stream, dst, src, label="copy"):
         super().copy_async(stream, _host(dst), _host(src), label)
 
-    def launch(self, stream, program, grid, block, smem, args, label=""):
+    def launch(self, stream, program, args, label=""):
         self.launched += 1
-        super().launch(stream, program, grid, block, smem, [_host(a) for a in args], label)
+        super().launch(stream, program, [_host(a) for a in args], label)
 
     def run_host_step(self, stream, program, args):
         self.host_steps += 1
