@@ -496,10 +496,10 @@ CASES = {
 }
 
 
-def case_setup(name, dtype=None):
-    """CASES[name] made concrete (in `dtype` where given): (inputs, output shapes, attributes,
+def case_setup(name, dtype=None, cases=None):
+    """(cases or CASES)[name] made concrete (in `dtype` where given): (inputs, output shapes, attributes,
     sm_count, dtype, spec, rng)."""
-    spec = dict(CASES[name])
+    spec = dict((CASES if cases is None else cases)[name])
     if dtype is not None:
         spec["dtype"] = dtype
     rng = np.random.default_rng(zlib.crc32(name.encode()))

@@ -16,10 +16,9 @@ import pytest
 
 from hipep.runtime.gpu_attention import DEC_DIRECT_PASSES
 from unit.host_kernels import EXACT_FLAGS, compile_module, run_on_host
-from unit.test_gpu_attention_bindings import GQA, GQA_TOLERANCE, assert_gqa_results, case_setup, gqa_case
+from unit.test_gpu_attention_bindings import BF16, GQA, GQA_TOLERANCE, assert_gqa_results, case_setup, gqa_case
 
 F32, F16 = np.float32, np.float16
-BF16 = pytest.importorskip("ml_dtypes").bfloat16
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 MODULES = ("attention_cache", "attention_decode", "attention_decode_fused", "attention_prefill",
            "attention_prefill_tc", "rms_norm")
@@ -105,22 +104,12 @@ TC_CASES = {
 }
 
 
-def _tc_case(name, dtype):
-    spec = dict(TC_CASES[name])
-    rng = np.random.default_rng(len(name))
-    attrs = dict(num_heads=spec.get("heads", 4), kv_num_heads=spec.get("kv_heads", 2), **spec.pop("attrs", {}))
-    if spec.get("rotary"):
-        attrs["do_rotary"] = 1
-    ins, _ = gqa_case(rng, dtype=dtype, **spec)
-    return ins, attrs
-
-
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("name", list(TC_CASES))
 def test_gqa_tensor_core_prefill_computes_the_reference(libs, name, dtype):
-    ins, attrs = _tc_case(name, dtype)
+    ins, _, attrs, _, _, _, _ = case_setup(name, dtype, TC_CASES)
     views, want, ops = run_on_host(libs, GQA, ins, attrs, n_out=3, workspace=True, tensor_cores=True)
-    short = "f16" if dtype == F16 else "bf16"
+    short = "f16" if np.dtype(dtype) == F16 else "bf16"
     head = TC_CASES[name].get("head", 16)
     entries = [op.entry for op in ops if "prefill" in getattr(op, "entry", "")]
     assert entries == [f"hipep_gqa_prefill_tc_{short}_h{64 if head <= 64 else 128}"]
