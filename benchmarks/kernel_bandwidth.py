@@ -14,6 +14,10 @@ Workloads (single-op ONNX models through hipep.InferenceSession(device="cuda")):
   `auto`'s choice of the vendor library for large products is worth. No gate (compute-bound).
   Likewise MatMulNBits int4 prefill (128 rows through the ~1.1B model's gate projection, fp16 at
   level 0 and fp32 at level 4): the dequantize-then-cuBLASLt path against hipep's own GEMM.
+* MatMulNBits int4 prompt GEMMs (family `prompt`): 16 to 512 rows of fp16 A through the ~1.1B
+  model's qkv, o, gate/up and down projections, on the tensor-core GEMM (HIPEP_MNB_GEMM_TC=1) and on
+  the dequantize-then-cuBLASLt path (=0), in TFLOP/s: where the default's switch between them
+  (gpu_quant.GEMM_TC_MAX_ROWS) belongs. No gate (compute-bound).
 * GroupQueryAttention decode at a 4k context (and at 256, the decode benchmark's length): 32 query
   heads over 8 KV heads of 64, fp16, packed QKV with rotary as the builder emits it, past and
   present bound to one shared buffer.
@@ -40,7 +44,7 @@ CPU EP once. Gates: int4 and float GEMV and the norms at ≥ 50 % of the copy ba
 
 Writes benchmarks/results/<date>-kernels-<gpu>.md and .png (the plot needs matplotlib).
 
-    python benchmarks/kernel_bandwidth.py [--quick] [--only gemv,matmul,gqa,norm,softmax] [--host-io] [--out DIR]
+    python benchmarks/kernel_bandwidth.py [--quick] [--only gemv,matmul,prompt,copy,gqa,norm,softmax] [--host-io] [--out DIR]
 """
 from __future__ import annotations
 
@@ -62,7 +66,9 @@ RESULTS = os.path.join(ROOT, "benchmarks", "results")
 GATE = 0.5  # fraction of the copy bandwidth the gated rows must reach
 MAX_COPIES = 64
 BLOCK = 32  # MatMulNBits block size, as the builder quantizes
-FAMILIES = ("gemv", "matmul", "copy", "gqa", "norm", "softmax")
+FAMILIES = ("gemv", "matmul", "prompt", "copy", "gqa", "norm", "softmax")
+# The prompt family's rows of A: a short prompt to a long one (the tensor-core GEMM's range and past it)
+PROMPT_ROWS = (16, 32, 64, 128, 256, 512)
 MATMUL_SHAPE = (4096, 4096)  # the float GEMV's K and N
 PREFILL_ROWS = 1024  # the prefill GEMM rows' M
 
@@ -220,6 +226,30 @@ def matmul_prefill(m: int, k: int, n: int, gemm: str, rng) -> Workload:
                     flops=2.0 * m * k * n)
 
 
+def prompt_gemm(name: str, k: int, n: int, rows: int, tc: str, rng) -> Workload:
+    """4 MatMulNBits nodes (int4, block 32, symmetric, fp16 A at level 0: the builder's int4-f16 form) of
+    `rows` prompt rows through the path HIPEP_MNB_GEMM_TC=`tc` selects: 1 the tensor-core GEMM
+    (kernels/matmul_nbits_gemm_tc.hip), 0 the weights dequantized into the workspace and cuBLASLt.
+    Compute-bound past a few dozen rows: TFLOP/s, no gate."""
+    from onnx import helper, numpy_helper
+
+    f16, copies, blocks = np.float16, 4, k // BLOCK
+    nodes, inits, outs = [], [], []
+    for i in range(copies):
+        w = rng.integers(0, 256, (n, blocks, BLOCK // 2), dtype=np.uint8)
+        sc = rng.uniform(0.005, 0.02, n * blocks).astype(f16)
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(sc, f"s{i}")]
+        nodes.append(helper.make_node("MatMulNBits", ["a", f"w{i}", f"s{i}"], [f"y{i}"], name=f"gemm{i}",
+                                      domain="com.microsoft", K=k, N=n, bits=4, block_size=BLOCK, accuracy_level=0))
+        outs.append(helper.make_tensor_value_info(f"y{i}", _elem(f16), [1, rows, n]))
+    a = rng.uniform(-1, 1, (1, rows, k)).astype(f16)
+    model = _model(nodes, [helper.make_tensor_value_info("a", _elem(f16), [1, rows, k])], outs, inits)
+    path = "tensor-core GEMM" if tc == "1" else "dequantize + cuBLASLt"
+    return Workload("MatMulNBits int4 prompt", f"{rows} rows, {name} {k}→{n} float16, {path}", model, {"a": a}, {},
+                    gemv_bytes(k, n, f16) + rows * (k + n) * 2, copies, False, 2e-2, {"HIPEP_MNB_GEMM_TC": tc},
+                    flops=2.0 * rows * k * n)
+
+
 FLOOR_FAMILY, FLOOR_LABEL = "copy (harness floor)", "Identity copy sized as "
 
 
@@ -351,6 +381,11 @@ def workloads(families, l2: int, quick: bool, context: int, seed: int = 0):
                 for gemm in ("auto", "own"):
                     yield lambda dtype=dtype, gemm=gemm: gemv("gate/up", 2048, 8192, dtype, l2, rng, rows=128,
                                                               gemm=gemm)
+    if "prompt" in families:  # the ~1.1B model's projections at prompt lengths, both int4 GEMM paths
+        for rows in (PROMPT_ROWS[2:4] if quick else PROMPT_ROWS):
+            for name, k, n in GEMV_SHAPES[1:5]:
+                for tc in ("1", "0"):
+                    yield lambda name=name, k=k, n=n, rows=rows, tc=tc: prompt_gemm(name, k, n, rows, tc, rng)
     if "copy" in families:
         for name, k, n in (GEMV_SHAPES[:2] if quick else GEMV_SHAPES):
             yield lambda name=name, k=k, n=n: copy_floor(name, k, n, l2, rng)

@@ -90,6 +90,18 @@ GEMV_ROW_COLS = _env_int(GEMV_ROW_COLS_ENV, 1, (0, 1))
 GEMV_ROW_TC_ENV = "HIPEP_MNB_GEMV_TC"
 GEMV_ROW_TC = _env_int(GEMV_ROW_TC_ENV, -1, (0, 1))
 
+# The tensor-core GEMM for prompts (kernels/matmul_nbits_gemm_tc.hip): 4-bit weights dequantized in
+# shared memory on their way to mma.sync. HIPEP_MNB_GEMM_TC (read at each bind): unset, for more
+# than GEMV_MAX_ROWS and up to GEMM_TC_MAX_ROWS rows, and for any number where the BLAS path does
+# not run; 1 for every prompt it can take; 0 never. HIPEP_MNB_GEMM_TC_SPLIT forces its number of K
+# splits (1, 2, 4 or 8; unset: gemm_tc_splits).
+GEMM_TC_ENV = "HIPEP_MNB_GEMM_TC"
+GEMM_TC_SPLIT_ENV = "HIPEP_MNB_GEMM_TC_SPLIT"
+GEMM_TC_TILE = 64        # MNB_GTC_BM = MNB_GTC_BN = MNB_GTC_BK
+GEMM_TC_THREADS = 128    # MNB_GTC_THREADS
+GEMM_TC_MAX_ROWS = 256
+GEMM_TC_MAX_SPLITS = 4
+
 
 class MatMulNBitsArgs(ctypes.Structure):
     _fields_ = [("m", ctypes.c_longlong), ("n", ctypes.c_longlong), ("k", ctypes.c_longlong),
@@ -412,7 +424,8 @@ def row_smem(tile_chunks: int, block_size: int, q8: bool) -> int:
 
 
 @_binding(MNB, check=_mnb_check,
-          modules=("matmul_nbits", "matmul_nbits_row", "matmul_nbits_tc", "matmul_nbits_dequant"))
+          modules=("matmul_nbits", "matmul_nbits_row", "matmul_nbits_tc", "matmul_nbits_dequant",
+                   "matmul_nbits_gemm_tc"))
 def _mnb_bind(ins, outs, attrs, target):
     op = "MatMulNBits"
     why = _mnb_attr_reason(attrs)
@@ -463,6 +476,10 @@ def _mnb_bind(ins, outs, attrs, target):
     k_pad = nb * bs
     log2_bs = bs.bit_length() - 1
     quant_a = int(quantizes_a_to_int8(attrs, zp_mode))
+    tc_layout = MatMulNBitsArgs(m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, 0, zp_mode, 0, 1, 0, quant_a)
+    tc_rows = gemm_tc_rows(tc_layout, bits, bs, dt, A, B, target)
+    if m > GEMV_MAX_ROWS and tc_rows >= m:
+        return _mnb_gemm_tc_ops(A, B, scales, zp, bias, y, tc_layout, dt, target)
     gemm_grid = (_cdiv(n, GEMM_TILE), _cdiv(m, GEMM_TILE), 1)
     if m <= GEMV_MAX_ROWS or (m <= GEMV_CHAIN_MAX_ROWS and gemm_grid[0] * gemm_grid[1] < target.sm_count):
         # The GEMV per slice of up to 8 rows: for a few slices over a small grid it streams B
@@ -498,6 +515,8 @@ def _mnb_bind(ins, outs, attrs, target):
     blas = _mnb_blas_ops(A, B, scales, zp, bias, y, args, bits, dt, target)
     if blas is not None:
         return blas
+    if tc_rows > 0:  # past GEMM_TC_MAX_ROWS with no BLAS: tensor cores still beat the own GEMM
+        return _mnb_gemm_tc_ops(A, B, scales, zp, bias, y, tc_layout, dt, target)
     if gemm_grid[1] > 65535:
         raise NoKernel(f"{op}: {m} rows of A (at most {65535 * GEMM_TILE})")
     ops = []
@@ -514,6 +533,59 @@ def _mnb_bind(ins, outs, attrs, target):
     ops.append(KernelOp(f"hipep_mnb_gemm_{dt}_b{bits}", gemm_grid, (GEMM_THREADS, 1, 1),
                         [ptr(A), ptr(B), ptr(scales), ptr(zp), ptr(bias), ptr(y), args, ctypes.c_uint64(qp)],
                         module="matmul_nbits", element_type=dt))
+    return ops
+
+
+def gemm_tc_rows(layout: MatMulNBitsArgs, bits: int, block_size: int, dt: str, A, B, target) -> int:
+    """Up to how many rows of A the tensor-core GEMM takes this product ahead of the BLAS path (0:
+    it cannot take it; a huge number: at any length). It needs 4-bit weights, fp16 or bf16 A not
+    quantized to int8, blocks of at least 32 (a 16-byte chunk lies in one block), 16-byte aligned rows
+    of A (K % 8 == 0) and of B, and mma.sync on a 32-lane warp (Target.tensor_cores)."""
+    mode = os.environ.get(GEMM_TC_ENV, "").strip()
+    if mode not in ("", "0", "1"):
+        raise HipepError(f"{GEMM_TC_ENV}={mode!r}: expected 0 or 1 (or unset)")
+    if (mode == "0" or bits != 4 or dt not in ("f16", "bf16") or layout.int8_a or block_size < 32
+            or not target.tensor_cores or target.warp_size != 32 or int(layout.k) % 8 or A.ptr % 16 or B.ptr % 16
+            or int(layout.row_bytes) % 16):
+        return 0
+    return 1 << 62 if mode == "1" else GEMM_TC_MAX_ROWS
+
+
+def gemm_tc_splits(blocks: int, k_steps: int, sm_count: int) -> int:
+    """K splits of the tensor-core GEMM: doubled while the grid has fewer than two blocks an SM (four
+    warps a block; the smaller products of a prompt, N = 2048 at 128 rows, make 64 tiles) and each
+    split keeps at least 8 steps of K; at most GEMM_TC_MAX_SPLITS, whose sums another launch adds."""
+    forced = _env_int(GEMM_TC_SPLIT_ENV, 0, (0, 1, 2, 4, 8))
+    if forced:
+        return min(forced, k_steps)
+    s = 1
+    while s < GEMM_TC_MAX_SPLITS and blocks * s < 2 * sm_count and k_steps >= 16 * s:
+        s *= 2
+    return s
+
+
+def _mnb_gemm_tc_ops(A, B, scales, zp, bias, y, args: MatMulNBitsArgs, dt: str, target) -> list:
+    """Y = A W^T (+ bias) on tensor cores (kernels/matmul_nbits_gemm_tc.hip), split over K where
+    the tiles alone leave SMs idle: each split's f32 sums then go to the stream's workspace and a
+    second launch adds them in order."""
+    m, n = int(args.m), int(args.n)
+    grid_m = _cdiv(m, GEMM_TC_TILE)
+    if grid_m > 65535:
+        raise NoKernel(f"MatMulNBits: {m} rows of A (at most {65535 * GEMM_TC_TILE})")
+    k_steps = _cdiv(int(args.k_pad), GEMM_TC_TILE)
+    blocks = _cdiv(n, GEMM_TC_TILE) * grid_m
+    splits = gemm_tc_splits(blocks, k_steps, target.sm_count) if target.workspace is not None else 1
+    per_split = _cdiv(k_steps, splits)
+    splits = _cdiv(k_steps, per_split)  # none empty
+    layout = MatMulNBitsArgs.from_buffer_copy(args)
+    layout.k_split, layout.k_tile = splits, per_split * GEMM_TC_TILE
+    partial = workspace_regions(target, "MatMulNBits", [splits * m * n * 4])[0] if splits > 1 else 0
+    ops = [KernelOp(f"hipep_mnb_gemm_tc_{dt}_b4", (_cdiv(n, GEMM_TC_TILE), grid_m, splits), (GEMM_TC_THREADS, 1, 1),
+                    [ptr(A), ptr(B), ptr(scales), ptr(zp), ptr(bias), ptr(y), ctypes.c_uint64(partial), layout],
+                    module="matmul_nbits_gemm_tc")]
+    if splits > 1:
+        ops.append(KernelOp(f"hipep_mnb_gemm_tc_sum_{dt}", (_cdiv(m * n, DEQUANT_THREADS), 1, 1), (DEQUANT_THREADS, 1, 1),
+                            [ctypes.c_uint64(partial), ptr(bias), ptr(y), layout], module="matmul_nbits_gemm_tc"))
     return ops
 
 

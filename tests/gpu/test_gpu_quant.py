@@ -247,6 +247,80 @@ def test_bf16_decode_rows_run_on_tensor_cores(monkeypatch, shape):
     assert rel_l2(got, want) < 2.5e-3  # the outputs rounded to bf16 alone: ~1.1e-3
 
 
+# (K, N, block size, zero points, bias): prompts at the ~1.1B model's qkv and down shapes (K split in
+# four: 64 tiles at 128 rows), its gate/up with zero points and a bias, and K short of K_pad with N odd.
+GEMM_TC_SHAPES = [(2048, 3072, 32, "none", False), (8192, 2048, 32, "none", False),
+                  (2048, 8192, 64, "uint8", True), (1000, 4097, 32, "float", True)]
+
+
+@pytest.fixture
+def gemm_tc_calls(monkeypatch):
+    """The tensor-core prompt GEMM's binds (gpu_quant._mnb_gemm_tc_ops), recorded: (rows, splits)."""
+    from hipep.runtime import gpu_quant as gq
+
+    calls, real = [], gq._mnb_gemm_tc_ops
+
+    def spy(*args):
+        ops = real(*args)
+        calls.append((int(args[6].m), ops[0].grid[2]))
+        return ops
+
+    monkeypatch.setattr(gq, "_mnb_gemm_tc_ops", spy)
+    return calls
+
+
+@pytest.mark.parametrize("rows", [9, 128, 300])
+@pytest.mark.parametrize("shape", GEMM_TC_SHAPES, ids=[f"K{s[0]}-N{s[1]}-bs{s[2]}-{s[3]}{'-bias' if s[4] else ''}"
+                                                      for s in GEMM_TC_SHAPES])
+def test_prompt_rows_on_tensor_cores(monkeypatch, gemm_tc_calls, rows, shape):
+    """HIPEP_MNB_GEMM_TC=1: fp16 prompt rows through the tensor-core GEMM (kernels/matmul_nbits_gemm_tc.hip,
+    K split where the tiles leave SMs idle), within the CPU EP's tolerance and hipep's float64
+    reference's, and next to the dequantize-then-cuBLASLt path's result (HIPEP_MNB_GEMM_TC=0), which
+    multiplies the same fp16 weights."""
+    k, n, bs, zp_kind, bias = shape
+    model, feeds, weights = matmul_nbits_model((1, rows), k, n, 4, bs, F16, zp_kind, bias, 0, seed=k + rows)
+    monkeypatch.setenv("HIPEP_MNB_GEMM_TC", "1")
+    got = run_gpu(model, feeds)
+    assert gemm_tc_calls and all(m == rows for m, _ in gemm_tc_calls), gemm_tc_calls
+    assert rel_l2(got, cpu_session(model).run(None, feeds)[0]) < cpu_tolerance(F16, 0, weights[2])
+    assert rel_l2(got, reference(feeds, weights, {"K": k, "N": n, "bits": 4, "block_size": bs})) < 2e-3
+    monkeypatch.setenv("HIPEP_MNB_GEMM_TC", "0")
+    calls = len(gemm_tc_calls)
+    blas = run_gpu(model, feeds, runs=1)
+    assert len(gemm_tc_calls) == calls
+    assert rel_l2(got, blas) < 1e-3
+
+
+@pytest.mark.parametrize("rows", [40, 128])
+def test_bf16_prompt_rows_on_tensor_cores(gemm_tc_calls, rows):
+    """bf16 prompt rows take the tensor-core GEMM by default (up to gpu_quant.GEMM_TC_MAX_ROWS): within
+    the output's bf16 rounding of hipep's float64 reference on the same bf16 A and the weights
+    rounded to bf16 as the kernel rounds them. bf16 inside the model, as in the decode test above."""
+    import ml_dtypes
+
+    from hipep.ops.contrib_quant import _mnb_dequant, _mnb_unpack
+
+    k, n, bs = 2048, 3072, 32
+    rng = np.random.default_rng(rows)
+    bf16 = ml_dtypes.bfloat16
+    B, scales, _ = quantize_blockwise(rng.standard_normal((n, k)).astype(np.float32), 4, bs, "none", rng)
+    scales = scales.astype(bf16)
+    inits = [numpy_helper.from_array(B, "B"), numpy_helper.from_array(scales.reshape(-1), "scales")]
+    nodes = [helper.make_node("Cast", ["A"], ["A_b"], to=TP.BFLOAT16),
+             helper.make_node("MatMulNBits", ["A_b", "B", "scales"], ["Y_b"], domain="com.microsoft", name="mnb",
+                              K=k, N=n, bits=4, block_size=bs),
+             helper.make_node("Cast", ["Y_b"], ["Y"], to=F32)]
+    model = make_model(nodes, [tensor("A", F32, [rows, k])], [tensor("Y", F32, None)], inits, opset=21,
+                       extra_opsets=[MS])
+    feeds = {"A": (rng.standard_normal((rows, k)) * 0.5).astype(np.float32)}
+    got = run_gpu(model, feeds)
+    assert gemm_tc_calls == [(rows, gemm_tc_calls[0][1])], gemm_tc_calls
+    attrs = {"K": k, "N": n, "bits": 4, "block_size": bs}
+    w = _mnb_dequant(*_mnb_unpack(B, scales.astype(np.float32), None, attrs))[:, :k].astype(bf16)
+    want = feeds["A"].astype(bf16).astype(np.float64) @ w.astype(np.float64).T
+    assert rel_l2(got, want) < 2.5e-3  # the outputs rounded to bf16 alone: ~1.1e-3
+
+
 def test_tensor_core_gemv_that_starts_early_waits_for_the_kernel_ahead(tensor_core_forms):
     """The tensor-core row GEMV overlaps the kernel ahead as the row GEMVs do: a chain of GEMV ->
     SiLU links replayed 50 times gives the same bits each time and ORT's CPU EP's values."""

@@ -179,9 +179,11 @@ def test_every_quantized_entry_point_exists(cubins):
     names |= {("matmul_nbits_row", f"hipep_mnb_gemv_row1_h2_f16_b4_u{u}_c{c}_s{s}{z}")
               for u, c, s, _ in (gq.ROW_COLS_ONE_WAVE, gq.ROW_COLS_WAVES, *gq.ROW_COLS_BY_WIDTHS.values())
               for z in ("", "_zp")}
+    names |= {("matmul_nbits_gemm_tc", f"hipep_mnb_gemm_tc{s}_{t}{b}") for t in ("f16", "bf16")
+              for s, b in (("", "_b4"), ("_sum", ""))}
     names |= {("gather_block_quantized", f"hipep_gbq_{t}_b{b}_{i}{w}") for t in ("f32", "f16", "bf16")
               for b in (2, 4, 8) for i in ("i32", "i64") for w in ("", "_w4")}
-    assert {"matmul_nbits", "matmul_nbits_row", "gather_block_quantized"} <= set(gk.modules())
+    assert {"matmul_nbits", "matmul_nbits_row", "matmul_nbits_gemm_tc", "gather_block_quantized"} <= set(gk.modules())
     for module, entry in sorted(names):
         assert entry.encode() + b"\0" in cubins[module], f"{module}: {entry}"
 

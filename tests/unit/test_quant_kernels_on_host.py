@@ -14,6 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from hipep.errors import HipepError
 from hipep.ops.registry import OUTPUT_COUNT, REQUIRED, SINCE_VERSION, lookup
 from hipep.runtime import gpu_kernels as gk
 from hipep.runtime import gpu_quant as gq
@@ -321,3 +322,99 @@ def test_prefill_stays_on_the_own_gemm_where_the_blas_path_does_not_apply(monkey
     assert bind(np.float16, 0, cap=1024)[-1] == "hipep_mnb_gemm_f16_b4"
     monkeypatch.setattr(cublaslt, "status", lambda: (False, "not here"))
     assert bind(np.float16, 0)[-1] == "hipep_mnb_gemm_f16_b4"
+
+
+# ---- the tensor-core GEMM for prompts (kernels/matmul_nbits_gemm_tc.hip) ---------------------------
+
+@pytest.fixture(scope="module")
+def gemm_tc_lib(tmp_path_factory):
+    """kernels/matmul_nbits_gemm_tc.hip on the host (the stand-in emulates mma.sync)."""
+    return compile_module(tmp_path_factory.mktemp("host_mnb_gtc"), "matmul_nbits_gemm_tc", 32)
+
+
+@pytest.mark.parametrize("m,k,n,bs,dtype,zp_kind,with_bias,split", [
+    (40, 256, 72, 32, np.float16, "none", True, None),         # N past one tile, rows short of one
+    (130, 128, 64, 64, ml_dtypes.bfloat16, "uint8", False, None),  # three row tiles, packed zero points
+    (24, 200, 16, 32, np.float16, "uint8", True, None),        # K short of K_pad, the last step half a chunk pair
+    (20, 1088, 24, 32, np.float16, "float", False, None),      # 17 steps of K: two splits, their sums added
+    (33, 1024, 40, 128, ml_dtypes.bfloat16, "none", True, 4),  # four splits, block 128
+    (17, 512, 64, 32, np.float16, "none", False, 1),           # one split where two would be chosen
+])
+def test_tensor_core_gemm_on_host(gemm_tc_lib, monkeypatch, m, k, n, bs, dtype, zp_kind, with_bias, split):
+    """Prompt rows of fp16 or bf16 A on a device with tensor cores: the weights dequantized in
+    shared memory as the BLAS path's dequantization writes them ((q - zp) * scale rounded once to A's
+    type), the products summed in f32 by the (emulated) mma, K split where the grid is small. The
+    result is the f64 product of A and those weights to within Y's rounding, and ORT's (the registry
+    reference's) to within the element type's precision."""
+    from hipep.ops.contrib_quant import _mnb_dequant, _mnb_unpack
+
+    if split is not None:
+        monkeypatch.setenv(gq.GEMM_TC_SPLIT_ENV, str(split))
+    ops, got, want, inputs, attrs, mem = _bind_case(m, k, n, bs, dtype, zp_kind, 0, with_bias, seed=m + k,
+                                                     sm_count=132, tensor_cores=True)
+    entries = [o.entry for o in ops]
+    dt = gk._dt(np.dtype(dtype), "A")
+    assert entries[0] == f"hipep_mnb_gemm_tc_{dt}_b4"
+    splits = ops[0].grid[2]
+    assert entries[1:] == ([f"hipep_mnb_gemm_tc_sum_{dt}"] if splits > 1 else [])
+    if split is not None:
+        assert splits == split
+    elif (k, n) == (1088, 24):
+        assert splits == 2
+    for o in ops:
+        launch(gemm_tc_lib, o)
+    A, B, scales, zp, _, bias = inputs
+    w = _mnb_dequant(*_mnb_unpack(B, scales, zp, attrs))[:, :k].astype(dtype).astype(np.float64)
+    exact = A.astype(np.float64) @ w.T + (bias.astype(np.float64) if bias is not None else 0.0)
+    scale = np.abs(exact).max()
+    ulp = 2.0 ** -10 if dtype == np.float16 else 2.0 ** -7
+    assert np.abs(got.astype(np.float64) - exact).max() <= ulp * scale
+    tol = 1e-2 if dtype == np.float16 else 2e-2
+    assert np.abs(got.astype(np.float64) - want.astype(np.float64)).max() / np.abs(want.astype(np.float64)).max() < tol
+
+
+def test_tensor_core_gemm_takes_the_prompts_it_can(monkeypatch):
+    """Which prompts take the tensor-core GEMM: more than 8 rows of fp16 or bf16 A with 4-bit weights
+    in blocks of 32 or more, on a device with tensor cores, up to GEMM_TC_MAX_ROWS rows ahead of
+    cuBLASLt and at any length where cuBLASLt is missing; HIPEP_MNB_GEMM_TC=1 takes every length,
+    =0 none."""
+    from hipep.runtime import cublaslt
+    from hipep.runtime import gpu_linalg as gl
+
+    monkeypatch.setattr(gl, "_blas_ops", lambda *a: ["blas"])
+    monkeypatch.setattr(cublaslt, "status", lambda: (True, "stand-in"))
+
+    def last(m, dtype=np.float16, bs=32, level=0, cores=True, k=128, bits=4):
+        ops = _bind_case(m, k, 64, bs, dtype, "none", level, tensor_cores=cores, bits=bits)[0]
+        return getattr(ops[-1], "entry", ops[-1]).replace("hipep_mnb_", "")
+
+    assert last(40) == "gemm_tc_f16_b4"
+    assert last(40, ml_dtypes.bfloat16) == "gemm_tc_bf16_b4"
+    assert last(gq.GEMM_TC_MAX_ROWS) == "gemm_tc_f16_b4"
+    assert last(8).startswith("gemv")
+    assert last(gq.GEMM_TC_MAX_ROWS + 1) == "blas"
+    assert last(40, cores=False) == "blas"
+    assert last(40, bs=16) == "blas"
+    assert last(40, bits=8) == "blas"
+    assert last(40, k=100) == "blas"                      # rows of A not 16-byte aligned
+    assert last(40, np.float32) == "blas"
+    assert last(40, level=4) == "gemm_f16_b4"             # A quantized to int8: the own GEMM
+    monkeypatch.setenv(gq.GEMM_TC_ENV, "1")
+    assert last(gq.GEMM_TC_MAX_ROWS + 1) == "gemm_tc_f16_b4"
+    monkeypatch.setenv(gq.GEMM_TC_ENV, "0")
+    assert last(40) == "blas"
+    monkeypatch.setenv(gq.GEMM_TC_ENV, "")
+    monkeypatch.setattr(cublaslt, "status", lambda: (False, "not here"))
+    assert last(gq.GEMM_TC_MAX_ROWS + 1) == "gemm_tc_f16_b4"
+    monkeypatch.setenv(gq.GEMM_TC_ENV, "yes")
+    with pytest.raises(HipepError, match="HIPEP_MNB_GEMM_TC='yes'"):
+        last(40)
+
+
+def test_tensor_core_gemm_splits():
+    """K splits: doubled while the grid has under two blocks an SM and each split keeps 8 steps."""
+    assert gq.gemm_tc_splits(64, 32, 132) == 4      # 128 rows, N = K = 2048
+    assert gq.gemm_tc_splits(64, 128, 132) == 4     # the down projection, K = 8192: at most 4
+    assert gq.gemm_tc_splits(512, 32, 132) == 1     # gate and up: tiles enough
+    assert gq.gemm_tc_splits(1, 15, 132) == 1       # too short a K to split
+    assert gq.gemm_tc_splits(1, 16, 132) == 2

@@ -1,0 +1,206 @@
+// com.microsoft::MatMulNBits for short prompts on tensor cores: Y = A W^T (+ bias) with fp16 or bf16 A
+// and 4-bit weights, the weights dequantized in shared memory on their way to mma.sync, never
+// written to device memory.
+//
+// Why: the prefill through the vendor BLAS (matmul_nbits_dequant.hip) first writes every weight as
+// a [N, K] matrix of A's type and reads it back, 4.5 bytes a weight beside the packed half byte; at
+// a prompt of 128 tokens that copy is a quarter of the step. Here each weight is read once a block of
+// rows, as packed, and the product's work stays on the tensor cores.
+//
+// * A block takes a tile of MNB_GTC_BM rows of A by MNB_GTC_BN output columns, 4 warps each a
+//   32 x 32 part of it (2 x 4 mma tiles of m16n8k16), over K in steps of MNB_GTC_BK values.
+// * Per step every thread loads its share of the next step into registers (A: 4 16-byte words;
+//   B: one 16-byte chunk, 32 weights of one column, with its block's scale and zero point) before it
+//   computes the current one from shared memory, then stores it: one memory round trip a step,
+//   under the step's mmas.
+// * A chunk is dequantized as matmul_nbits_dequant.hip does, (q - zp) * scale in f32 rounded once to
+//   A's type, so W's values are those the BLAS path multiplies. Products and sums are the mma's, in
+//   f32.
+// * Staged rows are padded by 8 elements (MNB_GTC_LD): a quad's four 4-byte fragment loads of
+//   eight rows then fall in 32 different banks.
+// * Where the tiles alone would leave SMs idle (few rows, narrow N), blockIdx.z splits K: each split
+//   writes its f32 sums to `partial` ([splits, M, N]), and hipep_mnb_gemm_tc_sum_* adds them in
+//   split order with the bias (a deterministic result, whatever order the blocks run in).
+//   a.k_split is the number of splits and a.k_tile the values of K a split covers.
+//
+// Needs (the binding checks): 4-bit weights, block size >= 32 (a chunk lies in one block), rows of B
+// and of A 16-byte aligned (K % 8 == 0), NVIDIA compute capability 8.0 or newer (HIPEP_HAS_MMA).
+#include "matmul_nbits.h"
+
+#define MNB_GTC_BM 64
+#define MNB_GTC_BN 64
+#define MNB_GTC_BK 64
+#define MNB_GTC_THREADS 128
+#define MNB_GTC_LD (MNB_GTC_BK + 8)
+
+template <typename T> struct hipep_gtc_type;
+template <> struct hipep_gtc_type<hipep_half> {
+  HIPEP_DEVICE static void mma(float (&d)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
+    hipep_mma_m16n8k16(d, a[0], a[1], a[2], a[3], b0, b1);
+  }
+};
+template <> struct hipep_gtc_type<hipep_bf16> {
+  HIPEP_DEVICE static void mma(float (&d)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
+    hipep_mma_m16n8k16_bf16(d, a[0], a[1], a[2], a[3], b0, b1);
+  }
+};
+
+template <typename T> HIPEP_DEVICE unsigned int hipep_gtc_word(const T* p) {
+  return *reinterpret_cast<const unsigned int*>(p);
+}
+
+template <typename T>
+HIPEP_DEVICE void hipep_mnb_gemm_tc(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
+                                    const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
+                                    const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, float* HIPEP_RESTRICT partial,
+                                    const hipep_mnb_args a) {
+  constexpr int BM = MNB_GTC_BM, BN = MNB_GTC_BN, BK = MNB_GTC_BK, LD = MNB_GTC_LD;
+  constexpr int A_WORDS = BM * BK / 8 / MNB_GTC_THREADS;  // 16-byte words of A a thread stages a step
+  __shared__ uint4 a_s4[BM * LD * sizeof(T) / 16];
+  __shared__ uint4 w_s4[BN * LD * sizeof(T) / 16];
+  T* a_s = reinterpret_cast<T*>(a_s4);
+  T* w_s = reinterpret_cast<T*>(w_s4);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+  const int wm = (warp / 2) * 32, wn = (warp % 2) * 32;  // the warp's part of the tile
+  const hipep_i64 m0 = (hipep_i64)blockIdx.y * BM, n0 = (hipep_i64)blockIdx.x * BN;
+  const hipep_i64 k_begin = (hipep_i64)blockIdx.z * a.k_tile;
+  const hipep_i64 k_end = min(k_begin + (hipep_i64)a.k_tile, a.k_pad);
+  hipep_grid_release();
+
+  // What this thread stages: A's rows a_row + 16 i at word a_col (8 values), and chunk w_chunk of the
+  // step in column n0 + w_col of B.
+  const int a_row = tid / (BK / 8), a_col = tid % (BK / 8);
+  const int w_col = tid / (BK / 32), w_chunk = tid % (BK / 32);
+  const hipep_i64 n_w = n0 + w_col;
+  const bool w_live = n_w < a.n;
+  const unsigned char* w_row = B + (w_live ? n_w : 0) * a.row_bytes;
+  uint4 ra[A_WORDS], rw;
+  float rs, rz;
+  auto load = [&](hipep_i64 k0) {
+#pragma unroll
+    for (int i = 0; i < A_WORDS; ++i) {
+      const hipep_i64 r = m0 + a_row + 16 * i, kk = k0 + 8 * a_col;
+      ra[i] = make_uint4(0u, 0u, 0u, 0u);
+      if (r < a.m && kk < a.k) ra[i] = *reinterpret_cast<const uint4*>(A + r * a.k + kk);
+    }
+    const hipep_i64 kc = k0 + 32 * w_chunk;
+    rw = make_uint4(0u, 0u, 0u, 0u);
+    rs = 0.0f;
+    rz = 0.0f;
+    if (w_live && kc < k_end) {
+      rw = *reinterpret_cast<const uint4*>(w_row + kc / 2);
+      const hipep_i64 blk = kc >> a.log2_bs;
+      rs = hipep_to_float(scales[n_w * a.nb + blk]);
+      rz = hipep_mnb_zero_point<T, 4>(zp, n_w, blk, a);
+    }
+  };
+  auto store = [&]() {
+#pragma unroll
+    for (int i = 0; i < A_WORDS; ++i) reinterpret_cast<uint4*>(a_s + (a_row + 16 * i) * LD)[a_col] = ra[i];
+    const unsigned int words[4] = {rw.x, rw.y, rw.z, rw.w};
+    uint4* dst = reinterpret_cast<uint4*>(w_s + w_col * LD + 32 * w_chunk);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      float v[8];
+      if (a.zp_mode == 2) {
+        hipep_mnb_word<4>(words[q], 8388608.0f, v);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = (v[j] - rz) * rs;
+      } else {
+        hipep_mnb_word<4>(words[q], 8388608.0f + rz, v);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] *= rs;
+      }
+      union {
+        T t[8];
+        uint4 u;
+      } run;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) run.t[j] = hipep_from_float<T>(v[j]);
+      dst[q] = run.u;
+    }
+  };
+
+  float acc[2][4][4];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
+
+  if (k_begin < k_end) load(k_begin);
+  for (hipep_i64 k0 = k_begin; k0 < k_end; k0 += BK) {
+    __syncthreads();  // the previous step's tiles are no longer read
+    store();
+    __syncthreads();
+    if (k0 + BK < k_end) load(k0 + BK);
+#pragma unroll
+    for (int ks = 0; ks < BK / 16; ++ks) {
+      const int kc = ks * 16 + 2 * t;
+      unsigned int af[2][4], bf[4][2];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        const T* r = a_s + (wm + 16 * mi + g) * LD + kc;
+        af[mi][0] = hipep_gtc_word(r);
+        af[mi][1] = hipep_gtc_word(r + 8 * LD);
+        af[mi][2] = hipep_gtc_word(r + 8);
+        af[mi][3] = hipep_gtc_word(r + 8 * LD + 8);
+      }
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni) {
+        const T* c = w_s + (wn + 8 * ni + g) * LD + kc;
+        bf[ni][0] = hipep_gtc_word(c);
+        bf[ni][1] = hipep_gtc_word(c + 8);
+      }
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) hipep_gtc_type<T>::mma(acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
+    }
+  }
+
+  // D's element e of tile (mi, ni): row g (+ 8 for e >= 2), column 2t + (e & 1).
+  const bool whole = a.k_split == 1;
+  float* part = partial + (hipep_i64)blockIdx.z * a.m * a.n;
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const hipep_i64 r = m0 + wm + 16 * mi + g + 8 * (e / 2), c = n0 + wn + 8 * ni + 2 * t + (e % 2);
+        if (r >= a.m || c >= a.n) continue;
+        if (whole)
+          Y[r * a.n + c] = hipep_from_float<T>(acc[mi][ni][e] + (bias != 0 ? hipep_to_float(bias[c]) : 0.0f));
+        else
+          part[r * a.n + c] = acc[mi][ni][e];
+      }
+}
+
+// The K splits' sums added in split order, the bias, rounded to T: a thread an element of Y.
+template <typename T>
+HIPEP_DEVICE void hipep_mnb_gemm_tc_sum(const float* HIPEP_RESTRICT partial, const T* HIPEP_RESTRICT bias,
+                                        T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
+  const hipep_i64 i = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x, mn = a.m * a.n;
+  if (i >= mn) return;
+  float s = partial[i];
+  for (int z = 1; z < a.k_split; ++z) s += partial[z * mn + i];
+  if (bias != 0) s += hipep_to_float(bias[i % a.n]);
+  Y[i] = hipep_from_float<T>(s);
+}
+
+#define HIPEP_MNB_GEMM_TC(NAME, T)                                                                           \
+  HIPEP_KERNEL void __launch_bounds__(MNB_GTC_THREADS) hipep_mnb_gemm_tc_##NAME##_b4(                        \
+      const T* A, const unsigned char* B, const T* scales, const void* zp, const T* bias, T* Y, float* partial, \
+      const hipep_mnb_args a) {                                                                              \
+    hipep_mnb_gemm_tc<T>(A, B, scales, zp, bias, Y, partial, a);                                             \
+  }                                                                                                          \
+  HIPEP_KERNEL void hipep_mnb_gemm_tc_sum_##NAME(const float* partial, const T* bias, T* Y,                  \
+                                                 const hipep_mnb_args a) {                                   \
+    hipep_mnb_gemm_tc_sum<T>(partial, bias, Y, a);                                                           \
+  }
+#if HIPEP_WARP_SIZE == 32  // the mma's fragments are a 32-lane warp's
+HIPEP_MNB_GEMM_TC(f16, hipep_half)
+HIPEP_MNB_GEMM_TC(bf16, hipep_bf16)
+#endif
