@@ -13,11 +13,15 @@
 //   B: one 16-byte chunk, 32 weights of one column, with its block's scale and zero point) before it
 //   computes the current one from shared memory, then stores it: one memory round trip a step,
 //   under the step's mmas.
-// * A chunk is dequantized as matmul_nbits_dequant.hip does, (q - zp) * scale in f32 rounded once to
-//   A's type, so W's values are those the BLAS path multiplies. Products and sums are the mma's, in
-//   f32.
-// * Staged rows are padded by 8 elements (MNB_GTC_LD): a quad's four 4-byte fragment loads of
-//   eight rows then fall in 32 different banks.
+// * A chunk's weights get the values matmul_nbits_dequant.hip writes, (q - zp) * scale rounded once
+//   to A's type, so W's values are those the BLAS path multiplies. fp16 with integer zero points
+//   (the builder's int4-f16 form) forms them in packed arithmetic, 13 instructions a word of 8
+//   (hipep_gtc_dequant_h2, exact up to that one rounding), and keeps K in the order the nibble pairs
+//   come out, A's staged words permuted to match; otherwise in f32. Products and sums are the mma's,
+//   in f32.
+// * The fragments come out of shared memory by ldmatrix.x4, four per 16 values of K a warp. Staged
+//   rows are padded by 8 elements (MNB_GTC_LD), so each 8-row phase of it hits 8 different 16-byte
+//   bank groups.
 // * Where the tiles alone would leave SMs idle (few rows, narrow N), blockIdx.z splits K: each split
 //   writes its f32 sums to `partial` ([splits, M, N]), and hipep_mnb_gemm_tc_sum_* adds them in
 //   split order with the bias (a deterministic result, whatever order the blocks run in).
@@ -45,8 +49,50 @@ template <> struct hipep_gtc_type<hipep_bf16> {
   }
 };
 
-template <typename T> HIPEP_DEVICE unsigned int hipep_gtc_word(const T* p) {
-  return *reinterpret_cast<const unsigned int*>(p);
+template <typename T> struct hipep_gtc_is_half { static constexpr bool value = false; };
+template <> struct hipep_gtc_is_half<hipep_half> { static constexpr bool value = true; };
+
+// Four 8 x 8 matrices of 16-bit values from shared memory, as mma's fragments hold them: matrix j's row
+// i starts at row(8 j + i), and lane l gets in r[j] matrix j's row l / 4 at values 2 (l % 4) and
+// 2 (l % 4) + 1. One ldmatrix.x4 on NVIDIA (four 16-byte rows a lane group, where 4-byte loads
+// would take sixteen instructions); elsewhere the same words read one by one.
+template <typename Row> HIPEP_DEVICE void hipep_gtc_ldmatrix_x4(unsigned int (&r)[4], Row row) {
+  const int lane = threadIdx.x % 32;
+#if defined(HIPEP_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+  const unsigned int addr = (unsigned int)__cvta_generic_to_shared(row(lane));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+#else
+#pragma unroll
+  for (int j = 0; j < 4; ++j) r[j] = reinterpret_cast<const unsigned int*>(row(8 * j + lane / 4))[lane % 4];
+#endif
+}
+
+// fp16 chunks with integer zero points take the packed path (hipep_gtc_dequant_h2); it stores each
+// group of 8 values of K in the order its nibble pairs come out of a word, (k0, k4), (k1, k5),
+// (k2, k6), (k3, k7), and A's 16-byte words are staged in the same order, so the products pair up.
+HIPEP_DEVICE uint4 hipep_gtc_pair_order(uint4 x) {
+  return make_uint4(__byte_perm(x.x, x.z, 0x5410u), __byte_perm(x.x, x.z, 0x7632u), __byte_perm(x.y, x.w, 0x5410u),
+                    __byte_perm(x.y, x.w, 0x7632u));
+}
+
+// A word of 8 nibbles as four fp16 pairs (q - zp) * scale: one LOP3 makes each pair 1024 + q (low
+// nibbles) or 1024 + 16 q (high ones), exact in fp16; a subtraction (a multiply by 1 / 16 and a
+// subtraction) leaves q - zp exactly, and the multiply by the scale rounds once: the value
+// matmul_nbits_dequant.hip rounds from f32, where q - zp and the product are exact too.
+HIPEP_DEVICE uint4 hipep_gtc_dequant_h2(unsigned int w, __half2 c_lo, __half2 c_hi, __half2 s2) {
+  const __half2 sixteenth = __float2half2_rn(0.0625f);
+  const unsigned int w8 = w >> 8;
+  unsigned int p0 = hipep_and_or<0x000F000Fu, 0x64006400u>(w), p1 = hipep_and_or<0x00F000F0u, 0x64006400u>(w);
+  unsigned int p2 = hipep_and_or<0x000F000Fu, 0x64006400u>(w8), p3 = hipep_and_or<0x00F000F0u, 0x64006400u>(w8);
+  const __half2 d0 = __hmul2(__hsub2(*reinterpret_cast<__half2*>(&p0), c_lo), s2);
+  const __half2 d1 = __hmul2(__hfma2(*reinterpret_cast<__half2*>(&p1), sixteenth, c_hi), s2);
+  const __half2 d2 = __hmul2(__hsub2(*reinterpret_cast<__half2*>(&p2), c_lo), s2);
+  const __half2 d3 = __hmul2(__hfma2(*reinterpret_cast<__half2*>(&p3), sixteenth, c_hi), s2);
+  return make_uint4(*reinterpret_cast<const unsigned int*>(&d0), *reinterpret_cast<const unsigned int*>(&d1),
+                    *reinterpret_cast<const unsigned int*>(&d2), *reinterpret_cast<const unsigned int*>(&d3));
 }
 
 template <typename T>
@@ -74,6 +120,9 @@ HIPEP_DEVICE void hipep_mnb_gemm_tc(const T* HIPEP_RESTRICT A, const unsigned ch
   const hipep_i64 n_w = n0 + w_col;
   const bool w_live = n_w < a.n;
   const unsigned char* w_row = B + (w_live ? n_w : 0) * a.row_bytes;
+  // fp16 with integer (or no) zero points: the packed dequantization, K in pair order (above).
+  constexpr bool HALF = hipep_gtc_is_half<T>::value;
+  const bool packed = HALF && a.zp_mode != 2;
   uint4 ra[A_WORDS], rw;
   float rs, rz;
   auto load = [&](hipep_i64 k0) {
@@ -96,9 +145,19 @@ HIPEP_DEVICE void hipep_mnb_gemm_tc(const T* HIPEP_RESTRICT A, const unsigned ch
   };
   auto store = [&]() {
 #pragma unroll
-    for (int i = 0; i < A_WORDS; ++i) reinterpret_cast<uint4*>(a_s + (a_row + 16 * i) * LD)[a_col] = ra[i];
+    for (int i = 0; i < A_WORDS; ++i)
+      reinterpret_cast<uint4*>(a_s + (a_row + 16 * i) * LD)[a_col] = packed ? hipep_gtc_pair_order(ra[i]) : ra[i];
     const unsigned int words[4] = {rw.x, rw.y, rw.z, rw.w};
     uint4* dst = reinterpret_cast<uint4*>(w_s + w_col * LD + 32 * w_chunk);
+    if constexpr (HALF) {
+      if (packed) {
+        const __half2 s2 = __float2half2_rn(rs), c_lo = __float2half2_rn(1024.0f + rz),
+                      c_hi = __float2half2_rn(-64.0f - rz);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) dst[q] = hipep_gtc_dequant_h2(words[q], c_lo, c_hi, s2);
+        return;
+      }
+    }
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       float v[8];
@@ -137,26 +196,23 @@ HIPEP_DEVICE void hipep_mnb_gemm_tc(const T* HIPEP_RESTRICT A, const unsigned ch
     if (k0 + BK < k_end) load(k0 + BK);
 #pragma unroll
     for (int ks = 0; ks < BK / 16; ++ks) {
-      const int kc = ks * 16 + 2 * t;
-      unsigned int af[2][4], bf[4][2];
+      // A: rows 0-7 and 8-15 at k 0-7, then at k 8-15 (a0..a3); B: two column tiles' k 0-7 and 8-15.
+      unsigned int af[2][4], bf[2][4];
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
-        const T* r = a_s + (wm + 16 * mi + g) * LD + kc;
-        af[mi][0] = hipep_gtc_word(r);
-        af[mi][1] = hipep_gtc_word(r + 8 * LD);
-        af[mi][2] = hipep_gtc_word(r + 8);
-        af[mi][3] = hipep_gtc_word(r + 8 * LD + 8);
-      }
+      for (int mi = 0; mi < 2; ++mi)
+        hipep_gtc_ldmatrix_x4(af[mi], [&](int l) {
+          return a_s + (wm + 16 * mi + 8 * ((l / 8) % 2) + l % 8) * LD + 16 * ks + 8 * (l / 16);
+        });
 #pragma unroll
-      for (int ni = 0; ni < 4; ++ni) {
-        const T* c = w_s + (wn + 8 * ni + g) * LD + kc;
-        bf[ni][0] = hipep_gtc_word(c);
-        bf[ni][1] = hipep_gtc_word(c + 8);
-      }
+      for (int nj = 0; nj < 2; ++nj)
+        hipep_gtc_ldmatrix_x4(bf[nj], [&](int l) {
+          return w_s + (wn + 16 * nj + 8 * (l / 16) + l % 8) * LD + 16 * ks + 8 * ((l / 8) % 2);
+        });
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) hipep_gtc_type<T>::mma(acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
+        for (int ni = 0; ni < 4; ++ni)
+          hipep_gtc_type<T>::mma(acc[mi][ni], af[mi], bf[ni / 2][2 * (ni % 2)], bf[ni / 2][2 * (ni % 2) + 1]);
     }
   }
 
