@@ -44,7 +44,8 @@ CPU EP once. Gates: int4 and float GEMV and the norms at ≥ 50 % of the copy ba
 
 Writes benchmarks/results/<date>-kernels-<gpu>.md and .png (the plot needs matplotlib).
 
-    python benchmarks/kernel_bandwidth.py [--quick] [--only gemv,matmul,prompt,copy,gqa,norm,softmax] [--host-io] [--out DIR]
+    python benchmarks/kernel_bandwidth.py [--quick] [--only gemv,matmul,prompt,copy,gqa,norm,softmax] [--host-io]
+                                          [--out DIR]
 """
 from __future__ import annotations
 

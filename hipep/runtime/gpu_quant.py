@@ -8,7 +8,10 @@ repacking. Up to GEMV_MAX_ROWS rows of A (decode) run the GEMV: warps of 8 per b
 columns per warp (4 for one row where K is short and N wide: `gemv_wide`), A in shared memory in K tiles sized to the rows, and where N alone makes fewer
 blocks than SMs the block's warps split K (`gemv_k_split`); more rows run the tiled GEMM,
 except up to GEMV_CHAIN_MAX_ROWS rows where the GEMM's grid would not cover the SMs: the GEMV then
-runs once per 8 rows.
+runs once per 8 rows. On a device with tensor cores, prompts of fp16 or bf16 A with 4-bit weights
+take the tensor-core GEMM first (kernels/matmul_nbits_gemm_tc.hip: the weights dequantized in
+shared memory, never written out), up to GEMM_TC_MAX_ROWS rows ahead of the vendor BLAS on weights
+dequantized into the workspace (_mnb_blas_ops) and at any length where that path does not run.
 At accuracy_level 4 with integer (or no) zero points the kernels quantize A to int8 per block of
 K as ONNX Runtime's CPU EP does (the registry reference's rule, hipep.ops.contrib_quant): the GEMV
 while staging A (its K tiles hold whole blocks), the GEMM after a small kernel has written each
@@ -100,6 +103,7 @@ GEMM_TC_SPLIT_ENV = "HIPEP_MNB_GEMM_TC_SPLIT"
 GEMM_TC_TILE = 64        # MNB_GTC_BM = MNB_GTC_BN = MNB_GTC_BK
 GEMM_TC_THREADS = 128    # MNB_GTC_THREADS
 GEMM_TC_MAX_ROWS = 256
+GEMM_TC_ANY_ROWS = 1 << 62  # HIPEP_MNB_GEMM_TC=1: every length
 GEMM_TC_MAX_SPLITS = 4
 
 
@@ -538,7 +542,7 @@ def _mnb_bind(ins, outs, attrs, target):
 
 def gemm_tc_rows(layout: MatMulNBitsArgs, bits: int, block_size: int, dt: str, A, B, target) -> int:
     """Up to how many rows of A the tensor-core GEMM takes this product ahead of the BLAS path (0:
-    it cannot take it; a huge number: at any length). It needs 4-bit weights, fp16 or bf16 A not
+    it cannot take it; GEMM_TC_ANY_ROWS: at any length). It needs 4-bit weights, fp16 or bf16 A not
     quantized to int8, blocks of at least 32 (a 16-byte chunk lies in one block), 16-byte aligned rows
     of A (K % 8 == 0) and of B, and mma.sync on a 32-lane warp (Target.tensor_cores)."""
     mode = os.environ.get(GEMM_TC_ENV, "").strip()
@@ -548,7 +552,7 @@ def gemm_tc_rows(layout: MatMulNBitsArgs, bits: int, block_size: int, dt: str, A
             or not target.tensor_cores or target.warp_size != 32 or int(layout.k) % 8 or A.ptr % 16 or B.ptr % 16
             or int(layout.row_bytes) % 16):
         return 0
-    return 1 << 62 if mode == "1" else GEMM_TC_MAX_ROWS
+    return GEMM_TC_ANY_ROWS if mode == "1" else GEMM_TC_MAX_ROWS
 
 
 def gemm_tc_splits(blocks: int, k_steps: int, sm_count: int) -> int:
@@ -584,7 +588,8 @@ def _mnb_gemm_tc_ops(A, B, scales, zp, bias, y, args: MatMulNBitsArgs, dt: str, 
                     [ptr(A), ptr(B), ptr(scales), ptr(zp), ptr(bias), ptr(y), ctypes.c_uint64(partial), layout],
                     module="matmul_nbits_gemm_tc")]
     if splits > 1:
-        ops.append(KernelOp(f"hipep_mnb_gemm_tc_sum_{dt}", (_cdiv(m * n, DEQUANT_THREADS), 1, 1), (DEQUANT_THREADS, 1, 1),
+        ops.append(KernelOp(f"hipep_mnb_gemm_tc_sum_{dt}", (_cdiv(m * n, DEQUANT_THREADS), 1, 1),
+                            (DEQUANT_THREADS, 1, 1),
                             [ctypes.c_uint64(partial), ptr(bias), ptr(y), layout], module="matmul_nbits_gemm_tc"))
     return ops
 
