@@ -40,6 +40,10 @@ WIDE = [
          initial=True, peepholes=True),
 ]
 TOL = {np.float32: dict(rtol=1e-5, atol=1e-6), np.float16: dict(rtol=2e-3, atol=1e-3)}
+# Against the registry's numpy reference, whose f32 products go through numpy's BLAS in an order of
+# its own (which changes with the numpy build): three steps of a 37-wide recurrence then differ from
+# the kernel's, and from the CPU EP's, by up to ~2e-6 near zero.
+REF_TOL = {np.float32: dict(rtol=1e-5, atol=5e-6), np.float16: TOL[np.float16]}
 
 
 def run_case(libraries, case: Case, ins):
@@ -61,7 +65,7 @@ def test_the_kernel_matches_the_cpu_ep(libraries, case):
     for g, w, r in zip(got, want, ref):
         assert g.dtype == w.dtype and g.shape == w.shape
         np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), **TOL[case.dtype])
-        np.testing.assert_allclose(g.astype(np.float32), r.astype(np.float32), **TOL[case.dtype])
+        np.testing.assert_allclose(g.astype(np.float32), r.astype(np.float32), **REF_TOL[case.dtype])
 
 
 @pytest.mark.parametrize("bad", [5, -1])
