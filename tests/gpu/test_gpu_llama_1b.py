@@ -82,3 +82,14 @@ def test_1b_cuda_target_build_follows_the_cpu_ep_teacher_forced(folder_f16):
     gpu = hipep.InferenceSession(decoder_geometry(folder_f16)[0], device="cuda", strict="1")
     errors = assert_follows_the_cpu_ep(folder_f16, gpu, "int4-f16", steps=32, prompt=7)
     assert max(errors) < 1e-2
+
+
+def test_1b_cuda_target_build_follows_the_cpu_ep_after_a_long_prompt(folder_f16):
+    """A 40-token prompt, whose projections take the tensor-core prompt GEMM (kernels/matmul_nbits_gemm_tc.hip)
+    and whose attention the tensor-core prefill, then 8 decode steps: the same teacher-forced criterion."""
+    import hipep
+    from teacher_forcing import assert_follows_the_cpu_ep, decoder_geometry
+
+    gpu = hipep.InferenceSession(decoder_geometry(folder_f16)[0], device="cuda", strict="1")
+    errors = assert_follows_the_cpu_ep(folder_f16, gpu, "int4-f16", steps=8, prompt=40)
+    assert max(errors) < 1e-2
