@@ -102,7 +102,10 @@ GEMM_TC_ENV = "HIPEP_MNB_GEMM_TC"
 GEMM_TC_SPLIT_ENV = "HIPEP_MNB_GEMM_TC_SPLIT"
 GEMM_TC_TILE = 64        # MNB_GTC_BM = MNB_GTC_BN = MNB_GTC_BK
 GEMM_TC_THREADS = 128    # MNB_GTC_THREADS
-GEMM_TC_MAX_ROWS = 256
+# On the H100 the tensor-core GEMM beats the GEMV per 8 rows 3-6x up to 32 rows and the dequantize-then-cuBLASLt
+# path up to 64 (ties on the smaller products); at 128 rows cuBLASLt is 1.1-1.4x faster
+# (benchmarks/results/2026-12-06-prompt-gemm-tc-h100.md).
+GEMM_TC_MAX_ROWS = 64
 GEMM_TC_ANY_ROWS = 1 << 62  # HIPEP_MNB_GEMM_TC=1: every length
 GEMM_TC_MAX_SPLITS = 4
 

@@ -291,7 +291,7 @@ def test_prompt_rows_on_tensor_cores(monkeypatch, gemm_tc_calls, rows, shape):
     assert rel_l2(got, blas) < 1e-3
 
 
-@pytest.mark.parametrize("rows", [40, 128])
+@pytest.mark.parametrize("rows", [40, 64])
 def test_bf16_prompt_rows_on_tensor_cores(gemm_tc_calls, rows):
     """bf16 prompt rows take the tensor-core GEMM by default (up to gpu_quant.GEMM_TC_MAX_ROWS): within
     the output's bf16 rounding of hipep's float64 reference on the same bf16 A and the weights
