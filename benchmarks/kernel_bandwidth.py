@@ -120,26 +120,32 @@ def _elem(dtype):
     return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
 
 
-def gemv(name: str, k: int, n: int, dtype, l2: int, rng, rows: int = 1, gemm: str | None = None) -> Workload:
-    """R MatMulNBits nodes of `rows` rows of A (1: the decode GEMV; more: a prefill GEMM through
-    the GEMM path `gemm`, HIPEP_GEMM, reported in TFLOP/s with no gate)."""
+def _mnb_nodes(k: int, n: int, rows: int, dtype, level: int, copies: int, rng) -> tuple[bytes, np.ndarray]:
+    """A model of `copies` MatMulNBits nodes (int4, block 32, symmetric, as the builder quantizes), each with
+    weights of its own, on one input A [1, rows, K]; and A."""
     from onnx import helper, numpy_helper
 
-    level = 4 if dtype == np.float32 else 0
     blocks = k // BLOCK
-    node_bytes = gemv_bytes(k, n, dtype) + (rows - 1) * (k + n) * np.dtype(dtype).itemsize
-    copies = _copies(node_bytes, l2) if rows == 1 else 4
     nodes, inits, outs = [], [], []
     for i in range(copies):
         w = rng.integers(0, 256, (n, blocks, BLOCK // 2), dtype=np.uint8)
         s = rng.uniform(0.005, 0.02, n * blocks).astype(dtype)
         inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(s, f"s{i}")]
-        nodes.append(helper.make_node("MatMulNBits", ["a", f"w{i}", f"s{i}"], [f"y{i}"], name=f"gemv{i}",
+        nodes.append(helper.make_node("MatMulNBits", ["a", f"w{i}", f"s{i}"], [f"y{i}"], name=f"mnb{i}",
                                       domain="com.microsoft", K=k, N=n, bits=4, block_size=BLOCK,
                                       accuracy_level=level))
         outs.append(helper.make_tensor_value_info(f"y{i}", _elem(dtype), [1, rows, n]))
     a = rng.uniform(-1, 1, (1, rows, k)).astype(dtype)
-    model = _model(nodes, [helper.make_tensor_value_info("a", _elem(dtype), [1, rows, k])], outs, inits)
+    return _model(nodes, [helper.make_tensor_value_info("a", _elem(dtype), [1, rows, k])], outs, inits), a
+
+
+def gemv(name: str, k: int, n: int, dtype, l2: int, rng, rows: int = 1, gemm: str | None = None) -> Workload:
+    """R MatMulNBits nodes of `rows` rows of A (1: the decode GEMV; more: a prefill GEMM through
+    the GEMM path `gemm`, HIPEP_GEMM, reported in TFLOP/s with no gate)."""
+    level = 4 if dtype == np.float32 else 0
+    node_bytes = gemv_bytes(k, n, dtype) + (rows - 1) * (k + n) * np.dtype(dtype).itemsize
+    copies = _copies(node_bytes, l2) if rows == 1 else 4
+    model, a = _mnb_nodes(k, n, rows, dtype, level, copies, rng)
     label = f"{name} {k}→{n} {np.dtype(dtype).name} (accuracy_level {level})"
     limit = 2e-2 if level or dtype == np.float16 else 1e-4
     if rows == 1:
@@ -228,26 +234,15 @@ def matmul_prefill(m: int, k: int, n: int, gemm: str, rng) -> Workload:
 
 
 def prompt_gemm(name: str, k: int, n: int, rows: int, tc: str, rng) -> Workload:
-    """4 MatMulNBits nodes (int4, block 32, symmetric, fp16 A at level 0: the builder's int4-f16 form) of
-    `rows` prompt rows through the path HIPEP_MNB_GEMM_TC=`tc` selects: 1 the tensor-core GEMM
-    (kernels/matmul_nbits_gemm_tc.hip), 0 the weights dequantized into the workspace and cuBLASLt.
-    Compute-bound past a few dozen rows: TFLOP/s, no gate."""
-    from onnx import helper, numpy_helper
-
-    f16, copies, blocks = np.float16, 4, k // BLOCK
-    nodes, inits, outs = [], [], []
-    for i in range(copies):
-        w = rng.integers(0, 256, (n, blocks, BLOCK // 2), dtype=np.uint8)
-        sc = rng.uniform(0.005, 0.02, n * blocks).astype(f16)
-        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(sc, f"s{i}")]
-        nodes.append(helper.make_node("MatMulNBits", ["a", f"w{i}", f"s{i}"], [f"y{i}"], name=f"gemm{i}",
-                                      domain="com.microsoft", K=k, N=n, bits=4, block_size=BLOCK, accuracy_level=0))
-        outs.append(helper.make_tensor_value_info(f"y{i}", _elem(f16), [1, rows, n]))
-    a = rng.uniform(-1, 1, (1, rows, k)).astype(f16)
-    model = _model(nodes, [helper.make_tensor_value_info("a", _elem(f16), [1, rows, k])], outs, inits)
-    path = "tensor-core GEMM" if tc == "1" else "dequantize + cuBLASLt"
+    """4 MatMulNBits nodes (fp16 A at level 0: the builder's int4-f16 form) of `rows` prompt rows through
+    the path HIPEP_MNB_GEMM_TC=`tc` selects: 1 the tensor-core GEMM (kernels/matmul_nbits_gemm_tc.hip), 0
+    the other one (up to 32 rows the GEMV per 8 rows, past it the weights dequantized into the workspace
+    and cuBLASLt). Compute-bound past a few dozen rows: TFLOP/s, no gate."""
+    f16 = np.float16
+    model, a = _mnb_nodes(k, n, rows, f16, 0, 4, rng)
+    path = "tensor-core GEMM" if tc == "1" else "HIPEP_MNB_GEMM_TC=0 (GEMV per 8 rows, or dequantized + cuBLASLt)"
     return Workload("MatMulNBits int4 prompt", f"{rows} rows, {name} {k}→{n} float16, {path}", model, {"a": a}, {},
-                    gemv_bytes(k, n, f16) + rows * (k + n) * 2, copies, False, 2e-2, {"HIPEP_MNB_GEMM_TC": tc},
+                    gemv_bytes(k, n, f16) + rows * (k + n) * 2, 4, False, 2e-2, {"HIPEP_MNB_GEMM_TC": tc},
                     flops=2.0 * rows * k * n)
 
 
