@@ -188,6 +188,29 @@ def test_every_quantized_entry_point_exists(cubins):
         assert entry.encode() + b"\0" in cubins[module], f"{module}: {entry}"
 
 
+@needs_nvrtc
+def test_tensor_core_prompt_gemm_as_ptx_and_ptxas_see_it():
+    """MatMulNBits' tensor-core prompt GEMM (kernels/matmul_nbits_gemm_tc.hip) for sm_90: mma.sync of its
+    element type, its fragments by ldmatrix.x4 (four a warp per 16 values of K), the fp16 weights' nibble
+    pairs by lop3 (the packed dequantization), and no spills at its launch bounds; the split sums compile
+    beside it."""
+    from hipep.runtime import kernel_cache
+    from unit.nvrtc_ptx import entry_bodies, ptx, ptxas_log, spill_reports
+
+    bodies = entry_bodies(ptx("matmul_nbits_gemm_tc", "compute_90"))
+    want = {f"hipep_mnb_gemm_tc{s}_{t}{b}" for t in ("f16", "bf16") for s, b in (("", "_b4"), ("_sum", ""))}
+    assert set(bodies) == want
+    for t in ("f16", "bf16"):
+        body = bodies[f"hipep_mnb_gemm_tc_{t}_b4"]
+        assert body.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32") >= 8, t
+        assert body.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") >= 4, t
+    masks = ("983055", "15728880")  # 0x000F000F, 0x00F000F0
+    lines = bodies["hipep_mnb_gemm_tc_f16_b4"].splitlines()
+    assert sum("lop3.b32" in line and any(m in line for m in masks) for line in lines) >= 8
+    reports = spill_reports(ptxas_log(kernel_cache.module_source("matmul_nbits_gemm_tc"), "matmul_nbits_gemm_tc"))
+    assert {e: reports.get(e) for e in want} == {e: "0" for e in want}
+
+
 def _entry_points_named_by_bindings() -> set[tuple[str, str]]:
     """Every (module, entry) the bindings can name, by binding representative launches."""
     names: set[tuple[str, str]] = set()
