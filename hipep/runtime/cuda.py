@@ -62,7 +62,7 @@ from .device import Device, Event, Graph, Kernel, Stream, check_patch, freeze, n
 from .cuda_driver import (_DRIVER, _INIT_LOCK, _STICKY, CudaError, _check, _driver, _error_text,  # noqa: F401
                           cuda_available, cuda_status)
 from .cuda_memory import CudaMemory, DeviceArray, OrtDeviceArray  # noqa: F401
-from .cuda_stream import _RECENT_LABELS, CudaEvent, CudaStream  # noqa: F401
+from .cuda_stream import _RECENT_LABELS, CudaEvent, CudaStream, workspace_bytes  # noqa: F401
 from .cuda_graphs import (_arg_signature, _Blas, _Copy, _GraphState, _Launch, _NodeState,  # noqa: F401
                           _Segment, CudaProgram, GraphReplay, _GRAPH_MAX_CAPTURES, _GRAPH_MIN_LAUNCHES)
 
@@ -440,7 +440,8 @@ class CudaDevice(GraphReplay, Device):
         stream run in order and share it. Grown, never freed while the stream lives: captured
         launches and CUDA graphs keep the address of every buffer handed out."""
         if not stream.workspace or stream.workspace[-1].nbytes < nbytes:
-            stream.workspace.append(self.alloc("device", max(nbytes, 1 << 16)))
+            last = stream.workspace[-1].nbytes if stream.workspace else 0
+            stream.workspace.append(self.alloc("device", workspace_bytes(last, nbytes)))
         return stream.workspace[-1].ptr
 
     def _arg(self, a):

@@ -18,6 +18,22 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 _RECENT_LABELS = 16  # launches remembered per stream for fault messages
+WORKSPACE_MIN = 1 << 16
+WORKSPACE_EXTRA_MAX = 64 << 20
+
+
+def workspace_bytes(last: int, nbytes: int) -> int:
+    """The size of a stream's next workspace buffer (CudaDevice._workspace) for a request of `nbytes`
+    that its last buffer of `last` bytes (0: none yet) cannot hold. Every buffer handed out stays
+    while the stream lives (captured graphs keep its address), and prompts of lengths the session has
+    not seen ask for a little more each time (split-K and split-KV partials scale with the rows): grown
+    by half again, a run of growing lengths allocates a logarithmic number of buffers whose sum stays
+    within 3x the largest, instead of one buffer a length. The extra is at most WORKSPACE_EXTRA_MAX
+    past the request, so a large request (a weight dequantized for cuBLASLt) wastes little."""
+    if last <= 0:
+        return max(nbytes, WORKSPACE_MIN)
+    return max(nbytes, min(last + last // 2, nbytes + WORKSPACE_EXTRA_MAX))
+
 
 class CudaEvent(Event):
     def __init__(self, device: "CudaDevice", stream: "CudaStream"):
