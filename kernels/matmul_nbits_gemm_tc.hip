@@ -2,10 +2,13 @@
 // and 4-bit weights, the weights dequantized in shared memory on their way to mma.sync, never
 // written to device memory.
 //
-// Why: the prefill through the vendor BLAS (matmul_nbits_dequant.hip) first writes every weight as
-// a [N, K] matrix of A's type and reads it back, 4.5 bytes a weight beside the packed half byte; at
-// a prompt of 128 tokens that copy is a quarter of the step. Here each weight is read once a block of
-// rows, as packed, and the product's work stays on the tensor cores.
+// Why: without it, up to 32 rows run the GEMV once per 8 rows, which reads every weight once per 8
+// rows, and longer prompts go through the vendor BLAS (matmul_nbits_dequant.hip), which first writes
+// every weight as a [N, K] matrix of A's type and reads it back, 4.5 bytes a weight beside the packed
+// half byte. Here each weight is read once a block of 64 rows, as packed, and the product's work
+// stays on the tensor cores. On the H100 that is 2.7-6.4x faster than the GEMV at 16-32 rows and level
+// with cuBLASLt at 64, behind it from 128 (benchmarks/results/2026-12-06-prompt-gemm-tc-h100.md), so
+// the binding takes it up to gpu_quant.GEMM_TC_MAX_ROWS rows.
 //
 // * A block takes a tile of MNB_GTC_BM rows of A by MNB_GTC_BN output columns, 4 warps each a
 //   32 x 32 part of it (2 x 4 mma tiles of m16n8k16), over K in steps of MNB_GTC_BK values.
