@@ -26,19 +26,6 @@
 #define HIPEP_PTC_BN 64                      // keys a tile
 #define HIPEP_PTC_PAD 8                      // elements of padding a staged row
 
-// The mma of an element type.
-template <typename T> struct hipep_ptc_type;
-template <> struct hipep_ptc_type<hipep_half> {
-  HIPEP_DEVICE static void mma(float (&d)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
-    hipep_mma_m16n8k16(d, a[0], a[1], a[2], a[3], b0, b1);
-  }
-};
-template <> struct hipep_ptc_type<hipep_bf16> {
-  HIPEP_DEVICE static void mma(float (&d)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
-    hipep_mma_m16n8k16_bf16(d, a[0], a[1], a[2], a[3], b0, b1);
-  }
-};
-
 // Two floats rounded to T as one register (the lower k first), and the rounded values as floats.
 template <typename T> HIPEP_DEVICE unsigned int hipep_ptc_pack(float lo, float hi, float& lo_r, float& hi_r) {
   alignas(4) const T h[2] = {hipep_from_float<T>(lo), hipep_from_float<T>(hi)};
@@ -143,7 +130,7 @@ HIPEP_DEVICE void hipep_gqa_prefill_tc(const T* HIPEP_RESTRICT q, const T* HIPEP
 #pragma unroll
       for (int kk = 0; kk < KS; ++kk)
         if (kk < ks_n)
-          hipep_ptc_type<T>::mma(s[nb], qa[kk], hipep_ptc_word(kr + 16 * kk), hipep_ptc_word(kr + 16 * kk + 8));
+          hipep_mma_of<T>::m16n8k16(s[nb], qa[kk], hipep_ptc_word(kr + 16 * kk), hipep_ptc_word(kr + 16 * kk + 8));
     }
     float mt[2] = {-HIPEP_INF_F, -HIPEP_INF_F};
 #pragma unroll
@@ -194,7 +181,7 @@ HIPEP_DEVICE void hipep_gqa_prefill_tc(const T* HIPEP_RESTRICT q, const T* HIPEP
       const T* vr = vt_s + (8 * db + g) * LDV + 2 * tq;
 #pragma unroll
       for (int kj = 0; kj < BN / 16; ++kj)
-        hipep_ptc_type<T>::mma(o[db], pa[kj], hipep_ptc_word(vr + 16 * kj), hipep_ptc_word(vr + 16 * kj + 8));
+        hipep_mma_of<T>::m16n8k16(o[db], pa[kj], hipep_ptc_word(vr + 16 * kj), hipep_ptc_word(vr + 16 * kj + 8));
     }
   }
   const float sk = a.has_sink ? (sink != 0 ? hipep_to_float(sink[head]) : 0.0f) : 0.0f;

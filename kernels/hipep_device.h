@@ -285,6 +285,20 @@ template <typename P> HIPEP_DEVICE void hipep_materialize(P*& p) {
 HIPEP_MMA_M16N8K16(, "f16")
 HIPEP_MMA_M16N8K16(_bf16, "bf16")
 
+// The mma of an element type T (hipep_half or hipep_bf16), A's four registers as an array: for the
+// kernels templated on T (attention_prefill_tc.hip, matmul_nbits_gemm_tc.hip).
+template <typename T> struct hipep_mma_of;
+template <> struct hipep_mma_of<hipep_half> {
+  HIPEP_DEVICE static void m16n8k16(float (&d)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
+    hipep_mma_m16n8k16(d, a[0], a[1], a[2], a[3], b0, b1);
+  }
+};
+template <> struct hipep_mma_of<hipep_bf16> {
+  HIPEP_DEVICE static void m16n8k16(float (&d)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
+    hipep_mma_m16n8k16_bf16(d, a[0], a[1], a[2], a[3], b0, b1);
+  }
+};
+
 // ---- atomics ------------------------------------------------------------------------------------
 // Same spelling on both platforms; wrapped so kernels do not depend on which overloads exist.
 HIPEP_DEVICE float hipep_atomic_add(float* p, float v) { return atomicAdd(p, v); }

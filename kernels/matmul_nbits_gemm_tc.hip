@@ -40,18 +40,6 @@
 #define MNB_GTC_THREADS 128
 #define MNB_GTC_LD (MNB_GTC_BK + 8)
 
-template <typename T> struct hipep_gtc_type;
-template <> struct hipep_gtc_type<hipep_half> {
-  HIPEP_DEVICE static void mma(float (&d)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
-    hipep_mma_m16n8k16(d, a[0], a[1], a[2], a[3], b0, b1);
-  }
-};
-template <> struct hipep_gtc_type<hipep_bf16> {
-  HIPEP_DEVICE static void mma(float (&d)[4], const unsigned int (&a)[4], unsigned int b0, unsigned int b1) {
-    hipep_mma_m16n8k16_bf16(d, a[0], a[1], a[2], a[3], b0, b1);
-  }
-};
-
 template <typename T> struct hipep_gtc_is_half { static constexpr bool value = false; };
 template <> struct hipep_gtc_is_half<hipep_half> { static constexpr bool value = true; };
 
@@ -215,7 +203,7 @@ HIPEP_DEVICE void hipep_mnb_gemm_tc(const T* HIPEP_RESTRICT A, const unsigned ch
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni)
-          hipep_gtc_type<T>::mma(acc[mi][ni], af[mi], bf[ni / 2][2 * (ni % 2)], bf[ni / 2][2 * (ni % 2) + 1]);
+          hipep_mma_of<T>::m16n8k16(acc[mi][ni], af[mi], bf[ni / 2][2 * (ni % 2)], bf[ni / 2][2 * (ni % 2) + 1]);
     }
   }
 

@@ -483,10 +483,11 @@ def _mnb_bind(ins, outs, attrs, target):
     k_pad = nb * bs
     log2_bs = bs.bit_length() - 1
     quant_a = int(quantizes_a_to_int8(attrs, zp_mode))
-    tc_layout = MatMulNBitsArgs(m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, 0, zp_mode, 0, 1, 0, quant_a)
-    tc_rows = gemm_tc_rows(tc_layout, bits, bs, dt, A, B, target)
-    if m > GEMV_MAX_ROWS and tc_rows >= m:
-        return _mnb_gemm_tc_ops(A, B, scales, zp, bias, y, tc_layout, dt, target)
+    # The whole product's arguments, as the prompt paths take them (tensor cores, the BLAS, the own GEMM).
+    whole = MatMulNBitsArgs(m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, 0, zp_mode, 0, 1, 0, quant_a)
+    tc_rows = gemm_tc_rows(whole, bits, bs, dt, A, B, target) if m > GEMV_MAX_ROWS else 0
+    if tc_rows >= m:
+        return _mnb_gemm_tc_ops(A, B, scales, zp, bias, y, whole, dt, target)
     gemm_grid = (_cdiv(n, GEMM_TILE), _cdiv(m, GEMM_TILE), 1)
     if m <= GEMV_MAX_ROWS or (m <= GEMV_CHAIN_MAX_ROWS and gemm_grid[0] * gemm_grid[1] < target.sm_count):
         # The GEMV per slice of up to 8 rows: for a few slices over a small grid it streams B
@@ -518,12 +519,11 @@ def _mnb_bind(ins, outs, attrs, target):
             ops.append(KernelOp(f"hipep_mnb_gemv_{dt}_b{bits}_m{m_t}" + ("_c4" if wide else ""), grid, (GEMV_WARPS * target.warp_size, 1, 1),
                                 params, module="matmul_nbits", element_type=dt, smem=smem))
         return ops
-    args = MatMulNBitsArgs(m, n, k, k_pad, row_bytes, nb, zp_row, log2_bs, 0, zp_mode, 0, 1, 0, quant_a)
-    blas = _mnb_blas_ops(A, B, scales, zp, bias, y, args, bits, dt, target)
+    blas = _mnb_blas_ops(A, B, scales, zp, bias, y, whole, bits, dt, target)
     if blas is not None:
         return blas
     if tc_rows > 0:  # past GEMM_TC_MAX_ROWS with no BLAS: tensor cores still beat the own GEMM
-        return _mnb_gemm_tc_ops(A, B, scales, zp, bias, y, tc_layout, dt, target)
+        return _mnb_gemm_tc_ops(A, B, scales, zp, bias, y, whole, dt, target)
     if gemm_grid[1] > 65535:
         raise NoKernel(f"{op}: {m} rows of A (at most {65535 * GEMM_TILE})")
     ops = []
@@ -535,10 +535,10 @@ def _mnb_bind(ins, outs, attrs, target):
         qp = target.workspace(m * nb * 8)
         lanes = min(bs, target.warp_size)
         ops.append(KernelOp(f"hipep_mnb_a_int8_{dt}", (_cdiv(m * nb, GEMM_THREADS // lanes), 1, 1),
-                            (GEMM_THREADS, 1, 1), [ptr(A), ctypes.c_uint64(qp), args], module="matmul_nbits",
+                            (GEMM_THREADS, 1, 1), [ptr(A), ctypes.c_uint64(qp), whole], module="matmul_nbits",
                             element_type=dt))
     ops.append(KernelOp(f"hipep_mnb_gemm_{dt}_b{bits}", gemm_grid, (GEMM_THREADS, 1, 1),
-                        [ptr(A), ptr(B), ptr(scales), ptr(zp), ptr(bias), ptr(y), args, ctypes.c_uint64(qp)],
+                        [ptr(A), ptr(B), ptr(scales), ptr(zp), ptr(bias), ptr(y), whole, ctypes.c_uint64(qp)],
                         module="matmul_nbits", element_type=dt))
     return ops
 
