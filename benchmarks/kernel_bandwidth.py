@@ -45,7 +45,7 @@ CPU EP once. Gates: int4 and float GEMV and the norms at ≥ 50 % of the copy ba
 Writes benchmarks/results/<date>-kernels-<gpu>.md and .png (the plot needs matplotlib).
 
     python benchmarks/kernel_bandwidth.py [--quick] [--only gemv,matmul,prompt,copy,gqa,norm,softmax] [--host-io]
-                                          [--out DIR]
+                                          [--prompt-rows 16,32,...] [--prompt-paths tc,other] [--out DIR]
 """
 from __future__ import annotations
 
@@ -357,8 +357,10 @@ def softmax(rows: int, cols: int, l2: int, rng) -> Workload:
                     node_bytes, copies, False, 1e-2)
 
 
-def workloads(families, l2: int, quick: bool, context: int, seed: int = 0):
-    """The workloads, made one at a time (a model of 64 weight copies is a few hundred MB)."""
+def workloads(families, l2: int, quick: bool, context: int, seed: int = 0, prompt_rows=None,
+              prompt_paths=("1", "0")):
+    """The workloads, made one at a time (a model of 64 weight copies is a few hundred MB).
+    `prompt_rows` and `prompt_paths` (HIPEP_MNB_GEMM_TC values) narrow the prompt family."""
     rng = np.random.default_rng(seed)
     if "gemv" in families:
         shapes = GEMV_SHAPES[:2] if quick else GEMV_SHAPES
@@ -378,9 +380,9 @@ def workloads(families, l2: int, quick: bool, context: int, seed: int = 0):
                     yield lambda dtype=dtype, gemm=gemm: gemv("gate/up", 2048, 8192, dtype, l2, rng, rows=128,
                                                               gemm=gemm)
     if "prompt" in families:  # the ~1.1B model's projections at prompt lengths, both int4 GEMM paths
-        for rows in (PROMPT_ROWS[2:4] if quick else PROMPT_ROWS):
+        for rows in prompt_rows or (PROMPT_ROWS[2:4] if quick else PROMPT_ROWS):
             for name, k, n in GEMV_SHAPES[1:5]:
-                for tc in ("1", "0"):
+                for tc in prompt_paths:
                     yield lambda name=name, k=k, n=n, rows=rows, tc=tc: prompt_gemm(name, k, n, rows, tc, rng)
     if "copy" in families:
         for name, k, n in (GEMV_SHAPES[:2] if quick else GEMV_SHAPES):
@@ -642,6 +644,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--context", type=int, default=4096, help="GroupQueryAttention's total length (default 4096)")
     ap.add_argument("--seconds", type=float, default=0.5, help="timed seconds per workload (default 0.5)")
     ap.add_argument("--host-io", action="store_true", help="bind host memory even if device OrtValues work")
+    ap.add_argument("--prompt-rows", help=f"the prompt family's rows (default {','.join(map(str, PROMPT_ROWS))}; "
+                                           "--quick: the middle two)")
+    ap.add_argument("--prompt-paths", default="tc,other",
+                    help="the prompt family's paths: tc (the tensor-core GEMM), other, or both (default)")
     ap.add_argument("--device-id", type=int, default=0)
     ap.add_argument("--out", default=RESULTS, help="folder for <date>-kernels-<gpu>.md and .png")
     args = ap.parse_args(argv)
@@ -651,6 +657,17 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--only: unknown {', '.join(unknown)}; known: {', '.join(FAMILIES)}")
     if args.context < 2:
         ap.error("--context must be at least 2")
+    try:
+        prompt_rows = [int(r) for r in args.prompt_rows.split(",")] if args.prompt_rows else None
+    except ValueError:
+        ap.error(f"--prompt-rows: comma-separated row counts, got {args.prompt_rows!r}")
+    if prompt_rows is not None and min(prompt_rows, default=0) < 1:
+        ap.error("--prompt-rows: row counts of at least 1")
+    paths = {"tc": "1", "other": "0"}
+    names = [p.strip() for p in args.prompt_paths.split(",") if p.strip()]
+    if not names or set(names) - set(paths):
+        ap.error(f"--prompt-paths: tc, other or both, got {args.prompt_paths!r}")
+    prompt_paths = tuple(paths[p] for p in names)
     try:
         device = gh.require_gpu(args.device_id)
     except gh.Unavailable as e:
@@ -667,7 +684,8 @@ def main(argv: list[str] | None = None) -> int:
     stem = os.path.join(args.out, f"{info['date']}-kernels-{gh.device_slug(info['gpu'])}")
     rows = []
     seconds = 0.05 if args.quick else args.seconds
-    for make in workloads(families, info["l2_bytes"], args.quick, args.context):
+    for make in workloads(families, info["l2_bytes"], args.quick, args.context, prompt_rows=prompt_rows,
+                          prompt_paths=prompt_paths):
         w = make()
         r = measure(w, place, args.device_id, seconds)
         rows.append(r)

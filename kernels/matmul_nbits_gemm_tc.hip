@@ -34,11 +34,11 @@
 // and of A 16-byte aligned (K % 8 == 0), NVIDIA compute capability 8.0 or newer (HIPEP_HAS_MMA).
 #include "matmul_nbits.h"
 
-#define MNB_GTC_BM 64
 #define MNB_GTC_BN 64
 #define MNB_GTC_BK 64
-#define MNB_GTC_THREADS 128
-#define MNB_GTC_LD (MNB_GTC_BK + 8)
+#ifndef MNB_GTC_STAGES
+#define MNB_GTC_STAGES 2  // steps of loads in flight
+#endif
 
 template <typename T> struct hipep_gtc_is_half { static constexpr bool value = false; };
 template <> struct hipep_gtc_is_half<hipep_half> { static constexpr bool value = true; };
@@ -60,6 +60,18 @@ template <typename Row> HIPEP_DEVICE void hipep_gtc_ldmatrix_x4(unsigned int (&r
   for (int j = 0; j < 4; ++j) r[j] = reinterpret_cast<const unsigned int*>(row(8 * j + lane / 4))[lane % 4];
 #endif
 }
+
+// A staged row's 16-byte word `chunk` (of BK / 8): rows are BK values with no padding, and a row's
+// words are stored in the order chunk ^ (row % 8), so the 8 rows an ldmatrix phase reads at one
+// chunk (or a store's 8 words of a row) fall in 8 different 16-byte bank groups.
+HIPEP_DEVICE int hipep_gtc_at(int row, int chunk) { return row * MNB_GTC_BK + ((chunk ^ (row & 7)) << 3); }
+
+// One step's share of a thread in registers: A's words, B's chunk with its scale and zero point.
+template <int A_WORDS> struct hipep_gtc_stage {
+  uint4 a[A_WORDS];
+  uint4 w;
+  float s, z;
+};
 
 // fp16 chunks with integer zero points take the packed path (hipep_gtc_dequant_h2); it stores each
 // group of 8 values of K in the order its nibble pairs come out of a word, (k0, k4), (k1, k5),
@@ -86,66 +98,74 @@ HIPEP_DEVICE uint4 hipep_gtc_dequant_h2(unsigned int w, __half2 c_lo, __half2 c_
                     *reinterpret_cast<const unsigned int*>(&d2), *reinterpret_cast<const unsigned int*>(&d3));
 }
 
-template <typename T>
+template <typename T, int BM>
 HIPEP_DEVICE void hipep_mnb_gemm_tc(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
                                     const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
                                     const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, float* HIPEP_RESTRICT partial,
                                     const hipep_mnb_args a) {
-  constexpr int BM = MNB_GTC_BM, BN = MNB_GTC_BN, BK = MNB_GTC_BK, LD = MNB_GTC_LD;
-  constexpr int A_WORDS = BM * BK / 8 / MNB_GTC_THREADS;  // 16-byte words of A a thread stages a step
-  __shared__ uint4 a_s4[BM * LD * sizeof(T) / 16];
-  __shared__ uint4 w_s4[BN * LD * sizeof(T) / 16];
-  T* a_s = reinterpret_cast<T*>(a_s4);
-  T* w_s = reinterpret_cast<T*>(w_s4);
+  constexpr int BN = MNB_GTC_BN, BK = MNB_GTC_BK, THREADS = 2 * BM, STAGES = MNB_GTC_STAGES;
+  constexpr int A_ROWS = THREADS / (BK / 8);              // rows of A the block stages per pass of 16-byte words
+  constexpr int A_WORDS = BM / A_ROWS;                    // 16-byte words of A a thread stages a step
+  constexpr int W_THREADS = BN * (BK / 32);               // threads that stage a chunk of B a step
+  static_assert(BM * BK * sizeof(T) % 16 == 0 && A_WORDS * A_ROWS == BM && W_THREADS <= THREADS, "tile");
+  // Two buffers of each tile: a step's stores go to the buffer the step before last was read from,
+  // so one barrier a step keeps writers behind readers.
+  __shared__ uint4 a_s4[2][BM * BK * sizeof(T) / 16];
+  __shared__ uint4 w_s4[2][BN * BK * sizeof(T) / 16];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   const int wm = (warp / 2) * 32, wn = (warp % 2) * 32;  // the warp's part of the tile
   const hipep_i64 m0 = (hipep_i64)blockIdx.y * BM, n0 = (hipep_i64)blockIdx.x * BN;
   const hipep_i64 k_begin = (hipep_i64)blockIdx.z * a.k_tile;
   const hipep_i64 k_end = min(k_begin + (hipep_i64)a.k_tile, a.k_pad);
+  const int steps = k_begin < k_end ? (int)((k_end - k_begin + BK - 1) / BK) : 0;
   hipep_grid_release();
 
-  // What this thread stages: A's rows a_row + 16 i at word a_col (8 values), and chunk w_chunk of the
-  // step in column n0 + w_col of B.
+  // What this thread stages: A's rows a_row + A_ROWS i at word a_col (8 values), and (the first
+  // W_THREADS threads) chunk w_chunk of the step in column n0 + w_col of B.
   const int a_row = tid / (BK / 8), a_col = tid % (BK / 8);
   const int w_col = tid / (BK / 32), w_chunk = tid % (BK / 32);
   const hipep_i64 n_w = n0 + w_col;
-  const bool w_live = n_w < a.n;
+  const bool w_live = tid < W_THREADS && n_w < a.n;
   const unsigned char* w_row = B + (w_live ? n_w : 0) * a.row_bytes;
   // fp16 with integer (or no) zero points: the packed dequantization, K in pair order (above).
   constexpr bool HALF = hipep_gtc_is_half<T>::value;
   const bool packed = HALF && a.zp_mode != 2;
-  uint4 ra[A_WORDS], rw;
-  float rs, rz;
-  auto load = [&](hipep_i64 k0) {
+  hipep_gtc_stage<A_WORDS> st[STAGES];
+  auto load = [&](hipep_gtc_stage<A_WORDS>& r, int step) {
+    const hipep_i64 k0 = k_begin + (hipep_i64)step * BK;
 #pragma unroll
     for (int i = 0; i < A_WORDS; ++i) {
-      const hipep_i64 r = m0 + a_row + 16 * i, kk = k0 + 8 * a_col;
-      ra[i] = make_uint4(0u, 0u, 0u, 0u);
-      if (r < a.m && kk < a.k) ra[i] = *reinterpret_cast<const uint4*>(A + r * a.k + kk);
+      const hipep_i64 row = m0 + a_row + A_ROWS * i, kk = k0 + 8 * a_col;
+      r.a[i] = make_uint4(0u, 0u, 0u, 0u);
+      if (row < a.m && kk < a.k) r.a[i] = *reinterpret_cast<const uint4*>(A + row * a.k + kk);
     }
     const hipep_i64 kc = k0 + 32 * w_chunk;
-    rw = make_uint4(0u, 0u, 0u, 0u);
-    rs = 0.0f;
-    rz = 0.0f;
+    r.w = make_uint4(0u, 0u, 0u, 0u);
+    r.s = 0.0f;
+    r.z = 0.0f;
     if (w_live && kc < k_end) {
-      rw = *reinterpret_cast<const uint4*>(w_row + kc / 2);
+      r.w = *reinterpret_cast<const uint4*>(w_row + kc / 2);
       const hipep_i64 blk = kc >> a.log2_bs;
-      rs = hipep_to_float(scales[n_w * a.nb + blk]);
-      rz = hipep_mnb_zero_point<T, 4>(zp, n_w, blk, a);
+      r.s = hipep_to_float(scales[n_w * a.nb + blk]);
+      r.z = hipep_mnb_zero_point<T, 4>(zp, n_w, blk, a);
     }
   };
-  auto store = [&]() {
+  auto store = [&](const hipep_gtc_stage<A_WORDS>& r, T* a_s, T* w_s) {
 #pragma unroll
-    for (int i = 0; i < A_WORDS; ++i)
-      reinterpret_cast<uint4*>(a_s + (a_row + 16 * i) * LD)[a_col] = packed ? hipep_gtc_pair_order(ra[i]) : ra[i];
-    const unsigned int words[4] = {rw.x, rw.y, rw.z, rw.w};
-    uint4* dst = reinterpret_cast<uint4*>(w_s + w_col * LD + 32 * w_chunk);
+    for (int i = 0; i < A_WORDS; ++i) {
+      const int row = a_row + A_ROWS * i;
+      *reinterpret_cast<uint4*>(a_s + hipep_gtc_at(row, a_col)) = packed ? hipep_gtc_pair_order(r.a[i]) : r.a[i];
+    }
+    if (tid >= W_THREADS) return;
+    const unsigned int words[4] = {r.w.x, r.w.y, r.w.z, r.w.w};
     if constexpr (HALF) {
       if (packed) {
-        const __half2 s2 = __float2half2_rn(rs), c_lo = __float2half2_rn(1024.0f + rz),
-                      c_hi = __float2half2_rn(-64.0f - rz);
+        const __half2 s2 = __float2half2_rn(r.s), c_lo = __float2half2_rn(1024.0f + r.z),
+                      c_hi = __float2half2_rn(-64.0f - r.z);
 #pragma unroll
-        for (int q = 0; q < 4; ++q) dst[q] = hipep_gtc_dequant_h2(words[q], c_lo, c_hi, s2);
+        for (int q = 0; q < 4; ++q)
+          *reinterpret_cast<uint4*>(w_s + hipep_gtc_at(w_col, 4 * w_chunk + q)) =
+              hipep_gtc_dequant_h2(words[q], c_lo, c_hi, s2);
         return;
       }
     }
@@ -155,11 +175,11 @@ HIPEP_DEVICE void hipep_mnb_gemm_tc(const T* HIPEP_RESTRICT A, const unsigned ch
       if (a.zp_mode == 2) {
         hipep_mnb_word<4>(words[q], 8388608.0f, v);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = (v[j] - rz) * rs;
+        for (int j = 0; j < 8; ++j) v[j] = (v[j] - r.z) * r.s;
       } else {
-        hipep_mnb_word<4>(words[q], 8388608.0f + rz, v);
+        hipep_mnb_word<4>(words[q], 8388608.0f + r.z, v);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] *= rs;
+        for (int j = 0; j < 8; ++j) v[j] *= r.s;
       }
       union {
         T t[8];
@@ -167,7 +187,7 @@ HIPEP_DEVICE void hipep_mnb_gemm_tc(const T* HIPEP_RESTRICT A, const unsigned ch
       } run;
 #pragma unroll
       for (int j = 0; j < 8; ++j) run.t[j] = hipep_from_float<T>(v[j]);
-      dst[q] = run.u;
+      *reinterpret_cast<uint4*>(w_s + hipep_gtc_at(w_col, 4 * w_chunk + q)) = run.u;
     }
   };
 
@@ -179,12 +199,7 @@ HIPEP_DEVICE void hipep_mnb_gemm_tc(const T* HIPEP_RESTRICT A, const unsigned ch
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
 
-  if (k_begin < k_end) load(k_begin);
-  for (hipep_i64 k0 = k_begin; k0 < k_end; k0 += BK) {
-    __syncthreads();  // the previous step's tiles are no longer read
-    store();
-    __syncthreads();
-    if (k0 + BK < k_end) load(k0 + BK);
+  auto multiply = [&](const T* a_s, const T* w_s) {
 #pragma unroll
     for (int ks = 0; ks < BK / 16; ++ks) {
       // A: rows 0-7 and 8-15 at k 0-7, then at k 8-15 (a0..a3); B: two column tiles' k 0-7 and 8-15.
@@ -192,18 +207,37 @@ HIPEP_DEVICE void hipep_mnb_gemm_tc(const T* HIPEP_RESTRICT A, const unsigned ch
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
         hipep_gtc_ldmatrix_x4(af[mi], [&](int l) {
-          return a_s + (wm + 16 * mi + 8 * ((l / 8) % 2) + l % 8) * LD + 16 * ks + 8 * (l / 16);
+          return a_s + hipep_gtc_at(wm + 16 * mi + 8 * ((l / 8) % 2) + l % 8, 2 * ks + l / 16);
         });
 #pragma unroll
       for (int nj = 0; nj < 2; ++nj)
         hipep_gtc_ldmatrix_x4(bf[nj], [&](int l) {
-          return w_s + (wn + 16 * nj + 8 * (l / 16) + l % 8) * LD + 16 * ks + 8 * ((l / 8) % 2);
+          return w_s + hipep_gtc_at(wn + 16 * nj + 8 * (l / 16) + l % 8, 2 * ks + (l / 8) % 2);
         });
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni)
           hipep_mma_of<T>::m16n8k16(acc[mi][ni], af[mi], bf[ni / 2][2 * (ni % 2)], bf[ni / 2][2 * (ni % 2) + 1]);
+    }
+  };
+
+  // STAGES steps of loads in flight: step s's registers are stored, then refilled with step
+  // s + STAGES's values while the warps multiply step s.
+#pragma unroll
+  for (int j = 0; j < STAGES; ++j)
+    if (j < steps) load(st[j], j);
+  for (int s0 = 0; s0 < steps; s0 += STAGES) {
+#pragma unroll
+    for (int j = 0; j < STAGES; ++j) {
+      const int s = s0 + j;
+      if (s >= steps) break;
+      T* a_s = reinterpret_cast<T*>(a_s4[s & 1]);
+      T* w_s = reinterpret_cast<T*>(w_s4[s & 1]);
+      store(st[j], a_s, w_s);
+      __syncthreads();
+      if (s + STAGES < steps) load(st[j], s + STAGES);
+      multiply(a_s, w_s);
     }
   }
 
@@ -238,10 +272,15 @@ HIPEP_DEVICE void hipep_mnb_gemm_tc_sum(const float* HIPEP_RESTRICT partial, con
 }
 
 #define HIPEP_MNB_GEMM_TC(NAME, T)                                                                           \
-  HIPEP_KERNEL void __launch_bounds__(MNB_GTC_THREADS) hipep_mnb_gemm_tc_##NAME##_b4(                        \
+  HIPEP_KERNEL void __launch_bounds__(128) hipep_mnb_gemm_tc_##NAME##_b4(                                    \
       const T* A, const unsigned char* B, const T* scales, const void* zp, const T* bias, T* Y, float* partial, \
       const hipep_mnb_args a) {                                                                              \
-    hipep_mnb_gemm_tc<T>(A, B, scales, zp, bias, Y, partial, a);                                             \
+    hipep_mnb_gemm_tc<T, 64>(A, B, scales, zp, bias, Y, partial, a);                                         \
+  }                                                                                                          \
+  HIPEP_KERNEL void __launch_bounds__(256) hipep_mnb_gemm_tc_m128_##NAME##_b4(                               \
+      const T* A, const unsigned char* B, const T* scales, const void* zp, const T* bias, T* Y, float* partial, \
+      const hipep_mnb_args a) {                                                                              \
+    hipep_mnb_gemm_tc<T, 128>(A, B, scales, zp, bias, Y, partial, a);                                        \
   }                                                                                                          \
   HIPEP_KERNEL void hipep_mnb_gemm_tc_sum_##NAME(const float* partial, const T* bias, T* Y,                  \
                                                  const hipep_mnb_args a) {                                   \

@@ -30,6 +30,8 @@ def test_help(script):
 
 @pytest.mark.parametrize("script,args,message", [
     ("kernel_bandwidth.py", ["--only", "gemv,conv"], "--only: unknown conv"),
+    ("kernel_bandwidth.py", ["--prompt-rows", "64,x"], "--prompt-rows: comma-separated row counts"),
+    ("kernel_bandwidth.py", ["--prompt-paths", "tc,blas"], "--prompt-paths: tc, other or both"),
     ("decode.py", ["--runs", "0"], "--runs must be at least 1"),
     ("decode.py", ["--new", "1"], "--new must be at least 2"),
     ("decode_host.py", ["--steps", "0"], "--steps must be at least 1"),
