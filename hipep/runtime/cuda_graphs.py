@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import struct
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,25 +26,46 @@ if TYPE_CHECKING:
 log = logging.getLogger("hipep")
 
 class _Launch:
-    """A kernel launch made ready: the function and configuration, and the parameter array whose
-    address cuLaunchKernel takes (kept alive with the values it points at). `config`: the
-    cuLaunchKernelEx configuration of a launch that may overlap the previous kernel (see
-    KernelOp.overlaps_previous), else None."""
-    __slots__ = ("func", "grid", "block", "smem", "values", "argv", "argv_addr", "key", "entry", "config", "_params")
+    """A kernel launch made ready: the function and configuration, and one buffer holding the
+    parameter array cuLaunchKernel takes (`argv_addr`: a pointer per parameter) and the parameters'
+    bytes it points at, each at an 8-byte aligned offset. One buffer, not a ctypes object per
+    parameter: a plan keeps a launch per kernel for every specialization it holds, and fewer live
+    objects keep the garbage collector's full passes short. `config`: the cuLaunchKernelEx
+    configuration of a launch that may overlap the previous kernel (see KernelOp.overlaps_previous),
+    else None."""
+    __slots__ = ("func", "grid", "block", "smem", "buffer", "argv_addr", "offsets", "sizes", "key", "entry", "config",
+                 "_params")
 
     def __init__(self, func, op: table.KernelOp, overlap: bool = False):
         self.func = func
         self.entry = op.entry
-        self.grid = tuple(int(g) for g in op.grid) + (1,) * (3 - len(op.grid))
-        self.block = tuple(int(b) for b in op.block) + (1,) * (3 - len(op.block))
+        grid, block = op.grid, op.block
+        self.grid = (int(grid[0]), int(grid[1]) if len(grid) > 1 else 1, int(grid[2]) if len(grid) > 2 else 1)
+        self.block = (int(block[0]), int(block[1]) if len(block) > 1 else 1, int(block[2]) if len(block) > 2 else 1)
         self.smem = int(op.smem)
-        self.values = list(op.params)
-        self.argv = (ctypes.c_void_p * max(len(self.values), 1))(*[ctypes.addressof(v) for v in self.values])
-        self.argv_addr = ctypes.addressof(self.argv)
+        parts = [bytes(v) for v in op.params]
+        count = len(parts)
+        self.sizes = tuple(len(b) for b in parts)
+        body = b"".join(b + bytes(-len(b) % 8) for b in parts)
+        offsets, at = [], 8 * count
+        for size in self.sizes:
+            offsets.append(at)
+            at += size + (-size % 8)
+        self.buffer = ctypes.create_string_buffer(max(at, 8))
+        base = self.argv_addr = ctypes.addressof(self.buffer)
+        ctypes.memmove(base, _POINTERS[count].pack(*[base + o for o in offsets]) + body, at)
+        self.offsets = tuple(offsets)
         self.config = _overlap_config(self.grid, self.block, self.smem) if overlap and op.overlaps_previous else None
-        self.key = (op.entry, id(func), self.grid, self.block, self.smem, b"".join(bytes(v) for v in self.values),
-                    self.config is not None)
+        self.key = (op.entry, id(func), self.grid, self.block, self.smem, body, self.config is not None)
         self._params = None
+
+    def param_address(self, index: int) -> int:
+        """Where parameter `index`'s bytes are (native replay writes moving addresses there)."""
+        return self.argv_addr + self.offsets[index]
+
+    def param_bytes(self, index: int) -> bytes:
+        """Parameter `index`'s bytes as they are now."""
+        return ctypes.string_at(self.argv_addr + self.offsets[index], self.sizes[index])
 
     def node_params(self):
         """The launch as a CUDA graph kernel node's parameters (for updating a captured node in
@@ -75,6 +97,15 @@ class _Launch:
             g, b = self.grid, self.block
             stream.record_failure(CudaError(f"{label}: launch of {self.entry} (grid {list(g)}, block {list(b)}, "
                                             f"{self.smem} bytes shared) failed: {_error_text(err)}"))
+
+
+class _PointerFormats(dict):
+    def __missing__(self, count: int) -> struct.Struct:
+        f = self[count] = struct.Struct(f"<{count}Q")
+        return f
+
+
+_POINTERS = _PointerFormats()  # parameter count -> the packing of that many 64-bit addresses
 
 
 def _overlap_config(grid: tuple, block: tuple, smem: int):

@@ -30,7 +30,6 @@ Built for the stand-in driver (hipep.tools.host_driver) as for the real one: nat
 the entry points either gives through cuGetProcAddress."""
 from __future__ import annotations
 
-import ctypes
 import itertools
 import logging
 import weakref
@@ -358,7 +357,7 @@ class Record:
             raise NotRecordable(f"{node.label}: binding again does not give the launches its graph holds")
         for k in range(count):
             slot = self.slots[self.slot_of[(id(seg), first + k)]]
-            slot.base_fields = [(ctypes.addressof(slot.base.values[vi]) + o, base, p) for vi, o, base, p in fields[k]]
+            slot.base_fields = [(slot.base.param_address(vi) + o, base, p) for vi, o, base, p in fields[k]]
 
     # ---- variants --------------------------------------------------------------------------------
 
@@ -460,7 +459,7 @@ class Record:
                 if op.key != old.key and not _updatable(op, old, seg.kernel_nodes[first + k]):
                     raise NotRecordable(f"{self.graph.nodes[i].label}: a launch that cannot update its node")
                 slot = self.slot_of[(id(seg), first + k)]
-                settings[slot] = (op, [(ctypes.addressof(op.values[vi]) + o, base, p) for vi, o, base, p in fields[k]])
+                settings[slot] = (op, [(op.param_address(vi) + o, base, p) for vi, o, base, p in fields[k]])
         fills = []
         if self.fills:
             values = self.program.host.values(env)
@@ -518,10 +517,10 @@ class Record:
             # it before: taken when each of those fields holds what it held then (the same tensor
             # at the same offset), else found again.
             structure = (i, tuple((type(op), getattr(op, "entry", None), getattr(op, "grid", None),
-                                   getattr(op, "block", None), tuple(ctypes.sizeof(v) for v in getattr(op, "values", ())))
+                                   getattr(op, "block", None), getattr(op, "sizes", ()))
                                   for op in ops), tuple(sorted(moving)))
             known = self._fields.get(structure)
-            if known is not None and all(int.from_bytes(bytes(op.values[vi])[o:o + 8], "little") == x
+            if known is not None and all(int.from_bytes(op.param_bytes(vi)[o:o + 8], "little") == x
                                          for op, found in zip(ops, known) for vi, o, x, _ in found):
                 return ops, known
             moved_ptr = {}
@@ -541,11 +540,11 @@ class Record:
             if type(a) is not _Launch or type(b) is not _Launch:
                 raise NotRecordable(f"{node.label}: a copy or library call on tensors that move")
             if (a.entry, a.grid, a.block, a.smem, a.config is None) != (b.entry, b.grid, b.block, b.smem, b.config is None) \
-                    or len(a.values) != len(b.values):
+                    or a.sizes != b.sizes:
                 raise NotRecordable(f"{node.label}: moving its tensors changes its launch configuration")
             found = []
-            for vi, (va, vb) in enumerate(zip(a.values, b.values)):
-                ba, bb = bytes(va), bytes(vb)
+            for vi in range(len(a.sizes)):
+                ba, bb = a.param_bytes(vi), b.param_bytes(vi)
                 if ba == bb:
                     continue
                 if len(ba) != len(bb) or len(ba) % 8:
@@ -593,7 +592,8 @@ class Record:
             elif (want.entry, want.grid, want.block, want.smem) != (have.entry, have.grid, have.block, have.smem):
                 wrong.append(f"{node.label}: {have.entry} {have.grid} {have.block} set, {want.entry} {want.grid} "
                              f"{want.block} bound")
-            elif [bytes(v) for v in want.values] != [bytes(v) for v in have.values]:
+            elif [want.param_bytes(i) for i in range(len(want.sizes))] != \
+                    [have.param_bytes(i) for i in range(len(have.sizes))]:
                 wrong.append(f"{node.label}: parameter bytes differ")
         if self.fills:
             copies = [(flat.copy(), first, count) for flat, first, count in self.fills]
