@@ -10,12 +10,15 @@
 // with cuBLASLt at 64, behind it from 128 (benchmarks/results/2026-12-06-prompt-gemm-tc-h100.md), so
 // the binding takes it up to gpu_quant.GEMM_TC_MAX_ROWS rows.
 //
-// * A block takes a tile of MNB_GTC_BM rows of A by MNB_GTC_BN output columns, 4 warps each a
-//   32 x 32 part of it (2 x 4 mma tiles of m16n8k16), over K in steps of MNB_GTC_BK values.
-// * Per step every thread loads its share of the next step into registers (A: 4 16-byte words;
-//   B: one 16-byte chunk, 32 weights of one column, with its block's scale and zero point) before it
-//   computes the current one from shared memory, then stores it: one memory round trip a step,
-//   under the step's mmas.
+// * A block takes a tile of BM rows of A (64 with 4 warps, or 128 with 8: hipep_mnb_gemm_tc_m128_*,
+//   which dequantizes each weight half as often) by MNB_GTC_BN output columns, each warp a 32 x 32
+//   part of it (2 x 4 mma tiles of m16n8k16), over K in steps of MNB_GTC_BK values.
+// * Per step every thread holds its share of MNB_GTC_STAGES steps in registers (A: 4 16-byte words;
+//   B: one 16-byte chunk, 32 weights of one column, with its block's scale and zero point): it stores
+//   the oldest into shared memory, refills those registers with the step that many steps ahead, and
+//   multiplies the stored step. So that many steps of loads are in flight under the mmas, and the
+//   loop waits on memory once per that many steps instead of once a step. Shared memory holds two
+//   steps, one written while the other is read: one barrier a step.
 // * A chunk's weights get the values matmul_nbits_dequant.hip writes, (q - zp) * scale rounded once
 //   to A's type, so W's values are those the BLAS path multiplies. fp16 with integer zero points
 //   (the builder's int4-f16 form) forms them in packed arithmetic, 13 instructions a word of 8
@@ -23,8 +26,9 @@
 //   come out, A's staged words permuted to match; otherwise in f32. Products and sums are the mma's,
 //   in f32.
 // * The fragments come out of shared memory by ldmatrix.x4, four per 16 values of K a warp. Staged
-//   rows are padded by 8 elements (MNB_GTC_LD), so each 8-row phase of it hits 8 different 16-byte
-//   bank groups.
+//   rows are unpadded with their 16-byte words swizzled (hipep_gtc_at), so each 8-row phase of it hits
+//   8 different 16-byte bank groups, and the 128-row block's two buffers fit the 48 KB a block may
+//   declare.
 // * Where the tiles alone would leave SMs idle (few rows, narrow N), blockIdx.z splits K: each split
 //   writes its f32 sums to `partial` ([splits, M, N]), and hipep_mnb_gemm_tc_sum_* adds them in
 //   split order with the bias (a deterministic result, whatever order the blocks run in).
