@@ -38,6 +38,7 @@ def _pointwise_args_type(n_in: int):
 
 
 _RENDERED: dict[str, _Rendered] = {}
+_BY_EXPRESSION: dict[tuple, _Rendered] = {}  # (expression, input dtypes, output dtypes) -> its rendering
 
 
 def render_pointwise(expr, input_dtypes: Sequence[str], output_dtypes: Sequence[str]) -> _Rendered:
@@ -46,6 +47,10 @@ def render_pointwise(expr, input_dtypes: Sequence[str], output_dtypes: Sequence[
     from ..ops.pointwise_hip import render_hip_kernel
     from .kernel_cache import pointwise_source
 
+    seen = (expr, tuple(input_dtypes), tuple(output_dtypes))
+    r = _BY_EXPRESSION.get(seen)
+    if r is not None:  # (binding a new shape binds the same expressions again: no JSON, no hash)
+        return r
     data = json.dumps([expr.to_data(), list(input_dtypes), list(output_dtypes)], sort_keys=True)
     key = hashlib.sha1(data.encode()).hexdigest()[:16]
     r = _RENDERED.get(key)
@@ -53,6 +58,7 @@ def render_pointwise(expr, input_dtypes: Sequence[str], output_dtypes: Sequence[
         name = f"hipep_pw_{key}"
         r = _RENDERED[key] = _Rendered(name, pointwise_source(render_hip_kernel(expr, name, input_dtypes, output_dtypes)),
                                        len(input_dtypes))
+    _BY_EXPRESSION[seen] = r
     return r
 
 
