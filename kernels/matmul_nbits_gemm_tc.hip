@@ -43,6 +43,9 @@
 #ifndef MNB_GTC_STAGES
 #define MNB_GTC_STAGES 2  // steps of loads in flight
 #endif
+#ifndef MNB_GTC_MIN_BLOCKS
+#define MNB_GTC_MIN_BLOCKS 1  // the 4-warp kernel's blocks an SM the compiler must leave registers for
+#endif
 
 template <typename T> struct hipep_gtc_is_half { static constexpr bool value = false; };
 template <> struct hipep_gtc_is_half<hipep_half> { static constexpr bool value = true; };
@@ -276,7 +279,7 @@ HIPEP_DEVICE void hipep_mnb_gemm_tc_sum(const float* HIPEP_RESTRICT partial, con
 }
 
 #define HIPEP_MNB_GEMM_TC(NAME, T)                                                                           \
-  HIPEP_KERNEL void __launch_bounds__(128) hipep_mnb_gemm_tc_##NAME##_b4(                                    \
+  HIPEP_KERNEL void __launch_bounds__(128, MNB_GTC_MIN_BLOCKS) hipep_mnb_gemm_tc_##NAME##_b4(                \
       const T* A, const unsigned char* B, const T* scales, const void* zp, const T* bias, T* Y, float* partial, \
       const hipep_mnb_args a) {                                                                              \
     hipep_mnb_gemm_tc<T, 64>(A, B, scales, zp, bias, Y, partial, a);                                         \
