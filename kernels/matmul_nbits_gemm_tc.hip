@@ -10,15 +10,12 @@
 // with cuBLASLt at 64, behind it from 128 (benchmarks/results/2026-12-06-prompt-gemm-tc-h100.md), so
 // the binding takes it up to gpu_quant.GEMM_TC_MAX_ROWS rows.
 //
-// * A block takes a tile of BM rows of A (64 with 4 warps, or 128 with 8: hipep_mnb_gemm_tc_m128_*,
-//   which dequantizes each weight half as often) by MNB_GTC_BN output columns, each warp a 32 x 32
-//   part of it (2 x 4 mma tiles of m16n8k16), over K in steps of MNB_GTC_BK values.
-// * Per step every thread holds its share of MNB_GTC_STAGES steps in registers (A: 4 16-byte words;
-//   B: one 16-byte chunk, 32 weights of one column, with its block's scale and zero point): it stores
-//   the oldest into shared memory, refills those registers with the step that many steps ahead, and
-//   multiplies the stored step. So that many steps of loads are in flight under the mmas, and the
-//   loop waits on memory once per that many steps instead of once a step. Shared memory holds two
-//   steps, one written while the other is read: one barrier a step.
+// * A block takes a tile of MNB_GTC_BM rows of A by MNB_GTC_BN output columns, 4 warps each a
+//   32 x 32 part of it (2 x 4 mma tiles of m16n8k16), over K in steps of MNB_GTC_BK values.
+// * Per step every thread loads its share of the next step into registers (A: 4 16-byte words;
+//   B: one 16-byte chunk, 32 weights of one column, with its block's scale and zero point) before it
+//   computes the current one from shared memory, then stores it: one memory round trip a step,
+//   under the step's mmas.
 // * A chunk's weights get the values matmul_nbits_dequant.hip writes, (q - zp) * scale rounded once
 //   to A's type, so W's values are those the BLAS path multiplies. fp16 with integer zero points
 //   (the builder's int4-f16 form) forms them in packed arithmetic, 13 instructions a word of 8
@@ -26,26 +23,27 @@
 //   come out, A's staged words permuted to match; otherwise in f32. Products and sums are the mma's,
 //   in f32.
 // * The fragments come out of shared memory by ldmatrix.x4, four per 16 values of K a warp. Staged
-//   rows are unpadded with their 16-byte words swizzled (hipep_gtc_at), so each 8-row phase of it hits
-//   8 different 16-byte bank groups, and the 128-row block's two buffers fit the 48 KB a block may
-//   declare.
+//   rows are padded by 8 elements (MNB_GTC_LD), so each 8-row phase of it hits 8 different 16-byte
+//   bank groups.
 // * Where the tiles alone would leave SMs idle (few rows, narrow N), blockIdx.z splits K: each split
 //   writes its f32 sums to `partial` ([splits, M, N]), and hipep_mnb_gemm_tc_sum_* adds them in
 //   split order with the bias (a deterministic result, whatever order the blocks run in).
 //   a.k_split is the number of splits and a.k_tile the values of K a split covers.
+// * Not the limit, as measured on the H200 (benchmarks/results/2026-12-06-prompt-gemm-pipeline-h200.md):
+//   the loads' latency (two or three steps of loads in flight, with two shared buffers and one barrier
+//   a step, took 9 % less to 16 % more time than this one step), and the weights' dequantization per
+//   block of rows (blocks of 128 rows and 8 warps, each weight dequantized half as often but one
+//   block an SM, took 4 % less to 38 % more from 128 rows).
 //
 // Needs (the binding checks): 4-bit weights, block size >= 32 (a chunk lies in one block), rows of B
 // and of A 16-byte aligned (K % 8 == 0), NVIDIA compute capability 8.0 or newer (HIPEP_HAS_MMA).
 #include "matmul_nbits.h"
 
+#define MNB_GTC_BM 64
 #define MNB_GTC_BN 64
 #define MNB_GTC_BK 64
-#ifndef MNB_GTC_STAGES
-#define MNB_GTC_STAGES 2  // steps of loads in flight
-#endif
-#ifndef MNB_GTC_MIN_BLOCKS
-#define MNB_GTC_MIN_BLOCKS 1  // the 4-warp kernel's blocks an SM the compiler must leave registers for
-#endif
+#define MNB_GTC_THREADS 128
+#define MNB_GTC_LD (MNB_GTC_BK + 8)
 
 template <typename T> struct hipep_gtc_is_half { static constexpr bool value = false; };
 template <> struct hipep_gtc_is_half<hipep_half> { static constexpr bool value = true; };
@@ -67,18 +65,6 @@ template <typename Row> HIPEP_DEVICE void hipep_gtc_ldmatrix_x4(unsigned int (&r
   for (int j = 0; j < 4; ++j) r[j] = reinterpret_cast<const unsigned int*>(row(8 * j + lane / 4))[lane % 4];
 #endif
 }
-
-// A staged row's 16-byte word `chunk` (of BK / 8): rows are BK values with no padding, and a row's
-// words are stored in the order chunk ^ (row % 8), so the 8 rows an ldmatrix phase reads at one
-// chunk (or a store's 8 words of a row) fall in 8 different 16-byte bank groups.
-HIPEP_DEVICE int hipep_gtc_at(int row, int chunk) { return row * MNB_GTC_BK + ((chunk ^ (row & 7)) << 3); }
-
-// One step's share of a thread in registers: A's words, B's chunk with its scale and zero point.
-template <int A_WORDS> struct hipep_gtc_stage {
-  uint4 a[A_WORDS];
-  uint4 w;
-  float s, z;
-};
 
 // fp16 chunks with integer zero points take the packed path (hipep_gtc_dequant_h2); it stores each
 // group of 8 values of K in the order its nibble pairs come out of a word, (k0, k4), (k1, k5),
@@ -105,74 +91,66 @@ HIPEP_DEVICE uint4 hipep_gtc_dequant_h2(unsigned int w, __half2 c_lo, __half2 c_
                     *reinterpret_cast<const unsigned int*>(&d2), *reinterpret_cast<const unsigned int*>(&d3));
 }
 
-template <typename T, int BM>
+template <typename T>
 HIPEP_DEVICE void hipep_mnb_gemm_tc(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
                                     const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
                                     const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, float* HIPEP_RESTRICT partial,
                                     const hipep_mnb_args a) {
-  constexpr int BN = MNB_GTC_BN, BK = MNB_GTC_BK, THREADS = 2 * BM, STAGES = MNB_GTC_STAGES;
-  constexpr int A_ROWS = THREADS / (BK / 8);              // rows of A the block stages per pass of 16-byte words
-  constexpr int A_WORDS = BM / A_ROWS;                    // 16-byte words of A a thread stages a step
-  constexpr int W_THREADS = BN * (BK / 32);               // threads that stage a chunk of B a step
-  static_assert(BM * BK * sizeof(T) % 16 == 0 && A_WORDS * A_ROWS == BM && W_THREADS <= THREADS, "tile");
-  // Two buffers of each tile: a step's stores go to the buffer the step before last was read from,
-  // so one barrier a step keeps writers behind readers.
-  __shared__ uint4 a_s4[2][BM * BK * sizeof(T) / 16];
-  __shared__ uint4 w_s4[2][BN * BK * sizeof(T) / 16];
+  constexpr int BM = MNB_GTC_BM, BN = MNB_GTC_BN, BK = MNB_GTC_BK, LD = MNB_GTC_LD;
+  constexpr int A_WORDS = BM * BK / 8 / MNB_GTC_THREADS;  // 16-byte words of A a thread stages a step
+  __shared__ uint4 a_s4[BM * LD * sizeof(T) / 16];
+  __shared__ uint4 w_s4[BN * LD * sizeof(T) / 16];
+  T* a_s = reinterpret_cast<T*>(a_s4);
+  T* w_s = reinterpret_cast<T*>(w_s4);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   const int wm = (warp / 2) * 32, wn = (warp % 2) * 32;  // the warp's part of the tile
   const hipep_i64 m0 = (hipep_i64)blockIdx.y * BM, n0 = (hipep_i64)blockIdx.x * BN;
   const hipep_i64 k_begin = (hipep_i64)blockIdx.z * a.k_tile;
   const hipep_i64 k_end = min(k_begin + (hipep_i64)a.k_tile, a.k_pad);
-  const int steps = k_begin < k_end ? (int)((k_end - k_begin + BK - 1) / BK) : 0;
   hipep_grid_release();
 
-  // What this thread stages: A's rows a_row + A_ROWS i at word a_col (8 values), and (the first
-  // W_THREADS threads) chunk w_chunk of the step in column n0 + w_col of B.
+  // What this thread stages: A's rows a_row + 16 i at word a_col (8 values), and chunk w_chunk of the
+  // step in column n0 + w_col of B.
   const int a_row = tid / (BK / 8), a_col = tid % (BK / 8);
   const int w_col = tid / (BK / 32), w_chunk = tid % (BK / 32);
   const hipep_i64 n_w = n0 + w_col;
-  const bool w_live = tid < W_THREADS && n_w < a.n;
+  const bool w_live = n_w < a.n;
   const unsigned char* w_row = B + (w_live ? n_w : 0) * a.row_bytes;
   // fp16 with integer (or no) zero points: the packed dequantization, K in pair order (above).
   constexpr bool HALF = hipep_gtc_is_half<T>::value;
   const bool packed = HALF && a.zp_mode != 2;
-  hipep_gtc_stage<A_WORDS> st[STAGES];
-  auto load = [&](hipep_gtc_stage<A_WORDS>& r, int step) {
-    const hipep_i64 k0 = k_begin + (hipep_i64)step * BK;
+  uint4 ra[A_WORDS], rw;
+  float rs, rz;
+  auto load = [&](hipep_i64 k0) {
 #pragma unroll
     for (int i = 0; i < A_WORDS; ++i) {
-      const hipep_i64 row = m0 + a_row + A_ROWS * i, kk = k0 + 8 * a_col;
-      r.a[i] = make_uint4(0u, 0u, 0u, 0u);
-      if (row < a.m && kk < a.k) r.a[i] = *reinterpret_cast<const uint4*>(A + row * a.k + kk);
+      const hipep_i64 r = m0 + a_row + 16 * i, kk = k0 + 8 * a_col;
+      ra[i] = make_uint4(0u, 0u, 0u, 0u);
+      if (r < a.m && kk < a.k) ra[i] = *reinterpret_cast<const uint4*>(A + r * a.k + kk);
     }
     const hipep_i64 kc = k0 + 32 * w_chunk;
-    r.w = make_uint4(0u, 0u, 0u, 0u);
-    r.s = 0.0f;
-    r.z = 0.0f;
+    rw = make_uint4(0u, 0u, 0u, 0u);
+    rs = 0.0f;
+    rz = 0.0f;
     if (w_live && kc < k_end) {
-      r.w = *reinterpret_cast<const uint4*>(w_row + kc / 2);
+      rw = *reinterpret_cast<const uint4*>(w_row + kc / 2);
       const hipep_i64 blk = kc >> a.log2_bs;
-      r.s = hipep_to_float(scales[n_w * a.nb + blk]);
-      r.z = hipep_mnb_zero_point<T, 4>(zp, n_w, blk, a);
+      rs = hipep_to_float(scales[n_w * a.nb + blk]);
+      rz = hipep_mnb_zero_point<T, 4>(zp, n_w, blk, a);
     }
   };
-  auto store = [&](const hipep_gtc_stage<A_WORDS>& r, T* a_s, T* w_s) {
+  auto store = [&]() {
 #pragma unroll
-    for (int i = 0; i < A_WORDS; ++i) {
-      const int row = a_row + A_ROWS * i;
-      *reinterpret_cast<uint4*>(a_s + hipep_gtc_at(row, a_col)) = packed ? hipep_gtc_pair_order(r.a[i]) : r.a[i];
-    }
-    if (tid >= W_THREADS) return;
-    const unsigned int words[4] = {r.w.x, r.w.y, r.w.z, r.w.w};
+    for (int i = 0; i < A_WORDS; ++i)
+      reinterpret_cast<uint4*>(a_s + (a_row + 16 * i) * LD)[a_col] = packed ? hipep_gtc_pair_order(ra[i]) : ra[i];
+    const unsigned int words[4] = {rw.x, rw.y, rw.z, rw.w};
+    uint4* dst = reinterpret_cast<uint4*>(w_s + w_col * LD + 32 * w_chunk);
     if constexpr (HALF) {
       if (packed) {
-        const __half2 s2 = __float2half2_rn(r.s), c_lo = __float2half2_rn(1024.0f + r.z),
-                      c_hi = __float2half2_rn(-64.0f - r.z);
+        const __half2 s2 = __float2half2_rn(rs), c_lo = __float2half2_rn(1024.0f + rz),
+                      c_hi = __float2half2_rn(-64.0f - rz);
 #pragma unroll
-        for (int q = 0; q < 4; ++q)
-          *reinterpret_cast<uint4*>(w_s + hipep_gtc_at(w_col, 4 * w_chunk + q)) =
-              hipep_gtc_dequant_h2(words[q], c_lo, c_hi, s2);
+        for (int q = 0; q < 4; ++q) dst[q] = hipep_gtc_dequant_h2(words[q], c_lo, c_hi, s2);
         return;
       }
     }
@@ -182,11 +160,11 @@ HIPEP_DEVICE void hipep_mnb_gemm_tc(const T* HIPEP_RESTRICT A, const unsigned ch
       if (a.zp_mode == 2) {
         hipep_mnb_word<4>(words[q], 8388608.0f, v);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = (v[j] - r.z) * r.s;
+        for (int j = 0; j < 8; ++j) v[j] = (v[j] - rz) * rs;
       } else {
-        hipep_mnb_word<4>(words[q], 8388608.0f + r.z, v);
+        hipep_mnb_word<4>(words[q], 8388608.0f + rz, v);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] *= r.s;
+        for (int j = 0; j < 8; ++j) v[j] *= rs;
       }
       union {
         T t[8];
@@ -194,7 +172,7 @@ HIPEP_DEVICE void hipep_mnb_gemm_tc(const T* HIPEP_RESTRICT A, const unsigned ch
       } run;
 #pragma unroll
       for (int j = 0; j < 8; ++j) run.t[j] = hipep_from_float<T>(v[j]);
-      *reinterpret_cast<uint4*>(w_s + hipep_gtc_at(w_col, 4 * w_chunk + q)) = run.u;
+      dst[q] = run.u;
     }
   };
 
@@ -206,7 +184,12 @@ HIPEP_DEVICE void hipep_mnb_gemm_tc(const T* HIPEP_RESTRICT A, const unsigned ch
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
 
-  auto multiply = [&](const T* a_s, const T* w_s) {
+  if (k_begin < k_end) load(k_begin);
+  for (hipep_i64 k0 = k_begin; k0 < k_end; k0 += BK) {
+    __syncthreads();  // the previous step's tiles are no longer read
+    store();
+    __syncthreads();
+    if (k0 + BK < k_end) load(k0 + BK);
 #pragma unroll
     for (int ks = 0; ks < BK / 16; ++ks) {
       // A: rows 0-7 and 8-15 at k 0-7, then at k 8-15 (a0..a3); B: two column tiles' k 0-7 and 8-15.
@@ -214,37 +197,18 @@ HIPEP_DEVICE void hipep_mnb_gemm_tc(const T* HIPEP_RESTRICT A, const unsigned ch
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
         hipep_gtc_ldmatrix_x4(af[mi], [&](int l) {
-          return a_s + hipep_gtc_at(wm + 16 * mi + 8 * ((l / 8) % 2) + l % 8, 2 * ks + l / 16);
+          return a_s + (wm + 16 * mi + 8 * ((l / 8) % 2) + l % 8) * LD + 16 * ks + 8 * (l / 16);
         });
 #pragma unroll
       for (int nj = 0; nj < 2; ++nj)
         hipep_gtc_ldmatrix_x4(bf[nj], [&](int l) {
-          return w_s + hipep_gtc_at(wn + 16 * nj + 8 * (l / 16) + l % 8, 2 * ks + (l / 8) % 2);
+          return w_s + (wn + 16 * nj + 8 * (l / 16) + l % 8) * LD + 16 * ks + 8 * ((l / 8) % 2);
         });
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni)
           hipep_mma_of<T>::m16n8k16(acc[mi][ni], af[mi], bf[ni / 2][2 * (ni % 2)], bf[ni / 2][2 * (ni % 2) + 1]);
-    }
-  };
-
-  // STAGES steps of loads in flight: step s's registers are stored, then refilled with step
-  // s + STAGES's values while the warps multiply step s.
-#pragma unroll
-  for (int j = 0; j < STAGES; ++j)
-    if (j < steps) load(st[j], j);
-  for (int s0 = 0; s0 < steps; s0 += STAGES) {
-#pragma unroll
-    for (int j = 0; j < STAGES; ++j) {
-      const int s = s0 + j;
-      if (s >= steps) break;
-      T* a_s = reinterpret_cast<T*>(a_s4[s & 1]);
-      T* w_s = reinterpret_cast<T*>(w_s4[s & 1]);
-      store(st[j], a_s, w_s);
-      __syncthreads();
-      if (s + STAGES < steps) load(st[j], s + STAGES);
-      multiply(a_s, w_s);
     }
   }
 
@@ -279,15 +243,10 @@ HIPEP_DEVICE void hipep_mnb_gemm_tc_sum(const float* HIPEP_RESTRICT partial, con
 }
 
 #define HIPEP_MNB_GEMM_TC(NAME, T)                                                                           \
-  HIPEP_KERNEL void __launch_bounds__(128, MNB_GTC_MIN_BLOCKS) hipep_mnb_gemm_tc_##NAME##_b4(                \
+  HIPEP_KERNEL void __launch_bounds__(MNB_GTC_THREADS) hipep_mnb_gemm_tc_##NAME##_b4(                        \
       const T* A, const unsigned char* B, const T* scales, const void* zp, const T* bias, T* Y, float* partial, \
       const hipep_mnb_args a) {                                                                              \
-    hipep_mnb_gemm_tc<T, 64>(A, B, scales, zp, bias, Y, partial, a);                                         \
-  }                                                                                                          \
-  HIPEP_KERNEL void __launch_bounds__(256) hipep_mnb_gemm_tc_m128_##NAME##_b4(                               \
-      const T* A, const unsigned char* B, const T* scales, const void* zp, const T* bias, T* Y, float* partial, \
-      const hipep_mnb_args a) {                                                                              \
-    hipep_mnb_gemm_tc<T, 128>(A, B, scales, zp, bias, Y, partial, a);                                        \
+    hipep_mnb_gemm_tc<T>(A, B, scales, zp, bias, Y, partial, a);                                             \
   }                                                                                                          \
   HIPEP_KERNEL void hipep_mnb_gemm_tc_sum_##NAME(const float* partial, const T* bias, T* Y,                  \
                                                  const hipep_mnb_args a) {                                   \

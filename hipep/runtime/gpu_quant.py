@@ -97,13 +97,11 @@ GEMV_ROW_TC = _env_int(GEMV_ROW_TC_ENV, -1, (0, 1))
 # shared memory on their way to mma.sync. HIPEP_MNB_GEMM_TC (read at each bind): unset, for more
 # than GEMV_MAX_ROWS and up to GEMM_TC_MAX_ROWS rows, and for any number where the BLAS path does
 # not run; 1 for every prompt it can take; 0 never. HIPEP_MNB_GEMM_TC_SPLIT forces its number of K
-# splits (1, 2, 4 or 8; unset: gemm_tc_splits); HIPEP_MNB_GEMM_TC_BM its rows a block (64 or 128;
-# unset: gemm_tc_block_rows).
+# splits (1, 2, 4 or 8; unset: gemm_tc_splits).
 GEMM_TC_ENV = "HIPEP_MNB_GEMM_TC"
 GEMM_TC_SPLIT_ENV = "HIPEP_MNB_GEMM_TC_SPLIT"
-GEMM_TC_BM_ENV = "HIPEP_MNB_GEMM_TC_BM"
-GEMM_TC_TILE = 64        # MNB_GTC_BN = MNB_GTC_BK, and the rows of the 4-warp kernel
-GEMM_TC_WIDE_FROM = 128  # rows from which a block takes 128 of them (8 warps: each weight dequantized half as often)
+GEMM_TC_TILE = 64        # MNB_GTC_BM = MNB_GTC_BN = MNB_GTC_BK
+GEMM_TC_THREADS = 128    # MNB_GTC_THREADS
 # On the H100 the tensor-core GEMM beats the GEMV per 8 rows 3-6x up to 32 rows and the dequantize-then-cuBLASLt
 # path up to 64 (ties on the smaller products); at 128 rows cuBLASLt is 1.1-1.4x faster
 # (benchmarks/results/2026-12-06-prompt-gemm-tc-h100.md).
@@ -560,24 +558,15 @@ def gemm_tc_rows(layout: MatMulNBitsArgs, bits: int, block_size: int, dt: str, A
     return GEMM_TC_ANY_ROWS if mode == "1" else GEMM_TC_MAX_ROWS
 
 
-def gemm_tc_block_rows(m: int) -> int:
-    """Rows of A a block of the tensor-core GEMM takes: 128 (8 warps) from GEMM_TC_WIDE_FROM rows,
-    where the taller tile dequantizes each weight half as often, else 64 (4 warps)."""
-    forced = _env_int(GEMM_TC_BM_ENV, 0, (0, 64, 128))
-    if forced:
-        return forced
-    return 128 if m >= GEMM_TC_WIDE_FROM else 64
-
-
-def gemm_tc_splits(blocks: int, k_steps: int, sm_count: int, warps: int = 4) -> int:
-    """K splits of the tensor-core GEMM: doubled while the grid has fewer than 8 warps an SM (two
-    4-warp blocks; the smaller products of a prompt, N = 2048 at 128 rows, make 64 tiles) and each
+def gemm_tc_splits(blocks: int, k_steps: int, sm_count: int) -> int:
+    """K splits of the tensor-core GEMM: doubled while the grid has fewer than two blocks an SM (four
+    warps a block; the smaller products of a prompt, N = 2048 at 128 rows, make 64 tiles) and each
     split keeps at least 8 steps of K; at most GEMM_TC_MAX_SPLITS, whose sums another launch adds."""
     forced = _env_int(GEMM_TC_SPLIT_ENV, 0, (0, 1, 2, 4, 8))
     if forced:
         return min(forced, k_steps)
     s = 1
-    while s < GEMM_TC_MAX_SPLITS and blocks * s * warps < 8 * sm_count and k_steps >= 16 * s:
+    while s < GEMM_TC_MAX_SPLITS and blocks * s < 2 * sm_count and k_steps >= 16 * s:
         s *= 2
     return s
 
@@ -587,20 +576,18 @@ def _mnb_gemm_tc_ops(A, B, scales, zp, bias, y, args: MatMulNBitsArgs, dt: str, 
     the tiles alone leave SMs idle: each split's f32 sums then go to the stream's workspace and a
     second launch adds them in order."""
     m, n = int(args.m), int(args.n)
-    bm = gemm_tc_block_rows(m)
-    grid_m = _cdiv(m, bm)
+    grid_m = _cdiv(m, GEMM_TC_TILE)
     if grid_m > 65535:
-        raise NoKernel(f"MatMulNBits: {m} rows of A (at most {65535 * bm})")
+        raise NoKernel(f"MatMulNBits: {m} rows of A (at most {65535 * GEMM_TC_TILE})")
     k_steps = _cdiv(int(args.k_pad), GEMM_TC_TILE)
     blocks = _cdiv(n, GEMM_TC_TILE) * grid_m
-    splits = gemm_tc_splits(blocks, k_steps, target.sm_count, bm // 16) if target.workspace is not None else 1
+    splits = gemm_tc_splits(blocks, k_steps, target.sm_count) if target.workspace is not None else 1
     per_split = _cdiv(k_steps, splits)
     splits = _cdiv(k_steps, per_split)  # none empty
     layout = MatMulNBitsArgs.from_buffer_copy(args)
     layout.k_split, layout.k_tile = splits, per_split * GEMM_TC_TILE
     partial = workspace_regions(target, "MatMulNBits", [splits * m * n * 4])[0] if splits > 1 else 0
-    entry = f"hipep_mnb_gemm_tc_{dt}_b4" if bm == 64 else f"hipep_mnb_gemm_tc_m{bm}_{dt}_b4"
-    ops = [KernelOp(entry, (_cdiv(n, GEMM_TC_TILE), grid_m, splits), (2 * bm, 1, 1),
+    ops = [KernelOp(f"hipep_mnb_gemm_tc_{dt}_b4", (_cdiv(n, GEMM_TC_TILE), grid_m, splits), (GEMM_TC_THREADS, 1, 1),
                     [ptr(A), ptr(B), ptr(scales), ptr(zp), ptr(bias), ptr(y), ctypes.c_uint64(partial), layout],
                     module="matmul_nbits_gemm_tc")]
     if splits > 1:

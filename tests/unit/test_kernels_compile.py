@@ -180,7 +180,7 @@ def test_every_quantized_entry_point_exists(cubins):
               for u, c, s, _ in (gq.ROW_COLS_ONE_WAVE, gq.ROW_COLS_WAVES, *gq.ROW_COLS_BY_WIDTHS.values())
               for z in ("", "_zp")}
     names |= {("matmul_nbits_gemm_tc", f"hipep_mnb_gemm_tc{s}_{t}{b}") for t in ("f16", "bf16")
-              for s, b in (("", "_b4"), ("_m128", "_b4"), ("_sum", ""))}
+              for s, b in (("", "_b4"), ("_sum", ""))}
     names |= {("gather_block_quantized", f"hipep_gbq_{t}_b{b}_{i}{w}") for t in ("f32", "f16", "bf16")
               for b in (2, 4, 8) for i in ("i32", "i64") for w in ("", "_w4")}
     assert {"matmul_nbits", "matmul_nbits_row", "matmul_nbits_gemm_tc", "gather_block_quantized"} <= set(gk.modules())
@@ -192,24 +192,21 @@ def test_every_quantized_entry_point_exists(cubins):
 def test_tensor_core_prompt_gemm_as_ptx_and_ptxas_see_it():
     """MatMulNBits' tensor-core prompt GEMM (kernels/matmul_nbits_gemm_tc.hip) for sm_90: mma.sync of its
     element type, its fragments by ldmatrix.x4 (four a warp per 16 values of K), the fp16 weights' nibble
-    pairs by lop3 (the packed dequantization), and no spills at its launch bounds, for blocks of 64 rows
-    (4 warps) and of 128 (8 warps); the split sums compile beside them."""
+    pairs by lop3 (the packed dequantization), and no spills at its launch bounds; the split sums compile
+    beside it."""
     from hipep.runtime import kernel_cache
     from unit.nvrtc_ptx import entry_bodies, ptx, ptxas_log, spill_reports
 
     bodies = entry_bodies(ptx("matmul_nbits_gemm_tc", "compute_90"))
-    want = {f"hipep_mnb_gemm_tc{s}_{t}{b}" for t in ("f16", "bf16")
-            for s, b in (("", "_b4"), ("_m128", "_b4"), ("_sum", ""))}
+    want = {f"hipep_mnb_gemm_tc{s}_{t}{b}" for t in ("f16", "bf16") for s, b in (("", "_b4"), ("_sum", ""))}
     assert set(bodies) == want
     for t in ("f16", "bf16"):
-        for rows in ("", "_m128"):
-            body = bodies[f"hipep_mnb_gemm_tc{rows}_{t}_b4"]
-            assert body.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32") >= 8, (t, rows)
-            assert body.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") >= 4, (t, rows)
+        body = bodies[f"hipep_mnb_gemm_tc_{t}_b4"]
+        assert body.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32") >= 8, t
+        assert body.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") >= 4, t
     masks = ("983055", "15728880")  # 0x000F000F, 0x00F000F0
-    for rows in ("", "_m128"):
-        lines = bodies[f"hipep_mnb_gemm_tc{rows}_f16_b4"].splitlines()
-        assert sum("lop3.b32" in line and any(m in line for m in masks) for line in lines) >= 8, rows
+    lines = bodies["hipep_mnb_gemm_tc_f16_b4"].splitlines()
+    assert sum("lop3.b32" in line and any(m in line for m in masks) for line in lines) >= 8
     reports = spill_reports(ptxas_log(kernel_cache.module_source("matmul_nbits_gemm_tc"), "matmul_nbits_gemm_tc"))
     assert {e: reports.get(e) for e in want} == {e: "0" for e in want}
 

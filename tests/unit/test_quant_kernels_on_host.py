@@ -332,18 +332,16 @@ def gemm_tc_lib(tmp_path_factory):
     return compile_module(tmp_path_factory.mktemp("host_mnb_gtc"), "matmul_nbits_gemm_tc", 32)
 
 
-@pytest.mark.parametrize("m,k,n,bs,dtype,zp_kind,with_bias,split,bm", [
-    (40, 256, 72, 32, np.float16, "none", True, None, None),         # N past one tile, rows short of one
-    (130, 128, 64, 64, ml_dtypes.bfloat16, "uint8", False, None, 64),  # three row tiles, packed zero points
-    (130, 192, 64, 64, ml_dtypes.bfloat16, "uint8", False, None, None),  # 8 warps: two tiles of 128 rows
-    (24, 200, 16, 32, np.float16, "uint8", True, None, None),        # K short of K_pad, the last step half a chunk pair
-    (20, 1088, 24, 32, np.float16, "float", False, None, None),      # 17 steps of K: two splits, their sums added
-    (33, 1024, 40, 128, ml_dtypes.bfloat16, "none", True, 4, None),  # four splits, block 128
-    (17, 512, 64, 32, np.float16, "none", False, 1, None),           # one split where two would be chosen
-    (150, 320, 80, 32, np.float16, "none", True, 2, None),           # 8 warps, 5 steps in two splits, N past a tile
-    (45, 200, 24, 32, np.float16, "float", True, None, 128),         # 8 warps on rows short of a tile
+@pytest.mark.parametrize("m,k,n,bs,dtype,zp_kind,with_bias,split", [
+    (40, 256, 72, 32, np.float16, "none", True, None),         # N past one tile, rows short of one
+    (130, 128, 64, 64, ml_dtypes.bfloat16, "uint8", False, None),  # three row tiles, packed zero points
+    (24, 200, 16, 32, np.float16, "uint8", True, None),        # K short of K_pad, the last step half a chunk pair
+    (20, 1088, 24, 32, np.float16, "float", False, None),      # 17 steps of K: two splits, their sums added
+    (33, 1024, 40, 128, ml_dtypes.bfloat16, "none", True, 4),  # four splits, block 128
+    (17, 512, 64, 32, np.float16, "none", False, 1),           # one split where two would be chosen
+    (150, 320, 80, 32, np.float16, "none", True, 2),           # 3 row tiles, 5 steps in two splits, N past a tile
 ])
-def test_tensor_core_gemm_on_host(gemm_tc_lib, monkeypatch, m, k, n, bs, dtype, zp_kind, with_bias, split, bm):
+def test_tensor_core_gemm_on_host(gemm_tc_lib, monkeypatch, m, k, n, bs, dtype, zp_kind, with_bias, split):
     """Prompt rows of fp16 or bf16 A on a device with tensor cores: the weights dequantized in
     shared memory as the BLAS path's dequantization writes them ((q - zp) * scale rounded once to A's
     type), the products summed in f32 by the (emulated) mma, K split where the grid is small. The
@@ -353,15 +351,11 @@ def test_tensor_core_gemm_on_host(gemm_tc_lib, monkeypatch, m, k, n, bs, dtype, 
 
     if split is not None:
         monkeypatch.setenv(gq.GEMM_TC_SPLIT_ENV, str(split))
-    if bm is not None:
-        monkeypatch.setenv(gq.GEMM_TC_BM_ENV, str(bm))
     ops, got, want, inputs, attrs, mem = _bind_case(m, k, n, bs, dtype, zp_kind, 0, with_bias, seed=m + k,
                                                      sm_count=132, tensor_cores=True)
     entries = [o.entry for o in ops]
     dt = gk._dt(np.dtype(dtype), "A")
-    rows = bm or (128 if m >= gq.GEMM_TC_WIDE_FROM else 64)
-    assert entries[0] == (f"hipep_mnb_gemm_tc_{dt}_b4" if rows == 64 else f"hipep_mnb_gemm_tc_m128_{dt}_b4")
-    assert ops[0].block[0] == 2 * rows and ops[0].grid[1] == -(-m // rows)
+    assert entries[0] == f"hipep_mnb_gemm_tc_{dt}_b4"
     splits = ops[0].grid[2]
     assert entries[1:] == ([f"hipep_mnb_gemm_tc_sum_{dt}"] if splits > 1 else [])
     if split is not None:
@@ -418,22 +412,10 @@ def test_tensor_core_gemm_takes_the_prompts_it_can(monkeypatch):
         last(40)
 
 
-def test_tensor_core_gemm_splits(monkeypatch):
-    """K splits: doubled while the grid has under 8 warps an SM and each split keeps 8 steps; rows a
-    block: 128 from GEMM_TC_WIDE_FROM, unless HIPEP_MNB_GEMM_TC_BM says."""
-    assert gq.gemm_tc_splits(64, 32, 132) == 4      # 64-row tiles of 128 rows, N = K = 2048
+def test_tensor_core_gemm_splits():
+    """K splits: doubled while the grid has under two blocks an SM and each split keeps 8 steps."""
+    assert gq.gemm_tc_splits(64, 32, 132) == 4      # 128 rows, N = K = 2048
     assert gq.gemm_tc_splits(64, 128, 132) == 4     # the down projection, K = 8192: at most 4
     assert gq.gemm_tc_splits(512, 32, 132) == 1     # gate and up: tiles enough
     assert gq.gemm_tc_splits(1, 15, 132) == 1       # too short a K to split
     assert gq.gemm_tc_splits(1, 16, 132) == 2
-    assert gq.gemm_tc_splits(100, 32, 132) == 4
-    assert gq.gemm_tc_splits(100, 32, 132, warps=8) == 2  # 8-warp blocks: half the splits
-    assert gq.gemm_tc_splits(128, 32, 132, warps=8) == 2
-    assert gq.gemm_tc_splits(192, 32, 132, warps=8) == 1
-    assert gq.gemm_tc_block_rows(gq.GEMM_TC_WIDE_FROM - 1) == 64
-    assert gq.gemm_tc_block_rows(gq.GEMM_TC_WIDE_FROM) == 128
-    monkeypatch.setenv(gq.GEMM_TC_BM_ENV, "64")
-    assert gq.gemm_tc_block_rows(4096) == 64
-    monkeypatch.setenv(gq.GEMM_TC_BM_ENV, "96")
-    with pytest.raises(HipepError, match="HIPEP_MNB_GEMM_TC_BM='96'"):
-        gq.gemm_tc_block_rows(4096)
