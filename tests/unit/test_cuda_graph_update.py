@@ -352,3 +352,29 @@ def test_a_streams_targets_are_made_once_and_do_not_keep_it_alive():
         assert gone() is None
     finally:
         gc.enable()
+
+
+class _Shape(ctypes.Structure):
+    _fields_ = [("rows", ctypes.c_int32), ("cols", ctypes.c_int32), ("eps", ctypes.c_float)]  # 12 bytes
+
+
+def test_a_launch_keeps_its_parameters_in_one_buffer():
+    """A bound launch's parameter array (what cuLaunchKernel reads at argv_addr) points at each
+    parameter's bytes, each 8-byte aligned in the launch's one buffer; param_bytes reads them as
+    they are now (native replay writes moving addresses at param_address), and the key compares
+    launches by their bytes."""
+    params = [ctypes.c_uint64(0x1122334455667788), ctypes.c_int32(-5), _Shape(3, 7, 0.5), ctypes.c_uint8(9)]
+    launch = cuda_graphs._Launch("f", KernelOp("k", (4, 2), (128,), params))
+    assert launch.grid == (4, 2, 1) and launch.block == (128, 1, 1)
+    assert launch.sizes == (8, 4, 12, 1)
+    pointers = (ctypes.c_uint64 * 4).from_address(launch.argv_addr)
+    for i, v in enumerate(params):
+        assert pointers[i] == launch.param_address(i) and launch.param_address(i) % 8 == 0
+        assert launch.param_bytes(i) == bytes(v) == ctypes.string_at(pointers[i], ctypes.sizeof(v))
+    ctypes.c_uint64.from_address(launch.param_address(0)).value = 42  # as native replay moves an address
+    assert launch.param_bytes(0) == bytes(ctypes.c_uint64(42))
+    again = cuda_graphs._Launch("f", KernelOp("k", (4, 2), (128,), params))
+    other = cuda_graphs._Launch("f", KernelOp("k", (4, 2), (128,), params[:2] + [_Shape(3, 8, 0.5), params[3]]))
+    assert again.key == launch.key and other.key != launch.key
+    none = cuda_graphs._Launch("f", KernelOp("k", (1,), (32,), []))
+    assert none.sizes == () and none.argv_addr != 0
