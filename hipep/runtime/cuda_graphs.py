@@ -39,21 +39,19 @@ class _Launch:
     def __init__(self, func, op: table.KernelOp, overlap: bool = False):
         self.func = func
         self.entry = op.entry
-        grid, block = op.grid, op.block
-        self.grid = (int(grid[0]), int(grid[1]) if len(grid) > 1 else 1, int(grid[2]) if len(grid) > 2 else 1)
-        self.block = (int(block[0]), int(block[1]) if len(block) > 1 else 1, int(block[2]) if len(block) > 2 else 1)
+        self.grid, self.block = _dim3(op.grid), _dim3(op.block)
         self.smem = int(op.smem)
         parts = [bytes(v) for v in op.params]
-        count = len(parts)
         self.sizes = tuple(len(b) for b in parts)
-        body = b"".join(b + bytes(-len(b) % 8) for b in parts)
-        offsets, at = [], 8 * count
-        for size in self.sizes:
+        offsets, padded, at = [], [], 8 * len(parts)  # the pointers first, then each parameter 8-byte aligned
+        for b in parts:
             offsets.append(at)
-            at += size + (-size % 8)
+            padded.append(b + bytes(-len(b) % 8))
+            at += len(padded[-1])
+        body = b"".join(padded)
         self.buffer = ctypes.create_string_buffer(max(at, 8))
         base = self.argv_addr = ctypes.addressof(self.buffer)
-        ctypes.memmove(base, _POINTERS[count].pack(*[base + o for o in offsets]) + body, at)
+        ctypes.memmove(base, struct.pack(f"<{len(parts)}Q", *[base + o for o in offsets]) + body, at)
         self.offsets = tuple(offsets)
         self.config = _overlap_config(self.grid, self.block, self.smem) if overlap and op.overlaps_previous else None
         self.key = (op.entry, id(func), self.grid, self.block, self.smem, body, self.config is not None)
@@ -99,13 +97,10 @@ class _Launch:
                                             f"{self.smem} bytes shared) failed: {_error_text(err)}"))
 
 
-class _PointerFormats(dict):
-    def __missing__(self, count: int) -> struct.Struct:
-        f = self[count] = struct.Struct(f"<{count}Q")
-        return f
-
-
-_POINTERS = _PointerFormats()  # parameter count -> the packing of that many 64-bit addresses
+def _dim3(dims) -> tuple[int, int, int]:
+    """A grid or block as the driver's three dimensions (the missing ones 1)."""
+    n = len(dims)
+    return int(dims[0]), int(dims[1]) if n > 1 else 1, int(dims[2]) if n > 2 else 1
 
 
 def _overlap_config(grid: tuple, block: tuple, smem: int):
