@@ -10,7 +10,8 @@ A run goes through three levels, each cached:
    (the arena's memory). Symbols used only as values (a sequence length a kernel loops to,
    total_sequence_length) are not part of it. Per specialization the executor evaluates buffer
    sizes, lays memory out once (one arena per memory space and per concurrent run, sized to the
-   maximum over specializations: the same signature gets the same addresses), and records the
+   maximum over specializations, grown geometrically: the same signature gets the same
+   addresses), and records the
    plan as a flat list of launches with their arguments bound (`Device.capture`). Cached, LRU.
 3. **Replay**: `Device.replay` with the run's ORT pointers patched in: the inputs, and the
    outputs, which ORT hands out before the first launch (`allocate_outputs`) so kernels write
@@ -563,6 +564,9 @@ class _Specialization:
         self.graphs: dict[int, tuple] = {}
 
 
+ARENA_GROWTH = 1.5  # an arena that grows takes at least this times its old size (_Context.reserve)
+
+
 class _Context:
     """What one run in flight holds: a stream and one arena per memory space."""
 
@@ -576,18 +580,29 @@ class _Context:
         self.generation = 0
 
     def reserve(self, need: dict[str, int]) -> None:
-        """Makes each arena hold `need` bytes (nothing is queued between runs: it may move)."""
+        """Makes each arena hold `need` bytes (nothing is queued between runs: it may move).
+
+        An arena that must grow takes at least ARENA_GROWTH times its old size. Moving the arena
+        invalidates every graph this context captured, the decode step's included, so that step
+        is bound and captured again on its next run; prompts of rising lengths (a chat, a
+        server's requests) would otherwise pay that on nearly every request. Where the larger
+        size cannot be had, the exact need is tried."""
         for space, n in need.items():
             if n > self.sizes[space]:
                 self.device.free(self.arenas[space])
-                try:
-                    self.arenas[space] = self.device.alloc(space, n)
-                except (MemoryError, ValueError) as e:
+                wanted = max(n, round_up(int(self.sizes[space] * ARENA_GROWTH), ALIGN)) if self.sizes[space] else n
+                for size in dict.fromkeys((wanted, n)):
+                    try:
+                        self.arenas[space] = self.device.alloc(space, size)
+                        break
+                    except (MemoryError, ValueError, HipepError) as e:  # HipepError: the driver's out of memory
+                        error = e
+                else:
                     self.arenas[space], self.sizes[space] = self.device.alloc(space, 0), 0
                     self.generation += 1
                     raise HipepError(f"could not allocate {n} bytes of {space} memory for this run's "
-                                     f"buffers: {type(e).__name__}: {e}") from None
-                self.sizes[space] = n
+                                     f"buffers: {type(error).__name__}: {error}") from None
+                self.sizes[space] = size
                 self.generation += 1
 
 

@@ -306,6 +306,48 @@ def test_arena_is_the_maximum_over_signatures_and_addresses_repeat(rng, schedule
     assert len(ex.specializations()) == count and context.arenas[DEVICE].ctypes.data == address
 
 
+def test_arena_grows_geometrically_so_rising_lengths_rarely_move_it(rng):
+    """Inputs growing by one element a run: the arena moves (and every captured graph of the
+    context with it) a logarithmic number of times, and never holds less than a run needs."""
+    ex = executor(growth_plan())
+    ex.run([rng_x(rng, 64)])
+    (context,) = ex.idle_contexts()
+    first, moves = context.generation, 0
+    for n in range(65, 640):
+        address = context.arenas[DEVICE].ctypes.data
+        x = rng_x(rng, n)
+        (y,) = ex.run([x])
+        np.testing.assert_allclose(y, 3 * np.concatenate([x, x]), rtol=1e-6)
+        moves += context.arenas[DEVICE].ctypes.data != address
+        assert context.sizes[DEVICE] >= max(s.arena_bytes[DEVICE] for s in ex.specializations())
+    assert context.generation - first == moves
+    assert 3 <= moves <= 7, moves  # log_1.5(10) is 5.7; growing to each need exactly moved it 575 times
+
+
+def test_arena_takes_the_exact_need_where_the_larger_size_fails(rng):
+    ex = executor(growth_plan())
+    ex.run([rng_x(rng, 1000)])
+    (context,) = ex.idle_contexts()
+    old = context.sizes[DEVICE]
+    alloc, asked = context.device.alloc, []
+
+    def alloc_limited(space, nbytes, *args, **kwargs):
+        asked.append(nbytes)
+        if nbytes > old * 1.2:
+            raise MemoryError(f"{nbytes} bytes: more than this test's device has")
+        return alloc(space, nbytes, *args, **kwargs)
+
+    context.device.alloc = alloc_limited
+    x = rng_x(rng, 1100)  # needs about 1.1 times the old size; growing would take 1.5 times
+    (y,) = ex.run([x])
+    np.testing.assert_allclose(y, 3 * np.concatenate([x, x]), rtol=1e-6)
+    assert len(asked) == 2 and asked[0] >= 1.5 * old > asked[1] == context.sizes[DEVICE]
+    with pytest.raises(HipepError, match="could not allocate .* bytes of device memory"):
+        ex.run([rng_x(rng, 2000)])
+    (y,) = ex.run([x])  # the session goes on with what fits
+    np.testing.assert_allclose(y, 3 * np.concatenate([x, x]), rtol=1e-6)
+
+
 def test_pool_grow_keeps_every_slot():
     device = CpuDevice()
     pool = Pool(device, DEVICE, 3)
