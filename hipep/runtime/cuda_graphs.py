@@ -41,20 +41,13 @@ class _Launch:
         self.entry = op.entry
         self.grid, self.block = _dim3(op.grid), _dim3(op.block)
         self.smem = int(op.smem)
-        parts = [bytes(v) for v in op.params]
-        self.sizes = tuple(len(b) for b in parts)
-        offsets, padded, at = [], [], 8 * len(parts)  # the pointers first, then each parameter 8-byte aligned
-        for b in parts:
-            offsets.append(at)
-            padded.append(b + bytes(-len(b) % 8))
-            at += len(padded[-1])
-        body = b"".join(padded)
-        self.buffer = ctypes.create_string_buffer(max(at, 8))
+        parts = tuple([bytes(v) for v in op.params])
+        layout, self.offsets, self.sizes, total = _param_layout(tuple([len(b) for b in parts]))
+        self.buffer = (ctypes.c_char * total)()
         base = self.argv_addr = ctypes.addressof(self.buffer)
-        ctypes.memmove(base, struct.pack(f"<{len(parts)}Q", *[base + o for o in offsets]) + body, at)
-        self.offsets = tuple(offsets)
+        layout.pack_into(self.buffer, 0, *[base + o for o in self.offsets], *parts)
         self.config = _overlap_config(self.grid, self.block, self.smem) if overlap and op.overlaps_previous else None
-        self.key = (op.entry, id(func), self.grid, self.block, self.smem, body, self.config is not None)
+        self.key = (op.entry, id(func), self.grid, self.block, self.smem, parts, self.config is not None)
         self._params = None
 
     def param_address(self, index: int) -> int:
@@ -95,6 +88,24 @@ class _Launch:
             g, b = self.grid, self.block
             stream.record_failure(CudaError(f"{label}: launch of {self.entry} (grid {list(g)}, block {list(b)}, "
                                             f"{self.smem} bytes shared) failed: {_error_text(err)}"))
+
+
+_LAYOUTS: dict[tuple[int, ...], tuple] = {}  # parameter sizes -> _param_layout's answer
+
+
+def _param_layout(sizes: tuple[int, ...]) -> tuple[struct.Struct, tuple[int, ...], tuple[int, ...], int]:
+    """A launch buffer's layout for parameters of these byte sizes: one Struct that packs the
+    pointer per parameter and then the parameters' bytes, each at an 8-byte aligned offset; the
+    offsets; the sizes; the buffer's bytes. Made once per sizes (a model has a few dozen)."""
+    layout = _LAYOUTS.get(sizes)
+    if layout is None:
+        fmt, offsets, at = [f"<{len(sizes)}Q"], [], 8 * len(sizes)
+        for n in sizes:
+            offsets.append(at)
+            fmt.append(f"{n}s{-n % 8}x")
+            at += n + -n % 8
+        layout = _LAYOUTS[sizes] = (struct.Struct("".join(fmt)), tuple(offsets), sizes, max(at, 8))
+    return layout
 
 
 def _dim3(dims) -> tuple[int, int, int]:
