@@ -101,6 +101,58 @@ def test_decode_host_benchmark_runs_on_the_stand_in(tmp_path):
     assert "| CUDA graph launches / kernel nodes updated / direct launches | 1 / " in text
 
 
+_SESSIONS = r"""
+import gc, json
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+from hipep.tools import host_driver
+stand_in = host_driver.install()
+import hipep
+from hipep.runtime.cuda import get_device
+
+w = np.random.default_rng(0).random((64, 32), np.float32)
+graph = helper.make_graph(
+    [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])], "weights",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+    [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", 32])], [numpy_helper.from_array(w, "w")])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+model.ir_version = 9
+data = model.SerializeToString()
+
+
+def cycle():
+    sess = hipep.InferenceSession(data, device="cuda")
+    for n in (3, 5, 7):  # three shapes: three bindings of the same weight
+        (z,) = sess.run(None, {"x": np.ones((n, 64), np.float32)})
+        assert z.shape == (n, 32)
+    del sess
+    gc.collect()
+
+
+def live():
+    device = get_device(0)
+    device._release_pending()
+    return {"uploads": len(device._uploads), "driver_bytes": sum(len(b) for b in stand_in._memory.values())}
+
+
+cycle()  # one-time allocations (modules, the device's own buffers) happen here
+start = live()
+for _ in range(20):
+    cycle()
+print(json.dumps({"start": start, "end": live()}))
+"""
+
+
+@needs_nvrtc
+def test_sessions_give_back_their_weights_and_memory_on_the_stand_in():
+    """A session's weights are uploaded once and go with it: twenty sessions, each binding its weight
+    at three shapes, leave no upload and no driver memory behind. The compiled programs are shared
+    by the device across sessions, so whatever a program keeps must not hold a session's arrays
+    (tests/gpu/test_gpu_device_memory.py checks the same on a GPU, with the driver's free memory)."""
+    out = _run(_SESSIONS)
+    assert out["end"] == out["start"], out
+
+
 def test_address_emulation_without_the_stand_in_offers_no_gpu_memory():
     """HIPEP_EMULATE_GPU_MEMORY=addresses hands host memory over as device addresses, which only the
     stand-in can take: without it the plugin offers no GPU memory and says why (on a GPU machine a
