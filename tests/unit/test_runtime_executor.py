@@ -18,6 +18,7 @@ from hipep.ops import registry
 from hipep.ops.registry import ALL, OpDef
 from hipep.plan import DEVICE, HOST_VISIBLE, HostStep, If, Launch, Loop, Sync, ValueSpec
 from hipep.runtime.cpu import CpuDevice
+from hipep.runtime.cuda_driver import CudaError
 from hipep.runtime.executor import Executor
 from hipep.runtime.memory import Pool
 
@@ -324,7 +325,8 @@ def test_arena_grows_geometrically_so_rising_lengths_rarely_move_it(rng):
     assert 3 <= moves <= 7, moves  # log_1.5(10) is 5.7; growing to each need exactly moved it 575 times
 
 
-def test_arena_takes_the_exact_need_where_the_larger_size_fails(rng):
+@pytest.mark.parametrize("refusal", [MemoryError, CudaError])  # the CPU device's, the driver's out of memory
+def test_arena_takes_the_exact_need_where_the_larger_size_fails(rng, refusal):
     ex = executor(growth_plan())
     ex.run([rng_x(rng, 1000)])
     (context,) = ex.idle_contexts()
@@ -334,7 +336,7 @@ def test_arena_takes_the_exact_need_where_the_larger_size_fails(rng):
     def alloc_limited(space, nbytes, *args, **kwargs):
         asked.append(nbytes)
         if nbytes > old * 1.2:
-            raise MemoryError(f"{nbytes} bytes: more than this test's device has")
+            raise refusal(f"{nbytes} bytes: more than this test's device has")
         return alloc(space, nbytes, *args, **kwargs)
 
     context.device.alloc = alloc_limited
