@@ -604,6 +604,7 @@ class _Context:
                                      f"buffers: {type(error).__name__}: {error}") from None
                 self.sizes[space] = size
                 self.generation += 1
+                counters.bump("arena_moves")
 
 
 def _nbytes(plan: Plan, vid: int, shape) -> int:
