@@ -410,6 +410,9 @@ class GraphReplay:
                      dirty: set) -> None:
         if stream.failed:
             return
+        if not seg.bound and seg.exec is None:
+            self._first_run(stream, graph, state, seg)
+            return
         touched = dirty & seg.members if dirty else ()
         rebind = not seg.bound or bool(seg.value_nodes) or bool(touched)
         if seg.exec is not None and seg.captured == seg.last:
@@ -451,6 +454,21 @@ class GraphReplay:
                 self._issue(stream, ops, label)
             return
         self._capture_segment(stream, seg, work, versions)
+
+    def _first_run(self, stream: CudaStream, graph: Graph, state: _GraphState, seg: _Segment) -> None:
+        """A segment's first run (a new shape's, a new context's): its launches are issued one by
+        one whatever they are (it is captured once a second run binds them the same way), so each
+        node's are issued as soon as they are bound, and the GPU runs them while the host binds the
+        rest; binding the whole segment first left the GPU idle for all of that time. Issuing
+        early is safe because no binding in a segment reads what a launch of the same segment
+        writes: the host reads device results only after a sync, which ends the segment."""
+        for i in seg.nodes:
+            node = graph.nodes[i]
+            self._issue(stream, _bind(state.nodes[i], node, stream), node.label)
+            if stream.failed:
+                return
+        seg.bound = True
+        seg.last = tuple(state.nodes[i].version for i in seg.nodes)
 
     def _capture_segment(self, stream: CudaStream, seg: _Segment, work, versions) -> None:
         d = _driver()
