@@ -11,8 +11,8 @@ A run goes through three levels, each cached:
    total_sequence_length) are not part of it. Per specialization the executor evaluates buffer
    sizes, lays memory out once (one arena per memory space and per concurrent run, sized to the
    maximum over specializations, grown geometrically: the same signature gets the same
-   addresses), and records the
-   plan as a flat list of launches with their arguments bound (`Device.capture`). Cached, LRU.
+   addresses), and records the plan as a flat list of launches with their arguments bound
+   (`Device.capture`). Cached, LRU.
 3. **Replay**: `Device.replay` with the run's ORT pointers patched in: the inputs, and the
    outputs, which ORT hands out before the first launch (`allocate_outputs`) so kernels write
    them directly. Per run the host computes the symbols from the input shapes (one generated
