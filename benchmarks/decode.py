@@ -59,7 +59,7 @@ def _counters() -> dict:
     s = hipep.stats()
     return {k: s.get(k, 0) for k in ("launches", "kernel_us", "host_reads", "specializations", "transfer_bytes",
                                      "direct_launches", "graph_launches", "graph_node_updates", "native_runs", "run_us",
-                                     "sync_wait_us")}
+                                     "sync_wait_us", "arena_moves")}
 
 
 def greedy_token(row: np.ndarray) -> int:

@@ -94,7 +94,8 @@ def measure(path: str, facts: dict, lengths: list[int], runs: int, device_id: in
                 rows.append({"n": n, "run": seen[n], "wall_ms": wall / 1e6, "kernel_ms": d["kernel_us"] / 1e3,
                              "runtime_ms": (d["run_us"] - d["sync_wait_us"]) / 1e3,
                              "direct": d["direct_launches"], "graphs": d["graph_launches"],
-                             "specializations": d["specializations"], "blas_calls": len(calls),
+                             "specializations": d["specializations"], "arena_moves": d["arena_moves"],
+                             "blas_calls": len(calls),
                              "blas_ms": sum(calls) / 1e3, "blas_first_ms": max(calls, default=0.0) / 1e3})
                 for k in range(DECODE_AFTER):  # the request goes on decoding
                     token, step_ns, _ = D.timed_step(dec, np.array([[token]], np.int64), n + 1 + k)
@@ -126,18 +127,21 @@ def render(info: dict, facts: dict, folder: str, rows: list[dict], command: str,
           f"- cuBLASLt's warm-up worker (HIPEP_CUBLASLT_WARM=1): {warm_line(settle)}",
           "",
           "| prompt tokens | run of that length | wall ms | kernel ms | hipep's runtime ms | launches one by one "
-          "| graph launches | new specializations | cuBLASLt calls one by one | their ms | the slowest one, ms "
-          "| the next decode step, ms |",
-          "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+          "| graph launches | new specializations | arena moves | cuBLASLt calls one by one | their ms "
+          "| the slowest one, ms | the next decode step, ms |",
+          "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         L.append(f"| {r['n']} | {r['run']} | {r['wall_ms']:.2f} | {r['kernel_ms']:.2f} | {r['runtime_ms']:.2f} | "
-                 f"{r['direct']} | {r['graphs']} | {r['specializations']} | {r['blas_calls']} | {r['blas_ms']:.2f} | "
+                 f"{r['direct']} | {r['graphs']} | {r['specializations']} | {r['arena_moves']} | "
+                 f"{r['blas_calls']} | {r['blas_ms']:.2f} | "
                  f"{r['blas_first_ms']:.2f} | {r['decode_ms']:.2f} |")
     L += ["", "kernel ms: hipep.stats()'s kernel_us, from a run's first launch to its last end (the GPU busy or "
               "waiting for the host's launches); hipep's runtime: run_us less sync_wait_us; cuBLASLt calls: "
-              "those issued one by one (a replayed graph holds its own), each timed around cuBLASLt's call; the next "
-              "decode step: the wall time of the first decode step after that prompt step (its graph is captured "
-              "again when the prompt moved the run's memory).", ""]
+              "those issued one by one (a replayed graph holds its own), each timed around cuBLASLt's call; "
+              "arena moves: hipep.stats()'s arena_moves (the run's memory allocated anew, larger); the next decode "
+              "step: the wall "
+              "time of the first decode step after that prompt step (its graph is captured again when the prompt "
+              "moved the arena).", ""]
     first = [r for r in rows if r["run"] == 1 and r is not rows[0]]
     later = [r for r in rows if r["run"] >= 3]
     if first and later:

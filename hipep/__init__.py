@@ -91,8 +91,9 @@ def stats() -> dict[str, int]:
     (CUDA graphs replayed, each holding many launches) and graph_node_updates (captured launches
     whose arguments changed, updated inside their graph), and native_runs (runs Compute replayed
     in native code without calling Python: hipep.runtime.native_replay; counted in runs too).
-    arena_moves: a run's memory arena allocated anew because a layout needed more than it held
-    (it grows at least 1.5 times; each move makes the runs after it capture their graphs again).
+    arena_moves: a run context's memory arena allocated anew because a layout needed more than it
+    held (it grows at least 1.5 times; each move makes the runs after it capture their graphs
+    again; a context's first arenas are not counted).
     With GPU memory (HipExecutionProvider on a GPU): transfer_bytes and transfers, the bytes and
     tensors copied through hipep's data transfer (feeds and fetches in host memory, IOBinding,
     OrtValue.numpy()). Counters that never moved are absent: read them with `.get(name, 0)`."""

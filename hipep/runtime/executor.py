@@ -589,6 +589,8 @@ class _Context:
         size cannot be had, the exact need is tried."""
         for space, n in need.items():
             if n > self.sizes[space]:
+                if self.sizes[space]:
+                    counters.bump("arena_moves")  # a context's first arenas move nothing
                 self.device.free(self.arenas[space])
                 wanted = max(n, round_up(int(self.sizes[space] * ARENA_GROWTH), ALIGN)) if self.sizes[space] else n
                 for size in dict.fromkeys((wanted, n)):
@@ -604,7 +606,6 @@ class _Context:
                                      f"buffers: {type(error).__name__}: {error}") from None
                 self.sizes[space] = size
                 self.generation += 1
-                counters.bump("arena_moves")
 
 
 def _nbytes(plan: Plan, vid: int, shape) -> int:

@@ -11,7 +11,7 @@ def _row(n, run, wall, runtime, direct, graphs, spec):
     return {"n": n, "run": run, "wall_ms": wall, "kernel_ms": wall - 0.5, "runtime_ms": runtime, "direct": direct,
             "graphs": graphs, "specializations": spec, "blas_calls": 81 if direct else 0,
             "blas_ms": 9.0 if direct else 0.0, "blas_first_ms": 2.5 if direct else 0.0,
-            "decode_ms": 6.5 if spec else 0.3}
+            "arena_moves": spec, "decode_ms": 6.5 if spec else 0.3}
 
 
 def test_the_report_lists_every_run_and_sets_new_lengths_against_seen_ones():
@@ -20,8 +20,8 @@ def test_the_report_lists_every_run_and_sets_new_lengths_against_seen_ones():
             _row(100, 3, 3.6, 3.1, 0, 1, 0), _row(77, 1, 29.0, 28.2, 262, 0, 1), _row(77, 3, 3.0, 2.7, 0, 1, 0)]
     text = ps.render(INFO, FACTS, "/m/llama-1b-int4-f16-v2", rows, "python benchmarks/prompt_steps.py")
     assert text.startswith(f"# The prompt's step by length and run: llama-1b-int4-f16-v2 on {INFO['gpu']}")
-    assert "| 100 | 1 | 46.00 | 45.50 | 44.90 | 262 | 0 | 1 | 81 | 9.00 | 2.50 | 6.50 |" in text
-    assert "| 128 | 3 | 5.80 | 5.30 | 5.30 | 0 | 1 | 0 | 0 | 0.00 | 0.00 | 0.30 |" in text
+    assert "| 100 | 1 | 46.00 | 45.50 | 44.90 | 262 | 0 | 1 | 1 | 81 | 9.00 | 2.50 | 6.50 |" in text
+    assert "| 128 | 3 | 5.80 | 5.30 | 5.30 | 0 | 1 | 0 | 0 | 0 | 0.00 | 0.00 | 0.30 |" in text
     # the process's first step (its kernels loaded, maybe compiled) is not a "new length" sample
     assert "A length not seen before (the process's first step aside): median 37.50 ms, 36.55 ms of it in " \
            "hipep's runtime, and 6.50 ms for the decode step after it; a length seen twice before: median 3.60 ms." \
