@@ -153,6 +153,50 @@ def test_sessions_give_back_their_weights_and_memory_on_the_stand_in():
     assert out["end"] == out["start"], out
 
 
+_FIRST_RUN = r"""
+import json
+import numpy as np
+from hipep.tools import host_driver, model_zoo
+stand_in = host_driver.install()
+import hipep
+from hipep.runtime import cuda_graphs
+
+seen = []
+bind = cuda_graphs._bind
+
+
+def counting_bind(st, node, stream):
+    seen.append(stand_in.counts.launches)  # kernels launched one by one before this node is bound
+    return bind(st, node, stream)
+
+
+cuda_graphs._bind = counting_bind
+folder = model_zoo.decoder("llama", "int4-f16")
+sess = hipep.InferenceSession(folder + "/model.onnx", device="cuda", strict=True)
+feeds = model_zoo.decoder_feeds(sess.get_inputs(), 16, np.full((1, 9), 5, np.int64), 0, None)
+runs = []
+for _ in range(3):
+    seen.clear()
+    sess.run(None, feeds)
+    runs.append(list(seen))
+print(json.dumps({"runs": runs}))
+"""
+
+
+@needs_nvrtc
+def test_a_first_run_issues_each_node_as_it_is_bound():
+    """A new shape's first run issues each node's launches as soon as that node is bound, so the GPU
+    runs them while the host binds the next: the launches issued before each binding rise node by
+    node (binding the whole segment first would see none issued until the last binding). The runs
+    after it bind again only the launches whose arguments change (their values read by the
+    binding), and issue nothing one by one before the graph's capture."""
+    first, second, third = _run(_FIRST_RUN)["runs"]
+    assert len(first) >= 10
+    assert first == sorted(first) and len(set(first)) >= len(first) * 3 // 4, first
+    assert 0 < len(second) < len(first) // 2 and len(set(second)) == 1, second
+    assert len(third) <= len(second) and len(set(third)) <= 1, third
+
+
 def test_address_emulation_without_the_stand_in_offers_no_gpu_memory():
     """HIPEP_EMULATE_GPU_MEMORY=addresses hands host memory over as device addresses, which only the
     stand-in can take: without it the plugin offers no GPU memory and says why (on a GPU machine a
