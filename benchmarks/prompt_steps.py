@@ -139,9 +139,8 @@ def render(info: dict, facts: dict, folder: str, rows: list[dict], command: str,
               "waiting for the host's launches); hipep's runtime: run_us less sync_wait_us; cuBLASLt calls: "
               "those issued one by one (a replayed graph holds its own), each timed around cuBLASLt's call; "
               "arena moves: hipep.stats()'s arena_moves (the run's memory allocated anew, larger); the next decode "
-              "step: the wall "
-              "time of the first decode step after that prompt step (its graph is captured again when the prompt "
-              "moved the arena).", ""]
+              "step: the wall time of the first decode step after that prompt step (its graph is captured again "
+              "when the prompt moved the arena).", ""]
     first = [r for r in rows if r["run"] == 1 and r is not rows[0]]
     later = [r for r in rows if r["run"] >= 3]
     if first and later:

@@ -42,7 +42,8 @@ class _Launch:
         self.grid, self.block = _dim3(op.grid), _dim3(op.block)
         self.smem = int(op.smem)
         parts = tuple([bytes(v) for v in op.params])
-        layout, self.offsets, self.sizes, total = _param_layout(tuple([len(b) for b in parts]))
+        self.sizes = tuple([len(b) for b in parts])
+        layout, self.offsets, total = _param_layout(self.sizes)
         self.buffer = (ctypes.c_char * total)()
         base = self.argv_addr = ctypes.addressof(self.buffer)
         layout.pack_into(self.buffer, 0, *[base + o for o in self.offsets], *parts)
@@ -93,10 +94,10 @@ class _Launch:
 _LAYOUTS: dict[tuple[int, ...], tuple] = {}  # parameter sizes -> _param_layout's answer
 
 
-def _param_layout(sizes: tuple[int, ...]) -> tuple[struct.Struct, tuple[int, ...], tuple[int, ...], int]:
+def _param_layout(sizes: tuple[int, ...]) -> tuple[struct.Struct, tuple[int, ...], int]:
     """A launch buffer's layout for parameters of these byte sizes: one Struct that packs the
     pointer per parameter and then the parameters' bytes, each at an 8-byte aligned offset; the
-    offsets; the sizes; the buffer's bytes. Made once per sizes (a model has a few dozen)."""
+    offsets; the buffer's bytes. Made once per sizes (a model has a few dozen)."""
     layout = _LAYOUTS.get(sizes)
     if layout is None:
         fmt, offsets, at = [f"<{len(sizes)}Q"], [], 8 * len(sizes)
@@ -104,7 +105,7 @@ def _param_layout(sizes: tuple[int, ...]) -> tuple[struct.Struct, tuple[int, ...
             offsets.append(at)
             fmt.append(f"{n}s{-n % 8}x")
             at += n + -n % 8
-        layout = _LAYOUTS[sizes] = (struct.Struct("".join(fmt)), tuple(offsets), sizes, max(at, 8))
+        layout = _LAYOUTS[sizes] = (struct.Struct("".join(fmt)), tuple(offsets), max(at, 8))
     return layout
 
 
@@ -410,11 +411,11 @@ class GraphReplay:
                      dirty: set) -> None:
         if stream.failed:
             return
-        if not seg.bound and seg.exec is None:
+        if not seg.bound:  # (never captured either: a capture follows a bound run)
             self._first_run(stream, graph, state, seg)
             return
         touched = dirty & seg.members if dirty else ()
-        rebind = not seg.bound or bool(seg.value_nodes) or bool(touched)
+        rebind = bool(seg.value_nodes) or bool(touched)
         if seg.exec is not None and seg.captured == seg.last:
             # the common cases: one call for the whole segment, after updating the nodes of the
             # few launches bound again (a decode step's mask length), if any changed
@@ -429,8 +430,7 @@ class GraphReplay:
                 work.append((node.label, st.ops))
                 continue
             work.append((node.label, _bind(st, node, stream)))
-        seg.bound = True
-        versions = tuple(state.nodes[i].version for i in seg.nodes)
+        versions = _versions(state, seg)
         count = sum(len(ops) for _, ops in work)
         if not self.use_graphs or self.sync_launches or seg.direct or count < _GRAPH_MIN_LAUNCHES:
             for label, ops in work:
@@ -468,7 +468,7 @@ class GraphReplay:
             if stream.failed:
                 return
         seg.bound = True
-        seg.last = tuple(state.nodes[i].version for i in seg.nodes)
+        seg.last = _versions(state, seg)
 
     def _capture_segment(self, stream: CudaStream, seg: _Segment, work, versions) -> None:
         d = _driver()
@@ -601,6 +601,11 @@ class GraphReplay:
     def issue_counts(self, stream: CudaStream) -> tuple[int, int, int]:
         counts, stream.counts = stream.counts, [0, 0, 0]
         return counts[0], counts[1], counts[2]
+
+
+def _versions(state: _GraphState, seg: _Segment) -> tuple:
+    """The binding versions of the segment's launches (a segment is captured once they repeat)."""
+    return tuple(state.nodes[i].version for i in seg.nodes)
 
 
 def _bind(st: _NodeState, node, stream: CudaStream) -> list:

@@ -588,12 +588,13 @@ class _Context:
         server's requests) would otherwise pay that on nearly every request. Where the larger
         size cannot be had, the exact need is tried."""
         for space, n in need.items():
-            if n > self.sizes[space]:
-                if self.sizes[space]:
+            old = self.sizes[space]
+            if n > old:
+                if old:
                     counters.bump("arena_moves")  # a context's first arenas move nothing
                 self.device.free(self.arenas[space])
-                wanted = max(n, round_up(int(self.sizes[space] * ARENA_GROWTH), ALIGN)) if self.sizes[space] else n
-                for size in dict.fromkeys((wanted, n)):
+                wanted = max(n, round_up(int(old * ARENA_GROWTH), ALIGN))
+                for size in (wanted, n) if wanted > n else (n,):
                     try:
                         self.arenas[space] = self.device.alloc(space, size)
                         break
