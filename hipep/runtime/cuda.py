@@ -405,10 +405,17 @@ class CudaDevice(GraphReplay, Device):
                 self._scratch_mem.append(self.alloc("device", max(nbytes, 1 << 16)))
             return self._scratch_mem[-1].ptr
 
-    def stream_target(self, stream: CudaStream, label: str = "") -> table.Target:
+    def stream_target(self, stream: CudaStream, label: str = "", first_run: bool = False) -> table.Target:
         """The device's Target with a workspace private to `stream`, and fault reports into the
         stream's fault record naming the launch `label` (made once per stream and label: launches
-        bound again every run, a decode step's, ask for it each time)."""
+        bound again every run, a decode step's, ask for it each time); `first_run`: for a segment's
+        first run (Target.first_run)."""
+        if first_run:
+            target = stream.targets.get((label, True))
+            if target is None:
+                target = stream.targets[(label, True)] = dataclasses.replace(self.stream_target(stream, label),
+                                                                              first_run=True)
+            return target
         target = stream.targets.get(label)
         if target is not None:
             return target

@@ -34,7 +34,7 @@ class _Launch:
     configuration of a launch that may overlap the previous kernel (see KernelOp.overlaps_previous),
     else None."""
     __slots__ = ("func", "grid", "block", "smem", "buffer", "argv_addr", "offsets", "sizes", "key", "entry", "config",
-                 "_params")
+                 "provisional", "_params")
 
     def __init__(self, func, op: table.KernelOp, overlap: bool = False):
         self.func = func
@@ -49,6 +49,7 @@ class _Launch:
         layout.pack_into(self.buffer, 0, *[base + o for o in self.offsets], *parts)
         self.config = _overlap_config(self.grid, self.block, self.smem) if overlap and op.overlaps_previous else None
         self.key = (op.entry, id(func), self.grid, self.block, self.smem, parts, self.config is not None)
+        self.provisional = op.provisional
         self._params = None
 
     def param_address(self, index: int) -> int:
@@ -173,14 +174,14 @@ class CudaProgram:
         self.arity = kernel.arity
         self._host = None
 
-    def bind(self, args: list, stream: CudaStream | None = None) -> list:
+    def bind(self, args: list, stream: CudaStream | None = None, first_run: bool = False) -> list:
         """The launch's ops, ready to issue on `stream`, for these arguments (DeviceArrays, numpy
-        constants)."""
+        constants); `first_run`: for a segment's first run (Target.first_run)."""
         if self.binding is None:
             raise table.NoKernel(f"no kernel for cuda: {self.kernel.name.lstrip(':')}")
         dev = self.device
         converted = [dev._arg(a) for a in args]
-        target = dev.target if stream is None else dev.stream_target(stream, self.label)
+        target = dev.target if stream is None else dev.stream_target(stream, self.label, first_run)
         ops = self.binding.bind(converted[:self.arity], converted[self.arity:], self.attrs, target)
         if dev.debug_spin is not None and self.kernel.name.rsplit("::", 1)[-1] == dev.debug_spin[0]:
             ops = [table.KernelOp("hipep_debug_spin", (1,), (1,), [ctypes.c_longlong(dev.debug_spin[1])],
@@ -245,8 +246,11 @@ class _NodeState:
     is a function of its arguments' signatures (addresses, shapes, dtypes and, where it reads
     them, host-visible values), the attributes and the device, so one kept for an equal signature
     is the one binding again would make: scratch and workspace memory it points at is never freed
-    while the stream lives (CudaDevice._scratch, _workspace)."""
-    __slots__ = ("program", "sig", "ops", "version", "reads_values", "recent")
+    while the stream lives (CudaDevice._scratch, _workspace).
+
+    A binding for a segment's first run may be provisional (Target.first_run): it is issued once and
+    neither kept nor taken as the binding of its signature, so the next run binds the node again."""
+    __slots__ = ("program", "sig", "ops", "version", "reads_values", "recent", "provisional")
 
     def __init__(self, program: CudaProgram):
         self.program = program
@@ -255,19 +259,22 @@ class _NodeState:
         self.version = 0
         self.reads_values = program.binding is not None and program.binding.reads_values
         self.recent: dict = {}  # signature -> ops, oldest first
+        self.provisional = False  # self.ops are a first run's provisional binding
 
-    def prepare(self, args: list, stream: CudaStream | None = None) -> list:
+    def prepare(self, args: list, stream: CudaStream | None = None, first_run: bool = False) -> list:
         sig = tuple(_arg_signature(a, self.reads_values) for a in args)
         if sig != self.sig:
             ops = self.recent.pop(sig, None)
             if ops is None:
-                ops = self.program.bind(args, stream)
-            self.recent[sig] = ops  # (re)inserted as the newest
-            if len(self.recent) > _RECENT_BINDINGS:
-                del self.recent[next(iter(self.recent))]
+                ops = self.program.bind(args, stream, first_run)
+            self.provisional = first_run and any(getattr(o, "provisional", False) for o in ops)
+            if not self.provisional:
+                self.recent[sig] = ops  # (re)inserted as the newest
+                if len(self.recent) > _RECENT_BINDINGS:
+                    del self.recent[next(iter(self.recent))]
             if [o.key for o in ops] != [o.key for o in self.ops]:
                 self.version += 1
-            self.ops, self.sig = ops, sig
+            self.ops, self.sig = ops, (None if self.provisional else sig)
         return self.ops
 
 
@@ -289,7 +296,7 @@ class _Segment:
     that a launch whose arguments changed since the capture updates its node in `exec` in place
     instead of the whole segment being captured again."""
     __slots__ = ("nodes", "members", "position", "value_nodes", "spans", "exec", "graph", "ops", "kernel_nodes",
-                 "captured", "last", "captures", "direct", "label", "bound")
+                 "captured", "last", "captures", "direct", "label", "bound", "provisional")
 
     def __init__(self, nodes: list[int]):
         self.nodes = nodes
@@ -299,6 +306,7 @@ class _Segment:
         self.spans: dict[int, tuple[int, int]] = {}  # node -> (first, count) of its ops in `ops`
         self.label = ""
         self.bound = False  # every launch has been bound once
+        self.provisional: list[int] = []  # launches the first run bound provisionally: bound again next run
         self.exec = None
         self.graph = None
         self.ops: list = []
@@ -415,7 +423,7 @@ class GraphReplay:
             self._first_run(stream, graph, state, seg)
             return
         touched = dirty & seg.members if dirty else ()
-        rebind = bool(seg.value_nodes) or bool(touched)
+        rebind = bool(seg.value_nodes) or bool(touched) or bool(seg.provisional)
         if seg.exec is not None and seg.captured == seg.last:
             # the common cases: one call for the whole segment, after updating the nodes of the
             # few launches bound again (a decode step's mask length), if any changed
@@ -430,6 +438,7 @@ class GraphReplay:
                 work.append((node.label, st.ops))
                 continue
             work.append((node.label, _bind(st, node, stream)))
+        seg.provisional = []  # (their signatures were None: the walk bound them again)
         versions = _versions(state, seg)
         count = sum(len(ops) for _, ops in work)
         if not self.use_graphs or self.sync_launches or seg.direct or count < _GRAPH_MIN_LAUNCHES:
@@ -461,13 +470,18 @@ class GraphReplay:
         node's are issued as soon as they are bound, and the GPU runs them while the host binds the
         rest; binding the whole segment first left the GPU idle for all of that time. Issuing
         early is safe because no binding in a segment reads what a launch of the same segment
-        writes: the host reads device results only after a sync, which ends the segment."""
+        writes: the host reads device results only after a sync, which ends the segment.
+        The bindings are the first run's (Target.first_run): one made provisional, for a path with no
+        first-use cost on the host, is bound again on the next run, the one that captures."""
+        provisional = []
         for i in seg.nodes:
-            node = graph.nodes[i]
-            self._issue(stream, _bind(state.nodes[i], node, stream), node.label)
+            node, st = graph.nodes[i], state.nodes[i]
+            self._issue(stream, _bind(st, node, stream, first_run=True), node.label)
             if stream.failed:
                 return
-        seg.bound = True
+            if st.provisional:
+                provisional.append(i)
+        seg.bound, seg.provisional = True, provisional
         seg.last = _versions(state, seg)
 
     def _capture_segment(self, stream: CudaStream, seg: _Segment, work, versions) -> None:
@@ -608,10 +622,10 @@ def _versions(state: _GraphState, seg: _Segment) -> tuple:
     return tuple(state.nodes[i].version for i in seg.nodes)
 
 
-def _bind(st: _NodeState, node, stream: CudaStream) -> list:
+def _bind(st: _NodeState, node, stream: CudaStream, first_run: bool = False) -> list:
     """The node's launches for its current arguments, a binding's error named by the node."""
     try:
-        return st.prepare(node.args, stream)
+        return st.prepare(node.args, stream, first_run)
     except HipepError as e:
         raise named_error(node.label, e) from None
     except Exception as e:  # noqa: BLE001 - a binding's bug still names its node

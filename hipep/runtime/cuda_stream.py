@@ -82,7 +82,7 @@ class CudaStream(Stream):
         self.staging: dict[tuple[str, int], CudaMemory] = {}
         self.staged_inputs: list[tuple[int, int, DeviceArray]] = []  # (host address, bytes, device copy)
         self.workspace: list[CudaMemory] = []  # Target.workspace buffers, newest last (CudaDevice._workspace)
-        self.targets: dict[str, object] = {}  # per launch label, its Target (CudaDevice.stream_target)
+        self.targets: dict = {}  # per launch label (and first run), its Target (CudaDevice.stream_target)
         self.counters: dict[str, list[CudaMemory]] = {}  # per launch label, Target.counters buffers, newest last
         self.bound: dict = {}  # per program, its recent bindings on this stream (CudaDevice.launch)
         # Kernels that validate their input report here (gpu_faults); cleared, then read per sync.

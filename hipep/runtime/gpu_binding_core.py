@@ -57,6 +57,9 @@ class KernelOp:
     # launch), so its first loads of weights overlap that kernel's tail.
     overlaps_previous: bool = False
     element_type: str = ""
+    # Chosen only because the target's first_run asked for a path with no first-use setup: the
+    # launch is bound again, as usual, for the run that captures it (cuda_graphs._NodeState).
+    provisional: bool = False
 
 
 @dataclass
@@ -88,7 +91,11 @@ class Target:
     `counters(nbytes) -> pointer`: device memory of the launch's own for arrival counters, zero
     when first handed out; a kernel using it must leave it zero when it ends (None: not offered).
     `tensor_cores`: the device runs mma.sync m16n8k16 on fp16 (kernels/hipep_device.h HIPEP_HAS_MMA:
-    NVIDIA compute capability 8.0 and newer)."""
+    NVIDIA compute capability 8.0 and newer). `first_run`: the launch is bound for a segment's first
+    run, which issues it once, one launch at a time, while the host binds the rest (never captured):
+    a binding may take a path whose first use costs the host nothing over one that plans and loads
+    a library's kernels at a new shape (MatMulNBits' tensor-core GEMM over cuBLASLt), marking such
+    ops `provisional`."""
     sm_count: int = 132
     warp_size: int = 32
     tensor_cores: bool = False
@@ -96,6 +103,7 @@ class Target:
     workspace: Callable[[int], int] | None = None
     fault: Callable[[str], object] | None = None
     counters: Callable[[int], int] | None = None
+    first_run: bool = False
 
 
 def ptr(a: Arg | None) -> ctypes.c_uint64:

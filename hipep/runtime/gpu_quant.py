@@ -11,7 +11,8 @@ except up to GEMV_CHAIN_MAX_ROWS rows where the GEMM's grid would not cover the 
 runs once per 8 rows. On a device with tensor cores, prompts of fp16 or bf16 A with 4-bit weights
 take the tensor-core GEMM first (kernels/matmul_nbits_gemm_tc.hip: the weights dequantized in
 shared memory, never written out), up to GEMM_TC_MAX_ROWS rows ahead of the vendor BLAS on weights
-dequantized into the workspace (_mnb_blas_ops) and at any length where that path does not run.
+dequantized into the workspace (_mnb_blas_ops), at any length where that path does not run, and
+up to GEMM_TC_FIRST_RUN_ROWS rows in a length's first run (provisionally: see there).
 At accuracy_level 4 with integer (or no) zero points the kernels quantize A to int8 per block of
 K as ONNX Runtime's CPU EP does (the registry reference's rule, hipep.ops.contrib_quant): the GEMV
 while staging A (its K tiles hold whole blocks), the GEMM after a small kernel has written each
@@ -108,6 +109,16 @@ GEMM_TC_THREADS = 128    # MNB_GTC_THREADS
 GEMM_TC_MAX_ROWS = 64
 GEMM_TC_ANY_ROWS = 1 << 62  # HIPEP_MNB_GEMM_TC=1: every length
 GEMM_TC_MAX_SPLITS = 4
+# A prompt length's first run (Target.first_run) takes the tensor-core GEMM up to this many rows
+# where cuBLASLt would run, and the run that captures the length's graph binds cuBLASLt: at a shape
+# new to the process cuBLASLt first plans (0.15-0.34 ms a product) and CUDA loads the kernels its
+# heuristic picks (1.6-3.5 ms each), 6-14 ms of host time at a new length on the ~1.1B model,
+# while the first run issues its launches one at a time and its GPU work hides behind that host
+# time (benchmarks/results/2026-12-06-prompt-step-host-study-h100.md). Past this many rows the
+# tensor-core GEMM's extra GPU time (3.4 ms at 512 rows on that model) would no longer hide.
+# HIPEP_MNB_GEMM_TC_FIRST_RUN_ROWS sets it (0: the first run binds as every other run).
+GEMM_TC_FIRST_RUN_ENV = "HIPEP_MNB_GEMM_TC_FIRST_RUN_ROWS"
+GEMM_TC_FIRST_RUN_ROWS = 512
 
 
 class MatMulNBitsArgs(ctypes.Structure):
@@ -519,6 +530,10 @@ def _mnb_bind(ins, outs, attrs, target):
             ops.append(KernelOp(f"hipep_mnb_gemv_{dt}_b{bits}_m{m_t}" + ("_c4" if wide else ""), grid, (GEMV_WARPS * target.warp_size, 1, 1),
                                 params, module="matmul_nbits", element_type=dt, smem=smem))
         return ops
+    if (target.first_run and 0 < tc_rows and m <= first_run_tc_rows()
+            and _blas_unavailable(whole, dt, A.dtype.itemsize, target) is None):
+        return [dataclasses.replace(op, provisional=True)
+                for op in _mnb_gemm_tc_ops(A, B, scales, zp, bias, y, whole, dt, target)]
     blas = _mnb_blas_ops(A, B, scales, zp, bias, y, whole, bits, dt, target)
     if blas is not None:
         return blas
@@ -556,6 +571,16 @@ def gemm_tc_rows(layout: MatMulNBitsArgs, bits: int, block_size: int, dt: str, A
             or int(layout.row_bytes) % 16):
         return 0
     return GEMM_TC_ANY_ROWS if mode == "1" else GEMM_TC_MAX_ROWS
+
+
+def first_run_tc_rows() -> int:
+    """GEMM_TC_FIRST_RUN_ROWS, or HIPEP_MNB_GEMM_TC_FIRST_RUN_ROWS where set (read at each bind)."""
+    raw = os.environ.get(GEMM_TC_FIRST_RUN_ENV, "").strip()
+    if not raw:
+        return GEMM_TC_FIRST_RUN_ROWS
+    if not raw.isdigit():
+        raise HipepError(f"{GEMM_TC_FIRST_RUN_ENV}={raw!r}: expected a number of rows (0: off)")
+    return int(raw)
 
 
 def gemm_tc_splits(blocks: int, k_steps: int, sm_count: int) -> int:
@@ -605,17 +630,12 @@ def _mnb_blas_ops(A, B, scales, zp, bias, y, args: MatMulNBitsArgs, bits: int, d
     level 4 with f16/bf16 A (A' would round to A's type, which the own GEMM does not), a weight
     larger than MNB_BLAS_MAX_BYTES dequantized, or cuBLASLt missing or refusing the product. The
     own GEMM has no tensor cores: 15 TFLOP/s at fp16 on the H200 against cuBLASLt's 674."""
-    from . import cublaslt
-    from .gpu_linalg import GemmProblem, _blas_ops, gemm_mode
+    from .gpu_linalg import GemmProblem, _blas_ops
 
-    mode = gemm_mode()
-    if mode == "own" or target.workspace is None or (args.int8_a and dt != "f32"):
-        return None
-    if mode == "auto" and not cublaslt.status()[0]:
-        return None  # before the workspace grows for nothing
-    m, n, k, e = int(args.m), int(args.n), int(args.k), A.dtype.itemsize
-    if n * k * e > MNB_BLAS_MAX_BYTES:
-        return None
+    e = A.dtype.itemsize
+    if _blas_unavailable(args, dt, e, target) is not None:
+        return None  # (before the workspace grows for nothing)
+    m, n, k = int(args.m), int(args.n), int(args.k)
     # W, then (level 4) A' and A's block parameters; the GEMM's own workspace lies past them.
     sizes = [n * k * e] + ([m * k * e, m * int(args.nb) * 8] if args.int8_a else [])
     w_ptr, *a8 = workspace_regions(target, "MatMulNBits", sizes)
@@ -642,6 +662,26 @@ def _mnb_blas_ops(A, B, scales, zp, bias, y, args: MatMulNBitsArgs, bits: int, d
                             (DEQUANT_THREADS, 1, 1), [ptr(A), ctypes.c_uint64(qp_ptr), ctypes.c_uint64(a8_ptr), args],
                             module="matmul_nbits_dequant"))
     return ops + blas
+
+
+def _blas_unavailable(args: MatMulNBitsArgs, dt: str, itemsize: int, target) -> str | None:
+    """Why the BLAS path cannot take this product, from what is known before planning it (None:
+    it may; cuBLASLt can still refuse the product when asked)."""
+    from . import cublaslt
+    from .gpu_linalg import gemm_mode
+
+    mode = gemm_mode()
+    if mode == "own":
+        return "HIPEP_GEMM=own"
+    if target.workspace is None:
+        return "no workspace"
+    if args.int8_a and dt != "f32":
+        return "A quantized to int8 with A not f32"
+    if int(args.n) * int(args.k) * itemsize > MNB_BLAS_MAX_BYTES:
+        return "the dequantized weight is larger than MNB_BLAS_MAX_BYTES"
+    if mode == "auto" and not cublaslt.status()[0]:
+        return "cuBLASLt not loaded"
+    return None
 
 
 # ---- GatherBlockQuantized ------------------------------------------------------------------------

@@ -133,7 +133,7 @@ class Program:
     def __init__(self, func: str, launches: int = 1):
         self.func, self.launches = func, launches
 
-    def bind(self, args, stream=None):
+    def bind(self, args, stream=None, first_run=False):
         value = int(args[0][0])
         return [cuda_graphs._Launch(self.func, KernelOp(f"k_{self.func}", (value % 3 + 1,), (32,),
                                                         [ctypes.c_int64(value)]))
@@ -240,7 +240,8 @@ def test_an_argument_alternating_between_two_tensors_is_bound_once_for_each(driv
     binds = []
     for p in (gather, gemv):
         original = p.bind
-        p.bind = lambda args, stream=None, original=original, p=p: binds.append(p.func) or original(args, stream)
+        p.bind = lambda args, stream=None, first_run=False, original=original, p=p: (binds.append(p.func)
+                                                                                      or original(args, stream))
     pair = np.array([10], np.int64), np.array([11], np.int64)
     for step in range(8):
         x = pair[step % 2]
@@ -310,7 +311,8 @@ def test_a_captured_segment_binds_and_updates_only_the_launches_that_changed(dri
     binds = []
     for p in programs:
         original = p.bind
-        p.bind = lambda args, stream=None, original=original, p=p: binds.append(p.func) or original(args, stream)
+        p.bind = lambda args, stream=None, first_run=False, original=original, p=p: (binds.append(p.func)
+                                                                                      or original(args, stream))
 
     def whole_segment(*args):
         raise AssertionError("the whole segment was walked")

@@ -165,9 +165,9 @@ seen = []
 bind = cuda_graphs._bind
 
 
-def counting_bind(st, node, stream):
+def counting_bind(st, node, stream, first_run=False):
     seen.append(stand_in.counts.launches)  # kernels launched one by one before this node is bound
-    return bind(st, node, stream)
+    return bind(st, node, stream, first_run)
 
 
 cuda_graphs._bind = counting_bind
@@ -195,6 +195,65 @@ def test_a_first_run_issues_each_node_as_it_is_bound():
     assert first == sorted(first) and len(set(first)) >= len(first) * 3 // 4, first
     assert 0 < len(second) < len(first) // 2 and len(set(second)) == 1, second
     assert len(third) <= len(second) and len(set(third)) <= 1, third
+
+
+_PROVISIONAL = r"""
+import json
+import numpy as np
+from hipep.tools import host_driver, model_zoo
+stand_in = host_driver.install()
+import hipep
+from hipep.runtime import cublaslt, cuda_graphs, gpu_linalg
+from hipep.runtime.gpu_binding_core import BlasOp
+
+# cuBLASLt as the stand-in's: a library call that counts its calls (it launches nothing here)
+blas_calls = []
+cublaslt.status = lambda: (True, "stand-in")
+gpu_linalg._blas_ops = lambda p, a, b, c, y, dt, target: [
+    BlasOp(call=lambda stream: blas_calls.append(p.m), key=("blas", p.m, p.n, p.k, a.ptr, b.ptr, y.ptr))]
+entries = []
+bind = cuda_graphs.CudaProgram.bind
+
+
+def recording_bind(self, args, stream=None, first_run=False):
+    ops = bind(self, args, stream, first_run)
+    entries.extend(o.entry for o in ops if "_mnb_" in getattr(o, "entry", ""))
+    return ops
+
+
+cuda_graphs.CudaProgram.bind = recording_bind
+folder = model_zoo.decoder("llama", "int4-f16")
+sess = hipep.InferenceSession(folder + "/model.onnx", device="cuda", strict=True)
+runs = []
+for n in (100, 100, 100, 40, 40):
+    feeds = model_zoo.decoder_feeds(sess.get_inputs(), 16, np.full((1, n), 5, np.int64), 0, None)
+    entries.clear()
+    blas_calls.clear()
+    before = hipep.stats()
+    sess.run(None, feeds)
+    after = hipep.stats()
+    runs.append({"entries": entries[:], "blas_calls": len(blas_calls),
+                 **{k: after.get(k, 0) - before.get(k, 0) for k in ("graph_launches", "direct_launches")}})
+print(json.dumps({"runs": runs}))
+"""
+
+
+@needs_nvrtc
+def test_a_first_run_binds_matmul_nbits_provisionally_and_the_capture_binds_cublaslt():
+    """A prompt length's first run takes MatMulNBits' tensor-core GEMM where cuBLASLt would run (no
+    plan, no library kernel loaded while the host issues launches one by one); the second run, which
+    captures the length's graph, binds those nodes again onto cuBLASLt, and the third replays that
+    graph binding nothing. A length whose rows the tensor-core GEMM takes anyway (40) keeps its first
+    binding. (cuBLASLt is the stand-in's here: a call that counts, capturable.)"""
+    first, second, third, short_first, short_second = _run(_PROVISIONAL)["runs"]
+    products = len(first["entries"])
+    assert products >= 4 and set(first["entries"]) == {"hipep_mnb_gemm_tc_f16_b4"}, first
+    assert first["blas_calls"] == 0 and first["graph_launches"] == 0 and first["direct_launches"] >= products
+    assert sorted(set(second["entries"])) == ["hipep_mnb_dequant_f16_b4"] and len(second["entries"]) == products
+    assert second["blas_calls"] == products and second["graph_launches"] == 1 and second["direct_launches"] == 0
+    assert third == {"entries": [], "blas_calls": 0, "graph_launches": 1, "direct_launches": 0}, third
+    assert set(short_first["entries"]) == {"hipep_mnb_gemm_tc_f16_b4"} and short_first["blas_calls"] == 0
+    assert short_second["entries"] == [] and short_second["graph_launches"] == 1, short_second
 
 
 def test_address_emulation_without_the_stand_in_offers_no_gpu_memory():

@@ -33,7 +33,7 @@ def matmul_nbits(tmp_path_factory):
 
 
 def _bind_case(m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0, bits=4, a_scale=3.0, sm_count=132,
-               tensor_cores=False):
+               tensor_cores=False, first_run=False):
     """A random MatMulNBits case in host memory, bound: (ops, output view, the registry reference's
     output, inputs, attrs, the host memory, which must outlive the launches)."""
     from quant_helpers import quantize_blockwise
@@ -56,7 +56,8 @@ def _bind_case(m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0, bits
     ins = [None if x is None else mem.put(x)[0] for x in inputs]
     out, got = mem.put(np.full(want.shape, np.nan, want.dtype))
     target = gk.Target(sm_count=sm_count, warp_size=32, scratch=lambda nbytes: 0,
-                       workspace=lambda nbytes: mem.put(np.zeros(nbytes, np.uint8))[0].ptr, tensor_cores=tensor_cores)
+                       workspace=lambda nbytes: mem.put(np.zeros(nbytes, np.uint8))[0].ptr, tensor_cores=tensor_cores,
+                       first_run=first_run)
     ops = gk.binding_for(gq.MNB).bind(ins, [gk.Arg(out.ptr, out.shape, out.dtype)], attrs, target)
     return ops, got, want, inputs, attrs, mem
 
@@ -410,6 +411,45 @@ def test_tensor_core_gemm_takes_the_prompts_it_can(monkeypatch):
     monkeypatch.setenv(gq.GEMM_TC_ENV, "yes")
     with pytest.raises(HipepError, match="HIPEP_MNB_GEMM_TC='yes'"):
         last(40)
+
+
+def test_a_first_run_takes_the_tensor_core_gemm_where_cublaslt_would_run(monkeypatch):
+    """A prompt length's first run (Target.first_run) binds the tensor-core GEMM, marked provisional,
+    where cuBLASLt would take the product (up to GEMM_TC_FIRST_RUN_ROWS rows, which
+    HIPEP_MNB_GEMM_TC_FIRST_RUN_ROWS sets; 0 turns it off), so the first run plans nothing and loads
+    no library kernel; the same product bound for any other run takes cuBLASLt. Where cuBLASLt would
+    not run, or the tensor-core GEMM cannot, the first run binds as every other run."""
+    from hipep.runtime import cublaslt
+    from hipep.runtime import gpu_linalg as gl
+
+    monkeypatch.setattr(gl, "_blas_ops", lambda *a: ["blas"])
+    monkeypatch.setattr(cublaslt, "status", lambda: (True, "stand-in"))
+
+    def bound(m, first_run=True, dtype=np.float16, cores=True):
+        ops = _bind_case(m, 128, 64, 32, dtype, "none", 0, tensor_cores=cores, first_run=first_run)[0]
+        return [(getattr(o, "entry", o).replace("hipep_mnb_", ""), getattr(o, "provisional", None)) for o in ops]
+
+    past = gq.GEMM_TC_MAX_ROWS + 1
+    assert bound(past) == [("gemm_tc_f16_b4", True)]
+    assert bound(gq.GEMM_TC_FIRST_RUN_ROWS) == [("gemm_tc_f16_b4", True)]
+    assert bound(past, first_run=False) == [("dequant_f16_b4", False), ("blas", None)]
+    assert bound(gq.GEMM_TC_FIRST_RUN_ROWS + 1)[-1] == ("blas", None)
+    assert bound(40) == [("gemm_tc_f16_b4", False)]               # its own rows: not provisional
+    assert bound(past, cores=False)[-1] == ("blas", None)
+    assert bound(past, dtype=np.float32)[-1] == ("blas", None)
+    monkeypatch.setenv(gq.GEMM_TC_FIRST_RUN_ENV, "100")
+    assert bound(100) == [("gemm_tc_f16_b4", True)] and bound(101)[-1] == ("blas", None)
+    monkeypatch.setenv(gq.GEMM_TC_FIRST_RUN_ENV, "0")
+    assert bound(past)[-1] == ("blas", None)
+    monkeypatch.setenv(gq.GEMM_TC_FIRST_RUN_ENV, "many")
+    with pytest.raises(HipepError, match="HIPEP_MNB_GEMM_TC_FIRST_RUN_ROWS='many'"):
+        bound(past)
+    monkeypatch.delenv(gq.GEMM_TC_FIRST_RUN_ENV)
+    monkeypatch.setenv(gq.GEMM_TC_ENV, "0")
+    assert bound(past)[-1] == ("blas", None)
+    monkeypatch.setenv(gq.GEMM_TC_ENV, "")
+    monkeypatch.setattr(cublaslt, "status", lambda: (False, "not here"))
+    assert bound(past) == [("gemm_tc_f16_b4", False)]            # no cuBLASLt: the tensor cores for good
 
 
 def test_tensor_core_gemm_splits():
