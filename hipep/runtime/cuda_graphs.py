@@ -503,8 +503,11 @@ class GraphReplay:
                 seg.spans[i] = (at, len(ops))
                 at += len(ops)
         except HipepError as e:
+            # This run's launches go one by one and the next run captures again, up to
+            # _GRAPH_MAX_CAPTURES captures: a library kernel CUDA loads the first time it runs (a
+            # cuBLASLt call new to the process) fails a capture on drivers before CUDA 12.3, and
+            # the run one by one loads it.
             log.debug("hipep: cuda graph capture failed, launching directly: %s", e)
-            seg.direct = True
             seg.release()
             for label, ops in work:
                 self._issue(stream, ops, label)

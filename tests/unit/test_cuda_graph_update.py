@@ -37,6 +37,7 @@ class FakeDriver:
         self.capturing: list | None = None
         self.calls: dict[str, int] = {}
         self.refuse_update = False
+        self.refuse_capture = 0  # launches refused while capturing, from now on
 
     def _count(self, name):
         self.calls[name] = self.calls.get(name, 0) + 1
@@ -49,6 +50,9 @@ class FakeDriver:
     def cuLaunchKernel(self, func, gx, gy, gz, bx, by, bz, smem, stream, argv_addr, extra):
         self._count("cuLaunchKernel")
         work = self._work(func, (gx, gy, gz), argv_addr)
+        if self.capturing is not None and self.refuse_capture:
+            self.refuse_capture -= 1
+            return ("not capturable",)
         if self.capturing is not None:
             self.capturing.append({"work": work})
         else:
@@ -130,13 +134,16 @@ class Program:
     argument value; `launches` of them where a node binds to several."""
     binding = None
 
-    def __init__(self, func: str, launches: int = 1):
-        self.func, self.launches = func, launches
+    def __init__(self, func: str, launches: int = 1, first_run_func: str = ""):
+        self.func, self.launches, self.first_run_func = func, launches, first_run_func
 
     def bind(self, args, stream=None, first_run=False):
         value = int(args[0][0])
-        return [cuda_graphs._Launch(self.func, KernelOp(f"k_{self.func}", (value % 3 + 1,), (32,),
-                                                        [ctypes.c_int64(value)]))
+        func = self.func
+        if first_run and self.first_run_func:  # another kernel for a first run, provisionally
+            func = self.first_run_func
+        return [cuda_graphs._Launch(func, KernelOp(f"k_{func}", (value % 3 + 1,), (32,), [ctypes.c_int64(value)],
+                                                   provisional=func != self.func))
                 for _ in range(self.launches)]
 
 
@@ -195,6 +202,42 @@ def test_a_growing_argument_updates_its_node_and_the_graph_runs_the_new_values(d
     assert stream.counts == [3, 5, 4]
     assert driver.calls["capture"] == 1 and driver.calls["update"] == 4
     assert seg.captures == 1 and not seg.direct
+
+
+def test_a_first_runs_provisional_binding_is_bound_again_and_captured_on_the_second_run(driver):
+    """A binding for a segment's first run may take another path, marked provisional (MatMulNBits'
+    tensor-core GEMM where cuBLASLt would plan and load kernels): the first run issues it, the second
+    run binds that node again (and only that one) as every later run would and captures the result,
+    and the third replays the graph binding nothing."""
+    dev, stream = _device(), FakeStream()
+    gemm, norm = Program("blas", first_run_func="tc"), Program("norm", first_run_func="")
+    graph, state, seg = _segment(norm, gemm)
+    binds = []
+    for p in (norm, gemm):
+        original = p.bind
+        p.bind = lambda args, stream=None, first_run=False, original=original, p=p: (
+            binds.append((p.func, first_run)) or original(args, stream, first_run))
+    for step in range(3):
+        start = len(driver.ran)
+        _run(dev, stream, graph, state, seg, [4, 5])
+        ran = [w for batch in driver.ran[start:] for w in batch]
+        assert [w[0] for w in ran] == ["norm", "tc" if step == 0 else "blas"], step
+    assert binds == [("norm", True), ("blas", True), ("blas", False)]
+    assert stream.counts == [2, 2, 0] and driver.calls["capture"] == 1 and seg.provisional == []
+
+
+def test_a_failed_capture_runs_launch_by_launch_and_the_next_run_captures(driver):
+    """A capture the driver fails (a library kernel loaded the first time it runs, on drivers before
+    CUDA 12.3) leaves that run's launches to go one by one; the next run captures again."""
+    dev, stream = _device(), FakeStream()
+    graph, state, seg = _segment(Program("reduce"), Program("gemv"))
+    _run(dev, stream, graph, state, seg, [10, 5])
+    driver.refuse_capture = 1
+    _run(dev, stream, graph, state, seg, [10, 5])
+    assert driver.ran[-2:] == [[("reduce", (2, 1, 1), 10)], [("gemv", (3, 1, 1), 5)]] and seg.exec is None
+    _run(dev, stream, graph, state, seg, [10, 5])
+    assert driver.ran[-1] == [("reduce", (2, 1, 1), 10), ("gemv", (3, 1, 1), 5)]
+    assert driver.calls["capture"] == 2 and not seg.direct and stream.counts == [4, 1, 0]
 
 
 def test_without_updates_a_segment_that_changes_every_run_is_never_captured(driver):
