@@ -26,8 +26,12 @@
 //   rows are padded by 8 elements (MNB_GTC_LD), so each 8-row phase of it hits 8 different 16-byte
 //   bank groups.
 // * Where the tiles alone would leave SMs idle (few rows, narrow N), blockIdx.z splits K: each split
-//   writes its f32 sums to `partial` ([splits, M, N]), and hipep_mnb_gemm_tc_sum_* adds them in
-//   split order with the bias (a deterministic result, whatever order the blocks run in).
+//   writes its f32 sums to `partial` ([splits, M, N]) and counts itself in at its tile's arrival
+//   counter (`counters`, one per tile, zero between launches); the tile's last split to arrive adds
+//   them in split order with the bias (a deterministic result, whatever order the blocks run in) and
+//   zeroes the counter again. So a split product is one launch, not two: a prompt's first run issues
+//   its launches one by one, each costing the host tens of microseconds. Without counters (null),
+//   hipep_mnb_gemm_tc_sum_* adds the splits in a second launch, the same way.
 //   a.k_split is the number of splits and a.k_tile the values of K a split covers.
 // * Not the limit, as measured on the H200 (benchmarks/results/2026-12-06-prompt-gemm-pipeline-h200.md):
 //   the loads' latency (two or three steps of loads in flight, with two shared buffers and one barrier
@@ -95,7 +99,7 @@ template <typename T>
 HIPEP_DEVICE void hipep_mnb_gemm_tc(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
                                     const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
                                     const T* HIPEP_RESTRICT bias, T* HIPEP_RESTRICT Y, float* HIPEP_RESTRICT partial,
-                                    const hipep_mnb_args a) {
+                                    unsigned int* counters, const hipep_mnb_args a) {
   constexpr int BM = MNB_GTC_BM, BN = MNB_GTC_BN, BK = MNB_GTC_BK, LD = MNB_GTC_LD;
   constexpr int A_WORDS = BM * BK / 8 / MNB_GTC_THREADS;  // 16-byte words of A a thread stages a step
   __shared__ uint4 a_s4[BM * LD * sizeof(T) / 16];
@@ -228,9 +232,33 @@ HIPEP_DEVICE void hipep_mnb_gemm_tc(const T* HIPEP_RESTRICT A, const unsigned ch
         else
           part[r * a.n + c] = acc[mi][ni][e];
       }
+  if (whole || counters == 0) return;
+
+  // Count this split in at the tile's counter; the last of the tile's splits to arrive adds them all.
+  __shared__ unsigned int last_s;
+  unsigned int* counter = &counters[(hipep_i64)blockIdx.y * gridDim.x + blockIdx.x];
+  __threadfence();  // this split's sums visible device-wide before it is counted
+  __syncthreads();
+  if (tid == 0) last_s = hipep_atomic_inc(counter) == (unsigned int)a.k_split - 1u;
+  __syncthreads();
+  if (!last_s) return;
+  __threadfence();  // every other split's sums seen
+  if (tid == 0) *counter = 0u;  // every split has arrived: zero again for the next launch
+  const hipep_i64 mn = a.m * a.n;
+  for (int i = tid; i < BM * BN; i += MNB_GTC_THREADS) {
+    const hipep_i64 r = m0 + i / BN, c = n0 + i % BN;
+    if (r >= a.m || c >= a.n) continue;
+    const hipep_i64 at = r * a.n + c;
+    // (in L2, not this SM's L1: other blocks wrote them while this kernel runs)
+    float sum = hipep_ld_produced(partial + at);
+    for (int z = 1; z < a.k_split; ++z) sum += hipep_ld_produced(partial + z * mn + at);
+    if (bias != 0) sum += hipep_to_float(bias[c]);
+    Y[at] = hipep_from_float<T>(sum);
+  }
 }
 
-// The K splits' sums added in split order, the bias, rounded to T: a thread an element of Y.
+// The K splits' sums added in split order, the bias, rounded to T: a thread an element of Y (the
+// second launch of a split product whose launch has no arrival counters).
 template <typename T>
 HIPEP_DEVICE void hipep_mnb_gemm_tc_sum(const float* HIPEP_RESTRICT partial, const T* HIPEP_RESTRICT bias,
                                         T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
@@ -245,8 +273,8 @@ HIPEP_DEVICE void hipep_mnb_gemm_tc_sum(const float* HIPEP_RESTRICT partial, con
 #define HIPEP_MNB_GEMM_TC(NAME, T)                                                                           \
   HIPEP_KERNEL void __launch_bounds__(MNB_GTC_THREADS) hipep_mnb_gemm_tc_##NAME##_b4(                        \
       const T* A, const unsigned char* B, const T* scales, const void* zp, const T* bias, T* Y, float* partial, \
-      const hipep_mnb_args a) {                                                                              \
-    hipep_mnb_gemm_tc<T>(A, B, scales, zp, bias, Y, partial, a);                                             \
+      unsigned int* counters, const hipep_mnb_args a) {                                                      \
+    hipep_mnb_gemm_tc<T>(A, B, scales, zp, bias, Y, partial, counters, a);                                   \
   }                                                                                                          \
   HIPEP_KERNEL void hipep_mnb_gemm_tc_sum_##NAME(const float* partial, const T* bias, T* Y,                  \
                                                  const hipep_mnb_args a) {                                   \

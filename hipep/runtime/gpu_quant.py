@@ -598,8 +598,9 @@ def gemm_tc_splits(blocks: int, k_steps: int, sm_count: int) -> int:
 
 def _mnb_gemm_tc_ops(A, B, scales, zp, bias, y, args: MatMulNBitsArgs, dt: str, target) -> list:
     """Y = A W^T (+ bias) on tensor cores (kernels/matmul_nbits_gemm_tc.hip), split over K where
-    the tiles alone leave SMs idle: each split's f32 sums then go to the stream's workspace and a
-    second launch adds them in order."""
+    the tiles alone leave SMs idle: each split's f32 sums then go to the stream's workspace, and
+    the last split of each tile to finish adds them in order (arrival counters of the launch's
+    own, Target.counters), or where the target offers no counters a second launch does."""
     m, n = int(args.m), int(args.n)
     grid_m = _cdiv(m, GEMM_TC_TILE)
     if grid_m > 65535:
@@ -612,10 +613,12 @@ def _mnb_gemm_tc_ops(A, B, scales, zp, bias, y, args: MatMulNBitsArgs, dt: str, 
     layout = MatMulNBitsArgs.from_buffer_copy(args)
     layout.k_split, layout.k_tile = splits, per_split * GEMM_TC_TILE
     partial = workspace_regions(target, "MatMulNBits", [splits * m * n * 4])[0] if splits > 1 else 0
-    ops = [KernelOp(f"hipep_mnb_gemm_tc_{dt}_b4", (_cdiv(n, GEMM_TC_TILE), grid_m, splits), (GEMM_TC_THREADS, 1, 1),
-                    [ptr(A), ptr(B), ptr(scales), ptr(zp), ptr(bias), ptr(y), ctypes.c_uint64(partial), layout],
-                    module="matmul_nbits_gemm_tc")]
-    if splits > 1:
+    grid = (_cdiv(n, GEMM_TC_TILE), grid_m, splits)
+    counters = target.counters(grid[0] * grid[1] * 4) if splits > 1 and target.counters is not None else 0
+    ops = [KernelOp(f"hipep_mnb_gemm_tc_{dt}_b4", grid, (GEMM_TC_THREADS, 1, 1),
+                    [ptr(A), ptr(B), ptr(scales), ptr(zp), ptr(bias), ptr(y), ctypes.c_uint64(partial),
+                     ctypes.c_uint64(counters), layout], module="matmul_nbits_gemm_tc")]
+    if splits > 1 and not counters:
         ops.append(KernelOp(f"hipep_mnb_gemm_tc_sum_{dt}", (_cdiv(m * n, DEQUANT_THREADS), 1, 1),
                             (DEQUANT_THREADS, 1, 1),
                             [ctypes.c_uint64(partial), ptr(bias), ptr(y), layout], module="matmul_nbits_gemm_tc"))

@@ -33,7 +33,7 @@ def matmul_nbits(tmp_path_factory):
 
 
 def _bind_case(m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0, bits=4, a_scale=3.0, sm_count=132,
-               tensor_cores=False, first_run=False):
+               tensor_cores=False, first_run=False, counters=None):
     """A random MatMulNBits case in host memory, bound: (ops, output view, the registry reference's
     output, inputs, attrs, the host memory, which must outlive the launches)."""
     from quant_helpers import quantize_blockwise
@@ -58,6 +58,8 @@ def _bind_case(m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0, bits
     target = gk.Target(sm_count=sm_count, warp_size=32, scratch=lambda nbytes: 0,
                        workspace=lambda nbytes: mem.put(np.zeros(nbytes, np.uint8))[0].ptr, tensor_cores=tensor_cores,
                        first_run=first_run)
+    if counters is not None:  # arrival counters, zero when handed out; each kept in `counters`
+        target.counters = lambda nbytes: counters.append(mem.put(np.zeros(nbytes, np.uint8))[1]) or counters[-1].ctypes.data
     ops = gk.binding_for(gq.MNB).bind(ins, [gk.Arg(out.ptr, out.shape, out.dtype)], attrs, target)
     return ops, got, want, inputs, attrs, mem
 
@@ -365,6 +367,16 @@ def test_tensor_core_gemm_on_host(gemm_tc_lib, monkeypatch, m, k, n, bs, dtype, 
         assert splits == 2
     for o in ops:
         launch(gemm_tc_lib, o)
+    # With arrival counters (as the device's targets offer) the tile's last split adds the sums in
+    # the same order: one launch, the same bits, the counters left zero for the next launch.
+    counters: list = []
+    one, got_one, *_, mem_one = _bind_case(m, k, n, bs, dtype, zp_kind, 0, with_bias, seed=m + k, sm_count=132,
+                                           tensor_cores=True, counters=counters)
+    assert [o.entry for o in one] == entries[:1] and (len(counters) == 1) == (splits > 1)
+    for _ in range(2):  # twice: the counters must be zero again after the first
+        got_one[...] = np.nan
+        launch(gemm_tc_lib, one[0])
+        assert got_one.tobytes() == got.tobytes() and all(not c.any() for c in counters)
     A, B, scales, zp, _, bias = inputs
     w = _mnb_dequant(*_mnb_unpack(B, scales, zp, attrs))[:, :k].astype(dtype).astype(np.float64)
     exact = A.astype(np.float64) @ w.T + (bias.astype(np.float64) if bias is not None else 0.0)
