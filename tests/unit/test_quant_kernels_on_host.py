@@ -59,7 +59,11 @@ def _bind_case(m, k, n, bs, dtype, zp_kind, level, with_bias=False, seed=0, bits
                        workspace=lambda nbytes: mem.put(np.zeros(nbytes, np.uint8))[0].ptr, tensor_cores=tensor_cores,
                        first_run=first_run)
     if counters is not None:  # arrival counters, zero when handed out; each kept in `counters`
-        target.counters = lambda nbytes: counters.append(mem.put(np.zeros(nbytes, np.uint8))[1]) or counters[-1].ctypes.data
+        def handed_out(nbytes):
+            counters.append(mem.put(np.zeros(nbytes, np.uint8))[1])
+            return counters[-1].ctypes.data
+
+        target.counters = handed_out
     ops = gk.binding_for(gq.MNB).bind(ins, [gk.Arg(out.ptr, out.shape, out.dtype)], attrs, target)
     return ops, got, want, inputs, attrs, mem
 
