@@ -72,11 +72,17 @@ def cpu_tolerance(elem, level, zp) -> float:
 
 
 def run_gpu(model, feeds, runs=RUNS):
+    """The output of the session's last run. Replays (the third run on) give the captured second run's
+    bits. The first run gives them too, except where its binding was provisional: a prompt length's first
+    run takes MatMulNBits' tensor-core GEMM where the later runs take cuBLASLt
+    (HIPEP_MNB_GEMM_TC_FIRST_RUN_ROWS), other f32 sums of the same fp16 or bf16 products."""
     sess = hipep.InferenceSession(model, device="cuda")
     outs = [sess.run(None, feeds)[0] for _ in range(runs)]
-    for o in outs[1:]:
-        np.testing.assert_array_equal(o, outs[0])  # replays give the first run's bits
-    return outs[0]
+    for o in outs[2:]:
+        np.testing.assert_array_equal(o, outs[1])
+    if not np.array_equal(outs[0], outs[-1]):
+        assert outs[0].dtype != np.float32 and rel_l2(outs[0], outs[-1]) < 1e-3, rel_l2(outs[0], outs[-1])
+    return outs[-1]
 
 
 # (K, N, bits, block_size, zero points, bias, element type, accuracy_level)
