@@ -114,9 +114,12 @@ GEMM_TC_MAX_SPLITS = 4
 # new to the process cuBLASLt first plans (0.15-0.34 ms a product) and CUDA loads the kernels its
 # heuristic picks (1.6-3.5 ms each), 6-14 ms of host time at a new length on the ~1.1B model,
 # while the first run issues its launches one at a time and its GPU work hides behind that host
-# time (benchmarks/results/2026-12-06-prompt-step-host-study-h100.md). Past this many rows the
-# tensor-core GEMM's extra GPU time (3.4 ms at 512 rows on that model) would no longer hide.
-# HIPEP_MNB_GEMM_TC_FIRST_RUN_ROWS sets it (0: the first run binds as every other run).
+# time (benchmarks/results/2026-12-06-prompt-step-host-study-h100.md). On the H100 a new length of
+# 77-512 tokens then took 12-14 ms instead of 24-55 (its kernels 10-11 ms, behind 11-13 ms of host
+# time even at 512 rows; benchmarks/results/2026-12-07-gpu-tests-6db076b-h100.md). Past this many
+# rows the tensor-core GEMM's extra GPU time (3.4 ms at 512 rows on that model, growing with the
+# rows) would no longer hide. HIPEP_MNB_GEMM_TC_FIRST_RUN_ROWS sets it (0: the first run binds as
+# every other run, so that every run of a length gives the same bits).
 GEMM_TC_FIRST_RUN_ENV = "HIPEP_MNB_GEMM_TC_FIRST_RUN_ROWS"
 GEMM_TC_FIRST_RUN_ROWS = 512
 
