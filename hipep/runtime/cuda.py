@@ -365,6 +365,12 @@ class CudaDevice(GraphReplay, Device):
         it before returning, so `src` may go right after)."""
         self.copy_async(stream, dst, np.ascontiguousarray(src, dtype=dst.dtype), "host step result")
 
+    def prepare_constants(self, arrays) -> None:
+        """Uploads them now (each copy kept while its array lives: _device_constant)."""
+        self._current()
+        for a in arrays:
+            self._device_constant(a)
+
     def _device_constant(self, a: np.ndarray) -> DeviceArray:
         """The device copy of a plan constant or held weight (made once per array: they are
         read-only and live as long as their executor)."""

@@ -212,6 +212,12 @@ class Device(ABC):
     def compile(self, kernel: Kernel) -> Any:
         """The loaded program for `kernel` (backends cache compiled code)."""
 
+    def prepare_constants(self, arrays: Iterable[Any]) -> None:
+        """A plan's constants and weights that its launches read, told when its executor is made,
+        before any run: a backend with memory of its own may copy them there now, so that a
+        session's first run copies none and a device short of memory fails the session, not a
+        run. Nothing here for a backend that reads host memory."""
+
     def prepare_kernels(self, kernels: Iterable[Kernel]) -> None:
         """A plan's kernels (an iterable made as it is read), told when its executor is made,
         before any run: a backend that compiles code may start on it now (the first run then waits

@@ -91,6 +91,11 @@ class Executor:
                 self._constants[vid] = a
             elif v.kind == "weight" and v.index < 0:
                 self._constants[vid] = bound_weight(plan, vid, weights)
+        # The weights and constants launches read go to the device now, as ORT's own GPU EPs
+        # copy initializers when the session is made (the ~1.1B model's 715 MB took 0.1 s of its
+        # first run on the H100 otherwise).
+        read = {v for s in walk(plan.steps) if isinstance(s, Launch) for v in s.inputs if v in self._constants}
+        device.prepare_constants(self._constants[v] for v in sorted(read))
         self._layout = _StaticLayout(plan)
         # host-visible roots with a slot of their own, where host steps' results may be written
         # from symbols (none when HIPEP_HOST_VALUES=0: every host step runs where the plan puts it)

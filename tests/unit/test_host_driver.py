@@ -121,10 +121,14 @@ data = model.SerializeToString()
 
 
 def cycle():
+    before = len(get_device(0)._uploads)
     sess = hipep.InferenceSession(data, device="cuda")
+    made = len(get_device(0)._uploads)
+    assert made > before, "the weight is uploaded when the session is made"
     for n in (3, 5, 7):  # three shapes: three bindings of the same weight
         (z,) = sess.run(None, {"x": np.ones((n, 64), np.float32)})
         assert z.shape == (n, 32)
+        assert len(get_device(0)._uploads) == made, "a run uploads no weight"
     del sess
     gc.collect()
 
@@ -145,8 +149,8 @@ print(json.dumps({"start": start, "end": live()}))
 
 @needs_nvrtc
 def test_sessions_give_back_their_weights_and_memory_on_the_stand_in():
-    """A session's weights are uploaded once and go with it: twenty sessions, each binding its weight
-    at three shapes, leave no upload and no driver memory behind. The compiled programs are shared
+    """A session's weights are uploaded once, when it is made (its runs upload none), and go with it:
+    twenty sessions, each binding its weight at three shapes, leave no upload and no driver memory behind. The compiled programs are shared
     by the device across sessions, so whatever a program keeps must not hold a session's arrays
     (tests/gpu/test_gpu_device_memory.py checks the same on a GPU, with the driver's free memory)."""
     out = _run(_SESSIONS)
