@@ -94,8 +94,14 @@ class Executor:
         # The weights and constants launches read go to the device now, as ORT's own GPU EPs
         # copy initializers when the session is made (the ~1.1B model's 715 MB took 0.1 s of its
         # first run on the H100 otherwise).
-        read = {v for s in walk(plan.steps) if isinstance(s, Launch) for v in s.inputs if v in self._constants}
-        device.prepare_constants(self._constants[v] for v in sorted(read))
+        read = sorted({v for s in walk(plan.steps) if isinstance(s, Launch) for v in s.inputs if v in self._constants})
+        try:
+            device.prepare_constants(self._constants[v] for v in read)
+        except HipepError as e:
+            total = sum(self._constants[v].nbytes for v in read)
+            size = f"{total / 2**20:.1f} MiB" if total >= 2**17 else f"{total} bytes"
+            raise HipepError(f"plan '{plan.name}': copying the weights and constants its launches read "
+                             f"({len(read)} array{'s' * (len(read) != 1)}, {size}) to {device.name} failed: {e}") from None
         self._layout = _StaticLayout(plan)
         # host-visible roots with a slot of their own, where host steps' results may be written
         # from symbols (none when HIPEP_HOST_VALUES=0: every host step runs where the plan puts it)

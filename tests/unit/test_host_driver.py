@@ -260,6 +260,46 @@ def test_a_first_run_binds_matmul_nbits_provisionally_and_the_capture_binds_cubl
     assert short_second["entries"] == [] and short_second["graph_launches"] == 1, short_second
 
 
+_OUT_OF_MEMORY = r"""
+import json
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+from hipep.tools import host_driver
+stand_in = host_driver.install()
+import hipep
+
+w = np.random.default_rng(0).random((64, 48), np.float32)
+graph = helper.make_graph(
+    [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])], "weights",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+    [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", 48])], [numpy_helper.from_array(w, "w")])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+model.ir_version = 9
+data = model.SerializeToString()
+alloc = stand_in.cuMemAlloc
+stand_in.cuMemAlloc = lambda n: (host_driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY, 0) if n == w.nbytes else alloc(n)
+try:
+    hipep.InferenceSession(data, device="cuda")
+    error = None
+except Exception as e:
+    error = str(e)
+stand_in.cuMemAlloc = alloc
+sess = hipep.InferenceSession(data, device="cuda")
+(z,) = sess.run(None, {"x": np.ones((3, 64), np.float32)})
+print(json.dumps({"error": error, "shape": list(z.shape)}))
+"""
+
+
+@needs_nvrtc
+def test_a_device_short_of_memory_for_the_weights_fails_the_session_not_a_run():
+    """The weights go to the device when the session is made, so a device that cannot hold them
+    fails the session, saying what it was copying and the driver's error; the next session, with
+    memory, runs."""
+    out = _run(_OUT_OF_MEMORY)
+    assert out["error"] is not None and "copying the weights and constants its launches read (1 array, 12288 bytes)" in out["error"]
+    assert "CUDA_ERROR_OUT_OF_MEMORY" in out["error"] and out["shape"] == [3, 48]
+
+
 def test_address_emulation_without_the_stand_in_offers_no_gpu_memory():
     """HIPEP_EMULATE_GPU_MEMORY=addresses hands host memory over as device addresses, which only the
     stand-in can take: without it the plugin offers no GPU memory and says why (on a GPU machine a
