@@ -100,8 +100,9 @@ class Executor:
         except HipepError as e:
             total = sum(self._constants[v].nbytes for v in read)
             size = f"{total / 2**20:.1f} MiB" if total >= 2**17 else f"{total} bytes"
+            arrays = f"{len(read)} array{'s' * (len(read) != 1)}"
             raise HipepError(f"plan '{plan.name}': copying the weights and constants its launches read "
-                             f"({len(read)} array{'s' * (len(read) != 1)}, {size}) to {device.name} failed: {e}") from None
+                             f"({arrays}, {size}) to {device.name} failed: {e}") from None
         self._layout = _StaticLayout(plan)
         # host-visible roots with a slot of their own, where host steps' results may be written
         # from symbols (none when HIPEP_HOST_VALUES=0: every host step runs where the plan puts it)

@@ -296,7 +296,8 @@ def test_a_device_short_of_memory_for_the_weights_fails_the_session_not_a_run():
     fails the session, saying what it was copying and the driver's error; the next session, with
     memory, runs."""
     out = _run(_OUT_OF_MEMORY)
-    assert out["error"] is not None and "copying the weights and constants its launches read (1 array, 12288 bytes)" in out["error"]
+    want = "copying the weights and constants its launches read (1 array, 12288 bytes)"
+    assert out["error"] is not None and want in out["error"]
     assert "CUDA_ERROR_OUT_OF_MEMORY" in out["error"] and out["shape"] == [3, 48]
 
 
