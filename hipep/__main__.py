@@ -44,12 +44,14 @@ def _explain(args: argparse.Namespace) -> int:
     return EXIT_OK if report.all_claimed else EXIT_NOT_ALL
 
 
-@_command("demo", "run a small attention block on hipep's CPU reference device and compare it "
-          "with ONNX Runtime's CPU EP (exit 0: outputs match)", lambda p: None)
+@_command("demo", "run a small attention block on hipep's default device (the GPU where there is one, "
+          "else the CPU reference device) and compare it with ONNX Runtime's CPU EP (exit 0: outputs match)",
+          lambda p: p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                                   help="the device to run on (default: auto)"))
 def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return EXIT_OK if run_demo() else EXIT_NOT_ALL
+    return EXIT_OK if run_demo(device=args.device) else EXIT_NOT_ALL
 
 
 @_command("accuracy", "compare hipep with ONNX Runtime's CPU EP on the accuracy models; prints a Markdown "

@@ -1,7 +1,9 @@
-"""A small self-attention block, run on hipep's CPU reference device and on ORT's CPU EP.
+"""A small self-attention block, run on hipep's default device and on ORT's CPU EP.
 
-`python -m hipep demo` prints hipep's partition report for it, runs both sessions on the same
-random inputs with dynamic batch and sequence extents, and compares the outputs.
+`python -m hipep demo [--device auto|cpu|cuda]` prints hipep's partition report for it, runs both
+sessions on the same random inputs with dynamic batch and sequence extents, and compares the
+outputs. The default device is the GPU where hipep's plugin found one (an NVIDIA driver and
+hipep's CUDA runtime load), else the CPU reference device.
 """
 from __future__ import annotations
 
@@ -103,21 +105,31 @@ def _sort_topologically(model) -> None:
     g.node.extend(nodes)
 
 
-def run_demo(out=print) -> bool:
+# allclose's tolerances per device: the reference device sums as the CPU EP does, to f32 rounding;
+# a GPU's f32 products are summed in other orders (about 1e-6 of the operands' magnitudes here)
+_TOLERANCE = {"cpu": (1e-5, 1e-6), "cuda": (1e-5, 1e-5)}
+
+
+def run_demo(out=print, device: str = "auto") -> bool:
+    """Runs the demo on `device` ("auto": the GPU where hipep's plugin found one, else "cpu");
+    True when every output matches the CPU EP's."""
     import onnxruntime as ort
 
     import hipep
 
+    if device == "auto":
+        device = "cuda" if hipep.gpu_memory_offered() else "cpu"
     model = build_attention_block()
-    report = hipep.explain(model)
+    report = hipep.explain(model, device=device)
     out("== hipep partition report ==")
     out(report.format())
     data = model.SerializeToString()
-    hip = hipep.InferenceSession(data, device="cpu")
+    hip = hipep.InferenceSession(data, device=device)
     cpu = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(1)
     ok = True
-    out("== hipep (CPU reference device) vs ONNX Runtime CPU EP ==")
+    rtol, atol = _TOLERANCE[device]
+    out(f"== hipep ({'the GPU' if device == 'cuda' else 'CPU reference device'}) vs ONNX Runtime CPU EP ==")
     for batch, seq in [(1, 5), (2, 7), (3, 16)]:
         x = rng.standard_normal((batch, seq, 32)).astype(np.float32)
         x[:, -1, 0] = 0.0  # one padded position per sequence
@@ -125,7 +137,7 @@ def run_demo(out=print) -> bool:
         want = cpu.run(None, {"x": x})
         for name, g, w_ in zip(["y", "y_mean"], got, want):
             err = float(np.max(np.abs(g - w_)))
-            match = np.allclose(g, w_, rtol=1e-5, atol=1e-6)
+            match = np.allclose(g, w_, rtol=rtol, atol=atol)
             ok &= match
             out(f"batch={batch} seq={seq:<3} {name:<7} shape={list(g.shape)!s:<12} max|diff|={err:.2e} "
                 f"{'OK' if match else 'MISMATCH'}")

@@ -119,3 +119,14 @@ def test_wrapped_host_memory_is_read_and_written_in_place():
     stream.sync()
     e = np.exp(x - x.max(-1, keepdims=True))
     np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-5)
+
+
+def test_the_demo_runs_on_the_gpu_by_default():
+    """`hipep demo` (the README's first command) runs on the default device, the GPU here: every
+    node claimed there and every output within the GPU's tolerance of the CPU EP's."""
+    from hipep.demo import run_demo
+
+    lines: list[str] = []
+    assert run_demo(out=lines.append), "\n".join(lines)
+    assert any("claimed 24 of 24 nodes in 1 subgraphs" in line for line in lines)
+    assert "== hipep (the GPU) vs ONNX Runtime CPU EP ==" in lines

@@ -112,9 +112,15 @@ def test_f16_and_integer_paths(rng):
 
 
 def test_demo_passes():
+    """The demo on the default device (the CPU reference device where there is no GPU) and on the
+    CPU reference device by name."""
+    import hipep
     from hipep.demo import run_demo
 
-    lines: list[str] = []
-    assert run_demo(out=lines.append)
-    assert any("claimed 24 of 24 nodes in 1 subgraphs" in line for line in lines)
-    assert lines[-1] == "PASS: outputs match the CPU EP"
+    for device in ("auto", "cpu"):
+        lines: list[str] = []
+        assert run_demo(out=lines.append, device=device)
+        assert any("claimed 24 of 24 nodes in 1 subgraphs" in line for line in lines)
+        assert lines[-1] == "PASS: outputs match the CPU EP"
+        on_gpu = device == "auto" and hipep.gpu_memory_offered()
+        assert ("== hipep (the GPU) vs ONNX Runtime CPU EP ==" in lines) == on_gpu
