@@ -119,7 +119,8 @@ GEMM_TC_MAX_SPLITS = 4
 # time even at 512 rows; benchmarks/results/2026-12-07-gpu-tests-6db076b-h100.md). Past this many
 # rows the tensor-core GEMM's extra GPU time (3.4 ms at 512 rows on that model, growing with the
 # rows) would no longer hide. HIPEP_MNB_GEMM_TC_FIRST_RUN_ROWS sets it (0: the first run binds as
-# every other run, so that every run of a length gives the same bits).
+# every other run, so that every run of a length gives the same bits); HIPEP_GEMM=blas (cuBLASLt for
+# every product it takes) turns it off too.
 GEMM_TC_FIRST_RUN_ENV = "HIPEP_MNB_GEMM_TC_FIRST_RUN_ROWS"
 GEMM_TC_FIRST_RUN_ROWS = 512
 
@@ -533,8 +534,7 @@ def _mnb_bind(ins, outs, attrs, target):
             ops.append(KernelOp(f"hipep_mnb_gemv_{dt}_b{bits}_m{m_t}" + ("_c4" if wide else ""), grid, (GEMV_WARPS * target.warp_size, 1, 1),
                                 params, module="matmul_nbits", element_type=dt, smem=smem))
         return ops
-    if (target.first_run and 0 < tc_rows and m <= first_run_tc_rows()
-            and _blas_unavailable(whole, dt, A.dtype.itemsize, target) is None):
+    if tc_rows > 0 and _first_run_takes_tc(whole, dt, A.dtype.itemsize, target):
         return [dataclasses.replace(op, provisional=True)
                 for op in _mnb_gemm_tc_ops(A, B, scales, zp, bias, y, whole, dt, target)]
     blas = _mnb_blas_ops(A, B, scales, zp, bias, y, whole, bits, dt, target)
@@ -668,6 +668,15 @@ def _mnb_blas_ops(A, B, scales, zp, bias, y, args: MatMulNBitsArgs, bits: int, d
                             (DEQUANT_THREADS, 1, 1), [ptr(A), ctypes.c_uint64(qp_ptr), ctypes.c_uint64(a8_ptr), args],
                             module="matmul_nbits_dequant"))
     return ops + blas
+
+
+def _first_run_takes_tc(args: MatMulNBitsArgs, dt: str, itemsize: int, target) -> bool:
+    """Whether this bind, for a first run, takes the tensor-core GEMM provisionally where the BLAS
+    path would run (GEMM_TC_FIRST_RUN_ROWS; not with HIPEP_GEMM=blas, cuBLASLt for every product)."""
+    from .gpu_linalg import gemm_mode
+
+    return (target.first_run and int(args.m) <= first_run_tc_rows() and gemm_mode() != "blas"
+            and _blas_unavailable(args, dt, itemsize, target) is None)
 
 
 def _blas_unavailable(args: MatMulNBitsArgs, dt: str, itemsize: int, target) -> str | None:

@@ -461,6 +461,9 @@ def test_a_first_run_takes_the_tensor_core_gemm_where_cublaslt_would_run(monkeyp
     with pytest.raises(HipepError, match="HIPEP_MNB_GEMM_TC_FIRST_RUN_ROWS='many'"):
         bound(past)
     monkeypatch.delenv(gq.GEMM_TC_FIRST_RUN_ENV)
+    monkeypatch.setenv("HIPEP_GEMM", "blas")                       # cuBLASLt for every product, first runs too
+    assert bound(past)[-1] == ("blas", None)
+    monkeypatch.delenv("HIPEP_GEMM")
     monkeypatch.setenv(gq.GEMM_TC_ENV, "0")
     assert bound(past)[-1] == ("blas", None)
     monkeypatch.setenv(gq.GEMM_TC_ENV, "")
