@@ -4,7 +4,9 @@ cuBLASLt's kernels load the first time they run (CUDA's lazy module loading): 1.
 kernel on the H100, measured for the ~1.1B model's products (benchmarks/results/
 2026-12-06-prompt-step-host-study-h100.md). Its heuristic picks another kernel for many prompt
 lengths, so early in a process a prompt of a length not seen before waited 5-15 ms on them,
-a third of that step's host time.
+a third of that step's host time. (A length's first run now takes MatMulNBits' tensor-core GEMM
+instead, gpu_quant.GEMM_TC_FIRST_RUN_ROWS: the wait moved to the length's second run, the one
+captured into a CUDA graph.)
 
 When a product's family (element type, N, K, operand layouts, bias epilogue, alignment) gets
 its first plan (cublaslt.matmul_plan), a worker thread asks the heuristic for that family at
