@@ -101,23 +101,28 @@ def test_decode_host_benchmark_runs_on_the_stand_in(tmp_path):
     assert "| CUDA graph launches / kernel nodes updated / direct launches | 1 / " in text
 
 
-_SESSIONS = r"""
-import gc, json
+# A MatMul with a weight of 64 x N floats and a Relu, as `data` (serialized), on the stand-in.
+_WEIGHT_MODEL = r"""
+import json
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 from hipep.tools import host_driver
 stand_in = host_driver.install()
 import hipep
-from hipep.runtime.cuda import get_device
 
-w = np.random.default_rng(0).random((64, 32), np.float32)
+w = np.random.default_rng(0).random((64, __N__), np.float32)
 graph = helper.make_graph(
     [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])], "weights",
     [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
-    [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", 32])], [numpy_helper.from_array(w, "w")])
+    [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", __N__])], [numpy_helper.from_array(w, "w")])
 model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 model.ir_version = 9
 data = model.SerializeToString()
+"""
+
+_SESSIONS = _WEIGHT_MODEL.replace("__N__", "32") + r"""
+import gc
+from hipep.runtime.cuda import get_device
 
 
 def cycle():
@@ -260,22 +265,7 @@ def test_a_first_run_binds_matmul_nbits_provisionally_and_the_capture_binds_cubl
     assert short_second["entries"] == [] and short_second["graph_launches"] == 1, short_second
 
 
-_OUT_OF_MEMORY = r"""
-import json
-import numpy as np
-from onnx import TensorProto, helper, numpy_helper
-from hipep.tools import host_driver
-stand_in = host_driver.install()
-import hipep
-
-w = np.random.default_rng(0).random((64, 48), np.float32)
-graph = helper.make_graph(
-    [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])], "weights",
-    [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
-    [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", 48])], [numpy_helper.from_array(w, "w")])
-model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-model.ir_version = 9
-data = model.SerializeToString()
+_OUT_OF_MEMORY = _WEIGHT_MODEL.replace("__N__", "48") + r"""
 alloc = stand_in.cuMemAlloc
 stand_in.cuMemAlloc = lambda n: (host_driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY, 0) if n == w.nbytes else alloc(n)
 try:
