@@ -95,6 +95,19 @@ HIPEP_DEVICE uint4 hipep_gtc_dequant_h2(unsigned int w, __half2 c_lo, __half2 c_
                     *reinterpret_cast<const unsigned int*>(&d2), *reinterpret_cast<const unsigned int*>(&d3));
 }
 
+// Element `at` (column c) of Y: the K splits' f32 sums in `partial` added in split order, the bias,
+// rounded once to T. Both forms of a split product (the tile's last split, the second launch) add
+// them here, so they give the same bits; the sums are read from L2 (other blocks wrote them).
+template <typename T>
+HIPEP_DEVICE void hipep_gtc_add_splits(const float* partial, const T* bias, T* Y, const hipep_mnb_args& a,
+                                       hipep_i64 at, hipep_i64 c) {
+  const hipep_i64 mn = a.m * a.n;
+  float sum = hipep_ld_produced(partial + at);
+  for (int z = 1; z < a.k_split; ++z) sum += hipep_ld_produced(partial + z * mn + at);
+  if (bias != 0) sum += hipep_to_float(bias[c]);
+  Y[at] = hipep_from_float<T>(sum);
+}
+
 template <typename T>
 HIPEP_DEVICE void hipep_mnb_gemm_tc(const T* HIPEP_RESTRICT A, const unsigned char* HIPEP_RESTRICT B,
                                     const T* HIPEP_RESTRICT scales, const void* HIPEP_RESTRICT zp,
@@ -244,16 +257,9 @@ HIPEP_DEVICE void hipep_mnb_gemm_tc(const T* HIPEP_RESTRICT A, const unsigned ch
   if (!last_s) return;
   __threadfence();  // every other split's sums seen
   if (tid == 0) *counter = 0u;  // every split has arrived: zero again for the next launch
-  const hipep_i64 mn = a.m * a.n;
   for (int i = tid; i < BM * BN; i += MNB_GTC_THREADS) {
     const hipep_i64 r = m0 + i / BN, c = n0 + i % BN;
-    if (r >= a.m || c >= a.n) continue;
-    const hipep_i64 at = r * a.n + c;
-    // (in L2, not this SM's L1: other blocks wrote them while this kernel runs)
-    float sum = hipep_ld_produced(partial + at);
-    for (int z = 1; z < a.k_split; ++z) sum += hipep_ld_produced(partial + z * mn + at);
-    if (bias != 0) sum += hipep_to_float(bias[c]);
-    Y[at] = hipep_from_float<T>(sum);
+    if (r < a.m && c < a.n) hipep_gtc_add_splits<T>(partial, bias, Y, a, r * a.n + c, c);
   }
 }
 
@@ -262,12 +268,8 @@ HIPEP_DEVICE void hipep_mnb_gemm_tc(const T* HIPEP_RESTRICT A, const unsigned ch
 template <typename T>
 HIPEP_DEVICE void hipep_mnb_gemm_tc_sum(const float* HIPEP_RESTRICT partial, const T* HIPEP_RESTRICT bias,
                                         T* HIPEP_RESTRICT Y, const hipep_mnb_args a) {
-  const hipep_i64 i = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x, mn = a.m * a.n;
-  if (i >= mn) return;
-  float s = partial[i];
-  for (int z = 1; z < a.k_split; ++z) s += partial[z * mn + i];
-  if (bias != 0) s += hipep_to_float(bias[i % a.n]);
-  Y[i] = hipep_from_float<T>(s);
+  const hipep_i64 i = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < a.m * a.n) hipep_gtc_add_splits<T>(partial, bias, Y, a, i, i % a.n);
 }
 
 #define HIPEP_MNB_GEMM_TC(NAME, T)                                                                           \
