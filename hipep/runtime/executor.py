@@ -56,6 +56,10 @@ from .shapes import MAX_BYTES, DataDependent, ShapeProgram, branch_key, check_by
 SPECIALIZATION_CACHE = 64  # layout signatures kept per compiled subgraph (LRU)
 TRACES_PER_RANKS = 8  # shape programs kept per rank pattern before the oldest goes
 LAYOUTS_REMEMBERED = 1024  # layout signatures per shape program whose guards are known to hold
+# A specialization whose runs are recorded for native replay gets a context of its own (a home)
+# where the context its runs used holds more than twice its bytes and this much beside
+# (Executor.wants_home).
+HOME_SLACK = 64 * 1024
 
 
 def step_label(step) -> str:
@@ -187,12 +191,19 @@ class Executor:
         alias = () if self._aliases_of is None or allocate_outputs is None else self._aliases_of(inputs, outputs)
         spec, hit = self._specialization((id(program), layout, alias), program, env)
         index = next(self._run_index)
-        try:
-            context = self._contexts.pop()
-        except IndexError:  # every context is in flight (or none was made yet)
-            context = _Context(self.device)
-            with self._lock:
-                self._all_contexts.append(context)
+        context = None
+        if spec.home:  # (a specialization native replay records runs on a context of its own)
+            try:
+                context = spec.home.pop()
+            except IndexError:  # in flight on another thread
+                pass
+        if context is None:
+            try:
+                context = self._contexts.pop()
+            except IndexError:  # every context is in flight (or none was made yet)
+                context = _Context(self.device)
+                with self._lock:
+                    self._all_contexts.append(context)
         context.runs += 1
         ok = False
         device, stream = self.device, context.stream
@@ -231,7 +242,7 @@ class Executor:
             tally[T.NODE_UPDATES] += updates
             tally[T.SYNC_WAIT_NS] += device.sync_wait_ns(stream)
             tally[T.RUN_NS] += time.perf_counter_ns() - started
-            self._contexts.append(context)
+            (spec.home if context.home_of is spec else self._contexts).append(context)
 
     def _check_inputs(self, inputs):
         out = list(inputs)
@@ -326,8 +337,49 @@ class Executor:
         with self._lock:
             self._specs[key] = spec
             while len(self._specs) > self.cache_size:
-                self._specs.popitem(last=False)
+                _, evicted = self._specs.popitem(last=False)
+                for context in [c for c in self._all_contexts if c.home_of is evicted]:
+                    self._retire(context)  # (one in flight goes back to a list nothing reads)
         return spec
+
+    # ---- contexts native replay takes ------------------------------------------------------
+
+    def wants_home(self, spec: "_Specialization", context: "_Context") -> bool:
+        """Whether native replay, about to record `spec` on the context its runs used, should
+        record it on a context of its own instead. A record keeps its context for good: the
+        Python path then makes another for the other layouts. So where the context is much larger
+        than `spec` needs (a decode step's after a long prompt's: the new one would grow as large),
+        or holds other layouts' captured graphs (a prompt length seen again would be captured
+        again), `spec` gets a home sized for itself, and the context stays in the pool."""
+        need = spec.arena_bytes
+        if any(size > 2 * need.get(space, 0) + HOME_SLACK for space, size in context.sizes.items()):
+            return True
+        with self._lock:
+            specs = list(self._specs.values())
+        return any(other is not spec and (bound := other.graphs.get(context.key)) is not None
+                   and bound[0] == context.generation for other in specs)
+
+    def give_home(self, spec: "_Specialization") -> None:
+        """A new context only `spec`'s runs take (Executor.run), for native replay to record on."""
+        context = _Context(self.device, home_of=spec)
+        with self._lock:
+            self._all_contexts.append(context)
+        spec.home.append(context)
+
+    def retire(self, context: "_Context") -> None:
+        """The context leaves the executor, with every graph captured on it (a native replay
+        record's, when the record ends: native code changed what they hold)."""
+        with self._lock:
+            self._retire(context)
+
+    def _retire(self, context: "_Context") -> None:
+        if context in self._all_contexts:
+            self._all_contexts.remove(context)
+        for spec in self._specs.values():
+            spec.graphs.pop(context.key, None)
+        home = context.home_of
+        if home is not None and context in home.home:
+            home.home.remove(context)
 
     # ---- binding ---------------------------------------------------------------------------
 
@@ -340,7 +392,7 @@ class Executor:
     def _replay(self, spec: "_Specialization", context: "_Context", inputs, outputs, env) -> None:
         """Replays the specialization's captured graph for this context (capturing it the first
         time, or after the context's arena moved) with this run's ORT memory."""
-        bound = spec.graphs.get(id(context))
+        bound = spec.graphs.get(context.key)
         # A graph captured at the context's current generation was captured after reserving this
         # specialization's bytes, and the arena has not moved since: nothing to reserve.
         if bound is None or bound[0] != context.generation:
@@ -350,7 +402,7 @@ class Executor:
             # a device may take ORT's memory straight into the launches (CpuDevice.bind_replay)
             bind = getattr(self.device, "bind_replay", None)
             bound = (context.generation, graph, patches, None if bind is None else bind(graph, sites, patches), fills)
-            spec.graphs[id(context)] = bound
+            spec.graphs[context.key] = bound
         if bound[4]:  # host steps' results that follow from the symbols (hipep.runtime.host_values)
             write_host_values(bound[4], spec.program.host.values(env))
         ext_shapes = spec.program.external_shapes(env) if spec.program.external else ()
@@ -573,17 +625,25 @@ class _Specialization:
         self.reads = len(program.shape.reads) + program.shape.pinned_elements(
             [plan.values[vid].dtype for vid in plan.inputs])
         self.launches = sum(1 for _, s in program.steps if isinstance(s, Launch))
-        self.graphs: dict[int, tuple] = {}
+        self.graphs: dict[int, tuple] = {}  # _Context.key -> what _replay captured on that context
+        self.home: list[_Context] = []  # its own context while idle (Executor.give_home)
 
 
 ARENA_GROWTH = 1.5  # an arena that grows takes at least this times its old size (_Context.reserve)
 
 
+_CONTEXT_KEYS = itertools.count(1)
+
+
 class _Context:
     """What one run in flight holds: a stream and one arena per memory space."""
 
-    def __init__(self, device: Device):
+    def __init__(self, device: Device, home_of: "_Specialization | None" = None):
         self.device = device
+        # What keys its graphs (_Specialization.graphs): never reused, where id() of a context
+        # freed after a native replay record ended could be a new context's.
+        self.key = next(_CONTEXT_KEYS)
+        self.home_of = home_of  # the specialization whose runs alone it takes (Executor.give_home)
         self.stream = device.new_stream()
         self.tally = counters.Tally()  # this run's counts: one run at a time holds a context
         self.runs = 0  # runs that held this context

@@ -92,6 +92,7 @@ class Recorder:
         self.record: Record | None = None
         self.previous = None  # (spec, input shapes, addresses) of the latest run through Python
         self.refusals = 0
+        self.carried = None  # (spec, tensor positions) a dropped record followed as they moved
 
     def after_run(self) -> None:
         if not self._lock.acquire(timeout=0.002):  # (the learner holds it for one variant at a time)
@@ -125,18 +126,27 @@ class Recorder:
                 if any(s is rec.spec for s in list(ex._specs.values())):
                     return  # another layout (a prompt between decode steps): the record stays
                 self.drop()  # its layout left the executor's cache: a run of it would miss forever
-            else:
-                self.drop()  # a tensor the record takes as fixed moved: built anew below
+            else:  # a tensor the record takes as fixed moved: built anew below, that one moving too
+                self.carried = (spec, rec.moving | rec.moved(ins, outs))
+                self.drop()
         if self.refusals >= MAX_REFUSALS or previous is None or previous[0] is not spec:
             return
         if not all(a is None or type(a) is OrtDeviceArray for a in ins) or \
                 not all(type(a) is OrtDeviceArray for a in outs):
             return  # tensors in host memory: the Python path stages them
         moving = {p for p, (a, b) in enumerate(zip(previous[2], ptrs)) if a != b}
-        if self.record is not None and self.record.spec is spec:
-            moving |= self.record.moving
+        if self.carried is not None and self.carried[0] is spec:
+            moving |= self.carried[1]
+        home = context.home_of is spec
+        if not home:
+            if spec.home or any(c.home_of is spec for c in list(ex._all_contexts)):
+                return  # its home was in flight: recorded from a run there
+            if ex.wants_home(spec, context):
+                ex.give_home(spec)  # the next runs take it, the first captures, then one is recorded
+                return
+        idle = spec.home if home else ex._contexts
         try:
-            ex._contexts.remove(context)
+            idle.remove(context)
         except ValueError:
             return  # in use by another run
         try:
@@ -146,9 +156,9 @@ class Recorder:
         except (NotRecordable, HipepError) as e:
             self.refusals += not isinstance(e, NotYet)
             log.debug("hipep: %s: no native replay: %s", ex.plan.name, e)
-            ex._contexts.append(context)
+            idle.append(context)
             return
-        self.record = rec
+        self.record, self.carried = rec, None  # (the record's own moving set is carried at its drop)
         slot.install(rec.native)
         if _SHUTTING_DOWN:
             return

@@ -6,7 +6,10 @@ host work costs more than a decode step's kernels can hide. Here Python records 
 look like, and Compute then does only the lookups and driver calls:
 
 - The record owns one of the executor's run contexts (stream, arenas, captured graphs): the
-  Python path never touches its graphs again, so what native code sets in them stays true.
+  Python path never touches its graphs again, so what native code sets in them stays true. Where
+  the context the runs used is much larger than the specialization needs or serves other layouts
+  (a decode step's after a prompt's), the specialization first gets a context of its own and the
+  record is made from runs there (Executor.wants_home): the prompts keep theirs.
 - Per set of input shapes (a variant): the output shapes, the host values the graphs read (the
   plan's values computed from symbols), and for each kernel node whose launch depends on the run
   the parameters Python's binding made for those shapes. Variants are made for the shapes seen
@@ -158,7 +161,7 @@ class Record:
         _RECORDS.add(self)
         device = executor.device
         self.device = device
-        bound = spec.graphs.get(id(context))
+        bound = spec.graphs.get(context.key)
         if bound is None or bound[0] != context.generation or bound[3] is not None:
             raise NotYet("the run's graph is not the context's captured one")
         self.graph, self.patches, self.fills = bound[1], bound[2], bound[4]
@@ -607,22 +610,17 @@ class Record:
     def holds(self, spec, ins, outs) -> bool:
         """Whether a run of `spec` with these tensors is one the record could have replayed but for
         its shapes (its fixed tensors where the record's are)."""
-        if spec is not self.spec:
-            return False
-        for p, a in enumerate([*ins, *outs]):
-            base = self.in_ptrs[p] if p < self.n_in else self.out_ptrs[p - self.n_in]
-            ptr = 0 if a is None else a.ptr
-            if ptr != base and p not in self.moving:
-                return False
-        return True
+        return spec is self.spec and not (self.moved(ins, outs) - self.moving)
+
+    def moved(self, ins, outs) -> set[int]:
+        """The positions (inputs, then outputs) of the tensors not where the record's were."""
+        bases = (*self.in_ptrs, *self.out_ptrs)
+        return {p for p, a in enumerate((*ins, *outs)) if (0 if a is None else a.ptr) != bases[p]}
 
     def close(self) -> None:
         """Stops native runs on this record; its context leaves the executor (its graphs hold what
         native code set)."""
-        ex = self.executor
-        with ex._lock:
-            if self.context in ex._all_contexts:
-                ex._all_contexts.remove(self.context)
+        self.executor.retire(self.context)
 
 
 def _growth(previous, shapes):

@@ -51,8 +51,7 @@ def bind_caches(values):
 
 bind_caches(caches())
 vocab = sess.get_outputs()[0].shape[-1]
-logits = {n: [ort.OrtValue.ortvalue_from_shape_and_type([1, n, vocab], np.float16, "cuda", 0) for _ in range(2)]
-          for n in (1, 12)}
+logits = {}
 keys = ("runs", "native_runs", "graph_launches", "graph_node_updates", "direct_launches", "host_reads",
         "transfer_bytes")
 steps = []
@@ -60,6 +59,8 @@ steps = []
 def step(total, n, out=0):
     binding.bind_cpu_input("input_ids", np.full((1, n), 3 + total % 11, np.int64))
     binding.bind_cpu_input("attention_mask", np.ones((1, total), np.int64))
+    if n not in logits:
+        logits[n] = [ort.OrtValue.ortvalue_from_shape_and_type([1, n, vocab], np.float16, "cuda", 0) for _ in range(2)]
     binding.bind_ortvalue_output("logits", logits[n][out])
     before = hipep.stats()
     sess.run_with_iobinding(binding)
@@ -73,12 +74,18 @@ def step(total, n, out=0):
         s["miss"] = rec.native.last_miss
     s["records"] = len(recs)
     s["variants"] = max([len(r.variants) for r in recs], default=0)
+    s["record"] = [id(r) for r in recs]
+    executors = {id(r.executor): r.executor for r in recs}.values()
+    s["contexts"] = [[c.sizes["device"], any(c is r.context for r in recs)] for ex in executors for c in ex._all_contexts]
+    # graphs kept for contexts that left their executor (a dropped record's)
+    s["stale_graphs"] = sum(len(set(spec.graphs) - {c.key for c in ex._all_contexts})
+                            for ex in executors for spec in ex.specializations())
     steps.append(s)
 
 for phase in scenario["phases"]:
     kind = phase[0]
     if kind == "prompt":
-        step(phase[1], 12)
+        step(phase[1], phase[2] if len(phase) > 2 else 12)
     elif kind == "decode":
         for total in range(phase[1], phase[2]):
             step(total, 1, out=total % 2 if len(phase) > 3 and phase[3] == "alternate" else 0)
@@ -156,3 +163,27 @@ def test_a_record_past_its_variant_limit_forgets_the_oldest_and_stays_right():
     _check_native(decode)
     assert max(s["variants"] for s in steps) <= 72
     assert sum(s["native_runs"] for s in decode) >= 0.75 * len(decode)
+
+
+@needs_nvrtc
+def test_a_record_takes_a_context_sized_for_its_layout_and_leaves_the_prompts_theirs():
+    """Requests of a long prompt, a short one and the long one again, each decoded for a while. The
+    record of the decode steps is made on a context of their own, sized for them (the prompt's
+    context is over 40 times larger here), so the prompts keep theirs: two contexts in all, the
+    long prompt seen again replays the graph captured on its context, and the record made in the
+    second request serves the third (a tensor found moving once stays followed)."""
+    steps = _decode(phases=[["prompt", 150, 150], ["decode", 151, 170], ["prompt", 40, 40], ["decode", 41, 60],
+                            ["prompt", 150, 150], ["decode", 151, 170]])
+    first, second, third = steps[1:20], steps[21:40], steps[40:]
+    for decode in (first, second, third[1:]):
+        _check_native(decode[3:])
+        assert sum(s["native_runs"] for s in decode) >= 0.5 * len(decode), [s["native_runs"] for s in decode]
+    again = third[0]
+    assert again["native_runs"] == 0 and again["direct_launches"] == 0 and again["graph_launches"] >= 1, again
+    assert len({r for s in steps[30:] for r in s["record"]}) == 1, [s["record"] for s in steps[30:]]
+    assert all(s["stale_graphs"] == 0 for s in steps), [s["stale_graphs"] for s in steps]
+    sizes = steps[-1]["contexts"]
+    assert len(sizes) == 2, sizes
+    (record_bytes,) = [n for n, owned in sizes if owned]
+    (pool_bytes,) = [n for n, owned in sizes if not owned]
+    assert 0 < 40 * record_bytes < pool_bytes, sizes
