@@ -76,7 +76,8 @@ def step(total, n, out=0):
     s["variants"] = max([len(r.variants) for r in recs], default=0)
     s["record"] = [id(r) for r in recs]
     executors = {id(r.executor): r.executor for r in recs}.values()
-    s["contexts"] = [[c.sizes["device"], any(c is r.context for r in recs)] for ex in executors for c in ex._all_contexts]
+    s["contexts"] = [[c.sizes["device"], any(c is r.context for r in recs)]
+                     for ex in executors for c in ex._all_contexts]
     # graphs kept for contexts that left their executor (a dropped record's)
     s["stale_graphs"] = sum(len(set(spec.graphs) - {c.key for c in ex._all_contexts})
                             for ex in executors for spec in ex.specializations())
