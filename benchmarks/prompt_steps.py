@@ -10,12 +10,14 @@ hipep.stats() deltas are recorded: kernel_us (from the first launch to the last 
 or waiting on the host), hipep's runtime (run_us less sync_wait_us), launches one by one,
 graph launches, new specializations; and the cuBLASLt calls the run issues one by one (their
 count and summed host time, each call timed around cuBLASLt's own: a new GEMM shape's first calls
-are where cuBLASLt sets itself up). Lengths repeat to tell a new length from one seen before.
+are where cuBLASLt sets itself up), and the time Python's full garbage collections took during the
+step. Lengths repeat to tell a new length from one seen before.
 
 Writes benchmarks/results/<date>-prompt-steps-<gpu>[-<precision>].md.
 
     python benchmarks/prompt_steps.py [--precision int4|int4-f16|int4-bf16] [--model DIR]
-                                      [--lengths 128,100,77,512,1024] [--runs 4] [--settle S] [--host-driver]
+                                      [--lengths 128,100,77,512,1024] [--runs 4] [--settle S] [--gc-freeze]
+                                      [--host-driver]
                                       [--out DIR]
 
 --settle S waits S seconds after the process's first prompt step (a server's first request, then a
@@ -25,6 +27,7 @@ worker, hipep/runtime/cublaslt_warm.py) to finish before the lengths that follow
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import threading
@@ -72,7 +75,34 @@ class BlasTimer:
         self._plan.run = self._run
 
 
-def measure(path: str, facts: dict, lengths: list[int], runs: int, device_id: int, settle: float = 0.0) -> list[dict]:
+class GcTimer:
+    """Times Python's full (generation 2) garbage collections while a step runs (gc.callbacks).
+    A full collection walks every object the process holds, a session's bindings of every prompt
+    length it keeps among them, and lands in whichever step happens to allocate when it is due."""
+
+    def __init__(self):
+        self.ms: list[float] = []
+        self._start = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.ms.append((time.perf_counter() - self._start) * 1e3)
+
+    def take(self) -> list[float]:
+        ms, self.ms = self.ms, []
+        return ms
+
+    def close(self) -> None:
+        gc.callbacks.remove(self._callback)
+
+
+def measure(path: str, facts: dict, lengths: list[int], runs: int, device_id: int, settle: float = 0.0,
+            gc_freeze: bool = False) -> list[dict]:
     """One row per prompt step: its length, which run of that length it was, wall ms and the
     counters' deltas."""
     import hipep
@@ -82,29 +112,37 @@ def measure(path: str, facts: dict, lengths: list[int], runs: int, device_id: in
     rng = np.random.default_rng(0)
     seen: dict[int, int] = {}
     blas = BlasTimer()
+    collections = GcTimer()
     rows = []
     try:
         for n in lengths:
             for _ in range(runs):
                 prompt = rng.integers(3, facts["vocab"], n).astype(np.int64)
                 blas.take()
+                collections.take()
                 token, wall, d = D.timed_step(dec, prompt[None], n)
                 calls = blas.take()
+                full_gc = collections.take()
                 seen[n] = seen.get(n, 0) + 1
                 rows.append({"n": n, "run": seen[n], "wall_ms": wall / 1e6, "kernel_ms": d["kernel_us"] / 1e3,
                              "runtime_ms": (d["run_us"] - d["sync_wait_us"]) / 1e3,
                              "direct": d["direct_launches"], "graphs": d["graph_launches"],
                              "specializations": d["specializations"], "arena_moves": d["arena_moves"],
                              "blas_calls": len(calls),
-                             "blas_ms": sum(calls) / 1e3, "blas_first_ms": max(calls, default=0.0) / 1e3})
+                             "blas_ms": sum(calls) / 1e3, "blas_first_ms": max(calls, default=0.0) / 1e3,
+                             "gc_ms": sum(full_gc)})
                 for k in range(DECODE_AFTER):  # the request goes on decoding
                     token, step_ns, _ = D.timed_step(dec, np.array([[token]], np.int64), n + 1 + k)
                     if k == 0:
                         rows[-1]["decode_ms"] = step_ns / 1e6
                 if len(rows) == 1 and settle > 0:
                     time.sleep(settle)
+                if len(rows) == 1 and gc_freeze:  # as a server would once its sessions are warm
+                    gc.collect()
+                    gc.freeze()
     finally:
         blas.close()
+        collections.close()
     return rows
 
 
@@ -118,29 +156,33 @@ def warm_line(settle: float) -> str:
             f"{'' if done else ' (still running at the end)'}; {settle:g} s waited after the first prompt step")
 
 
-def render(info: dict, facts: dict, folder: str, rows: list[dict], command: str, settle: float = 0.0) -> str:
+def render(info: dict, facts: dict, folder: str, rows: list[dict], command: str, settle: float = 0.0,
+           gc_freeze: bool = False) -> str:
     L = gh.header_lines(f"The prompt's step by length and run: {os.path.basename(folder.rstrip(os.sep))} "
                         f"on {info['gpu']}", info, command)
     L += [f"- model: `{folder}` ({facts['layers']} layers, hidden {facts['hidden']}, {facts['quantization']}, "
           f"{facts['activations']} activations)",
           f"- each prompt step followed by {DECODE_AFTER} decode steps; lengths in the order run",
           f"- cuBLASLt's warm-up worker (HIPEP_CUBLASLT_WARM=1): {warm_line(settle)}",
+          "- gc.freeze() after the first prompt step: " + ("yes" if gc_freeze else "no"),
           "",
           "| prompt tokens | run of that length | wall ms | kernel ms | hipep's runtime ms | launches one by one "
           "| graph launches | new specializations | arena moves | cuBLASLt calls one by one | their ms "
-          "| the slowest one, ms | the next decode step, ms |",
-          "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+          "| the slowest one, ms | Python's full collections, ms | the next decode step, ms |",
+          "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         L.append(f"| {r['n']} | {r['run']} | {r['wall_ms']:.2f} | {r['kernel_ms']:.2f} | {r['runtime_ms']:.2f} | "
                  f"{r['direct']} | {r['graphs']} | {r['specializations']} | {r['arena_moves']} | "
                  f"{r['blas_calls']} | {r['blas_ms']:.2f} | "
-                 f"{r['blas_first_ms']:.2f} | {r['decode_ms']:.2f} |")
+                 f"{r['blas_first_ms']:.2f} | {r.get('gc_ms', 0.0):.2f} | {r['decode_ms']:.2f} |")
     L += ["", "kernel ms: hipep.stats()'s kernel_us, from a run's first launch to its last end (the GPU busy or "
               "waiting for the host's launches); hipep's runtime: run_us less sync_wait_us; cuBLASLt calls: "
               "those issued one by one (a replayed graph holds its own), each timed around cuBLASLt's call; "
-              "arena moves: hipep.stats()'s arena_moves (the run's memory allocated anew, larger); the next decode "
-              "step: the wall time of the first decode step after that prompt step (its graph is captured again "
-              "when the prompt moved the arena).", ""]
+              "arena moves: hipep.stats()'s arena_moves (the run's memory allocated anew, larger); Python's full "
+              "collections: the time generation-2 garbage collections took during the step (gc.callbacks; they "
+              "walk every object of the process, and land in whichever step allocates when one is due); the next "
+              "decode step: the wall time of the first decode step after that prompt step (its graph is captured "
+              "again when the prompt moved the arena).", ""]
     first = [r for r in rows if r["run"] == 1 and r is not rows[0]]
     later = [r for r in rows if r["run"] >= 3]
     if first and later:
@@ -162,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lengths", default=",".join(map(str, LENGTHS)),
                     help="prompt lengths, in order (default %(default)s)")
     ap.add_argument("--runs", type=int, default=RUNS, help=f"runs of each length (default {RUNS})")
+    ap.add_argument("--gc-freeze", action="store_true",
+                    help="gc.freeze() after the process's first prompt step: what it holds then (modules, the "
+                         "session, its first bindings) leaves the garbage collector's full passes")
     ap.add_argument("--settle", type=float, default=0.0,
                     help="seconds to wait after the process's first prompt step (default 0)")
     ap.add_argument("--device-id", type=int, default=0)
@@ -190,12 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     if max(lengths) + DECODE_AFTER + 1 > facts["context"]:
         ap.error(f"--lengths: at most {facts['context'] - DECODE_AFTER - 1} tokens for the model's context")
     info = {**machine_info(), **gh.gpu_info(device)}
-    rows = measure(path, facts, lengths, args.runs, args.device_id, args.settle)
+    rows = measure(path, facts, lengths, args.runs, args.device_id, args.settle, args.gc_freeze)
     given = argv if argv is not None else sys.argv[1:]
     command = "python benchmarks/prompt_steps.py" + (" " + " ".join(given)).rstrip()
     os.makedirs(args.out, exist_ok=True)
     suffix = "" if args.model else f"-{args.precision}"
-    text = render(info, facts, folder, rows, command, args.settle)
+    text = render(info, facts, folder, rows, command, args.settle, args.gc_freeze)
     name = f"{info['date']}-prompt-steps-{gh.device_slug(info['gpu'])}{suffix}.md"
     with open(os.path.join(args.out, name), "w") as f:
         f.write(text)

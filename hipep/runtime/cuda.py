@@ -150,7 +150,7 @@ class CudaDevice(GraphReplay, Device):
             spin[0], int(spin[1] * attr(A.CU_DEVICE_ATTRIBUTE_CLOCK_RATE) / 1000))
         self._lock = threading.RLock()
         self._modules: dict[str, Any] = {}
-        self._functions: dict[tuple[str, str], Any] = {}
+        self._functions: dict[tuple[str | None, str, str], Any] = {}  # (module, element type, entry)
         self._programs: dict[tuple, CudaProgram] = {}
         self._uploads: dict[int, tuple[Any, DeviceArray]] = {}
         self._released: list[CudaMemory] = []
@@ -574,11 +574,12 @@ class CudaDevice(GraphReplay, Device):
             return self._modules[key]
 
     def _function(self, op: table.KernelOp):
-        module_name = kernel_cache.typed_module(op.module, op.element_type) if op.module else None
-        key = (module_name or f"src:{op.entry}", op.entry)
-        with self._lock:
-            f = self._functions.get(key)
+        # (keyed by what the op names, read without the lock: a dict lookup is atomic, and a new
+        # prompt length asks for every launch's function again)
+        key = (op.module, op.element_type, op.entry)
+        f = self._functions.get(key)
         if f is None:
+            module_name = kernel_cache.typed_module(op.module, op.element_type) if op.module else None
             module = self._module(module_name) if module_name else self._module(op.entry, op.source)
             f = _check(_driver().cuModuleGetFunction(module, op.entry.encode()), f"cuModuleGetFunction({op.entry})")
             with self._lock:

@@ -32,6 +32,10 @@ import numpy as np
 from ..errors import HipepError
 from .gpu_binding_core import workspace_after, workspace_regions
 from .gpu_kernels import Arg, KernelOp, NoKernel, _binding, _cdiv, _dt, _prod, ptr
+# (after gpu_kernels, which imports gpu_linalg before this module; a function-level import costs
+# ~2 µs a call, and a new prompt length binds every MatMulNBits node)
+from . import cublaslt  # noqa: E402
+from .gpu_linalg import GemmProblem, _blas_ops, gemm_mode  # noqa: E402
 
 MNB = "com.microsoft::MatMulNBits"
 GBQ = "com.microsoft::GatherBlockQuantized"
@@ -636,8 +640,6 @@ def _mnb_blas_ops(A, B, scales, zp, bias, y, args: MatMulNBitsArgs, bits: int, d
     level 4 with f16/bf16 A (A' would round to A's type, which the own GEMM does not), a weight
     larger than MNB_BLAS_MAX_BYTES dequantized, or cuBLASLt missing or refusing the product. The
     own GEMM has no tensor cores: 15 TFLOP/s at fp16 on the H200 against cuBLASLt's 674."""
-    from .gpu_linalg import GemmProblem, _blas_ops
-
     e = A.dtype.itemsize
     if _blas_unavailable(args, dt, e, target) is not None:
         return None  # (before the workspace grows for nothing)
@@ -673,8 +675,6 @@ def _mnb_blas_ops(A, B, scales, zp, bias, y, args: MatMulNBitsArgs, bits: int, d
 def _first_run_takes_tc(args: MatMulNBitsArgs, dt: str, itemsize: int, target) -> bool:
     """Whether this bind, for a first run, takes the tensor-core GEMM provisionally where the BLAS
     path would run (GEMM_TC_FIRST_RUN_ROWS; not with HIPEP_GEMM=blas, cuBLASLt for every product)."""
-    from .gpu_linalg import gemm_mode
-
     return (target.first_run and int(args.m) <= first_run_tc_rows() and gemm_mode() != "blas"
             and _blas_unavailable(args, dt, itemsize, target) is None)
 
@@ -682,9 +682,6 @@ def _first_run_takes_tc(args: MatMulNBitsArgs, dt: str, itemsize: int, target) -
 def _blas_unavailable(args: MatMulNBitsArgs, dt: str, itemsize: int, target) -> str | None:
     """Why the BLAS path cannot take this product, from what is known before planning it (None:
     it may; cuBLASLt can still refuse the product when asked)."""
-    from . import cublaslt
-    from .gpu_linalg import gemm_mode
-
     mode = gemm_mode()
     if mode == "own":
         return "HIPEP_GEMM=own"

@@ -11,7 +11,7 @@ def _row(n, run, wall, runtime, direct, graphs, spec):
     return {"n": n, "run": run, "wall_ms": wall, "kernel_ms": wall - 0.5, "runtime_ms": runtime, "direct": direct,
             "graphs": graphs, "specializations": spec, "blas_calls": 81 if direct else 0,
             "blas_ms": 9.0 if direct else 0.0, "blas_first_ms": 2.5 if direct else 0.0,
-            "arena_moves": spec, "decode_ms": 6.5 if spec else 0.3}
+            "arena_moves": spec, "decode_ms": 6.5 if spec else 0.3, "gc_ms": 41.5 if run == 2 else 0.0}
 
 
 def test_the_report_lists_every_run_and_sets_new_lengths_against_seen_ones():
@@ -20,12 +20,17 @@ def test_the_report_lists_every_run_and_sets_new_lengths_against_seen_ones():
             _row(100, 3, 3.6, 3.1, 0, 1, 0), _row(77, 1, 29.0, 28.2, 262, 0, 1), _row(77, 3, 3.0, 2.7, 0, 1, 0)]
     text = ps.render(INFO, FACTS, "/m/llama-1b-int4-f16-v2", rows, "python benchmarks/prompt_steps.py")
     assert text.startswith(f"# The prompt's step by length and run: llama-1b-int4-f16-v2 on {INFO['gpu']}")
-    assert "| 100 | 1 | 46.00 | 45.50 | 44.90 | 262 | 0 | 1 | 1 | 81 | 9.00 | 2.50 | 6.50 |" in text
-    assert "| 128 | 3 | 5.80 | 5.30 | 5.30 | 0 | 1 | 0 | 0 | 0 | 0.00 | 0.00 | 0.30 |" in text
+    assert "- gc.freeze() after the first prompt step: no" in text
+    assert "| 100 | 1 | 46.00 | 45.50 | 44.90 | 262 | 0 | 1 | 1 | 81 | 9.00 | 2.50 | 0.00 | 6.50 |" in text
+    assert "| 128 | 3 | 5.80 | 5.30 | 5.30 | 0 | 1 | 0 | 0 | 0 | 0.00 | 0.00 | 0.00 | 0.30 |" in text
+    assert "| 100 | 2 | 7.90 | 7.40 | 7.00 | 0 | 1 | 0 | 0 | 0 | 0.00 | 0.00 | 41.50 | 0.30 |" in text
     # the process's first step (its kernels loaded, maybe compiled) is not a "new length" sample
     assert "A length not seen before (the process's first step aside): median 37.50 ms, 36.55 ms of it in " \
            "hipep's runtime, and 6.50 ms for the decode step after it; a length seen twice before: median 3.60 ms." \
         in text
+    frozen = ps.render(INFO, FACTS, "/m/llama-1b-int4-f16-v2", rows, "python benchmarks/prompt_steps.py",
+                       gc_freeze=True)
+    assert "- gc.freeze() after the first prompt step: yes" in frozen
 
 
 def test_the_blas_timer_wraps_and_restores_cublaslt_calls():
@@ -87,3 +92,21 @@ def test_settle_must_not_be_negative(capsys):
     with pytest.raises(SystemExit):
         ps.main(["--settle", "-1"])
     assert "--settle" in capsys.readouterr().err
+
+
+def test_the_gc_timer_times_full_collections_only_and_unhooks_itself():
+    import gc
+
+    timer = ps.GcTimer()
+    try:
+        gc.collect(0)  # a young generation's collection is not a full one
+        assert timer.take() == []
+        gc.collect()
+        ms = timer.take()
+        assert len(ms) == 1 and ms[0] >= 0.0
+        assert timer.take() == []
+    finally:
+        timer.close()
+    assert timer._callback not in gc.callbacks
+    gc.collect()
+    assert timer.take() == []
