@@ -57,6 +57,7 @@ from ..options import env_flag
 from . import gpu_kernels as table
 from . import kernel_cache
 from .gpu_binding_core import NoKernel
+from .gpu_linalg import gemm_mode
 from .gpu_faults import FAULT_RECORD_BYTES, FaultSite, FaultSites, take_fault  # noqa: F401
 from .device import Device, Event, Graph, Kernel, Stream, check_patch, freeze, named_error  # noqa: F401
 from .cuda_driver import (_DRIVER, _INIT_LOCK, _STICKY, CudaError, _check, _driver, _error_text,  # noqa: F401
@@ -89,6 +90,18 @@ def _debug_spin_setting() -> tuple[str, float] | None:
 
 
 # ---- the device ---------------------------------------------------------------------------------
+
+# Modules whose bindings may hand a product to cuBLASLt (gpu_linalg's GEMMs, MatMulNBits' prompts).
+_BLAS_MODULES = frozenset({"gemm", "matmul_nbits_dequant"})
+
+
+def _blas_may_run() -> bool:
+    """Whether HIPEP_GEMM lets products reach cuBLASLt (a bad value is the bindings' to report)."""
+    try:
+        return gemm_mode() != "own"
+    except HipepError:
+        return False
+
 
 def _binding_modules(binding, kernel: Kernel) -> list[str]:
     """The modules a kernel's binding loads: those compiled per element type (kernel_cache.TYPED_MODULES)
@@ -150,6 +163,8 @@ class CudaDevice(GraphReplay, Device):
             spin[0], int(spin[1] * attr(A.CU_DEVICE_ATTRIBUTE_CLOCK_RATE) / 1000))
         self._lock = threading.RLock()
         self._modules: dict[str, Any] = {}
+        self._module_locks: dict[str, threading.Lock] = {}  # one load of each module at a time (_module)
+        self.preloads: list[threading.Thread] = []  # the background loads sessions started (prepare_kernels)
         self._functions: dict[tuple[str | None, str, str], Any] = {}  # (module, element type, entry)
         self._programs: dict[tuple, CudaProgram] = {}
         self._uploads: dict[int, tuple[Any, DeviceArray]] = {}
@@ -525,7 +540,8 @@ class CudaDevice(GraphReplay, Device):
         loaded, on background threads, the largest sources first (kernel_cache.compile_in_background).
         A module takes from a fraction of a second to most of a minute, so on a machine whose
         kernel cache is empty the first run waits for the slowest module instead of for the sum
-        of all of them. Kernels without a GPU program are left for compile() to report."""
+        of all of them. Then loads them, and cuBLASLt, on another (_preload). Kernels without a
+        GPU program are left for compile() to report."""
         names: set[str] = set()
         for kernel in kernels:
             try:
@@ -533,6 +549,7 @@ class CudaDevice(GraphReplay, Device):
             except NoKernel:
                 continue
             names.update(_binding_modules(binding, kernel))
+        blas = any(n.partition("@")[0] in _BLAS_MODULES for n in names)
         with self._lock:
             names -= {k for k in self._modules if not k.startswith("src:")}
         sources = sorted(((n, kernel_cache.module_source(n)) for n in names), key=lambda s: -len(s[1]))
@@ -542,6 +559,40 @@ class CudaDevice(GraphReplay, Device):
                      "sessions (`python -m hipep precompile` compiles them all ahead)", len(todo), self.arch,
                      ", ".join(n for n, _ in todo), kernel_cache.cache_dir())
             kernel_cache.compile_in_background(todo, self.arch, self.defines)
+        compiling = {n for n, _ in todo}
+        # the cached modules first: a module still compiling is waited for where it comes
+        self._preload([n for n, _ in sources if n not in compiling] + [n for n, _ in todo], blas)
+
+    def _preload(self, names: list[str], blas: bool) -> None:
+        """Loads modules into the device's context, and cuBLASLt where `blas` says the plan's
+        products may call it, on a daemon thread while the session is being made and the caller
+        readies its first run, which otherwise does it all itself, on its critical path (on the
+        H100 machine, the ~1.1B llama's first prompt spent ~60 ms reading, hashing and loading
+        cached modules and 63 ms loading cuBLASLt). The driver and the loader release the GIL
+        while they work. A module that fails to load is left for the binding that needs it to
+        raise; a run that needs a module being loaded waits for that load (_module)."""
+        blas = blas and _blas_may_run()
+        if not names and not blas:
+            return
+
+        def work():
+            for name in names:
+                try:
+                    self._module(name)
+                except Exception:  # noqa: BLE001 - raised again where the kernel is bound
+                    pass
+            if blas:
+                from . import cublaslt
+
+                cublaslt.status()
+
+        thread = threading.Thread(target=work, name="hipep-module-load", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # no new threads (interpreter shutdown): the bindings load what they need
+            return
+        with self._lock:
+            self.preloads = [t for t in self.preloads if t.is_alive()] + [thread]
 
     def compile(self, kernel: Kernel) -> CudaProgram:
         key = (kernel.name, kernel.label, kernel.arity, kernel.dtypes, freeze(kernel.constants))
@@ -562,16 +613,22 @@ class CudaDevice(GraphReplay, Device):
         key = name if source is None else f"src:{name}"
         with self._lock:
             module = self._modules.get(key)
-        if module is not None:
+            if module is not None:
+                return module
+            loading = self._module_locks.setdefault(key, threading.Lock())
+        with loading:  # a load in flight on another thread (a session's preload) is waited for
+            with self._lock:
+                module = self._modules.get(key)
+            if module is not None:
+                return module
+            text = kernel_cache.module_source(name) if source is None else source
+            cubin, _ = kernel_cache.compile_cubin(text, name, self.arch, self.defines)
+            self._current()
+            with self._capture_lock:
+                module = _check(_driver().cuModuleLoadData(cubin), f"cuModuleLoadData({name})")
+            with self._lock:
+                self._modules[key] = module
             return module
-        text = kernel_cache.module_source(name) if source is None else source
-        cubin, _ = kernel_cache.compile_cubin(text, name, self.arch, self.defines)
-        self._current()
-        with self._capture_lock:
-            module = _check(_driver().cuModuleLoadData(cubin), f"cuModuleLoadData({name})")
-        with self._lock:
-            self._modules.setdefault(key, module)
-            return self._modules[key]
 
     def _function(self, op: table.KernelOp):
         # (keyed by what the op names, read without the lock: a dict lookup is atomic, and a new
