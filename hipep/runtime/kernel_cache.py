@@ -34,13 +34,15 @@ class KernelCompileError(HipepError):
     """NVRTC rejected a kernel source (the message carries its log)."""
 
 
+_PACKAGE = Path(__file__).resolve().parent.parent
+
+
 def kernels_dir() -> Path:
     """The folder holding hipep_device.h and the *.hip sources: `HIPEP_KERNELS_DIR`, else the
     copy installed inside the package, else the source tree's kernels/ beside the package."""
     env = os.environ.get(KERNELS_ENV)
     candidates = [Path(env)] if env else []
-    package = Path(__file__).resolve().parent.parent
-    candidates += [package / "kernels", package.parent / "kernels"]
+    candidates += [_PACKAGE / "kernels", _PACKAGE.parent / "kernels"]
     for c in candidates:
         if (c / HEADER).is_file():
             return c
@@ -50,7 +52,24 @@ def kernels_dir() -> Path:
 
 def kernel_sources() -> dict[str, Path]:
     """Module name ('reduce', 'softmax', ...) → its .hip file."""
-    return {p.stem: p for p in sorted(kernels_dir().glob("*.hip"))}
+    return dict(_listing(*_folder_state())[0])
+
+
+def _folder_state() -> tuple[str, int]:
+    folder = kernels_dir()
+    return str(folder), folder.stat().st_mtime_ns
+
+
+@lru_cache(maxsize=8)
+def _listing(folder: str, mtime_ns: int) -> tuple[dict[str, Path], tuple[Path, ...]]:
+    """The folder's modules (name → .hip file) and headers (hipep_device.h first), listed once per
+    state of the folder (its mtime changes when a file is added, removed or renamed; a file's own
+    changes are read_source's): a session asks for every module's source and cache key, and each
+    listing walked the folder."""
+    path = Path(folder)
+    sources = {p.stem: p for p in sorted(path.glob("*.hip"))}
+    headers = (path / HEADER, *sorted(p for p in path.glob("*.h") if p.name != HEADER))
+    return sources, headers
 
 
 @lru_cache(maxsize=None)
@@ -65,9 +84,13 @@ def read_source(path: Path) -> str:
 def header_text() -> str:
     """The text of every header in the kernels folder (hipep_device.h first), part of each
     module's cache key: a module may include any of them (matmul_nbits.h)."""
-    folder = kernels_dir()
-    others = sorted(p for p in folder.glob("*.h") if p.name != HEADER)
-    return "\0".join(read_source(p) for p in [folder / HEADER, *others])
+    headers = _listing(*_folder_state())[1]
+    return _joined(tuple((str(p), p.stat().st_mtime_ns) for p in headers))
+
+
+@lru_cache(maxsize=8)
+def _joined(files: tuple[tuple[str, int], ...]) -> str:
+    return "\0".join(_read(path, mtime) for path, mtime in files)
 
 
 def cache_dir() -> Path:
@@ -84,7 +107,9 @@ def _nvrtc():
     return nvrtc
 
 
+@lru_cache(maxsize=1)
 def nvrtc_version() -> tuple[int, int]:
+    """NVRTC's (major, minor), asked once per process (part of every cache key)."""
     nvrtc = _nvrtc()
     try:
         err, major, minor = nvrtc.nvrtcVersion()
