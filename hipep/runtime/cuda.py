@@ -56,8 +56,8 @@ from ..errors import HipepError
 from ..options import env_flag
 from . import gpu_kernels as table
 from . import kernel_cache
+from . import gpu_linalg
 from .gpu_binding_core import NoKernel
-from .gpu_linalg import gemm_mode
 from .gpu_faults import FAULT_RECORD_BYTES, FaultSite, FaultSites, take_fault  # noqa: F401
 from .device import Device, Event, Graph, Kernel, Stream, check_patch, freeze, named_error  # noqa: F401
 from .cuda_driver import (_DRIVER, _INIT_LOCK, _STICKY, CudaError, _check, _driver, _error_text,  # noqa: F401
@@ -98,7 +98,7 @@ _BLAS_MODULES = frozenset({"gemm", "matmul_nbits_dequant"})
 def _blas_may_run() -> bool:
     """Whether HIPEP_GEMM lets products reach cuBLASLt (a bad value is the bindings' to report)."""
     try:
-        return gemm_mode() != "own"
+        return gpu_linalg.gemm_mode() != "own"
     except HipepError:
         return False
 

@@ -33,9 +33,9 @@ from ..errors import HipepError
 from .gpu_binding_core import workspace_after, workspace_regions
 from .gpu_kernels import Arg, KernelOp, NoKernel, _binding, _cdiv, _dt, _prod, ptr
 # (after gpu_kernels, which imports gpu_linalg before this module; a function-level import costs
-# ~2 µs a call, and a new prompt length binds every MatMulNBits node)
-from . import cublaslt  # noqa: E402
-from .gpu_linalg import GemmProblem, _blas_ops, gemm_mode  # noqa: E402
+# ~2 µs a call, and a new prompt length binds every MatMulNBits node. Called through the module, so
+# what tests put in its place is what runs.)
+from . import cublaslt, gpu_linalg  # noqa: E402
 
 MNB = "com.microsoft::MatMulNBits"
 GBQ = "com.microsoft::GatherBlockQuantized"
@@ -649,10 +649,10 @@ def _mnb_blas_ops(A, B, scales, zp, bias, y, args: MatMulNBitsArgs, bits: int, d
     w_ptr, *a8 = workspace_regions(target, "MatMulNBits", sizes)
     a8_ptr, qp_ptr = a8 if a8 else (0, 0)
     gemm_target = workspace_after(target, sizes)
-    problem = GemmProblem(m=m, n=n, k=k, a_sm=k, a_sk=1, b_sk=1, b_sn=k, c_sm=0, c_sn=1,
+    problem = gpu_linalg.GemmProblem(m=m, n=n, k=k, a_sm=k, a_sk=1, b_sk=1, b_sn=k, c_sm=0, c_sn=1,
                           has_c=bias is not None, beta=1.0 if bias is not None else 0.0)
     a_arg = Arg(a8_ptr, (m, k), A.dtype) if args.int8_a else Arg(A.ptr, (m, k), A.dtype)
-    blas = _blas_ops(problem, a_arg, Arg(w_ptr, (n, k), A.dtype),
+    blas = gpu_linalg._blas_ops(problem, a_arg, Arg(w_ptr, (n, k), A.dtype),
                      Arg(bias.ptr, (n,), bias.dtype) if bias is not None else None,
                      Arg(y.ptr, (m, n), y.dtype), dt, gemm_target)
     if blas is None:
@@ -675,14 +675,14 @@ def _mnb_blas_ops(A, B, scales, zp, bias, y, args: MatMulNBitsArgs, bits: int, d
 def _first_run_takes_tc(args: MatMulNBitsArgs, dt: str, itemsize: int, target) -> bool:
     """Whether this bind, for a first run, takes the tensor-core GEMM provisionally where the BLAS
     path would run (GEMM_TC_FIRST_RUN_ROWS; not with HIPEP_GEMM=blas, cuBLASLt for every product)."""
-    return (target.first_run and int(args.m) <= first_run_tc_rows() and gemm_mode() != "blas"
+    return (target.first_run and int(args.m) <= first_run_tc_rows() and gpu_linalg.gemm_mode() != "blas"
             and _blas_unavailable(args, dt, itemsize, target) is None)
 
 
 def _blas_unavailable(args: MatMulNBitsArgs, dt: str, itemsize: int, target) -> str | None:
     """Why the BLAS path cannot take this product, from what is known before planning it (None:
     it may; cuBLASLt can still refuse the product when asked)."""
-    mode = gemm_mode()
+    mode = gpu_linalg.gemm_mode()
     if mode == "own":
         return "HIPEP_GEMM=own"
     if target.workspace is None:
