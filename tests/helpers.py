@@ -356,3 +356,20 @@ def check_runs_against_cpu_ep(model, feeds_list, runs=3, whole=True, device="cud
         for _ in range(runs):
             assert_outputs_match(sess.run(None, feeds), want)
     return sess
+
+
+def mlas_int8_replayed_exactly() -> bool:
+    """Whether ORT's CPU EP here runs MatMulNBits' int8 path (accuracy_level 4, the builder's `int4`
+    CPU target) on the MLAS kernel hipep's CPU device replays operation by operation: AVX512-VNNI on
+    x86-64 (hipep.ops.mlas, _mnb_int8_blk32). On other processors MLAS sums in another order, the two
+    agree within f32 rounding, and a random-weight model's greedy tokens can part at a near-tie."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(f.read().split())
+    except OSError:
+        return False
+    return "avx512f" in flags and ("avx512_vnni" in flags or "avx512vnni" in flags)

@@ -17,6 +17,7 @@ pytest.importorskip("onnxruntime_genai")
 import hipep  # noqa: E402
 from hipep.tools import model_zoo  # noqa: E402
 from hipep.tools.generate import greedy  # noqa: E402
+from helpers import mlas_int8_replayed_exactly  # noqa: E402
 from teacher_forcing import (GPU_MISSING_OPS, assert_follows_the_cpu_ep, decoder_geometry,  # noqa: E402
                              greedy_on_session)
 
@@ -58,6 +59,9 @@ def test_greedy_tokens_equal_the_cpu_ep(case, model_folder, prompts):
         assert got[0] == greedy_on_session(session, model_folder, prompts[0], len(got[0]))
         assert len(set(got[0])) >= 3
         return
+    if case[1] == "int4" and not mlas_int8_replayed_exactly():
+        pytest.skip("int4 (accuracy_level 4): this processor's MLAS int8 kernel is not the AVX512-VNNI one the CPU "
+                    "device replays bit for bit; the teacher-forced test below holds the logits step by step")
     want = greedy(model_zoo.cpu_ep_folder(model_folder), prompts, 32, ep="cpu")
     got = greedy(model_folder, prompts, 32, ep="hipep", provider_options={"device": "cpu", "strict": "1"})
     assert got == want
