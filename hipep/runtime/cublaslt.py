@@ -100,6 +100,11 @@ def _library():
         return lib
 
 
+def tried() -> bool:
+    """Whether this process has tried to load the library (status() answers at once then)."""
+    return _LIB is not None or _LOAD_ERROR is not None
+
+
 def status() -> tuple[bool, str]:
     """(True, the library's path) when cuBLASLt loads; else (False, why not)."""
     try:

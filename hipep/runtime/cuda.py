@@ -571,7 +571,9 @@ class CudaDevice(GraphReplay, Device):
         cached modules and 63 ms loading cuBLASLt). The driver and the loader release the GIL
         while they work. A module that fails to load is left for the binding that needs it to
         raise; a run that needs a module being loaded waits for that load (_module)."""
-        blas = blas and _blas_may_run()
+        from . import cublaslt
+
+        blas = blas and not cublaslt.tried() and _blas_may_run()
         if not names and not blas:
             return
 
@@ -582,8 +584,6 @@ class CudaDevice(GraphReplay, Device):
                 except Exception:  # noqa: BLE001 - raised again where the kernel is bound
                     pass
             if blas:
-                from . import cublaslt
-
                 cublaslt.status()
 
         thread = threading.Thread(target=work, name="hipep-module-load", daemon=True)
