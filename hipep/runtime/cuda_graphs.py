@@ -29,8 +29,9 @@ class _Launch:
     """A kernel launch made ready: the function and configuration, and one buffer holding the
     parameter array cuLaunchKernel takes (`argv_addr`: a pointer per parameter) and the parameters'
     bytes it points at, each at an 8-byte aligned offset. One buffer, not a ctypes object per
-    parameter: a plan keeps a launch per kernel for every specialization it holds, and fewer live
-    objects keep the garbage collector's full passes short. `config`: the cuLaunchKernelEx
+    parameter, and a bytearray, which the garbage collector does not track (a ctypes array it
+    does): a plan keeps a launch per kernel for every specialization it holds, and fewer tracked
+    objects keep its full passes short. The buffer is never resized, so its address holds. `config`: the cuLaunchKernelEx
     configuration of a launch that may overlap the previous kernel (see KernelOp.overlaps_previous),
     else None."""
     __slots__ = ("func", "grid", "block", "smem", "buffer", "argv_addr", "offsets", "sizes", "key", "entry", "config",
@@ -44,8 +45,8 @@ class _Launch:
         parts = tuple([bytes(v) for v in op.params])
         self.sizes = tuple([len(b) for b in parts])
         layout, self.offsets, total = _param_layout(self.sizes)
-        self.buffer = (ctypes.c_char * total)()
-        base = self.argv_addr = ctypes.addressof(self.buffer)
+        self.buffer = bytearray(total)
+        base = self.argv_addr = ctypes.addressof(ctypes.c_char.from_buffer(self.buffer))
         layout.pack_into(self.buffer, 0, *[base + o for o in self.offsets], *parts)
         self.config = _overlap_config(self.grid, self.block, self.smem) if overlap and op.overlaps_previous else None
         self.key = (op.entry, id(func), self.grid, self.block, self.smem, parts, self.config is not None)
@@ -249,7 +250,11 @@ class _NodeState:
     while the stream lives (CudaDevice._scratch, _workspace).
 
     A binding for a segment's first run may be provisional (Target.first_run): it is issued once and
-    neither kept nor taken as the binding of its signature, so the next run binds the node again."""
+    neither kept nor taken as the binding of its signature, so the next run binds the node again.
+
+    `recent` holds the earlier bindings only (the current one is `sig` and `ops`), and is made when
+    the first one is set aside: a prompt length's launches, bound once, keep no dict each (the
+    garbage collector walks every one a session holds, see Executor's SPECIALIZATION_CACHE)."""
     __slots__ = ("program", "sig", "ops", "version", "reads_values", "recent", "provisional")
 
     def __init__(self, program: CudaProgram):
@@ -258,20 +263,23 @@ class _NodeState:
         self.ops: list = []
         self.version = 0
         self.reads_values = program.binding is not None and program.binding.reads_values
-        self.recent: dict = {}  # signature -> ops, oldest first
+        self.recent: dict | None = None  # earlier signature -> ops, oldest first
         self.provisional = False  # self.ops are a first run's provisional binding
 
     def prepare(self, args: list, stream: CudaStream | None = None, first_run: bool = False) -> list:
         sig = tuple(_arg_signature(a, self.reads_values) for a in args)
         if sig != self.sig:
-            ops = self.recent.pop(sig, None)
+            recent = self.recent
+            ops = recent.pop(sig, None) if recent else None
             if ops is None:
                 ops = self.program.bind(args, stream, first_run)
+            if self.sig is not None:  # the current binding (never a provisional one) set aside
+                if recent is None:
+                    recent = self.recent = {}
+                recent[self.sig] = self.ops  # (re)inserted as the newest
+                if len(recent) >= _RECENT_BINDINGS:
+                    del recent[next(iter(recent))]
             self.provisional = first_run and any(getattr(o, "provisional", False) for o in ops)
-            if not self.provisional:
-                self.recent[sig] = ops  # (re)inserted as the newest
-                if len(self.recent) > _RECENT_BINDINGS:
-                    del self.recent[next(iter(self.recent))]
             if [o.key for o in ops] != [o.key for o in self.ops]:
                 self.version += 1
             self.ops, self.sig = ops, (None if self.provisional else sig)
