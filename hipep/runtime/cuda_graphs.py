@@ -31,9 +31,9 @@ class _Launch:
     bytes it points at, each at an 8-byte aligned offset. One buffer, not a ctypes object per
     parameter, and a bytearray, which the garbage collector does not track (a ctypes array it
     does): a plan keeps a launch per kernel for every specialization it holds, and fewer tracked
-    objects keep its full passes short. The buffer is never resized, so its address holds. `config`: the cuLaunchKernelEx
-    configuration of a launch that may overlap the previous kernel (see KernelOp.overlaps_previous),
-    else None."""
+    objects keep its full passes short. The buffer is never resized, so its address holds.
+    `config`: the cuLaunchKernelEx configuration of a launch that may overlap the previous kernel
+    (see KernelOp.overlaps_previous), else None."""
     __slots__ = ("func", "grid", "block", "smem", "buffer", "argv_addr", "offsets", "sizes", "key", "entry", "config",
                  "provisional", "_params")
 
