@@ -174,7 +174,7 @@ def render(info: dict, facts: dict, folder: str, rows: list[dict], command: str,
         L.append(f"| {r['n']} | {r['run']} | {r['wall_ms']:.2f} | {r['kernel_ms']:.2f} | {r['runtime_ms']:.2f} | "
                  f"{r['direct']} | {r['graphs']} | {r['specializations']} | {r['arena_moves']} | "
                  f"{r['blas_calls']} | {r['blas_ms']:.2f} | "
-                 f"{r['blas_first_ms']:.2f} | {r.get('gc_ms', 0.0):.2f} | {r['decode_ms']:.2f} |")
+                 f"{r['blas_first_ms']:.2f} | {r['gc_ms']:.2f} | {r['decode_ms']:.2f} |")
     L += ["", "kernel ms: hipep.stats()'s kernel_us, from a run's first launch to its last end (the GPU busy or "
               "waiting for the host's launches); hipep's runtime: run_us less sync_wait_us; cuBLASLt calls: "
               "those issued one by one (a replayed graph holds its own), each timed around cuBLASLt's call; "

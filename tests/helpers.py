@@ -358,18 +358,22 @@ def check_runs_against_cpu_ep(model, feeds_list, runs=3, whole=True, device="cud
     return sess
 
 
+def cpu_flags() -> set[str]:
+    """The processor's feature flags (/proc/cpuinfo's first `flags` line; empty where there is none):
+    which of ORT's MLAS kernels the CPU EP runs here, and so which of them hipep's references replay."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def mlas_int8_replayed_exactly() -> bool:
     """Whether ORT's CPU EP here runs MatMulNBits' int8 path (accuracy_level 4, the builder's `int4`
     CPU target) on the MLAS kernel hipep's CPU device replays operation by operation: AVX512-VNNI on
     x86-64 (hipep.ops.mlas, _mnb_int8_blk32). On other processors MLAS sums in another order, the two
     agree within f32 rounding, and a random-weight model's greedy tokens can part at a near-tie."""
-    import platform
-
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = set(f.read().split())
-    except OSError:
-        return False
-    return "avx512f" in flags and ("avx512_vnni" in flags or "avx512vnni" in flags)
+    return {"avx512f", "avx512_vnni"} <= cpu_flags()

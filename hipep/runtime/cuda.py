@@ -54,9 +54,8 @@ import numpy as np
 
 from ..errors import HipepError
 from ..options import env_flag
-from . import gpu_kernels as table
-from . import kernel_cache
-from . import gpu_linalg
+from . import gpu_kernels as table  # (first: the table imports the binding modules, gpu_linalg among them)
+from . import cublaslt, gpu_linalg, kernel_cache
 from .gpu_binding_core import NoKernel
 from .gpu_faults import FAULT_RECORD_BYTES, FaultSite, FaultSites, take_fault  # noqa: F401
 from .device import Device, Event, Graph, Kernel, Stream, check_patch, freeze, named_error  # noqa: F401
@@ -571,8 +570,6 @@ class CudaDevice(GraphReplay, Device):
         cached modules and 63 ms loading cuBLASLt). The driver and the loader release the GIL
         while they work. A module that fails to load is left for the binding that needs it to
         raise; a run that needs a module being loaded waits for that load (_module)."""
-        from . import cublaslt
-
         blas = blas and not cublaslt.tried() and _blas_may_run()
         if not names and not blas:
             return

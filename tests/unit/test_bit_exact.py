@@ -25,20 +25,11 @@ from hipep.graph import GraphView
 from hipep.ops import lookup, resolve_attributes
 from hipep.ops.elementwise import fma_f32
 
-
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+from helpers import cpu_flags
 
 
 pytestmark = pytest.mark.skipif(
-    not {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni", "fma"} <= _cpu_flags(),
+    not {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni", "fma"} <= cpu_flags(),
     reason="the references replay ORT's x86-64 AVX512-VNNI kernels")
 
 IR_VERSION = 10

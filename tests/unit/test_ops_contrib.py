@@ -20,6 +20,8 @@ from hipep.errors import RuntimeShapeError
 from hipep.graph import GraphView, TensorType, elem_type_of
 from hipep.ops import check_node, lookup, resolve_attributes
 
+from helpers import cpu_flags
+
 IR_VERSION = 10
 MS = "com.microsoft"
 f32, f16, i32, i64, u8 = np.float32, np.float16, np.int32, np.int64, np.uint8
@@ -402,19 +404,7 @@ def test_matches_ort(op_type, domain, inputs, attrs, n_out, opset, tol, out_name
     run_case(op_type, domain, inputs, attrs, n_out, opset, tol, out_names)
 
 
-def _x86_avx2() -> bool:
-    import platform
-
-    if platform.machine() not in ("x86_64", "AMD64"):
-        return False
-    try:
-        with open("/proc/cpuinfo") as f:
-            return " avx2 " in f" {f.read()} "
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not _x86_avx2(), reason="ORT's MLAS LayerNorm kernel emulated here is the x86 AVX2 one")
+@pytest.mark.skipif("avx2" not in cpu_flags(), reason="ORT's MLAS LayerNorm kernel emulated here is the x86 AVX2 one")
 @pytest.mark.parametrize("h", [9, 16, 37, 256])
 def test_norms_are_bit_exact_on_x86(h):
     x, g, skip, b, beta = N(3, 4, h), N(h), N(3, 4, h), N(h), N(h)
