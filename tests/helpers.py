@@ -377,3 +377,95 @@ def mlas_int8_replayed_exactly() -> bool:
     x86-64 (hipep.ops.mlas, _mnb_int8_blk32). On other processors MLAS sums in another order, the two
     agree within f32 rounding, and a random-weight model's greedy tokens can part at a near-tie."""
     return {"avx512f", "avx512_vnni"} <= cpu_flags()
+
+
+def mlas_u8s8_saturates() -> bool:
+    """Whether ORT's CPU EP here multiplies int8 by uint8 on MLAS's x86 kernels without VNNI (AVX2,
+    AVX512BW): their vpmaddubsw adds each pair of u8*s8 products into an int16 and saturates it
+    (2 * 255 * 127 does not fit), so ConvInteger, QLinearConv and QLinearMatMul give other numbers than
+    the integer sums the operators define. VNNI kernels (AVX512-VNNI, AVX-VNNI) and u8*u8 (widened to
+    int16 before pmaddwd) are exact, as are other processors' kernels."""
+    flags = cpu_flags()
+    return "avx2" in flags and not {"avx512_vnni", "avx_vnni"} & flags
+
+
+# Quantized operators whose integer sums MLAS's u8*s8 kernel computes: (value input, its zero point
+# input) pairs, and the output's zero point input (None: an int32 output)
+_INT8_GEMM_SLOTS = {
+    "ConvInteger": ([(0, 2), (1, 3)], None),
+    "MatMulInteger": ([(0, 2), (1, 3)], None),
+    "QLinearConv": ([(0, 2), (3, 5)], 7),
+    "QLinearMatMul": ([(0, 2), (3, 5)], 7),
+}
+
+
+def _as_unsigned(model, feeds):
+    """`model` with every int8 tensor of its quantized nodes moved to uint8 by adding 128 to the value
+    and to its zero point (an omitted zero point becomes 128): (v + 128) - (z + 128) = v - z, so the
+    operators' results are the same, and an int8 output is the uint8 one less 128. ORT's CPU EP
+    computes such a model with MLAS's exact u8*u8 kernels. (model, feeds, names of the outputs to
+    shift back)"""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    g = model.graph
+    int8, shifted = set(), []
+    for node in g.node:
+        pairs, out_zp = _INT8_GEMM_SLOTS.get(node.op_type, ([], None))
+        names = list(node.input) + [""] * (8 - len(node.input))
+        for value, zp in pairs:
+            if value < len(node.input) and _elem(g, names[value], feeds) == TensorProto.INT8:
+                int8.add(names[value])
+                if names[zp]:
+                    int8.add(names[zp])
+                else:  # the default zero point 0 of int8 is 128 of uint8
+                    names[zp] = f"{names[value]}_zero_point_128"
+                    g.initializer.append(numpy_helper.from_array(np.array(128, np.uint8), names[zp]))
+        if out_zp is not None and _elem(g, names[out_zp], feeds) == TensorProto.INT8:
+            int8.add(names[out_zp])
+            shifted.append(node.output[0])
+        del node.input[:]
+        node.input.extend(_trim(names))
+    for v in g.input:
+        if v.name in int8:
+            v.type.tensor_type.elem_type = TensorProto.UINT8
+    for v in g.output:
+        if v.name in shifted and v.type.tensor_type.elem_type == TensorProto.INT8:
+            v.type.tensor_type.elem_type = TensorProto.UINT8
+    for i, init in enumerate(g.initializer):
+        if init.name in int8:
+            g.initializer[i].CopyFrom(numpy_helper.from_array(_shift(numpy_helper.to_array(init)), init.name))
+    feeds = {k: _shift(v) if k in int8 else v for k, v in feeds.items()}
+    return model, feeds, shifted
+
+
+def _elem(graph, name, feeds):
+    if name in feeds:
+        return {np.dtype(np.int8): TensorProto.INT8}.get(np.asarray(feeds[name]).dtype)
+    init = next((t for t in graph.initializer if t.name == name), None)
+    return init.data_type if init is not None else None
+
+
+def _trim(names):
+    while names and not names[-1]:
+        names.pop()
+    return names
+
+
+def _shift(a):
+    """int8 → uint8 plus 128 (the sign bit flipped); uint8 → int8 minus 128."""
+    a = np.asarray(a)
+    return np.asarray(a.view(np.uint8) ^ np.uint8(0x80)).view(np.uint8 if a.dtype == np.int8 else np.int8)
+
+
+def cpu_ep_outputs(model, feeds):
+    """ORT's CPU EP's outputs of `model` on `feeds`, with a quantized node's exact integer sums where
+    this processor's MLAS kernel saturates them (mlas_u8s8_saturates): then ORT runs the same
+    arithmetic with every int8 moved to uint8 (_as_unsigned) and its int8 outputs are shifted back."""
+    if mlas_u8s8_saturates() and any(n.op_type in _INT8_GEMM_SLOTS for n in model.graph.node):
+        model, feeds, shifted = _as_unsigned(model, feeds)
+        names = [o.name for o in model.graph.output]
+        outs = cpu_session(model).run(None, feeds)
+        return [_shift(o) if name in shifted else o for name, o in zip(names, outs)]
+    return cpu_session(model).run(None, feeds)

@@ -16,11 +16,12 @@ import importlib.util
 import pathlib
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
 from hipep.ops import lookup
 from hipep.ops.registry import REQUIRED
+
+from helpers import cpu_ep_outputs
 
 UNIT_TESTS = pathlib.Path(__file__).with_name("unit")
 
@@ -77,9 +78,7 @@ def ort_expected(op, opset, inputs, attrs, n_out, via=None):
     """ORT's outputs for the node (through the `via` casts, cast back)."""
     feeds_in = _cast_inputs(inputs, via)
     feeds = {f"x{i}": a for i, a in enumerate(feeds_in) if a is not None}
-    sess = ort.InferenceSession(REF.build(op, opset, feeds_in, attrs, n_out).SerializeToString(),
-                                providers=["CPUExecutionProvider"])
-    out = sess.run(None, feeds)
+    out = cpu_ep_outputs(REF.build(op, opset, feeds_in, attrs, n_out), feeds)
     if via:
         back = {np.dtype(v): k for k, v in via.items()}
         out = [o.astype(back[o.dtype]) if o.dtype in back else o for o in out]

@@ -11,7 +11,7 @@ from onnx import helper
 
 from hipep.plan import Launch, walk
 
-from helpers import assert_matches_cpu, compiled_executor, launch_ops, session
+from helpers import assert_matches_cpu, compiled_executor, launch_ops, mlas_int8_replayed_exactly, session
 from quant_helpers import gated_mlp_model, matmul_nbits_model, with_skip_norm
 
 NORMED = "hipep::SkipNormMatMulNBits"
@@ -103,8 +103,11 @@ def test_a_residual_read_before_the_projection_stays_apart():
 @pytest.mark.parametrize("kind", ["plain", "gated"])
 def test_ort_session_follows_the_cpu_ep(kind):
     """Level 4 in f32: ORT's CPU EP quantizes the norm's output to int8 per block, so the fused
-    launch's A must be its bits for the codes to agree."""
+    launch's A must be its bits for the codes to agree. Where ORT's MLAS sums the int8 products in
+    another order than the kernel hipep replays (helpers.mlas_int8_replayed_exactly), the two differ by
+    f32 rounding, which the gated product's silu(gate) * up doubles."""
     model, feeds = _model(kind, TP.FLOAT, 4)
     sess = session(model, disable_fallback=True)
+    tol = 1e-5 if mlas_int8_replayed_exactly() else 1e-4
     for rows in (1, 3):
-        assert_matches_cpu(sess, model, _feeds(feeds, rows, seed=rows), rtol=1e-5, atol=1e-5)
+        assert_matches_cpu(sess, model, _feeds(feeds, rows, seed=rows), rtol=tol, atol=tol)
