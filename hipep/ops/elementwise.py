@@ -483,12 +483,13 @@ def _cast_shape(types, values, attrs, num_outputs):
     return [tensor_type(int(attrs["to"]), shape_of(types[0]))]
 
 
-def _claim_cast(node, graph, attrs):
-    to = attrs["to"]
-    if to not in _CAST_TARGETS:
-        names = ", ".join(type_name(t) for t in sorted(_CAST_TARGETS))
-        return f"attribute to={type_name(to)} (elem type {to}) is not a supported target; supported: {names}"
-    if {to, input_type(node, graph, 0).elem_type} == {F64, BF16}:
+# Cast's and CastLike's element types, as source and as target
+_CAST_TYPES = ALL | ALL_INTS | {BF16, F64}
+
+
+def _claim_cast_pair(source: int, to: int, attrs) -> str | None:
+    """What Cast and CastLike claim of a (source, target) pair of element types."""
+    if {to, source} == {F64, BF16}:
         return "a cast between f64 and bf16 (nothing in ONNX Runtime's Python API to compare it with)"
     # 'saturate' only affects float8 targets, none of which is supported: any value is exact.
     if attrs["round_mode"] != "up":
@@ -497,8 +498,16 @@ def _claim_cast(node, graph, attrs):
     return None
 
 
+def _claim_cast(node, graph, attrs):
+    to = attrs["to"]
+    if to not in _CAST_TARGETS:
+        names = ", ".join(type_name(t) for t in sorted(_CAST_TARGETS))
+        return f"attribute to={type_name(to)} (elem type {to}) is not a supported target; supported: {names}"
+    return _claim_cast_pair(input_type(node, graph, 0).elem_type, to, attrs)
+
+
 _register_pointwise("Cast", (6, 9, 13, 19, 21, 23, 24, 25, 28), ("T1",), ("T2",),
-                    {"T1": ALL | ALL_INTS | {BF16, F64}, "T2": ALL | ALL_INTS | {BF16, F64}}, _cast_expr,
+                    {"T1": _CAST_TYPES, "T2": _CAST_TYPES}, _cast_expr,
                     attributes={"to": REQUIRED, "saturate": 1, "round_mode": "up"},
                     claim=_claim_cast, shape_rule=_cast_shape)
 
@@ -716,14 +725,11 @@ def _cast_like_shape(types, values, attrs, num_outputs):
 
 
 def _claim_cast_like(node, graph, attrs):
-    if attrs["round_mode"] != "up":
-        return (f"attribute round_mode='{attrs['round_mode']}' is not supported "
-                f"(only the default 'up' is claimed)")
-    return None
+    return _claim_cast_pair(input_type(node, graph, 0).elem_type, input_type(node, graph, 1).elem_type, attrs)
 
 
 _register_pointwise("CastLike", (15, 19, 21, 23, 24, 25), ("T1", "T2"), ("T2",),
-                    {"T1": ALL | {F64}, "T2": ALL | {F64}}, _cast_like_expr,
+                    {"T1": _CAST_TYPES, "T2": _CAST_TYPES}, _cast_like_expr,
                     attributes={"saturate": 1, "round_mode": "up"}, claim=_claim_cast_like,
                     shape_rule=_cast_like_shape)
 

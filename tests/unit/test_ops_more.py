@@ -143,6 +143,14 @@ for _src, _x in REF._CAST_SRC.items():
         case("CastLike", 19, [_x, _t], id=f"CastLike-{np.dtype(_src)}-{np.dtype(_dst)}")
 for _v in (15, 21, 23, 24, 25):
     case("CastLike", _v, [R(3, 4, lo=-100, hi=100), A([], i64)])
+# Cast's other integer widths, as source and as target (the same conversions as Cast's)
+for _w in (np.int8, np.uint8, np.int16, np.uint16, np.uint32, np.uint64):
+    _info = np.iinfo(_w)
+    _own = A([0, 1, _info.max, _info.min, _info.max // 3, 100], _w)
+    for _x in (A([0.5, 1.5, 100.7, 126.9, 3.0, 0.0], f32), A([0, 1, 255, 256, 70000, 2**31 - 1], i64)):
+        case("CastLike", 21, [_x, A([1], _w)], id=f"CastLike-{_x.dtype.name}-{np.dtype(_w).name}")
+    for _dst, _t in _LIKE.items():
+        case("CastLike", 21, [_own, _t], id=f"CastLike-{np.dtype(_w).name}-{np.dtype(_dst).name}")
 
 # ---- Dropout (inference) -------------------------------------------------------------------------
 for _v in (7, 10, 12, 13, 22):

@@ -180,6 +180,17 @@ def test_cast_between_every_integer_width_and_the_floats(tmp_path, src):
         np.testing.assert_array_equal(got, want, err_msg=f"{np.dtype(src)} -> {np.dtype(dst)}")
 
 
+@pytest.mark.parametrize("src,dst", [(np.int8, np.uint16), (np.uint64, np.float32), (np.float64, np.int16),
+                                     (np.uint8, np.float16), (np.int64, np.uint32)])
+def test_cast_like_takes_the_type_of_its_second_input(tmp_path, src, dst):
+    """CastLike's kernel converts as Cast's does, to the element type of an operand it never reads."""
+    x = np.array([0, 1, 2, 100, 126, 3], src)
+    got, want = _run_generated(tmp_path, "CastLike", [x, np.zeros(7, dst)], {SINCE_VERSION: 21})
+    assert got.dtype == np.dtype(dst)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, x.astype(dst))
+
+
 # ---- Pow: every type pair, exponents known when bound and only at run time ----------------------
 
 POW_TYPES = [np.float32, np.float16, np.int32, np.int64]
