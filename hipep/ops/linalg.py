@@ -1,5 +1,5 @@
-"""Linear algebra: MatMul (numpy matmul semantics), Gemm, Einsum, and the integer products
-MatMulInteger and QLinearMatMul. f16 accumulates in f32; integers accumulate exactly."""
+"""Linear algebra: MatMul (numpy matmul semantics), Gemm, Einsum, the integer products
+MatMulInteger and QLinearMatMul, and Det. f16 accumulates in f32; integers accumulate exactly."""
 from __future__ import annotations
 
 import numpy as np
@@ -392,3 +392,40 @@ def _claim_qlinear_matmul(node, graph, attrs):
 register(OpDef("QLinearMatMul", (10, 21), ("T1", "S", "T1", "T2", "S", "T2", "S", "T3"), ("T3",),
                {"T1": _Q8, "T2": _Q8, "T3": _Q8, "S": frozenset({F32, F16})}, _qlinear_matmul,
                claim=_claim_qlinear_matmul, shape_rule=_qlinear_matmul_shape))
+
+
+# ---- Det -----------------------------------------------------------------------------------------
+# The determinants of the [..., n, n] matrices, by LU decomposition with partial pivoting computed in
+# f64 (LAPACK through numpy here; kernels/det.hip on a GPU) and rounded to f32 (then to f16).
+# ONNX Runtime's CPU EP (Eigen's LU in the element type, f16 through f32) agrees within its own
+# rounding. A 0 x 0 matrix's determinant is 1, as in both.
+
+def _check_det_shape(shape) -> None:
+    if len(shape) < 2:
+        raise RuntimeShapeError(f"Det: input must have rank >= 2 ([..., n, n]), got {pshape_str(shape)}")
+    m, n = shape[-2], shape[-1]
+    if m is not None and n is not None and m != n:
+        raise RuntimeShapeError(f"Det: the matrices must be square, got {pshape_str(shape)} ({m} x {n})")
+
+
+@kernel("Det")
+def _det(inputs, attrs):
+    (x,) = inputs
+    _check_det_shape(x.shape)
+    det = np.linalg.det(x.astype(np.float64))
+    # LAPACK's pivot search passes over a NaN (its determinant can come out finite); the LU of ORT
+    # and of the GPU kernel carries it into the result
+    det = np.where(np.isnan(x).any(axis=(-2, -1)), np.nan, det)
+    return [result(det.astype(np.float32), x.dtype)]  # f16 through f32, as ORT
+
+
+@shape_rule("Det")
+def _det_shape(types, values, attrs, num_outputs):
+    shape = shape_of(types[0])
+    if shape is None:
+        return [tensor_type(elem_of(types[0]), None)]
+    _check_det_shape(shape)
+    return [tensor_type(elem_of(types[0]), tuple(shape[:-2]))]
+
+
+register(OpDef("Det", (11, 22), ("T",), ("T",), {"T": {F32, F16}}, _det, shape_rule=_det_shape))

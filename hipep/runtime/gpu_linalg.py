@@ -15,6 +15,9 @@ the strided-copy kernel; where they reach into the padding, by the copy that fil
 and W [M, C/G * kernel] times them writes Y [N, M, out] directly, the bias as the GEMM's C (a
 group's bias needs a product of its own). The patch embeddings of vision transformers (stride
 equal to the kernel) and 1x1 convolutions are a plain copy, or none.
+
+Det (kernels/det.hip) is an LU decomposition with partial pivoting in f64, a block per matrix at a
+time, each block's matrix in a region of the stream's workspace.
 """
 from __future__ import annotations
 
@@ -616,3 +619,37 @@ def _skip_layer_norm_bind(ins, outs, attrs, target):
               LayerNormArgs(rows, h, skip_rows, 1, 1, float(attrs.get("epsilon", 1e-12)))]
     return [KernelOp(f"hipep_skip_layer_norm_{dt}" + ("_vec" if use_vec else ""), grid, block, params,
                      module="layer_norm")]
+
+
+# ---- Det ---------------------------------------------------------------------------------------
+
+class DetArgs(ctypes.Structure):
+    """kernels/det.hip's hipep_det_args."""
+    _fields_ = [("batch", ctypes.c_longlong), ("n", ctypes.c_longlong)]
+
+
+DET_THREADS = 128
+DET_BLOCKS_PER_SM = 4
+DET_MAX_WORKSPACE = 1 << 30  # bytes of f64 matrices in flight at most
+_DET_TYPES = {"float32": "f32", "float16": "f16"}
+
+
+def _det_check(attrs, dtypes, shapes, values):
+    if not dtypes or dtypes[0] not in _DET_TYPES:
+        return f"element type {dtypes[0] if dtypes else '?'}"
+    return None
+
+
+@_binding("::Det", check=_det_check, modules=("det",))
+def _det_bind(ins, outs, attrs, target):
+    x, y = ins[0], outs[0]
+    if y is None or y.size == 0:
+        return []
+    n, batch = int(x.shape[-1]), int(y.size)
+    region = n * n * 8
+    if region > DET_MAX_WORKSPACE:
+        raise NoKernel(f"Det of {n} x {n} matrices (an f64 copy of one takes over {DET_MAX_WORKSPACE >> 20} MiB)")
+    blocks = max(1, min(batch, target.sm_count * DET_BLOCKS_PER_SM, DET_MAX_WORKSPACE // max(region, 1)))
+    (work,) = workspace_regions(target, "Det", [blocks * region])
+    return [KernelOp(f"hipep_det_{_DET_TYPES[x.dtype.name]}", (blocks, 1, 1), (DET_THREADS, 1, 1),
+                     [ptr(x), ptr(y), ctypes.c_uint64(work), DetArgs(batch, n)], module="det")]

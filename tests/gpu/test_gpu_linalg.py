@@ -449,3 +449,26 @@ def test_auto_mode_takes_cublaslt_for_large_products_and_the_gemv_for_a_row(rng,
         dev.copy_async(stream, got, y)
         stream.sync()
         np.testing.assert_allclose(got.astype(np.float32), want, rtol=1e-2, atol=2e-3)
+
+
+# ---- Det (kernels/det.hip) ------------------------------------------------------------------------
+
+def _det_model(elem, shape):
+    return make_model([n("Det", ["x"], ["y"])], [tensor("x", elem, shape)], [tensor("y", elem, None)], opset=22)
+
+
+@pytest.mark.parametrize("elem", [F32, F16])
+@pytest.mark.parametrize("shape", [(3, 3), (2, 3, 5, 5), (600, 4, 4), (1, 1), (2, 0, 0), (40, 40)], ids=str)
+def test_det(rng, elem, shape):
+    """LU in f64, a block per matrix (600 matrices: more than the blocks of one launch)."""
+    x = (rng.standard_normal(shape) / np.sqrt(max(shape[-1], 1))).astype(NP[elem])
+    tol = {F32: dict(rtol=1e-4, atol=1e-6), F16: dict(rtol=1e-2, atol=1e-3)}[elem]
+    check_on_cuda(_det_model(elem, list(shape)), {"x": x}, claimed=True, tol=tol)
+
+
+def test_det_of_singular_and_nan_matrices_and_a_shape_error(rng):
+    x = np.array([[[1, 2], [2, 4]], [[0, 0], [0, 0]], [[np.nan, 1], [1, 1]], [[0, 1], [1, 0]]], np.float32)
+    sess = check_on_cuda(_det_model(F32, None), {"x": x}, claimed=True, tol=dict(rtol=0, atol=0))
+    with pytest.raises(Exception, match="square"):
+        sess.run(None, {"x": np.zeros((2, 3, 2), np.float32)})
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], [0, 0, np.nan, -1])  # the session runs on

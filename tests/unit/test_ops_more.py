@@ -1,7 +1,7 @@
 """More ops against ONNX Runtime's CPU EP: activations and unary math, bitwise ops, Sum/Mean,
 CastLike, Dropout, Size; the reductions beyond Sum/Mean/Max/Min, ArgMax/ArgMin, CumSum/CumProd,
 TopK, Trilu, NonZero, Range, ConstantOfShape, EyeLike, Compress; LogSoftmax, Hardmax and the
-normalizations; Einsum, MatMulInteger, QLinearMatMul; MaxUnpool.
+normalizations; Einsum, MatMulInteger, QLinearMatMul, Det; MaxUnpool.
 
 Single-node cases use test_ops_reference's harness (same tolerances, dtype/shape/aliasing checks);
 each case's shape rule is checked against its reference as test_shape_rules does for those. The
@@ -481,6 +481,10 @@ case("Einsum", 12, [R(3, 4, dtype=i64, lo=-9, hi=9)], {"equation": "ij->j"}, id=
 case("Einsum", 12, [R(2, 3, 5, dtype=np.float64), R(2, 5, 4, dtype=np.float64)], {"equation": "bij,bjk->bik"},
      id="Einsum-f64")
 case("Einsum", 28, [R(2, 3, 4), R(2, 4, 5)], {"equation": "bij,bjk->bik"}, id="Einsum-28")
+# Det: f64 LU here, ORT's in f32 (tests/unit/test_det.py has the rest)
+case("Det", 11, [R(3, 3)], tol=(1e-4, 1e-6), id="Det-11")
+case("Det", 22, [R(2, 3, 4, 4)], tol=(1e-4, 1e-6), id="Det-batch")
+case("Det", 22, [R(2, 3, 3, dtype=f16, lo=-1, hi=1)], tol=(1e-2, 1e-3), id="Det-f16")
 
 _Q = {u8: (0, 255), i8: (-128, 127)}
 for _ta in (u8, i8):
