@@ -6,7 +6,7 @@ from .registry import OpDef, all_ops, check_node, lookup, resolve_attributes  # 
 FAMILIES = ("elementwise", "linalg", "normalization", "shape", "dims", "reduce", "control_flow", "contrib_attention",
             "rotary", "attention", "contrib_quant", "moe", "linear_attention", "contrib_norm", "vision", "conv_integer",
             "resize", "indexing", "quantize", "grid_sample", "signal", "detection", "unique", "recurrent",
-            "max_unpool")
+            "max_unpool", "deform_conv")
 
 
 def _import_families():

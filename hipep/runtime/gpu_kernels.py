@@ -295,7 +295,8 @@ def _only_bool(op, constraint: str) -> bool:
 
 # The op families kept in files of their own register their bindings on import; they import this
 # module's names, so they come last.
-from . import (gpu_attention, gpu_attention_ops, gpu_bindings_misc, gpu_conv_transpose, gpu_detection,  # noqa: E402,F401
-               gpu_dynamic_quantize, gpu_einsum, gpu_gated_matmul, gpu_group_norm, gpu_indexing, gpu_linalg, gpu_linear_attention,
-               gpu_grid_sample, gpu_matmul_integer, gpu_moe, gpu_norm_matmul, gpu_pool, gpu_quant, gpu_quantize_linear, gpu_recurrent,
-               gpu_resize, gpu_select, gpu_signal, gpu_topk, gpu_unique)
+from . import (gpu_attention, gpu_attention_ops, gpu_bindings_misc, gpu_conv_transpose,  # noqa: E402,F401
+               gpu_deform_conv, gpu_detection, gpu_dynamic_quantize, gpu_einsum, gpu_gated_matmul, gpu_group_norm,
+               gpu_indexing, gpu_linalg, gpu_linear_attention, gpu_grid_sample, gpu_matmul_integer, gpu_moe,
+               gpu_norm_matmul, gpu_pool, gpu_quant, gpu_quantize_linear, gpu_recurrent, gpu_resize, gpu_select,
+               gpu_signal, gpu_topk, gpu_unique)

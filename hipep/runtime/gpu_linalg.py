@@ -479,32 +479,38 @@ def _conv_bind(ins, outs, attrs, target):
         return []
     win = conv_window(attrs, x.shape, w.shape)
     n, c = int(x.shape[0]), int(x.shape[1])
-    m, group = int(w.shape[0]), int(attrs.get("group", 1))
-    cg, mg = c // group, m // group
-    kp, p = _prod(win.kernel), _prod(win.out)
-    kg = cg * kp
+    group = int(attrs.get("group", 1))
     # The windows [N, C, *kernel, *out] (= [N, G, Kg, P]), zeros where they reach into the padding
     cols_bytes = conv_cols_elements(win, n, c) * x.dtype.itemsize
     (cols_at,) = workspace_regions(target, "Conv", [cols_bytes])
     cols = Arg(cols_at, (conv_cols_elements(win, n, c),), x.dtype)
     ops = window_ops(x, cols, win, True, b"", target)
     # The products run after the copy on the same stream; their own workspace lies past the windows.
-    gemm_target = workspace_after(target, [cols_bytes])
+    return ops + window_products(win, n, c, w, cols, b, y, group, workspace_after(target, [cols_bytes]))
+
+
+def window_products(win, n: int, c: int, w: Arg, cols: Arg, b: Arg | None, y: Arg, group: int, target: Target) -> list:
+    """Y [N, M, *out] = W [M, C/G * kernel] @ the windows `cols` [N, C * kernel, *out] per image and
+    group, plus the bias B [M] (Conv's product after im2col, DeformConv's after its sampling)."""
+    m = int(w.shape[0])
     if b is None or group == 1:
         problem = conv_product_problem(win, n, c, m, group)
         if b is not None:  # the bias [M] down the rows
             problem.has_c, problem.c_sm, problem.c_sn, problem.beta = True, 1, 0, 1.0
-        return ops + gemm_ops(problem, w, cols, b, y, gemm_target)
+        return gemm_ops(problem, w, cols, b, y, target)
     # A bias per group: C carries no batch offset, so each (image, group) is a product of its own
     # with the group's part of the bias.
-    e = x.dtype.itemsize
+    cg, mg = c // group, m // group
+    kp, p = _prod(win.kernel), _prod(win.out)
+    kg, e = cg * kp, cols.dtype.itemsize
+    ops = []
     for i in range(n):
         for g in range(group):
             problem = GemmProblem(mg, p, kg, a_sm=kg, a_sk=1, b_sk=p, b_sn=1, has_c=True, c_sm=1, c_sn=0, beta=1.0)
             ops += gemm_ops(problem, Arg(w.ptr + g * mg * kg * e, (mg, kg), w.dtype),
-                            Arg(cols_at + (i * c * kp * p + g * kg * p) * e, (kg, p), x.dtype),
+                            Arg(cols.ptr + (i * c * kp * p + g * kg * p) * e, (kg, p), cols.dtype),
                             Arg(b.ptr + g * mg * e, (mg,), b.dtype),
-                            Arg(y.ptr + (i * m * p + g * mg * p) * e, (mg, p), y.dtype), gemm_target)
+                            Arg(y.ptr + (i * m * p + g * mg * p) * e, (mg, p), y.dtype), target)
     return ops
 
 

@@ -472,3 +472,18 @@ def test_det_of_singular_and_nan_matrices_and_a_shape_error(rng):
     with pytest.raises(Exception, match="square"):
         sess.run(None, {"x": np.zeros((2, 3, 2), np.float32)})
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], [0, 0, np.nan, -1])  # the session runs on
+
+
+# ---- DeformConv (kernels/deform_conv.hip, then Conv's GEMM) ------------------------------------------
+
+@pytest.mark.parametrize("elem", [F32, F16, TP.DOUBLE])
+@pytest.mark.parametrize("seed", [0, 1, 2, 5, 7])
+def test_deform_conv(gemm_mode, elem, seed):
+    """Random geometries (tests/unit/test_deform_conv.py's): groups, offset groups, bias, mask."""
+    from unit.test_deform_conv import _case, _model
+
+    dtype = {F32: np.float32, F16: np.float16, TP.DOUBLE: np.float64}[elem]
+    attrs, feeds = _case(seed, dtype)
+    feeds["offset"].reshape(-1)[::11] = 30.0  # some taps far outside the image
+    tol = {F32: PRODUCT_TOL[F32], F16: PRODUCT_TOL[F16], TP.DOUBLE: dict(rtol=1e-10, atol=1e-10)}[elem]
+    check_on_cuda(_model(dtype, attrs, len(feeds)), feeds, claimed=True, tol=tol)
