@@ -191,3 +191,10 @@ def test_launch_passes_what_its_entry_points_take():
         op = gk.BINDINGS["::DeformConv"].bind(ins, [y], attrs, target)[0]
         assert op.module == "deform_conv"
         assert [ctypes.sizeof(p) for p in op.params] == params[op.entry], op.entry
+
+
+def test_the_gpu_claims_what_its_kernels_compute():
+    for dtype in ("float32", "float16", "float64"):
+        assert gk.kernel_reason("::DeformConv", {}, [dtype] * 5) is None
+    why = gk.kernel_reason("::DeformConv", {}, ["bfloat16"] * 3)
+    assert why == "no kernel for cuda: DeformConv (element type bfloat16)"

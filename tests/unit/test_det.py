@@ -129,3 +129,9 @@ def test_det_needs_a_workspace_and_leaves_f64():
         gk.BINDINGS["::Det"].bind([arg(np.zeros((2, 2), np.float32), 0x100000)], [out_arg((), np.float32)], {},
                                   gk.Target(sm_count=1))
     assert "float64" in gk.BINDINGS["::Det"].check({}, ["float64"], None, None)
+
+
+def test_the_gpu_claims_what_its_kernel_computes():
+    assert gk.kernel_reason("::Det", {}, ["float32"]) is None
+    assert gk.kernel_reason("::Det", {}, ["float16"]) is None
+    assert gk.kernel_reason("::Det", {}, ["float64"]) == "no kernel for cuda: Det (element type float64)"
