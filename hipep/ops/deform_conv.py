@@ -50,16 +50,17 @@ def deform_params(x, w, offset, b=None, mask=None, attrs=None) -> dict:
     strides, dilations = _pair(attrs, "strides", (1, 1)), _pair(attrs, "dilations", (1, 1))
     pads = _pair(attrs, "pads", (0, 0, 0, 0))
     group, offset_group = int(attrs.get("group", 1)), int(attrs.get("offset_group", 1))
-    if len(strides) != 2 or len(dilations) != 2 or len(pads) != 4 or None in kernel or len(kernel) != 2:
+    if len(strides) != 2 or len(dilations) != 2 or len(pads) != 4 or len(kernel) != 2:
         raise RuntimeShapeError(f"DeformConv: strides {strides}, dilations {dilations} and kernel_shape {kernel} "
                                 f"need 2 values, pads {pads} 4")
-    if min(strides) < 1 or min(dilations) < 1 or min(kernel) < 1 or group < 1 or offset_group < 1:
+    if (min(strides) < 1 or min(dilations) < 1 or min((k for k in kernel if k is not None), default=1) < 1
+            or group < 1 or offset_group < 1):
         raise RuntimeShapeError(f"DeformConv: strides {strides}, dilations {dilations}, kernel {kernel}, group "
                                 f"{group} and offset_group {offset_group} must be positive")
     out = []
     for d in range(2):
         length = x[2 + d]
-        if length is None:
+        if length is None or kernel[d] is None:
             out.append(None)
             continue
         span = length + pads[d] + pads[2 + d] - dilations[d] * (kernel[d] - 1) - 1
@@ -68,7 +69,7 @@ def deform_params(x, w, offset, b=None, mask=None, attrs=None) -> dict:
             raise RuntimeShapeError(f"DeformConv: X {pshape_str(x)} with pads {pads}, dilations {dilations} and "
                                     f"kernel {kernel} leaves a negative output extent")
         out.append(extent)
-    taps = kernel[0] * kernel[1]
+    taps = None if None in kernel else kernel[0] * kernel[1]
     n, c, m = x[0], x[1], w[0]
 
     def need(ok, what):
@@ -80,8 +81,9 @@ def deform_params(x, w, offset, b=None, mask=None, attrs=None) -> dict:
         return a is None or b_ is None or a == b_
 
     need(same(offset[0], n), "offset's batch must be X's")
-    need(same(offset[1], offset_group * 2 * taps), f"offset must have offset_group * 2 * kH * kW = "
-                                                   f"{offset_group * 2 * taps} channels")
+    if taps is not None:
+        need(same(offset[1], offset_group * 2 * taps), f"offset must have offset_group * 2 * kH * kW = "
+                                                       f"{offset_group * 2 * taps} channels")
     need(same(offset[2], out[0]) and same(offset[3], out[1]), f"offset's extents must be the output's {out}")
     need(c is None or c % offset_group == 0, "X's channels must divide by offset_group")
     need(c is None or w[1] is None or c == w[1] * group, "X's channels must be W's channels times group")
@@ -89,9 +91,10 @@ def deform_params(x, w, offset, b=None, mask=None, attrs=None) -> dict:
     if b is not None:
         need(len(b) == 1 and same(b[0], m), f"B must be [M] (M = {m}), got {pshape_str(b)}")
     if mask is not None:
-        need(len(mask) == 4 and same(mask[0], n) and same(mask[1], offset_group * taps)
+        need(len(mask) == 4 and same(mask[0], n) and (taps is None or same(mask[1], offset_group * taps))
              and same(mask[2], out[0]) and same(mask[3], out[1]),
-             f"mask must be [N, offset_group * kH * kW, oH, oW] = [{n}, {offset_group * taps}, {out[0]}, {out[1]}], "
+             f"mask must be [N, offset_group * kH * kW, oH, oW] = [{n}, "
+             f"{None if taps is None else offset_group * taps}, {out[0]}, {out[1]}], "
              f"got {pshape_str(mask)}")
     return {"kernel": kernel, "strides": strides, "dilations": dilations, "pads": pads, "group": group,
             "offset_group": offset_group, "out": out}

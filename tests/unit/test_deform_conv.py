@@ -37,12 +37,12 @@ def _ort_runs_deform_conv() -> bool:
         return False
 
 
-def _model(dtype, attrs, n_in, rank=4):
+def _model(dtype, attrs, n_in, rank=4, opset=22):
     names = NAMES[:n_in]
     inputs = [tensor(k, ELEM[dtype], [f"{k}{i}" for i in range(1 if k == "b" else (rank if k == "x" else 4))])
               for k in names]
     node = helper.make_node("DeformConv", names, ["y"], name="deform", **attrs)
-    return make_model([node], inputs, [tensor("y", ELEM[dtype], None)], opset=22)
+    return make_model([node], inputs, [tensor("y", ELEM[dtype], None)], opset=opset)
 
 
 def _case(seed, dtype=np.float32):
@@ -74,6 +74,9 @@ def _case(seed, dtype=np.float32):
     return attrs, feeds
 
 
+# The since-versions the comparisons below run (tests/unit/test_ops_reference.py's coverage check)
+COVERED = [("DeformConv", 19), ("DeformConv", 22)]
+
 needs_ort_kernel = pytest.mark.skipif(not _ort_runs_deform_conv(),
                                       reason=f"onnxruntime {ort.__version__} has no DeformConv kernel to compare with")
 
@@ -83,7 +86,7 @@ needs_ort_kernel = pytest.mark.skipif(not _ort_runs_deform_conv(),
 @pytest.mark.parametrize("seed", range(12))
 def test_cpu_device_follows_the_cpu_ep(dtype, seed):
     attrs, feeds = _case(seed, dtype)
-    model = _model(dtype, attrs, len(feeds))
+    model = _model(dtype, attrs, len(feeds), opset=19 if seed % 2 else 22)
     report = hipep.explain(model, device="cpu")
     assert not report.rejections, [r.reason for r in report.rejections]
     (want,) = cpu_session(model).run(None, feeds)
@@ -119,6 +122,17 @@ def test_shape_errors_name_the_node_and_the_session_runs_on(bad, message):
     assert "deform" in str(info.value)
     (y,) = sess.run(None, good)
     np.testing.assert_array_equal(y, np.full((1, 2, 3, 3), 8.0, np.float32))  # 2 channels x 4 taps of ones
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 6])
+def test_shape_rule(seed):
+    """The shape rule's run-time contract and its partial shapes (tests/unit/test_shape_rules.py's checks)."""
+    from ops_vision_harness import SR
+
+    attrs, feeds = _case(seed)
+    inputs = [feeds.get(k) for k in NAMES]
+    SR.check_rule_matches_reference("DeformConv", 22, inputs, attrs, 1)
+    SR.check_partial_never_invents("DeformConv", 22, inputs, attrs, 1)
 
 
 def test_other_than_two_spatial_axes_is_left_with_a_reason():

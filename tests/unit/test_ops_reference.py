@@ -434,7 +434,8 @@ def test_matches_ort(op, opset, inputs, attrs, n_out, since, tol):
 # comparisons for the coverage guard.
 COVERAGE_MODULES = ("test_ops_vision_conv_pool.py", "test_ops_vision_resize_blocks.py", "test_ops_vision_indexing.py",
                     "test_ops_vision_quantize.py", "test_ops_vision_movement.py", "test_ops_more.py",
-                    "test_ops_attention.py", "test_ops_contrib.py", "test_ops_linear_attention.py", "test_ops_grid_sample.py")
+                    "test_ops_attention.py", "test_ops_contrib.py", "test_ops_linear_attention.py",
+                    "test_ops_grid_sample.py", "test_deform_conv.py")
 
 
 def _cases_of(filename):
