@@ -264,3 +264,84 @@ HIPEP_KERNEL void hipep_resize_interp_f16(const hipep_half* HIPEP_RESTRICT x, hi
                                           const hipep_resize_args a) {
   hipep_resize_interp<hipep_half>(x, y, a);
 }
+
+// ---- antialias (Resize-18+, linear and cubic): one pass per resized axis -------------------------
+// The runtime runs one launch per resized axis, innermost first (hipep/runtime/gpu_resize.py), over
+// the tensor viewed as [outer, in_len, inner] -> [outer, out_len, inner]; the passes between hold
+// f32 (f16 is computed in f32 and rounded once, as ONNX Runtime casts it around its float kernel).
+// One thread per output element recomputes its window's weights with ORT's f32 operations
+// (SetupUpsampleFilterAntiAlias; the CPU reference hipep.ops.resize.antialias_weights does the
+// same): center = 0.5 + coordinate(i) (i where the axis' scale is 1); the window runs from
+// floor(center - support + 0.5) to floor(center + support + 0.5), support = 1 (linear) or 2 (cubic)
+// times 1 / scale when shrinking; weights filter((j - center + 0.5) * stretch); with exclude_outside=0
+// the weights past either end fold into the end's (in ORT's order); each weight times 1 / their sum;
+// the window summed left to right.
+
+struct hipep_resize_aa_args {
+  hipep_i64 n;  // output elements
+  hipep_i64 in_len, out_len, inner;
+  float scale, roi_start, roi_end, cubic_a;
+  int coord;
+  int cubic;
+  int exclude_outside;
+};
+
+HIPEP_DEVICE float hipep_resize_aa_filter(float t, int cubic, float a) {
+  t = fabsf(t);
+  if (!cubic) return t < 1.0f ? __fsub_rn(1.0f, t) : 0.0f;
+  if (t < 1.0f) {
+    const float u = __fmul_rn(__fmul_rn(__fsub_rn(__fmul_rn(__fadd_rn(a, 2.0f), t), __fadd_rn(a, 3.0f)), t), t);
+    return __fadd_rn(u, 1.0f);
+  }
+  if (t < 2.0f) return __fmul_rn(__fsub_rn(__fmul_rn(__fadd_rn(__fmul_rn(__fsub_rn(t, 5.0f), t), 8.0f), t), 4.0f), a);
+  return 0.0f;
+}
+
+HIPEP_DEVICE float hipep_resize_aa_load(float v) { return v; }
+HIPEP_DEVICE float hipep_resize_aa_load(hipep_half v) { return hipep_to_float(v); }
+
+template <typename S, typename D>
+HIPEP_DEVICE void hipep_resize_antialias(const S* HIPEP_RESTRICT x, D* HIPEP_RESTRICT y, const hipep_resize_aa_args a) {
+  const hipep_i64 step = (hipep_i64)gridDim.x * blockDim.x;
+  const float inv = __fdiv_rn(1.0f, a.scale);  // ORT's `scale`: input pixels per output pixel
+  const float support = __fmul_rn(a.cubic ? 2.0f : 1.0f, inv >= 1.0f ? inv : 1.0f);
+  const float stretch = inv >= 1.0f ? __fdiv_rn(1.0f, inv) : 1.0f;
+  for (hipep_i64 idx = (hipep_i64)blockIdx.x * blockDim.x + threadIdx.x; idx < a.n; idx += step) {
+    const hipep_i64 r = idx % a.inner, rest = idx / a.inner;
+    const hipep_i64 i = rest % a.out_len, o = rest / a.out_len;
+    const float center = __fadd_rn(
+        0.5f, inv == 1.0f ? (float)i
+                          : hipep_resize_coordinate(a.coord, i, a.out_len, a.in_len, a.scale, a.roi_start, a.roi_end));
+    const hipep_i64 lo = (hipep_i64)floorf(__fadd_rn(__fsub_rn(center, support), 0.5f));
+    const hipep_i64 hi = (hipep_i64)floorf(__fadd_rn(__fadd_rn(center, support), 0.5f));
+    const hipep_i64 lo_cut = lo > 0 ? lo : 0, hi_cut = hi < a.in_len ? hi : a.in_len;
+    const hipep_i64 first = a.exclude_outside ? lo_cut : lo, last = a.exclude_outside ? hi_cut : hi;
+#define HIPEP_AA_WEIGHT(j) \
+  hipep_resize_aa_filter(__fmul_rn(__fadd_rn(__fsub_rn((float)(j), center), 0.5f), stretch), a.cubic, a.cubic_a)
+    float total = 0.0f;
+    for (hipep_i64 j = first; j < last; ++j) total = __fadd_rn(total, HIPEP_AA_WEIGHT(j));
+    const float total_inv = total == 0.0f ? 1.0f : __fdiv_rn(1.0f, total);
+    const S* src = x + o * a.in_len * a.inner + r;
+    float acc = 0.0f;
+    for (hipep_i64 j = lo_cut; j < hi_cut; ++j) {
+      float w = HIPEP_AA_WEIGHT(j);
+      if (!a.exclude_outside && j == lo_cut)  // the weights before index 0 fold into index 0's
+        for (hipep_i64 k = first; k < 0; ++k) w = __fadd_rn(w, HIPEP_AA_WEIGHT(k));
+      if (!a.exclude_outside && j == a.in_len - 1)  // and those past the end into the last index's
+        for (hipep_i64 k = a.in_len; k < last; ++k) w = __fadd_rn(w, HIPEP_AA_WEIGHT(k));
+      acc = __fadd_rn(acc, __fmul_rn(hipep_resize_aa_load(src[j * a.inner]), __fmul_rn(w, total_inv)));
+    }
+#undef HIPEP_AA_WEIGHT
+    y[idx] = hipep_from_float<D>(acc);
+  }
+}
+
+#define HIPEP_RESIZE_ANTIALIAS(NAME, S, D)                                                                     \
+  HIPEP_KERNEL void hipep_resize_antialias_##NAME(const S* x, D* y, const hipep_resize_aa_args a) {            \
+    hipep_resize_antialias<S, D>(x, y, a);                                                                     \
+  }
+
+HIPEP_RESIZE_ANTIALIAS(f32_f32, float, float)
+HIPEP_RESIZE_ANTIALIAS(f16_f32, hipep_half, float)
+HIPEP_RESIZE_ANTIALIAS(f32_f16, float, hipep_half)
+HIPEP_RESIZE_ANTIALIAS(f16_f16, hipep_half, hipep_half)

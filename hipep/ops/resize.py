@@ -211,6 +211,102 @@ def _interp_axis(x, axis, c, in_len, mode, attrs):
     return y
 
 
+# ---- antialias (Resize-18 and later, linear and cubic) -----------------------------------------
+# ONNX Runtime's CPU kernel (upsample_antialias.h), which follows Pillow: per resized axis, from the
+# innermost outward, each output index i takes a window of input indices around its center
+# 0.5 + coordinate(i) (i itself where the axis' scale is 1), the filter stretched by 1 / scale when
+# shrinking (linear: 1 - |t| over a support of 2; cubic: Keys' kernel with cubic_coeff_a over 4);
+# with exclude_outside=0 the weights of indices outside the axis fold into its first and last ones;
+# the weights are normalized by their sum, and the window summed left to right in f32 (f16 is
+# computed in f32 and rounded once, as ORT casts it around its float kernel). An axis keeping its
+# extent is copied.
+# (tf_crop_and_resize is not claimed with antialias: ORT writes its extrapolation_value at NCHW
+# positions whatever the layout.)
+AA_SUPPORT = {"linear": _F32(2.0), "cubic": _F32(4.0)}
+
+
+def _aa_filter(t, mode, a):
+    t = abs(t)
+    if mode == "linear":
+        return _F32(1) - t if t < _F32(1) else _F32(0)
+    if t < _F32(1):
+        return ((a + _F32(2)) * t - (a + _F32(3))) * t * t + _F32(1)
+    if t < _F32(2):
+        return (((t - _F32(5)) * t + _F32(8)) * t - _F32(4)) * a
+    return _F32(0)
+
+
+def antialias_weights(in_len, out_len, scale, coords, mode, a, exclude_outside):
+    """Per output index of one axis: (first input index, weights over the following ones), ORT's
+    SetupUpsampleFilterAntiAlias in f32."""
+    a = _F32(a)
+    inv = _F32(1) / _F32(scale)  # ORT's `scale`: input pixels per output pixel
+    support = AA_SUPPORT[mode] * _F32(0.5) * (inv if inv >= _F32(1) else _F32(1))
+    stretch = _F32(1) / inv if inv >= _F32(1) else _F32(1)
+    rows = []
+    for i in range(out_len):
+        center = _F32(0.5) + (_F32(i) if inv == _F32(1) else _F32(coords[i]))
+        lo, hi = int(math.floor(center - support + _F32(0.5))), int(math.floor(center + support + _F32(0.5)))
+        lo_cut, hi_cut = max(lo, 0), min(hi, in_len)
+        first, last = (lo_cut, hi_cut) if exclude_outside else (lo, hi)
+        w = [_aa_filter((_F32(x) - center + _F32(0.5)) * stretch, mode, a) for x in range(first, last)]
+        total = _F32(0)
+        for v in w:
+            total = _F32(total + v)
+        count = max(hi_cut - lo_cut, 0)
+        if not exclude_outside and count:
+            below = -first if first < 0 else 0
+            above = last - in_len if last > in_len else 0
+            for k in range(below):
+                w[below] = _F32(w[below] + w[k])
+            n = len(w)
+            for k in range(n - above, n):
+                w[n - above - 1] = _F32(w[n - above - 1] + w[k])
+            w = w[below:below + count]
+        scale_by = _F32(1) if total == _F32(0) else _F32(1) / total
+        rows.append((lo_cut, np.array([_F32(v * scale_by) for v in w[:count]], np.float32)))
+    return rows
+
+
+def _antialias_axis(y, axis, rows):
+    """One pass: y's `axis` through the windows `rows`, each summed left to right in f32."""
+    moved = np.moveaxis(y, axis, 0)
+    out = np.zeros((len(rows),) + moved.shape[1:], np.float32)
+    for i, (first, weights) in enumerate(rows):
+        acc = np.zeros(moved.shape[1:], np.float32)
+        for k, w in enumerate(weights):
+            acc = acc + moved[first + k] * w
+        out[i] = acc
+    return np.moveaxis(out, 0, axis)
+
+
+def antialias_axes(shape, scale, mode) -> list[int]:
+    """The axes an antialiased Resize resizes, in ORT's order (innermost first), or raises where ONNX
+    Runtime's kernels take no such form (linear: 2-D, 3-D, 4-D NCHW or NHWC, 5-D NCDHW; cubic: 2-D,
+    4-D NCHW or NHWC)."""
+    rank = len(shape)
+    one = [scale[a] == _F32(1) for a in range(rank)]
+    forms = {2: [[0, 1]], 3: [[0, 1, 2]], 4: [[2, 3], [1, 2]], 5: [[2, 3, 4]]} if mode == "linear" else {
+        2: [[0, 1]], 4: [[2, 3], [1, 2]]}
+    for axes in forms.get(rank, []):
+        if all(one[a] for a in range(rank) if a not in axes):
+            return sorted(axes, reverse=True)
+    raise RuntimeShapeError(f"Resize: antialias with mode='{mode}' resizes 2-D, 4-D (NCHW or NHWC)"
+                            f"{', 3-D and 5-D (NCDHW)' if mode == 'linear' else ''} inputs only (as ONNX "
+                            f"Runtime), got X {pshape_str(shape)} with scales {[float(v) for v in scale]}")
+
+
+def _antialias_compute(x, out, scale, coords, attrs):
+    mode = attrs["mode"]
+    y = upcast(x).astype(np.float32)
+    for a in antialias_axes(x.shape, scale, mode):
+        if out[a] != x.shape[a]:
+            rows = antialias_weights(x.shape[a], out[a], scale[a], coords[a], mode, attrs["cubic_coeff_a"],
+                                     int(attrs.get("exclude_outside", 0)))
+            y = _antialias_axis(y, a, rows)
+    return y
+
+
 def _resize_compute(op_type, x, roi, scales, sizes, attrs, legacy):
     out, scale, rois = _resize_plan(op_type, x.shape, roi, scales, sizes, attrs, legacy)
     mode = attrs.get("mode", "nearest")
@@ -236,6 +332,8 @@ def _resize_compute(op_type, x, roi, scales, sizes, attrs, legacy):
             m = (coords[a] < 0) | (coords[a] > _F32(x.shape[a] - 1))
             m = m.reshape((-1,) + (1,) * (x.ndim - a - 1))
             outside = m if outside is None else (outside | m)
+    if mode != "nearest" and int(attrs.get("antialias", 0)):
+        return _antialias_compute(x, out, scale, coords, attrs)
     if mode == "nearest":
         nmode = LEGACY if legacy else attrs.get("nearest_mode", "round_prefer_floor")
         idx = [np.arange(x.shape[a]) if identity[a] else
@@ -331,7 +429,14 @@ def _claim_resize(node, graph, attrs):
     if mode == "nearest" and attrs["nearest_mode"] not in NEAREST_MODES:
         return f"attribute nearest_mode='{attrs['nearest_mode']}' is not one of {', '.join(NEAREST_MODES)}"
     if int(attrs.get("antialias", 0)):
-        return "attribute antialias=1 is not implemented by hipep"
+        if mode == "nearest":
+            return "attribute antialias=1 with mode='nearest' (antialiasing applies to linear and cubic only)"
+        if coord == "tf_crop_and_resize":
+            return ("attribute antialias=1 with coordinate_transformation_mode='tf_crop_and_resize': ONNX Runtime "
+                    "writes extrapolation_value at NCHW positions whatever the layout; hipep leaves it to ORT")
+        why = _antialias_form(node, graph, mode)
+        if why:
+            return why
     if attrs.get("keep_aspect_ratio_policy", "stretch") not in ASPECT_POLICIES:
         return (f"attribute keep_aspect_ratio_policy='{attrs['keep_aspect_ratio_policy']}' is not one "
                 f"of {', '.join(ASPECT_POLICIES)}")
@@ -350,6 +455,19 @@ def _claim_resize(node, graph, attrs):
     if attrs.get("axes") is not None and rank is not None:
         if any(not -rank <= int(a) < rank for a in attrs["axes"]):
             return f"attribute axes={list(attrs['axes'])} is out of range for a rank-{rank} input"
+    return None
+
+
+def _antialias_form(node, graph, mode) -> str | None:
+    """Why an antialiased Resize's constant scales and known rank take no form ORT's kernels run."""
+    t = input_type(node, graph, 0)
+    scales = graph.constant(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    if t is None or t.shape is None or scales is None or np.asarray(scales).size != len(t.shape):
+        return None
+    try:
+        antialias_axes(t.shape, [_F32(v) for v in np.asarray(scales).reshape(-1)], mode)
+    except RuntimeShapeError as e:
+        return str(e)
     return None
 
 

@@ -14,7 +14,10 @@ reference's (kernels/resize.hip explains the evaluation order of the interpolati
 Claimed: nearest (every nearest_mode; any element type of 1, 2 or 4 bytes: f32, f16, int8, uint8,
 int32), linear and cubic (f32, f16; math in f32; cubic_coeff_a, exclude_outside), every
 coordinate_transformation_mode the reference implements, tf_crop_and_resize's
-extrapolation_value, up to rank 8. Refused: antialias=1 (the reference does not implement it).
+extrapolation_value, up to rank 8. antialias=1 (linear and cubic, f32 and f16, the forms ONNX
+Runtime runs) is one launch per resized axis, innermost first, each thread recomputing its window's
+weights as the reference does (kernels/resize.hip), the passes between in f32 in the stream's
+workspace; it refuses tf_crop_and_resize, as the reference's claim does.
 """
 from __future__ import annotations
 
@@ -22,9 +25,10 @@ import ctypes
 
 import numpy as np
 
-from ..errors import HipepError
-from ..ops.resize import LEGACY, _resize_operands, _resize_plan
-from .gpu_binding_core import KernelOp, NoKernel, _binding, contiguous_strides, fill_ops, flat_config, ptr
+from ..errors import HipepError, RuntimeShapeError
+from ..ops.resize import LEGACY, _resize_operands, _resize_plan, antialias_axes
+from .gpu_binding_core import (Arg, KernelOp, NoKernel, _binding, contiguous_strides, fill_ops, flat_config, ptr,
+                               workspace_regions)
 
 MAX_RANK = 8  # HIPEP_RESIZE_MAX_RANK
 _COORD = {"half_pixel": 0, "half_pixel_symmetric": 1, "pytorch_half_pixel": 2, "align_corners": 3, "asymmetric": 4,
@@ -33,6 +37,14 @@ _NEAREST = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "ceil":
 _TAPS = {"linear": 2, "cubic": 4}
 _NEAREST_TYPES = ("float32", "float16", "int8", "uint8", "int32")
 _INTERP_TYPES = {"float32": "f32", "float16": "f16"}
+
+
+class ResizeAntialiasArgs(ctypes.Structure):
+    """kernels/resize.hip's hipep_resize_aa_args."""
+    _fields_ = [("n", ctypes.c_longlong), ("in_len", ctypes.c_longlong), ("out_len", ctypes.c_longlong),
+                ("inner", ctypes.c_longlong), ("scale", ctypes.c_float), ("roi_start", ctypes.c_float),
+                ("roi_end", ctypes.c_float), ("cubic_a", ctypes.c_float), ("coord", ctypes.c_int),
+                ("cubic", ctypes.c_int), ("exclude_outside", ctypes.c_int)]
 
 
 class ResizeArgs(ctypes.Structure):
@@ -54,8 +66,6 @@ def _check(attrs, dtypes, shapes, values, upsample: bool):
         return f"element type {x} ({', '.join(_NEAREST_TYPES)} have a kernel)"
     if x and mode != "nearest" and x not in _INTERP_TYPES:
         return f"mode='{mode}' on {x} (interpolation has a kernel for f32 and f16; other types: nearest)"
-    if int(attrs.get("antialias") or 0):
-        return "antialias=1 has no kernel"
     if not upsample:
         coord = attrs.get("coordinate_transformation_mode", "half_pixel")
         if coord not in _COORD or coord == LEGACY:
@@ -139,8 +149,10 @@ def _resize_ops(op_type: str, ins, outs, attrs, target) -> list:
     else:
         if mode not in _TAPS or x.dtype.name not in _INTERP_TYPES:
             raise NoKernel(f"{op_type}: mode='{mode}' on {x.dtype.name}")
-        if int(attrs.get("antialias") or 0):
-            raise NoKernel(f"{op_type}: antialias=1")
+        if int(attrs.get("antialias") or 0) and not legacy:
+            passes = _antialias_ops(x, y, in_shape, out, scale, rois, mode, coord, attrs, target)
+            if passes is not None:
+                return passes
         args.taps = _TAPS[mode]
         args.cubic_a = float(np.float32(attrs.get("cubic_coeff_a", -0.75)))
         args.exclude_outside = int(attrs.get("exclude_outside", 0) or 0)
@@ -157,3 +169,39 @@ def _resize_bind(ins, outs, attrs, target):
 @_binding("::Upsample", check=lambda a, d, s, v: _check(a, d, s, v, True), modules=("resize",), reads_values=True)
 def _upsample_bind(ins, outs, attrs, target):
     return _resize_ops("Upsample", ins, outs, attrs, target)
+
+
+def _antialias_ops(x, y, in_shape, out, scale, rois, mode, coord, attrs, target) -> list | None:
+    """An antialiased Resize's launches, one per axis whose extent changes (None where none does:
+    the interpolating kernel then copies), innermost first, through f32 regions of the workspace."""
+    if coord == "tf_crop_and_resize":
+        raise NoKernel("Resize: antialias=1 with tf_crop_and_resize")
+    try:
+        axes = [a for a in antialias_axes(in_shape, scale, mode) if out[a] != in_shape[a]]
+    except RuntimeShapeError as e:
+        raise HipepError(str(e)) from None
+    if not axes:
+        return None
+    shapes, shape = [], list(in_shape)
+    for a in axes:
+        shape[a] = out[a]
+        shapes.append(tuple(shape))
+    f32 = np.dtype(np.float32)
+    # The passes before the last write f32 to two regions in turn
+    between = [int(np.prod(s, dtype=np.int64)) * f32.itemsize for s in shapes[:-1]]
+    regions = workspace_regions(target, "Resize (antialias)", [max(between[0::2]), max(between[1::2], default=0)]) \
+        if between else []
+    ops, src, src_shape = [], x, in_shape
+    for k, a in enumerate(axes):
+        last = k == len(axes) - 1
+        dst = y if last else Arg(regions[k % 2], shapes[k], f32)
+        n = int(np.prod(shapes[k], dtype=np.int64))
+        args = ResizeAntialiasArgs(n, src_shape[a], out[a], int(np.prod(src_shape[a + 1:], dtype=np.int64)),
+                                   float(scale[a]), float(rois[a][0]), float(rois[a][1]),
+                                   float(np.float32(attrs.get("cubic_coeff_a", -0.75))), _COORD[coord],
+                                   int(mode == "cubic"), int(attrs.get("exclude_outside", 0) or 0))
+        grid, block = flat_config(n, target)
+        entry = f"hipep_resize_antialias_{_INTERP_TYPES[src.dtype.name]}_{_INTERP_TYPES[dst.dtype.name]}"
+        ops.append(KernelOp(entry, grid, block, [ptr(src), ptr(dst), args], module="resize"))
+        src, src_shape = dst, shapes[k]
+    return ops

@@ -199,3 +199,24 @@ def test_resize_10_and_upsample_9(rng, mode):
     model = make_model([n("Upsample", ["x", "scales"], ["y"], mode=mode)], [tensor("x", F32, [1, 2, 5, 6])],
                        [tensor("y", F32, None)], [init("scales", np.array([1, 1, 2, 3], np.float32))], opset=9)
     check(model, {"x": x})
+
+
+# ---- Resize with antialias=1: one pass per resized axis ----------------------------------------------
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6, 7, 8, 11, 12])
+def test_resize_antialias_equals_the_cpu_ep_bit_for_bit(seed):
+    """The cases of tests/unit/test_resize_antialias.py (f32 and f16, linear and cubic, every form)."""
+    from unit.test_resize_antialias import _case, _model
+
+    x, scales, sizes, attrs = _case(seed)
+    check_on_cuda(_model(x, scales, sizes, **attrs), {"x": x}, claimed=True, bits=True)
+
+
+def test_resize_antialias_of_an_image_shrunk_a_lot():
+    """A 3 x 448 x 448 image to 224 x 160 (windows of 5 and 7 inputs), f32 and f16."""
+    rng = np.random.default_rng(3)
+    for dtype in (np.float32, np.float16):
+        from unit.test_resize_antialias import _model
+
+        x = rng.standard_normal((1, 3, 448, 448)).astype(dtype)
+        check_on_cuda(_model(x, sizes=[1, 3, 224, 160], mode="cubic"), {"x": x}, claimed=True, bits=True)
