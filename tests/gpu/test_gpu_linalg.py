@@ -487,3 +487,15 @@ def test_deform_conv(gemm_mode, elem, seed):
     feeds["offset"].reshape(-1)[::11] = 30.0  # some taps far outside the image
     tol = {F32: PRODUCT_TOL[F32], F16: PRODUCT_TOL[F16], TP.DOUBLE: dict(rtol=1e-10, atol=1e-10)}[elem]
     check_on_cuda(_model(dtype, attrs, len(feeds)), feeds, claimed=True, tol=tol)
+
+
+def test_deform_conv_shape_error_names_the_node_and_the_session_runs_on():
+    from unit.test_deform_conv import _model
+
+    good = {"x": np.ones((1, 2, 4, 4), np.float32), "w": np.ones((2, 2, 2, 2), np.float32),
+            "offset": np.zeros((1, 8, 3, 3), np.float32)}
+    sess = check_on_cuda(_model(np.float32, {}, 3), good, claimed=True, tol=PRODUCT_TOL[F32])
+    with pytest.raises(Exception, match="offset must have") as info:
+        sess.run(None, {**good, "offset": np.zeros((1, 7, 3, 3), np.float32)})
+    assert "deform" in str(info.value)
+    np.testing.assert_array_equal(sess.run(None, good)[0], np.full((1, 2, 3, 3), 8.0, np.float32))
