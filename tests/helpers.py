@@ -129,15 +129,20 @@ def external_cache_model(dtype, kv_heads: int, capacity: int, head: int, heads: 
     return make_model(nodes, inputs, outputs, opset=25)
 
 
+# An op hipep does not implement and ORT's CPU EP runs: the fallback tests' unclaimed node
+# (tests/ort/test_fallback.py checks that it is unclaimed, so they say so if that changes).
+UNSUPPORTED = "GlobalLpPool"
+
+
 def middle_model():
-    """Add → Det (hipep does not implement it) → Mul."""
+    """Add → GlobalLpPool (hipep does not implement it) → Mul."""
     nodes = [
         helper.make_node("Add", ["x", "y"], ["a"], name="first_add"),
-        helper.make_node("Det", ["a"], ["d"], name="the_det"),
+        helper.make_node(UNSUPPORTED, ["a"], ["d"], name="the_pool"),
         helper.make_node("Mul", ["d", "d"], ["z"], name="last_mul"),
     ]
     return make_model(nodes, [tensor("x", TensorProto.FLOAT, ["n", 3, 3]), tensor("y", TensorProto.FLOAT, [3])],
-                      [tensor("z", TensorProto.FLOAT, ["n"])])
+                      [tensor("z", TensorProto.FLOAT, ["n", 3, 1])])
 
 
 def rotate_half_loop_model(trips: int = 2):
@@ -232,11 +237,14 @@ def gqa_preamble_model():
 
 
 def if_model(then_op="ReduceMax", **attrs):
-    """x[n, 9] → Reshape to [n, 3, 3] → If (sum(x) > 0) with `then_op` in the then branch and
-    Mul → ReduceSum over axes 1, 2 in the else branch; r[n]."""
+    """x[n, 9] → Reshape to [n, 3, 3] → If (sum(x) > 0) with `then_op` in the then branch (UNSUPPORTED's
+    [n, 3, 1] summed to [n] after it) and Mul → ReduceSum over axes 1, 2 in the else branch; r[n]."""
     attrs = attrs or ({"axes": [1, 2], "keepdims": 0} if then_op == "ReduceMax" else {})
-    then_g = helper.make_graph([helper.make_node(then_op, ["m"], ["t"], name="then_op", **attrs)], "then_g", [],
-                          [tensor("t", TensorProto.FLOAT, ["n"])])
+    then_nodes = [helper.make_node(then_op, ["m"], ["t"], name="then_op", **attrs)]
+    if then_op == UNSUPPORTED:
+        then_nodes = [helper.make_node(then_op, ["m"], ["p"], name="then_op", **attrs),
+                      helper.make_node("ReduceSum", ["p", "axes12"], ["t"], name="then_sum", keepdims=0)]
+    then_g = helper.make_graph(then_nodes, "then_g", [], [tensor("t", TensorProto.FLOAT, ["n"])])
     else_g = helper.make_graph([helper.make_node("Mul", ["m", "m"], ["e0"], name="else_mul"),
                            helper.make_node("ReduceSum", ["e0", "axes12"], ["e"], name="else_sum", keepdims=0)],
                           "else_g", [], [tensor("e", TensorProto.FLOAT, ["n"])])

@@ -17,7 +17,7 @@ import hipep
 import hipep.bridge as bridge
 from hipep import _native
 
-from helpers import cpu_session, make_model, tensor
+from helpers import UNSUPPORTED, cpu_session, make_model, tensor
 
 
 def relu_model():
@@ -79,9 +79,9 @@ def test_a_run_starts_without_python_unless_strict_must_fail_it(monkeypatch, rng
         sess.run(None, {"x": x})
     assert starts == []
     # Nothing claimed under strict: the session is made (hipep compiles nothing), its first run fails.
-    det = make_model([h.make_node("Det", ["x"], ["d"], name="only_det")], [tensor("x", T.FLOAT, [2, 3, 3])],
-                     [tensor("d", T.FLOAT, [2])])
-    sess = hipep.InferenceSession(det, device="cpu", strict=1, disable_cpu_ep_fallback=False)
-    with pytest.raises(Exception, match="(?s)starting a run failed: HipepError: strict: .*node 'only_det'"):
+    unclaimed = make_model([h.make_node(UNSUPPORTED, ["x"], ["d"], name="only_pool")],
+                           [tensor("x", T.FLOAT, [2, 3, 3])], [tensor("d", T.FLOAT, [2, 3, 1])])
+    sess = hipep.InferenceSession(unclaimed, device="cpu", strict=1, disable_cpu_ep_fallback=False)
+    with pytest.raises(Exception, match="(?s)starting a run failed: HipepError: strict: .*node 'only_pool'"):
         sess.run(None, {"x": rng.standard_normal((2, 3, 3)).astype(np.float32)})
     assert len(starts) == 1

@@ -46,9 +46,9 @@ SCRIPT = textwrap.dedent("""
     f = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
     relu_add = model([helper.make_node("Relu", ["x"], ["t"]), helper.make_node("Add", ["t", "x"], ["y"])],
                      [f("x", [4, 8])], [f("y", [4, 8])])
-    # Det has no hipep implementation: it stays on the CPU EP, between two hipep subgraphs.
-    with_det = model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Det", ["a"], ["d"]),
-                      helper.make_node("Neg", ["d"], ["y"])], [f("x", [3, 3])], [f("y", [])])
+    # GlobalLpPool has no hipep implementation: it stays on the CPU EP, between two hipep subgraphs.
+    with_pool = model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("GlobalLpPool", ["a"], ["d"]),
+                       helper.make_node("Neg", ["d"], ["y"])], [f("x", [1, 3, 3])], [f("y", [1, 3, 1])])
     x = (np.arange(32, dtype=np.float32).reshape(4, 8) - 16) / 7
     ref = ort.InferenceSession(relu_add, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
 
@@ -88,9 +88,9 @@ SCRIPT = textwrap.dedent("""
     gc.collect()
 
     # A CPU EP node between hipep's subgraphs: ORT copies across through hipep's data transfer.
-    a = np.array([[2, 1, 0], [1, 3, 1], [0, 1, 4]], np.float32)
-    want = ort.InferenceSession(with_det, providers=["CPUExecutionProvider"]).run(None, {"x": a})[0]
-    got = on_hipep(with_det, ort.SessionOptions()).run(None, {"x": a})[0]
+    a = np.array([[[2, 1, 0], [1, 3, 1], [0, 1, 4]]], np.float32)
+    want = ort.InferenceSession(with_pool, providers=["CPUExecutionProvider"]).run(None, {"x": a})[0]
+    got = on_hipep(with_pool, ort.SessionOptions()).run(None, {"x": a})[0]
     out["partial_close"] = bool(np.allclose(got, want, rtol=1e-5))
 
     # Device memory comes back: sessions made and dropped leave nothing in use.

@@ -92,9 +92,9 @@ def test_function_body_substitutes_attributes_and_follows_input_types():
     ops = [n.op_type for n in function_body(graph.nodes[0], graph).nodes]
     assert "GatherElements" in ops and ops.count("ReduceSum") == 2 and ops[-1] == "Div"
     # not a function: no body
-    det = GraphView.from_onnx(make_model([h.make_node("Det", ["x"], ["y"])], [tensor("x", T.FLOAT, [2, 2])],
-                                         [tensor("y", T.FLOAT, [])]))
-    assert function_body(det.nodes[0], det) is None
+    plain = GraphView.from_onnx(make_model([h.make_node("Det", ["x"], ["y"])], [tensor("x", T.FLOAT, [2, 2])],
+                                           [tensor("y", T.FLOAT, [])]))
+    assert function_body(plain.nodes[0], plain) is None
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])

@@ -12,7 +12,7 @@ from onnx import TensorProto as T, helper as h
 
 import hipep
 import hipep.ort_compat as ort_compat
-from helpers import assignment, cpu_session, if_model, make_model, middle_model, session, tensor
+from helpers import UNSUPPORTED, assignment, cpu_session, if_model, make_model, middle_model, session, tensor
 
 EP = "HipExecutionProvider"
 
@@ -53,7 +53,7 @@ def test_a_session_runs_on_hipep_either_way(road):
 def test_options_reach_the_ep_and_one_session_options_serves_two_sessions(road, rng):
     so = ort.SessionOptions()
     data = middle_model().SerializeToString()
-    with pytest.raises(Exception, match="node 'the_det'"):  # strict: the Det left to the CPU EP is an error
+    with pytest.raises(Exception, match="node 'the_pool'"):  # strict: the node left to the CPU EP is an error
         ort.InferenceSession(data, so, providers=ort_compat.session_providers(so, EP, {"strict": "1"}))
     sess = ort.InferenceSession(data, so, providers=ort_compat.session_providers(so, EP, {"strict": "0"}))
     feeds = {"x": rng.standard_normal((2, 3, 3)).astype(np.float32), "y": rng.standard_normal(3).astype(np.float32)}
@@ -83,12 +83,12 @@ def test_an_ep_without_devices_is_named_in_the_error(monkeypatch):
 
 
 def test_on_onnxruntime_1_24_hipep_fuses_in_one_graph_of_a_model(monkeypatch, rng, capfd):
-    """The If is left to the CPU EP (a Det in its then branch); hipep claims nodes in the main
+    """The If is left to the CPU EP (an unsupported op in its then branch); hipep claims nodes in the main
     graph and in the else branch. Where fused names restart per graph, only the first graph ORT
     asks about is fused and the other's nodes go to the CPU EP, with a warning saying why."""
     monkeypatch.setattr(ort_compat, "fused_names_restart_per_graph", lambda: True)
     monkeypatch.setattr(ort_compat, "onnxruntime_version", lambda: (1, 24))
-    model = if_model("Det")
+    model = if_model(UNSUPPORTED)
     sess = session(model, optimization=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     for x in (rng.standard_normal((2, 9)), -np.abs(rng.standard_normal((3, 9))), np.abs(rng.standard_normal((1, 9)))):
         x = x.astype(np.float32)

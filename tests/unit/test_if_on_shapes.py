@@ -144,10 +144,10 @@ def test_the_gpu_partition_names_a_branch_node_without_a_kernel():
     assert node.op_type == "If"
     then = next(a.g for a in node.attribute if a.name == "then_branch")
     then.node[0].output[0] = "raw"
-    then.node.append(helper.make_node("Det", ["raw"], ["det"]))  # no GPU kernel: Det
-    then.node.append(helper.make_node("Expand", ["det", "shape"], ["large_cache"]))
+    then.node.append(helper.make_node("GlobalLpPool", ["raw"], ["pooled"]))  # no kernel (no implementation)
+    then.node.append(helper.make_node("Expand", ["pooled", "shape"], ["large_cache"]))
     then.node.append(helper.make_node("Constant", [], ["shape"],
                                       value=numpy_helper.from_array(np.array([ROWS, WIDTH], np.int64))))
     report = partition(GraphView.from_onnx(model), device="cuda")
     lines = [r.line() for r in report.rejections if r.node.op_type == "If"]
-    assert lines and "then_branch" in lines[0] and "Det" in lines[0], report.rejection_lines()
+    assert lines and "then_branch" in lines[0] and "GlobalLpPool" in lines[0], report.rejection_lines()

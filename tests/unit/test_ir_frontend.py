@@ -157,9 +157,9 @@ def test_topological_order_is_restored():
 
 
 def test_errors_name_the_node():
-    m = model([h.make_node("Det", ["x"], ["y"], name="the_det")], [T("x", TP.FLOAT, [2, 2])],
-              [T("y", TP.FLOAT, [])])
-    with pytest.raises(ModelError, match="the_det"):
+    m = model([h.make_node("GlobalLpPool", ["x"], ["y"], name="the_pool")], [T("x", TP.FLOAT, [1, 2, 2])],
+              [T("y", TP.FLOAT, [1, 2, 1])])
+    with pytest.raises(ModelError, match="the_pool"):
         import_graph(GraphView.from_onnx(m), ["x"], ["y"], "s")
     m = model([h.make_node("Add", ["x", "nowhere"], ["y"], name="lost")], [T("x", TP.FLOAT, [2])],
               [T("y", TP.FLOAT, [2])])

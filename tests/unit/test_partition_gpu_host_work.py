@@ -57,17 +57,17 @@ def if_outputs_feed_host_work_model(condition: str = "data"):
 
 def host_value_crossing_subgraphs_model():
     """Shape(x) lands in one subgraph; the Concat reading it is pushed into a second one by a path
-    through an unclaimed Det; the Compress (no GPU program) after the Concat reads a value that
+    through an unclaimed GlobalLpPool; the Compress (no GPU program) after the Concat reads a value that
     reached the second subgraph in device memory."""
     nodes = [
         h.make_node("Shape", ["x"], ["xs"]),
         h.make_node("Relu", ["x"], ["r"]),
-        h.make_node("Det", ["r"], ["d"]),  # no hipep implementation: another EP runs it
+        h.make_node("GlobalLpPool", ["r"], ["d"]),  # no hipep implementation: another EP runs it
         h.make_node("Shape", ["d"], ["ds"]),
         h.make_node("Concat", ["xs", "ds"], ["cat"], axis=0),
         h.make_node("Compress", ["cat", "keep"], ["y"], axis=0),
     ]
-    return make_model(nodes, [tensor("x", T.FLOAT, [3, 3])], [tensor("y", T.INT64, [2])],
+    return make_model(nodes, [tensor("x", T.FLOAT, [1, 3, 3])], [tensor("y", T.INT64, [2])],
                       [h.make_tensor("keep", T.BOOL, [2], [1, 1])])
 
 
@@ -98,7 +98,7 @@ def test_host_work_whose_host_input_is_in_another_subgraph_is_not_claimed(no_gpu
     assert "cannot run as host work" in reason and "'cat'" in reason, report.format()
     assert len(report.clusters) == 2, report.format()
     # the rest stays claimed as before
-    assert set(_rejected(report)) == {"Det", "Compress"}
+    assert set(_rejected(report)) == {"GlobalLpPool", "Compress"}
 
 
 def test_host_work_within_its_subgraph_stays_claimed():

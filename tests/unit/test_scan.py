@@ -157,14 +157,15 @@ def test_opset8_scan_is_not_claimed():
 
 
 def test_unclaimable_body_rejects_the_scan():
-    body = h.make_graph([h.make_node("Det", ["x"], ["d"], name="det"), h.make_node("Add", ["s", "d"], ["s2"])], "b",
-                        [tensor("s", F, []), tensor("x", F, [2, 2])], [tensor("s2", F, []), tensor("d", F, [])])
-    node = h.make_node("Scan", ["init", "xs"], ["fin", "ds"], body=body, num_scan_inputs=1, name="scan_det")
-    m = make_model([node], [tensor("init", F, []), tensor("xs", F, [3, 2, 2])],
-                   [tensor("fin", F, []), tensor("ds", F, [3])], opset=16)
+    body = h.make_graph([h.make_node("GlobalLpPool", ["x"], ["d"], name="pool"),
+                         h.make_node("Add", ["s", "d"], ["s2"])], "b", [tensor("s", F, [1, 2, 1]), tensor("x", F, [1, 2, 2])],
+                        [tensor("s2", F, [1, 2, 1]), tensor("d", F, [1, 2, 1])])
+    node = h.make_node("Scan", ["init", "xs"], ["fin", "ds"], body=body, num_scan_inputs=1, name="scan_pool")
+    m = make_model([node], [tensor("init", F, [1, 2, 1]), tensor("xs", F, [3, 1, 2, 2])],
+                   [tensor("fin", F, [1, 2, 1]), tensor("ds", F, [3, 1, 2, 1])], opset=16)
     g = GraphView.from_onnx(m)
     reason = check_node(g.nodes[0], g)
-    assert reason is not None and "Det" in reason
+    assert reason is not None and "GlobalLpPool" in reason
 
 
 def test_inconsistent_lengths_and_empty_scan_fail_like_ort():
