@@ -485,7 +485,8 @@ def test_deform_conv(gemm_mode, elem, seed):
     dtype = {F32: np.float32, F16: np.float16, TP.DOUBLE: np.float64}[elem]
     attrs, feeds = _case(seed, dtype)
     feeds["offset"].reshape(-1)[::11] = 30.0  # some taps far outside the image
-    tol = {F32: PRODUCT_TOL[F32], F16: PRODUCT_TOL[F16], TP.DOUBLE: dict(rtol=1e-10, atol=1e-10)}[elem]
+    # (f16: the CPU-device test's tolerance against the same ORT results, tests/unit/test_deform_conv.py)
+    tol = {F32: PRODUCT_TOL[F32], F16: dict(rtol=1e-2, atol=1e-2), TP.DOUBLE: dict(rtol=1e-10, atol=1e-10)}[elem]
     check_on_cuda(_model(dtype, attrs, len(feeds)), feeds, claimed=True, tol=tol)
 
 
