@@ -29,8 +29,9 @@ class Difference:
     since: tuple[int, int]  # the first release that behaves so (1.24: the oldest supported)
     until: tuple[int, int]  # the first release that agrees with hipep again
     cases: tuple[str, ...]
-    # False where the release's result depends on memory it never writes: it may then agree by
-    # chance (the heap held the right values), so a pass is not reported
+    # False where the release's result depends on memory it never writes, or on which of its kernels
+    # the processor runs: it may then agree (the heap held the right values; the kernel of this
+    # processor computes as 1.32), so a pass is not reported
     strict: bool = True
     # True where the release crashes the process on the case (a segfault or an abort): the case is
     # skipped there, since an expected failure cannot outlive its process
@@ -390,13 +391,17 @@ DIFFERENCES = (
         'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b4-bs0-relu-float32-rw-normalize_routing_weights0]',
         'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b4-bs0-silu-float32-rw]',
         'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b4-bs0-silu-float32]',
-        'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b4-bs0-swiglu-float32-swiglu_limit0.3-activation_alpha1.702-activation_beta1.0]',
         'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b4-bs32-silu-float16]',
         'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b4-bs32-silu-float32-scales_float16]',
+        'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b8-bs0-gelu-float32-zp]',
+    )),
+    # On x86 processors without AVX512-VNNI, 1.24's QMoE gives these 4-bit SwiGLU cases 1.32's results;
+    # on processors with it, it does not.
+    Difference(QUANTIZED_CONTRIB, since=(1, 24), until=(1, 25), strict=False, cases=(
+        'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b4-bs0-swiglu-float32-swiglu_limit0.3-activation_alpha1.702-activation_beta1.0]',
         'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b4-bs32-swiglu-float16-k4-E8-swiglu_limit7.0-activation_alpha1.702-activation_beta1.0]',
         'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b4-bs32-swiglu-float32-k1-E8-swiglu_limit7.0-activation_alpha1.702-activation_beta1.0]',
         'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b4-bs32-swiglu-float32-k4-E8-swiglu_limit7.0-activation_alpha1.702-activation_beta1.0]',
-        'tests/unit/test_ops_contrib.py::test_matches_ort[QMoE-b8-bs0-gelu-float32-zp]',
     )),
     Difference(QUANTIZED_CONTRIB, since=(1, 24), until=(1, 27), cases=(
         'tests/unit/test_ops_contrib.py::test_matches_ort[GBQ-b2-h40-float16]',
