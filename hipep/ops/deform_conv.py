@@ -23,13 +23,9 @@ import numpy as np
 from ..errors import RuntimeShapeError
 from ._common import compute_dtype, elem_of, input_type, kernel, pshape_str, result, shape_of, shape_rule, tensor_type
 from .registry import F16, F32, F64, OpDef, register
+from .vision import _pads, _spatial
 
 _TYPES = frozenset({F32, F16, F64})
-
-
-def _pair(attrs, name, default):
-    v = attrs.get(name)
-    return [int(d) for d in v] if v else list(default)
 
 
 def deform_params(x, w, offset, b=None, mask=None, attrs=None) -> dict:
@@ -44,15 +40,13 @@ def deform_params(x, w, offset, b=None, mask=None, attrs=None) -> dict:
     if len(offset) != 4:
         raise RuntimeShapeError(f"DeformConv: offset must be [N, offset_group * 2 * kH * kW, oH, oW] (rank 4), "
                                 f"got {pshape_str(offset)}")
-    kernel = _pair(attrs, "kernel_shape", w[2:])
-    if None not in w[2:] and attrs.get("kernel_shape") and list(w[2:]) != kernel:
+    kernel = list(w[2:]) if attrs.get("kernel_shape") is None else _spatial("DeformConv", attrs, "kernel_shape", 2, 1)
+    if None not in w[2:] and list(w[2:]) != kernel:
         raise RuntimeShapeError(f"DeformConv: kernel_shape {kernel} is not W's {pshape_str(w[2:])}")
-    strides, dilations = _pair(attrs, "strides", (1, 1)), _pair(attrs, "dilations", (1, 1))
-    pads = _pair(attrs, "pads", (0, 0, 0, 0))
+    strides = _spatial("DeformConv", attrs, "strides", 2, 1)
+    dilations = _spatial("DeformConv", attrs, "dilations", 2, 1)
+    pads = _pads("DeformConv", attrs, 2)
     group, offset_group = int(attrs.get("group", 1)), int(attrs.get("offset_group", 1))
-    if len(strides) != 2 or len(dilations) != 2 or len(pads) != 4 or len(kernel) != 2:
-        raise RuntimeShapeError(f"DeformConv: strides {strides}, dilations {dilations} and kernel_shape {kernel} "
-                                f"need 2 values, pads {pads} 4")
     if (min(strides) < 1 or min(dilations) < 1 or min((k for k in kernel if k is not None), default=1) < 1
             or group < 1 or offset_group < 1):
         raise RuntimeShapeError(f"DeformConv: strides {strides}, dilations {dilations}, kernel {kernel}, group "

@@ -316,6 +316,8 @@ def _resize_compute(op_type, x, roi, scales, sizes, attrs, legacy):
     if x.size == 0 or 0 in out:
         return np.zeros(out, x.dtype)
     coords = [_original_coords(coord, out[a], x.shape[a], scale[a], rois[a]) for a in range(x.ndim)]
+    if mode != "nearest" and int(attrs.get("antialias", 0)):
+        return _antialias_compute(x, out, scale, coords, attrs)
     # Axes left as they are: for nearest, every axis of scale 1 (as in ORT); for linear/cubic,
     # those whose coordinates map each index to itself.
     if mode == "nearest":
@@ -332,8 +334,6 @@ def _resize_compute(op_type, x, roi, scales, sizes, attrs, legacy):
             m = (coords[a] < 0) | (coords[a] > _F32(x.shape[a] - 1))
             m = m.reshape((-1,) + (1,) * (x.ndim - a - 1))
             outside = m if outside is None else (outside | m)
-    if mode != "nearest" and int(attrs.get("antialias", 0)):
-        return _antialias_compute(x, out, scale, coords, attrs)
     if mode == "nearest":
         nmode = LEGACY if legacy else attrs.get("nearest_mode", "round_prefer_floor")
         idx = [np.arange(x.shape[a]) if identity[a] else
