@@ -1,5 +1,5 @@
 """Normalization: Softmax, LogSoftmax, Hardmax, LayerNormalization, InstanceNormalization,
-GroupNormalization, BatchNormalization (inference), LpNormalization, MeanVarianceNormalization and
+GroupNormalization, BatchNormalization, LpNormalization, MeanVarianceNormalization and
 LRN. Math in f32 (f16 upcast), rounded once, unless ONNX Runtime rounds in between (noted).
 f32 Softmax, LogSoftmax and LayerNormalization replay ORT 1.31's MLAS kernels and are bit-identical
 to its CPU EP on x86-64 with AVX512 (mlas.py: mlas_exp_shifted / mlas_sum16, _layer_norm_rows).
@@ -12,7 +12,7 @@ from ..errors import RuntimeShapeError
 from ._common import (NP_DTYPES, at, elem_of, input_rank, kernel, normalize_axes, normalize_axis, pshape_str, result,
                       shape_of, shape_rule, shape_str, tensor_type, unidirectional_ok, upcast)
 from .mlas import _layer_norm_rows, _mlas_softmax_f32
-from .registry import BF16, F16, F32, F64, FLOATS, REQUIRED, SINCE_VERSION, OpDef, register
+from .registry import BF16, F16, F32, F64, FLOATS, OUTPUT_COUNT, REQUIRED, SINCE_VERSION, OpDef, register
 
 
 BF16_DT = NP_DTYPES[BF16]
@@ -359,7 +359,11 @@ register(OpDef("GroupNormalization", (18, 21), ("T", "T", "T"), ("T",), {"T": FL
                claim=_claim_group_norm, shape_rule=_group_norm_shape))
 
 
-# ---- BatchNormalization (inference) -------------------------------------------------------------------
+# ---- BatchNormalization ------------------------------------------------------------------------------
+# Inference normalizes with input_mean and input_var. training_mode=1 (opsets 14, 15) normalizes with
+# the batch's own statistics over every axis but the channel's (the biased variance) and writes the
+# running statistics, input_mean * momentum + mean * (1 - momentum) and likewise the variance, as
+# outputs 1 and 2 in input_mean's type; ONNX Runtime's CPU kernel sums in f32 (f16 widened).
 
 @kernel("BatchNormalization")
 def _batch_norm(inputs, attrs):
@@ -370,27 +374,56 @@ def _batch_norm(inputs, attrs):
     for what, p in (("scale", scale), ("B", bias), ("input_mean", mean), ("input_var", var)):
         _channel_param("BatchNormalization", what, p, c, x.shape)
     bshape = (1, c) + (1,) * (x.ndim - 2)
+    training = int(attrs["training_mode"]) != 0
+    if training:
+        acc = np.float64 if x.dtype == np.float64 else np.float32
+        columns = np.moveaxis(x.astype(acc), 1, 0).reshape(c, -1)
+        count = acc(columns.shape[1])
+        with np.errstate(invalid="ignore", divide="ignore"):  # an empty batch: 0 / 0, NaN as in ORT
+            batch_mean = np.sum(columns, axis=1, dtype=acc) / count
+            centered = columns - batch_mean[:, None]
+            batch_var = np.sum(centered * centered, axis=1, dtype=acc) / count
+        stat_mean, stat_var = batch_mean, batch_var
+    else:
+        stat_mean, stat_var = upcast(mean), upcast(var)
     # ONNX Runtime's fused form: x * (scale / sqrt(var + eps)) + (B - mean * that), in f32.
-    inv_std = np.float32(1) / np.sqrt(upcast(var) + np.float32(attrs["epsilon"]))
+    inv_std = np.float32(1) / np.sqrt(stat_var + np.float32(attrs["epsilon"]))
     new_scale = inv_std * upcast(scale)
-    new_bias = upcast(bias) - upcast(mean) * new_scale
+    new_bias = upcast(bias) - stat_mean * new_scale
     y = upcast(x) * new_scale.reshape(bshape) + new_bias.reshape(bshape)
-    return [result(y, x.dtype)]
+    out = [result(y, x.dtype)]
+    if training:
+        keep = np.float32(attrs["momentum"])
+        take = np.float32(1) - keep
+        for given, batch in ((mean, batch_mean), (var, batch_var)):
+            out.append(result(upcast(given) * keep + batch * take, given.dtype))
+    return out[:max(1, int(attrs[OUTPUT_COUNT]))]
+
+
+def _batch_norm_shape(types, values, attrs, num_outputs):
+    (y,) = _batch_norm_y_shape(types, values, attrs, 1)
+    shape = shape_of(y)
+    stats = tensor_type(elem_of(at(types, 3)), None if shape is None else (shape[1],))
+    return [y, stats, stats][:num_outputs]
 
 
 def _claim_batch_norm(node, graph, attrs):
     v = node.since_version
     if v < 14 and "training_mode" in node.attributes:
         return f"attribute 'training_mode' is not part of BatchNormalization opset {v}"
-    if attrs["training_mode"] != 0:
-        return "training_mode=1 is not supported (hipep runs BatchNormalization in inference only)"
     if v >= 9 and "spatial" in node.attributes:
         return f"attribute 'spatial' is not part of BatchNormalization opset {v}"
     if attrs["spatial"] != 1:
         return f"attribute spatial={attrs['spatial']} is not supported (only spatial=1)"
-    if len([o for o in node.outputs[1:] if o]):
-        return ("outputs beyond Y (running or saved statistics) are training outputs; hipep runs "
-                "BatchNormalization in inference only")
+    extra = len([o for o in node.outputs[1:] if o])
+    if attrs["training_mode"]:
+        if extra != 2 or len(node.outputs) != 3:
+            return ("training_mode=1 writes running_mean and running_var: the node must have exactly the three "
+                    f"outputs Y, running_mean, running_var (it has {len(node.outputs)})")
+    elif extra:
+        return ("outputs beyond Y are training outputs (opsets before 14 have no training_mode; hipep runs "
+                "their BatchNormalization in inference only)" if v < 14 else
+                "outputs beyond Y are written in training mode only (training_mode=0 here)")
     if v < 15:
         elems = {graph.type_of(n).elem_type for n in node.inputs[:5] if n}
         if len(elems) > 1:
@@ -399,12 +432,12 @@ def _claim_batch_norm(node, graph, attrs):
     return None
 
 
+_batch_norm_y_shape = _channel_rule("BatchNormalization", 2, ((1, "scale"), (2, "B"),
+                                                             (3, "input_mean"), (4, "input_var")))
 register(OpDef("BatchNormalization", (7, 9, 14, 15), ("T", "T1", "T1", "T2", "T2"),
                ("T", "T2", "T2", "T2", "T2"), {"T": FLOATS, "T1": FLOATS, "T2": FLOATS}, _batch_norm,
                attributes={"epsilon": 1e-5, "momentum": 0.9, "spatial": 1, "training_mode": 0},
-               claim=_claim_batch_norm,
-               shape_rule=_channel_rule("BatchNormalization", 2, ((1, "scale"), (2, "B"),
-                                                                  (3, "input_mean"), (4, "input_var")))))
+               claim=_claim_batch_norm, shape_rule=shape_rule("BatchNormalization")(_batch_norm_shape)))
 
 
 # ---- LpNormalization -------------------------------------------------------------------------------

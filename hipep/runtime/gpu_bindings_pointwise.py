@@ -12,10 +12,9 @@ from typing import Sequence
 import ml_dtypes  # noqa: F401  (registers numpy's 'bfloat16' dtype name)
 import numpy as np
 
-from ..errors import HipepError
 from ..ops.registry import lookup
 from ..plan import split_op_key
-from .gpu_binding_core import (FUSED, Arg, KernelOp, NoKernel, _binding, _prod, contiguous_strides, flat_config,
+from .gpu_binding_core import (FUSED, KernelOp, NoKernel, _prod, contiguous_strides, flat_config,
                                merge_dims, ptr)
 
 
@@ -135,10 +134,9 @@ def expression_ops(expr, ins, outs, target, what: str) -> list:
 
 # ---- BatchNormalization (inference): a generated kernel over X with its per-channel parameters ---
 # Not a registry pointwise op: the parameters [C] broadcast along axis 1, not the trailing axes, so
-# the binding reads them through shapes [C, 1, ...] and computes ONNX Runtime's fused form as the
-# CPU reference does: x * (scale / sqrt(var + epsilon)) + (B - mean * that), in f32.
-
-_BN_PARAMS = ("scale", "B", "input_mean", "input_var")
+# the binding (hipep.runtime.gpu_group_norm) reads them through shapes [C, 1, ...] and computes ONNX
+# Runtime's fused form as the CPU reference does: x * (scale / sqrt(var + epsilon)) + (B - mean * that),
+# in f32.
 
 
 def batch_norm_expression(dtypes: Sequence[str], epsilon: float):
@@ -148,25 +146,3 @@ def batch_norm_expression(dtypes: Sequence[str], epsilon: float):
     x, scale, bias, mean, var = (b.cast(b.input(k), F32) for k in range(5))
     new_scale = (1.0 / b.sqrt(var + np.float32(epsilon))) * scale
     return b.build(b.cast(x * new_scale + (bias - mean * new_scale), dtypes[0]))
-
-
-def _batch_norm_check(attrs, dtypes, shapes, values):
-    if any(d not in ("float32", "float16") for d in dtypes[:5] if d):
-        return f"element types {list(dtypes[:5])} (f32 and f16 have a kernel)"
-    return None
-
-
-@_binding("::BatchNormalization", check=_batch_norm_check)
-def _batch_norm_bind(ins, outs, attrs, target):
-    x = ins[0]
-    if x.ndim < 2:
-        raise HipepError(f"BatchNormalization: X must have rank >= 2, got shape {list(x.shape)}")
-    c = int(x.shape[1])
-    params = []
-    for what, a in zip(_BN_PARAMS, ins[1:5]):
-        if a is None or a.size != c:
-            raise HipepError(f"BatchNormalization: {what} must hold X's {c} channels, got shape "
-                             f"{None if a is None else list(a.shape)}")
-        params.append(Arg(a.ptr, (c,) + (1,) * (x.ndim - 2), a.dtype))
-    expr = batch_norm_expression([a.dtype.name for a in [x] + params], float(attrs.get("epsilon", 1e-5)))
-    return expression_ops(expr, [x] + params, outs[:1], target, "BatchNormalization")

@@ -1,9 +1,9 @@
-"""TopK (kernels/topk.hip), GroupNormalization and InstanceNormalization (kernels/group_norm.hip) end
-to end: small ONNX models through hipep.InferenceSession(device="cuda"), compared with ONNX Runtime's
-CPU EP over three runs (first run, bound replay, CUDA graph replay). TopK must match exactly: ties
-(few distinct values), NaN and signed zeros, largest 0 and 1, inner axes, and vocabulary-sized lines
-selected in passes through the workspace (the LLM sampling case). The norms: f32 within 1e-5, f16
-within 1e-2, up to a diffusion UNet's [2, 320, 64, 64] with 32 groups."""
+"""TopK (kernels/topk.hip), GroupNormalization, InstanceNormalization and BatchNormalization in training
+mode (kernels/group_norm.hip) end to end: small ONNX models through hipep.InferenceSession(device="cuda"),
+compared with ONNX Runtime's CPU EP over three runs (first run, bound replay, CUDA graph replay). TopK must
+match exactly: ties (few distinct values), NaN and signed zeros, largest 0 and 1, inner axes, and
+vocabulary-sized lines selected in passes through the workspace (the LLM sampling case). The norms: f32
+within 1e-5, f16 within 1e-2, up to a diffusion UNet's [2, 320, 64, 64] with 32 groups."""
 from __future__ import annotations
 
 import numpy as np
@@ -157,3 +157,20 @@ def test_instance_norm(rng, elem, shape):
                        [init("s", rng.uniform(0.5, 1.5, c).astype(NP[elem])),
                         init("b", rng.uniform(-1, 1, c).astype(NP[elem]))], opset=17)
     check(model, {"x": (rng.uniform(-2, 2, shape) + 5).astype(NP[elem])}, elem)
+
+
+# ---- BatchNormalization in training mode --------------------------------------------------------------
+
+@pytest.mark.parametrize("elem,param", [(F32, F32), (F16, F16), (F16, F32)])
+@pytest.mark.parametrize("shape", [(8, 64, 28, 28), (3, 4, 5, 6), (16, 3), (2, 256, 9)])
+def test_batch_norm_training(rng, elem, param, shape):
+    c = shape[1]
+    model = make_model([n("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"], training_mode=1,
+                          momentum=0.8, epsilon=1e-3, name="bn")],
+                       [tensor("x", elem, list(shape))],
+                       [tensor("y", elem, None), tensor("rm", param, None), tensor("rv", param, None)],
+                       [init("s", rng.uniform(0.5, 1.5, c).astype(NP[param])),
+                        init("b", rng.uniform(-1, 1, c).astype(NP[param])),
+                        init("m", rng.uniform(-1, 1, c).astype(NP[param])),
+                        init("v", rng.uniform(0.5, 2, c).astype(NP[param]))], opset=15)
+    check(model, {"x": (rng.uniform(-2, 3, shape) + 4).astype(NP[elem])}, elem)

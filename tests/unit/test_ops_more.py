@@ -384,6 +384,16 @@ case("BatchNormalization", 15, [R(2, 3, 5, dtype=f16)] + _BN(3)[:2] + _BN(3, f16
      id="BatchNormalization-mixed")
 case("BatchNormalization", 14, [R(2, 3, 4)] + _BN(3), {"training_mode": 0, "momentum": 0.5},
      id="BatchNormalization-14-attrs")
+# training mode: the batch's statistics normalize, the running ones come out as outputs 1 and 2
+for _v in (14, 15):
+    case("BatchNormalization", _v, [R(3, 4, 5, 6, lo=-2, hi=5)] + _BN(4), {"training_mode": 1, "momentum": 0.8},
+         n_out=3, id=f"BatchNormalization-{_v}-training")
+case("BatchNormalization", 15, [R(8, 3)] + _BN(3), {"training_mode": 1, "epsilon": 1e-2}, n_out=3,
+     id="BatchNormalization-training-2d")
+case("BatchNormalization", 15, [R(2, 3, 5, 7, dtype=f16)] + _BN(3, f16), {"training_mode": 1}, n_out=3,
+     tol=(4e-3, 2e-3), id="BatchNormalization-training-f16")
+case("BatchNormalization", 15, [R(2, 3, 5, dtype=f16)] + _BN(3)[:2] + _BN(3, f16)[2:], {"training_mode": 1},
+     n_out=3, tol=(4e-3, 2e-3), id="BatchNormalization-training-mixed")
 
 for _v in (1, 22):
     case("LpNormalization", _v, [R(3, 5)])

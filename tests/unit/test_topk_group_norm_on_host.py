@@ -7,7 +7,8 @@ TopK must equal the reference exactly, bits of the values included: ties (the sm
 NaN (above every number), -0.0 beside +0.0, largest 0 and 1, an axis that is not the last, k = 1 and
 k = the extent, every element type with a kernel, and lines longer than one block's sort (the
 selection in passes through the workspace; the sort's size is made small here so the passes run with
-few host threads). GroupNormalization (per-group and per-channel scale) and InstanceNormalization,
+few host threads). GroupNormalization (per-group and per-channel scale), InstanceNormalization and
+BatchNormalization in training mode (mixed element types, outputs nobody reads),
 f32 within 1e-5 and f16, rows of one warp and of one block; warps of 32 and 64 lanes. Skipped without
 g++."""
 from __future__ import annotations
@@ -203,6 +204,40 @@ def test_instance_norm(libs, shape, dtype):
     _close(got, want, dtype)
 
 
+BATCH_CASES = [  # X's shape: channels of one warp's row and of one block's, strided over images
+    (3, 4, 5, 6), (8, 3), (2, 3, 200), (1, 2, 3, 1), (5, 6, 1)]
+
+
+@pytest.mark.parametrize("types", [("float32",) * 3, ("float16",) * 3, ("float16", "float32", "float16"),
+                                   ("float32", "float16", "float32")], ids=lambda t: "-".join(t))
+@pytest.mark.parametrize("shape", BATCH_CASES)
+def test_batch_norm_training(libs, shape, types):
+    xt, st, mt = (np.dtype(t) for t in types)
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.uniform(-2, 3, shape) + 4.0).astype(xt)
+    c = shape[1]
+    scale, bias = rng.uniform(0.5, 1.5, c).astype(st), rng.uniform(-1, 1, c).astype(st)
+    mean, var = rng.uniform(-1, 1, c).astype(mt), rng.uniform(0.5, 2, c).astype(mt)
+    got, want, ops = run_on_host(libs, "::BatchNormalization", [x, scale, bias, mean, var],
+                                 {"training_mode": 1, "momentum": 0.7, "epsilon": 1e-3}, n_out=3)
+    tags = "_".join({"float32": "f32", "float16": "f16"}[t] for t in types)
+    assert [o.entry for o in ops] == [f"hipep_batch_norm_train_{tags}"]
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        _close(g, w, g.dtype)
+
+
+def test_batch_norm_training_outputs_nobody_reads(libs):
+    rng = np.random.default_rng(4)
+    x, p = rng.uniform(-2, 2, (4, 3, 5)).astype(np.float32), [rng.uniform(0.5, 1.5, 3).astype(np.float32)] * 4
+    for drop in ((1, 2), (0,), (0, 1)):
+        got, want, _ = run_on_host(libs, "::BatchNormalization", [x] + p, {"training_mode": 1}, n_out=3, drop=drop)
+        for k, (g, w) in enumerate(zip(got, want)):
+            assert (g is None) == (k in drop)
+            if g is not None:
+                _close(g, w, np.float32)
+
+
 def test_norm_claims():
     gn, inorm = gk.BINDINGS["::GroupNormalization"].check, gk.BINDINGS["::InstanceNormalization"].check
     f32 = ["float32"] * 3
@@ -211,6 +246,10 @@ def test_norm_claims():
     assert gn({"num_groups": 2}, ["bfloat16"] * 3, [None] * 3, [None] * 3) is not None
     assert inorm({}, ["float16"] * 3, [(2, 3, 4), (3,), (3,)], [None] * 3) is None
     assert inorm({}, f32, [(2, 3), (3,), (3,)], [None] * 3) is not None
+    bn = gk.BINDINGS["::BatchNormalization"].check
+    mixed = ["float16", "float32", "float32", "float16", "float16"]
+    assert bn({"training_mode": 1}, mixed, [None] * 5, [None] * 5) is None
+    assert bn({"training_mode": 1}, ["bfloat16"] * 5, [None] * 5, [None] * 5) is not None
 
 
 @needs_nvrtc
@@ -220,6 +259,8 @@ def test_every_entry_point_the_bindings_name_compiles_with_nvrtc():
     names = {("topk", f"hipep_topk_{dt}_{kind}") for dt, _ in gpu_topk.TOPK_TYPES.values()
              for kind in ("select", "merge")}
     names |= {("group_norm", f"hipep_group_norm_{dt}") for dt in ("f32", "f16")}
+    names |= {("group_norm", f"hipep_batch_norm_train_{a}_{b}_{c}")
+              for a in ("f32", "f16") for b in ("f32", "f16") for c in ("f32", "f16")}
     for module in ("topk", "group_norm"):
         assert module in gk.modules()
         data, _ = kernel_cache.compile_cubin(kernel_cache.module_source(module), module, "sm_90",
