@@ -192,6 +192,15 @@ def libm_pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.asarray(_C_POW(a, b), np.float64)  # (a 0-d result comes back as a bare float)
 
 
+def c_pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """numpy's pow with C's special values: where the exponent is a single 0.5 (a scalar or a
+    stride-0 broadcast), numpy's loop takes a square root, which gives NaN for -inf and -0 for -0
+    where pow (ONNX Runtime's std::pow, a GPU's powf) gives +inf and +0."""
+    r = np.power(a, b)
+    fix = (b == 0.5) & ((a == 0) | (a == -np.inf))
+    return np.where(fix, np.abs(a), r).astype(r.dtype, copy=False) if np.any(fix) else r
+
+
 @dataclass(frozen=True)
 class Primitive:
     arity: int
@@ -213,7 +222,7 @@ PRIMITIVES: dict[str, Primitive] = {
     "add": _p(2, np.add), "sub": _p(2, np.subtract), "mul": _p(2, np.multiply),
     "div": _p(2, lambda a, b: trunc_div(a, b) if a.dtype.kind in "iu" else np.divide(a, b)),
     "fmod": _p(2, np.fmod), "mod": _p(2, np.mod),
-    "pow": _p(2, np.power, "float"),
+    "pow": _p(2, c_pow, "float"),
     "libm_pow": _p(2, libm_pow, "float", only=F64),
     "min": _p(2, np.minimum, "any", exact_f16=True), "max": _p(2, np.maximum, "any", exact_f16=True),
     "logaddexp": _p(2, np.logaddexp, "float"),

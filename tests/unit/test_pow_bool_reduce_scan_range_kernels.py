@@ -188,3 +188,15 @@ def test_pow_with_a_one_element_exponent_equals_onnx_runtime(xt, yt):
             else:
                 np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
                                            rtol=1e-6 if xt == "float32" else 1e-3, equal_nan=True)
+
+
+@pytest.mark.parametrize("xt", ["float32", "float16"])
+def test_pow_of_a_half_is_pow_not_a_square_root(xt):
+    """An exponent of one 0.5: numpy's loop takes a square root there, which gives NaN for -inf
+    and -0 for -0; ONNX Runtime's std::pow (and a GPU's powf) gives +inf and +0. Bits, signs
+    included, for a scalar, a [1] and a full exponent."""
+    x = np.array([-np.inf, np.inf, -0.0, 0.0, -4.0, 4.0, 2.0, np.nan], xt)
+    for y in (np.array(0.5, xt), np.array([0.5], xt), np.full(x.shape, 0.5, xt)):
+        got, want = _reference_pow(x, y), _ort_pow(x, y)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+        np.testing.assert_array_equal(got, want)

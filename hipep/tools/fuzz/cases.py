@@ -36,10 +36,11 @@ F16_OVERFLOW = {"Add", "Sub", "Mul", "Sum", "MatMul", "Gemm", "ReduceSum", "Redu
                 "CumSum", "Cast", "CastLike", "Elu", "Selu", "HardSwish"}
 # How much an op may multiply the relative error its input already carries (the condition
 # number, bounded for the inputs the generator draws): exp(x) turns x's relative error into
-# |x| times it, cos(x) an absolute error |x| * e into a relative one 1/|cos x| times larger ...
+# |x| times it, cos(x) an absolute error |x| * e into a relative one 1/|cos x| times larger, and
+# ReduceLogSum the log of a sum that may cancel, as Log of such a sum ...
 AMPLIFY = {"Sin": 100, "Cos": 100, "Tan": 100, "Exp": 10, "Pow": 10, "Softplus": 10, "Mish": 10, "Elu": 10,
            "Selu": 10, "Log": 10, "Reciprocal": 10, "Div": 10, "Softmax": 10, "LogSoftmax": 10,
-           "LayerNormalization": 10, "ReduceLogSumExp": 10}
+           "LayerNormalization": 10, "ReduceLogSumExp": 10, "ReduceLogSum": 10}
 # Ops whose f16 results cannot depend on whether their f16 inputs were rounded to f16.
 F16_EXACT = {"Abs", "Neg", "Relu", "Floor", "Ceil", "Round", "Sign", "Max", "Min", "Clip", "Where", "Cast",
              "CastLike", "Identity", "Reshape", "Transpose", "Concat", "Slice", "Gather", "GatherElements",
