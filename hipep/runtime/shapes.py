@@ -56,6 +56,11 @@ from ..symbolic import SymInt, Trace, expr_of, sym, symbols_of, value
 # bounds as graph inputs): each integer element becomes a symbol the run reads on the host; float
 # and bool inputs are read whole and pinned (see the module doc).
 MAX_READ_ELEMENTS = 64
+# Host steps' results are followed element by element as expressions (host_values, note_integers)
+# up to this many elements a step: shape arithmetic is far smaller, and a larger integer result
+# (ConstantOfShape of an input's shape, say) runs as the host step it is instead of becoming a
+# Python object per element and a generated function as long.
+MAX_SYMBOLIC_ELEMENTS = 1 << 16
 
 
 def pinnable(dtype) -> bool:
@@ -427,6 +432,12 @@ class _Tracer:
             found[vid] = tuple(expr_of(x) for x in flat)
         self.folded.update(found)
 
+    def _elements(self, vid: int) -> int:
+        n = 1
+        for d in self.shape[vid]:
+            n *= value(d)
+        return n
+
     def _small_integers(self, step) -> bool:
         """Whether every result of `step` is an integer tensor of at most MAX_READ_ELEMENTS."""
         outs = [vid for vid in step.outputs if vid >= 0]
@@ -445,7 +456,7 @@ class _Tracer:
         `pin`: a launch that only moves values, evaluated because a rule reads its result: float
         and bool inputs are pinned and moved as they are."""
         outs = [vid for vid in step.outputs if vid >= 0]
-        if not outs:
+        if not outs or any(self._elements(vid) > MAX_SYMBOLIC_ELEMENTS for vid in outs):
             return
         ins = []
         for pos, vid in enumerate(step.inputs):

@@ -139,6 +139,28 @@ def test_the_shape_program_keeps_the_host_values_through_its_data():
     assert again.host_values == program.host_values and again.symbols == program.symbols
 
 
+def test_a_large_integer_result_is_not_followed_element_by_element():
+    """ConstantOfShape(Shape(x)) on the host: a small result is shape arithmetic, followed as
+    expressions; past MAX_SYMBOLIC_ELEMENTS it runs as the host step it is (no Python object per
+    element, no generated function as long: a 2^23-element result once took a minute to compile)."""
+    from hipep.runtime.shapes import MAX_SYMBOLIC_ELEMENTS
+
+    p = Builder()
+    x = p.input("float32", "x")
+    shape = p.buf("int64", HOST_VISIBLE, name="shape")
+    zeros = p.buf("int32", HOST_VISIBLE, name="zeros")
+    fill = {"value": np.array([0], np.int32), "_num_outputs": 1, "_since_version": 21}
+    plan = p.plan([HostStep("::Shape", "shape", _SHAPE, (x,), (shape,)),
+                   HostStep("::ConstantOfShape", "fill", fill, (shape,), (zeros,)), Sync("outputs")], [zeros])
+    for dims, followed in (((3, 4), True), ((MAX_SYMBOLIC_ELEMENTS + 1,), False)):
+        program = trace_shapes(plan, [np.zeros(dims, np.float32)], {})
+        assert (zeros in program.host_values) == followed, dims
+        assert shape in program.host_values
+    ex = Executor(plan, CpuDevice())
+    (z,) = ex.run([np.zeros((MAX_SYMBOLIC_ELEMENTS + 1,), np.float32)])
+    assert z.shape == (MAX_SYMBOLIC_ELEMENTS + 1,) and not z.any()
+
+
 def test_write_wraps_a_value_past_the_element_type_as_cast_does():
     flat = np.zeros(1, np.int32)
     write([(flat, 0, 1)], (2**31 + 5,))
