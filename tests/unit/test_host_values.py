@@ -174,7 +174,6 @@ def test_the_compilers_total_length_preamble_is_written_from_the_symbols():
     """The model builder's preamble as ONNX (total_sequence_length = Cast(Gather(Shape(mask), 1))),
     compiled: the compiler puts the three host steps' results in host-visible slots of their own, so
     the replayed graph keeps only the launches."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     from hipep.compiler import compile_subgraph
