@@ -168,3 +168,31 @@ def test_split_num_outputs_with_an_empty_last_chunk(extent, n, static):
         return
     got, want = _both(model, {"x": x})
     _same(got, want)
+
+
+@pytest.mark.parametrize("elem, dtype", [(T.FLOAT, np.float32), (T.FLOAT16, np.float16)])
+@pytest.mark.parametrize("fusion", ["on", "off"])
+def test_pow_of_one_half_is_c_pow_at_negative_infinity_and_zero(elem, dtype, fusion):
+    # numpy's loop takes a square root for a single exponent of 0.5: NaN for -inf, -0 for -0,
+    # where ORT's std::pow gives +inf and +0 (seed 49048, after a HardSigmoid in the fuzzer's graph)
+    nodes = [h.make_node("Pow", ["x", "e"], ["p"], name="pow"), h.make_node("Abs", ["p"], ["a"], name="abs"),
+             h.make_node("Pow", ["x", "e"], ["y"], name="pow_out")]
+    model = _model(nodes, [vi("x", elem, [7])], [vi("y", elem, None), vi("a", elem, None)],
+                   [numpy_helper.from_array(np.array(0.5, dtype), "e")], opset=15)
+    x = np.array([-np.inf, np.inf, -0.0, 0.0, -4, 4, np.nan], dtype)
+    got, want = _both(model, {"x": x}, fusion=fusion)
+    _same(got, want)
+    assert not np.signbit(got[0][2]) and got[0][0] == np.inf
+
+
+def test_constant_of_shape_of_millions_of_integers():
+    # the shape program followed each of the 8.1 million int32 zeros as an expression and compiled a
+    # function that long: a minute to create the session (seed 58338); now a plain host step (the
+    # structure is asserted in tests/unit/test_host_values.py, the values here)
+    model = _model([h.make_node("Shape", ["x"], ["s"], name="shape"),
+                    h.make_node("ConstantOfShape", ["s"], ["y"], name="fill",
+                                value=numpy_helper.from_array(np.array([3], np.int32), "value"))],
+                   [vi("x", T.FLOAT, [17, 37, 79, 163])], [vi("y", T.INT32, None)], opset=17)
+    x = np.zeros((17, 37, 79, 163), np.float32)
+    got, want = _both(model, {"x": x})
+    _same(got, want)
