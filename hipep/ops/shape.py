@@ -258,10 +258,23 @@ def _slice_for(start: int, end: int, step: int, dim: int) -> slice:
     return slice(max(start, 0), end if end >= 0 else None, step)
 
 
+_SLICE_OPERANDS = ((1, "starts"), (2, "ends"), (3, "axes"), (4, "steps"))
+
+
+def _slice_operands_1d(shapes) -> None:
+    """ONNX Runtime refuses Slice operands that are not 1-D (a scalar too: "Ends must be a 1-D
+    array"); `shapes` holds each input's shape (None where absent or unknown)."""
+    for i, what in _SLICE_OPERANDS:
+        shape = shapes[i] if i < len(shapes) else None
+        if shape is not None and len(shape) != 1:
+            raise RuntimeShapeError(f"Slice: {what} must be a 1-D tensor, got shape {pshape_str(shape)}")
+
+
 @kernel("Slice")
 def _slice(inputs, attrs):
     data = inputs[0]
     if len(inputs) > 1 and inputs[1] is not None:  # opset 10+: operands are inputs
+        _slice_operands_1d([None if a is None else a.shape for a in inputs])
         starts = int_list("Slice", "starts", inputs[1])
         ends = int_list("Slice", "ends", inputs[2] if len(inputs) > 2 else None)
         axes = int_list("Slice", "axes", inputs[3] if len(inputs) > 3 else None)
@@ -329,6 +342,8 @@ def _slice_operands(types, values, attrs):
 def _slice_shape(types, values, attrs, num_outputs):
     elem = elem_of(types[0])
     x = shape_of(types[0])
+    if at(types, 1) is not None:
+        _slice_operands_1d([shape_of(t) for t in types])
     (starts, ends, axes, steps), lengths = _slice_operands(types, values, attrs)
     if at(types, 1) is None and (starts is None or ends is None):
         raise RuntimeShapeError("Slice: 'starts' and 'ends' are required")

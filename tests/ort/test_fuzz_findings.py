@@ -196,3 +196,21 @@ def test_constant_of_shape_of_millions_of_integers():
     x = np.zeros((17, 37, 79, 163), np.float32)
     got, want = _both(model, {"x": x})
     _same(got, want)
+
+
+@pytest.mark.parametrize("runtime", [False, True])
+def test_slice_with_a_scalar_bound_is_refused_by_both(runtime):
+    # ORT requires 1-D starts/ends/axes/steps ("Ends must be a 1-D array"); hipep read a scalar end
+    # as [end] and answered (seed 58425: the end was a Size's output)
+    nodes = [h.make_node("Size", ["x"], ["n"], name="size")] if runtime else []
+    nodes.append(h.make_node("Slice", ["x", "starts", "n"], ["y"], name="slice"))
+    inits = [numpy_helper.from_array(np.array([1], np.int64), "starts")]
+    if not runtime:
+        inits.append(numpy_helper.from_array(np.array(3, np.int64), "n"))
+    model = _model(nodes, [vi("x", T.FLOAT, ["k"])], [vi("y", T.FLOAT, None)], inits)
+    x = np.arange(5, dtype=np.float32)
+    cpu = ort.InferenceSession(model.SerializeToString(), _options(), providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match="1-D"):
+        cpu.run(None, {"x": x})
+    with pytest.raises(Exception, match=r"Slice: ends must be a 1-D tensor, got shape \[\]"):
+        hipep.InferenceSession(model, _options(), device="cpu").run(None, {"x": x})
