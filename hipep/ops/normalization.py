@@ -376,13 +376,11 @@ def _batch_norm(inputs, attrs):
     bshape = (1, c) + (1,) * (x.ndim - 2)
     training = int(attrs["training_mode"]) != 0
     if training:
-        acc = np.float64 if x.dtype == np.float64 else np.float32
-        columns = np.moveaxis(x.astype(acc), 1, 0).reshape(c, -1)
-        count = acc(columns.shape[1])
-        with np.errstate(invalid="ignore", divide="ignore"):  # an empty batch: 0 / 0, NaN as in ORT
-            batch_mean = np.sum(columns, axis=1, dtype=acc) / count
-            centered = columns - batch_mean[:, None]
-            batch_var = np.sum(centered * centered, axis=1, dtype=acc) / count
+        columns = np.moveaxis(upcast(x), 1, 0).reshape(c, -1)
+        count = np.float32(columns.shape[1])  # an empty batch: 0 / 0, NaN as in ORT
+        batch_mean = np.sum(columns, axis=1, dtype=np.float32) / count
+        centered = columns - batch_mean[:, None]
+        batch_var = np.sum(centered * centered, axis=1, dtype=np.float32) / count
         stat_mean, stat_var = batch_mean, batch_var
     else:
         stat_mean, stat_var = upcast(mean), upcast(var)

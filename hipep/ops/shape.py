@@ -324,7 +324,7 @@ def _slice_operands(types, values, attrs):
     the operands' types give where their values are unknown. Absent axes/steps are "absent"."""
     if at(types, 1) is not None:  # opset 10+: operands are inputs
         ops = []
-        for i, what in ((1, "starts"), (2, "ends"), (3, "axes"), (4, "steps")):
+        for i, what in _SLICE_OPERANDS:
             if at(types, i) is None:
                 ops.append("absent")
             else:

@@ -442,12 +442,7 @@ class _Tracer:
         """Whether every result of `step` is an integer tensor of at most MAX_READ_ELEMENTS."""
         outs = [vid for vid in step.outputs if vid >= 0]
         for vid in outs:
-            if np.dtype(self.values[vid].dtype).kind not in _INT_KINDS:
-                return False
-            n = 1
-            for d in self.shape[vid]:
-                n *= value(d)
-            if n > MAX_READ_ELEMENTS:
+            if np.dtype(self.values[vid].dtype).kind not in _INT_KINDS or self._elements(vid) > MAX_READ_ELEMENTS:
                 return False
         return bool(outs)
 
