@@ -103,7 +103,7 @@ def test_range_after_an_if_on_a_shape_condition():
 
 
 def test_host_work_whose_input_crosses_subgraphs_is_left_to_the_cpu_ep():
-    x = np.array([[2, 0, 1], [1, 3, 0], [0, 1, 4]], np.float32)
+    x = np.array([[[2, 0, 1], [1, 3, 0], [0, 1, 4]]], np.float32)  # [1, 3, 3]: GlobalLpPool takes N, C, spatial
     _check(host_value_crossing_subgraphs_model(), [{"x": x}], whole=False)
 
 
