@@ -33,7 +33,7 @@ import itertools
 import threading
 import time
 from collections import OrderedDict
-from typing import Sequence
+from typing import Callable, Sequence
 
 import ml_dtypes  # noqa: F401  (registers numpy's 'bfloat16' dtype name used by plans)
 import numpy as np
@@ -48,7 +48,7 @@ from .host_values import enabled as host_values_enabled
 from .host_values import write as write_host_values
 from .interpreter import Interpreter, _check_plan, bound_weight
 from .kernels import kernel_of
-from .memory import ALIGN, round_up
+from .memory import ALIGN, allocation_failure, byte_size, round_up
 from .run_functions import (alias_function, exact_outputs_function, patch_function, picker, plain_inputs_function,
                             probe_function, signature_function)
 from .shapes import MAX_BYTES, DataDependent, ShapeProgram, branch_key, check_bytes, trace_shapes
@@ -272,7 +272,7 @@ class Executor:
             names = [self.plan.values[v].name for v in self.plan.outputs]
             wanted = ", ".join(f"'{n}' {list(s)}:{d}" for n, s, d in zip(names, shapes, self._out_dtypes))
             raise HipepError(f"{self.plan.name}: could not allocate the outputs ({wanted}): "
-                             f"{type(e).__name__}: {e}") from None
+                             f"{allocation_failure(e)}") from None
         if type(arrays) is not list:
             arrays = list(arrays)
         if self._outputs_exact(arrays, shapes):
@@ -396,7 +396,7 @@ class Executor:
         # A graph captured at the context's current generation was captured after reserving this
         # specialization's bytes, and the arena has not moved since: nothing to reserve.
         if bound is None or bound[0] != context.generation:
-            context.reserve(spec.arena_bytes)
+            context.reserve(spec.arena_bytes, spec.largest_buffer)
             graph, sites, fills = self._capture(spec, context, inputs, outputs, env)
             patches = patch_function(sites)
             # a device may take ORT's memory straight into the launches (CpuDevice.bind_replay)
@@ -607,11 +607,15 @@ class _Specialization:
             if vid not in program.shape.shapes:
                 self.shapes.pop(vid, None)  # never written in this plan (an unused result)
         slot_bytes: dict[str, dict[int, int]] = {space: {} for space in MEMORY_SPACES}
+        self.largest: dict[str, tuple[int, int]] = {}  # space -> (bytes, vid): what an allocation error names
         for vid, shape in self.shapes.items():
             nbytes = _nbytes(plan, vid, shape)
             root = values[layout.root[vid]]
             slots = slot_bytes[root.space]
             slots[root.slot] = max(slots.get(root.slot, 0), nbytes)
+            if nbytes > self.largest.get(root.space, (-1, -1))[0]:
+                self.largest[root.space] = (nbytes, vid)
+        self.plan = plan
         self.offsets: dict[str, dict[int, int]] = {}
         self.arena_bytes: dict[str, int] = {}
         for space, slots in slot_bytes.items():
@@ -627,6 +631,15 @@ class _Specialization:
         self.launches = sum(1 for _, s in program.steps if isinstance(s, Launch))
         self.graphs: dict[int, tuple] = {}  # _Context.key -> what _replay captured on that context
         self.home: list[_Context] = []  # its own context while idle (Executor.give_home)
+
+    def largest_buffer(self, space: str) -> str:
+        """The largest buffer of `space` in this layout and the node writing it (for an error)."""
+        if space not in self.largest:
+            return ""
+        nbytes, vid = self.largest[space]
+        spec = self.plan.values[vid]
+        return (f"the largest: '{spec.name}' {list(self.shapes[vid])}:{spec.dtype}, {byte_size(nbytes)}, "
+                f"{_writer(self.plan, vid)}")
 
 
 ARENA_GROWTH = 1.5  # an arena that grows takes at least this times its old size (_Context.reserve)
@@ -651,8 +664,9 @@ class _Context:
         self.sizes = {space: 0 for space in MEMORY_SPACES}
         self.generation = 0
 
-    def reserve(self, need: dict[str, int]) -> None:
-        """Makes each arena hold `need` bytes (nothing is queued between runs: it may move).
+    def reserve(self, need: dict[str, int], describe: Callable[[str], str] | None = None) -> None:
+        """Makes each arena hold `need` bytes (nothing is queued between runs: it may move);
+        `describe(space)` names what needs them when they cannot be had.
 
         An arena that must grow takes at least ARENA_GROWTH times its old size. Moving the arena
         invalidates every graph this context captured, the decode step's included, so that step
@@ -675,8 +689,10 @@ class _Context:
                 else:
                     self.arenas[space], self.sizes[space] = self.device.alloc(space, 0), 0
                     self.generation += 1
-                    raise HipepError(f"could not allocate {n} bytes of {space} memory for this run's "
-                                     f"buffers: {type(error).__name__}: {error}") from None
+                    what = describe(space) if describe is not None else ""
+                    what = f" ({what})" if what else ""
+                    raise HipepError(f"could not allocate {byte_size(n)} of {space} memory for this run's buffers"
+                                     f"{what}: {allocation_failure(error)}") from None
                 self.sizes[space] = size
                 self.generation += 1
 
@@ -688,11 +704,14 @@ def _nbytes(plan: Plan, vid: int, shape) -> int:
         n *= int(d)
     nbytes = n * np.dtype(spec.dtype).itemsize
     if nbytes > MAX_BYTES:
-        writer = next((f"node '{s.node}'" for s in walk(plan.steps)
-                       if isinstance(s, (Launch, HostStep)) and vid in s.outputs), "the plan")
-        raise RuntimeShapeError(f"{writer}: output '{spec.name}' of shape {list(shape)} ({spec.dtype}) would take "
-                                f"{nbytes} bytes, more than a tensor can hold (2^62)")
+        raise RuntimeShapeError(f"{_writer(plan, vid)}: output '{spec.name}' of shape {list(shape)} ({spec.dtype}) "
+                                f"would take {nbytes} bytes, more than a tensor can hold (2^62)")
     return nbytes
+
+
+def _writer(plan: Plan, vid: int) -> str:
+    return next((f"node '{s.node}'" for s in walk(plan.steps)
+                 if isinstance(s, (Launch, HostStep)) and vid in s.outputs), "the plan")
 
 
 def _split(flat, ranks):

@@ -39,7 +39,7 @@ from ..plan import MEMORY_SPACES, HostStep, If, Launch, Loop, Plan, Sync, split_
 from .. import counters
 from .device import Device
 from .kernels import kernel_of
-from .memory import PoolSet, round_up
+from .memory import PoolSet, allocation_failure, byte_size, round_up
 from .shapes import MAX_BYTES
 
 
@@ -256,7 +256,13 @@ class _Run:
             if any(self.pools[space].moves_memory(slots) for space, slots in needs.items()):
                 self.stream.sync()  # bytes queued work may use are about to move
             for space, slots in needs.items():
-                self.pools[space].grow(slots)
+                try:
+                    self.pools[space].grow(slots)
+                except (MemoryError, HipepError) as e:  # numpy's or the driver's allocation said no
+                    wanted = ", ".join(f"'{self.values[vid].name}' {list(shape)}:{self.values[vid].dtype}"
+                                       for vid, shape in outputs)
+                    raise HipepError(f"{label}: could not allocate {byte_size(sum(slots.values()))} of {space} memory "
+                                     f"for its outputs ({wanted}): {allocation_failure(e)}") from None
         for vid, shape in outputs:
             self.shapes[vid] = shape
 

@@ -7,6 +7,7 @@ the caller syncs first and re-creates its views from the pool afterwards.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .device import Device
@@ -16,6 +17,22 @@ ALIGN = 256  # slot offsets and capacities: a multiple of every dtype's size, as
 
 def round_up(n: int, to: int = ALIGN) -> int:
     return -(-n // to) * to
+
+
+def byte_size(nbytes: int) -> str:
+    """A byte count as an error message gives it."""
+    return f"{nbytes} bytes ({nbytes / 2**30:.1f} GiB)" if nbytes >= 2**30 else f"{nbytes} bytes"
+
+
+def allocation_failure(e: BaseException) -> str:
+    """Why an allocation failed, for an error that names what wanted it: numpy's MemoryError
+    and ValueError, ONNX Runtime's allocator (a RuntimeError quoting its source), the driver's
+    out of memory (a HipepError)."""
+    if isinstance(e, MemoryError):
+        return "out of memory"
+    text = str(e)
+    m = re.search(r"Failed to allocate memory[^\n]*", text)
+    return f"ONNX Runtime's allocator: {m.group(0)}" if m else text
 
 
 class Pool:

@@ -214,3 +214,31 @@ def test_slice_with_a_scalar_bound_is_refused_by_both(runtime):
         cpu.run(None, {"x": x})
     with pytest.raises(Exception, match=r"Slice: ends must be a 1-D tensor, got shape \[\]"):
         hipep.InferenceSession(model, _options(), device="cpu").run(None, {"x": x})
+
+
+@pytest.mark.parametrize("data_dependent", [False, True])
+def test_an_intermediate_too_large_to_allocate_names_the_node(data_dependent):
+    # a Tile to 1 TiB inside the graph: the run's arena could not grow, and numpy's MemoryError came out
+    # with pybind11's traceback and no node (seed 63865); now a HipepError naming the node, the value
+    # and the bytes, and the session runs the next, smaller input. Behind a NonZero the shapes are
+    # known only as the run goes (the interpreter's pools), else before it (the specialization's arena).
+    nodes = [h.make_node("Tile", ["t", "repeats"], ["big"], name="tile"),
+             h.make_node("ReduceMax", ["big"], ["y"], name="max", keepdims=0)]
+    if data_dependent:
+        nodes[:0] = [h.make_node("Relu", ["x"], ["r"], name="relu"),  # (a computed value: read as the run goes)
+                     h.make_node("NonZero", ["r"], ["nz"], name="nonzero"),
+                     h.make_node("Cast", ["nz"], ["t"], name="cast", to=T.FLOAT)]
+    else:
+        nodes[:0] = [h.make_node("Reshape", ["x", "shape"], ["t"], name="reshape")]
+    inits = [numpy_helper.from_array(np.array([1, 2], np.int64), "shape")]
+    model = _model(nodes, [vi("x", T.FLOAT, [2]), vi("repeats", T.INT64, [2])], [vi("y", T.FLOAT, [])], inits)
+    session = hipep.InferenceSession(model, _options(), device="cpu")
+    x = np.array([1.0, 5.0], np.float32)
+    with pytest.raises(Exception) as error:
+        session.run(None, {"x": x, "repeats": np.array([1, 1 << 37], np.int64)})
+    message = str(error.value)
+    assert "could not allocate 10995116" in message and "(1024.0 GiB) of device memory" in message, message
+    assert "'big' [1, 274877906944]:float32" in message and "node 'tile'" in message, message
+    assert "\nAt:\n" not in message and "Traceback" not in message, message
+    (y,) = session.run(None, {"x": x, "repeats": np.array([1, 3], np.int64)})
+    assert y == np.float32(5.0 if not data_dependent else 1.0)
