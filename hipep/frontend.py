@@ -187,7 +187,13 @@ class _Importer:
         for i, o in enumerate(node.outputs):
             if o:
                 # unknown element types are allowed here: hip-infer-shapes fills them in
-                out.append((i, o, self.value_type(scope.graph, o, f"output {i} '{o}'", True)))
+                t = self.value_type(scope.graph, o, f"output {i} '{o}'", True)
+                if node.op_type == "NonZero" and node.domain in ("", "ai.onnx") and node.inputs and \
+                        scope.graph.type_of(node.inputs[0]).rank == 0 and dims_of(t) is not None:
+                    # ONNX's inference gives a scalar's NonZero [0, n] (its rank); ORT runs the scalar as
+                    # a one-element vector ([1, n]), as hipep's rule and kernels do
+                    t = make_tensor_type(t.element_type, (1, None))
+                out.append((i, o, t))
         return out
 
     def bind_results(self, scope: _Scope, op: Operation, names: list[str]) -> None:

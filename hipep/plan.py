@@ -59,6 +59,10 @@ class ValueSpec:
     space: str = DEVICE  # buffer: memory space of its storage
     slot: int = -1  # buffer: slot in its space's pool (-1 for views)
     view_of: int = -1  # buffer: id of the value whose storage this one views (-1: owns a slot)
+    # input or buffer: the extents the compiled plan took as known (-1 where it took none), None when
+    # unranked. Stored types refine what the rules derive (a model's value_info, its declared outputs),
+    # so a run whose inputs contradict them is refused, not computed with the wrong extents.
+    static: tuple | None = None
 
     @property
     def owns_slot(self) -> bool:

@@ -16,7 +16,7 @@ import numpy as np
 
 from xdsl.dialects.builtin import (DYNAMIC_INDEX, BytesAttr, ComplexType, DenseIntOrFPElementsAttr,
                                    Float4E2M1FNType, Float8E4M3FNType, Float8E4M3FNUZType,
-                                   Float8E5M2FNUZType, Float8E5M2Type, IntegerType, NoneType,
+                                   Float8E5M2FNUZType, Float8E5M2Type, IntegerType, MemRefType, NoneType,
                                    Signedness,
                                    TensorType, UnrankedTensorType, bf16, f16, f32, f64)
 from xdsl.ir import Attribute
@@ -98,6 +98,13 @@ def from_ir_type(t: Attribute) -> HipTensorType:
 def dims_of(t: Attribute) -> tuple[int | None, ...] | None:
     """The extents of an IR tensor type, None for dynamic ones; None if unranked."""
     if isinstance(t, TensorType):
+        return tuple(None if d == DYNAMIC_INDEX else int(d) for d in t.get_shape())
+    return None
+
+
+def shaped_dims(t: Attribute) -> tuple[int | None, ...] | None:
+    """dims_of for a tensor or a buffer (memref) type."""
+    if isinstance(t, (TensorType, MemRefType)):
         return tuple(None if d == DYNAMIC_INDEX else int(d) for d in t.get_shape())
     return None
 

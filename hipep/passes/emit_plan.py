@@ -17,7 +17,7 @@ from ..ir.api import (ArrayAttr, Block, Context, DenseIntOrFPElementsAttr, Dicti
 
 from .. import plan as P
 from ..graph import numpy_dtype
-from ..ir.types import dense_value, onnx_elem_type
+from ..ir.types import dense_value, onnx_elem_type, shaped_dims
 from ..ir.buffer_ops import (AllocOp, BufferIfOp, BufferLoopOp, BufferYieldOp, HostOp, LaunchOp, SyncOp,
                              ViewOp, memory_space)
 from ..ops.registry import OUTPUT_COUNT, REQUIRED, SINCE_VERSION
@@ -25,6 +25,12 @@ from ..ir.buffer_ops import HOST_VISIBLE
 from .buffer_effects import host_reads, loop_condition_yield, positions, registry_op, walk
 
 _emitted: dict[int, P.Plan] = {}
+
+
+def _static(v: SSAValue) -> tuple | None:
+    """ValueSpec.static of an IR value: its type's extents, -1 for dynamic ones."""
+    dims = shaped_dims(v.type)
+    return None if dims is None else tuple(-1 if d is None else d for d in dims)
 
 
 def attribute_value(a):
@@ -87,7 +93,8 @@ class PlanEmitter:
         space = HOST_VISIBLE if id(v) in self.host_read else memory_space(v.type)
         slot = self.next_slot.get(space, 0)
         self.next_slot[space] = slot + 1
-        return self.define(v, P.ValueSpec("buffer", self.dtype_of(v), v.name_hint or name, space=space, slot=slot))
+        return self.define(v, P.ValueSpec("buffer", self.dtype_of(v), v.name_hint or name, space=space, slot=slot,
+                                          static=_static(v)))
 
     def vid(self, v: SSAValue | None) -> int:
         return -1 if v is None else self.ids[id(v)]
@@ -101,7 +108,8 @@ class PlanEmitter:
     def emit(self) -> P.Plan:
         f = self.f
         name = f.sym_name.data
-        inputs = [self.define(a, P.ValueSpec("input", self.dtype_of(a), a.name_hint or f"arg{i}", index=i))
+        inputs = [self.define(a, P.ValueSpec("input", self.dtype_of(a), a.name_hint or f"arg{i}", index=i,
+                                             static=_static(a)))
                   for i, a in enumerate(f.body.block.args)]
         steps = self.block(f.body.block)
         ret = f.body.block.last_op
@@ -132,10 +140,12 @@ class PlanEmitter:
             if isinstance(op, AllocOp):
                 hint = op.value_name.data if op.value_name else (op.result.name_hint or "")
                 self.define(op.result, P.ValueSpec("buffer", self.dtype_of(op.result), hint,
-                                                   space=memory_space(op.result.type), slot=op.slot.value.data))
+                                                   space=memory_space(op.result.type), slot=op.slot.value.data,
+                                                   static=_static(op.result)))
             elif isinstance(op, ViewOp):
                 self.define(op.result, P.ValueSpec("buffer", self.dtype_of(op.result), op.result.name_hint or "",
-                                                   space=memory_space(op.result.type), view_of=self.vid(op.source)))
+                                                   space=memory_space(op.result.type), view_of=self.vid(op.source),
+                                                   static=_static(op.result)))
             elif op.name == "hip.constant":
                 key = op.results[0].name_hint or f"c{len(self.constants)}"
                 while key in self.constants:

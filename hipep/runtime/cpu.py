@@ -26,7 +26,7 @@ from ..errors import HipepError, RuntimeShapeError
 from ..ops.registry import lookup
 from ..plan import split_op_key
 from ..symbolic import compiled
-from .device import Device, Event, Graph, Kernel, Stream, check_patch, freeze, named_error
+from .device import Device, Event, Graph, Kernel, Stream, check_patch, freeze, named_error, step_failure
 
 T = TypeVar("T")
 
@@ -95,7 +95,7 @@ class CpuStream(Stream):
             try:
                 work()
             except Exception as e:  # recorded, raised at the next sync; the rest is dropped
-                self._error = e if isinstance(e, HipepError) else HipepError(f"{label}: {type(e).__name__}: {e}")
+                self._error = e if isinstance(e, HipepError) else step_failure(label, e)
                 self.done += len(self._queue)
                 self._queue.clear()
                 return
@@ -279,9 +279,7 @@ class _InlineReplay:
             times = tb.tb_frame.f_locals  # the launches before the failing one still count
             stream.kernel_ns += sum(times[f"e{j}"] - times[f"s{j}"] for j in range(i))
             label = self.nodes[i].label
-            if isinstance(e, HipepError):
-                raise named_error(label, e) from None
-            raise HipepError(f"{label}: {type(e).__name__}: {e}") from e
+            raise step_failure(label, e) from (None if isinstance(e, (HipepError, MemoryError)) else e)
 
 
 def _timed(stream: CpuStream, run, args, label: str):

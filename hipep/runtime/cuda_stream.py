@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 from ..errors import HipepError
 from .cuda_driver import _STICKY, CudaError, _check, _driver, _error_text
 from .cuda_memory import CudaMemory, DeviceArray
-from .device import Event, Stream
+from .device import Event, Stream, step_failure
 from .gpu_faults import FAULT_RECORD_BYTES, take_fault
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ class CudaStream(Stream):
         except HipepError as e:
             self._error = e if str(e).startswith(label) else HipepError(f"{label}: {e}")
         except Exception as e:  # noqa: BLE001 - recorded like a failed kernel
-            self._error = HipepError(f"{label}: {type(e).__name__}: {e}")
+            self._error = step_failure(label, e)
 
     def run_host(self, label: str, work: Callable[[], T]) -> T:
         self._raise_recorded()

@@ -271,6 +271,18 @@ def named_error(label: str, e: Exception):
         return HipepError(f"{label}: {e}")
 
 
+def step_failure(label: str, e: Exception):
+    """The hipep error for a step's work that raised `e`, naming the step: a hipep error keeps its
+    type; the host running out of memory for what the step computes with says so in words."""
+    from ..errors import HipepError
+
+    if isinstance(e, HipepError):
+        return named_error(label, e)
+    if isinstance(e, MemoryError):
+        return HipepError(f"{label}: out of host memory: {e}")
+    return HipepError(f"{label}: {type(e).__name__}: {e}")
+
+
 def check_patch(node: "GraphNode", k: int, new) -> None:
     """A replay patch may change the memory behind argument k and value-only extents (a mask's
     length), nothing else: a different dtype or rank means the caller replays the wrong graph."""

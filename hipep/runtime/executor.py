@@ -51,7 +51,7 @@ from .kernels import kernel_of
 from .memory import ALIGN, allocation_failure, byte_size, round_up
 from .run_functions import (alias_function, exact_outputs_function, patch_function, picker, plain_inputs_function,
                             probe_function, signature_function)
-from .shapes import MAX_BYTES, DataDependent, ShapeProgram, branch_key, check_bytes, trace_shapes
+from .shapes import DataDependent, ShapeProgram, branch_key, check_bytes, oversize, trace_shapes
 
 SPECIALIZATION_CACHE = 64  # layout signatures kept per compiled subgraph (LRU)
 TRACES_PER_RANKS = 8  # shape programs kept per rank pattern before the oldest goes
@@ -699,13 +699,10 @@ class _Context:
 
 def _nbytes(plan: Plan, vid: int, shape) -> int:
     spec = plan.values[vid]
-    n = 1
-    for d in shape:
-        n *= int(d)
-    nbytes = n * np.dtype(spec.dtype).itemsize
-    if nbytes > MAX_BYTES:
-        raise RuntimeShapeError(f"{_writer(plan, vid)}: output '{spec.name}' of shape {list(shape)} ({spec.dtype}) "
-                                f"would take {nbytes} bytes, more than a tensor can hold (2^62)")
+    dims = [int(d) for d in shape]
+    nbytes, why = oversize(dims, np.dtype(spec.dtype).itemsize)
+    if why:
+        raise RuntimeShapeError(f"{_writer(plan, vid)}: output '{spec.name}' of shape {dims} ({spec.dtype}) {why}")
     return nbytes
 
 

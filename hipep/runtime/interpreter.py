@@ -40,7 +40,7 @@ from .. import counters
 from .device import Device
 from .kernels import kernel_of
 from .memory import PoolSet, allocation_failure, byte_size, round_up
-from .shapes import MAX_BYTES
+from .shapes import check_static, oversize
 
 
 class Interpreter:
@@ -167,6 +167,7 @@ class _Run:
             if a is None:
                 self.arrays[vid] = None
                 continue
+            check_static(f"{self.plan.name}: input {pos}", spec, a.shape)
             if self.device_memory:
                 # ORT's tensors in the device's memory are used in place; host ones are staged
                 if a.__class__ not in self.dev.array_types:
@@ -236,8 +237,10 @@ class _Run:
             self.host_reads += 1
         return self.stream.run_host(label, lambda: self.dev.read(self.stream, self.array(vid)))
 
-    def _prepare(self, outputs: list[tuple[int, tuple[int, ...]]], label: str) -> None:
-        """Records the outputs' shapes, growing their slots first where too small."""
+    def _prepare(self, outputs: list[tuple[int, tuple[int, ...]]], label: str, step: bool = False) -> None:
+        """Records the outputs' shapes, growing their slots first where too small. `step`: the
+        outputs of a launch or host step, checked against the extents the plan was compiled with
+        (control flow's copies are not: a loop's results are typed like its initial values)."""
         needs: dict[str, dict[int, int]] = {}
         for vid, shape in outputs:
             spec = self.values[vid]
@@ -247,6 +250,8 @@ class _Run:
                 raise RuntimeShapeError(f"{label}: output '{spec.name}': {e}") from None
             if spec.kind != "buffer":
                 raise HipepError(f"{label}: writes %{vid} ('{spec.name}'), which is a {spec.kind}, not a buffer")
+            if step:
+                check_static(label, spec, shape)
             if spec.owns_slot:
                 nbytes = _nbytes(shape, np.dtype(spec.dtype))
                 if not self.pools[spec.space].fits(spec.slot, nbytes):
@@ -306,7 +311,7 @@ class _Run:
         op = self.ex._ops[step.op]
         label = self.where = f"node '{step.node}' ({op.op_type})"
         shapes = self._output_shapes(step, op, label)
-        self._prepare([(vid, s) for vid, s in zip(step.outputs, shapes) if vid >= 0], label)
+        self._prepare([(vid, s) for vid, s in zip(step.outputs, shapes) if vid >= 0], label, step=True)
         ins = [None if vid < 0 else self.array(vid) for vid in step.inputs]
         outs = [None if vid < 0 else self.array(vid) for vid in step.outputs]
         program = self.ex.program(step, label)
@@ -507,6 +512,9 @@ def _named_call(label: str, fn: Callable, inputs):
     except (ValueError, IndexError, TypeError) as e:
         shapes = ", ".join(_describe(a) for a in inputs)
         raise RuntimeShapeError(f"{label} failed on inputs ({shapes}): {e}") from None
+    except MemoryError as e:  # the host's memory, for what the step computes with (numpy's temporaries)
+        shapes = ", ".join(_describe(a) for a in inputs)
+        raise HipepError(f"{label}: out of host memory on inputs ({shapes}): {e}") from None
     except Exception as e:
         raise HipepError(f"{label}: {type(e).__name__}: {e}") from e
 
@@ -549,13 +557,10 @@ def _read_only(a: np.ndarray) -> np.ndarray:
 
 
 def _nbytes(shape, dtype: np.dtype) -> int:
-    n = 1
-    for d in shape:  # Python ints: a byte count past int64 is an error, not a wrap-around
-        n *= int(d)
-    nbytes = n * dtype.itemsize
-    if nbytes > MAX_BYTES:
-        raise RuntimeShapeError(f"a tensor of shape {[int(d) for d in shape]} ({dtype}) would take {nbytes} bytes, "
-                                f"more than a tensor can hold (2^62)")
+    dims = [int(d) for d in shape]
+    nbytes, why = oversize(dims, dtype.itemsize)
+    if why:
+        raise RuntimeShapeError(f"a tensor of shape {dims} ({dtype}) {why}")
     return nbytes
 
 

@@ -11,7 +11,7 @@ from ..errors import HipepError
 from ..plan import Plan
 from ..symbolic import _code as expr_code
 from ..symbolic import compiled
-from .shapes import MAX_BYTES, ShapeProgram
+from .shapes import MAX_BYTES, MAX_EXTENT, ShapeProgram
 
 
 def _data_pointers_py(arrays):
@@ -175,7 +175,9 @@ def probe_function(plan: Plan, shape: ShapeProgram, value_guards: dict, layout_i
         lines.append(f"    o{j} = (" + "".join(f"{expr_code(e, names)}, " for e in exprs) + ")")
         if any(not isinstance(e, int) for e in exprs):  # static shapes were checked when traced
             limit = MAX_BYTES // np.dtype(plan.values[vid].dtype).itemsize
-            lines.append(f"    if {' * '.join(f'o{j}[{k}]' for k in range(len(exprs)))} > {limit}: return None")
+            dims = [f"o{j}[{k}]" for k in range(len(exprs))]  # (an empty tensor's other extents are int64 too)
+            too_large = f"{' * '.join(dims)} > {limit} or max({', '.join(dims)}, 0) > {MAX_EXTENT}"
+            lines.append(f"    if {too_large}: return None")
     env = "".join(f"v{i}, " for i in range(len(shape.symbols)))
     layout = "".join(f"v{i}, " for i in layout_indices)
     lines.append(f"    return ({env}), ({layout}), (" + "".join(f"o{j}, " for j in range(len(outs))) + ")")

@@ -88,19 +88,46 @@ TRACKED_ON_DEVICE = frozenset(_MOVING) | frozenset(_COMPARISONS) | {"Shape", "Si
 
 
 MAX_BYTES = 1 << 62  # a tensor's byte count beyond this is an error, not an int64 wrap-around
+MAX_EXTENT = (1 << 63) - 1  # ONNX's extents are int64 (an empty tensor's other extents too)
+
+
+def oversize(dims: list[int], itemsize: int) -> tuple[int, str]:
+    """(the byte count of a tensor of these extents, why no tensor can have them: "" when one can).
+    Python ints: a count past int64 is an answer, not a wrap-around."""
+    n = 1
+    for d in dims:
+        n *= d
+    nbytes = n * itemsize
+    if any(d > MAX_EXTENT for d in dims):
+        return nbytes, "has an extent past int64's range (2^63 - 1)"
+    if nbytes > MAX_BYTES:
+        return nbytes, f"would take {nbytes} bytes, more than a tensor can hold (2^62)"
+    return nbytes, ""
 
 
 def check_bytes(where: str, spec, shape) -> int:
     """The byte count of a `spec.dtype` tensor of `shape`, or RuntimeShapeError when no tensor can
     be that large (checked before anything is allocated)."""
-    n = 1
-    for d in shape:
-        n *= value(d)
-    nbytes = n * np.dtype(spec.dtype).itemsize
-    if nbytes > MAX_BYTES:
-        raise RuntimeShapeError(f"{where}: '{spec.name}' of shape {[value(d) for d in shape]} ({spec.dtype}) would "
-                                f"take {nbytes} bytes, more than a tensor can hold (2^62)")
+    dims = [value(d) for d in shape]
+    nbytes, why = oversize(dims, np.dtype(spec.dtype).itemsize)
+    if why:
+        raise RuntimeShapeError(f"{where}: '{spec.name}' of shape {dims} ({spec.dtype}) {why}")
     return nbytes
+
+
+def check_static(where: str, spec, shape) -> None:
+    """RuntimeShapeError where a run's extents contradict the ones the plan was compiled with
+    (ValueSpec.static: a model's declared shapes refine what the rules derive, and a declaration
+    that does not hold for these inputs would give wrong extents, not an error). A symbolic extent
+    compared here records a guard, so a shape program reused for other inputs checks it again."""
+    static = spec.static
+    if not static:  # unranked, or rank 0: a branch's results may be typed as scalars they are not
+        return
+    if len(static) != len(shape) or any(s >= 0 and d != s for s, d in zip(static, shape)):
+        declared = "[" + ", ".join("?" if s < 0 else str(s) for s in static) + "]"
+        raise RuntimeShapeError(f"{where}: '{spec.name}' has shape {[value(d) for d in shape]} in this run, but the "
+                                f"graph was compiled with {declared} for it, from the model's declared shapes (its "
+                                f"value_info or outputs), which do not hold for these inputs")
 
 
 class DataDependent(HipepError):
@@ -249,6 +276,7 @@ class _Tracer:
                     self.sval[vid] = _objects(a)
             else:
                 self.shape[vid] = tuple(SymInt(int(d), sym(f"i{pos}.{j}")) for j, d in enumerate(a.shape))
+                check_static(f"plan '{self.plan.name}' input {pos}", spec, self.shape[vid])
         for vid, c in self.constants.items():
             self.shape[vid] = tuple(int(d) for d in c.shape)
             if self.values[vid].kind == "weight":  # a weight hipep holds: as one given in, above
@@ -394,6 +422,7 @@ class _Tracer:
                                         f"inputs ({ins})")
             self.shape[vid] = tuple(d if isinstance(d, SymInt) else int(d) for d in dims)
             check_bytes(label, self.values[vid], self.shape[vid])
+            check_static(label, self.values[vid], self.shape[vid])
         if host or op_type in TRACKED_ON_DEVICE:
             # A launch that only moves or re-types known integers (the copy of an input's shape
             # operand into host-visible memory) has values the host knows without reading them.

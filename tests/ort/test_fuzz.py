@@ -123,3 +123,16 @@ def test_judge_verdicts():
     assert fuzz.judge(case, fallback, ok, [], []).category == "hipep-leaves-nodes"
     loose = Case(0, "graph", "", b"", [{}], {"y": Check("close", 1e-5, 1e-6, nan="skip")})
     assert fuzz.judge(loose, ok, ok, [(out(1, np.nan), out(1.000001, 4))], ["y"]).category == "match"
+
+
+def test_a_mismatch_that_orts_optimizations_explain_passes():
+    """A case run with ORT's graph optimizations on hipep's side: where ORT's CPU EP with the same
+    optimizations answers as hipep, the optimized graph is what differs, not hipep."""
+    out = lambda *a: Result(True, [np.array(a, np.float32)])  # noqa: E731
+    ok = Result(True)
+    for optimize, optimized, category in ((True, out(1, 2), "ort-optimizer-differs"), (True, out(1, 3), "mismatch"),
+                                          (False, out(1, 2), "mismatch")):
+        case = Case(0, "graph", "", b"", [{}], {"y": Check("exact")}, optimize=optimize)
+        runs = [(out(1, 2), out(1, 3))]
+        verdict = fuzz.optimizer_explains(case, fuzz.judge(case, ok, ok, runs, ["y"]), runs, [optimized], ["y"])
+        assert verdict.category == category, (optimize, verdict)

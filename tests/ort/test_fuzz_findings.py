@@ -242,3 +242,23 @@ def test_an_intermediate_too_large_to_allocate_names_the_node(data_dependent):
     assert "\nAt:\n" not in message and "Traceback" not in message, message
     (y,) = session.run(None, {"x": x, "repeats": np.array([1, 3], np.int64)})
     assert y == np.float32(5.0 if not data_dependent else 1.0)
+
+
+def test_a_declared_output_shape_the_run_contradicts_is_refused():
+    # the model declares its Concat output [5, 2, 3] while the input's last extents are symbolic: the
+    # stored type refines the rule's, so the Slice after it was lowered with the declared extents
+    # and a [5, 4, 1] input gave [5, 4, 0] where ORT (which warns and runs) gives [5, 4, 1] (seed
+    # 73359). The run is refused, naming the node, the value and both shapes; others still run.
+    model = _model([h.make_node("Concat", ["x"], ["v"], name="concat", axis=-2),
+                    h.make_node("Slice", ["v", "starts", "ends", "axes"], ["y"], name="slice")],
+                   [vi("x", T.FLOAT, [5, "a", "b"])], [vi("y", T.FLOAT, None), vi("v", T.FLOAT, [5, 2, 3])],
+                   [numpy_helper.from_array(np.array([v], np.int64), n)
+                    for n, v in (("starts", -2), ("ends", 2), ("axes", -1))])
+    session = hipep.InferenceSession(model, _options(), device="cpu")
+    cpu = ort.InferenceSession(model.SerializeToString(), _options(), providers=["CPUExecutionProvider"])
+    x = np.arange(30, dtype=np.float32).reshape(5, 2, 3)
+    _same(session.run(None, {"x": x}), cpu.run(None, {"x": x}))
+    with pytest.raises(Exception, match=r"node 'concat' \(Concat\): 'v' has shape \[5, 4, 1\] in this run, but the "
+                                        r"graph was compiled with \[5, 2, 3\]"):
+        session.run(None, {"x": np.zeros((5, 4, 1), np.float32)})
+    _same(session.run(None, {"x": x + 1}), cpu.run(None, {"x": x + 1}))

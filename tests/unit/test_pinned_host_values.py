@@ -86,7 +86,7 @@ class Runner:
 
     def run(self, **feeds):
         feeds = {k: np.asarray(v) for k, v in feeds.items()}
-        arrays = [np.ascontiguousarray(feeds[n]) for n in self.names]
+        arrays = [np.array(feeds[n], order="C") for n in self.names]  # (0-d stays 0-d)
         # ORT's tensors: device memory on a GPU (known by id: kept alive, so that no later
         # allocation takes an id the device holds)
         self.fed.append(arrays)

@@ -44,11 +44,12 @@ from .campaign import campaign, format_summary, load_case, save_case, signature
 from .cases import Case, Check, GraphGen, HypothesisSource, InputSpec, Invalid, Outcome, SeededSource, Val
 from .cli import main
 from .graph_ops import FAMILIES, check_for, gen_graph
-from .judge import KNOWN, Result, compare, error_clarity, judge, known_finding
+from .judge import KNOWN, Result, compare, error_clarity, judge, known_finding, optimizer_explains
 from .mutations import MUTATIONS, cases, gen_case, gen_mutation
 from .workers import Pool, execute, run_one, worker_main
 
 __all__ = ["FAMILIES", "KNOWN", "MUTATIONS", "Case", "Check", "GraphGen", "HypothesisSource", "InputSpec", "Invalid",
            "Outcome", "Pool", "Result", "SeededSource", "Val", "campaign", "cases", "check_for", "compare",
            "error_clarity", "execute", "format_summary", "gen_case", "gen_graph", "gen_mutation", "judge",
-           "known_finding", "load_case", "main", "run_one", "save_case", "signature", "worker_main"]
+           "known_finding", "load_case", "main", "optimizer_explains", "run_one", "save_case", "signature",
+           "worker_main"]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .cases import Case, Outcome
-from .judge import Result, judge, known_finding
+from .judge import Result, judge, known_finding, optimizer_explains
 
 
 # ---- running one case (in a worker) ------------------------------------------------------------------
@@ -72,6 +72,20 @@ def execute(case: Case, stage: Callable[[str], None] = lambda s: None) -> Outcom
                     c = Result.error(e)
             runs.append((h, c))
     outcome = judge(case, h_create, c_create, runs, out_names)
+    if outcome.category == "mismatch" and case.optimize:
+        # a second opinion: the CPU EP on the graph ORT's optimizations make, as hipep's session had it
+        stage("cpu-optimized")
+        optimized = []
+        try:
+            co = ort.InferenceSession(case.model, sess_options=options(True), providers=["CPUExecutionProvider"])
+            for feeds in case.runs:
+                try:
+                    optimized.append(Result(True, co.run(None, feeds)))
+                except Exception as e:  # noqa: BLE001
+                    optimized.append(Result.error(e))
+        except Exception:  # noqa: BLE001 - no second opinion: the mismatch stands
+            optimized = []
+        outcome = optimizer_explains(case, outcome, runs, optimized, out_names)
     outcome.seconds = time.perf_counter() - start
     outcome.known = known_finding(outcome)
     return outcome
