@@ -8,19 +8,25 @@
 # it over the machine's own, without its dependencies, which the machine's onnxruntime brought) and
 # the newest onnxruntime-genai, so the GPU tests run against the newest release as CI runs the oldest.
 #
+# With --ort VERSION it carries that onnxruntime release instead (--ort 1.24.1: the oldest hipep
+# supports, so the GPU tests run against both ends), and no onnxruntime-genai, which needs 1.30 or
+# newer (tests that need it skip; with --models the decoders come built).
+#
 # With --models it first builds every tiny builder decoder tests/gpu runs (and the form of each
 # that ORT's CPU EP runs), so the GPU machine runs the models this machine's transformers and
 # builder made instead of building them with its own, older ones (whose configs can read
 # differently: transformers 5.17 reads Qwen3.5's rotary factor from elsewhere than 5.25).
 #
-# usage: tools/gpu_wheelhouse.sh [--newest-ort] [--models] [wheelhouse_dir]
+# usage: tools/gpu_wheelhouse.sh [--newest-ort | --ort VERSION] [--models] [wheelhouse_dir]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 newest_ort=0
+ort_version=""
 models=0
 while [ $# -gt 0 ]; do
   case $1 in
     --newest-ort) newest_ort=1; shift ;;
+    --ort) ort_version="${2:?--ort takes an onnxruntime version, such as 1.24.1}"; shift 2 ;;
     --models) models=1; shift ;;
     *) break ;;
   esac
@@ -36,7 +42,9 @@ mkdir -p "$dest"
 # with --newest-ort, the newest of both.
 packages=("xdsl==0.74.0" "immutabledict<4.3.2" "ordered-set==4.1.0" "lit" "filecheck" "onnx-ir")
 rm -f "$dest"/onnxruntime-*.whl "$dest"/onnxruntime_genai-*.whl  # one of each, the one asked for
-if [ "$newest_ort" = 1 ]; then
+if [ -n "$ort_version" ]; then
+  packages+=("onnxruntime==$ort_version")
+elif [ "$newest_ort" = 1 ]; then
   packages+=("onnxruntime" "onnxruntime-genai")
 else
   packages+=("onnxruntime-genai==0.17.1")
