@@ -183,16 +183,17 @@ class _Importer:
                 raise ModelError(f"node '{node.label}' ({node.qualified_op}): {msg}") from None
 
     def result_types(self, scope: _Scope, node: Node):
+        from .ops import lookup
+
+        op = lookup(node.domain, node.op_type)
         out = []
         for i, o in enumerate(node.outputs):
             if o:
                 # unknown element types are allowed here: hip-infer-shapes fills them in
                 t = self.value_type(scope.graph, o, f"output {i} '{o}'", True)
-                if node.op_type == "NonZero" and node.domain in ("", "ai.onnx") and node.inputs and \
-                        scope.graph.type_of(node.inputs[0]).rank == 0 and dims_of(t) is not None:
-                    # ONNX's inference gives a scalar's NonZero [0, n] (its rank); ORT runs the scalar as
-                    # a one-element vector ([1, n]), as hipep's rule and kernels do
-                    t = make_tensor_type(t.element_type, (1, None))
+                d = dims_of(t)
+                if op is not None and not op.stored_extents and d is not None:
+                    t = make_tensor_type(t.element_type, (None,) * len(d))  # the rule gives them
                 out.append((i, o, t))
         return out
 

@@ -95,18 +95,16 @@ def from_ir_type(t: Attribute) -> HipTensorType:
     return HipTensorType(0, None, "unknown")
 
 
-def dims_of(t: Attribute) -> tuple[int | None, ...] | None:
-    """The extents of an IR tensor type, None for dynamic ones; None if unranked."""
-    if isinstance(t, TensorType):
-        return tuple(None if d == DYNAMIC_INDEX else int(d) for d in t.get_shape())
-    return None
-
-
 def shaped_dims(t: Attribute) -> tuple[int | None, ...] | None:
-    """dims_of for a tensor or a buffer (memref) type."""
+    """The extents of a tensor or buffer (memref) type, None for dynamic ones; None if unranked."""
     if isinstance(t, (TensorType, MemRefType)):
         return tuple(None if d == DYNAMIC_INDEX else int(d) for d in t.get_shape())
     return None
+
+
+def dims_of(t: Attribute) -> tuple[int | None, ...] | None:
+    """The extents of an IR tensor type, None for dynamic ones; None if unranked (or not a tensor)."""
+    return shaped_dims(t) if isinstance(t, TensorType) else None
 
 
 def make_tensor_type(element: Attribute, dims) -> IRType:

@@ -537,7 +537,7 @@ def _nonzero_shape(types, values, attrs, num_outputs):
 
 register(OpDef("NonZero", (9, 13), ("T",), ("I",), {"T": frozenset({F32, F16, U8, I32, I64, BOOL}),
                                                   "I": _I64},
-               _nonzero, shape_rule=_nonzero_shape, host_inputs=(0,)))
+               _nonzero, shape_rule=_nonzero_shape, host_inputs=(0,), stored_extents=False))
 
 
 # ---- Range -----------------------------------------------------------------------------------------

@@ -101,6 +101,10 @@ class OpDef:
     # a node of other types runs through the op's function body, as an op without an entry does
     # (hipep.functions.is_function_candidate).
     body_for_other_types: bool = False
+    # False where the stored output types (ONNX's shape inference, which ORT's graph carries) give
+    # extents ORT's kernel does not produce: the frontend keeps their rank only and the shape rule
+    # gives the extents (NonZero of a scalar: [0, n] inferred, [1, n] run).
+    stored_extents: bool = True
     # Inputs the compiler needs as compile-time constants are not required here: the CPU
     # reference reads every operand at run time.
 

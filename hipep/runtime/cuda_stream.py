@@ -107,8 +107,6 @@ class CudaStream(Stream):
         try:
             self._wait_idle()
             work()
-        except HipepError as e:
-            self._error = e if str(e).startswith(label) else HipepError(f"{label}: {e}")
         except Exception as e:  # noqa: BLE001 - recorded like a failed kernel
             self._error = step_failure(label, e)
 

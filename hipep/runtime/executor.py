@@ -381,6 +381,19 @@ class Executor:
         if home is not None and context in home.home:
             home.home.remove(context)
 
+    def _largest_buffer(self, spec: "_Specialization", space: str) -> str:
+        """The largest buffer of `space` in the specialization's layout and the node writing it
+        (what an allocation error names)."""
+        values, root = self.plan.values, self._layout.root
+        sized = [(_nbytes(self.plan, vid, shape), vid) for vid, shape in spec.shapes.items()
+                 if values[root[vid]].space == space]
+        if not sized:
+            return ""
+        nbytes, vid = max(sized)
+        v = values[vid]
+        return (f"the largest: '{v.name}' {list(spec.shapes[vid])}:{v.dtype}, {byte_size(nbytes)}, "
+                f"{_writer(self.plan, vid)}")
+
     # ---- binding ---------------------------------------------------------------------------
 
     def _kernel(self, index, step, label: str):
@@ -396,7 +409,7 @@ class Executor:
         # A graph captured at the context's current generation was captured after reserving this
         # specialization's bytes, and the arena has not moved since: nothing to reserve.
         if bound is None or bound[0] != context.generation:
-            context.reserve(spec.arena_bytes, spec.largest_buffer)
+            context.reserve(spec.arena_bytes, lambda space: self._largest_buffer(spec, space))
             graph, sites, fills = self._capture(spec, context, inputs, outputs, env)
             patches = patch_function(sites)
             # a device may take ORT's memory straight into the launches (CpuDevice.bind_replay)
@@ -607,15 +620,11 @@ class _Specialization:
             if vid not in program.shape.shapes:
                 self.shapes.pop(vid, None)  # never written in this plan (an unused result)
         slot_bytes: dict[str, dict[int, int]] = {space: {} for space in MEMORY_SPACES}
-        self.largest: dict[str, tuple[int, int]] = {}  # space -> (bytes, vid): what an allocation error names
         for vid, shape in self.shapes.items():
             nbytes = _nbytes(plan, vid, shape)
             root = values[layout.root[vid]]
             slots = slot_bytes[root.space]
             slots[root.slot] = max(slots.get(root.slot, 0), nbytes)
-            if nbytes > self.largest.get(root.space, (-1, -1))[0]:
-                self.largest[root.space] = (nbytes, vid)
-        self.plan = plan
         self.offsets: dict[str, dict[int, int]] = {}
         self.arena_bytes: dict[str, int] = {}
         for space, slots in slot_bytes.items():
@@ -631,15 +640,6 @@ class _Specialization:
         self.launches = sum(1 for _, s in program.steps if isinstance(s, Launch))
         self.graphs: dict[int, tuple] = {}  # _Context.key -> what _replay captured on that context
         self.home: list[_Context] = []  # its own context while idle (Executor.give_home)
-
-    def largest_buffer(self, space: str) -> str:
-        """The largest buffer of `space` in this layout and the node writing it (for an error)."""
-        if space not in self.largest:
-            return ""
-        nbytes, vid = self.largest[space]
-        spec = self.plan.values[vid]
-        return (f"the largest: '{spec.name}' {list(self.shapes[vid])}:{spec.dtype}, {byte_size(nbytes)}, "
-                f"{_writer(self.plan, vid)}")
 
 
 ARENA_GROWTH = 1.5  # an arena that grows takes at least this times its old size (_Context.reserve)

@@ -37,7 +37,7 @@ from ..graph import TensorType, elem_type_of
 from ..ops.registry import OpDef, lookup
 from ..plan import MEMORY_SPACES, HostStep, If, Launch, Loop, Plan, Sync, split_op_key, walk
 from .. import counters
-from .device import Device
+from .device import Device, step_failure
 from .kernels import kernel_of
 from .memory import PoolSet, allocation_failure, byte_size, round_up
 from .shapes import check_static, oversize
@@ -512,11 +512,8 @@ def _named_call(label: str, fn: Callable, inputs):
     except (ValueError, IndexError, TypeError) as e:
         shapes = ", ".join(_describe(a) for a in inputs)
         raise RuntimeShapeError(f"{label} failed on inputs ({shapes}): {e}") from None
-    except MemoryError as e:  # the host's memory, for what the step computes with (numpy's temporaries)
-        shapes = ", ".join(_describe(a) for a in inputs)
-        raise HipepError(f"{label}: out of host memory on inputs ({shapes}): {e}") from None
     except Exception as e:
-        raise HipepError(f"{label}: {type(e).__name__}: {e}") from e
+        raise step_failure(label, e) from (None if isinstance(e, MemoryError) else e)
 
 
 def bound_weight(plan: Plan, vid: int, weights) -> np.ndarray:

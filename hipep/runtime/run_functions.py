@@ -175,9 +175,11 @@ def probe_function(plan: Plan, shape: ShapeProgram, value_guards: dict, layout_i
         lines.append(f"    o{j} = (" + "".join(f"{expr_code(e, names)}, " for e in exprs) + ")")
         if any(not isinstance(e, int) for e in exprs):  # static shapes were checked when traced
             limit = MAX_BYTES // np.dtype(plan.values[vid].dtype).itemsize
-            dims = [f"o{j}[{k}]" for k in range(len(exprs))]  # (an empty tensor's other extents are int64 too)
-            too_large = f"{' * '.join(dims)} > {limit} or max({', '.join(dims)}, 0) > {MAX_EXTENT}"
-            lines.append(f"    if {too_large}: return None")
+            dims = [f"o{j}[{k}]" for k in range(len(exprs))]
+            lines.append(f"    n{j} = {' * '.join(dims)}")
+            # (an empty tensor's other extents must be int64 too; the max only where it is empty)
+            empty_past_int64 = f"(not n{j} and max({', '.join(dims)}, 0) > {MAX_EXTENT})"
+            lines.append(f"    if n{j} > {limit} or {empty_past_int64}: return None")
     env = "".join(f"v{i}, " for i in range(len(shape.symbols)))
     layout = "".join(f"v{i}, " for i in layout_indices)
     lines.append(f"    return ({env}), ({layout}), (" + "".join(f"o{j}, " for j in range(len(outs))) + ")")
